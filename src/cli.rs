@@ -1,0 +1,222 @@
+//! The command line: `gateway [--config FILE]`, `gateway upstream`,
+//! `gateway check --config FILE`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::config::{self, Config, Source};
+use crate::{Gateway, bind, upstream};
+
+/// EX_USAGE from sysexits.h: the configuration or command line is wrong.
+pub const EXIT_CONFIG: u8 = 64;
+/// Where the embedded default starts the built-in slow upstream.
+pub const DEMO_UPSTREAM: &str = "127.0.0.1:8000";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "gateway",
+    version,
+    about = "A reverse-proxy gateway with per-route timeouts and Prometheus metrics"
+)]
+struct Cli {
+    /// Configuration file (TOML). Without one, the embedded default runs, with
+    /// the built-in slow upstream on 127.0.0.1:8000.
+    #[arg(long, short, env = "GATEWAY_CONFIG", global = true)]
+    config: Option<PathBuf>,
+    /// Log format.
+    #[arg(long, value_enum, default_value = "text", global = true)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the built-in slow upstream ("service A"): GET /a waits the delay
+    /// then answers "ok"; GET /hello answers at once.
+    Upstream {
+        /// Address to listen on.
+        #[arg(long, default_value = DEMO_UPSTREAM)]
+        listen: SocketAddr,
+        /// How long GET /a waits, e.g. "1s", "250ms".
+        #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+        delay: Duration,
+    },
+    /// Validate a configuration file and print the resolved routes.
+    Check,
+}
+
+/// Entry point of the `gateway` binary.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(cli.log_format);
+    match cli.command {
+        Some(Command::Upstream { listen, delay }) => run_upstream(listen, delay),
+        Some(Command::Check) => check(cli.config),
+        None => run_gateway(cli.config),
+    }
+}
+
+fn init_tracing(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+fn load(path: Option<PathBuf>) -> Result<(Config, bool), ExitCode> {
+    let embedded = path.is_none();
+    let source = path.map(Source::File).unwrap_or_else(Source::embedded);
+    match config::load(&source) {
+        Ok(c) => Ok((c, embedded)),
+        Err(e) => {
+            eprintln!("gateway: invalid configuration: {e}");
+            Err(ExitCode::from(EXIT_CONFIG))
+        }
+    }
+}
+
+fn check(path: Option<PathBuf>) -> ExitCode {
+    let Some(path) = path else {
+        eprintln!("gateway check: --config FILE is required");
+        return ExitCode::from(EXIT_CONFIG);
+    };
+    let config = match load(Some(path)) {
+        Ok((c, _)) => c,
+        Err(code) => return code,
+    };
+    println!("{}: ok", config.source_name);
+    println!("listen {}", config.server.listen);
+    for r in &config.routes {
+        let methods = r
+            .methods
+            .as_ref()
+            .map(|m| format!(" methods {m:?}"))
+            .unwrap_or_default();
+        println!(
+            "route {:<16} {:<24} {}{methods}",
+            r.name,
+            r.prefix,
+            r.target.describe(&config.upstreams)
+        );
+    }
+    ExitCode::SUCCESS
+}
+
+fn runtime(worker_threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
+    match worker_threads {
+        // One worker: a single-threaded runtime avoids cross-thread wake-ups.
+        1 => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build(),
+        0 => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build(),
+        n => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(n)
+            .enable_all()
+            .build(),
+    }
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("install SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM received"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),
+    }
+}
+
+fn run_gateway(path: Option<PathBuf>) -> ExitCode {
+    let (config, embedded) = match load(path) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let rt = match runtime(config.server.worker_threads) {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("gateway: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    rt.block_on(async move {
+        let (stop_demo, demo_stopped) = tokio::sync::oneshot::channel::<()>();
+        if embedded {
+            let addr: SocketAddr = DEMO_UPSTREAM.parse().expect("valid address");
+            match bind(addr).await {
+                Ok(l) => {
+                    tokio::spawn(upstream::serve(l, Duration::from_secs(1), async move {
+                        let _ = demo_stopped.await;
+                    }));
+                }
+                Err(e) => {
+                    eprintln!("gateway: cannot start the demo upstream on {addr}: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+        let listen = config.server.listen;
+        let metrics_path = config.metrics.path.clone();
+        let gateway = match Gateway::bind(config).await {
+            Ok(g) => g,
+            Err(e) => {
+                eprintln!("gateway: cannot listen on {listen} (or the metrics listener): {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let addr = gateway.local_addr();
+        let admin = gateway.admin_addr().unwrap_or(addr);
+        tracing::info!(%addr, "gateway listening");
+        if embedded {
+            println!("gateway: running the embedded default configuration on http://{addr}");
+            println!("  demo upstream (GET /a waits 1s): http://{DEMO_UPSTREAM}");
+            println!("  try: curl -i http://{addr}/b        # proxied to the upstream's /a");
+            println!("       curl -i http://{addr}/file     # a file, with ETag and Range support");
+            println!("       curl -i http://{addr}/static/  # a directory tree");
+            println!("       curl -i http://{addr}/hello    # a fixed response");
+            println!("       curl http://{admin}{metrics_path}   # Prometheus metrics");
+        }
+        gateway.serve(shutdown_signal()).await;
+        let _ = stop_demo.send(());
+        ExitCode::SUCCESS
+    })
+}
+
+fn run_upstream(listen: SocketAddr, delay: Duration) -> ExitCode {
+    let rt = match runtime(0) {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("gateway upstream: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    rt.block_on(async move {
+        let listener = match bind(listen).await {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("gateway upstream: cannot listen on {listen}: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        tracing::info!(addr = %listen, delay = %humantime::format_duration(delay), "upstream listening");
+        upstream::serve(listener, delay, shutdown_signal()).await;
+        ExitCode::SUCCESS
+    })
+}

@@ -1,0 +1,277 @@
+//! Prometheus metrics: the recorder, the metric names, and per-route and
+//! per-upstream handle caches.
+//!
+//! Handles are looked up once per (route, method, status) and reused, so the
+//! per-request cost is a read-locked map lookup and atomic increments rather
+//! than building and hashing a label set on every request. Label values come
+//! from configured route and upstream names and a bounded set of methods
+//! (anything non-standard is `other`), never from raw request data.
+
+use std::collections::HashMap;
+use std::sync::{OnceLock, RwLock};
+use std::time::Duration;
+
+use http::Method;
+use metrics::{
+    Counter, Gauge, Histogram, counter, describe_counter, describe_gauge, describe_histogram,
+    gauge, histogram,
+};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+/// Histogram buckets (seconds) for every `*_duration_seconds` metric: 1 ms to 10 s.
+pub const BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0,
+];
+
+pub const REQUESTS_TOTAL: &str = "http_server_requests_total";
+pub const REQUEST_DURATION: &str = "http_server_request_duration_seconds";
+pub const ACTIVE_REQUESTS: &str = "http_server_active_requests";
+pub const UPSTREAM_DURATION: &str = "gateway_upstream_request_duration_seconds";
+pub const UPSTREAM_ERRORS: &str = "gateway_upstream_errors_total";
+pub const UPSTREAM_CONNECTIONS_OPENED: &str = "gateway_upstream_connections_opened_total";
+pub const ROUTE_TIMEOUT: &str = "gateway_route_timeout_seconds";
+pub const CONNECTIONS_ACTIVE: &str = "gateway_connections_active";
+pub const CONNECTIONS_TOTAL: &str = "gateway_connections_total";
+
+/// Upstream error kinds, the `kind` label values.
+pub const UPSTREAM_ERROR_KINDS: &[&str] = &["connect", "timeout", "reset", "protocol", "body"];
+
+/// The process-wide exporter: the recorder's handle and the process collector.
+pub struct Exporter {
+    handle: PrometheusHandle,
+    process: metrics_process::Collector,
+}
+
+static EXPORTER: OnceLock<Exporter> = OnceLock::new();
+
+/// Installs the global recorder once (later calls return the same exporter)
+/// and describes every metric.
+pub fn install() -> &'static Exporter {
+    EXPORTER.get_or_init(|| {
+        let recorder = PrometheusBuilder::new()
+            .set_buckets_for_metric(Matcher::Suffix("_duration_seconds".into()), BUCKETS)
+            .expect("non-empty buckets")
+            .build_recorder();
+        let handle = recorder.handle();
+        metrics::set_global_recorder(recorder).expect("no other metrics recorder is installed");
+        describe();
+        let process = metrics_process::Collector::default();
+        process.describe();
+        Exporter { handle, process }
+    })
+}
+
+fn describe() {
+    describe_counter!(
+        REQUESTS_TOTAL,
+        "Requests answered, by route, method and status."
+    );
+    describe_histogram!(
+        REQUEST_DURATION,
+        metrics::Unit::Seconds,
+        "Time from request arrival to response head."
+    );
+    describe_gauge!(
+        ACTIVE_REQUESTS,
+        "Requests being handled (until the response head)."
+    );
+    describe_histogram!(
+        UPSTREAM_DURATION,
+        metrics::Unit::Seconds,
+        "Upstream response time to response head."
+    );
+    describe_counter!(
+        UPSTREAM_ERRORS,
+        "Upstream failures by kind: connect, timeout, reset, protocol, body."
+    );
+    describe_counter!(
+        UPSTREAM_CONNECTIONS_OPENED,
+        "TCP connections opened to the upstream (reuse is requests / this)."
+    );
+    describe_gauge!(
+        ROUTE_TIMEOUT,
+        metrics::Unit::Seconds,
+        "The configured timeout of each proxy route."
+    );
+    describe_gauge!(CONNECTIONS_ACTIVE, "Client connections open now.");
+    describe_counter!(CONNECTIONS_TOTAL, "Client connections accepted.");
+}
+
+impl Exporter {
+    /// The Prometheus text exposition, with fresh process metrics.
+    pub fn render(&self) -> String {
+        self.process.collect();
+        self.handle.render()
+    }
+
+    /// Drains histogram buffers; run periodically or histograms grow unbounded.
+    pub fn run_upkeep(&self) {
+        self.handle.run_upkeep();
+    }
+
+    /// Spawns the periodic upkeep task on the current runtime.
+    pub fn spawn_upkeep(&'static self) {
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(5));
+            loop {
+                tick.tick().await;
+                self.run_upkeep();
+            }
+        });
+    }
+}
+
+/// The bounded `method` label value.
+pub fn method_label(m: &Method) -> &'static str {
+    match *m {
+        Method::GET => "GET",
+        Method::HEAD => "HEAD",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::PATCH => "PATCH",
+        Method::OPTIONS => "OPTIONS",
+        Method::CONNECT => "CONNECT",
+        Method::TRACE => "TRACE",
+        _ => "other",
+    }
+}
+
+/// Per-route metric handles.
+pub struct RouteMetrics {
+    name: String,
+    active: Gauge,
+    by_method_status: RwLock<HashMap<(&'static str, u16), (Counter, Histogram)>>,
+}
+
+impl RouteMetrics {
+    pub fn new(name: &str) -> Self {
+        RouteMetrics {
+            name: name.to_owned(),
+            active: gauge!(ACTIVE_REQUESTS, "route" => name.to_owned()),
+            by_method_status: RwLock::new(HashMap::new()),
+        }
+    }
+
+    /// The route's name, as in the `route` label.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Marks a request active until the guard drops.
+    pub fn start(&self) -> ActiveGuard<'_> {
+        self.active.increment(1.0);
+        ActiveGuard(&self.active)
+    }
+
+    /// Counts a finished request and records its duration.
+    pub fn record(&self, method: &Method, status: u16, elapsed: Duration) {
+        let key = (method_label(method), status);
+        let cached = self
+            .by_method_status
+            .read()
+            .expect("metrics lock")
+            .get(&key)
+            .cloned();
+        let (count, duration) = cached.unwrap_or_else(|| {
+            let labels = [
+                ("route", self.name.clone()),
+                ("method", key.0.to_owned()),
+                ("status", status.to_string()),
+            ];
+            let handles = (
+                counter!(REQUESTS_TOTAL, &labels),
+                histogram!(REQUEST_DURATION, &labels),
+            );
+            self.by_method_status
+                .write()
+                .expect("metrics lock")
+                .insert(key, handles.clone());
+            handles
+        });
+        count.increment(1);
+        duration.record(elapsed.as_secs_f64());
+    }
+}
+
+/// Decrements the active-requests gauge on drop.
+pub struct ActiveGuard<'a>(&'a Gauge);
+
+impl Drop for ActiveGuard<'_> {
+    fn drop(&mut self) {
+        self.0.decrement(1.0);
+    }
+}
+
+/// Per-upstream metric handles.
+pub struct UpstreamMetrics {
+    name: String,
+    /// `gateway_upstream_connections_opened_total`.
+    pub connections_opened: Counter,
+    errors: HashMap<&'static str, Counter>,
+    by_status: RwLock<HashMap<u16, Histogram>>,
+}
+
+impl UpstreamMetrics {
+    pub fn new(name: &str) -> Self {
+        let errors = UPSTREAM_ERROR_KINDS
+            .iter()
+            .map(|kind| {
+                (
+                    *kind,
+                    counter!(UPSTREAM_ERRORS, "upstream" => name.to_owned(), "kind" => *kind),
+                )
+            })
+            .collect();
+        UpstreamMetrics {
+            name: name.to_owned(),
+            connections_opened: counter!(UPSTREAM_CONNECTIONS_OPENED, "upstream" => name.to_owned()),
+            errors,
+            by_status: RwLock::new(HashMap::new()),
+        }
+    }
+
+    /// The error counter for `kind` (one of [`UPSTREAM_ERROR_KINDS`]).
+    pub fn errors(&self, kind: &'static str) -> Counter {
+        self.errors.get(kind).cloned().unwrap_or_else(
+            || counter!(UPSTREAM_ERRORS, "upstream" => self.name.clone(), "kind" => kind),
+        )
+    }
+
+    /// Records the time to an upstream response head with its status.
+    pub fn record(&self, status: u16, elapsed: Duration) {
+        let cached = self
+            .by_status
+            .read()
+            .expect("metrics lock")
+            .get(&status)
+            .cloned();
+        let h = cached.unwrap_or_else(|| {
+            let h = histogram!(UPSTREAM_DURATION, "upstream" => self.name.clone(), "status" => status.to_string());
+            self.by_status.write().expect("metrics lock").insert(status, h.clone());
+            h
+        });
+        h.record(elapsed.as_secs_f64());
+    }
+}
+
+/// Publishes a proxy route's configured timeout.
+pub fn set_route_timeout(route: &str, timeout: Duration) {
+    gauge!(ROUTE_TIMEOUT, "route" => route.to_owned()).set(timeout.as_secs_f64());
+}
+
+/// Connection-level gauges and counters.
+pub fn connection_opened() -> ConnectionGuard {
+    counter!(CONNECTIONS_TOTAL).increment(1);
+    gauge!(CONNECTIONS_ACTIVE).increment(1.0);
+    ConnectionGuard
+}
+
+/// Decrements `gateway_connections_active` on drop.
+pub struct ConnectionGuard;
+
+impl Drop for ConnectionGuard {
+    fn drop(&mut self) {
+        gauge!(CONNECTIONS_ACTIVE).decrement(1.0);
+    }
+}

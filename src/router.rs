@@ -1,0 +1,129 @@
+//! Route matching and path rewriting: pure functions, table-tested.
+//!
+//! Matching is segment-aware longest-prefix: `/b` matches `/b` and `/b/x`
+//! but not `/bx`. Instead of scanning every route, the router looks up each
+//! ancestor of the request path (longest first) in a hash map, so a match
+//! costs one lookup per path segment whatever the number of routes.
+
+use std::collections::HashMap;
+
+/// Maps normalised prefixes to route indices.
+#[derive(Debug, Clone, Default)]
+pub struct Router {
+    by_prefix: HashMap<Box<str>, usize>,
+}
+
+impl Router {
+    /// Builds a router from normalised prefixes (as `config` produces them:
+    /// leading `/`, no trailing `/` except for `/` itself), in route order.
+    pub fn new<'a>(prefixes: impl IntoIterator<Item = &'a str>) -> Self {
+        let by_prefix = prefixes
+            .into_iter()
+            .enumerate()
+            .map(|(i, p)| (Box::from(p), i))
+            .collect();
+        Router { by_prefix }
+    }
+
+    /// The index of the route with the longest prefix matching `path`.
+    pub fn find(&self, path: &str) -> Option<usize> {
+        let mut candidate = path.trim_end_matches('/');
+        loop {
+            if candidate.is_empty() {
+                return self.by_prefix.get("/").copied();
+            }
+            if let Some(&i) = self.by_prefix.get(candidate) {
+                return Some(i);
+            }
+            match candidate.rfind('/') {
+                Some(cut) => candidate = &candidate[..cut],
+                None => return self.by_prefix.get("/").copied(),
+            }
+        }
+    }
+}
+
+/// The part of `path` after the matched `prefix` (empty or starting with `/`).
+pub fn strip_prefix<'a>(path: &'a str, prefix: &str) -> &'a str {
+    if prefix == "/" {
+        return path;
+    }
+    path.get(prefix.len()..).unwrap_or("")
+}
+
+/// Rewrites `path` (with optional `query`) by replacing the matched `prefix`
+/// with `rewrite`; the rest of the path and the query are kept.
+pub fn rewrite_path(path: &str, query: Option<&str>, prefix: &str, rewrite: &str) -> String {
+    let rest = strip_prefix(path, prefix);
+    let mut out =
+        String::with_capacity(rewrite.len() + rest.len() + query.map_or(0, |q| q.len() + 1));
+    out.push_str(rewrite);
+    if out.ends_with('/') && rest.starts_with('/') {
+        out.push_str(&rest[1..]);
+    } else {
+        out.push_str(rest);
+    }
+    if out.is_empty() {
+        out.push('/');
+    }
+    if let Some(q) = query {
+        out.push('?');
+        out.push_str(q);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn longest_segment_aware_prefix_wins() {
+        let router = Router::new(["/b", "/b/deep", "/static", "/"]);
+        let cases: &[(&str, Option<usize>)] = &[
+            ("/b", Some(0)),
+            ("/b/", Some(0)),
+            ("/b/x", Some(0)),
+            ("/bx", Some(3)),
+            ("/b/deep", Some(1)),
+            ("/b/deeper", Some(0)),
+            ("/b/deep/x/y", Some(1)),
+            ("/static/a/b.txt", Some(2)),
+            ("/", Some(3)),
+            ("", Some(3)),
+            ("/other", Some(3)),
+        ];
+        for (path, want) in cases {
+            assert_eq!(router.find(path), *want, "path {path:?}");
+        }
+    }
+
+    #[test]
+    fn no_catch_all_means_unmatched() {
+        let router = Router::new(["/b", "/api"]);
+        for path in ["/", "/bx", "/apis", "/c/b", "", "//"] {
+            assert_eq!(router.find(path), None, "path {path:?}");
+        }
+        assert_eq!(router.find("/api//x"), Some(1));
+    }
+
+    #[test]
+    fn rewrite_replaces_prefix_and_keeps_rest_and_query() {
+        let cases: &[(&str, Option<&str>, &str, &str, &str)] = &[
+            ("/b", None, "/b", "/a", "/a"),
+            ("/b/x/y", Some("q=1&r=2"), "/b", "/a", "/a/x/y?q=1&r=2"),
+            ("/b/", None, "/b", "/a", "/a/"),
+            ("/b/x", None, "/b", "/", "/x"),
+            ("/b", None, "/b", "/", "/"),
+            ("/b", Some("q"), "/b", "/a/", "/a/?q"),
+            ("/anything", None, "/", "/api", "/api/anything"),
+        ];
+        for (path, query, prefix, rewrite, want) in cases {
+            assert_eq!(
+                rewrite_path(path, *query, prefix, rewrite),
+                *want,
+                "{path} {prefix}->{rewrite}"
+            );
+        }
+    }
+}

@@ -1,0 +1,375 @@
+//! The server: the accept loop, connection limits, graceful shutdown, and
+//! [`App::handle`], the whole data path in one function.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use http::header::{self, HeaderValue};
+use http::{Method, Request, Response, StatusCode};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+
+use crate::body::Body;
+use crate::config::{Config, RouteConfig, Target};
+use crate::error::GatewayError;
+use crate::files::FileServer;
+use crate::metrics::{self, Exporter, RouteMetrics};
+use crate::proxy::Upstream;
+use crate::router::{Router, strip_prefix};
+
+/// A route with its runtime state.
+struct Route {
+    config: RouteConfig,
+    metrics: RouteMetrics,
+    /// `Allow` for a 405, when the route restricts methods.
+    allow: Option<String>,
+}
+
+/// Everything a request needs, shared by all connections.
+pub struct App {
+    config: Config,
+    router: Router,
+    routes: Vec<Route>,
+    upstreams: Vec<Upstream>,
+    unmatched: RouteMetrics,
+    files: FileServer,
+    exporter: &'static Exporter,
+    draining: AtomicBool,
+    /// Whether /metrics, /healthz and /readyz answer on the main listener.
+    builtins_on_main: bool,
+}
+
+/// Methods file routes answer.
+const FILE_METHODS: &str = "GET, HEAD";
+
+impl App {
+    /// Builds the runtime state from a validated config. Installs the metrics
+    /// recorder if it is not installed yet.
+    pub fn new(config: Config) -> Self {
+        let exporter = metrics::install();
+        let upstreams: Vec<Upstream> = config
+            .upstreams
+            .iter()
+            .cloned()
+            .map(Upstream::new)
+            .collect();
+        let routes: Vec<Route> = config
+            .routes
+            .iter()
+            .map(|r| {
+                if let Target::Proxy(p) = &r.target {
+                    metrics::set_route_timeout(&r.name, p.timeout);
+                }
+                let allow = match (&r.target, &r.methods) {
+                    (_, Some(ms)) => {
+                        Some(ms.iter().map(Method::as_str).collect::<Vec<_>>().join(", "))
+                    }
+                    (Target::File(_) | Target::Dir(_), None) => Some(FILE_METHODS.to_owned()),
+                    _ => None,
+                };
+                Route {
+                    config: r.clone(),
+                    metrics: RouteMetrics::new(&r.name),
+                    allow,
+                }
+            })
+            .collect();
+        let router = Router::new(config.routes.iter().map(|r| r.prefix.as_str()));
+        App {
+            builtins_on_main: config.metrics.listen.is_none(),
+            router,
+            routes,
+            upstreams,
+            unmatched: RouteMetrics::new("unmatched"),
+            files: FileServer::default(),
+            exporter,
+            draining: AtomicBool::new(false),
+            config,
+        }
+    }
+
+    /// The configuration this app runs.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Turns `/readyz` to 503.
+    pub fn start_draining(&self) {
+        self.draining.store(true, Ordering::Relaxed);
+    }
+
+    /// The data path: built-ins, route match, method check, proxy / file /
+    /// fixed response, then the one place where the outcome becomes a
+    /// status, a metric and a log line.
+    pub async fn handle(&self, req: Request<Incoming>, client: SocketAddr) -> Response<Body> {
+        let start = Instant::now();
+        if self.builtins_on_main {
+            if let Some(resp) = self.builtin(req.uri().path()) {
+                return resp;
+            }
+        }
+        let method = req.method().clone();
+        let Some(index) = self.router.find(req.uri().path()) else {
+            let path = self
+                .config
+                .server
+                .access_log
+                .then(|| req.uri().path().to_owned());
+            return self.finish(
+                &self.unmatched,
+                None,
+                &method,
+                path,
+                start,
+                Err(GatewayError::NoRoute),
+            );
+        };
+        let route = &self.routes[index];
+        let _active = route.metrics.start();
+        let path = self
+            .config
+            .server
+            .access_log
+            .then(|| req.uri().path().to_owned());
+        let upstream = match &route.config.target {
+            Target::Proxy(p) => Some(&self.upstreams[p.upstream]),
+            _ => None,
+        };
+        let allowed = match &route.config.methods {
+            Some(ms) => ms.contains(&method),
+            None => {
+                !matches!(route.config.target, Target::File(_) | Target::Dir(_))
+                    || method == Method::GET
+                    || method == Method::HEAD
+            }
+        };
+        let result = if !allowed {
+            Err(GatewayError::MethodNotAllowed {
+                allow: route.allow.clone().unwrap_or_default(),
+            })
+        } else {
+            match &route.config.target {
+                Target::Proxy(p) => {
+                    let upstream = upstream.expect("proxy routes have an upstream");
+                    upstream
+                        .forward(p, &route.config.prefix, req, client, start + p.timeout)
+                        .await
+                }
+                Target::File(file) => match strip_prefix(req.uri().path(), &route.config.prefix) {
+                    "" | "/" => self.files.serve_file(file, &method, req.headers()).await,
+                    _ => Err(GatewayError::NotFound),
+                },
+                Target::Dir(root) => {
+                    let rest = strip_prefix(req.uri().path(), &route.config.prefix);
+                    self.files
+                        .serve_dir(root, rest, &method, req.headers())
+                        .await
+                }
+                Target::Respond { status, body } => Ok(Response::builder()
+                    .status(*status)
+                    .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
+                    .body(if method == Method::HEAD {
+                        Body::empty()
+                    } else {
+                        Body::full(body.clone())
+                    })
+                    .expect("valid response")),
+            }
+        };
+        self.finish(&route.metrics, upstream, &method, path, start, result)
+    }
+
+    /// The only place where an outcome becomes a status code, a metric and a
+    /// log line.
+    fn finish(
+        &self,
+        route: &RouteMetrics,
+        upstream: Option<&Upstream>,
+        method: &Method,
+        path: Option<String>,
+        start: Instant,
+        result: Result<Response<Body>, GatewayError>,
+    ) -> Response<Body> {
+        let response = match result {
+            Ok(r) => r,
+            Err(e) => {
+                if let (Some(kind), Some(up)) = (e.upstream_kind(), upstream) {
+                    up.metrics.errors(kind).increment(1);
+                    tracing::warn!(route = route.name(), error = %e, "upstream request failed");
+                } else if let GatewayError::Io(_) = e {
+                    tracing::error!(route = route.name(), error = %e, "request failed");
+                }
+                error_response(&e)
+            }
+        };
+        let elapsed = start.elapsed();
+        let status = response.status().as_u16();
+        route.record(method, status, elapsed);
+        if let Some(path) = path {
+            tracing::info!(
+                target: "access",
+                route = route.name(),
+                method = %method,
+                path,
+                status,
+                upstream = upstream.map(|u| u.config.name.as_str()),
+                duration_ms = elapsed.as_secs_f64() * 1000.0,
+            );
+        }
+        response
+    }
+
+    /// `/healthz`, `/readyz` and the metrics path.
+    fn builtin(&self, path: &str) -> Option<Response<Body>> {
+        let (status, content_type, body) = if path == "/healthz" {
+            (
+                StatusCode::OK,
+                "text/plain; charset=utf-8",
+                "ok\n".to_owned(),
+            )
+        } else if path == "/readyz" {
+            if self.draining.load(Ordering::Relaxed) {
+                (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "text/plain; charset=utf-8",
+                    "draining\n".to_owned(),
+                )
+            } else {
+                (
+                    StatusCode::OK,
+                    "text/plain; charset=utf-8",
+                    "ready\n".to_owned(),
+                )
+            }
+        } else if path == self.config.metrics.path {
+            (
+                StatusCode::OK,
+                "text/plain; version=0.0.4; charset=utf-8",
+                self.exporter.render(),
+            )
+        } else {
+            return None;
+        };
+        Some(
+            Response::builder()
+                .status(status)
+                .header(header::CONTENT_TYPE, content_type)
+                .header(header::CACHE_CONTROL, "no-store")
+                .body(Body::full(body))
+                .expect("valid response"),
+        )
+    }
+}
+
+/// The client's view of an error.
+fn error_response(e: &GatewayError) -> Response<Body> {
+    let mut builder = Response::builder()
+        .status(e.status())
+        .header(header::CONTENT_TYPE, "text/plain; charset=utf-8");
+    if let GatewayError::MethodNotAllowed { allow } = e {
+        if let Ok(v) = HeaderValue::from_str(allow) {
+            builder = builder.header(header::ALLOW, v);
+        }
+    }
+    builder.body(Body::full(e.body())).expect("valid response")
+}
+
+/// Serves `listener` with `app` until `shutdown` resolves; then stops
+/// accepting (closing the listener, so new connections are refused), turns
+/// `/readyz` to 503, and lets open connections finish their requests for up
+/// to `shutdown_timeout`.
+pub async fn serve(listener: TcpListener, app: Arc<App>, shutdown: impl Future<Output = ()>) {
+    let server = &app.config.server;
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(server.header_read_timeout)
+        .keep_alive(true);
+    builder.http2().timer(TokioTimer::new());
+    let builder = Arc::new(builder);
+    let graceful = GracefulShutdown::new();
+    let limit = Arc::new(Semaphore::new(server.max_connections));
+    let shutdown_timeout = server.shutdown_timeout;
+    tokio::pin!(shutdown);
+
+    loop {
+        // Past max_connections, stop accepting: new connections wait in the
+        // kernel's backlog until a slot frees.
+        let permit = tokio::select! {
+            p = limit.clone().acquire_owned() => p.expect("semaphore is never closed"),
+            _ = &mut shutdown => break,
+        };
+        let (stream, peer) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    // EMFILE and friends: back off instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = &mut shutdown => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let app = app.clone();
+        let service = service_fn(move |req| {
+            let app = app.clone();
+            async move { Ok::<_, Infallible>(app.handle(req, peer).await) }
+        });
+        let conn = builder
+            .serve_connection(TokioIo::new(stream), service)
+            .into_owned();
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            let _permit = permit;
+            let _open = metrics::connection_opened();
+            if let Err(e) = conn.await {
+                tracing::debug!(client = %peer, error = %e, "connection ended with an error");
+            }
+        });
+    }
+
+    drop(listener);
+    app.start_draining();
+    tracing::info!("shutting down: no longer accepting; waiting for in-flight requests");
+    tokio::select! {
+        _ = graceful.shutdown() => tracing::info!("all connections closed"),
+        _ = tokio::time::sleep(shutdown_timeout) => tracing::warn!("shutdown timeout passed; closing remaining connections"),
+    }
+}
+
+/// Serves only `/metrics`, `/healthz` and `/readyz` (the optional admin
+/// listener) until `shutdown` resolves.
+pub async fn serve_admin(listener: TcpListener, app: Arc<App>, shutdown: impl Future<Output = ()>) {
+    tokio::pin!(shutdown);
+    let builder = auto::Builder::new(TokioExecutor::new());
+    loop {
+        let (stream, _) = tokio::select! {
+            r = listener.accept() => match r { Ok(x) => x, Err(_) => continue },
+            _ = &mut shutdown => return,
+        };
+        let app = app.clone();
+        let service = service_fn(move |req: Request<Incoming>| {
+            let resp = app
+                .builtin(req.uri().path())
+                .unwrap_or_else(|| error_response(&GatewayError::NotFound));
+            async move { Ok::<_, Infallible>(resp) }
+        });
+        let conn = builder
+            .serve_connection(TokioIo::new(stream), service)
+            .into_owned();
+        tokio::spawn(conn);
+    }
+}

@@ -511,10 +511,10 @@ fn validate_inner(raw: RawConfig, base_dir: &Path) -> Result<Config, (String, St
             ("timeout", r.timeout.is_some()),
             ("host", r.host.is_some()),
         ];
-        if r.upstream.is_none() {
-            if let Some((k, _)) = only_for_proxy.iter().find(|(_, set)| *set) {
-                return Err((key(k), "only applies to routes with an upstream".into()));
-            }
+        if r.upstream.is_none()
+            && let Some((k, _)) = only_for_proxy.iter().find(|(_, set)| *set)
+        {
+            return Err((key(k), "only applies to routes with an upstream".into()));
         }
         let target = if let Some(up) = &r.upstream {
             let upstream = *upstream_index.get(up).ok_or_else(|| {

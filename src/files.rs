@@ -306,10 +306,10 @@ fn plan(
         if none_match(inm, entry_etag) {
             return Plan::NotModified;
         }
-    } else if let Some(ims) = headers.get(header::IF_MODIFIED_SINCE) {
-        if not_modified_since(ims, modified) {
-            return Plan::NotModified;
-        }
+    } else if let Some(ims) = headers.get(header::IF_MODIFIED_SINCE)
+        && not_modified_since(ims, modified)
+    {
+        return Plan::NotModified;
     }
     if method != Method::GET {
         return Plan::Full;
@@ -441,7 +441,8 @@ mod tests {
         let lm = httpdate::fmt_http_date(modified);
         let later = httpdate::fmt_http_date(modified + std::time::Duration::from_secs(60));
         let earlier = httpdate::fmt_http_date(modified - std::time::Duration::from_secs(60));
-        let cases: Vec<(Method, Vec<(&str, String)>, Plan)> = vec![
+        type Case<'a> = (Method, Vec<(&'a str, String)>, Plan);
+        let cases: Vec<Case> = vec![
             (Method::GET, vec![], Plan::Full),
             (
                 Method::GET,

@@ -110,7 +110,9 @@ pub fn add_forwarding(
 mod tests {
     use super::*;
 
-    fn map(pairs: &[(&str, &str)]) -> HeaderMap {
+    type Pairs<'a> = &'a [(&'a str, &'a str)];
+
+    fn map(pairs: Pairs) -> HeaderMap {
         let mut h = HeaderMap::new();
         for (k, v) in pairs {
             h.append(
@@ -129,7 +131,7 @@ mod tests {
 
     #[test]
     fn strips_fixed_and_connection_named_headers() {
-        let cases: &[(&[(&str, &str)], &[&str])] = &[
+        let cases: &[(Pairs, &[&str])] = &[
             (
                 &[("connection", "close"), ("content-type", "text/plain")],
                 &["content-type"],
@@ -181,14 +183,16 @@ mod tests {
 
     #[test]
     fn forwarding_headers_append_and_set() {
-        let cases: &[(
-            &[(&str, &str)],
-            Option<&str>,
+        // (input, client Host, version, want X-Forwarded-For, want X-Forwarded-Host, want Via)
+        type Case<'a> = (
+            Pairs<'a>,
+            Option<&'a str>,
             Version,
-            &str,
-            Option<&str>,
-            &str,
-        )] = &[
+            &'a str,
+            Option<&'a str>,
+            &'a str,
+        );
+        let cases: &[Case] = &[
             (
                 &[],
                 Some("example.com"),

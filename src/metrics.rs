@@ -137,11 +137,14 @@ pub fn method_label(m: &Method) -> &'static str {
     }
 }
 
+/// A (method label, status code) pair.
+type MethodStatus = (&'static str, u16);
+
 /// Per-route metric handles.
 pub struct RouteMetrics {
     name: String,
     active: Gauge,
-    by_method_status: RwLock<HashMap<(&'static str, u16), (Counter, Histogram)>>,
+    by_method_status: RwLock<HashMap<MethodStatus, (Counter, Histogram)>>,
 }
 
 impl RouteMetrics {

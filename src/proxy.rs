@@ -208,10 +208,10 @@ fn is_stale_connection(e: &hyper_util::client::legacy::Error) -> bool {
     if e.is_connect() {
         return false;
     }
-    if let Some(h) = find_source::<hyper::Error>(e) {
-        if h.is_incomplete_message() || h.is_canceled() {
-            return true;
-        }
+    if let Some(h) = find_source::<hyper::Error>(e)
+        && (h.is_incomplete_message() || h.is_canceled())
+    {
+        return true;
     }
     find_source::<std::io::Error>(e).is_some_and(|io| {
         matches!(

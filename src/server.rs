@@ -113,10 +113,10 @@ impl App {
     /// status, a metric and a log line.
     pub async fn handle(&self, req: Request<Incoming>, client: SocketAddr) -> Response<Body> {
         let start = Instant::now();
-        if self.builtins_on_main {
-            if let Some(resp) = self.builtin(req.uri().path()) {
-                return resp;
-            }
+        if self.builtins_on_main
+            && let Some(resp) = self.builtin(req.uri().path())
+        {
+            return resp;
         }
         let method = req.method().clone();
         let Some(index) = self.router.find(req.uri().path()) else {
@@ -276,10 +276,10 @@ fn error_response(e: &GatewayError) -> Response<Body> {
     let mut builder = Response::builder()
         .status(e.status())
         .header(header::CONTENT_TYPE, "text/plain; charset=utf-8");
-    if let GatewayError::MethodNotAllowed { allow } = e {
-        if let Ok(v) = HeaderValue::from_str(allow) {
-            builder = builder.header(header::ALLOW, v);
-        }
+    if let GatewayError::MethodNotAllowed { allow } = e
+        && let Ok(v) = HeaderValue::from_str(allow)
+    {
+        builder = builder.header(header::ALLOW, v);
     }
     builder.body(Body::full(e.body())).expect("valid response")
 }

@@ -30,6 +30,7 @@ pub const UPSTREAM_DURATION: &str = "gateway_upstream_request_duration_seconds";
 pub const UPSTREAM_ERRORS: &str = "gateway_upstream_errors_total";
 pub const UPSTREAM_CONNECTIONS_OPENED: &str = "gateway_upstream_connections_opened_total";
 pub const ROUTE_TIMEOUT: &str = "gateway_route_timeout_seconds";
+pub const UPSTREAM_RETRIES: &str = "gateway_upstream_retries_total";
 pub const CONNECTIONS_ACTIVE: &str = "gateway_connections_active";
 pub const CONNECTIONS_TOTAL: &str = "gateway_connections_total";
 
@@ -95,6 +96,10 @@ fn describe() {
     );
     describe_gauge!(CONNECTIONS_ACTIVE, "Client connections open now.");
     describe_counter!(CONNECTIONS_TOTAL, "Client connections accepted.");
+    describe_counter!(
+        UPSTREAM_RETRIES,
+        "Requests sent again after the upstream closed a pooled connection under them."
+    );
 }
 
 impl Exporter {

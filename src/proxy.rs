@@ -54,7 +54,7 @@ impl Upstream {
             .pool_max_idle_per_host(config.pool_max_idle_per_host)
             .build(connector);
         let retries =
-            metrics::counter!("gateway_upstream_retries_total", "upstream" => config.name.clone());
+            metrics::counter!(crate::metrics::UPSTREAM_RETRIES, "upstream" => config.name.clone());
         Upstream {
             config,
             metrics,

@@ -1,0 +1,206 @@
+//! The binary's command line: `check`, bad configs refused with status 64
+//! before anything binds, and the built-in upstream.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_gateway");
+
+fn write_config(dir: &Path, text: &str) -> std::path::PathBuf {
+    let path = dir.join("gateway.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn check_prints_resolved_routes() {
+    let out = Command::new(BIN)
+        .args(["check", "--config", "config/gateway.toml"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("config/gateway.toml: ok"), "{stdout}");
+    assert!(
+        stdout.contains("proxy -> service_a (http://127.0.0.1:8000) rewrite /a timeout 2s"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("file "), "{stdout}");
+}
+
+#[test]
+fn bad_configs_exit_64_with_file_key_and_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    // A port that is free now: a refused config must not bind it.
+    let probe = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = probe.local_addr().unwrap().port();
+    drop(probe);
+    let head = format!(
+        "[server]\nlisten = \"127.0.0.1:{port}\"\n[upstreams.a]\nurl = \"http://127.0.0.1:9\"\n"
+    );
+    let cases = [
+        (
+            "[[routes]]\nname='r'\nprefix='/r'\nupstream='ghost'\n",
+            "routes[0].upstream",
+            "unknown upstream \"ghost\"",
+        ),
+        (
+            "[[routes]]\nname='r'\nprefix='/r'\n",
+            "routes[0].upstream",
+            "has 0 targets",
+        ),
+        (
+            "[[routes]]\nname='r'\nprefix='/r'\nupstream='a'\nfile='gateway.toml'\n",
+            "routes[0].upstream",
+            "has 2 targets",
+        ),
+        (
+            "[[routes]]\nname='r'\nprefix='/r'\nupstream='a'\ntimeout='fast'\n",
+            "routes[0].timeout",
+            "invalid duration \"fast\"",
+        ),
+        (
+            "[[routes]]\nname='r'\nprefix='/r'\nupstream='a'\n[[routes]]\nname='r'\nprefix='/s'\nupstream='a'\n",
+            "routes[1].name",
+            "duplicate route name \"r\"",
+        ),
+        (
+            "[upstreams.b]\nurl='http//broken'\n",
+            "upstreams.b.url",
+            "invalid URL",
+        ),
+        (
+            "[[routes]]\nname='r'\nprefix='/r'\ndir='no-such-root'\n",
+            "routes[0].dir",
+            "is not a directory",
+        ),
+    ];
+    for (body, key, reason) in cases {
+        let path = write_config(dir.path(), &format!("{head}{body}"));
+        for args in [
+            vec!["--config", path.to_str().unwrap()],
+            vec!["check", "--config", path.to_str().unwrap()],
+        ] {
+            let out = Command::new(BIN).args(&args).output().unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(64), "{args:?} {body}: {stderr}");
+            assert!(
+                stderr.contains(path.to_str().unwrap()),
+                "names the file: {stderr}"
+            );
+            assert!(stderr.contains(key), "names the key {key}: {stderr}");
+            assert!(stderr.contains(reason), "says {reason}: {stderr}");
+        }
+    }
+    // Nothing bound the port while refusing those configs.
+    TcpListener::bind(("127.0.0.1", port)).expect("the port is still free");
+
+    let out = Command::new(BIN)
+        .args(["--config", "/no/such/gateway.toml"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/no/such/gateway.toml"));
+}
+
+#[test]
+fn environment_overrides_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(dir.path(), "[server]\nlisten = \"127.0.0.1:1\"\n");
+    let out = Command::new(BIN)
+        .args(["check", "--config", path.to_str().unwrap()])
+        .env("GATEWAY__SERVER__LISTEN", "127.0.0.1:4321")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("listen 127.0.0.1:4321"));
+    let out = Command::new(BIN)
+        .args(["check", "--config", path.to_str().unwrap()])
+        .env("GATEWAY__SERVER__SHUTDOWN_TIMEOUT", "whenever")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("server.shutdown_timeout"));
+}
+
+fn http_get(addr: &str, path: &str) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+fn wait_for(addr: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(addr).is_err() {
+        assert!(Instant::now() < deadline, "{addr} never came up");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn built_in_upstream_and_sigterm_exit_zero() {
+    let probe = TcpListener::bind("127.0.0.1:0").unwrap();
+    let up_addr = probe.local_addr().unwrap().to_string();
+    drop(probe);
+    let mut upstream = Command::new(BIN)
+        .args(["upstream", "--listen", &up_addr, "--delay", "300ms"])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for(&up_addr);
+    let started = Instant::now();
+    let a = http_get(&up_addr, "/a");
+    assert!(a.starts_with("HTTP/1.1 200") && a.ends_with("ok"), "{a}");
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert!(http_get(&up_addr, "/hello").starts_with("HTTP/1.1 200"));
+
+    // The gateway binary in front of it, stopped with SIGTERM.
+    let dir = tempfile::tempdir().unwrap();
+    let probe = TcpListener::bind("127.0.0.1:0").unwrap();
+    let gw_addr = probe.local_addr().unwrap().to_string();
+    drop(probe);
+    let path = write_config(
+        dir.path(),
+        &format!(
+            "[server]\nlisten = \"{gw_addr}\"\n[upstreams.a]\nurl = \"http://{up_addr}\"\n[[routes]]\nname='b'\nprefix='/b'\nupstream='a'\nrewrite='/a'\n"
+        ),
+    );
+    let mut gw = Command::new(BIN)
+        .args(["--config", path.to_str().unwrap()])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for(&gw_addr);
+    let b = http_get(&gw_addr, "/b");
+    assert!(b.starts_with("HTTP/1.1 200") && b.ends_with("ok"), "{b}");
+
+    for child in [&mut gw, &mut upstream] {
+        Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            assert!(Instant::now() < deadline, "did not exit after SIGTERM");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert_eq!(status.code(), Some(0));
+    }
+}

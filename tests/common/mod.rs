@@ -1,0 +1,175 @@
+//! Test helpers: a gateway on port 0 in-process, upstreams written in the
+//! test, and a small client.
+#![allow(dead_code)]
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use bytes::Bytes;
+use gateway::config::{self, Config, Source};
+use http::{Request, Response};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+pub type TestBody = BoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
+
+pub fn full(b: impl Into<Bytes>) -> TestBody {
+    Full::new(b.into()).map_err(|e| match e {}).boxed()
+}
+
+/// Loads `toml` as a config whose relative paths resolve against `base_dir`,
+/// listening on port 0.
+pub fn config(toml: &str, base_dir: &Path) -> Config {
+    let mut c = config::load(&Source::Inline {
+        text: toml.to_owned(),
+        base_dir: base_dir.to_path_buf(),
+    })
+    .unwrap_or_else(|e| panic!("test config is invalid: {e}"));
+    c.server.listen = "127.0.0.1:0".parse().unwrap();
+    c
+}
+
+/// A gateway running in this process.
+pub struct TestGateway {
+    pub addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    pub task: JoinHandle<()>,
+}
+
+impl TestGateway {
+    pub async fn start(config: Config) -> TestGateway {
+        let g = gateway::Gateway::bind(config).await.expect("bind gateway");
+        let addr = g.local_addr();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(g.serve(async move {
+            let _ = stopped.await;
+        }));
+        TestGateway {
+            addr,
+            stop: Some(stop),
+            task,
+        }
+    }
+
+    pub async fn from_toml(toml: &str) -> TestGateway {
+        Self::start(config(toml, Path::new(env!("CARGO_MANIFEST_DIR")))).await
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    /// Begins a graceful shutdown.
+    pub fn shutdown(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+    }
+}
+
+/// An upstream written in the test: serves `handler` and counts the TCP
+/// connections it accepts.
+pub struct TestUpstream {
+    pub addr: SocketAddr,
+    pub connections: Arc<AtomicUsize>,
+}
+
+impl TestUpstream {
+    pub async fn start<F, Fut>(handler: F) -> TestUpstream
+    where
+        F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+        Fut: Future<Output = Response<TestBody>> + Send + 'static,
+    {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let connections = Arc::new(AtomicUsize::new(0));
+        let count = connections.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
+                count.fetch_add(1, Ordering::SeqCst);
+                let handler = handler.clone();
+                tokio::spawn(async move {
+                    let svc = service_fn(move |req| {
+                        let handler = handler.clone();
+                        async move { Ok::<_, Infallible>(handler(req).await) }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+        TestUpstream { addr, connections }
+    }
+
+    pub fn connections(&self) -> usize {
+        self.connections.load(Ordering::SeqCst)
+    }
+}
+
+/// A client without connection pooling surprises: one pooled client per test.
+pub fn client() -> Client<HttpConnector, TestBody> {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+/// Sends a request and collects the whole response.
+pub async fn send(req: Request<TestBody>) -> (http::response::Parts, Bytes) {
+    let resp = client()
+        .request(req)
+        .await
+        .expect("request reaches the gateway");
+    let (parts, body) = resp.into_parts();
+    let bytes = body.collect().await.expect("whole body").to_bytes();
+    (parts, bytes)
+}
+
+pub async fn get(url: &str) -> (http::response::Parts, Bytes) {
+    send(Request::get(url).body(full(Bytes::new())).unwrap()).await
+}
+
+/// Fetches `/metrics` from `addr` as text.
+pub async fn metrics_text(addr: SocketAddr) -> String {
+    let (_, body) = get(&format!("http://{addr}/metrics")).await;
+    String::from_utf8(body.to_vec()).unwrap()
+}
+
+/// The value of the sample `name{labels}` whose labels include every pair in
+/// `labels`, from Prometheus text.
+pub fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|line| {
+            let (series, value) = line.rsplit_once(' ')?;
+            let (n, rest) = series.split_once('{').unwrap_or((series, ""));
+            if n != name {
+                return None;
+            }
+            let all = labels
+                .iter()
+                .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")));
+            all.then(|| value.parse().ok()).flatten()
+        })
+}
+
+/// A free port with nothing listening on it.
+pub async fn refused_addr() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let a = l.local_addr().unwrap();
+    drop(l);
+    a
+}

@@ -1,0 +1,208 @@
+//! File and directory routes end to end: validators, conditional requests,
+//! ranges, changes on disk, and the traversal battery.
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use http::{Request, StatusCode};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+struct Site {
+    dir: tempfile::TempDir,
+    gw: TestGateway,
+}
+
+/// A root with files, a secret outside it, and symlinks pointing in and out.
+async fn site() -> Site {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir_all(root.join("sub")).unwrap();
+    std::fs::write(root.join("hello.txt"), "hello, file\n").unwrap();
+    std::fs::write(root.join("sub/page.html"), "<p>page</p>").unwrap();
+    std::fs::write(root.join("sub/index.html"), "<p>index</p>").unwrap();
+    std::fs::write(root.join("big.bin"), vec![7u8; 1024 * 1024]).unwrap();
+    std::fs::write(dir.path().join("secret.txt"), "TOP SECRET").unwrap();
+    std::os::unix::fs::symlink(dir.path().join("secret.txt"), root.join("escape.txt")).unwrap();
+    std::os::unix::fs::symlink(root.join("hello.txt"), root.join("inside.txt")).unwrap();
+    let toml = r#"
+[[routes]]
+name = "static"
+prefix = "/static"
+dir = "root"
+
+[[routes]]
+name = "one"
+prefix = "/one"
+file = "root/hello.txt"
+"#;
+    let gw = TestGateway::start(config(toml, dir.path())).await;
+    Site { dir, gw }
+}
+
+async fn get_with(url: &str, headers: &[(&str, &str)]) -> (http::response::Parts, Bytes) {
+    let mut b = Request::get(url);
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    send(b.body(full(Bytes::new())).unwrap()).await
+}
+
+#[tokio::test]
+async fn file_get_head_validators_and_conditionals() {
+    let s = site().await;
+    let (parts, body) = get(&s.gw.url("/one")).await;
+    assert_eq!(parts.status, 200);
+    assert_eq!(&body[..], b"hello, file\n");
+    assert_eq!(parts.headers["content-type"], "text/plain; charset=utf-8");
+    assert_eq!(parts.headers["content-length"], "12");
+    let etag = parts.headers["etag"].to_str().unwrap().to_owned();
+    let last_modified = parts.headers["last-modified"].to_str().unwrap().to_owned();
+
+    let (head, body) = send(
+        Request::head(s.gw.url("/one"))
+            .body(full(Bytes::new()))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(head.status, 200);
+    assert_eq!(head.headers["content-length"], "12");
+    assert!(body.is_empty());
+
+    let (parts, body) = get_with(&s.gw.url("/one"), &[("if-none-match", &etag)]).await;
+    assert_eq!(parts.status, StatusCode::NOT_MODIFIED);
+    assert!(body.is_empty());
+    let (parts, _) = get_with(&s.gw.url("/one"), &[("if-modified-since", &last_modified)]).await;
+    assert_eq!(parts.status, StatusCode::NOT_MODIFIED);
+    let (parts, _) = get_with(&s.gw.url("/one"), &[("if-none-match", "\"stale\"")]).await;
+    assert_eq!(parts.status, 200);
+
+    let (parts, _) = send(Request::post(s.gw.url("/one")).body(full("x")).unwrap()).await;
+    assert_eq!(parts.status, StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(parts.headers["allow"], "GET, HEAD");
+    // A file route is that file only.
+    assert_eq!(get(&s.gw.url("/one/other")).await.0.status, 404);
+}
+
+#[tokio::test]
+async fn ranges_give_206_or_416() {
+    let s = site().await;
+    let (parts, body) = get_with(&s.gw.url("/one"), &[("range", "bytes=0-4")]).await;
+    assert_eq!(parts.status, StatusCode::PARTIAL_CONTENT);
+    assert_eq!(&body[..], b"hello");
+    assert_eq!(parts.headers["content-range"], "bytes 0-4/12");
+    let (parts, body) = get_with(&s.gw.url("/one"), &[("range", "bytes=-5")]).await;
+    assert_eq!(parts.status, StatusCode::PARTIAL_CONTENT);
+    assert_eq!(&body[..], b"file\n");
+    let (parts, _) = get_with(&s.gw.url("/one"), &[("range", "bytes=100-200")]).await;
+    assert_eq!(parts.status, StatusCode::RANGE_NOT_SATISFIABLE);
+    assert_eq!(parts.headers["content-range"], "bytes */12");
+    // A range of a file too large for the cache is streamed from disk.
+    let (parts, body) = get_with(
+        &s.gw.url("/static/big.bin"),
+        &[("range", "bytes=1000-1999")],
+    )
+    .await;
+    assert_eq!(parts.status, StatusCode::PARTIAL_CONTENT);
+    assert_eq!(body.len(), 1000);
+    let (parts, body) = get(&s.gw.url("/static/big.bin")).await;
+    assert_eq!(parts.status, 200);
+    assert_eq!(body.len(), 1024 * 1024);
+    assert!(body.iter().all(|b| *b == 7));
+}
+
+#[tokio::test]
+async fn cached_file_follows_changes_on_disk() {
+    let s = site().await;
+    let path = s.dir.path().join("root/hello.txt");
+    let (first, body) = get(&s.gw.url("/one")).await;
+    assert_eq!(&body[..], b"hello, file\n");
+    // Same length, new content: the ETag and content must change.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    std::fs::write(&path, "HELLO, FILE\n").unwrap();
+    let (second, body) = get(&s.gw.url("/one")).await;
+    assert_eq!(&body[..], b"HELLO, FILE\n");
+    assert_ne!(first.headers["etag"], second.headers["etag"]);
+    // Replaced by rename (a new inode), as deploy tools do.
+    let tmp = s.dir.path().join("root/hello.tmp");
+    std::fs::write(&tmp, "replaced\n").unwrap();
+    std::fs::rename(&tmp, &path).unwrap();
+    let (_, body) = get(&s.gw.url("/one")).await;
+    assert_eq!(&body[..], b"replaced\n");
+    std::fs::remove_file(&path).unwrap();
+    assert_eq!(get(&s.gw.url("/one")).await.0.status, 404);
+}
+
+#[tokio::test]
+async fn directory_routes_serve_tree_and_index() {
+    let s = site().await;
+    let (parts, body) = get(&s.gw.url("/static/sub/page.html")).await;
+    assert_eq!(parts.status, 200);
+    assert_eq!(&body[..], b"<p>page</p>");
+    assert_eq!(parts.headers["content-type"], "text/html; charset=utf-8");
+    assert_eq!(&get(&s.gw.url("/static/sub/")).await.1[..], b"<p>index</p>");
+    assert_eq!(
+        &get(&s.gw.url("/static/inside.txt")).await.1[..],
+        b"hello, file\n"
+    );
+    assert_eq!(get(&s.gw.url("/static/missing.txt")).await.0.status, 404);
+    assert_eq!(get(&s.gw.url("/static/sp%20ace")).await.0.status, 404);
+}
+
+/// Sends a raw request line, so that no client normalises the path first.
+async fn raw_status(addr: std::net::SocketAddr, target: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(
+        format!("GET {target} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).await.unwrap();
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let status = text.get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0);
+    (status, text)
+}
+
+#[tokio::test]
+async fn traversal_attempts_never_read_outside_the_root() {
+    let s = site().await;
+    let long = format!("/static/{}", "a/".repeat(2000));
+    let long_name = format!("/static/{}", "b".repeat(5000));
+    let long_dots = format!("/static/{}etc/passwd", "../".repeat(50));
+    let attempts = [
+        "/static/../secret.txt",
+        "/static/..%2fsecret.txt",
+        "/static/%2e%2e/secret.txt",
+        "/static/%2E%2E/secret.txt",
+        "/static/.%2e/secret.txt",
+        "/static/%2e%2e%2fsecret.txt",
+        "/static/sub/../../secret.txt",
+        "/static/..\\secret.txt",
+        "/static/%5c..%5csecret.txt",
+        "/static/%00/secret.txt",
+        "/static/secret.txt%00.html",
+        "/static/%252e%252e/secret.txt",
+        "/static/escape.txt",
+        "/static//../secret.txt",
+        "/static/%2e%2e/%2e%2e/%2e%2e/etc/passwd",
+        "/static/%c0%ae%c0%ae/secret.txt",
+        "/static/%",
+        "/static/%zz",
+        "/one/../secret.txt",
+        long.as_str(),
+        long_name.as_str(),
+        long_dots.as_str(),
+    ];
+    for target in attempts {
+        let (status, text) = raw_status(s.gw.addr, target).await;
+        assert!(matches!(status, 400 | 404), "{target} gave {status}");
+        assert!(!text.contains("TOP SECRET"), "{target} leaked the secret");
+        assert!(!text.contains("root:"), "{target} leaked /etc/passwd");
+    }
+    // The gateway still serves afterwards.
+    assert_eq!(get(&s.gw.url("/static/hello.txt")).await.0.status, 200);
+}

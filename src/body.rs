@@ -1,8 +1,11 @@
-//! The response body type: one enum over every way the gateway answers, so the
-//! hot path needs no boxing.
+//! Body types: the response body (one enum over every way the gateway
+//! answers, so the hot path needs no boxing) and the request body sent
+//! upstream (size limit and idle timeout applied as it streams).
 
+use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::Stream;
@@ -10,6 +13,7 @@ use http_body::{Frame, SizeHint};
 use hyper::body::Incoming;
 use metrics::Counter;
 use tokio::io::Take;
+use tokio::time::{Instant, Sleep};
 use tokio_util::io::ReaderStream;
 
 /// Errors a body can end with.
@@ -20,9 +24,9 @@ pub enum Body {
     /// A body known in full (fixed responses, cached files, errors).
     Full(Option<Bytes>),
     /// An upstream's body, streamed through as it arrives. If the upstream
-    /// fails mid-body the error propagates, so hyper cuts the client's
-    /// response short instead of passing it off as complete.
-    Upstream { inner: Incoming, errors: Counter },
+    /// fails or stalls mid-body the error propagates, so hyper cuts the
+    /// client's response short instead of passing it off as complete.
+    Upstream(UpstreamBody),
     /// A file (or a range of one) too large for the cache, read in chunks.
     File(ReaderStream<Take<tokio::fs::File>>),
 }
@@ -44,30 +48,20 @@ impl http_body::Body for Body {
     type Data = Bytes;
     type Error = BoxError;
 
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match &mut *self {
             Body::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
-            Body::Upstream { inner, errors } => match Pin::new(inner).poll_frame(cx) {
-                Poll::Ready(Some(Err(e))) => {
-                    errors.increment(1);
-                    tracing::warn!(error = %e, "upstream body failed mid-transfer; cutting the response");
-                    Poll::Ready(Some(Err(e.into())))
-                }
-                other => other.map_err(Into::into),
-            },
-            Body::File(stream) => Pin::new(stream)
-                .poll_next(cx)
-                .map(|o| o.map(|r| r.map(Frame::data).map_err(Into::into))),
+            Body::Upstream(b) => b.poll_frame(cx),
+            Body::File(stream) => {
+                Pin::new(stream).poll_next(cx).map(|o| o.map(|r| r.map(Frame::data).map_err(Into::into)))
+            }
         }
     }
 
     fn is_end_stream(&self) -> bool {
         match self {
             Body::Full(b) => b.is_none(),
-            Body::Upstream { inner, .. } => inner.is_end_stream(),
+            Body::Upstream(b) => http_body::Body::is_end_stream(&b.inner),
             Body::File(_) => false,
         }
     }
@@ -75,8 +69,137 @@ impl http_body::Body for Body {
     fn size_hint(&self) -> SizeHint {
         match self {
             Body::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
-            Body::Upstream { inner, .. } => inner.size_hint(),
+            Body::Upstream(b) => http_body::Body::size_hint(&b.inner),
             Body::File(_) => SizeHint::default(),
         }
+    }
+}
+
+/// Fires when a body makes no progress for a while. The timer is created
+/// only the first time the body has to wait, so bodies that arrive whole
+/// (most small responses) never allocate one.
+pub struct IdleTimer {
+    after: Duration,
+    sleep: Option<Pin<Box<Sleep>>>,
+}
+
+impl IdleTimer {
+    pub fn new(after: Duration) -> Self {
+        IdleTimer { after, sleep: None }
+    }
+
+    /// The body made progress: restart the clock.
+    fn progress(&mut self) {
+        if let Some(sleep) = &mut self.sleep {
+            sleep.as_mut().reset(Instant::now() + self.after);
+        }
+    }
+
+    /// The body is waiting: true once it has waited `after` since the last
+    /// progress.
+    fn expired(&mut self, cx: &mut Context<'_>) -> bool {
+        let after = self.after;
+        let sleep = self.sleep.get_or_insert_with(|| Box::pin(tokio::time::sleep(after)));
+        sleep.as_mut().poll(cx).is_ready()
+    }
+}
+
+/// A body made no progress within its idle timeout.
+#[derive(Debug, thiserror::Error)]
+#[error("body made no progress for {}", humantime::format_duration(*.0))]
+pub struct BodyIdle(pub Duration);
+
+/// A request body grew past the route's limit.
+#[derive(Debug, thiserror::Error)]
+#[error("request body larger than {0} bytes")]
+pub struct BodyTooLarge(pub u64);
+
+/// The client's request body failed (usually: it disconnected).
+#[derive(Debug, thiserror::Error)]
+#[error("client body: {0}")]
+pub struct ClientBodyFailed(pub hyper::Error);
+
+/// An upstream response body on its way to the client.
+pub struct UpstreamBody {
+    inner: Incoming,
+    idle: IdleTimer,
+    /// `gateway_upstream_errors_total{kind="body"}`.
+    failed: Counter,
+    /// `gateway_upstream_errors_total{kind="body_timeout"}`.
+    stalled: Counter,
+}
+
+impl UpstreamBody {
+    pub fn new(inner: Incoming, idle_timeout: Duration, failed: Counter, stalled: Counter) -> Self {
+        UpstreamBody { inner, idle: IdleTimer::new(idle_timeout), failed, stalled }
+    }
+
+    fn poll_frame(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match http_body::Body::poll_frame(Pin::new(&mut self.inner), cx) {
+            Poll::Ready(Some(Err(e))) => {
+                self.failed.increment(1);
+                tracing::warn!(error = %e, "upstream body failed mid-transfer; cutting the response");
+                Poll::Ready(Some(Err(e.into())))
+            }
+            Poll::Ready(other) => {
+                self.idle.progress();
+                Poll::Ready(other.map(|r| r.map_err(Into::into)))
+            }
+            Poll::Pending if self.idle.expired(cx) => {
+                self.stalled.increment(1);
+                let e = BodyIdle(self.idle.after);
+                tracing::warn!(error = %e, "upstream body stalled; cutting the response");
+                Poll::Ready(Some(Err(e.into())))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+/// A client's request body on its way upstream: counted against the
+/// route's `max_body` as it streams, and cut if it stalls.
+pub struct RequestBody {
+    inner: Incoming,
+    limit: u64,
+    seen: u64,
+    idle: IdleTimer,
+}
+
+impl RequestBody {
+    pub fn new(inner: Incoming, limit: u64, idle_timeout: Duration) -> Self {
+        RequestBody { inner, limit, seen: 0, idle: IdleTimer::new(idle_timeout) }
+    }
+}
+
+impl http_body::Body for RequestBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.get_mut();
+        match http_body::Body::poll_frame(Pin::new(&mut this.inner), cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    this.seen += data.len() as u64;
+                    if this.seen > this.limit {
+                        return Poll::Ready(Some(Err(BodyTooLarge(this.limit).into())));
+                    }
+                }
+                this.idle.progress();
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(ClientBodyFailed(e).into()))),
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending if this.idle.expired(cx) => Poll::Ready(Some(Err(BodyIdle(this.idle.after).into()))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        http_body::Body::is_end_stream(&self.inner)
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        http_body::Body::size_hint(&self.inner)
     }
 }

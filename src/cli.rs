@@ -17,11 +17,7 @@ pub const EXIT_CONFIG: u8 = 64;
 pub const DEMO_UPSTREAM: &str = "127.0.0.1:8000";
 
 #[derive(Debug, Parser)]
-#[command(
-    name = "gateway",
-    version,
-    about = "A reverse-proxy gateway with per-route timeouts and Prometheus metrics"
-)]
+#[command(name = "gateway", version, about = "A reverse-proxy gateway with per-route timeouts and Prometheus metrics")]
 struct Cli {
     /// Configuration file (TOML). Without one, the embedded default runs, with
     /// the built-in slow upstream on 127.0.0.1:8000.
@@ -70,9 +66,7 @@ pub fn main() -> ExitCode {
 fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
@@ -103,17 +97,8 @@ fn check(path: Option<PathBuf>) -> ExitCode {
     println!("{}: ok", config.source_name);
     println!("listen {}", config.server.listen);
     for r in &config.routes {
-        let methods = r
-            .methods
-            .as_ref()
-            .map(|m| format!(" methods {m:?}"))
-            .unwrap_or_default();
-        println!(
-            "route {:<16} {:<24} {}{methods}",
-            r.name,
-            r.prefix,
-            r.target.describe(&config.upstreams)
-        );
+        let methods = r.methods.as_ref().map(|m| format!(" methods {m:?}")).unwrap_or_default();
+        println!("route {:<16} {:<24} {}{methods}", r.name, r.prefix, r.target.describe(&config.upstreams));
     }
     ExitCode::SUCCESS
 }
@@ -121,23 +106,16 @@ fn check(path: Option<PathBuf>) -> ExitCode {
 fn runtime(worker_threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
     match worker_threads {
         // One worker: a single-threaded runtime avoids cross-thread wake-ups.
-        1 => tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build(),
-        0 => tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build(),
-        n => tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(n)
-            .enable_all()
-            .build(),
+        1 => tokio::runtime::Builder::new_current_thread().enable_all().build(),
+        0 => tokio::runtime::Builder::new_multi_thread().enable_all().build(),
+        n => tokio::runtime::Builder::new_multi_thread().worker_threads(n).enable_all().build(),
     }
 }
 
 /// Resolves on SIGTERM or SIGINT.
 async fn shutdown_signal() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("install SIGTERM handler");
+    let mut term =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("install SIGTERM handler");
     tokio::select! {
         _ = term.recv() => tracing::info!("SIGTERM received"),
         _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),

@@ -21,6 +21,25 @@ pub enum GatewayError {
     /// NUL, backslash, dot segments).
     #[error("bad request path: {0}")]
     BadPath(&'static str),
+    /// A request the gateway refuses to forward: missing Host, absolute-form
+    /// or CONNECT targets, invalid percent-encoding, ambiguous framing.
+    #[error("bad request: {0}")]
+    BadRequest(&'static str),
+    /// The request target is longer than `server.max_uri_length`.
+    #[error("request target longer than {limit} bytes")]
+    UriTooLong { limit: u64 },
+    /// The request body (declared or streamed) passed the route's `max_body`.
+    #[error("request body larger than {limit} bytes")]
+    BodyTooLarge { limit: u64 },
+    /// The client paused sending its body longer than the route's `body_timeout`.
+    #[error("request body stalled for {}", humantime::format_duration(*.after))]
+    BodyTimeout { after: Duration },
+    /// The client's body failed (it disconnected mid-upload).
+    #[error("client request body failed: {0}")]
+    ClientBody(String),
+    /// The route is at its `max_concurrent` limit: load is shed.
+    #[error("route at its concurrency limit of {limit}")]
+    Overloaded { limit: usize },
     /// Nothing to serve at that path.
     #[error("not found")]
     NotFound,
@@ -29,11 +48,7 @@ pub enum GatewayError {
     Io(#[from] std::io::Error),
     /// The upstream could not be reached (refused, unreachable, connect timeout).
     #[error("upstream {upstream}: connect {authority}: {detail}")]
-    UpstreamConnect {
-        upstream: String,
-        authority: String,
-        detail: String,
-    },
+    UpstreamConnect { upstream: String, authority: String, detail: String },
     /// The route's timeout passed before the upstream's response head.
     #[error("upstream {upstream}: no response head within {}", humantime::format_duration(*.after))]
     UpstreamTimeout { upstream: String, after: Duration },
@@ -51,7 +66,13 @@ impl GatewayError {
         match self {
             GatewayError::NoRoute | GatewayError::NotFound => StatusCode::NOT_FOUND,
             GatewayError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
-            GatewayError::BadPath(_) => StatusCode::BAD_REQUEST,
+            GatewayError::BadPath(_) | GatewayError::BadRequest(_) | GatewayError::ClientBody(_) => {
+                StatusCode::BAD_REQUEST
+            }
+            GatewayError::UriTooLong { .. } => StatusCode::URI_TOO_LONG,
+            GatewayError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            GatewayError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
+            GatewayError::Overloaded { .. } => StatusCode::SERVICE_UNAVAILABLE,
             GatewayError::Io(_) => StatusCode::INTERNAL_SERVER_ERROR,
             GatewayError::UpstreamConnect { .. }
             | GatewayError::UpstreamReset { .. }
@@ -71,6 +92,31 @@ impl GatewayError {
         }
     }
 
+    /// The `reason` label of `gateway_rejected_total`, for requests refused
+    /// by a limit or as hostile.
+    pub fn rejection_reason(&self) -> Option<&'static str> {
+        match self {
+            GatewayError::BadRequest(_) => Some("bad_request"),
+            GatewayError::UriTooLong { .. } => Some("uri_too_long"),
+            GatewayError::BodyTooLarge { .. } => Some("body_too_large"),
+            GatewayError::BodyTimeout { .. } => Some("body_timeout"),
+            GatewayError::Overloaded { .. } => Some("max_concurrent"),
+            _ => None,
+        }
+    }
+
+    /// Whether the connection must close after this response: the request's
+    /// framing is ambiguous or its body was left unread.
+    pub fn closes_connection(&self) -> bool {
+        matches!(
+            self,
+            GatewayError::BadRequest(_)
+                | GatewayError::BodyTooLarge { .. }
+                | GatewayError::BodyTimeout { .. }
+                | GatewayError::ClientBody(_)
+        )
+    }
+
     /// The short text body the client gets. Upstream details stay in the
     /// log; the client learns only what kind of failure it was.
     pub fn body(&self) -> &'static str {
@@ -78,15 +124,30 @@ impl GatewayError {
             GatewayError::NoRoute | GatewayError::NotFound => "not found\n",
             GatewayError::MethodNotAllowed { .. } => "method not allowed\n",
             GatewayError::BadPath(_) => "bad request path\n",
+            GatewayError::BadRequest(_) | GatewayError::ClientBody(_) => "bad request\n",
+            GatewayError::UriTooLong { .. } => "request target too long\n",
+            GatewayError::BodyTooLarge { .. } => "request body too large\n",
+            GatewayError::BodyTimeout { .. } => "request body timed out\n",
+            GatewayError::Overloaded { .. } => "service unavailable: route at its concurrency limit, retry later\n",
             GatewayError::Io(_) => "internal error\n",
             GatewayError::UpstreamConnect { .. } => "bad gateway: upstream unreachable\n",
             GatewayError::UpstreamReset { .. } => "bad gateway: upstream closed the connection\n",
             GatewayError::UpstreamProtocol { .. } => "bad gateway: invalid upstream response\n",
-            GatewayError::UpstreamTimeout { .. } => {
-                "gateway timeout: upstream did not answer in time\n"
-            }
+            GatewayError::UpstreamTimeout { .. } => "gateway timeout: upstream did not answer in time\n",
         }
     }
+}
+
+/// The first error of type `T` in `e`'s source chain.
+pub fn find_source<'a, T: std::error::Error + 'static>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a T> {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if let Some(t) = err.downcast_ref::<T>() {
+            return Some(t);
+        }
+        cur = err.source();
+    }
+    None
 }
 
 #[cfg(test)]
@@ -99,53 +160,44 @@ mod tests {
         let cases: Vec<(GatewayError, u16, Option<&str>)> = vec![
             (GatewayError::NoRoute, 404, None),
             (GatewayError::NotFound, 404, None),
-            (
-                GatewayError::MethodNotAllowed {
-                    allow: "GET".into(),
-                },
-                405,
-                None,
-            ),
+            (GatewayError::MethodNotAllowed { allow: "GET".into() }, 405, None),
             (GatewayError::BadPath("x"), 400, None),
+            (GatewayError::BadRequest("x"), 400, None),
+            (GatewayError::UriTooLong { limit: 1 }, 414, None),
+            (GatewayError::BodyTooLarge { limit: 1 }, 413, None),
+            (GatewayError::BodyTimeout { after: Duration::from_secs(1) }, 408, None),
+            (GatewayError::Overloaded { limit: 1 }, 503, None),
             (GatewayError::Io(std::io::Error::other("x")), 500, None),
             (
-                GatewayError::UpstreamConnect {
-                    upstream: up(),
-                    authority: "h:1".into(),
-                    detail: "refused".into(),
-                },
+                GatewayError::UpstreamConnect { upstream: up(), authority: "h:1".into(), detail: "refused".into() },
                 502,
                 Some("connect"),
             ),
-            (
-                GatewayError::UpstreamReset {
-                    upstream: up(),
-                    detail: "x".into(),
-                },
-                502,
-                Some("reset"),
-            ),
-            (
-                GatewayError::UpstreamProtocol {
-                    upstream: up(),
-                    detail: "x".into(),
-                },
-                502,
-                Some("protocol"),
-            ),
-            (
-                GatewayError::UpstreamTimeout {
-                    upstream: up(),
-                    after: Duration::from_millis(250),
-                },
-                504,
-                Some("timeout"),
-            ),
+            (GatewayError::UpstreamReset { upstream: up(), detail: "x".into() }, 502, Some("reset")),
+            (GatewayError::UpstreamProtocol { upstream: up(), detail: "x".into() }, 502, Some("protocol")),
+            (GatewayError::UpstreamTimeout { upstream: up(), after: Duration::from_millis(250) }, 504, Some("timeout")),
         ];
         for (err, status, kind) in cases {
             assert_eq!(err.status().as_u16(), status, "{err}");
             assert_eq!(err.upstream_kind(), kind, "{err}");
             assert!(!err.body().is_empty());
+        }
+    }
+
+    #[test]
+    fn rejections_have_reasons_and_ambiguous_framing_closes() {
+        let cases: Vec<(GatewayError, Option<&str>, bool)> = vec![
+            (GatewayError::BadRequest("x"), Some("bad_request"), true),
+            (GatewayError::UriTooLong { limit: 1 }, Some("uri_too_long"), false),
+            (GatewayError::BodyTooLarge { limit: 1 }, Some("body_too_large"), true),
+            (GatewayError::BodyTimeout { after: Duration::from_secs(1) }, Some("body_timeout"), true),
+            (GatewayError::Overloaded { limit: 1 }, Some("max_concurrent"), false),
+            (GatewayError::NotFound, None, false),
+            (GatewayError::ClientBody("eof".into()), None, true),
+        ];
+        for (err, reason, closes) in cases {
+            assert_eq!(err.rejection_reason(), reason, "{err}");
+            assert_eq!(err.closes_connection(), closes, "{err}");
         }
     }
 
@@ -156,14 +208,8 @@ mod tests {
             authority: "127.0.0.1:8000".into(),
             detail: "connection refused".into(),
         };
-        assert_eq!(
-            e.to_string(),
-            "upstream service_a: connect 127.0.0.1:8000: connection refused"
-        );
-        let t = GatewayError::UpstreamTimeout {
-            upstream: "a".into(),
-            after: Duration::from_millis(250),
-        };
+        assert_eq!(e.to_string(), "upstream service_a: connect 127.0.0.1:8000: connection refused");
+        let t = GatewayError::UpstreamTimeout { upstream: "a".into(), after: Duration::from_millis(250) };
         assert_eq!(t.to_string(), "upstream a: no response head within 250ms");
     }
 }

@@ -41,7 +41,7 @@ const STREAM_CHUNK: usize = 64 * 1024;
 pub fn sanitize(rest: &str) -> Result<PathBuf, GatewayError> {
     let mut out = PathBuf::new();
     for raw in rest.split('/').filter(|s| !s.is_empty()) {
-        if !valid_percent_encoding(raw) {
+        if !crate::limits::valid_percent_encoding(raw) {
             return Err(GatewayError::BadPath("malformed percent-encoding"));
         }
         let decoded = percent_encoding::percent_decode_str(raw)
@@ -64,22 +64,6 @@ pub fn sanitize(rest: &str) -> Result<PathBuf, GatewayError> {
     Ok(out)
 }
 
-fn valid_percent_encoding(s: &str) -> bool {
-    let b = s.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' {
-            if i + 2 >= b.len() || !b[i + 1].is_ascii_hexdigit() || !b[i + 2].is_ascii_hexdigit() {
-                return false;
-            }
-            i += 3;
-        } else {
-            i += 1;
-        }
-    }
-    true
-}
-
 /// What the cache knows of one file, checked against its metadata.
 struct Entry {
     len: u64,
@@ -94,9 +78,7 @@ struct Entry {
 
 impl Entry {
     fn matches(&self, meta: &std::fs::Metadata) -> bool {
-        self.len == meta.len()
-            && Some(self.modified) == meta.modified().ok()
-            && self.inode == (meta.dev(), meta.ino())
+        self.len == meta.len() && Some(self.modified) == meta.modified().ok() && self.inode == (meta.dev(), meta.ino())
     }
 }
 
@@ -157,15 +139,9 @@ impl FileServer {
         cache.entries.get(path).filter(|e| e.matches(meta)).cloned()
     }
 
-    async fn load(
-        &self,
-        path: &Path,
-        meta: &std::fs::Metadata,
-    ) -> Result<Arc<Entry>, GatewayError> {
+    async fn load(&self, path: &Path, meta: &std::fs::Metadata) -> Result<Arc<Entry>, GatewayError> {
         let modified = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
-        let since_epoch = modified
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .unwrap_or_default();
+        let since_epoch = modified.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
         let mut bytes = None;
         if meta.len() <= CACHE_FILE_MAX {
             let content = tokio::fs::read(path).await.map_err(not_found_or_io)?;
@@ -181,13 +157,7 @@ impl FileServer {
         }
         let entry = Arc::new(Entry {
             bytes,
-            ..entry_headers(
-                path,
-                meta.len(),
-                modified,
-                since_epoch,
-                (meta.dev(), meta.ino()),
-            )
+            ..entry_headers(path, meta.len(), modified, since_epoch, (meta.dev(), meta.ino()))
         });
         let mut cache = self.cache.write().expect("file cache lock");
         let size = entry.bytes.as_ref().map_or(0, |b| b.len() as u64);
@@ -212,19 +182,17 @@ fn entry_headers(
 ) -> Entry {
     let etag = format!("\"{:x}-{:x}\"", since_epoch.as_nanos(), len);
     let mime = mime_guess::from_path(path).first_or_octet_stream();
-    let content_type =
-        if mime.type_() == mime_guess::mime::TEXT && mime.get_param("charset").is_none() {
-            format!("{mime}; charset=utf-8")
-        } else {
-            mime.to_string()
-        };
+    let content_type = if mime.type_() == mime_guess::mime::TEXT && mime.get_param("charset").is_none() {
+        format!("{mime}; charset=utf-8")
+    } else {
+        mime.to_string()
+    };
     Entry {
         len,
         modified,
         inode,
         etag: HeaderValue::from_str(&etag).expect("hex etag is a valid header"),
-        last_modified: HeaderValue::from_str(&httpdate::fmt_http_date(modified))
-            .expect("http date is a valid header"),
+        last_modified: HeaderValue::from_str(&httpdate::fmt_http_date(modified)).expect("http date is a valid header"),
         content_type: HeaderValue::from_str(&content_type)
             .unwrap_or(HeaderValue::from_static("application/octet-stream")),
         bytes: None,
@@ -233,9 +201,9 @@ fn entry_headers(
 
 fn not_found_or_io(e: std::io::Error) -> GatewayError {
     match e.kind() {
-        std::io::ErrorKind::NotFound
-        | std::io::ErrorKind::NotADirectory
-        | std::io::ErrorKind::PermissionDenied => GatewayError::NotFound,
+        std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory | std::io::ErrorKind::PermissionDenied => {
+            GatewayError::NotFound
+        }
         _ if e.raw_os_error() == Some(36) => GatewayError::NotFound, // ENAMETOOLONG
         _ => GatewayError::Io(e),
     }
@@ -244,14 +212,8 @@ fn not_found_or_io(e: std::io::Error) -> GatewayError {
 /// Resolves symlinks and refuses anything that ends up outside `root`
 /// (which is already canonical).
 async fn resolve(root: &Path, path: &Path) -> Result<PathBuf, GatewayError> {
-    let real = tokio::fs::canonicalize(path)
-        .await
-        .map_err(not_found_or_io)?;
-    if real.starts_with(root) {
-        Ok(real)
-    } else {
-        Err(GatewayError::NotFound)
-    }
+    let real = tokio::fs::canonicalize(path).await.map_err(not_found_or_io)?;
+    if real.starts_with(root) { Ok(real) } else { Err(GatewayError::NotFound) }
 }
 
 /// Whether `If-None-Match` matches `etag` (weak comparison, RFC 9110 §13.1.2).
@@ -260,29 +222,17 @@ fn none_match(header: &HeaderValue, etag: &HeaderValue) -> bool {
         return false;
     };
     let ours = etag.to_str().unwrap_or_default();
-    list.split(',')
-        .map(str::trim)
-        .any(|t| t == "*" || t.trim_start_matches("W/") == ours)
+    list.split(',').map(str::trim).any(|t| t == "*" || t.trim_start_matches("W/") == ours)
 }
 
 /// Whether the file is unmodified since `If-Modified-Since` (RFC 9110 §13.1.3).
 fn not_modified_since(header: &HeaderValue, modified: SystemTime) -> bool {
-    let Some(since) = header
-        .to_str()
-        .ok()
-        .and_then(|s| httpdate::parse_http_date(s).ok())
-    else {
+    let Some(since) = header.to_str().ok().and_then(|s| httpdate::parse_http_date(s).ok()) else {
         return false;
     };
     // HTTP dates have one-second resolution.
-    let modified_secs = modified
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    let since_secs = since
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
+    let modified_secs = modified.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let since_secs = since.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     modified_secs <= since_secs
 }
 
@@ -295,13 +245,7 @@ enum Plan {
     Unsatisfiable,
 }
 
-fn plan(
-    entry_etag: &HeaderValue,
-    modified: SystemTime,
-    len: u64,
-    method: &Method,
-    headers: &HeaderMap,
-) -> Plan {
+fn plan(entry_etag: &HeaderValue, modified: SystemTime, len: u64, method: &Method, headers: &HeaderMap) -> Plan {
     if let Some(inm) = headers.get(header::IF_NONE_MATCH) {
         if none_match(inm, entry_etag) {
             return Plan::NotModified;
@@ -347,10 +291,7 @@ async fn respond(
         .header(header::LAST_MODIFIED, entry.last_modified.clone());
     let (status, start, end) = match plan(&entry.etag, entry.modified, entry.len, method, headers) {
         Plan::NotModified => {
-            return Ok(builder
-                .status(StatusCode::NOT_MODIFIED)
-                .body(Body::empty())
-                .expect("valid response"));
+            return Ok(builder.status(StatusCode::NOT_MODIFIED).body(Body::empty()).expect("valid response"));
         }
         Plan::Unsatisfiable => {
             return Ok(builder
@@ -362,10 +303,7 @@ async fn respond(
         }
         Plan::Full => (StatusCode::OK, 0, entry.len.saturating_sub(1)),
         Plan::Partial(s, e) => {
-            builder = builder.header(
-                header::CONTENT_RANGE,
-                format!("bytes {s}-{e}/{}", entry.len),
-            );
+            builder = builder.header(header::CONTENT_RANGE, format!("bytes {s}-{e}/{}", entry.len));
             (StatusCode::PARTIAL_CONTENT, s, e)
         }
     };
@@ -423,10 +361,7 @@ mod tests {
             "/%ff%fe",
         ];
         for input in bad {
-            assert!(
-                matches!(sanitize(input), Err(GatewayError::BadPath(_))),
-                "{input} should be refused"
-            );
+            assert!(matches!(sanitize(input), Err(GatewayError::BadPath(_))), "{input} should be refused");
         }
     }
 
@@ -444,132 +379,35 @@ mod tests {
         type Case<'a> = (Method, Vec<(&'a str, String)>, Plan);
         let cases: Vec<Case> = vec![
             (Method::GET, vec![], Plan::Full),
-            (
-                Method::GET,
-                vec![("if-none-match", "\"abc-10\"".into())],
-                Plan::NotModified,
-            ),
-            (
-                Method::GET,
-                vec![("if-none-match", "W/\"abc-10\"".into())],
-                Plan::NotModified,
-            ),
-            (
-                Method::GET,
-                vec![("if-none-match", "\"x\", \"abc-10\"".into())],
-                Plan::NotModified,
-            ),
-            (
-                Method::GET,
-                vec![("if-none-match", "*".into())],
-                Plan::NotModified,
-            ),
-            (
-                Method::GET,
-                vec![("if-none-match", "\"other\"".into())],
-                Plan::Full,
-            ),
-            (
-                Method::HEAD,
-                vec![("if-none-match", "\"abc-10\"".into())],
-                Plan::NotModified,
-            ),
-            (
-                Method::GET,
-                vec![("if-modified-since", lm.clone())],
-                Plan::NotModified,
-            ),
-            (
-                Method::GET,
-                vec![("if-modified-since", later)],
-                Plan::NotModified,
-            ),
-            (
-                Method::GET,
-                vec![("if-modified-since", earlier.clone())],
-                Plan::Full,
-            ),
-            (
-                Method::GET,
-                vec![
-                    ("if-none-match", "\"other\"".into()),
-                    ("if-modified-since", lm.clone()),
-                ],
-                Plan::Full,
-            ),
-            (
-                Method::GET,
-                vec![("range", "bytes=0-3".into())],
-                Plan::Partial(0, 3),
-            ),
-            (
-                Method::GET,
-                vec![("range", "bytes=-4".into())],
-                Plan::Partial(6, 9),
-            ),
-            (
-                Method::GET,
-                vec![("range", "bytes=5-".into())],
-                Plan::Partial(5, 9),
-            ),
-            (
-                Method::GET,
-                vec![("range", "bytes=5-100".into())],
-                Plan::Partial(5, 9),
-            ),
-            (
-                Method::GET,
-                vec![("range", "bytes=20-30".into())],
-                Plan::Unsatisfiable,
-            ),
+            (Method::GET, vec![("if-none-match", "\"abc-10\"".into())], Plan::NotModified),
+            (Method::GET, vec![("if-none-match", "W/\"abc-10\"".into())], Plan::NotModified),
+            (Method::GET, vec![("if-none-match", "\"x\", \"abc-10\"".into())], Plan::NotModified),
+            (Method::GET, vec![("if-none-match", "*".into())], Plan::NotModified),
+            (Method::GET, vec![("if-none-match", "\"other\"".into())], Plan::Full),
+            (Method::HEAD, vec![("if-none-match", "\"abc-10\"".into())], Plan::NotModified),
+            (Method::GET, vec![("if-modified-since", lm.clone())], Plan::NotModified),
+            (Method::GET, vec![("if-modified-since", later)], Plan::NotModified),
+            (Method::GET, vec![("if-modified-since", earlier.clone())], Plan::Full),
+            (Method::GET, vec![("if-none-match", "\"other\"".into()), ("if-modified-since", lm.clone())], Plan::Full),
+            (Method::GET, vec![("range", "bytes=0-3".into())], Plan::Partial(0, 3)),
+            (Method::GET, vec![("range", "bytes=-4".into())], Plan::Partial(6, 9)),
+            (Method::GET, vec![("range", "bytes=5-".into())], Plan::Partial(5, 9)),
+            (Method::GET, vec![("range", "bytes=5-100".into())], Plan::Partial(5, 9)),
+            (Method::GET, vec![("range", "bytes=20-30".into())], Plan::Unsatisfiable),
             (Method::GET, vec![("range", "lines=1-2".into())], Plan::Full),
-            (
-                Method::GET,
-                vec![("range", "bytes=0-1,4-5".into())],
-                Plan::Full,
-            ),
-            (
-                Method::HEAD,
-                vec![("range", "bytes=0-3".into())],
-                Plan::Full,
-            ),
-            (
-                Method::GET,
-                vec![
-                    ("range", "bytes=0-3".into()),
-                    ("if-range", "\"abc-10\"".into()),
-                ],
-                Plan::Partial(0, 3),
-            ),
-            (
-                Method::GET,
-                vec![("range", "bytes=0-3".into()), ("if-range", lm)],
-                Plan::Partial(0, 3),
-            ),
-            (
-                Method::GET,
-                vec![
-                    ("range", "bytes=0-3".into()),
-                    ("if-range", "\"old\"".into()),
-                ],
-                Plan::Full,
-            ),
-            (
-                Method::GET,
-                vec![("range", "bytes=0-3".into()), ("if-range", earlier)],
-                Plan::Full,
-            ),
+            (Method::GET, vec![("range", "bytes=0-1,4-5".into())], Plan::Full),
+            (Method::HEAD, vec![("range", "bytes=0-3".into())], Plan::Full),
+            (Method::GET, vec![("range", "bytes=0-3".into()), ("if-range", "\"abc-10\"".into())], Plan::Partial(0, 3)),
+            (Method::GET, vec![("range", "bytes=0-3".into()), ("if-range", lm)], Plan::Partial(0, 3)),
+            (Method::GET, vec![("range", "bytes=0-3".into()), ("if-range", "\"old\"".into())], Plan::Full),
+            (Method::GET, vec![("range", "bytes=0-3".into()), ("if-range", earlier)], Plan::Full),
         ];
         for (method, hs, want) in cases {
             let mut headers = HeaderMap::new();
             for (k, v) in &hs {
                 headers.insert(http::HeaderName::from_static(k), hv(v));
             }
-            assert_eq!(
-                plan(&etag, modified, 10, &method, &headers),
-                want,
-                "{method} {hs:?}"
-            );
+            assert_eq!(plan(&etag, modified, 10, &method, &headers), want, "{method} {hs:?}");
         }
     }
 }

@@ -115,10 +115,7 @@ mod tests {
     fn map(pairs: Pairs) -> HeaderMap {
         let mut h = HeaderMap::new();
         for (k, v) in pairs {
-            h.append(
-                HeaderName::from_bytes(k.as_bytes()).unwrap(),
-                HeaderValue::from_str(v).unwrap(),
-            );
+            h.append(HeaderName::from_bytes(k.as_bytes()).unwrap(), HeaderValue::from_str(v).unwrap());
         }
         h
     }
@@ -132,10 +129,7 @@ mod tests {
     #[test]
     fn strips_fixed_and_connection_named_headers() {
         let cases: &[(Pairs, &[&str])] = &[
-            (
-                &[("connection", "close"), ("content-type", "text/plain")],
-                &["content-type"],
-            ),
+            (&[("connection", "close"), ("content-type", "text/plain")], &["content-type"]),
             (
                 &[
                     ("connection", "X-Secret, keep-alive"),
@@ -145,16 +139,7 @@ mod tests {
                 ],
                 &["x-ok"],
             ),
-            (
-                &[
-                    ("connection", "x-a"),
-                    ("connection", "X-B"),
-                    ("x-a", "1"),
-                    ("x-b", "2"),
-                    ("x-c", "3"),
-                ],
-                &["x-c"],
-            ),
+            (&[("connection", "x-a"), ("connection", "X-B"), ("x-a", "1"), ("x-b", "2"), ("x-c", "3")], &["x-c"]),
             (
                 &[
                     ("te", "trailers"),
@@ -168,10 +153,7 @@ mod tests {
                 ],
                 &["host"],
             ),
-            (
-                &[("connection", "bad header name!, x-a"), ("x-a", "1")],
-                &[],
-            ),
+            (&[("connection", "bad header name!, x-a"), ("x-a", "1")], &[]),
             (&[("x-forwarded-for", "1.2.3.4")], &["x-forwarded-for"]),
         ];
         for (input, want) in cases {
@@ -184,23 +166,9 @@ mod tests {
     #[test]
     fn forwarding_headers_append_and_set() {
         // (input, client Host, version, want X-Forwarded-For, want X-Forwarded-Host, want Via)
-        type Case<'a> = (
-            Pairs<'a>,
-            Option<&'a str>,
-            Version,
-            &'a str,
-            Option<&'a str>,
-            &'a str,
-        );
+        type Case<'a> = (Pairs<'a>, Option<&'a str>, Version, &'a str, Option<&'a str>, &'a str);
         let cases: &[Case] = &[
-            (
-                &[],
-                Some("example.com"),
-                Version::HTTP_11,
-                "10.0.0.1",
-                Some("example.com"),
-                "1.1 gateway",
-            ),
+            (&[], Some("example.com"), Version::HTTP_11, "10.0.0.1", Some("example.com"), "1.1 gateway"),
             (
                 &[("x-forwarded-for", "1.1.1.1"), ("via", "1.0 edge")],
                 Some("h:8080"),
@@ -210,11 +178,7 @@ mod tests {
                 "1.0 edge, 1.0 gateway",
             ),
             (
-                &[
-                    ("x-forwarded-for", "1.1.1.1"),
-                    ("x-forwarded-for", "2.2.2.2"),
-                    ("x-forwarded-host", "spoofed"),
-                ],
+                &[("x-forwarded-for", "1.1.1.1"), ("x-forwarded-for", "2.2.2.2"), ("x-forwarded-host", "spoofed")],
                 None,
                 Version::HTTP_2,
                 "1.1.1.1, 2.2.2.2, 10.0.0.1",

@@ -13,6 +13,7 @@ pub mod config;
 pub mod error;
 pub mod files;
 pub mod headers;
+pub mod limits;
 pub mod metrics;
 pub mod proxy;
 pub mod router;
@@ -43,25 +44,17 @@ impl Gateway {
             Some(addr) => Some(bind(addr).await?),
             None => None,
         };
-        Ok(Gateway {
-            app: Arc::new(App::new(config)),
-            listener,
-            admin,
-        })
+        Ok(Gateway { app: Arc::new(App::new(config)), listener, admin })
     }
 
     /// The main listener's address (useful with port 0).
     pub fn local_addr(&self) -> SocketAddr {
-        self.listener
-            .local_addr()
-            .expect("bound listener has an address")
+        self.listener.local_addr().expect("bound listener has an address")
     }
 
     /// The admin listener's address, if there is one.
     pub fn admin_addr(&self) -> Option<SocketAddr> {
-        self.admin
-            .as_ref()
-            .map(|l| l.local_addr().expect("bound listener has an address"))
+        self.admin.as_ref().map(|l| l.local_addr().expect("bound listener has an address"))
     }
 
     /// Serves until `shutdown` resolves, then drains (see [`server::serve`]).
@@ -81,11 +74,7 @@ impl Gateway {
 /// Binds a TCP listener with a backlog large enough for load tests
 /// (std's default of 128 drops connections under bursts).
 pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    let socket = if addr.is_ipv4() {
-        tokio::net::TcpSocket::new_v4()?
-    } else {
-        tokio::net::TcpSocket::new_v6()?
-    };
+    let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
     socket.set_reuseaddr(true)?;
     socket.bind(addr)?;
     socket.listen(4096)

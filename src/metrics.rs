@@ -13,15 +13,12 @@ use std::time::Duration;
 
 use http::Method;
 use metrics::{
-    Counter, Gauge, Histogram, counter, describe_counter, describe_gauge, describe_histogram,
-    gauge, histogram,
+    Counter, Gauge, Histogram, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram,
 };
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 /// Histogram buckets (seconds) for every `*_duration_seconds` metric: 1 ms to 10 s.
-pub const BUCKETS: &[f64] = &[
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0,
-];
+pub const BUCKETS: &[f64] = &[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0];
 
 pub const REQUESTS_TOTAL: &str = "http_server_requests_total";
 pub const REQUEST_DURATION: &str = "http_server_request_duration_seconds";
@@ -31,11 +28,13 @@ pub const UPSTREAM_ERRORS: &str = "gateway_upstream_errors_total";
 pub const UPSTREAM_CONNECTIONS_OPENED: &str = "gateway_upstream_connections_opened_total";
 pub const ROUTE_TIMEOUT: &str = "gateway_route_timeout_seconds";
 pub const UPSTREAM_RETRIES: &str = "gateway_upstream_retries_total";
+pub const REJECTED: &str = "gateway_rejected_total";
+pub const RUNTIME_ALIVE_TASKS: &str = "gateway_runtime_alive_tasks";
 pub const CONNECTIONS_ACTIVE: &str = "gateway_connections_active";
 pub const CONNECTIONS_TOTAL: &str = "gateway_connections_total";
 
 /// Upstream error kinds, the `kind` label values.
-pub const UPSTREAM_ERROR_KINDS: &[&str] = &["connect", "timeout", "reset", "protocol", "body"];
+pub const UPSTREAM_ERROR_KINDS: &[&str] = &["connect", "timeout", "reset", "protocol", "body", "body_timeout"];
 
 /// The process-wide exporter: the recorder's handle and the process collector.
 pub struct Exporter {
@@ -63,39 +62,26 @@ pub fn install() -> &'static Exporter {
 }
 
 fn describe() {
-    describe_counter!(
-        REQUESTS_TOTAL,
-        "Requests answered, by route, method and status."
-    );
-    describe_histogram!(
-        REQUEST_DURATION,
-        metrics::Unit::Seconds,
-        "Time from request arrival to response head."
-    );
-    describe_gauge!(
-        ACTIVE_REQUESTS,
-        "Requests being handled (until the response head)."
-    );
-    describe_histogram!(
-        UPSTREAM_DURATION,
-        metrics::Unit::Seconds,
-        "Upstream response time to response head."
-    );
+    describe_counter!(REQUESTS_TOTAL, "Requests answered, by route, method and status.");
+    describe_histogram!(REQUEST_DURATION, metrics::Unit::Seconds, "Time from request arrival to response head.");
+    describe_gauge!(ACTIVE_REQUESTS, "Requests being handled (until the response head).");
+    describe_histogram!(UPSTREAM_DURATION, metrics::Unit::Seconds, "Upstream response time to response head.");
     describe_counter!(
         UPSTREAM_ERRORS,
-        "Upstream failures by kind: connect, timeout, reset, protocol, body."
+        "Upstream failures by kind: connect, timeout, reset, protocol, body, body_timeout."
     );
     describe_counter!(
         UPSTREAM_CONNECTIONS_OPENED,
         "TCP connections opened to the upstream (reuse is requests / this)."
     );
-    describe_gauge!(
-        ROUTE_TIMEOUT,
-        metrics::Unit::Seconds,
-        "The configured timeout of each proxy route."
-    );
+    describe_gauge!(ROUTE_TIMEOUT, metrics::Unit::Seconds, "The configured timeout of each proxy route.");
     describe_gauge!(CONNECTIONS_ACTIVE, "Client connections open now.");
     describe_counter!(CONNECTIONS_TOTAL, "Client connections accepted.");
+    describe_counter!(
+        REJECTED,
+        "Requests and connections refused by a limit or as malformed, by route (empty for connection-level) and reason."
+    );
+    describe_gauge!(RUNTIME_ALIVE_TASKS, "Tasks alive in the async runtime (connections, requests, pools).");
     describe_counter!(
         UPSTREAM_RETRIES,
         "Requests sent again after the upstream closed a pooled connection under them."
@@ -106,6 +92,9 @@ impl Exporter {
     /// The Prometheus text exposition, with fresh process metrics.
     pub fn render(&self) -> String {
         self.process.collect();
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            gauge!(RUNTIME_ALIVE_TASKS).set(rt.metrics().num_alive_tasks() as f64);
+        }
         self.handle.render()
     }
 
@@ -175,26 +164,11 @@ impl RouteMetrics {
     /// Counts a finished request and records its duration.
     pub fn record(&self, method: &Method, status: u16, elapsed: Duration) {
         let key = (method_label(method), status);
-        let cached = self
-            .by_method_status
-            .read()
-            .expect("metrics lock")
-            .get(&key)
-            .cloned();
+        let cached = self.by_method_status.read().expect("metrics lock").get(&key).cloned();
         let (count, duration) = cached.unwrap_or_else(|| {
-            let labels = [
-                ("route", self.name.clone()),
-                ("method", key.0.to_owned()),
-                ("status", status.to_string()),
-            ];
-            let handles = (
-                counter!(REQUESTS_TOTAL, &labels),
-                histogram!(REQUEST_DURATION, &labels),
-            );
-            self.by_method_status
-                .write()
-                .expect("metrics lock")
-                .insert(key, handles.clone());
+            let labels = [("route", self.name.clone()), ("method", key.0.to_owned()), ("status", status.to_string())];
+            let handles = (counter!(REQUESTS_TOTAL, &labels), histogram!(REQUEST_DURATION, &labels));
+            self.by_method_status.write().expect("metrics lock").insert(key, handles.clone());
             handles
         });
         count.increment(1);
@@ -224,12 +198,7 @@ impl UpstreamMetrics {
     pub fn new(name: &str) -> Self {
         let errors = UPSTREAM_ERROR_KINDS
             .iter()
-            .map(|kind| {
-                (
-                    *kind,
-                    counter!(UPSTREAM_ERRORS, "upstream" => name.to_owned(), "kind" => *kind),
-                )
-            })
+            .map(|kind| (*kind, counter!(UPSTREAM_ERRORS, "upstream" => name.to_owned(), "kind" => *kind)))
             .collect();
         UpstreamMetrics {
             name: name.to_owned(),
@@ -241,19 +210,15 @@ impl UpstreamMetrics {
 
     /// The error counter for `kind` (one of [`UPSTREAM_ERROR_KINDS`]).
     pub fn errors(&self, kind: &'static str) -> Counter {
-        self.errors.get(kind).cloned().unwrap_or_else(
-            || counter!(UPSTREAM_ERRORS, "upstream" => self.name.clone(), "kind" => kind),
-        )
+        self.errors
+            .get(kind)
+            .cloned()
+            .unwrap_or_else(|| counter!(UPSTREAM_ERRORS, "upstream" => self.name.clone(), "kind" => kind))
     }
 
     /// Records the time to an upstream response head with its status.
     pub fn record(&self, status: u16, elapsed: Duration) {
-        let cached = self
-            .by_status
-            .read()
-            .expect("metrics lock")
-            .get(&status)
-            .cloned();
+        let cached = self.by_status.read().expect("metrics lock").get(&status).cloned();
         let h = cached.unwrap_or_else(|| {
             let h = histogram!(UPSTREAM_DURATION, "upstream" => self.name.clone(), "status" => status.to_string());
             self.by_status.write().expect("metrics lock").insert(status, h.clone());
@@ -266,6 +231,11 @@ impl UpstreamMetrics {
 /// Publishes a proxy route's configured timeout.
 pub fn set_route_timeout(route: &str, timeout: Duration) {
     gauge!(ROUTE_TIMEOUT, "route" => route.to_owned()).set(timeout.as_secs_f64());
+}
+
+/// Counts a rejection; `route` is empty for connection-level ones.
+pub fn rejected(route: &str, reason: &'static str) {
+    counter!(REJECTED, "route" => route.to_owned(), "reason" => reason).increment(1);
 }
 
 /// Connection-level gauges and counters.

@@ -18,22 +18,22 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use metrics::Counter;
 use tokio::time::Instant;
 
-use crate::body::Body;
+use crate::body::{Body, BodyIdle, BodyTooLarge, ClientBodyFailed, RequestBody, UpstreamBody};
 use crate::config::{HostMode, ProxyTarget, UpstreamConfig};
-use crate::error::GatewayError;
+use crate::error::{GatewayError, find_source};
 use crate::headers;
 use crate::metrics::UpstreamMetrics;
 use crate::router::rewrite_path;
 
 /// The body sent upstream: the client's, streamed, or nothing (which makes
 /// the request safe to send twice).
-type UpstreamBody = Either<Incoming, Empty<Bytes>>;
+type OutgoingBody = Either<RequestBody, Empty<Bytes>>;
 
 /// One configured upstream with its connection pool and metrics.
 pub struct Upstream {
     pub config: UpstreamConfig,
     pub metrics: UpstreamMetrics,
-    client: Client<CountingConnector, UpstreamBody>,
+    client: Client<CountingConnector, OutgoingBody>,
     retries: Counter,
 }
 
@@ -43,33 +43,25 @@ impl Upstream {
         let mut http = HttpConnector::new();
         http.set_connect_timeout(Some(config.connect_timeout));
         http.set_nodelay(true);
-        let connector = CountingConnector {
-            inner: http,
-            opened: metrics.connections_opened.clone(),
-        };
+        let connector = CountingConnector { inner: http, opened: metrics.connections_opened.clone() };
         let client = Client::builder(TokioExecutor::new())
             // Without a timer the pool's idle timeout never fires.
             .pool_timer(TokioTimer::new())
             .pool_idle_timeout(config.pool_idle_timeout)
             .pool_max_idle_per_host(config.pool_max_idle_per_host)
             .build(connector);
-        let retries =
-            metrics::counter!(crate::metrics::UPSTREAM_RETRIES, "upstream" => config.name.clone());
-        Upstream {
-            config,
-            metrics,
-            client,
-            retries,
-        }
+        let retries = metrics::counter!(crate::metrics::UPSTREAM_RETRIES, "upstream" => config.name.clone());
+        Upstream { config, metrics, client, retries }
     }
 
-    /// Forwards `req` (matched by a route with `prefix`) and returns the
-    /// upstream's response head with its body streaming. `deadline` is the
-    /// request's arrival plus the route's timeout.
+    /// Forwards `req` (matched by a route with `prefix` and body limit
+    /// `max_body`) and returns the upstream's response head with its body
+    /// streaming. `deadline` is the request's arrival plus the route's timeout.
     pub async fn forward(
         &self,
         target: &ProxyTarget,
         prefix: &str,
+        max_body: u64,
         req: Request<Incoming>,
         client_addr: SocketAddr,
         deadline: Instant,
@@ -79,30 +71,19 @@ impl Upstream {
             Some(rewrite) => rewrite_path(parts.uri.path(), parts.uri.query(), prefix, rewrite)
                 .parse::<PathAndQuery>()
                 .map_err(|_| GatewayError::BadPath("rewritten path is not a valid URI"))?,
-            None => parts
-                .uri
-                .path_and_query()
-                .cloned()
-                .unwrap_or_else(|| PathAndQuery::from_static("/")),
+            None => parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/")),
         };
         // HTTP/2 clients send :authority instead of Host.
-        let original_host = parts.headers.get(header::HOST).cloned().or_else(|| {
-            parts
-                .uri
-                .authority()
-                .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
-        });
+        let original_host = parts
+            .headers
+            .get(header::HOST)
+            .cloned()
+            .or_else(|| parts.uri.authority().and_then(|a| HeaderValue::from_str(a.as_str()).ok()));
         headers::strip_hop_by_hop(&mut parts.headers);
-        headers::add_forwarding(
-            &mut parts.headers,
-            client_addr.ip(),
-            original_host.as_ref(),
-            parts.version,
-        );
+        headers::add_forwarding(&mut parts.headers, client_addr.ip(), original_host.as_ref(), parts.version);
         let host = match (target.host, original_host) {
             (HostMode::Preserve, Some(h)) => h,
-            _ => HeaderValue::from_str(self.config.authority.as_str())
-                .expect("authority is a valid header"),
+            _ => HeaderValue::from_str(self.config.authority.as_str()).expect("authority is a valid header"),
         };
         parts.headers.insert(header::HOST, host);
         parts.uri = Uri::builder()
@@ -117,10 +98,8 @@ impl Upstream {
         let has_body = !http_body::Body::is_end_stream(&body);
         let exchange = async {
             if has_body {
-                return self
-                    .client
-                    .request(Request::from_parts(parts, Either::Left(body)))
-                    .await;
+                let body = RequestBody::new(body, max_body, target.body_timeout);
+                return self.client.request(Request::from_parts(parts, Either::Left(body))).await;
             }
             // A request without a body and with an idempotent method may be
             // sent again (RFC 9110 §9.2.2). That covers the race where the
@@ -128,11 +107,7 @@ impl Upstream {
             // is written on it; hyper-util retries only when nothing was
             // written yet.
             let retry = is_idempotent(&parts.method).then(|| copy_head(&parts));
-            match self
-                .client
-                .request(Request::from_parts(parts, Either::Right(Empty::new())))
-                .await
-            {
+            match self.client.request(Request::from_parts(parts, Either::Right(Empty::new()))).await {
                 Err(e) if retry.is_some() && is_stale_connection(&e) => {
                     self.retries.increment(1);
                     tracing::debug!(upstream = %self.config.name, error = %error_chain(&e), "retrying on a fresh connection");
@@ -151,30 +126,35 @@ impl Upstream {
             Ok(Err(e)) => return Err(self.classify(&e)),
             Ok(Ok(r)) => r,
         };
-        self.metrics
-            .record(response.status().as_u16(), started.elapsed());
+        self.metrics.record(response.status().as_u16(), started.elapsed());
         let (mut parts, body) = response.into_parts();
         headers::strip_hop_by_hop(&mut parts.headers);
         headers::append_via(&mut parts.headers, parts.version);
-        Ok(Response::from_parts(
-            parts,
-            Body::Upstream {
-                inner: body,
-                errors: self.metrics.errors("body"),
-            },
-        ))
+        let body = UpstreamBody::new(
+            body,
+            target.body_timeout,
+            self.metrics.errors("body"),
+            self.metrics.errors("body_timeout"),
+        );
+        Ok(Response::from_parts(parts, Body::Upstream(body)))
     }
 
     /// Maps a client error to the gateway error (and so the status and kind).
+    /// Failures of the client's own request body are the client's.
     fn classify(&self, e: &hyper_util::client::legacy::Error) -> GatewayError {
+        if let Some(too_large) = find_source::<BodyTooLarge>(e) {
+            return GatewayError::BodyTooLarge { limit: too_large.0 };
+        }
+        if let Some(idle) = find_source::<BodyIdle>(e) {
+            return GatewayError::BodyTimeout { after: idle.0 };
+        }
+        if let Some(failed) = find_source::<ClientBodyFailed>(e) {
+            return GatewayError::ClientBody(failed.to_string());
+        }
         let upstream = self.config.name.clone();
         let detail = error_chain(e);
         if e.is_connect() {
-            return GatewayError::UpstreamConnect {
-                upstream,
-                authority: self.config.authority.to_string(),
-                detail,
-            };
+            return GatewayError::UpstreamConnect { upstream, authority: self.config.authority.to_string(), detail };
         }
         match find_source::<hyper::Error>(e) {
             Some(h) if h.is_parse() || h.is_parse_status() || h.is_parse_too_large() => {
@@ -186,14 +166,11 @@ impl Upstream {
 }
 
 fn is_idempotent(m: &Method) -> bool {
-    matches!(
-        *m,
-        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
-    )
+    matches!(*m, Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE)
 }
 
 /// A copy of a bodiless request's head, for the one retry.
-fn copy_head(parts: &http::request::Parts) -> Request<UpstreamBody> {
+fn copy_head(parts: &http::request::Parts) -> Request<OutgoingBody> {
     let mut req = Request::new(Either::Right(Empty::new()));
     *req.method_mut() = parts.method.clone();
     *req.uri_mut() = parts.uri.clone();
@@ -221,19 +198,6 @@ fn is_stale_connection(e: &hyper_util::client::legacy::Error) -> bool {
                 | std::io::ErrorKind::ConnectionAborted
         )
     })
-}
-
-fn find_source<'a, T: std::error::Error + 'static>(
-    e: &'a (dyn std::error::Error + 'static),
-) -> Option<&'a T> {
-    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(err) = cur {
-        if let Some(t) = err.downcast_ref::<T>() {
-            return Some(t);
-        }
-        cur = err.source();
-    }
-    None
 }
 
 /// `outer: inner: innermost`, for log lines and error details.

@@ -17,11 +17,7 @@ impl Router {
     /// Builds a router from normalised prefixes (as `config` produces them:
     /// leading `/`, no trailing `/` except for `/` itself), in route order.
     pub fn new<'a>(prefixes: impl IntoIterator<Item = &'a str>) -> Self {
-        let by_prefix = prefixes
-            .into_iter()
-            .enumerate()
-            .map(|(i, p)| (Box::from(p), i))
-            .collect();
+        let by_prefix = prefixes.into_iter().enumerate().map(|(i, p)| (Box::from(p), i)).collect();
         Router { by_prefix }
     }
 
@@ -55,8 +51,7 @@ pub fn strip_prefix<'a>(path: &'a str, prefix: &str) -> &'a str {
 /// with `rewrite`; the rest of the path and the query are kept.
 pub fn rewrite_path(path: &str, query: Option<&str>, prefix: &str, rewrite: &str) -> String {
     let rest = strip_prefix(path, prefix);
-    let mut out =
-        String::with_capacity(rewrite.len() + rest.len() + query.map_or(0, |q| q.len() + 1));
+    let mut out = String::with_capacity(rewrite.len() + rest.len() + query.map_or(0, |q| q.len() + 1));
     out.push_str(rewrite);
     if out.ends_with('/') && rest.starts_with('/') {
         out.push_str(&rest[1..]);
@@ -119,11 +114,7 @@ mod tests {
             ("/anything", None, "/", "/api", "/api/anything"),
         ];
         for (path, query, prefix, rewrite, want) in cases {
-            assert_eq!(
-                rewrite_path(path, *query, prefix, rewrite),
-                *want,
-                "{path} {prefix}->{rewrite}"
-            );
+            assert_eq!(rewrite_path(path, *query, prefix, rewrite), *want, "{path} {prefix}->{rewrite}");
         }
     }
 }

@@ -23,6 +23,7 @@ use crate::body::Body;
 use crate::config::{Config, RouteConfig, Target};
 use crate::error::GatewayError;
 use crate::files::FileServer;
+use crate::limits::{ConcurrencyLimit, Limits, screen};
 use crate::metrics::{self, Exporter, RouteMetrics};
 use crate::proxy::Upstream;
 use crate::router::{Router, strip_prefix};
@@ -33,6 +34,21 @@ struct Route {
     metrics: RouteMetrics,
     /// `Allow` for a 405, when the route restricts methods.
     allow: Option<String>,
+    /// The route's `max_concurrent`, if set.
+    limit: Option<ConcurrencyLimit>,
+}
+
+impl Route {
+    fn allows(&self, method: &Method) -> bool {
+        match &self.config.methods {
+            Some(ms) => ms.contains(method),
+            None => {
+                !matches!(self.config.target, Target::File(_) | Target::Dir(_))
+                    || method == Method::GET
+                    || method == Method::HEAD
+            }
+        }
+    }
 }
 
 /// Everything a request needs, shared by all connections.
@@ -57,12 +73,7 @@ impl App {
     /// recorder if it is not installed yet.
     pub fn new(config: Config) -> Self {
         let exporter = metrics::install();
-        let upstreams: Vec<Upstream> = config
-            .upstreams
-            .iter()
-            .cloned()
-            .map(Upstream::new)
-            .collect();
+        let upstreams: Vec<Upstream> = config.upstreams.iter().cloned().map(Upstream::new).collect();
         let routes: Vec<Route> = config
             .routes
             .iter()
@@ -71,9 +82,7 @@ impl App {
                     metrics::set_route_timeout(&r.name, p.timeout);
                 }
                 let allow = match (&r.target, &r.methods) {
-                    (_, Some(ms)) => {
-                        Some(ms.iter().map(Method::as_str).collect::<Vec<_>>().join(", "))
-                    }
+                    (_, Some(ms)) => Some(ms.iter().map(Method::as_str).collect::<Vec<_>>().join(", ")),
                     (Target::File(_) | Target::Dir(_), None) => Some(FILE_METHODS.to_owned()),
                     _ => None,
                 };
@@ -81,6 +90,7 @@ impl App {
                     config: r.clone(),
                     metrics: RouteMetrics::new(&r.name),
                     allow,
+                    limit: r.max_concurrent.map(ConcurrencyLimit::new),
                 }
             })
             .collect();
@@ -108,9 +118,9 @@ impl App {
         self.draining.store(true, Ordering::Relaxed);
     }
 
-    /// The data path: built-ins, route match, method check, proxy / file /
-    /// fixed response, then the one place where the outcome becomes a
-    /// status, a metric and a log line.
+    /// The data path: built-ins, route match, screening, method check,
+    /// load shedding, proxy / file / fixed response, then the one place where
+    /// the outcome becomes a status, a metric and a log line.
     pub async fn handle(&self, req: Request<Incoming>, client: SocketAddr) -> Response<Body> {
         let start = Instant::now();
         if self.builtins_on_main
@@ -119,74 +129,59 @@ impl App {
             return resp;
         }
         let method = req.method().clone();
-        let Some(index) = self.router.find(req.uri().path()) else {
-            let path = self
-                .config
-                .server
-                .access_log
-                .then(|| req.uri().path().to_owned());
-            return self.finish(
-                &self.unmatched,
-                None,
-                &method,
-                path,
-                start,
-                Err(GatewayError::NoRoute),
-            );
-        };
-        let route = &self.routes[index];
-        let _active = route.metrics.start();
-        let path = self
-            .config
-            .server
-            .access_log
-            .then(|| req.uri().path().to_owned());
-        let upstream = match &route.config.target {
+        let path = self.config.server.access_log.then(|| req.uri().path().to_owned());
+        let route = self.router.find(req.uri().path()).map(|i| &self.routes[i]);
+        let route_metrics = route.map_or(&self.unmatched, |r| &r.metrics);
+        let _active = route_metrics.start();
+        let upstream = route.and_then(|r| match &r.config.target {
             Target::Proxy(p) => Some(&self.upstreams[p.upstream]),
             _ => None,
+        });
+        let result = match route {
+            Some(route) => self.dispatch(route, req, client, start).await,
+            None => self.screen(&req, self.config.server.max_body).and(Err(GatewayError::NoRoute)),
         };
-        let allowed = match &route.config.methods {
-            Some(ms) => ms.contains(&method),
-            None => {
-                !matches!(route.config.target, Target::File(_) | Target::Dir(_))
-                    || method == Method::GET
-                    || method == Method::HEAD
+        self.finish(route_metrics, upstream, &method, path, start, result)
+    }
+
+    /// Screens the request, then hands it to the route's target.
+    async fn dispatch(
+        &self,
+        route: &Route,
+        req: Request<Incoming>,
+        client: SocketAddr,
+        start: Instant,
+    ) -> Result<Response<Body>, GatewayError> {
+        self.screen(&req, route.config.max_body)?;
+        if !route.allows(req.method()) {
+            return Err(GatewayError::MethodNotAllowed { allow: route.allow.clone().unwrap_or_default() });
+        }
+        let _slot = route.limit.as_ref().map(ConcurrencyLimit::try_acquire).transpose()?;
+        let prefix = &route.config.prefix;
+        match &route.config.target {
+            Target::Proxy(p) => {
+                let upstream = &self.upstreams[p.upstream];
+                upstream.forward(p, prefix, route.config.max_body, req, client, start + p.timeout).await
             }
-        };
-        let result = if !allowed {
-            Err(GatewayError::MethodNotAllowed {
-                allow: route.allow.clone().unwrap_or_default(),
-            })
-        } else {
-            match &route.config.target {
-                Target::Proxy(p) => {
-                    let upstream = upstream.expect("proxy routes have an upstream");
-                    upstream
-                        .forward(p, &route.config.prefix, req, client, start + p.timeout)
-                        .await
-                }
-                Target::File(file) => match strip_prefix(req.uri().path(), &route.config.prefix) {
-                    "" | "/" => self.files.serve_file(file, &method, req.headers()).await,
-                    _ => Err(GatewayError::NotFound),
-                },
-                Target::Dir(root) => {
-                    let rest = strip_prefix(req.uri().path(), &route.config.prefix);
-                    self.files
-                        .serve_dir(root, rest, &method, req.headers())
-                        .await
-                }
-                Target::Respond { status, body } => Ok(Response::builder()
-                    .status(*status)
-                    .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
-                    .body(if method == Method::HEAD {
-                        Body::empty()
-                    } else {
-                        Body::full(body.clone())
-                    })
-                    .expect("valid response")),
+            Target::File(file) => match strip_prefix(req.uri().path(), prefix) {
+                "" | "/" => self.files.serve_file(file, req.method(), req.headers()).await,
+                _ => Err(GatewayError::NotFound),
+            },
+            Target::Dir(root) => {
+                let rest = strip_prefix(req.uri().path(), prefix);
+                self.files.serve_dir(root, rest, req.method(), req.headers()).await
             }
-        };
-        self.finish(&route.metrics, upstream, &method, path, start, result)
+            Target::Respond { status, body } => Ok(Response::builder()
+                .status(*status)
+                .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
+                .body(if req.method() == Method::HEAD { Body::empty() } else { Body::full(body.clone()) })
+                .expect("valid response")),
+        }
+    }
+
+    fn screen(&self, req: &Request<Incoming>, max_body: u64) -> Result<(), GatewayError> {
+        let limits = Limits { max_uri_length: self.config.server.max_uri_length, max_body };
+        screen(req.method(), req.uri(), req.version(), req.headers(), limits)
     }
 
     /// The only place where an outcome becomes a status code, a metric and a
@@ -206,6 +201,9 @@ impl App {
                 if let (Some(kind), Some(up)) = (e.upstream_kind(), upstream) {
                     up.metrics.errors(kind).increment(1);
                     tracing::warn!(route = route.name(), error = %e, "upstream request failed");
+                } else if let Some(reason) = e.rejection_reason() {
+                    metrics::rejected(route.name(), reason);
+                    tracing::debug!(route = route.name(), error = %e, "request rejected");
                 } else if let GatewayError::Io(_) = e {
                     tracing::error!(route = route.name(), error = %e, "request failed");
                 }
@@ -232,31 +230,15 @@ impl App {
     /// `/healthz`, `/readyz` and the metrics path.
     fn builtin(&self, path: &str) -> Option<Response<Body>> {
         let (status, content_type, body) = if path == "/healthz" {
-            (
-                StatusCode::OK,
-                "text/plain; charset=utf-8",
-                "ok\n".to_owned(),
-            )
+            (StatusCode::OK, "text/plain; charset=utf-8", "ok\n".to_owned())
         } else if path == "/readyz" {
             if self.draining.load(Ordering::Relaxed) {
-                (
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "text/plain; charset=utf-8",
-                    "draining\n".to_owned(),
-                )
+                (StatusCode::SERVICE_UNAVAILABLE, "text/plain; charset=utf-8", "draining\n".to_owned())
             } else {
-                (
-                    StatusCode::OK,
-                    "text/plain; charset=utf-8",
-                    "ready\n".to_owned(),
-                )
+                (StatusCode::OK, "text/plain; charset=utf-8", "ready\n".to_owned())
             }
         } else if path == self.config.metrics.path {
-            (
-                StatusCode::OK,
-                "text/plain; version=0.0.4; charset=utf-8",
-                self.exporter.render(),
-            )
+            (StatusCode::OK, "text/plain; version=0.0.4; charset=utf-8", self.exporter.render())
         } else {
             return None;
         };
@@ -271,15 +253,34 @@ impl App {
     }
 }
 
+/// The `reason` for a connection that hyper ended because of what the client
+/// sent (or did not send), before any request reached [`App::handle`].
+fn connection_error_reason(e: &(dyn std::error::Error + 'static)) -> Option<&'static str> {
+    let h = crate::error::find_source::<hyper::Error>(e)?;
+    if h.is_timeout() {
+        Some("header_timeout")
+    } else if h.is_parse_too_large() {
+        Some("header_too_large")
+    } else if h.is_parse() || h.is_parse_status() {
+        Some("malformed")
+    } else {
+        None
+    }
+}
+
 /// The client's view of an error.
 fn error_response(e: &GatewayError) -> Response<Body> {
-    let mut builder = Response::builder()
-        .status(e.status())
-        .header(header::CONTENT_TYPE, "text/plain; charset=utf-8");
+    let mut builder = Response::builder().status(e.status()).header(header::CONTENT_TYPE, "text/plain; charset=utf-8");
     if let GatewayError::MethodNotAllowed { allow } = e
         && let Ok(v) = HeaderValue::from_str(allow)
     {
         builder = builder.header(header::ALLOW, v);
+    }
+    if let GatewayError::Overloaded { .. } = e {
+        builder = builder.header(header::RETRY_AFTER, "1");
+    }
+    if e.closes_connection() {
+        builder = builder.header(header::CONNECTION, "close");
     }
     builder.body(Body::full(e.body())).expect("valid response")
 }
@@ -295,8 +296,10 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, shutdown: impl Future<O
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(server.header_read_timeout)
+        // Bounds the request head: past it hyper answers 431 and closes.
+        .max_buf_size(server.max_header_size as usize)
         .keep_alive(true);
-    builder.http2().timer(TokioTimer::new());
+    builder.http2().timer(TokioTimer::new()).max_header_list_size(server.max_header_size.min(u32::MAX as u64) as u32);
     let builder = Arc::new(builder);
     let graceful = GracefulShutdown::new();
     let limit = Arc::new(Semaphore::new(server.max_connections));
@@ -306,6 +309,10 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, shutdown: impl Future<O
     loop {
         // Past max_connections, stop accepting: new connections wait in the
         // kernel's backlog until a slot frees.
+        if limit.available_permits() == 0 {
+            metrics::rejected("", "max_connections");
+            tracing::warn!(max_connections = server.max_connections, "connection limit reached; new connections wait");
+        }
         let permit = tokio::select! {
             p = limit.clone().acquire_owned() => p.expect("semaphore is never closed"),
             _ = &mut shutdown => break,
@@ -328,14 +335,15 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, shutdown: impl Future<O
             let app = app.clone();
             async move { Ok::<_, Infallible>(app.handle(req, peer).await) }
         });
-        let conn = builder
-            .serve_connection(TokioIo::new(stream), service)
-            .into_owned();
+        let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
             let _permit = permit;
             let _open = metrics::connection_opened();
             if let Err(e) = conn.await {
+                if let Some(reason) = connection_error_reason(&*e) {
+                    metrics::rejected("", reason);
+                }
                 tracing::debug!(client = %peer, error = %e, "connection ended with an error");
             }
         });
@@ -362,14 +370,10 @@ pub async fn serve_admin(listener: TcpListener, app: Arc<App>, shutdown: impl Fu
         };
         let app = app.clone();
         let service = service_fn(move |req: Request<Incoming>| {
-            let resp = app
-                .builtin(req.uri().path())
-                .unwrap_or_else(|| error_response(&GatewayError::NotFound));
+            let resp = app.builtin(req.uri().path()).unwrap_or_else(|| error_response(&GatewayError::NotFound));
             async move { Ok::<_, Infallible>(resp) }
         });
-        let conn = builder
-            .serve_connection(TokioIo::new(stream), service)
-            .into_owned();
+        let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
         tokio::spawn(conn);
     }
 }

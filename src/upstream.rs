@@ -50,13 +50,8 @@ pub async fn serve(listener: TcpListener, delay: Duration, shutdown: impl Future
             _ = &mut shutdown => break,
         };
         let _ = stream.set_nodelay(true);
-        let service =
-            service_fn(move |req| async move { Ok::<_, Infallible>(answer(req, delay).await) });
-        let conn = graceful.watch(
-            builder
-                .serve_connection(TokioIo::new(stream), service)
-                .into_owned(),
-        );
+        let service = service_fn(move |req| async move { Ok::<_, Infallible>(answer(req, delay).await) });
+        let conn = graceful.watch(builder.serve_connection(TokioIo::new(stream), service).into_owned());
         tokio::spawn(conn);
     }
     drop(listener);

@@ -17,21 +17,11 @@ fn write_config(dir: &Path, text: &str) -> std::path::PathBuf {
 
 #[test]
 fn check_prints_resolved_routes() {
-    let out = Command::new(BIN)
-        .args(["check", "--config", "config/gateway.toml"])
-        .output()
-        .unwrap();
+    let out = Command::new(BIN).args(["check", "--config", "config/gateway.toml"]).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("config/gateway.toml: ok"), "{stdout}");
-    assert!(
-        stdout.contains("proxy -> service_a (http://127.0.0.1:8000) rewrite /a timeout 2s"),
-        "{stdout}"
-    );
+    assert!(stdout.contains("proxy -> service_a (http://127.0.0.1:8000) rewrite /a timeout 2s"), "{stdout}");
     assert!(stdout.contains("file "), "{stdout}");
 }
 
@@ -42,20 +32,10 @@ fn bad_configs_exit_64_with_file_key_and_reason() {
     let probe = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = probe.local_addr().unwrap().port();
     drop(probe);
-    let head = format!(
-        "[server]\nlisten = \"127.0.0.1:{port}\"\n[upstreams.a]\nurl = \"http://127.0.0.1:9\"\n"
-    );
+    let head = format!("[server]\nlisten = \"127.0.0.1:{port}\"\n[upstreams.a]\nurl = \"http://127.0.0.1:9\"\n");
     let cases = [
-        (
-            "[[routes]]\nname='r'\nprefix='/r'\nupstream='ghost'\n",
-            "routes[0].upstream",
-            "unknown upstream \"ghost\"",
-        ),
-        (
-            "[[routes]]\nname='r'\nprefix='/r'\n",
-            "routes[0].upstream",
-            "has 0 targets",
-        ),
+        ("[[routes]]\nname='r'\nprefix='/r'\nupstream='ghost'\n", "routes[0].upstream", "unknown upstream \"ghost\""),
+        ("[[routes]]\nname='r'\nprefix='/r'\n", "routes[0].upstream", "has 0 targets"),
         (
             "[[routes]]\nname='r'\nprefix='/r'\nupstream='a'\nfile='gateway.toml'\n",
             "routes[0].upstream",
@@ -71,30 +51,16 @@ fn bad_configs_exit_64_with_file_key_and_reason() {
             "routes[1].name",
             "duplicate route name \"r\"",
         ),
-        (
-            "[upstreams.b]\nurl='http//broken'\n",
-            "upstreams.b.url",
-            "invalid URL",
-        ),
-        (
-            "[[routes]]\nname='r'\nprefix='/r'\ndir='no-such-root'\n",
-            "routes[0].dir",
-            "is not a directory",
-        ),
+        ("[upstreams.b]\nurl='http//broken'\n", "upstreams.b.url", "invalid URL"),
+        ("[[routes]]\nname='r'\nprefix='/r'\ndir='no-such-root'\n", "routes[0].dir", "is not a directory"),
     ];
     for (body, key, reason) in cases {
         let path = write_config(dir.path(), &format!("{head}{body}"));
-        for args in [
-            vec!["--config", path.to_str().unwrap()],
-            vec!["check", "--config", path.to_str().unwrap()],
-        ] {
+        for args in [vec!["--config", path.to_str().unwrap()], vec!["check", "--config", path.to_str().unwrap()]] {
             let out = Command::new(BIN).args(&args).output().unwrap();
             let stderr = String::from_utf8_lossy(&out.stderr);
             assert_eq!(out.status.code(), Some(64), "{args:?} {body}: {stderr}");
-            assert!(
-                stderr.contains(path.to_str().unwrap()),
-                "names the file: {stderr}"
-            );
+            assert!(stderr.contains(path.to_str().unwrap()), "names the file: {stderr}");
             assert!(stderr.contains(key), "names the key {key}: {stderr}");
             assert!(stderr.contains(reason), "says {reason}: {stderr}");
         }
@@ -102,10 +68,7 @@ fn bad_configs_exit_64_with_file_key_and_reason() {
     // Nothing bound the port while refusing those configs.
     TcpListener::bind(("127.0.0.1", port)).expect("the port is still free");
 
-    let out = Command::new(BIN)
-        .args(["--config", "/no/such/gateway.toml"])
-        .output()
-        .unwrap();
+    let out = Command::new(BIN).args(["--config", "/no/such/gateway.toml"]).output().unwrap();
     assert_eq!(out.status.code(), Some(64));
     assert!(String::from_utf8_lossy(&out.stderr).contains("/no/such/gateway.toml"));
 }
@@ -133,11 +96,7 @@ fn environment_overrides_the_file() {
 fn http_get(addr: &str, path: &str) -> String {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
-    )
-    .unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
     out
@@ -179,20 +138,13 @@ fn built_in_upstream_and_sigterm_exit_zero() {
             "[server]\nlisten = \"{gw_addr}\"\n[upstreams.a]\nurl = \"http://{up_addr}\"\n[[routes]]\nname='b'\nprefix='/b'\nupstream='a'\nrewrite='/a'\n"
         ),
     );
-    let mut gw = Command::new(BIN)
-        .args(["--config", path.to_str().unwrap()])
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut gw = Command::new(BIN).args(["--config", path.to_str().unwrap()]).stderr(Stdio::null()).spawn().unwrap();
     wait_for(&gw_addr);
     let b = http_get(&gw_addr, "/b");
     assert!(b.starts_with("HTTP/1.1 200") && b.ends_with("ok"), "{b}");
 
     for child in [&mut gw, &mut upstream] {
-        Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status()
-            .unwrap();
+        Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
         let status = loop {
             if let Some(s) = child.try_wait().unwrap() {

@@ -62,12 +62,7 @@ async fn file_get_head_validators_and_conditionals() {
     let etag = parts.headers["etag"].to_str().unwrap().to_owned();
     let last_modified = parts.headers["last-modified"].to_str().unwrap().to_owned();
 
-    let (head, body) = send(
-        Request::head(s.gw.url("/one"))
-            .body(full(Bytes::new()))
-            .unwrap(),
-    )
-    .await;
+    let (head, body) = send(Request::head(s.gw.url("/one")).body(full(Bytes::new())).unwrap()).await;
     assert_eq!(head.status, 200);
     assert_eq!(head.headers["content-length"], "12");
     assert!(body.is_empty());
@@ -101,11 +96,7 @@ async fn ranges_give_206_or_416() {
     assert_eq!(parts.status, StatusCode::RANGE_NOT_SATISFIABLE);
     assert_eq!(parts.headers["content-range"], "bytes */12");
     // A range of a file too large for the cache is streamed from disk.
-    let (parts, body) = get_with(
-        &s.gw.url("/static/big.bin"),
-        &[("range", "bytes=1000-1999")],
-    )
-    .await;
+    let (parts, body) = get_with(&s.gw.url("/static/big.bin"), &[("range", "bytes=1000-1999")]).await;
     assert_eq!(parts.status, StatusCode::PARTIAL_CONTENT);
     assert_eq!(body.len(), 1000);
     let (parts, body) = get(&s.gw.url("/static/big.bin")).await;
@@ -144,10 +135,7 @@ async fn directory_routes_serve_tree_and_index() {
     assert_eq!(&body[..], b"<p>page</p>");
     assert_eq!(parts.headers["content-type"], "text/html; charset=utf-8");
     assert_eq!(&get(&s.gw.url("/static/sub/")).await.1[..], b"<p>index</p>");
-    assert_eq!(
-        &get(&s.gw.url("/static/inside.txt")).await.1[..],
-        b"hello, file\n"
-    );
+    assert_eq!(&get(&s.gw.url("/static/inside.txt")).await.1[..], b"hello, file\n");
     assert_eq!(get(&s.gw.url("/static/missing.txt")).await.0.status, 404);
     assert_eq!(get(&s.gw.url("/static/sp%20ace")).await.0.status, 404);
 }
@@ -155,11 +143,7 @@ async fn directory_routes_serve_tree_and_index() {
 /// Sends a raw request line, so that no client normalises the path first.
 async fn raw_status(addr: std::net::SocketAddr, target: &str) -> (u16, String) {
     let mut s = TcpStream::connect(addr).await.unwrap();
-    s.write_all(
-        format!("GET {target} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").as_bytes(),
-    )
-    .await
-    .unwrap();
+    s.write_all(format!("GET {target} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").as_bytes()).await.unwrap();
     let mut out = Vec::new();
     s.read_to_end(&mut out).await.unwrap();
     let text = String::from_utf8_lossy(&out).into_owned();

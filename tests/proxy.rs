@@ -82,29 +82,14 @@ async fn hop_by_hop_headers_are_stripped_and_forwarding_headers_set() {
         .unwrap();
     let (parts, body) = send(req).await;
     let seen = String::from_utf8(body.to_vec()).unwrap().to_lowercase();
-    for gone in [
-        "x-client-private",
-        "keep-alive:",
-        "\nte:",
-        "proxy-authorization",
-        "connection:",
-    ] {
+    for gone in ["x-client-private", "keep-alive:", "\nte:", "proxy-authorization", "connection:"] {
         assert!(!seen.contains(gone), "upstream saw {gone:?}:\n{seen}");
     }
     assert!(seen.contains("x-end-to-end: kept"), "{seen}");
-    assert!(
-        seen.contains("x-forwarded-for: 203.0.113.9, 127.0.0.1\n"),
-        "{seen}"
-    );
+    assert!(seen.contains("x-forwarded-for: 203.0.113.9, 127.0.0.1\n"), "{seen}");
     assert!(seen.contains("x-forwarded-proto: http\n"), "{seen}");
-    assert!(
-        seen.contains("x-forwarded-host: public.example:8443\n"),
-        "{seen}"
-    );
-    assert!(
-        seen.contains("host: public.example:8443\n"),
-        "host is preserved by default:\n{seen}"
-    );
+    assert!(seen.contains("x-forwarded-host: public.example:8443\n"), "{seen}");
+    assert!(seen.contains("host: public.example:8443\n"), "host is preserved by default:\n{seen}");
     assert!(seen.contains("via: 1.1 gateway\n"), "{seen}");
     // And on the way back.
     assert!(parts.headers.get("x-upstream-private").is_none());
@@ -117,17 +102,11 @@ async fn hop_by_hop_headers_are_stripped_and_forwarding_headers_set() {
 async fn host_upstream_mode_sends_the_upstream_authority() {
     let up = echo_upstream().await;
     let gw = TestGateway::from_toml(&proxy_config(up.addr, "hostup", "host = \"upstream\"")).await;
-    let req = Request::get(gw.url("/hostup"))
-        .header("host", "public.example")
-        .body(full(Bytes::new()))
-        .unwrap();
+    let req = Request::get(gw.url("/hostup")).header("host", "public.example").body(full(Bytes::new())).unwrap();
     let (_, body) = send(req).await;
     let seen = String::from_utf8(body.to_vec()).unwrap();
     assert!(seen.contains(&format!("host: {}\n", up.addr)), "{seen}");
-    assert!(
-        seen.contains("x-forwarded-host: public.example\n"),
-        "{seen}"
-    );
+    assert!(seen.contains("x-forwarded-host: public.example\n"), "{seen}");
 }
 
 const BIG: usize = 32 * 1024 * 1024;
@@ -148,14 +127,10 @@ fn pattern(i: usize) -> u8 {
 async fn large_bodies_stream_both_ways() {
     // The upstream streams the request body back as it arrives.
     let up = TestUpstream::start(|req: Request<hyper::body::Incoming>| async move {
-        Response::new(
-            req.into_body()
-                .map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>)
-                .boxed(),
-        )
+        Response::new(req.into_body().map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>).boxed())
     })
     .await;
-    let gw = TestGateway::from_toml(&proxy_config(up.addr, "stream", "timeout = \"60s\"")).await;
+    let gw = TestGateway::from_toml(&proxy_config(up.addr, "stream", "timeout = \"60s\"\nmax_body = \"64MiB\"")).await;
 
     // A chunked upload produced on the fly: never a whole-body buffer here.
     let chunks = (0..BIG / 65536).map(|c| {
@@ -168,10 +143,7 @@ async fn large_bodies_stream_both_ways() {
         let chunk: Vec<u8> = (c * 65536..(c + 1) * 65536).map(pattern).collect();
         fletcher(&chunk, &mut expected);
     }
-    let resp = client()
-        .request(Request::post(gw.url("/stream")).body(body).unwrap())
-        .await
-        .unwrap();
+    let resp = client().request(Request::post(gw.url("/stream")).body(body).unwrap()).await.unwrap();
     assert_eq!(resp.status(), 200);
     let mut body = resp.into_body();
     let (mut got, mut len) = ((1, 0), 0usize);
@@ -196,20 +168,9 @@ async fn refused_upstream_is_502_and_counted() {
     assert_eq!(parts.status, StatusCode::BAD_GATEWAY);
     assert!(body.starts_with(b"bad gateway"), "{body:?}");
     let m = metrics_text(gw.addr).await;
+    assert_eq!(sample(&m, "gateway_upstream_errors_total", &[("upstream", "refuser"), ("kind", "connect")]), Some(1.0));
     assert_eq!(
-        sample(
-            &m,
-            "gateway_upstream_errors_total",
-            &[("upstream", "refuser"), ("kind", "connect")]
-        ),
-        Some(1.0)
-    );
-    assert_eq!(
-        sample(
-            &m,
-            "http_server_requests_total",
-            &[("route", "refused"), ("method", "GET"), ("status", "502")]
-        ),
+        sample(&m, "http_server_requests_total", &[("route", "refused"), ("method", "GET"), ("status", "502")]),
         Some(1.0)
     );
 }
@@ -234,23 +195,10 @@ async fn hung_upstream_is_504_at_the_route_timeout() {
     let elapsed = started.elapsed();
     assert_eq!(parts.status, StatusCode::GATEWAY_TIMEOUT);
     assert!(body.starts_with(b"gateway timeout"), "{body:?}");
-    assert!(
-        elapsed >= Duration::from_millis(300),
-        "answered before the timeout: {elapsed:?}"
-    );
-    assert!(
-        elapsed < Duration::from_millis(300 + 1500),
-        "took {elapsed:?}"
-    );
+    assert!(elapsed >= Duration::from_millis(300), "answered before the timeout: {elapsed:?}");
+    assert!(elapsed < Duration::from_millis(300 + 1500), "took {elapsed:?}");
     let m = metrics_text(gw.addr).await;
-    assert_eq!(
-        sample(
-            &m,
-            "gateway_upstream_errors_total",
-            &[("upstream", "hung"), ("kind", "timeout")]
-        ),
-        Some(1.0)
-    );
+    assert_eq!(sample(&m, "gateway_upstream_errors_total", &[("upstream", "hung"), ("kind", "timeout")]), Some(1.0));
 }
 
 #[tokio::test]
@@ -261,9 +209,7 @@ async fn garbage_from_upstream_is_502_protocol() {
         while let Ok((mut s, _)) = listener.accept().await {
             let mut buf = [0u8; 1024];
             let _ = s.read(&mut buf).await;
-            let _ = s
-                .write_all(b"SSH-2.0-OpenSSH_9.2\r\nthis is not http\r\n\r\n")
-                .await;
+            let _ = s.write_all(b"SSH-2.0-OpenSSH_9.2\r\nthis is not http\r\n\r\n").await;
         }
     });
     let gw = TestGateway::from_toml(&format!(
@@ -274,11 +220,7 @@ async fn garbage_from_upstream_is_502_protocol() {
     assert_eq!(parts.status, StatusCode::BAD_GATEWAY);
     let m = metrics_text(gw.addr).await;
     assert_eq!(
-        sample(
-            &m,
-            "gateway_upstream_errors_total",
-            &[("upstream", "garbage"), ("kind", "protocol")]
-        ),
+        sample(&m, "gateway_upstream_errors_total", &[("upstream", "garbage"), ("kind", "protocol")]),
         Some(1.0)
     );
 }
@@ -292,18 +234,9 @@ async fn sequential_requests_reuse_one_pooled_connection() {
         assert_eq!(parts.status, 200);
         assert_eq!(&body[..], b"ok");
     }
-    assert!(
-        up.connections() <= 2,
-        "100 requests opened {} upstream connections",
-        up.connections()
-    );
+    assert!(up.connections() <= 2, "100 requests opened {} upstream connections", up.connections());
     let m = metrics_text(gw.addr).await;
-    let opened = sample(
-        &m,
-        "gateway_upstream_connections_opened_total",
-        &[("upstream", "pooled")],
-    )
-    .unwrap();
+    let opened = sample(&m, "gateway_upstream_connections_opened_total", &[("upstream", "pooled")]).unwrap();
     assert_eq!(opened as usize, up.connections());
 }
 
@@ -328,9 +261,7 @@ async fn pool_idle_timeout_closes_idle_connections() {
                             return;
                         }
                         Ok(_) => {
-                            let _ = s
-                                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
-                                .await;
+                            let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await;
                         }
                     }
                 }
@@ -346,11 +277,7 @@ async fn pool_idle_timeout_closes_idle_connections() {
     while closed.load(Ordering::SeqCst) == 0 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(
-        closed.load(Ordering::SeqCst),
-        1,
-        "the idle pooled connection was never closed"
-    );
+    assert_eq!(closed.load(Ordering::SeqCst), 1, "the idle pooled connection was never closed");
     assert_eq!(get(&gw.url("/idle")).await.0.status, 200);
     assert_eq!(accepted.load(Ordering::SeqCst), 2);
 }
@@ -376,9 +303,7 @@ async fn one_shot_upstream() -> (std::net::SocketAddr, Arc<AtomicUsize>) {
                         Ok(n) => head.extend_from_slice(&buf[..n]),
                     }
                 }
-                let _ = s
-                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
-                    .await;
+                let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await;
                 // The next request on this connection gets the door shut.
                 let _ = s.read(&mut buf).await;
                 drop(s);
@@ -397,60 +322,30 @@ async fn stale_pooled_connection_is_retried_once_for_get_only() {
     .await;
     for i in 0..5 {
         let (parts, _) = get(&gw.url("/stale")).await;
-        assert_eq!(
-            parts.status, 200,
-            "GET {i} should have been retried on a fresh connection"
-        );
+        assert_eq!(parts.status, 200, "GET {i} should have been retried on a fresh connection");
     }
     assert!(accepted.load(Ordering::SeqCst) >= 5);
     let m = metrics_text(gw.addr).await;
-    assert!(
-        sample(
-            &m,
-            "gateway_upstream_retries_total",
-            &[("upstream", "stale")]
-        )
-        .unwrap()
-            >= 4.0
-    );
+    assert!(sample(&m, "gateway_upstream_retries_total", &[("upstream", "stale")]).unwrap() >= 4.0);
 
     // A POST with a body is never sent twice: the client sees the failure.
     let mut statuses = Vec::new();
     for _ in 0..2 {
-        let req = Request::post(gw.url("/stale"))
-            .body(full("payload"))
-            .unwrap();
+        let req = Request::post(gw.url("/stale")).body(full("payload")).unwrap();
         statuses.push(send(req).await.0.status.as_u16());
     }
-    assert!(
-        statuses.contains(&502),
-        "a POST on a stale connection must not be retried: {statuses:?}"
-    );
+    assert!(statuses.contains(&502), "a POST on a stale connection must not be retried: {statuses:?}");
 }
 
 #[tokio::test]
 async fn methods_restriction_gives_405_with_allow() {
     let up = TestUpstream::start(|_req| async { Response::new(full("ok")) }).await;
-    let gw = TestGateway::from_toml(&proxy_config(
-        up.addr,
-        "ro",
-        "methods = [\"GET\", \"HEAD\"]",
-    ))
-    .await;
-    let (parts, _) = send(
-        Request::delete(gw.url("/ro"))
-            .body(full(Bytes::new()))
-            .unwrap(),
-    )
-    .await;
+    let gw = TestGateway::from_toml(&proxy_config(up.addr, "ro", "methods = [\"GET\", \"HEAD\"]")).await;
+    let (parts, _) = send(Request::delete(gw.url("/ro")).body(full(Bytes::new())).unwrap()).await;
     assert_eq!(parts.status, StatusCode::METHOD_NOT_ALLOWED);
     assert_eq!(parts.headers["allow"], "GET, HEAD");
     assert_eq!(get(&gw.url("/ro")).await.0.status, 200);
-    assert_eq!(
-        up.connections(),
-        1,
-        "the DELETE must not reach the upstream"
-    );
+    assert_eq!(up.connections(), 1, "the DELETE must not reach the upstream");
 }
 
 #[tokio::test]
@@ -461,9 +356,7 @@ async fn upstream_reset_mid_body_cuts_the_client_response() {
         while let Ok((mut s, _)) = listener.accept().await {
             let mut buf = [0u8; 4096];
             let _ = s.read(&mut buf).await;
-            let _ = s
-                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 100000\r\n\r\n")
-                .await;
+            let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 100000\r\n\r\n").await;
             let _ = s.write_all(&[b'x'; 1000]).await;
             drop(s);
         }
@@ -472,26 +365,9 @@ async fn upstream_reset_mid_body_cuts_the_client_response() {
         "[upstreams.cut]\nurl = \"http://{addr}\"\n[[routes]]\nname = \"cut\"\nprefix = \"/cut\"\nupstream = \"cut\"\n"
     ))
     .await;
-    let resp = client()
-        .request(
-            Request::get(gw.url("/cut"))
-                .body(full(Bytes::new()))
-                .unwrap(),
-        )
-        .await
-        .unwrap();
+    let resp = client().request(Request::get(gw.url("/cut")).body(full(Bytes::new())).unwrap()).await.unwrap();
     assert_eq!(resp.status(), 200);
-    assert!(
-        resp.into_body().collect().await.is_err(),
-        "a cut body must not look complete"
-    );
+    assert!(resp.into_body().collect().await.is_err(), "a cut body must not look complete");
     let m = metrics_text(gw.addr).await;
-    assert_eq!(
-        sample(
-            &m,
-            "gateway_upstream_errors_total",
-            &[("upstream", "cut"), ("kind", "body")]
-        ),
-        Some(1.0)
-    );
+    assert_eq!(sample(&m, "gateway_upstream_errors_total", &[("upstream", "cut"), ("kind", "body")]), Some(1.0));
 }

@@ -49,22 +49,11 @@ async fn metrics_hold_every_series_with_labels_after_traffic() {
     assert_eq!((parts.status.as_u16(), &body[..]), (202, &b"accepted"[..]));
     assert_eq!(get(&gw.url("/doc")).await.0.status, 200);
     assert_eq!(get(&gw.url("/no/such/route/12345")).await.0.status, 404);
-    send(
-        Request::builder()
-            .method("FROB")
-            .uri(gw.url("/fixed"))
-            .body(full(Bytes::new()))
-            .unwrap(),
-    )
-    .await;
+    send(Request::builder().method("FROB").uri(gw.url("/fixed")).body(full(Bytes::new())).unwrap()).await;
 
     let m = metrics_text(gw.addr).await;
     let requests = |route, method, status| {
-        sample(
-            &m,
-            "http_server_requests_total",
-            &[("route", route), ("method", method), ("status", status)],
-        )
+        sample(&m, "http_server_requests_total", &[("route", route), ("method", method), ("status", status)])
     };
     assert_eq!(requests("api", "GET", "200"), Some(3.0));
     assert_eq!(requests("fixed", "GET", "202"), Some(1.0));
@@ -72,64 +61,29 @@ async fn metrics_hold_every_series_with_labels_after_traffic() {
     assert_eq!(requests("unmatched", "GET", "404"), Some(1.0));
     // Unknown methods share one label value, so a client cannot mint series.
     assert_eq!(requests("fixed", "other", "202"), Some(1.0));
-    assert!(
-        !m.contains("/no/such/route"),
-        "raw paths must never become labels"
-    );
+    assert!(!m.contains("/no/such/route"), "raw paths must never become labels");
     assert!(!m.contains("FROB"));
 
     let hist = |name: &str, labels: &[(&str, &str)]| sample(&m, name, labels);
     assert_eq!(
-        hist(
-            "http_server_request_duration_seconds_count",
-            &[("route", "api"), ("method", "GET"), ("status", "200")]
-        ),
+        hist("http_server_request_duration_seconds_count", &[("route", "api"), ("method", "GET"), ("status", "200")]),
         Some(3.0)
     );
     for le in ["0.001", "0.5", "1", "2", "5", "10", "+Inf"] {
         assert!(
-            hist(
-                "http_server_request_duration_seconds_bucket",
-                &[("route", "api"), ("le", le)]
-            )
-            .is_some(),
+            hist("http_server_request_duration_seconds_bucket", &[("route", "api"), ("le", le)]).is_some(),
             "bucket le={le} missing"
         );
     }
     assert_eq!(
-        hist(
-            "gateway_upstream_request_duration_seconds_count",
-            &[("upstream", "svc_api"), ("status", "200")]
-        ),
+        hist("gateway_upstream_request_duration_seconds_count", &[("upstream", "svc_api"), ("status", "200")]),
         Some(3.0)
     );
-    assert_eq!(
-        hist("http_server_active_requests", &[("route", "api")]),
-        Some(0.0)
-    );
-    assert_eq!(
-        hist(
-            "gateway_upstream_errors_total",
-            &[("upstream", "svc_api"), ("kind", "connect")]
-        ),
-        Some(0.0)
-    );
-    assert_eq!(
-        hist(
-            "gateway_upstream_connections_opened_total",
-            &[("upstream", "svc_api")]
-        ),
-        Some(1.0)
-    );
-    assert_eq!(
-        hist("gateway_route_timeout_seconds", &[("route", "api")]),
-        Some(1.5)
-    );
-    for process in [
-        "process_resident_memory_bytes",
-        "process_cpu_seconds_total",
-        "process_open_fds",
-    ] {
+    assert_eq!(hist("http_server_active_requests", &[("route", "api")]), Some(0.0));
+    assert_eq!(hist("gateway_upstream_errors_total", &[("upstream", "svc_api"), ("kind", "connect")]), Some(0.0));
+    assert_eq!(hist("gateway_upstream_connections_opened_total", &[("upstream", "svc_api")]), Some(1.0));
+    assert_eq!(hist("gateway_route_timeout_seconds", &[("route", "api")]), Some(1.5));
+    for process in ["process_resident_memory_bytes", "process_cpu_seconds_total", "process_open_fds"] {
         assert!(hist(process, &[]).is_some(), "{process} missing");
     }
     assert!(hist("process_resident_memory_bytes", &[]).unwrap() > 1e6);
@@ -137,20 +91,11 @@ async fn metrics_hold_every_series_with_labels_after_traffic() {
     // Every sample line parses as `name{labels} value`, and every family has
     // TYPE and HELP metadata, which is what promtool checks.
     for line in m.lines().filter(|l| !l.is_empty() && !l.starts_with('#')) {
-        let (series, value) = line
-            .rsplit_once(' ')
-            .unwrap_or_else(|| panic!("bad line {line:?}"));
+        let (series, value) = line.rsplit_once(' ').unwrap_or_else(|| panic!("bad line {line:?}"));
         assert!(value.parse::<f64>().is_ok(), "bad value in {line:?}");
         let name = series.split('{').next().unwrap();
-        assert!(
-            name.chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':'),
-            "bad name in {line:?}"
-        );
-        let family = name
-            .trim_end_matches("_bucket")
-            .trim_end_matches("_count")
-            .trim_end_matches("_sum");
+        assert!(name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':'), "bad name in {line:?}");
+        let family = name.trim_end_matches("_bucket").trim_end_matches("_count").trim_end_matches("_sum");
         assert!(
             m.contains(&format!("# TYPE {family} ")) || m.contains(&format!("# TYPE {name} ")),
             "no TYPE for {name}"
@@ -169,12 +114,7 @@ async fn health_endpoints_answer() {
     assert_eq!((parts.status.as_u16(), &body[..]), (200, &b"ok\n"[..]));
     assert_eq!(get(&gw.url("/readyz")).await.0.status, 200);
     let (parts, _) = get(&gw.url("/metrics")).await;
-    assert!(
-        parts.headers["content-type"]
-            .to_str()
-            .unwrap()
-            .starts_with("text/plain; version=0.0.4")
-    );
+    assert!(parts.headers["content-type"].to_str().unwrap().starts_with("text/plain; version=0.0.4"));
 }
 
 #[tokio::test]
@@ -204,37 +144,26 @@ async fn graceful_shutdown_lets_in_flight_requests_finish() {
     .await;
     let mut gw = TestGateway::from_toml(&traffic_config(up.addr, "drain")).await;
     let url = gw.url("/api/slow");
-    let in_flight: Vec<_> = (0..20)
-        .map(|_| tokio::spawn(get_owned(url.clone())))
-        .collect();
+    let in_flight: Vec<_> = (0..20).map(|_| tokio::spawn(get_owned(url.clone()))).collect();
     tokio::time::sleep(Duration::from_millis(200)).await;
 
     // A keep-alive connection opened before shutdown sees /readyz turn to 503.
     let mut probe = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
-    probe
-        .write_all(b"GET /readyz HTTP/1.1\r\nhost: x\r\n\r\n")
-        .await
-        .unwrap();
+    probe.write_all(b"GET /readyz HTTP/1.1\r\nhost: x\r\n\r\n").await.unwrap();
     let mut buf = [0u8; 512];
     let n = probe.read(&mut buf).await.unwrap();
     assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
 
     gw.shutdown();
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(
-        tokio::net::TcpStream::connect(gw.addr).await.is_err(),
-        "new connections must be refused while draining"
-    );
+    assert!(tokio::net::TcpStream::connect(gw.addr).await.is_err(), "new connections must be refused while draining");
 
     for r in in_flight {
         let (status, body) = r.await.unwrap();
         assert_eq!(status, 200);
         assert_eq!(&body[..], b"slow but complete");
     }
-    tokio::time::timeout(Duration::from_secs(5), gw.task)
-        .await
-        .expect("drains and returns")
-        .unwrap();
+    tokio::time::timeout(Duration::from_secs(5), gw.task).await.expect("drains and returns").unwrap();
 }
 
 async fn get_owned(url: String) -> (u16, Bytes) {
@@ -245,40 +174,18 @@ async fn get_owned(url: String) -> (u16, Bytes) {
 #[tokio::test]
 async fn http2_prior_knowledge_is_served() {
     let up = TestUpstream::start(|req: Request<hyper::body::Incoming>| async move {
-        let header = |name: &str| {
-            req.headers()
-                .get(name)
-                .map(|h| h.to_str().unwrap().to_owned())
-                .unwrap_or_default()
-        };
-        Response::new(full(format!(
-            "host={} via={}",
-            header("host"),
-            header("via")
-        )))
+        let header = |name: &str| req.headers().get(name).map(|h| h.to_str().unwrap().to_owned()).unwrap_or_default();
+        Response::new(full(format!("host={} via={}", header("host"), header("via"))))
     })
     .await;
     let gw = TestGateway::from_toml(&traffic_config(up.addr, "h2")).await;
     let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
         .http2_only(true)
         .build_http::<TestBody>();
-    let resp = client
-        .request(
-            Request::get(gw.url("/api/h2"))
-                .body(full(Bytes::new()))
-                .unwrap(),
-        )
-        .await
-        .unwrap();
+    let resp = client.request(Request::get(gw.url("/api/h2")).body(full(Bytes::new())).unwrap()).await.unwrap();
     assert_eq!(resp.version(), http::Version::HTTP_2);
     // The response came from the upstream over HTTP/1.1, and Via says so.
     assert_eq!(resp.headers()["via"], "1.1 gateway");
-    let body = http_body_util::BodyExt::collect(resp.into_body())
-        .await
-        .unwrap()
-        .to_bytes();
-    assert_eq!(
-        String::from_utf8_lossy(&body),
-        format!("host={} via=2 gateway", gw.addr)
-    );
+    let body = http_body_util::BodyExt::collect(resp.into_body()).await.unwrap().to_bytes();
+    assert_eq!(String::from_utf8_lossy(&body), format!("host={} via=2 gateway", gw.addr));
 }

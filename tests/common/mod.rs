@@ -32,11 +32,8 @@ pub fn full(b: impl Into<Bytes>) -> TestBody {
 /// Loads `toml` as a config whose relative paths resolve against `base_dir`,
 /// listening on port 0.
 pub fn config(toml: &str, base_dir: &Path) -> Config {
-    let mut c = config::load(&Source::Inline {
-        text: toml.to_owned(),
-        base_dir: base_dir.to_path_buf(),
-    })
-    .unwrap_or_else(|e| panic!("test config is invalid: {e}"));
+    let mut c = config::load(&Source::Inline { text: toml.to_owned(), base_dir: base_dir.to_path_buf() })
+        .unwrap_or_else(|e| panic!("test config is invalid: {e}"));
     c.server.listen = "127.0.0.1:0".parse().unwrap();
     c
 }
@@ -56,11 +53,7 @@ impl TestGateway {
         let task = tokio::spawn(g.serve(async move {
             let _ = stopped.await;
         }));
-        TestGateway {
-            addr,
-            stop: Some(stop),
-            task,
-        }
+        TestGateway { addr, stop: Some(stop), task }
     }
 
     pub async fn from_toml(toml: &str) -> TestGateway {
@@ -108,9 +101,8 @@ impl TestUpstream {
                         let handler = handler.clone();
                         async move { Ok::<_, Infallible>(handler(req).await) }
                     });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), svc)
-                        .await;
+                    let _ =
+                        hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
                 });
             }
         });
@@ -129,10 +121,7 @@ pub fn client() -> Client<HttpConnector, TestBody> {
 
 /// Sends a request and collects the whole response.
 pub async fn send(req: Request<TestBody>) -> (http::response::Parts, Bytes) {
-    let resp = client()
-        .request(req)
-        .await
-        .expect("request reaches the gateway");
+    let resp = client().request(req).await.expect("request reaches the gateway");
     let (parts, body) = resp.into_parts();
     let bytes = body.collect().await.expect("whole body").to_bytes();
     (parts, bytes)
@@ -151,19 +140,15 @@ pub async fn metrics_text(addr: SocketAddr) -> String {
 /// The value of the sample `name{labels}` whose labels include every pair in
 /// `labels`, from Prometheus text.
 pub fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .find_map(|line| {
-            let (series, value) = line.rsplit_once(' ')?;
-            let (n, rest) = series.split_once('{').unwrap_or((series, ""));
-            if n != name {
-                return None;
-            }
-            let all = labels
-                .iter()
-                .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")));
-            all.then(|| value.parse().ok()).flatten()
-        })
+    text.lines().filter(|l| !l.starts_with('#')).find_map(|line| {
+        let (series, value) = line.rsplit_once(' ')?;
+        let (n, rest) = series.split_once('{').unwrap_or((series, ""));
+        if n != name {
+            return None;
+        }
+        let all = labels.iter().all(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")));
+        all.then(|| value.parse().ok()).flatten()
+    })
 }
 
 /// A free port with nothing listening on it.

@@ -1,0 +1,183 @@
+//! Request screening and per-route load shedding.
+//!
+//! [`screen`] is a pure function over a request head: it refuses what a
+//! gateway must never forward (ambiguous framing, targets that would let a
+//! client pick another host, malformed encoding) and what passes a
+//! configured limit, before any byte goes upstream. Malformed request lines,
+//! header names, duplicate or obfuscated `Content-Length`/`Transfer-Encoding`
+//! and oversized heads never get this far: hyper refuses them with 400, 414
+//! or 431 and closes the connection.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use http::header::{self, HeaderMap};
+use http::{Method, Uri, Version};
+
+use crate::error::GatewayError;
+
+/// Whether every `%` in `s` starts a two-hex-digit escape.
+pub fn valid_percent_encoding(s: &str) -> bool {
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            if i + 2 >= b.len() || !b[i + 1].is_ascii_hexdigit() || !b[i + 2].is_ascii_hexdigit() {
+                return false;
+            }
+            i += 3;
+        } else {
+            i += 1;
+        }
+    }
+    true
+}
+
+/// The limits [`screen`] applies.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_uri_length: u64,
+    pub max_body: u64,
+}
+
+/// Checks a request head before it is routed to a target.
+pub fn screen(
+    method: &Method,
+    uri: &Uri,
+    version: Version,
+    headers: &HeaderMap,
+    limits: Limits,
+) -> Result<(), GatewayError> {
+    let target_len = uri.path_and_query().map_or(0, |pq| pq.as_str().len()) as u64;
+    if target_len > limits.max_uri_length {
+        return Err(GatewayError::UriTooLong { limit: limits.max_uri_length });
+    }
+    if method == Method::CONNECT {
+        return Err(GatewayError::BadRequest("CONNECT is not supported"));
+    }
+    if version <= Version::HTTP_11 {
+        // HTTP/2 carries scheme and authority in every request; in HTTP/1 an
+        // absolute-form target would let the client name another host.
+        if uri.scheme().is_some() || uri.authority().is_some() {
+            return Err(GatewayError::BadRequest("absolute-form request target"));
+        }
+        // RFC 9112 §3.2: a request without exactly one Host is refused with
+        // 400. HTTP/1.0 allows it, but a gateway routing on Host does not.
+        let mut hosts = headers.get_all(header::HOST).iter();
+        match (hosts.next(), hosts.next()) {
+            (Some(_), None) => {}
+            (None, _) => return Err(GatewayError::BadRequest("missing Host header")),
+            (Some(_), Some(_)) => return Err(GatewayError::BadRequest("more than one Host header")),
+        }
+    }
+    // RFC 9112 §6.1: both framings at once is a smuggling shape; refuse and
+    // close rather than pick one.
+    if headers.contains_key(header::TRANSFER_ENCODING) && headers.contains_key(header::CONTENT_LENGTH) {
+        return Err(GatewayError::BadRequest("both Content-Length and Transfer-Encoding"));
+    }
+    if !valid_percent_encoding(uri.path()) || !uri.query().is_none_or(valid_percent_encoding) {
+        return Err(GatewayError::BadRequest("malformed percent-encoding"));
+    }
+    let declared =
+        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limits.max_body) {
+        return Err(GatewayError::BodyTooLarge { limit: limits.max_body });
+    }
+    Ok(())
+}
+
+/// A route's `max_concurrent`: requests past it are shed at once.
+#[derive(Debug)]
+pub struct ConcurrencyLimit {
+    limit: usize,
+    current: AtomicUsize,
+}
+
+impl ConcurrencyLimit {
+    pub fn new(limit: usize) -> Self {
+        ConcurrencyLimit { limit, current: AtomicUsize::new(0) }
+    }
+
+    /// A slot, or `Overloaded` when all are taken.
+    pub fn try_acquire(&self) -> Result<Slot<'_>, GatewayError> {
+        let taken = self.current.fetch_add(1, Ordering::AcqRel);
+        let slot = Slot(&self.current);
+        if taken >= self.limit {
+            return Err(GatewayError::Overloaded { limit: self.limit });
+        }
+        Ok(slot)
+    }
+}
+
+/// Frees its slot on drop.
+#[derive(Debug)]
+pub struct Slot<'a>(&'a AtomicUsize);
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(method: &str, target: &str, version: Version, headers: &[(&str, &str)]) -> Result<(), u16> {
+        let mut h = HeaderMap::new();
+        for (k, v) in headers {
+            h.append(http::HeaderName::from_bytes(k.as_bytes()).unwrap(), v.parse().unwrap());
+        }
+        let limits = Limits { max_uri_length: 64, max_body: 100 };
+        screen(&Method::from_bytes(method.as_bytes()).unwrap(), &target.parse().unwrap(), version, &h, limits)
+            .map_err(|e| e.status().as_u16())
+    }
+
+    #[test]
+    fn screen_table() {
+        const HTTP_10: Version = Version::HTTP_10;
+        const HTTP_11: Version = Version::HTTP_11;
+        const HTTP_2: Version = Version::HTTP_2;
+        let host = [("host", "x")];
+        type Case<'a> = (&'a str, &'a str, Version, Vec<(&'a str, &'a str)>, Result<(), u16>);
+        let long_ok = format!("/{}", "a".repeat(63));
+        let long_bad = format!("/{}", "a".repeat(64));
+        let cases: Vec<Case> = vec![
+            ("GET", "/a?b=c", HTTP_11, host.to_vec(), Ok(())),
+            ("GET", "/a%20b", HTTP_11, host.to_vec(), Ok(())),
+            ("GET", "/a", HTTP_10, host.to_vec(), Ok(())),
+            ("GET", "/a", HTTP_11, vec![], Err(400)),
+            ("GET", "/a", HTTP_10, vec![], Err(400)),
+            ("GET", "/a", HTTP_11, vec![("host", "x"), ("host", "y")], Err(400)),
+            ("GET", "http://evil.example/a", HTTP_11, host.to_vec(), Err(400)),
+            ("GET", "http://x/a", HTTP_2, vec![], Ok(())),
+            ("CONNECT", "evil.example:443", HTTP_11, host.to_vec(), Err(400)),
+            ("GET", "/a%zz", HTTP_11, host.to_vec(), Err(400)),
+            ("GET", "/a?q=%G1", HTTP_11, host.to_vec(), Err(400)),
+            ("GET", "/a%2", HTTP_11, host.to_vec(), Err(400)),
+            (
+                "POST",
+                "/a",
+                HTTP_11,
+                vec![("host", "x"), ("content-length", "5"), ("transfer-encoding", "chunked")],
+                Err(400),
+            ),
+            ("POST", "/a", HTTP_11, vec![("host", "x"), ("content-length", "100")], Ok(())),
+            ("POST", "/a", HTTP_11, vec![("host", "x"), ("content-length", "101")], Err(413)),
+            ("GET", &long_ok, HTTP_11, host.to_vec(), Ok(())),
+            ("GET", &long_bad, HTTP_11, host.to_vec(), Err(414)),
+        ];
+        for (method, target, version, headers, want) in cases {
+            assert_eq!(check(method, target, version, &headers), want, "{method} {target} {version:?} {headers:?}");
+        }
+    }
+
+    #[test]
+    fn concurrency_limit_sheds_past_the_limit_and_frees_slots() {
+        let limit = ConcurrencyLimit::new(2);
+        let a = limit.try_acquire().unwrap();
+        let _b = limit.try_acquire().unwrap();
+        assert!(matches!(limit.try_acquire(), Err(GatewayError::Overloaded { limit: 2 })));
+        drop(a);
+        assert!(limit.try_acquire().is_ok());
+    }
+}

@@ -144,7 +144,7 @@ async fn graceful_shutdown_lets_in_flight_requests_finish() {
     .await;
     let mut gw = TestGateway::from_toml(&traffic_config(up.addr, "drain")).await;
     let url = gw.url("/api/slow");
-    let in_flight: Vec<_> = (0..20).map(|_| tokio::spawn(get_owned(url.clone()))).collect();
+    let in_flight: Vec<_> = (0..200).map(|_| tokio::spawn(get_owned(url.clone()))).collect();
     tokio::time::sleep(Duration::from_millis(200)).await;
 
     // A keep-alive connection opened before shutdown sees /readyz turn to 503.

@@ -66,21 +66,23 @@ fn via_value(version: Version) -> &'static str {
 
 /// Appends this hop to `Via`, keeping earlier hops.
 pub fn append_via(headers: &mut HeaderMap, version: Version) {
-    append_list(headers, header::VIA, via_value(version));
+    append_list(headers, header::VIA, HeaderValue::from_static(via_value(version)));
 }
 
 /// Appends `item` to a comma-separated list header, merging existing values
 /// into one line.
-fn append_list(headers: &mut HeaderMap, name: HeaderName, item: &str) {
-    let mut joined = String::new();
-    for v in headers.get_all(&name) {
-        if let Ok(s) = v.to_str() {
-            joined.push_str(s);
-            joined.push_str(", ");
-        }
+fn append_list(headers: &mut HeaderMap, name: HeaderName, item: HeaderValue) {
+    if !headers.contains_key(&name) {
+        headers.insert(name, item);
+        return;
     }
-    joined.push_str(item);
-    if let Ok(v) = HeaderValue::from_str(&joined) {
+    let mut joined = Vec::new();
+    for v in headers.get_all(&name) {
+        joined.extend_from_slice(v.as_bytes());
+        joined.extend_from_slice(b", ");
+    }
+    joined.extend_from_slice(item.as_bytes());
+    if let Ok(v) = HeaderValue::from_bytes(&joined) {
         headers.insert(name, v);
     }
 }
@@ -93,7 +95,9 @@ pub fn add_forwarding(
     original_host: Option<&HeaderValue>,
     version: Version,
 ) {
-    append_list(headers, X_FORWARDED_FOR, &client_ip.to_string());
+    let ip = HeaderValue::from_maybe_shared(bytes::Bytes::from(client_ip.to_string()))
+        .expect("an IP address is a valid header");
+    append_list(headers, X_FORWARDED_FOR, ip);
     headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
     match original_host {
         Some(host) => {

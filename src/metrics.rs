@@ -164,15 +164,16 @@ impl RouteMetrics {
     /// Counts a finished request and records its duration.
     pub fn record(&self, method: &Method, status: u16, elapsed: Duration) {
         let key = (method_label(method), status);
-        let cached = self.by_method_status.read().expect("metrics lock").get(&key).cloned();
-        let (count, duration) = cached.unwrap_or_else(|| {
-            let labels = [("route", self.name.clone()), ("method", key.0.to_owned()), ("status", status.to_string())];
-            let handles = (counter!(REQUESTS_TOTAL, &labels), histogram!(REQUEST_DURATION, &labels));
-            self.by_method_status.write().expect("metrics lock").insert(key, handles.clone());
-            handles
-        });
+        if let Some((count, duration)) = self.by_method_status.read().expect("metrics lock").get(&key) {
+            count.increment(1);
+            duration.record(elapsed.as_secs_f64());
+            return;
+        }
+        let labels = [("route", self.name.clone()), ("method", key.0.to_owned()), ("status", status.to_string())];
+        let (count, duration) = (counter!(REQUESTS_TOTAL, &labels), histogram!(REQUEST_DURATION, &labels));
         count.increment(1);
         duration.record(elapsed.as_secs_f64());
+        self.by_method_status.write().expect("metrics lock").insert(key, (count, duration));
     }
 }
 
@@ -218,13 +219,13 @@ impl UpstreamMetrics {
 
     /// Records the time to an upstream response head with its status.
     pub fn record(&self, status: u16, elapsed: Duration) {
-        let cached = self.by_status.read().expect("metrics lock").get(&status).cloned();
-        let h = cached.unwrap_or_else(|| {
-            let h = histogram!(UPSTREAM_DURATION, "upstream" => self.name.clone(), "status" => status.to_string());
-            self.by_status.write().expect("metrics lock").insert(status, h.clone());
-            h
-        });
+        if let Some(h) = self.by_status.read().expect("metrics lock").get(&status) {
+            h.record(elapsed.as_secs_f64());
+            return;
+        }
+        let h = histogram!(UPSTREAM_DURATION, "upstream" => self.name.clone(), "status" => status.to_string());
         h.record(elapsed.as_secs_f64());
+        self.by_status.write().expect("metrics lock").insert(status, h);
     }
 }
 

@@ -34,6 +34,9 @@ pub struct Upstream {
     pub config: UpstreamConfig,
     pub metrics: UpstreamMetrics,
     client: Client<CountingConnector, OutgoingBody>,
+    /// Keeps no idle connections, so a retry always gets a new one rather
+    /// than another pooled connection that may be just as stale.
+    fresh: Client<CountingConnector, OutgoingBody>,
     retries: Counter,
 }
 
@@ -49,9 +52,10 @@ impl Upstream {
             .pool_timer(TokioTimer::new())
             .pool_idle_timeout(config.pool_idle_timeout)
             .pool_max_idle_per_host(config.pool_max_idle_per_host)
-            .build(connector);
+            .build(connector.clone());
+        let fresh = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(0).build(connector);
         let retries = metrics::counter!(crate::metrics::UPSTREAM_RETRIES, "upstream" => config.name.clone());
-        Upstream { config, metrics, client, retries }
+        Upstream { config, metrics, client, fresh, retries }
     }
 
     /// Forwards `req` (matched by a route with `prefix` and body limit
@@ -111,7 +115,7 @@ impl Upstream {
                 Err(e) if retry.is_some() && is_stale_connection(&e) => {
                     self.retries.increment(1);
                     tracing::debug!(upstream = %self.config.name, error = %error_chain(&e), "retrying on a fresh connection");
-                    self.client.request(retry.expect("checked")).await
+                    self.fresh.request(retry.expect("checked")).await
                 }
                 other => other,
             }

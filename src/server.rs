@@ -330,6 +330,7 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, shutdown: impl Future<O
             _ = &mut shutdown => break,
         };
         let _ = stream.set_nodelay(true);
+        let (stream, unanswered) = WatchedStream::new(stream);
         let app = app.clone();
         let service = service_fn(move |req| {
             let app = app.clone();
@@ -341,8 +342,13 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, shutdown: impl Future<O
             let _permit = permit;
             let _open = metrics::connection_opened();
             if let Err(e) = conn.await {
-                if let Some(reason) = connection_error_reason(&*e) {
-                    metrics::rejected("", reason);
+                match connection_error_reason(&*e) {
+                    // hyper's header-read timer also runs while a keep-alive
+                    // connection waits for its next request; closing an idle
+                    // one is housekeeping, not a rejection.
+                    Some("header_timeout") if !unanswered.load(Ordering::Relaxed) => {}
+                    Some(reason) => metrics::rejected("", reason),
+                    None => {}
                 }
                 tracing::debug!(client = %peer, error = %e, "connection ended with an error");
             }
@@ -375,5 +381,84 @@ pub async fn serve_admin(listener: TcpListener, app: Arc<App>, shutdown: impl Fu
         });
         let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
         tokio::spawn(conn);
+    }
+}
+
+/// A client connection that remembers whether the client has sent bytes the
+/// gateway has not answered yet. That tells the two cases of hyper's
+/// header-read timeout apart: a trickled request head (slowloris, counted) and
+/// a keep-alive connection that stayed idle (closed quietly).
+struct WatchedStream {
+    inner: tokio::net::TcpStream,
+    unanswered: Arc<AtomicBool>,
+}
+
+impl WatchedStream {
+    fn new(inner: tokio::net::TcpStream) -> (Self, Arc<AtomicBool>) {
+        let unanswered = Arc::new(AtomicBool::new(false));
+        (WatchedStream { inner, unanswered: unanswered.clone() }, unanswered)
+    }
+}
+
+impl tokio::io::AsyncRead for WatchedStream {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let poll = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.unanswered.store(true, Ordering::Relaxed);
+        }
+        poll
+    }
+}
+
+impl tokio::io::AsyncWrite for WatchedStream {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let poll = std::pin::Pin::new(&mut self.inner).poll_write(cx, buf);
+        if let std::task::Poll::Ready(Ok(n)) = poll
+            && n > 0
+        {
+            self.unanswered.store(false, Ordering::Relaxed);
+        }
+        poll
+    }
+
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let poll = std::pin::Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        if let std::task::Poll::Ready(Ok(n)) = poll
+            && n > 0
+        {
+            self.unanswered.store(false, Ordering::Relaxed);
+        }
+        poll
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }

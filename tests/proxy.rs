@@ -320,6 +320,12 @@ async fn stale_pooled_connection_is_retried_once_for_get_only() {
         "[upstreams.stale]\nurl = \"http://{addr}\"\n[[routes]]\nname = \"stale\"\nprefix = \"/stale\"\nupstream = \"stale\"\n"
     ))
     .await;
+    // Fill the pool with several connections, each of which will shut on its
+    // next request: a retry that went back to the pool would hit another.
+    let warm: Vec<_> = (0..6).map(|_| tokio::spawn(get_status(gw.url("/stale")))).collect();
+    for w in warm {
+        assert_eq!(w.await.unwrap(), 200);
+    }
     for i in 0..5 {
         let (parts, _) = get(&gw.url("/stale")).await;
         assert_eq!(parts.status, 200, "GET {i} should have been retried on a fresh connection");
@@ -335,6 +341,10 @@ async fn stale_pooled_connection_is_retried_once_for_get_only() {
         statuses.push(send(req).await.0.status.as_u16());
     }
     assert!(statuses.contains(&502), "a POST on a stale connection must not be retried: {statuses:?}");
+}
+
+async fn get_status(url: String) -> u16 {
+    get(&url).await.0.status.as_u16()
 }
 
 #[tokio::test]

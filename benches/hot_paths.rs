@@ -66,10 +66,10 @@ fn request_headers() -> HeaderMap {
 fn request_header_rules(bencher: Bencher) {
     let template = request_headers();
     let host = HeaderValue::from_static("app.example:8080");
-    let client = IpAddr::V4(Ipv4Addr::new(10, 1, 2, 3));
+    let client = gateway::headers::forwarded_for(IpAddr::V4(Ipv4Addr::new(10, 1, 2, 3)));
     bencher.with_inputs(|| template.clone()).bench_local_values(|mut h| {
         strip_hop_by_hop(&mut h);
-        add_forwarding(&mut h, client, Some(&host), Version::HTTP_11);
+        add_forwarding(&mut h, &client, Some(&host), Version::HTTP_11);
         h
     });
 }

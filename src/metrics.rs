@@ -138,7 +138,7 @@ type MethodStatus = (&'static str, u16);
 pub struct RouteMetrics {
     name: String,
     active: Gauge,
-    by_method_status: RwLock<HashMap<MethodStatus, (Counter, Histogram)>>,
+    by_method_status: HandleCache<MethodStatus, (Counter, Histogram)>,
 }
 
 impl RouteMetrics {
@@ -146,7 +146,7 @@ impl RouteMetrics {
         RouteMetrics {
             name: name.to_owned(),
             active: gauge!(ACTIVE_REQUESTS, "route" => name.to_owned()),
-            by_method_status: RwLock::new(HashMap::new()),
+            by_method_status: HandleCache::default(),
         }
     }
 
@@ -164,16 +164,44 @@ impl RouteMetrics {
     /// Counts a finished request and records its duration.
     pub fn record(&self, method: &Method, status: u16, elapsed: Duration) {
         let key = (method_label(method), status);
-        if let Some((count, duration)) = self.by_method_status.read().expect("metrics lock").get(&key) {
-            count.increment(1);
-            duration.record(elapsed.as_secs_f64());
-            return;
+        self.by_method_status.with(
+            key,
+            || {
+                let labels =
+                    [("route", self.name.clone()), ("method", key.0.to_owned()), ("status", status.to_string())];
+                (counter!(REQUESTS_TOTAL, &labels), histogram!(REQUEST_DURATION, &labels))
+            },
+            |(count, duration)| {
+                count.increment(1);
+                duration.record(elapsed.as_secs_f64());
+            },
+        );
+    }
+}
+
+/// Metric handles keyed by a few label values, registered on first use.
+/// A handful of entries per route, so a linear scan under a read lock beats
+/// hashing.
+struct HandleCache<K, V>(RwLock<Vec<(K, V)>>);
+
+impl<K, V> Default for HandleCache<K, V> {
+    fn default() -> Self {
+        HandleCache(RwLock::new(Vec::new()))
+    }
+}
+
+impl<K: PartialEq + Copy, V> HandleCache<K, V> {
+    fn with(&self, key: K, make: impl FnOnce() -> V, apply: impl FnOnce(&V)) {
+        if let Some((_, v)) = self.0.read().expect("metrics lock").iter().find(|(k, _)| *k == key) {
+            return apply(v);
         }
-        let labels = [("route", self.name.clone()), ("method", key.0.to_owned()), ("status", status.to_string())];
-        let (count, duration) = (counter!(REQUESTS_TOTAL, &labels), histogram!(REQUEST_DURATION, &labels));
-        count.increment(1);
-        duration.record(elapsed.as_secs_f64());
-        self.by_method_status.write().expect("metrics lock").insert(key, (count, duration));
+        let mut entries = self.0.write().expect("metrics lock");
+        if let Some((_, v)) = entries.iter().find(|(k, _)| *k == key) {
+            return apply(v);
+        }
+        let v = make();
+        apply(&v);
+        entries.push((key, v));
     }
 }
 
@@ -191,21 +219,27 @@ pub struct UpstreamMetrics {
     name: String,
     /// `gateway_upstream_connections_opened_total`.
     pub connections_opened: Counter,
+    /// `gateway_upstream_errors_total{kind="body"}`, used on every response.
+    pub body_failed: Counter,
+    /// `gateway_upstream_errors_total{kind="body_timeout"}`, likewise.
+    pub body_stalled: Counter,
     errors: HashMap<&'static str, Counter>,
-    by_status: RwLock<HashMap<u16, Histogram>>,
+    by_status: HandleCache<u16, Histogram>,
 }
 
 impl UpstreamMetrics {
     pub fn new(name: &str) -> Self {
-        let errors = UPSTREAM_ERROR_KINDS
+        let errors: HashMap<&'static str, Counter> = UPSTREAM_ERROR_KINDS
             .iter()
             .map(|kind| (*kind, counter!(UPSTREAM_ERRORS, "upstream" => name.to_owned(), "kind" => *kind)))
             .collect();
         UpstreamMetrics {
             name: name.to_owned(),
             connections_opened: counter!(UPSTREAM_CONNECTIONS_OPENED, "upstream" => name.to_owned()),
+            body_failed: errors["body"].clone(),
+            body_stalled: errors["body_timeout"].clone(),
             errors,
-            by_status: RwLock::new(HashMap::new()),
+            by_status: HandleCache::default(),
         }
     }
 
@@ -219,13 +253,11 @@ impl UpstreamMetrics {
 
     /// Records the time to an upstream response head with its status.
     pub fn record(&self, status: u16, elapsed: Duration) {
-        if let Some(h) = self.by_status.read().expect("metrics lock").get(&status) {
-            h.record(elapsed.as_secs_f64());
-            return;
-        }
-        let h = histogram!(UPSTREAM_DURATION, "upstream" => self.name.clone(), "status" => status.to_string());
-        h.record(elapsed.as_secs_f64());
-        self.by_status.write().expect("metrics lock").insert(status, h);
+        self.by_status.with(
+            status,
+            || histogram!(UPSTREAM_DURATION, "upstream" => self.name.clone(), "status" => status.to_string()),
+            |h| h.record(elapsed.as_secs_f64()),
+        );
     }
 }
 

@@ -2,7 +2,6 @@
 //! rules, the route timeout, error classification and the one retry.
 
 use std::future::Future;
-use std::net::SocketAddr;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -67,7 +66,7 @@ impl Upstream {
         prefix: &str,
         max_body: u64,
         req: Request<Incoming>,
-        client_addr: SocketAddr,
+        client_ip: &HeaderValue,
         deadline: Instant,
     ) -> Result<Response<Body>, GatewayError> {
         let (mut parts, body) = req.into_parts();
@@ -84,7 +83,7 @@ impl Upstream {
             .cloned()
             .or_else(|| parts.uri.authority().and_then(|a| HeaderValue::from_str(a.as_str()).ok()));
         headers::strip_hop_by_hop(&mut parts.headers);
-        headers::add_forwarding(&mut parts.headers, client_addr.ip(), original_host.as_ref(), parts.version);
+        headers::add_forwarding(&mut parts.headers, client_ip, original_host.as_ref(), parts.version);
         let host = match (target.host, original_host) {
             (HostMode::Preserve, Some(h)) => h,
             _ => HeaderValue::from_str(self.config.authority.as_str()).expect("authority is a valid header"),
@@ -137,8 +136,8 @@ impl Upstream {
         let body = UpstreamBody::new(
             body,
             target.body_timeout,
-            self.metrics.errors("body"),
-            self.metrics.errors("body_timeout"),
+            self.metrics.body_failed.clone(),
+            self.metrics.body_stalled.clone(),
         );
         Ok(Response::from_parts(parts, Body::Upstream(body)))
     }

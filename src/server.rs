@@ -28,6 +28,19 @@ use crate::metrics::{self, Exporter, RouteMetrics};
 use crate::proxy::Upstream;
 use crate::router::{Router, strip_prefix};
 
+/// Who is on the other end of a client connection.
+pub struct Peer {
+    pub addr: SocketAddr,
+    /// `addr`'s IP as an `X-Forwarded-For` item, formatted once per connection.
+    pub forwarded_for: HeaderValue,
+}
+
+impl Peer {
+    pub fn new(addr: SocketAddr) -> Self {
+        Peer { addr, forwarded_for: crate::headers::forwarded_for(addr.ip()) }
+    }
+}
+
 /// A route with its runtime state.
 struct Route {
     config: RouteConfig,
@@ -121,7 +134,7 @@ impl App {
     /// The data path: built-ins, route match, screening, method check,
     /// load shedding, proxy / file / fixed response, then the one place where
     /// the outcome becomes a status, a metric and a log line.
-    pub async fn handle(&self, req: Request<Incoming>, client: SocketAddr) -> Response<Body> {
+    pub async fn handle(&self, req: Request<Incoming>, peer: &Peer) -> Response<Body> {
         let start = Instant::now();
         if self.builtins_on_main
             && let Some(resp) = self.builtin(req.uri().path())
@@ -138,7 +151,7 @@ impl App {
             _ => None,
         });
         let result = match route {
-            Some(route) => self.dispatch(route, req, client, start).await,
+            Some(route) => self.dispatch(route, req, peer, start).await,
             None => self.screen(&req, self.config.server.max_body).and(Err(GatewayError::NoRoute)),
         };
         self.finish(route_metrics, upstream, &method, path, start, result)
@@ -149,7 +162,7 @@ impl App {
         &self,
         route: &Route,
         req: Request<Incoming>,
-        client: SocketAddr,
+        peer: &Peer,
         start: Instant,
     ) -> Result<Response<Body>, GatewayError> {
         self.screen(&req, route.config.max_body)?;
@@ -161,7 +174,7 @@ impl App {
         match &route.config.target {
             Target::Proxy(p) => {
                 let upstream = &self.upstreams[p.upstream];
-                upstream.forward(p, prefix, route.config.max_body, req, client, start + p.timeout).await
+                upstream.forward(p, prefix, route.config.max_body, req, &peer.forwarded_for, start + p.timeout).await
             }
             Target::File(file) => match strip_prefix(req.uri().path(), prefix) {
                 "" | "/" => self.files.serve_file(file, req.method(), req.headers()).await,
@@ -332,9 +345,10 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, shutdown: impl Future<O
         let _ = stream.set_nodelay(true);
         let (stream, unanswered) = WatchedStream::new(stream);
         let app = app.clone();
+        let client = Arc::new(Peer::new(peer));
         let service = service_fn(move |req| {
-            let app = app.clone();
-            async move { Ok::<_, Infallible>(app.handle(req, peer).await) }
+            let (app, client) = (app.clone(), client.clone());
+            async move { Ok::<_, Infallible>(app.handle(req, &client).await) }
         });
         let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
         let conn = graceful.watch(conn);

@@ -16,6 +16,8 @@ use tokio::io::Take;
 use tokio::time::{Instant, Sleep};
 use tokio_util::io::ReaderStream;
 
+use crate::pool::Conn;
+
 /// Errors a body can end with.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -119,9 +121,11 @@ pub struct BodyTooLarge(pub u64);
 #[error("client body: {0}")]
 pub struct ClientBodyFailed(pub hyper::Error);
 
-/// An upstream response body on its way to the client.
+/// An upstream response body on its way to the client. Its connection goes
+/// back to the pool once the body is complete, and is closed otherwise.
 pub struct UpstreamBody {
     inner: Incoming,
+    conn: Option<Conn>,
     idle: IdleTimer,
     /// `gateway_upstream_errors_total{kind="body"}`.
     failed: Counter,
@@ -130,22 +134,42 @@ pub struct UpstreamBody {
 }
 
 impl UpstreamBody {
-    pub fn new(inner: Incoming, idle_timeout: Duration, failed: Counter, stalled: Counter) -> Self {
-        UpstreamBody { inner, idle: IdleTimer::new(idle_timeout), failed, stalled }
+    pub fn new(inner: Incoming, conn: Conn, idle_timeout: Duration, failed: Counter, stalled: Counter) -> Self {
+        let mut body = UpstreamBody { inner, conn: Some(conn), idle: IdleTimer::new(idle_timeout), failed, stalled };
+        body.release_if_done();
+        body
+    }
+
+    /// Returns the connection to the pool once the whole body has arrived.
+    fn release_if_done(&mut self) {
+        if http_body::Body::is_end_stream(&self.inner)
+            && let Some(conn) = self.conn.take()
+        {
+            conn.release();
+        }
     }
 
     fn poll_frame(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match http_body::Body::poll_frame(Pin::new(&mut self.inner), cx) {
             Poll::Ready(Some(Err(e))) => {
+                self.conn = None;
                 self.failed.increment(1);
                 tracing::warn!(error = %e, "upstream body failed mid-transfer; cutting the response");
                 Poll::Ready(Some(Err(e.into())))
             }
             Poll::Ready(other) => {
                 self.idle.progress();
+                if other.is_none() {
+                    if let Some(conn) = self.conn.take() {
+                        conn.release();
+                    }
+                } else {
+                    self.release_if_done();
+                }
                 Poll::Ready(other.map(|r| r.map_err(Into::into)))
             }
             Poll::Pending if self.idle.expired(cx) => {
+                self.conn = None;
                 self.stalled.increment(1);
                 let e = BodyIdle(self.idle.after);
                 tracing::warn!(error = %e, "upstream body stalled; cutting the response");
@@ -153,6 +177,14 @@ impl UpstreamBody {
             }
             Poll::Pending => Poll::Pending,
         }
+    }
+}
+
+impl Drop for UpstreamBody {
+    /// A body dropped after its last byte (hyper stops polling a body that
+    /// says it has ended) still frees its connection for reuse.
+    fn drop(&mut self) {
+        self.release_if_done();
     }
 }
 

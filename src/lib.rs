@@ -15,6 +15,7 @@ pub mod files;
 pub mod headers;
 pub mod limits;
 pub mod metrics;
+pub mod pool;
 pub mod proxy;
 pub mod router;
 pub mod server;

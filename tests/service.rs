@@ -160,7 +160,7 @@ async fn graceful_shutdown_lets_in_flight_requests_finish() {
 
     for r in in_flight {
         let (status, body) = r.await.unwrap();
-        assert_eq!(status, 200);
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
         assert_eq!(&body[..], b"slow but complete");
     }
     tokio::time::timeout(Duration::from_secs(5), gw.task).await.expect("drains and returns").unwrap();

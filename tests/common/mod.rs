@@ -47,6 +47,11 @@ pub struct TestGateway {
 
 impl TestGateway {
     pub async fn start(config: Config) -> TestGateway {
+        // RUST_LOG=gateway=debug shows the gateway's log in failing tests.
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
         let g = gateway::Gateway::bind(config).await.expect("bind gateway");
         let addr = g.local_addr();
         let (stop, stopped) = oneshot::channel::<()>();
@@ -85,7 +90,9 @@ impl TestUpstream {
         F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
         Fut: Future<Output = Response<TestBody>> + Send + 'static,
     {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        // A deep backlog, as a real server has: std's 128 drops SYNs when a
+        // test opens hundreds of connections at once.
+        let listener = gateway::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let connections = Arc::new(AtomicUsize::new(0));
         let count = connections.clone();

@@ -1,0 +1,3 @@
+module benchpeers
+
+go 1.19

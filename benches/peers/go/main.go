@@ -1,0 +1,75 @@
+// Command benchpeers holds the Go peers of benches/compare, one subcommand
+// each, with the standard library only:
+//
+//	benchpeers service-a     -listen ADDR -delay 1s   GET /a waits, then "ok"; GET /hello at once
+//	benchpeers client        -listen ADDR -upstream URL   GET /b through http.Get (seed 000's service B)
+//	benchpeers reverse-proxy -listen ADDR -upstream URL -pool N   GET /b through httputil.ReverseProxy
+//	benchpeers file          -listen ADDR -file PATH   GET /file with http.ServeFile (seed 001)
+//	benchpeers hello         -listen ADDR   GET /hello (seed 002; run it with GOMAXPROCS=1)
+//
+// Go has no listen-backlog option: it listens with the kernel's
+// net.core.somaxconn, which benches/compare prints.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log"
+	"net/http"
+	"os"
+	"time"
+)
+
+// upstreamTimeout is the article's client timeout, used by the tuned proxy.
+const upstreamTimeout = 2 * time.Second
+
+const helloBody = "Hello, world"
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+	}
+	flags := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
+	listen := flags.String("listen", "127.0.0.1:8001", "address to listen on")
+	delay := flags.Duration("delay", time.Second, "service-a: how long GET /a waits")
+	upstream := flags.String("upstream", "http://127.0.0.1:8000/a", "client, reverse-proxy: the URL that GET /b fetches")
+	pool := flags.Int("pool", 2048, "reverse-proxy: idle connections kept per upstream host")
+	file := flags.String("file", "demo.txt", "file: the file that GET /file serves")
+	flags.Parse(os.Args[2:])
+
+	mux := http.NewServeMux()
+	switch os.Args[1] {
+	case "service-a":
+		mux.HandleFunc("/a", slowHandler(*delay))
+		mux.HandleFunc("/hello", helloHandler)
+	case "client":
+		mux.HandleFunc("/b", defaultClientHandler(*upstream))
+	case "reverse-proxy":
+		mux.Handle("/b", tunedReverseProxy(*upstream, *pool))
+	case "file":
+		mux.HandleFunc("/file", func(w http.ResponseWriter, r *http.Request) { http.ServeFile(w, r, *file) })
+	case "hello":
+		mux.HandleFunc("/hello", helloHandler)
+	default:
+		usage()
+	}
+	log.Printf("%s listening on %s", os.Args[1], *listen)
+	log.Fatal(http.ListenAndServe(*listen, mux))
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: benchpeers service-a|client|reverse-proxy|file|hello [flags]")
+	os.Exit(2)
+}
+
+func helloHandler(w http.ResponseWriter, _ *http.Request) {
+	w.Write([]byte(helloBody))
+}
+
+// slowHandler is seed 000's service A: it waits, then answers "ok".
+func slowHandler(delay time.Duration) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		time.Sleep(delay)
+		w.Write([]byte("ok"))
+	}
+}

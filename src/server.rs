@@ -184,11 +184,15 @@ impl App {
                 let rest = strip_prefix(req.uri().path(), prefix);
                 self.files.serve_dir(root, rest, req.method(), req.headers()).await
             }
-            Target::Respond { status, body } => Ok(Response::builder()
-                .status(*status)
-                .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
-                .body(if req.method() == Method::HEAD { Body::empty() } else { Body::full(body.clone()) })
-                .expect("valid response")),
+            Target::Respond { status, body } => {
+                let body = if req.method() == Method::HEAD { Body::empty() } else { Body::full(body.clone()) };
+                let mut response = Response::new(body);
+                *response.status_mut() = *status;
+                response
+                    .headers_mut()
+                    .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+                Ok(response)
+            }
         }
     }
 

@@ -92,7 +92,11 @@ impl Pool {
     pub fn take_idle(&self) -> Option<Conn> {
         let mut idle = self.inner.idle.lock().expect("pool lock");
         while let Some(i) = idle.pop() {
-            if i.since.elapsed() < self.inner.idle_timeout && !i.sender.is_closed() {
+            // Not ready means the previous exchange is still sending its
+            // request body (the upstream answered early); waiting for it
+            // could hold this request up indefinitely, so the connection is
+            // dropped instead.
+            if i.since.elapsed() < self.inner.idle_timeout && i.sender.is_ready() {
                 return Some(Conn { sender: i.sender, reused: true, pool: Arc::downgrade(&self.inner) });
             }
         }

@@ -126,9 +126,6 @@ impl Upstream {
         retryable: bool,
     ) -> Result<(Response<Incoming>, Conn), Failure> {
         while let Some(mut conn) = self.pool.take_idle() {
-            if conn.sender.ready().await.is_err() {
-                continue;
-            }
             let copy = retryable.then(|| copy_head(&req));
             match conn.sender.try_send_request(req).await {
                 Ok(response) => return Ok((response, conn)),

@@ -381,3 +381,43 @@ async fn upstream_reset_mid_body_cuts_the_client_response() {
     let m = metrics_text(gw.addr).await;
     assert_eq!(sample(&m, "gateway_upstream_errors_total", &[("upstream", "cut"), ("kind", "body")]), Some(1.0));
 }
+
+#[tokio::test]
+async fn a_connection_still_sending_an_early_answered_body_is_not_reused() {
+    // The upstream answers each request head at once, without waiting for
+    // its body, and keeps the connection open reading whatever comes (as a
+    // server that discards an unwanted body does).
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 65536];
+                let mut seen = Vec::new();
+                loop {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => seen.extend_from_slice(&buf[..n]),
+                    }
+                    while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+                        seen.drain(..end + 4);
+                        let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nearly").await;
+                    }
+                }
+            });
+        }
+    });
+    let gw = TestGateway::from_toml(&proxy_config(addr, "early", "timeout = \"5s\"")).await;
+    // Client A declares a body, sends a little of it, and stalls.
+    let mut a = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+    a.write_all(b"POST /early HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\nsome").await.unwrap();
+    let mut buf = vec![0u8; 1024];
+    let n = tokio::time::timeout(Duration::from_secs(3), a.read(&mut buf)).await.expect("A is answered").unwrap();
+    assert!(buf[..n].starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&buf[..n]));
+    // Client B must not wait behind A's unfinished upload.
+    let started = Instant::now();
+    let (parts, body) = get(&gw.url("/early")).await;
+    assert_eq!((parts.status.as_u16(), &body[..]), (200, &b"early"[..]));
+    assert!(started.elapsed() < Duration::from_secs(2), "B waited {:?}", started.elapsed());
+    drop(a);
+}

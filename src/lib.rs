@@ -72,6 +72,20 @@ impl Gateway {
     }
 }
 
+/// Accepts the next connection. On errors such as EMFILE it logs and backs
+/// off for a moment instead of spinning.
+pub async fn accept(listener: &TcpListener) -> (tokio::net::TcpStream, SocketAddr) {
+    loop {
+        match listener.accept().await {
+            Ok(accepted) => return accepted,
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
 /// Binds a TCP listener with a backlog large enough for load tests
 /// (std's default of 128 drops connections under bursts).
 pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {

@@ -6,7 +6,6 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
 use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
@@ -338,15 +337,7 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, shutdown: impl Future<O
             _ = &mut shutdown => break,
         };
         let (stream, peer) = tokio::select! {
-            r = listener.accept() => match r {
-                Ok(x) => x,
-                Err(e) => {
-                    // EMFILE and friends: back off instead of spinning.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
+            accepted = crate::accept(&listener) => accepted,
             _ = &mut shutdown => break,
         };
         let _ = stream.set_nodelay(true);
@@ -392,7 +383,7 @@ pub async fn serve_admin(listener: TcpListener, app: Arc<App>, shutdown: impl Fu
     let builder = auto::Builder::new(TokioExecutor::new());
     loop {
         let (stream, _) = tokio::select! {
-            r = listener.accept() => match r { Ok(x) => x, Err(_) => continue },
+            accepted = crate::accept(&listener) => accepted,
             _ = &mut shutdown => return,
         };
         let app = app.clone();

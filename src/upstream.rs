@@ -39,14 +39,7 @@ pub async fn serve(listener: TcpListener, delay: Duration, shutdown: impl Future
     let graceful = GracefulShutdown::new();
     loop {
         let (stream, _) = tokio::select! {
-            r = listener.accept() => match r {
-                Ok(x) => x,
-                Err(e) => {
-                    tracing::warn!(error = %e, "upstream: accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
+            accepted = crate::accept(&listener) => accepted,
             _ = &mut shutdown => break,
         };
         let _ = stream.set_nodelay(true);

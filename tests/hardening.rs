@@ -13,7 +13,7 @@ use bytes::Bytes;
 use common::*;
 use http::{Request, Response};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
 /// What a raw exchange returned: the bytes, and whether the server closed.
 struct Raw {
@@ -298,18 +298,13 @@ async fn stalled_request_body_is_cut_with_408() {
 
 #[tokio::test]
 async fn stalled_response_body_is_cut_and_counted() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut s, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut buf = [0u8; 4096];
-                let _ = s.read(&mut buf).await;
-                let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 1000\r\n\r\npartial").await;
-                tokio::time::sleep(Duration::from_secs(30)).await;
-            });
-        }
-    });
+    let addr = raw_upstream(|mut s| async move {
+        let mut buf = [0u8; 4096];
+        let _ = s.read(&mut buf).await;
+        let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 1000\r\n\r\npartial").await;
+        tokio::time::sleep(Duration::from_secs(30)).await;
+    })
+    .await;
     let gw = TestGateway::from_toml(&proxy_toml(addr, "stallout", "body_timeout = \"300ms\"", "")).await;
     let started = Instant::now();
     let r = raw(gw.addr, b"GET /stallout HTTP/1.1\r\nHost: x\r\n\r\n", Duration::from_secs(5)).await;
@@ -390,15 +385,11 @@ async fn connections_past_max_connections_wait_in_the_backlog() {
 
 #[tokio::test]
 async fn upstream_closing_before_the_head_is_502_reset() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut s, _)) = listener.accept().await {
-            let mut buf = [0u8; 4096];
-            let _ = s.read(&mut buf).await;
-            drop(s);
-        }
-    });
+    let addr = raw_upstream(|mut s| async move {
+        let mut buf = [0u8; 4096];
+        let _ = s.read(&mut buf).await;
+    })
+    .await;
     let gw = TestGateway::from_toml(&proxy_toml(addr, "slam", "", "")).await;
     let started = Instant::now();
     let (parts, body) = send(Request::post(gw.url("/slam")).body(full("x")).unwrap()).await;

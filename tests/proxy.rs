@@ -14,7 +14,6 @@ use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
 
 fn proxy_config(upstream: std::net::SocketAddr, route: &str, extra: &str) -> String {
     format!(
@@ -177,15 +176,12 @@ async fn refused_upstream_is_502_and_counted() {
 
 #[tokio::test]
 async fn hung_upstream_is_504_at_the_route_timeout() {
-    // Accepts, reads, never answers.
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        let mut held = Vec::new();
-        while let Ok((s, _)) = listener.accept().await {
-            held.push(s);
-        }
-    });
+    // Accepts, never answers.
+    let addr = raw_upstream(|s| async move {
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        drop(s);
+    })
+    .await;
     let gw = TestGateway::from_toml(&format!(
         "[upstreams.hung]\nurl = \"http://{addr}\"\n[[routes]]\nname = \"hung\"\nprefix = \"/hung\"\nupstream = \"hung\"\ntimeout = \"300ms\"\n"
     ))
@@ -203,15 +199,12 @@ async fn hung_upstream_is_504_at_the_route_timeout() {
 
 #[tokio::test]
 async fn garbage_from_upstream_is_502_protocol() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut s, _)) = listener.accept().await {
-            let mut buf = [0u8; 1024];
-            let _ = s.read(&mut buf).await;
-            let _ = s.write_all(b"SSH-2.0-OpenSSH_9.2\r\nthis is not http\r\n\r\n").await;
-        }
-    });
+    let addr = raw_upstream(|mut s| async move {
+        let mut buf = [0u8; 1024];
+        let _ = s.read(&mut buf).await;
+        let _ = s.write_all(b"SSH-2.0-OpenSSH_9.2\r\nthis is not http\r\n\r\n").await;
+    })
+    .await;
     let gw = TestGateway::from_toml(&format!(
         "[upstreams.garbage]\nurl = \"http://{addr}\"\n[[routes]]\nname = \"garbage\"\nprefix = \"/garbage\"\nupstream = \"garbage\"\n"
     ))
@@ -243,31 +236,28 @@ async fn sequential_requests_reuse_one_pooled_connection() {
 #[tokio::test]
 async fn pool_idle_timeout_closes_idle_connections() {
     // The upstream records when each of its connections is closed by the peer.
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
     let closed = Arc::new(AtomicUsize::new(0));
     let accepted = Arc::new(AtomicUsize::new(0));
     let (c, a) = (closed.clone(), accepted.clone());
-    tokio::spawn(async move {
-        while let Ok((mut s, _)) = listener.accept().await {
-            a.fetch_add(1, Ordering::SeqCst);
-            let c = c.clone();
-            tokio::spawn(async move {
-                let mut buf = vec![0u8; 4096];
-                loop {
-                    match s.read(&mut buf).await {
-                        Ok(0) | Err(_) => {
-                            c.fetch_add(1, Ordering::SeqCst);
-                            return;
-                        }
-                        Ok(_) => {
-                            let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await;
-                        }
+    let addr = raw_upstream(move |mut s| {
+        a.fetch_add(1, Ordering::SeqCst);
+        let c = c.clone();
+        async move {
+            let mut buf = vec![0u8; 4096];
+            loop {
+                match s.read(&mut buf).await {
+                    Ok(0) | Err(_) => {
+                        c.fetch_add(1, Ordering::SeqCst);
+                        return;
+                    }
+                    Ok(_) => {
+                        let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await;
                     }
                 }
-            });
+            }
         }
-    });
+    })
+    .await;
     let gw = TestGateway::from_toml(&format!(
         "[upstreams.idle]\nurl = \"http://{addr}\"\npool_idle_timeout = \"200ms\"\n[[routes]]\nname = \"idle\"\nprefix = \"/idle\"\nupstream = \"idle\"\n"
     ))
@@ -286,30 +276,26 @@ async fn pool_idle_timeout_closes_idle_connections() {
 /// reads the next one and closes without a word: what a keep-alive timeout
 /// racing a new request looks like.
 async fn one_shot_upstream() -> (std::net::SocketAddr, Arc<AtomicUsize>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
     let accepted = Arc::new(AtomicUsize::new(0));
     let a = accepted.clone();
-    tokio::spawn(async move {
-        while let Ok((mut s, _)) = listener.accept().await {
-            a.fetch_add(1, Ordering::SeqCst);
-            tokio::spawn(async move {
-                let mut buf = vec![0u8; 65536];
-                let mut head = Vec::new();
-                // Read one request head (and any small body) and answer it.
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match s.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => head.extend_from_slice(&buf[..n]),
-                    }
+    let addr = raw_upstream(move |mut s| {
+        a.fetch_add(1, Ordering::SeqCst);
+        async move {
+            let mut buf = vec![0u8; 65536];
+            let mut head = Vec::new();
+            // Read one request head (and any small body) and answer it.
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                match s.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => head.extend_from_slice(&buf[..n]),
                 }
-                let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await;
-                // The next request on this connection gets the door shut.
-                let _ = s.read(&mut buf).await;
-                drop(s);
-            });
+            }
+            let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await;
+            // The next request on this connection gets the door shut.
+            let _ = s.read(&mut buf).await;
         }
-    });
+    })
+    .await;
     (addr, accepted)
 }
 
@@ -360,17 +346,13 @@ async fn methods_restriction_gives_405_with_allow() {
 
 #[tokio::test]
 async fn upstream_reset_mid_body_cuts_the_client_response() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut s, _)) = listener.accept().await {
-            let mut buf = [0u8; 4096];
-            let _ = s.read(&mut buf).await;
-            let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 100000\r\n\r\n").await;
-            let _ = s.write_all(&[b'x'; 1000]).await;
-            drop(s);
-        }
-    });
+    let addr = raw_upstream(|mut s| async move {
+        let mut buf = [0u8; 4096];
+        let _ = s.read(&mut buf).await;
+        let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 100000\r\n\r\n").await;
+        let _ = s.write_all(&[b'x'; 1000]).await;
+    })
+    .await;
     let gw = TestGateway::from_toml(&format!(
         "[upstreams.cut]\nurl = \"http://{addr}\"\n[[routes]]\nname = \"cut\"\nprefix = \"/cut\"\nupstream = \"cut\"\n"
     ))
@@ -387,26 +369,21 @@ async fn a_connection_still_sending_an_early_answered_body_is_not_reused() {
     // The upstream answers each request head at once, without waiting for
     // its body, and keeps the connection open reading whatever comes (as a
     // server that discards an unwanted body does).
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut s, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut buf = vec![0u8; 65536];
-                let mut seen = Vec::new();
-                loop {
-                    match s.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => seen.extend_from_slice(&buf[..n]),
-                    }
-                    while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
-                        seen.drain(..end + 4);
-                        let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nearly").await;
-                    }
-                }
-            });
+    let addr = raw_upstream(|mut s| async move {
+        let mut buf = vec![0u8; 65536];
+        let mut seen = Vec::new();
+        loop {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => seen.extend_from_slice(&buf[..n]),
+            }
+            while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+                seen.drain(..end + 4);
+                let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nearly").await;
+            }
         }
-    });
+    })
+    .await;
     let gw = TestGateway::from_toml(&proxy_config(addr, "early", "timeout = \"5s\"")).await;
     // Client A declares a body, sends a little of it, and stalls.
     let mut a = tokio::net::TcpStream::connect(gw.addr).await.unwrap();

@@ -165,3 +165,20 @@ pub async fn refused_addr() -> SocketAddr {
     drop(l);
     a
 }
+
+/// A misbehaving upstream written in the test: runs `peer` on every
+/// accepted connection, each in its own task. Returns its address.
+pub async fn raw_upstream<F, Fut>(peer: F) -> SocketAddr
+where
+    F: Fn(tokio::net::TcpStream) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let listener = gateway::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(peer(stream));
+        }
+    });
+    addr
+}

@@ -136,13 +136,14 @@ pub struct UpstreamBody {
 impl UpstreamBody {
     pub fn new(inner: Incoming, conn: Conn, idle_timeout: Duration, failed: Counter, stalled: Counter) -> Self {
         let mut body = UpstreamBody { inner, conn: Some(conn), idle: IdleTimer::new(idle_timeout), failed, stalled };
-        body.release_if_done();
+        body.release_if_done(false);
         body
     }
 
-    /// Returns the connection to the pool once the whole body has arrived.
-    fn release_if_done(&mut self) {
-        if http_body::Body::is_end_stream(&self.inner)
+    /// Returns the connection to the pool once the whole body has arrived
+    /// (`ended`: the body just reported its end).
+    fn release_if_done(&mut self, ended: bool) {
+        if (ended || http_body::Body::is_end_stream(&self.inner))
             && let Some(conn) = self.conn.take()
         {
             conn.release();
@@ -159,13 +160,7 @@ impl UpstreamBody {
             }
             Poll::Ready(other) => {
                 self.idle.progress();
-                if other.is_none() {
-                    if let Some(conn) = self.conn.take() {
-                        conn.release();
-                    }
-                } else {
-                    self.release_if_done();
-                }
+                self.release_if_done(other.is_none());
                 Poll::Ready(other.map(|r| r.map_err(Into::into)))
             }
             Poll::Pending if self.idle.expired(cx) => {
@@ -184,7 +179,7 @@ impl Drop for UpstreamBody {
     /// A body dropped after its last byte (hyper stops polling a body that
     /// says it has ended) still frees its connection for reuse.
     fn drop(&mut self) {
-        self.release_if_done();
+        self.release_if_done(false);
     }
 }
 

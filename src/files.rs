@@ -133,7 +133,8 @@ impl FileServer {
     ) -> Result<Response<Body>, GatewayError> {
         let relative = sanitize(rest)?;
         let mut path = resolve(root, &root.join(relative)).await?;
-        if tokio::fs::metadata(&path).await?.is_dir() {
+        // A blocking stat, as in `serve_file` and for the same reason.
+        if path.is_dir() {
             path = resolve(root, &path.join("index.html")).await?;
         }
         self.serve_file(&path, method, headers).await

@@ -29,14 +29,14 @@ use crate::router::{Router, strip_prefix};
 
 /// Who is on the other end of a client connection.
 pub struct Peer {
-    pub addr: SocketAddr,
-    /// `addr`'s IP as an `X-Forwarded-For` item, formatted once per connection.
+    /// The client's IP as an `X-Forwarded-For` item, formatted once per
+    /// connection.
     pub forwarded_for: HeaderValue,
 }
 
 impl Peer {
     pub fn new(addr: SocketAddr) -> Self {
-        Peer { addr, forwarded_for: crate::headers::forwarded_for(addr.ip()) }
+        Peer { forwarded_for: crate::headers::forwarded_for(addr.ip()) }
     }
 }
 
@@ -44,22 +44,16 @@ impl Peer {
 struct Route {
     config: RouteConfig,
     metrics: RouteMetrics,
-    /// `Allow` for a 405, when the route restricts methods.
-    allow: Option<String>,
+    /// The methods the route answers, with the `Allow` value for a 405;
+    /// `None` answers every method.
+    methods: Option<(Vec<Method>, String)>,
     /// The route's `max_concurrent`, if set.
     limit: Option<ConcurrencyLimit>,
 }
 
 impl Route {
     fn allows(&self, method: &Method) -> bool {
-        match &self.config.methods {
-            Some(ms) => ms.contains(method),
-            None => {
-                !matches!(self.config.target, Target::File(_) | Target::Dir(_))
-                    || method == Method::GET
-                    || method == Method::HEAD
-            }
-        }
+        self.methods.as_ref().is_none_or(|(ms, _)| ms.contains(method))
     }
 }
 
@@ -77,8 +71,8 @@ pub struct App {
     builtins_on_main: bool,
 }
 
-/// Methods file routes answer.
-const FILE_METHODS: &str = "GET, HEAD";
+/// Methods file routes answer unless the route says otherwise.
+const FILE_METHODS: [Method; 2] = [Method::GET, Method::HEAD];
 
 impl App {
     /// Builds the runtime state from a validated config. Installs the metrics
@@ -93,15 +87,19 @@ impl App {
                 if let Target::Proxy(p) = &r.target {
                     metrics::set_route_timeout(&r.name, p.timeout);
                 }
-                let allow = match (&r.target, &r.methods) {
-                    (_, Some(ms)) => Some(ms.iter().map(Method::as_str).collect::<Vec<_>>().join(", ")),
-                    (Target::File(_) | Target::Dir(_), None) => Some(FILE_METHODS.to_owned()),
+                let methods = match (&r.target, &r.methods) {
+                    (_, Some(ms)) => Some(ms.clone()),
+                    (Target::File(_) | Target::Dir(_), None) => Some(FILE_METHODS.to_vec()),
                     _ => None,
                 };
+                let methods = methods.map(|ms| {
+                    let allow = ms.iter().map(Method::as_str).collect::<Vec<_>>().join(", ");
+                    (ms, allow)
+                });
                 Route {
                     config: r.clone(),
                     metrics: RouteMetrics::new(&r.name),
-                    allow,
+                    methods,
                     limit: r.max_concurrent.map(ConcurrencyLimit::new),
                 }
             })
@@ -118,11 +116,6 @@ impl App {
             draining: AtomicBool::new(false),
             config,
         }
-    }
-
-    /// The configuration this app runs.
-    pub fn config(&self) -> &Config {
-        &self.config
     }
 
     /// Turns `/readyz` to 503.
@@ -166,7 +159,8 @@ impl App {
     ) -> Result<Response<Body>, GatewayError> {
         self.screen(&req, route.config.max_body)?;
         if !route.allows(req.method()) {
-            return Err(GatewayError::MethodNotAllowed { allow: route.allow.clone().unwrap_or_default() });
+            let allow = route.methods.as_ref().map(|(_, allow)| allow.clone()).unwrap_or_default();
+            return Err(GatewayError::MethodNotAllowed { allow });
         }
         let _slot = route.limit.as_ref().map(ConcurrencyLimit::try_acquire).transpose()?;
         let prefix = &route.config.prefix;

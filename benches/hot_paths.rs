@@ -69,7 +69,7 @@ fn request_header_rules(bencher: Bencher) {
     let client = gateway::headers::forwarded_for(IpAddr::V4(Ipv4Addr::new(10, 1, 2, 3)));
     bencher.with_inputs(|| template.clone()).bench_local_values(|mut h| {
         strip_hop_by_hop(&mut h);
-        add_forwarding(&mut h, &client, Some(&host), Version::HTTP_11);
+        add_forwarding(&mut h, &client, Some(&host), Version::HTTP_11, false);
         h
     });
 }
@@ -85,4 +85,12 @@ fn response_header_rules(bencher: Bencher) {
         gateway::headers::append_via(&mut h, Version::HTTP_11);
         h
     });
+}
+
+/// Path normalisation: an already normal path (the common case: one scan,
+/// no allocation) and one that needs decoding, merging and dot removal.
+#[divan::bench(args = ["/api/v1/items/12345/details", "/api//v1/./items/%7e12345/../details"])]
+fn path_normalize(bencher: Bencher, path: &str) {
+    let opts = gateway::path::Options { merge_slashes: true, reject_encoded_slash: false };
+    bencher.bench_local(|| black_box(gateway::path::normalize(black_box(path), opts).is_ok()));
 }

@@ -27,7 +27,7 @@ SECONDS_PER_TARGET=${1:-60}
     exit 64
 }
 # FUZZ_TARGETS="a b" runs only those targets.
-read -ra TARGETS <<<"${FUZZ_TARGETS:-config_load route_match path_sanitize}"
+read -ra TARGETS <<<"${FUZZ_TARGETS:-config_load route_match path_sanitize path_normalize}"
 # One input taking longer than this is a finding (a hang), not a slow run.
 PER_INPUT_TIMEOUT=10
 RSS_LIMIT_MB=2048

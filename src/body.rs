@@ -126,6 +126,9 @@ pub struct ClientBodyFailed(pub hyper::Error);
 pub struct UpstreamBody {
     inner: Incoming,
     conn: Option<Conn>,
+    /// Whether the connection may go back to the pool once the body is
+    /// complete (otherwise it is closed cleanly).
+    reusable: bool,
     idle: IdleTimer,
     /// `gateway_upstream_errors_total{kind="body"}`.
     failed: Counter,
@@ -134,19 +137,28 @@ pub struct UpstreamBody {
 }
 
 impl UpstreamBody {
-    pub fn new(inner: Incoming, conn: Conn, idle_timeout: Duration, failed: Counter, stalled: Counter) -> Self {
-        let mut body = UpstreamBody { inner, conn: Some(conn), idle: IdleTimer::new(idle_timeout), failed, stalled };
+    pub fn new(
+        inner: Incoming,
+        conn: Conn,
+        reusable: bool,
+        idle_timeout: Duration,
+        failed: Counter,
+        stalled: Counter,
+    ) -> Self {
+        let idle = IdleTimer::new(idle_timeout);
+        let mut body = UpstreamBody { inner, conn: Some(conn), reusable, idle, failed, stalled };
         body.release_if_done(false);
         body
     }
 
     /// Returns the connection to the pool once the whole body has arrived
-    /// (`ended`: the body just reported its end).
+    /// (`ended`: the body just reported its end). A connection dropped
+    /// before that is aborted (see [`Conn`]).
     fn release_if_done(&mut self, ended: bool) {
         if (ended || http_body::Body::is_end_stream(&self.inner))
             && let Some(conn) = self.conn.take()
         {
-            conn.release();
+            if self.reusable { conn.release() } else { conn.close() }
         }
     }
 

@@ -17,8 +17,9 @@ pub enum GatewayError {
     /// The route does not allow the method; `allow` lists what it does.
     #[error("method not allowed")]
     MethodNotAllowed { allow: String },
-    /// The request path is malformed (bad percent-encoding, encoded slash,
-    /// NUL, backslash, dot segments).
+    /// The request path is refused: it climbs above `/`, has an encoded
+    /// slash where those are refused, or (file routes) has NUL, a backslash
+    /// or an encoded slash in a segment.
     #[error("bad request path: {0}")]
     BadPath(&'static str),
     /// A request the gateway refuses to forward: missing Host, absolute-form
@@ -52,6 +53,10 @@ pub enum GatewayError {
     /// The route's timeout passed before the upstream's response head.
     #[error("upstream {upstream}: no response head within {}", humantime::format_duration(*.after))]
     UpstreamTimeout { upstream: String, after: Duration },
+    /// The upstream stopped reading the request body for the route's
+    /// `body_timeout`.
+    #[error("upstream {upstream}: accepted no request body bytes for {}", humantime::format_duration(*.after))]
+    UpstreamSendTimeout { upstream: String, after: Duration },
     /// The upstream closed or reset the connection before the response head.
     #[error("upstream {upstream}: connection closed before the response head: {detail}")]
     UpstreamReset { upstream: String, detail: String },
@@ -77,7 +82,9 @@ impl GatewayError {
             GatewayError::UpstreamConnect { .. }
             | GatewayError::UpstreamReset { .. }
             | GatewayError::UpstreamProtocol { .. } => StatusCode::BAD_GATEWAY,
-            GatewayError::UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+            GatewayError::UpstreamTimeout { .. } | GatewayError::UpstreamSendTimeout { .. } => {
+                StatusCode::GATEWAY_TIMEOUT
+            }
         }
     }
 
@@ -85,7 +92,7 @@ impl GatewayError {
     pub fn upstream_kind(&self) -> Option<&'static str> {
         match self {
             GatewayError::UpstreamConnect { .. } => Some("connect"),
-            GatewayError::UpstreamTimeout { .. } => Some("timeout"),
+            GatewayError::UpstreamTimeout { .. } | GatewayError::UpstreamSendTimeout { .. } => Some("timeout"),
             GatewayError::UpstreamReset { .. } => Some("reset"),
             GatewayError::UpstreamProtocol { .. } => Some("protocol"),
             _ => None,
@@ -101,6 +108,7 @@ impl GatewayError {
             GatewayError::BodyTooLarge { .. } => Some("body_too_large"),
             GatewayError::BodyTimeout { .. } => Some("body_timeout"),
             GatewayError::Overloaded { .. } => Some("max_concurrent"),
+            GatewayError::BadPath(_) => Some("bad_path"),
             _ => None,
         }
     }
@@ -134,6 +142,7 @@ impl GatewayError {
             GatewayError::UpstreamReset { .. } => "bad gateway: upstream closed the connection\n",
             GatewayError::UpstreamProtocol { .. } => "bad gateway: invalid upstream response\n",
             GatewayError::UpstreamTimeout { .. } => "gateway timeout: upstream did not answer in time\n",
+            GatewayError::UpstreamSendTimeout { .. } => "gateway timeout: upstream stopped reading the request\n",
         }
     }
 }
@@ -176,6 +185,11 @@ mod tests {
             (GatewayError::UpstreamReset { upstream: up(), detail: "x".into() }, 502, Some("reset")),
             (GatewayError::UpstreamProtocol { upstream: up(), detail: "x".into() }, 502, Some("protocol")),
             (GatewayError::UpstreamTimeout { upstream: up(), after: Duration::from_millis(250) }, 504, Some("timeout")),
+            (
+                GatewayError::UpstreamSendTimeout { upstream: up(), after: Duration::from_millis(250) },
+                504,
+                Some("timeout"),
+            ),
         ];
         for (err, status, kind) in cases {
             assert_eq!(err.status().as_u16(), status, "{err}");
@@ -193,6 +207,7 @@ mod tests {
             (GatewayError::BodyTimeout { after: Duration::from_secs(1) }, Some("body_timeout"), true),
             (GatewayError::Overloaded { limit: 1 }, Some("max_concurrent"), false),
             (GatewayError::NotFound, None, false),
+            (GatewayError::BadPath("x"), Some("bad_path"), false),
             (GatewayError::ClientBody("eof".into()), None, true),
         ];
         for (err, reason, closes) in cases {

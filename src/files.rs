@@ -19,7 +19,7 @@ use std::time::SystemTime;
 
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
-use http::{Method, Response, StatusCode};
+use http::{Method, Response, StatusCode, Uri};
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tokio_util::io::ReaderStream;
 
@@ -123,11 +123,16 @@ struct Cache {
 }
 
 impl FileServer {
-    /// Serves a `dir` route: `rest` is the path after the prefix.
+    /// Serves a `dir` route: `rest` is the path after the prefix, `uri` the
+    /// whole (normalised) request target. A directory is served as its
+    /// `index.html` at the slash form of its URL; without the slash it is
+    /// redirected there (301, query kept), as nginx does, so that the page's
+    /// relative links resolve inside the directory.
     pub async fn serve_dir(
         &self,
         root: &Path,
         rest: &str,
+        uri: &Uri,
         method: &Method,
         headers: &HeaderMap,
     ) -> Result<Response<Body>, GatewayError> {
@@ -135,6 +140,9 @@ impl FileServer {
         let mut path = resolve(root, &root.join(relative)).await?;
         // A blocking stat, as in `serve_file` and for the same reason.
         if path.is_dir() {
+            if !uri.path().ends_with('/') {
+                return Ok(redirect_to_slash(uri));
+            }
             path = resolve(root, &path.join("index.html")).await?;
         }
         self.serve_file(&path, method, headers).await
@@ -192,6 +200,21 @@ impl FileServer {
         cache.bytes += size;
         Ok(entry)
     }
+}
+
+/// 301 to `uri`'s path with a `/` appended, query kept.
+fn redirect_to_slash(uri: &Uri) -> Response<Body> {
+    let location = match uri.query() {
+        Some(q) => format!("{}/?{q}", uri.path()),
+        None => format!("{}/", uri.path()),
+    };
+    let body = if location.len() < 2048 { format!("moved to {location}\n") } else { "moved\n".to_owned() };
+    Response::builder()
+        .status(StatusCode::MOVED_PERMANENTLY)
+        .header(header::LOCATION, location)
+        .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
+        .body(Body::full(body))
+        .expect("a request path is a valid Location")
 }
 
 fn not_found_or_io(e: std::io::Error) -> GatewayError {

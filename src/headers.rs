@@ -2,11 +2,16 @@
 //!
 //! - Hop-by-hop headers are removed in both directions: the fixed list of
 //!   RFC 9110 §7.6.1 (plus the legacy `Keep-Alive` and `Proxy-Connection`)
-//!   and every header named in `Connection`.
-//! - The client's address is appended to `X-Forwarded-For`;
-//!   `X-Forwarded-Proto` and `X-Forwarded-Host` are set (RFC 7239's
-//!   de-facto predecessors, which upstreams commonly read);
-//!   `Via` gets this hop appended (RFC 9110 §7.6.3).
+//!   and every header named in `Connection`. `Trailer` is end-to-end (it is
+//!   not in that list), so declared trailers pass; `TE` is hop-by-hop, and
+//!   only its `trailers` member is passed on (the client accepts trailers).
+//! - The client's address is appended to `X-Forwarded-For` (as nginx's
+//!   `$proxy_add_x_forwarded_for`). `X-Forwarded-Proto`, `X-Forwarded-Host`
+//!   and `Forwarded` (RFC 7239) are kept from a trusted proxy and replaced by
+//!   this hop's own values from anyone else; `Via` gets this hop appended
+//!   (RFC 9110 §7.6.3).
+//! - HTTP/2 `cookie` fields are joined with `; ` for an HTTP/1 upstream
+//!   (RFC 9113 §8.2.3).
 
 use std::net::IpAddr;
 
@@ -14,14 +19,13 @@ use http::Version;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
 /// Headers that are always hop-by-hop (RFC 9110 §7.6.1, §7.8; RFC 9112 §6.1).
-const HOP_BY_HOP: [HeaderName; 8] = [
+const HOP_BY_HOP: [HeaderName; 7] = [
     header::CONNECTION,
     HeaderName::from_static("keep-alive"),
     HeaderName::from_static("proxy-connection"),
     header::PROXY_AUTHENTICATE,
     header::PROXY_AUTHORIZATION,
     header::TE,
-    header::TRAILER,
     header::TRANSFER_ENCODING,
 ];
 
@@ -31,9 +35,13 @@ pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for
 pub const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 /// `X-Forwarded-Host`.
 pub const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+/// `Forwarded` (RFC 7239).
+pub const FORWARDED: HeaderName = HeaderName::from_static("forwarded");
 
 /// Removes hop-by-hop headers, including every header named in `Connection`.
-/// `Upgrade` is hop-by-hop too; the gateway does not tunnel upgrades.
+/// `Upgrade` is hop-by-hop too; the gateway does not tunnel upgrades. A `TE`
+/// that lists `trailers` becomes `TE: trailers` (RFC 9110 §10.1.4): the
+/// client accepts trailers, which the next hop needs to know to send them.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     // Most messages carry none: one scan over the names present is cheaper
     // than a hashed removal per hop-by-hop name.
@@ -53,10 +61,42 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
             headers.remove(name);
         }
     }
+    let te_trailers = headers.get_all(header::TE).iter().any(|v| list_has(v, "trailers"));
     for name in &HOP_BY_HOP {
         headers.remove(name);
     }
     headers.remove(header::UPGRADE);
+    if te_trailers {
+        headers.insert(header::TE, HeaderValue::from_static("trailers"));
+    }
+}
+
+/// Whether a comma-separated header value lists `token` (case-insensitive,
+/// parameters ignored).
+fn list_has(value: &HeaderValue, token: &str) -> bool {
+    value.to_str().is_ok_and(|v| {
+        v.split(',').any(|item| item.split(';').next().is_some_and(|t| t.trim().eq_ignore_ascii_case(token)))
+    })
+}
+
+/// Joins repeated `cookie` fields into one with `; ` (RFC 9113 §8.2.3): an
+/// HTTP/2 client may send each cookie as its own field, which an HTTP/1
+/// upstream must receive as one line.
+pub fn join_cookies(headers: &mut HeaderMap) {
+    let mut cookies = headers.get_all(header::COOKIE).iter();
+    if cookies.next().is_none() || cookies.next().is_none() {
+        return;
+    }
+    let mut joined = Vec::new();
+    for (i, v) in headers.get_all(header::COOKIE).iter().enumerate() {
+        if i > 0 {
+            joined.extend_from_slice(b"; ");
+        }
+        joined.extend_from_slice(v.as_bytes());
+    }
+    if let Ok(v) = HeaderValue::from_bytes(&joined) {
+        headers.insert(header::COOKIE, v);
+    }
 }
 
 /// The `Via` token for a message of `version` passing this gateway.
@@ -101,24 +141,76 @@ pub fn forwarded_for(ip: IpAddr) -> HeaderValue {
 
 /// Sets the forwarding headers on a request on its way upstream.
 /// `client_ip` comes from [`forwarded_for`]; `original_host` is the client's
-/// `Host` (or HTTP/2 `:authority`).
+/// `Host` (or HTTP/2 `:authority`); `trusted` says whether the peer is a
+/// trusted proxy, whose `X-Forwarded-Proto`, `X-Forwarded-Host` and
+/// `Forwarded` are kept (this hop's `Forwarded` element is appended).
 pub fn add_forwarding(
     headers: &mut HeaderMap,
     client_ip: &HeaderValue,
     original_host: Option<&HeaderValue>,
     version: Version,
+    trusted: bool,
 ) {
     append_list(headers, X_FORWARDED_FOR, client_ip.clone());
-    headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
-    match original_host {
-        Some(host) => {
-            headers.insert(X_FORWARDED_HOST, host.clone());
+    if !(trusted && headers.contains_key(X_FORWARDED_PROTO)) {
+        headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
+    }
+    if !(trusted && headers.contains_key(X_FORWARDED_HOST)) {
+        match original_host {
+            Some(host) => {
+                headers.insert(X_FORWARDED_HOST, host.clone());
+            }
+            None => {
+                headers.remove(X_FORWARDED_HOST);
+            }
         }
-        None => {
-            headers.remove(X_FORWARDED_HOST);
+    }
+    // Only touched when present: most requests carry none, and this hop's
+    // own element costs formatting.
+    if headers.contains_key(FORWARDED) {
+        let element = forwarded_element(client_ip, original_host);
+        if trusted {
+            append_list(headers, FORWARDED, element);
+        } else {
+            headers.insert(FORWARDED, element);
         }
     }
     append_via(headers, version);
+}
+
+/// This hop's `Forwarded` element: `for=...;proto=http;host=...`, quoted as
+/// RFC 7239 §4 requires (IPv6 addresses in brackets, hosts with a port).
+fn forwarded_element(client_ip: &HeaderValue, host: Option<&HeaderValue>) -> HeaderValue {
+    fn quoted_if_needed(out: &mut Vec<u8>, value: &[u8]) {
+        let token = value.iter().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(b));
+        if token {
+            out.extend_from_slice(value);
+        } else {
+            out.push(b'"');
+            for &b in value {
+                if b == b'"' || b == b'\\' {
+                    out.push(b'\\');
+                }
+                out.push(b);
+            }
+            out.push(b'"');
+        }
+    }
+    let mut out = b"for=".to_vec();
+    let ip = client_ip.as_bytes();
+    if ip.contains(&b':') {
+        out.extend_from_slice(b"\"[");
+        out.extend_from_slice(ip);
+        out.extend_from_slice(b"]\"");
+    } else {
+        out.extend_from_slice(ip);
+    }
+    out.extend_from_slice(b";proto=http");
+    if let Some(host) = host {
+        out.extend_from_slice(b";host=");
+        quoted_if_needed(&mut out, host.as_bytes());
+    }
+    HeaderValue::from_bytes(&out).unwrap_or_else(|_| HeaderValue::from_static("for=unknown"))
 }
 
 #[cfg(test)]
@@ -157,8 +249,7 @@ mod tests {
             (&[("connection", "x-a"), ("connection", "X-B"), ("x-a", "1"), ("x-b", "2"), ("x-c", "3")], &["x-c"]),
             (
                 &[
-                    ("te", "trailers"),
-                    ("trailer", "x"),
+                    ("te", "gzip"),
                     ("transfer-encoding", "chunked"),
                     ("upgrade", "websocket"),
                     ("proxy-authorization", "Basic x"),
@@ -168,6 +259,9 @@ mod tests {
                 ],
                 &["host"],
             ),
+            // Trailer is end-to-end; TE keeps only its `trailers` member.
+            (&[("te", "gzip, Trailers;q=0.5"), ("trailer", "x-sum")], &["te", "trailer"]),
+            (&[("te", "gzip"), ("te", "trailers")], &["te"]),
             (&[("connection", "bad header name!, x-a"), ("x-a", "1")], &[]),
             (&[("x-forwarded-for", "1.2.3.4")], &["x-forwarded-for"]),
         ];
@@ -175,41 +269,103 @@ mod tests {
             let mut h = map(input);
             strip_hop_by_hop(&mut h);
             assert_eq!(names(&h), *want, "{input:?}");
+            if let Some(te) = h.get(header::TE) {
+                assert_eq!(te, "trailers");
+            }
+        }
+    }
+
+    #[test]
+    fn cookies_join_into_one_field() {
+        let cases: &[(Pairs, Option<&str>)] = &[
+            (&[], None),
+            (&[("cookie", "a=1")], Some("a=1")),
+            (&[("cookie", "a=1"), ("cookie", "b=2"), ("cookie", "c=3")], Some("a=1; b=2; c=3")),
+        ];
+        for (input, want) in cases {
+            let mut h = map(input);
+            join_cookies(&mut h);
+            assert!(h.get_all(header::COOKIE).iter().count() <= 1);
+            assert_eq!(h.get(header::COOKIE).map(|v| v.to_str().unwrap()), *want, "{input:?}");
         }
     }
 
     #[test]
     fn forwarding_headers_append_and_set() {
-        // (input, client Host, version, want X-Forwarded-For, want X-Forwarded-Host, want Via)
-        type Case<'a> = (Pairs<'a>, Option<&'a str>, Version, &'a str, Option<&'a str>, &'a str);
+        // (input, client Host, version, trusted, want XFF, XFP, XFH, Forwarded, Via)
+        type Case<'a> = (Pairs<'a>, Option<&'a str>, Version, bool, [Option<&'a str>; 5]);
         let cases: &[Case] = &[
-            (&[], Some("example.com"), Version::HTTP_11, "10.0.0.1", Some("example.com"), "1.1 gateway"),
+            (
+                &[],
+                Some("example.com"),
+                Version::HTTP_11,
+                false,
+                [Some("10.0.0.1"), Some("http"), Some("example.com"), None, Some("1.1 gateway")],
+            ),
             (
                 &[("x-forwarded-for", "1.1.1.1"), ("via", "1.0 edge")],
                 Some("h:8080"),
                 Version::HTTP_10,
-                "1.1.1.1, 10.0.0.1",
-                Some("h:8080"),
-                "1.0 edge, 1.0 gateway",
+                false,
+                [Some("1.1.1.1, 10.0.0.1"), Some("http"), Some("h:8080"), None, Some("1.0 edge, 1.0 gateway")],
             ),
             (
-                &[("x-forwarded-for", "1.1.1.1"), ("x-forwarded-for", "2.2.2.2"), ("x-forwarded-host", "spoofed")],
+                &[
+                    ("x-forwarded-for", "1.1.1.1"),
+                    ("x-forwarded-for", "2.2.2.2"),
+                    ("x-forwarded-host", "spoofed"),
+                    ("x-forwarded-proto", "https"),
+                    ("forwarded", "for=6.6.6.6"),
+                ],
                 None,
                 Version::HTTP_2,
-                "1.1.1.1, 2.2.2.2, 10.0.0.1",
-                None,
-                "2 gateway",
+                false,
+                [
+                    Some("1.1.1.1, 2.2.2.2, 10.0.0.1"),
+                    Some("http"),
+                    None,
+                    Some("for=10.0.0.1;proto=http"),
+                    Some("2 gateway"),
+                ],
+            ),
+            (
+                &[("x-forwarded-host", "public.example"), ("x-forwarded-proto", "https"), ("forwarded", "for=6.6.6.6")],
+                Some("app:8080"),
+                Version::HTTP_11,
+                true,
+                [
+                    Some("10.0.0.1"),
+                    Some("https"),
+                    Some("public.example"),
+                    Some("for=6.6.6.6, for=10.0.0.1;proto=http;host=\"app:8080\""),
+                    Some("1.1 gateway"),
+                ],
+            ),
+            // Trusted, but nothing to keep: this hop's own values.
+            (
+                &[],
+                Some("app"),
+                Version::HTTP_11,
+                true,
+                [Some("10.0.0.1"), Some("http"), Some("app"), None, Some("1.1 gateway")],
             ),
         ];
-        for (input, host, version, xff, xfh, via) in cases {
+        for (input, host, version, trusted, want) in cases {
             let mut h = map(input);
             let host = host.map(HeaderValue::from_static);
-            add_forwarding(&mut h, &forwarded_for("10.0.0.1".parse().unwrap()), host.as_ref(), *version);
-            assert_eq!(h.get_all(X_FORWARDED_FOR).iter().count(), 1);
-            assert_eq!(h[X_FORWARDED_FOR], *xff);
-            assert_eq!(h[X_FORWARDED_PROTO], "http");
-            assert_eq!(h.get(X_FORWARDED_HOST).map(|v| v.to_str().unwrap()), *xfh);
-            assert_eq!(h[header::VIA], *via);
+            add_forwarding(&mut h, &forwarded_for("10.0.0.1".parse().unwrap()), host.as_ref(), *version, *trusted);
+            let got = [X_FORWARDED_FOR, X_FORWARDED_PROTO, X_FORWARDED_HOST, FORWARDED, header::VIA].map(|n| {
+                assert!(h.get_all(&n).iter().count() <= 1, "{n} repeated");
+                h.get(&n).map(|v| v.to_str().unwrap().to_owned())
+            });
+            assert_eq!(got.each_ref().map(|v| v.as_deref()), *want, "{input:?} trusted={trusted}");
         }
+    }
+
+    #[test]
+    fn forwarded_element_quotes_ipv6_and_ports() {
+        let v6 = forwarded_for("2001:db8::1".parse().unwrap());
+        let host = HeaderValue::from_static("[::1]:8080");
+        assert_eq!(forwarded_element(&v6, Some(&host)), "for=\"[2001:db8::1]\";proto=http;host=\"[::1]:8080\"");
     }
 }

@@ -14,7 +14,9 @@ pub mod error;
 pub mod files;
 pub mod headers;
 pub mod limits;
+pub mod listener;
 pub mod metrics;
+pub mod path;
 pub mod pool;
 pub mod proxy;
 pub mod router;
@@ -26,8 +28,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
+use crate::listener::Kind;
 use crate::server::App;
 
 /// A gateway with its listeners bound, ready to serve.
@@ -58,17 +62,33 @@ impl Gateway {
         self.admin.as_ref().map(|l| l.local_addr().expect("bound listener has an address"))
     }
 
-    /// Serves until `shutdown` resolves, then drains (see [`server::serve`]).
+    /// Serves until `shutdown` resolves. Then `/readyz` answers 503 at once
+    /// on every listener while the gateway keeps accepting and serving for
+    /// `shutdown_delay` (so load balancers stop sending before anything is
+    /// refused); then the main listener stops accepting and drains its
+    /// connections (see [`listener::serve`]), and the admin listener after it.
     pub async fn serve(self, shutdown: impl Future<Output = ()>) {
         crate::metrics::install().spawn_upkeep();
-        let (stop_admin, admin_stopped) = tokio::sync::oneshot::channel::<()>();
-        if let Some(admin) = self.admin {
-            tokio::spawn(server::serve_admin(admin, self.app.clone(), async move {
-                let _ = admin_stopped.await;
-            }));
+        let (stop_main, stop_admin) = (CancellationToken::new(), CancellationToken::new());
+        let admin =
+            self.admin.map(|l| tokio::spawn(listener::serve(l, self.app.clone(), Kind::Admin, stop_admin.clone())));
+        let app = self.app.clone();
+        let signal = async {
+            shutdown.await;
+            app.start_draining();
+            let delay = app.config().server.shutdown_delay;
+            if !delay.is_zero() {
+                tracing::info!(delay = %humantime::format_duration(delay), "shutting down: /readyz answers 503; still serving for shutdown_delay");
+                tokio::time::sleep(delay).await;
+            }
+            tracing::info!("shutting down: no longer accepting; waiting for in-flight requests");
+            stop_main.cancel();
+        };
+        tokio::join!(listener::serve(self.listener, self.app, Kind::Main, stop_main.clone()), signal);
+        stop_admin.cancel();
+        if let Some(admin) = admin {
+            let _ = admin.await;
         }
-        server::serve(self.listener, self.app, shutdown).await;
-        let _ = stop_admin.send(());
     }
 }
 

@@ -131,7 +131,23 @@ pub fn method_label(m: &Method) -> &'static str {
     }
 }
 
-/// A (method label, status code) pair.
+/// The `status` label's key: a registered status code (one with a
+/// canonical reason phrase) is itself; any other code in 100-599 is its
+/// class, 1 to 5, labelled `1xx` to `5xx`. An upstream can therefore mint at
+/// most the ~60 registered codes and 5 classes per route and method.
+fn status_key(status: u16) -> u16 {
+    match http::StatusCode::from_u16(status) {
+        Ok(s) if s.canonical_reason().is_some() => status,
+        _ => (status / 100).clamp(1, 5),
+    }
+}
+
+/// The `status` label for a [`status_key`].
+fn status_label(key: u16) -> String {
+    if key < 10 { format!("{key}xx") } else { key.to_string() }
+}
+
+/// A (method label, status key) pair.
 type MethodStatus = (&'static str, u16);
 
 /// Per-route metric handles.
@@ -163,12 +179,12 @@ impl RouteMetrics {
 
     /// Counts a finished request and records its duration.
     pub fn record(&self, method: &Method, status: u16, elapsed: Duration) {
-        let key = (method_label(method), status);
+        let key = (method_label(method), status_key(status));
         self.by_method_status.with(
             key,
             || {
                 let labels =
-                    [("route", self.name.clone()), ("method", key.0.to_owned()), ("status", status.to_string())];
+                    [("route", self.name.clone()), ("method", key.0.to_owned()), ("status", status_label(key.1))];
                 (counter!(REQUESTS_TOTAL, &labels), histogram!(REQUEST_DURATION, &labels))
             },
             |(count, duration)| {
@@ -253,9 +269,10 @@ impl UpstreamMetrics {
 
     /// Records the time to an upstream response head with its status.
     pub fn record(&self, status: u16, elapsed: Duration) {
+        let key = status_key(status);
         self.by_status.with(
-            status,
-            || histogram!(UPSTREAM_DURATION, "upstream" => self.name.clone(), "status" => status.to_string()),
+            key,
+            || histogram!(UPSTREAM_DURATION, "upstream" => self.name.clone(), "status" => status_label(key)),
             |h| h.record(elapsed.as_secs_f64()),
         );
     }

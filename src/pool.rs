@@ -10,8 +10,20 @@
 //! that a reaper task enforces (so idle connections really close), and a count
 //! of connections opened. Keep the idle timeout below the upstream's own
 //! keep-alive timeout.
+//!
+//! Each connection's socket is an [`UpstreamIo`]: a write that makes no
+//! progress for the exchange's body timeout fails (an upstream that stopped
+//! reading a request body cannot pin the connection), and a connection
+//! dropped in the middle of an exchange is closed with a TCP reset, so an
+//! upstream that was still receiving a request body sees an aborted message,
+//! never a shorter body that looks complete.
 
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, Once, Weak};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -19,8 +31,9 @@ use http_body_util::{Either, Empty};
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
 use metrics::Counter;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 
 use crate::body::RequestBody;
 use crate::config::UpstreamConfig;
@@ -58,16 +71,17 @@ struct Inner {
 
 struct Idle {
     sender: SendRequest<SendBody>,
+    io: Arc<IoShared>,
     since: Instant,
 }
 
 /// A connection taken from the pool or newly made. Give it back with
-/// [`Conn::release`] once its response body is complete; dropping it
-/// instead closes the connection.
+/// [`Conn::release`] once its response body is complete, or close it
+/// cleanly with [`Conn::close`]; dropping it instead aborts the connection
+/// with a TCP reset.
 pub struct Conn {
     pub sender: SendRequest<SendBody>,
-    /// Whether it came from the pool (and so may have gone stale).
-    pub reused: bool,
+    io: Arc<IoShared>,
     pool: Weak<Inner>,
 }
 
@@ -97,7 +111,8 @@ impl Pool {
             // could hold this request up indefinitely, so the connection is
             // dropped instead.
             if i.since.elapsed() < self.inner.idle_timeout && i.sender.is_ready() {
-                return Some(Conn { sender: i.sender, reused: true, pool: Arc::downgrade(&self.inner) });
+                i.io.clean.store(false, Relaxed);
+                return Some(Conn { sender: i.sender, io: i.io, pool: Arc::downgrade(&self.inner) });
             }
         }
         None
@@ -111,14 +126,16 @@ impl Pool {
             .await
             .map_err(|_| ConnectError::Timeout(inner.connect_timeout))??;
         stream.set_nodelay(true)?;
-        let (sender, connection) = http1::Builder::new().writev(false).handshake(TokioIo::new(stream)).await?;
+        let io = Arc::new(IoShared { clean: AtomicBool::new(false), send_timeout_ms: AtomicU64::new(0) });
+        let upstream_io = UpstreamIo { inner: stream, shared: io.clone(), stall: None, stalled: false };
+        let (sender, connection) = http1::Builder::new().writev(false).handshake(TokioIo::new(upstream_io)).await?;
         tokio::spawn(async move {
             if let Err(e) = connection.await {
                 tracing::debug!(error = %e, "upstream connection ended with an error");
             }
         });
         inner.opened.increment(1);
-        Ok(Conn { sender, reused: false, pool: Arc::downgrade(inner) })
+        Ok(Conn { sender, io, pool: Arc::downgrade(inner) })
     }
 
     /// Starts, once, the task that closes connections idle for longer than
@@ -140,16 +157,111 @@ impl Pool {
 }
 
 impl Conn {
+    /// Sets how long a write to the upstream may make no progress during
+    /// this exchange (the route's body timeout).
+    pub fn set_send_timeout(&self, after: Duration) {
+        self.io.send_timeout_ms.store(after.as_millis() as u64, Relaxed);
+    }
+
     /// Returns the connection to its pool, unless it closed or the pool is
-    /// full (then it is dropped, which closes it).
+    /// full (then it is closed cleanly).
     pub fn release(self) {
+        self.io.clean.store(true, Relaxed);
         let Some(inner) = self.pool.upgrade() else { return };
         if self.sender.is_closed() {
             return;
         }
         let mut idle = inner.idle.lock().expect("pool lock");
         if idle.len() < inner.max_idle {
-            idle.push(Idle { sender: self.sender, since: Instant::now() });
+            idle.push(Idle { sender: self.sender, io: self.io, since: Instant::now() });
         }
+    }
+
+    /// Closes the connection cleanly after a complete exchange, instead of
+    /// pooling it (its framing could not be trusted).
+    pub fn close(self) {
+        self.io.clean.store(true, Relaxed);
+    }
+}
+
+/// What a connection's socket and its [`Conn`] share.
+struct IoShared {
+    /// No exchange is under way: a close is a clean one (FIN, not RST).
+    clean: AtomicBool,
+    /// The current exchange's send timeout, in milliseconds (0: none yet).
+    send_timeout_ms: AtomicU64,
+}
+
+/// A write to the upstream made no progress for the exchange's body timeout:
+/// the upstream stopped reading the request body.
+#[derive(Debug, thiserror::Error)]
+#[error("upstream accepted no request body bytes for {}", humantime::format_duration(*.0))]
+pub struct SendStalled(pub Duration);
+
+/// An upstream connection's socket: fails writes that stall past the send
+/// timeout, and resets the connection when dropped mid-exchange.
+struct UpstreamIo {
+    inner: TcpStream,
+    shared: Arc<IoShared>,
+    /// Created the first time a write has to wait.
+    stall: Option<Pin<Box<Sleep>>>,
+    /// A write is waiting and `stall` is set for it.
+    stalled: bool,
+}
+
+impl UpstreamIo {
+    fn check_stall(&mut self, cx: &mut Context<'_>, poll: Poll<io::Result<usize>>) -> Poll<io::Result<usize>> {
+        match poll {
+            Poll::Pending => {
+                let ms = self.shared.send_timeout_ms.load(Relaxed);
+                if ms == 0 {
+                    return Poll::Pending;
+                }
+                let after = Duration::from_millis(ms);
+                let sleep = self.stall.get_or_insert_with(|| Box::pin(tokio::time::sleep(after)));
+                if !self.stalled {
+                    self.stalled = true;
+                    sleep.as_mut().reset(Instant::now() + after);
+                }
+                match sleep.as_mut().poll(cx) {
+                    Poll::Ready(()) => Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, SendStalled(after)))),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+            ready => {
+                self.stalled = false;
+                ready
+            }
+        }
+    }
+}
+
+impl Drop for UpstreamIo {
+    fn drop(&mut self) {
+        if !self.shared.clean.load(Relaxed) {
+            // SO_LINGER 0: close() sends RST, not FIN.
+            let _ = socket2::SockRef::from(&self.inner).set_linger(Some(Duration::ZERO));
+        }
+    }
+}
+
+impl AsyncRead for UpstreamIo {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for UpstreamIo {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let poll = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.check_stall(cx, poll)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }

@@ -14,8 +14,9 @@ use crate::config::{HostMode, ProxyTarget, UpstreamConfig};
 use crate::error::{GatewayError, find_source};
 use crate::headers;
 use crate::metrics::UpstreamMetrics;
-use crate::pool::{Conn, ConnectError, Pool, SendBody};
+use crate::pool::{Conn, ConnectError, Pool, SendBody, SendStalled};
 use crate::router::rewrite_path;
+use crate::server::Peer;
 
 /// One configured upstream with its connection pool and metrics.
 pub struct Upstream {
@@ -51,7 +52,7 @@ impl Upstream {
         prefix: &str,
         max_body: u64,
         req: Request<Incoming>,
-        client_ip: &HeaderValue,
+        peer: &Peer,
         deadline: Instant,
     ) -> Result<Response<Body>, GatewayError> {
         let (mut parts, body) = req.into_parts();
@@ -68,7 +69,16 @@ impl Upstream {
             .cloned()
             .or_else(|| parts.uri.authority().and_then(|a| HeaderValue::from_str(a.as_str()).ok()));
         headers::strip_hop_by_hop(&mut parts.headers);
-        headers::add_forwarding(&mut parts.headers, client_ip, original_host.as_ref(), parts.version);
+        if parts.version == Version::HTTP_2 {
+            headers::join_cookies(&mut parts.headers);
+        }
+        headers::add_forwarding(
+            &mut parts.headers,
+            &peer.forwarded_for,
+            original_host.as_ref(),
+            parts.version,
+            peer.trusted,
+        );
         let host = match (target.host, original_host) {
             (HostMode::Preserve, Some(h)) => h,
             _ => self.host.clone(),
@@ -81,6 +91,13 @@ impl Upstream {
 
         let started = Instant::now();
         let has_body = !http_body::Body::is_end_stream(&body);
+        if has_body && !parts.headers.contains_key(header::CONTENT_LENGTH) {
+            // A body of unknown length (chunked, or HTTP/2 without
+            // content-length) goes upstream chunked. Said explicitly because
+            // hyper would frame a GET or HEAD of unknown length as empty and
+            // silently drop its body.
+            parts.headers.insert(header::TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
+        }
         let body = if has_body {
             Either::Left(RequestBody::new(body, max_body, target.body_timeout))
         } else {
@@ -89,7 +106,7 @@ impl Upstream {
         // A request without a body and with an idempotent method may be sent
         // again (RFC 9110 §9.2.2).
         let retryable = !has_body && is_idempotent(&parts.method);
-        let exchange = self.exchange(Request::from_parts(parts, body), retryable);
+        let exchange = self.exchange(Request::from_parts(parts, body), retryable, target.body_timeout);
         let (response, conn) = match tokio::time::timeout_at(deadline, exchange).await {
             Err(_) => {
                 return Err(GatewayError::UpstreamTimeout {
@@ -100,13 +117,32 @@ impl Upstream {
             Ok(Err(e)) => return Err(self.classify(e)),
             Ok(Ok(r)) => r,
         };
-        self.metrics.record(response.status().as_u16(), started.elapsed());
+        let status = response.status().as_u16();
+        if !(100..=599).contains(&status) {
+            // hyper accepts 100-999; past 599 it is not HTTP (RFC 9110 §15),
+            // and passing it on would also mint metric series.
+            return Err(GatewayError::UpstreamProtocol {
+                upstream: self.config.name.clone(),
+                detail: format!("status {status} is outside 100-599"),
+            });
+        }
+        self.metrics.record(status, started.elapsed());
         let (mut parts, body) = response.into_parts();
+        // Content-Length beside Transfer-Encoding (hyper frames the body by
+        // the latter and keeps both headers): the framings disagree, so the
+        // length must not be passed on (RFC 9112 §6.3), and a connection
+        // whose upstream frames like that is not reused.
+        let reusable = !(parts.headers.contains_key(header::CONTENT_LENGTH)
+            && http_body::Body::size_hint(&body).exact().is_none());
+        if !reusable {
+            parts.headers.remove(header::CONTENT_LENGTH);
+        }
         headers::strip_hop_by_hop(&mut parts.headers);
         headers::append_via(&mut parts.headers, parts.version);
         let body = UpstreamBody::new(
             body,
             conn,
+            reusable,
             target.body_timeout,
             self.metrics.body_failed.clone(),
             self.metrics.body_stalled.clone(),
@@ -124,8 +160,10 @@ impl Upstream {
         &self,
         mut req: Request<SendBody>,
         retryable: bool,
+        send_timeout: std::time::Duration,
     ) -> Result<(Response<Incoming>, Conn), Failure> {
         while let Some(mut conn) = self.pool.take_idle() {
+            conn.set_send_timeout(send_timeout);
             let copy = retryable.then(|| copy_head(&req));
             match conn.sender.try_send_request(req).await {
                 Ok(response) => return Ok((response, conn)),
@@ -142,6 +180,7 @@ impl Upstream {
             }
         }
         let mut conn = self.pool.connect().await.map_err(Failure::Connect)?;
+        conn.set_send_timeout(send_timeout);
         let response = conn.sender.send_request(req).await.map_err(Failure::Send)?;
         Ok((response, conn))
     }
@@ -168,6 +207,11 @@ impl Upstream {
         }
         if let Some(failed) = find_source::<ClientBodyFailed>(&e) {
             return GatewayError::ClientBody(failed.to_string());
+        }
+        if let Some(stalled) =
+            find_source::<std::io::Error>(&e).and_then(|io| io.get_ref()?.downcast_ref::<SendStalled>())
+        {
+            return GatewayError::UpstreamSendTimeout { upstream, after: stalled.0 };
         }
         let detail = error_chain(&e);
         if e.is_parse() || e.is_parse_status() || e.is_parse_too_large() {

@@ -1,21 +1,15 @@
-//! The server: the accept loop, connection limits, graceful shutdown, and
-//! [`App::handle`], the whole data path in one function.
+//! The application: [`App::handle`], the whole data path in one function,
+//! and the one place where an outcome becomes a status, a metric and a log
+//! line. The listeners in [`crate::listener`] call it.
 
-use std::convert::Infallible;
-use std::future::Future;
-use std::net::SocketAddr;
-use std::sync::Arc;
+use std::borrow::Cow;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use http::header::{self, HeaderValue};
-use http::{Method, Request, Response, StatusCode};
+use http::uri::PathAndQuery;
+use http::{Method, Request, Response, StatusCode, Uri};
 use hyper::body::Incoming;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
-use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use crate::body::Body;
@@ -24,6 +18,7 @@ use crate::error::GatewayError;
 use crate::files::FileServer;
 use crate::limits::{ConcurrencyLimit, Limits, screen};
 use crate::metrics::{self, Exporter, RouteMetrics};
+use crate::path::{self, PathError};
 use crate::proxy::Upstream;
 use crate::router::{Router, strip_prefix};
 
@@ -32,11 +27,13 @@ pub struct Peer {
     /// The client's IP as an `X-Forwarded-For` item, formatted once per
     /// connection.
     pub forwarded_for: HeaderValue,
+    /// The client is a trusted proxy (`server.trusted_proxies`).
+    pub trusted: bool,
 }
 
 impl Peer {
-    pub fn new(addr: SocketAddr) -> Self {
-        Peer { forwarded_for: crate::headers::forwarded_for(addr.ip()) }
+    pub fn new(addr: SocketAddr, trusted: bool) -> Self {
+        Peer { forwarded_for: crate::headers::forwarded_for(addr.ip()), trusted }
     }
 }
 
@@ -69,6 +66,7 @@ pub struct App {
     draining: AtomicBool,
     /// Whether /metrics, /healthz and /readyz answer on the main listener.
     builtins_on_main: bool,
+    path_options: path::Options,
 }
 
 /// Methods file routes answer unless the route says otherwise.
@@ -105,7 +103,12 @@ impl App {
             })
             .collect();
         let router = Router::new(config.routes.iter().map(|r| r.prefix.as_str()));
+        let path_options = path::Options {
+            merge_slashes: config.server.merge_slashes,
+            reject_encoded_slash: config.server.reject_encoded_slash,
+        };
         App {
+            path_options,
             builtins_on_main: config.metrics.listen.is_none(),
             router,
             routes,
@@ -118,22 +121,36 @@ impl App {
         }
     }
 
+    /// The validated configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Whether `ip` is one of `server.trusted_proxies`.
+    pub fn trusts(&self, ip: IpAddr) -> bool {
+        self.config.server.trusted_proxies.iter().any(|net| net.contains(&ip))
+    }
+
     /// Turns `/readyz` to 503.
     pub fn start_draining(&self) {
         self.draining.store(true, Ordering::Relaxed);
     }
 
-    /// The data path: built-ins, route match, screening, method check,
-    /// load shedding, proxy / file / fixed response, then the one place where
-    /// the outcome becomes a status, a metric and a log line.
-    pub async fn handle(&self, req: Request<Incoming>, peer: &Peer) -> Response<Body> {
+    /// The data path: path normalisation, built-ins, route match, screening,
+    /// method check, load shedding, proxy / file / fixed response, then the
+    /// one place where the outcome becomes a status, a metric and a log line.
+    pub async fn handle(&self, mut req: Request<Incoming>, peer: &Peer) -> Response<Body> {
         let start = Instant::now();
+        let method = req.method().clone();
+        if let Err(e) = self.normalize(&mut req) {
+            let path = self.config.server.access_log.then(|| req.uri().path().to_owned());
+            return self.finish(&self.unmatched, None, &method, path, start, Err(e));
+        }
         if self.builtins_on_main
             && let Some(resp) = self.builtin(req.uri().path())
         {
             return resp;
         }
-        let method = req.method().clone();
         let path = self.config.server.access_log.then(|| req.uri().path().to_owned());
         let route = self.router.find(req.uri().path()).map(|i| &self.routes[i]);
         let route_metrics = route.map_or(&self.unmatched, |r| &r.metrics);
@@ -167,7 +184,7 @@ impl App {
         match &route.config.target {
             Target::Proxy(p) => {
                 let upstream = &self.upstreams[p.upstream];
-                upstream.forward(p, prefix, route.config.max_body, req, &peer.forwarded_for, start + p.timeout).await
+                upstream.forward(p, prefix, route.config.max_body, req, peer, start + p.timeout).await
             }
             Target::File(file) => match strip_prefix(req.uri().path(), prefix) {
                 "" | "/" => self.files.serve_file(file, req.method(), req.headers()).await,
@@ -175,7 +192,7 @@ impl App {
             },
             Target::Dir(root) => {
                 let rest = strip_prefix(req.uri().path(), prefix);
-                self.files.serve_dir(root, rest, req.method(), req.headers()).await
+                self.files.serve_dir(root, rest, req.uri(), req.method(), req.headers()).await
             }
             Target::Respond { status, body } => {
                 let body = if req.method() == Method::HEAD { Body::empty() } else { Body::full(body.clone()) };
@@ -187,6 +204,26 @@ impl App {
                 Ok(response)
             }
         }
+    }
+
+    /// Replaces the request's path with its normal form (see [`path`]), so
+    /// the route is chosen on it and the upstream receives it.
+    fn normalize(&self, req: &mut Request<Incoming>) -> Result<(), GatewayError> {
+        let normal = match path::normalize(req.uri().path(), self.path_options) {
+            Ok(Cow::Borrowed(_)) => return Ok(()),
+            Ok(Cow::Owned(normal)) => normal,
+            Err(PathError::AboveRoot) => return Err(GatewayError::BadPath("path climbs above the root")),
+            Err(PathError::EncodedSlash) => return Err(GatewayError::BadPath("encoded slash or backslash")),
+        };
+        let target = match req.uri().query() {
+            Some(q) => format!("{normal}?{q}"),
+            None => normal,
+        };
+        let mut parts = req.uri().clone().into_parts();
+        parts.path_and_query =
+            Some(PathAndQuery::try_from(target).map_err(|_| GatewayError::BadPath("normalised path is invalid"))?);
+        *req.uri_mut() = Uri::from_parts(parts).map_err(|_| GatewayError::BadPath("normalised path is invalid"))?;
+        Ok(())
     }
 
     fn screen(&self, req: &Request<Incoming>, max_body: u64) -> Result<(), GatewayError> {
@@ -237,6 +274,11 @@ impl App {
         response
     }
 
+    /// The admin listener's service: the built-ins, else 404.
+    pub fn admin(&self, req: &Request<Incoming>) -> Response<Body> {
+        self.builtin(req.uri().path()).unwrap_or_else(|| error_response(&GatewayError::NotFound))
+    }
+
     /// `/healthz`, `/readyz` and the metrics path.
     fn builtin(&self, path: &str) -> Option<Response<Body>> {
         let (status, content_type, body) = if path == "/healthz" {
@@ -263,21 +305,6 @@ impl App {
     }
 }
 
-/// The `reason` for a connection that hyper ended because of what the client
-/// sent (or did not send), before any request reached [`App::handle`].
-fn connection_error_reason(e: &(dyn std::error::Error + 'static)) -> Option<&'static str> {
-    let h = crate::error::find_source::<hyper::Error>(e)?;
-    if h.is_timeout() {
-        Some("header_timeout")
-    } else if h.is_parse_too_large() {
-        Some("header_too_large")
-    } else if h.is_parse() || h.is_parse_status() {
-        Some("malformed")
-    } else {
-        None
-    }
-}
-
 /// The client's view of an error.
 fn error_response(e: &GatewayError) -> Response<Body> {
     let mut builder = Response::builder().status(e.status()).header(header::CONTENT_TYPE, "text/plain; charset=utf-8");
@@ -293,178 +320,4 @@ fn error_response(e: &GatewayError) -> Response<Body> {
         builder = builder.header(header::CONNECTION, "close");
     }
     builder.body(Body::full(e.body())).expect("valid response")
-}
-
-/// Serves `listener` with `app` until `shutdown` resolves; then stops
-/// accepting (closing the listener, so new connections are refused), turns
-/// `/readyz` to 503, and lets open connections finish their requests for up
-/// to `shutdown_timeout`.
-pub async fn serve(listener: TcpListener, app: Arc<App>, shutdown: impl Future<Output = ()>) {
-    let server = &app.config.server;
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(server.header_read_timeout)
-        // Bounds the request head: past it hyper answers 431 and closes.
-        .max_buf_size(server.max_header_size as usize)
-        // One write of head and body copied together beats a two-part
-        // writev for the small responses a sidecar mostly sends.
-        .writev(false)
-        .keep_alive(true);
-    builder.http2().timer(TokioTimer::new()).max_header_list_size(server.max_header_size.min(u32::MAX as u64) as u32);
-    let builder = Arc::new(builder);
-    let graceful = GracefulShutdown::new();
-    let limit = Arc::new(Semaphore::new(server.max_connections));
-    let shutdown_timeout = server.shutdown_timeout;
-    tokio::pin!(shutdown);
-
-    loop {
-        // Past max_connections, stop accepting: new connections wait in the
-        // kernel's backlog until a slot frees.
-        if limit.available_permits() == 0 {
-            metrics::rejected("", "max_connections");
-            tracing::warn!(max_connections = server.max_connections, "connection limit reached; new connections wait");
-        }
-        let permit = tokio::select! {
-            p = limit.clone().acquire_owned() => p.expect("semaphore is never closed"),
-            _ = &mut shutdown => break,
-        };
-        let (stream, peer) = tokio::select! {
-            accepted = crate::accept(&listener) => accepted,
-            _ = &mut shutdown => break,
-        };
-        let _ = stream.set_nodelay(true);
-        let (stream, unanswered) = WatchedStream::new(stream);
-        let app = app.clone();
-        let client = Arc::new(Peer::new(peer));
-        let service = service_fn(move |req| {
-            let (app, client) = (app.clone(), client.clone());
-            async move { Ok::<_, Infallible>(app.handle(req, &client).await) }
-        });
-        let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
-        let conn = graceful.watch(conn);
-        tokio::spawn(async move {
-            let _permit = permit;
-            let _open = metrics::connection_opened();
-            if let Err(e) = conn.await {
-                match connection_error_reason(&*e) {
-                    // hyper's header-read timer also runs while a keep-alive
-                    // connection waits for its next request; closing an idle
-                    // one is housekeeping, not a rejection.
-                    Some("header_timeout") if !unanswered.load(Ordering::Relaxed) => {}
-                    Some(reason) => metrics::rejected("", reason),
-                    None => {}
-                }
-                tracing::debug!(client = %peer, error = %e, "connection ended with an error");
-            }
-        });
-    }
-
-    drop(listener);
-    app.start_draining();
-    tracing::info!("shutting down: no longer accepting; waiting for in-flight requests");
-    tokio::select! {
-        _ = graceful.shutdown() => tracing::info!("all connections closed"),
-        _ = tokio::time::sleep(shutdown_timeout) => tracing::warn!("shutdown timeout passed; closing remaining connections"),
-    }
-}
-
-/// Serves only `/metrics`, `/healthz` and `/readyz` (the optional admin
-/// listener) until `shutdown` resolves.
-pub async fn serve_admin(listener: TcpListener, app: Arc<App>, shutdown: impl Future<Output = ()>) {
-    tokio::pin!(shutdown);
-    let builder = auto::Builder::new(TokioExecutor::new());
-    loop {
-        let (stream, _) = tokio::select! {
-            accepted = crate::accept(&listener) => accepted,
-            _ = &mut shutdown => return,
-        };
-        let app = app.clone();
-        let service = service_fn(move |req: Request<Incoming>| {
-            let resp = app.builtin(req.uri().path()).unwrap_or_else(|| error_response(&GatewayError::NotFound));
-            async move { Ok::<_, Infallible>(resp) }
-        });
-        let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
-        tokio::spawn(conn);
-    }
-}
-
-/// A client connection that remembers whether the client has sent bytes the
-/// gateway has not answered yet. That tells the two cases of hyper's
-/// header-read timeout apart: a trickled request head (slowloris, counted) and
-/// a keep-alive connection that stayed idle (closed quietly).
-struct WatchedStream {
-    inner: tokio::net::TcpStream,
-    unanswered: Arc<AtomicBool>,
-}
-
-impl WatchedStream {
-    fn new(inner: tokio::net::TcpStream) -> (Self, Arc<AtomicBool>) {
-        let unanswered = Arc::new(AtomicBool::new(false));
-        (WatchedStream { inner, unanswered: unanswered.clone() }, unanswered)
-    }
-}
-
-impl tokio::io::AsyncRead for WatchedStream {
-    fn poll_read(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        let before = buf.filled().len();
-        let poll = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
-        if buf.filled().len() > before {
-            self.unanswered.store(true, Ordering::Relaxed);
-        }
-        poll
-    }
-}
-
-impl tokio::io::AsyncWrite for WatchedStream {
-    fn poll_write(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        let poll = std::pin::Pin::new(&mut self.inner).poll_write(cx, buf);
-        if let std::task::Poll::Ready(Ok(n)) = poll
-            && n > 0
-        {
-            self.unanswered.store(false, Ordering::Relaxed);
-        }
-        poll
-    }
-
-    fn poll_write_vectored(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        let poll = std::pin::Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
-        if let std::task::Poll::Ready(Ok(n)) = poll
-            && n > 0
-        {
-            self.unanswered.store(false, Ordering::Relaxed);
-        }
-        poll
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
 }

@@ -140,6 +140,26 @@ async fn directory_routes_serve_tree_and_index() {
     assert_eq!(get(&s.gw.url("/static/sp%20ace")).await.0.status, 404);
 }
 
+#[tokio::test]
+async fn a_directory_without_its_trailing_slash_is_redirected() {
+    let s = site().await;
+    for (target, location) in [
+        ("/static/sub", "/static/sub/"),
+        ("/static/sub?x=1&y=2", "/static/sub/?x=1&y=2"),
+        ("/static", "/static/"),
+        ("/static//sub", "/static/sub/"),
+    ] {
+        let (status, text) = raw_status(s.gw.addr, target).await;
+        assert_eq!(status, 301, "{target}: {text}");
+        let lower = text.to_ascii_lowercase();
+        assert!(lower.contains(&format!("\r\nlocation: {location}\r\n")), "{target}: {text}");
+        assert!(!text.contains("<p>index</p>"), "{target}: the index must not be served at the slashless URL");
+    }
+    // Files are not redirected; the slash form serves the index.
+    assert_eq!(raw_status(s.gw.addr, "/static/sub/page.html").await.0, 200);
+    assert!(raw_status(s.gw.addr, "/static/sub/").await.1.ends_with("<p>index</p>"));
+}
+
 /// Sends a raw request line, so that no client normalises the path first.
 async fn raw_status(addr: std::net::SocketAddr, target: &str) -> (u16, String) {
     let mut s = TcpStream::connect(addr).await.unwrap();

@@ -4,7 +4,6 @@
 
 mod common;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -14,73 +13,6 @@ use common::*;
 use http::{Request, Response};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-
-/// What a raw exchange returned: the bytes, and whether the server closed.
-struct Raw {
-    text: String,
-    closed: bool,
-}
-
-impl Raw {
-    fn status(&self) -> u16 {
-        self.text.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0)
-    }
-}
-
-/// Writes `bytes`, then reads until the server closes or `wait` passes.
-async fn raw(addr: SocketAddr, bytes: &[u8], wait: Duration) -> Raw {
-    let mut s = TcpStream::connect(addr).await.unwrap();
-    s.write_all(bytes).await.unwrap();
-    read_for(&mut s, wait).await
-}
-
-async fn read_for(s: &mut TcpStream, wait: Duration) -> Raw {
-    let mut out = Vec::new();
-    let mut buf = [0u8; 8192];
-    let deadline = tokio::time::Instant::now() + wait;
-    let closed = loop {
-        match tokio::time::timeout_at(deadline, s.read(&mut buf)).await {
-            Err(_) => break false,
-            Ok(Ok(0)) | Ok(Err(_)) => break true,
-            Ok(Ok(n)) => out.extend_from_slice(&buf[..n]),
-        }
-    };
-    Raw { text: String::from_utf8_lossy(&out).into_owned(), closed }
-}
-
-/// An upstream that answers `ok` and counts the requests it saw.
-async fn counting_upstream() -> (TestUpstream, Arc<AtomicUsize>) {
-    let seen = Arc::new(AtomicUsize::new(0));
-    let s = seen.clone();
-    let up = TestUpstream::start(move |req: Request<hyper::body::Incoming>| {
-        let s = s.clone();
-        async move {
-            s.fetch_add(1, Ordering::SeqCst);
-            let body =
-                http_body_util::BodyExt::collect(req.into_body()).await.map(|b| b.to_bytes()).unwrap_or_default();
-            Response::new(full(if body.is_empty() { Bytes::from_static(b"ok") } else { body }))
-        }
-    })
-    .await;
-    (up, seen)
-}
-
-fn proxy_toml(up: SocketAddr, name: &str, extra_route: &str, extra_server: &str) -> String {
-    format!(
-        "[server]\n{extra_server}\n[upstreams.{name}]\nurl = \"http://{up}\"\n\
-         [[routes]]\nname = \"{name}\"\nprefix = \"/{name}\"\nupstream = \"{name}\"\n{extra_route}\n\
-         [[routes]]\nname = \"{name}_health\"\nprefix = \"/alive\"\nrespond = {{ status = 200, body = \"alive\" }}\n"
-    )
-}
-
-async fn still_serving(gw: &TestGateway) {
-    let (parts, body) = get(&gw.url("/alive")).await;
-    assert_eq!((parts.status.as_u16(), &body[..]), (200, &b"alive"[..]), "a healthy route must still answer");
-}
-
-fn rejected(m: &str, route: &str, reason: &str) -> f64 {
-    sample(m, "gateway_rejected_total", &[("route", route), ("reason", reason)]).unwrap_or(0.0)
-}
 
 #[tokio::test]
 async fn hostile_requests_get_4xx_and_are_never_forwarded() {
@@ -323,7 +255,13 @@ async fn stalled_response_body_is_cut_and_counted() {
 #[tokio::test]
 async fn slowloris_is_cut_off_at_the_header_read_timeout() {
     let (up, seen) = counting_upstream().await;
-    let gw = TestGateway::from_toml(&proxy_toml(up.addr, "slowloris", "", "header_read_timeout = \"300ms\"")).await;
+    let gw = TestGateway::from_toml(&proxy_toml(
+        up.addr,
+        "slowloris",
+        "",
+        "header_read_timeout = \"300ms\"\nidle_timeout = \"300ms\"",
+    ))
+    .await;
     let mut s = TcpStream::connect(gw.addr).await.unwrap();
     let started = Instant::now();
     let mut closed = false;
@@ -348,8 +286,8 @@ async fn slowloris_is_cut_off_at_the_header_read_timeout() {
     let trickled = rejected(&m, "", "header_timeout");
     assert!(trickled >= 1.0, "{m}");
 
-    // A keep-alive connection that simply stays idle is closed the same way,
-    // but it is housekeeping, not a rejection.
+    // A keep-alive connection that simply stays idle is closed at the idle
+    // timeout, and that is housekeeping, not a rejection.
     let mut idle = TcpStream::connect(gw.addr).await.unwrap();
     idle.write_all(b"GET /alive HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
     let r = read_for(&mut idle, Duration::from_secs(3)).await;
@@ -360,34 +298,15 @@ async fn slowloris_is_cut_off_at_the_header_read_timeout() {
 }
 
 #[tokio::test]
-async fn connections_past_max_connections_wait_in_the_backlog() {
-    let (up, _) = counting_upstream().await;
-    let gw = TestGateway::from_toml(&proxy_toml(up.addr, "conncap", "", "max_connections = 2")).await;
-    let mut held = Vec::new();
-    for _ in 0..2 {
-        let mut s = TcpStream::connect(gw.addr).await.unwrap();
-        s.write_all(b"GET /alive HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
-        assert!(read_for(&mut s, Duration::from_millis(300)).await.text.starts_with("HTTP/1.1 200"));
-        held.push(s);
-    }
-    // The third connection is accepted by the kernel but not served...
-    let mut third = TcpStream::connect(gw.addr).await.unwrap();
-    third.write_all(b"GET /alive HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.unwrap();
-    assert!(read_for(&mut third, Duration::from_millis(500)).await.text.is_empty());
-    // ...until a slot frees.
-    drop(held.pop());
-    let r = read_for(&mut third, Duration::from_secs(3)).await;
-    assert!(r.text.starts_with("HTTP/1.1 200"), "{}", r.text);
-    drop(held);
-    let m = metrics_text(gw.addr).await;
-    assert!(rejected(&m, "", "max_connections") >= 1.0);
-}
-
-#[tokio::test]
 async fn upstream_closing_before_the_head_is_502_reset() {
-    let addr = raw_upstream(|mut s| async move {
-        let mut buf = [0u8; 4096];
-        let _ = s.read(&mut buf).await;
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let a = accepted.clone();
+    let addr = raw_upstream(move |mut s| {
+        a.fetch_add(1, Ordering::SeqCst);
+        async move {
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf).await;
+        }
     })
     .await;
     let gw = TestGateway::from_toml(&proxy_toml(addr, "slam", "", "")).await;
@@ -396,10 +315,14 @@ async fn upstream_closing_before_the_head_is_502_reset() {
     assert_eq!(parts.status, 502);
     assert!(body.starts_with(b"bad gateway: upstream closed"), "{body:?}");
     assert!(started.elapsed() < Duration::from_secs(2));
-    // A GET is retried once on a fresh connection, which fails the same way.
+    assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    // A GET on a connection that was just opened is not retried either: only
+    // a pooled connection can be stale (tests/proxy.rs covers that retry).
     assert_eq!(get(&gw.url("/slam")).await.0.status, 502);
+    assert_eq!(accepted.load(Ordering::SeqCst), 2, "a fresh connection's failure must not be retried");
     let m = metrics_text(gw.addr).await;
     assert_eq!(sample(&m, "gateway_upstream_errors_total", &[("upstream", "slam"), ("kind", "reset")]), Some(2.0));
+    assert_eq!(sample(&m, "gateway_upstream_retries_total", &[("upstream", "slam")]), Some(0.0));
     still_serving(&gw).await;
 }
 

@@ -73,7 +73,7 @@ async fn hop_by_hop_headers_are_stripped_and_forwarding_headers_set() {
         .header("connection", "keep-alive, x-client-private")
         .header("x-client-private", "1")
         .header("keep-alive", "timeout=3")
-        .header("te", "trailers")
+        .header("te", "deflate, trailers")
         .header("proxy-authorization", "Basic Zm9vOmJhcg==")
         .header("x-forwarded-for", "203.0.113.9")
         .header("x-end-to-end", "kept")
@@ -81,9 +81,11 @@ async fn hop_by_hop_headers_are_stripped_and_forwarding_headers_set() {
         .unwrap();
     let (parts, body) = send(req).await;
     let seen = String::from_utf8(body.to_vec()).unwrap().to_lowercase();
-    for gone in ["x-client-private", "keep-alive:", "\nte:", "proxy-authorization", "connection:"] {
+    for gone in ["x-client-private", "keep-alive:", "proxy-authorization", "connection:", "deflate"] {
         assert!(!seen.contains(gone), "upstream saw {gone:?}:\n{seen}");
     }
+    // TE is hop-by-hop, but that the client accepts trailers is passed on.
+    assert!(seen.contains("\nte: trailers\n"), "{seen}");
     assert!(seen.contains("x-end-to-end: kept"), "{seen}");
     assert!(seen.contains("x-forwarded-for: 203.0.113.9, 127.0.0.1\n"), "{seen}");
     assert!(seen.contains("x-forwarded-proto: http\n"), "{seen}");
@@ -95,6 +97,54 @@ async fn hop_by_hop_headers_are_stripped_and_forwarding_headers_set() {
     assert!(parts.headers.get("keep-alive").is_none());
     assert_eq!(parts.headers["x-upstream-public"], "visible");
     assert_eq!(parts.headers["via"], "1.1 gateway");
+}
+
+fn forwarded_request(url: &str) -> Request<TestBody> {
+    Request::get(url)
+        .header("host", "app.example")
+        .header("x-forwarded-proto", "https")
+        .header("x-forwarded-host", "public.example")
+        .header("forwarded", "for=198.51.100.7;proto=https;host=public.example")
+        .header("x-forwarded-for", "198.51.100.7")
+        .body(full(Bytes::new()))
+        .unwrap()
+}
+
+#[tokio::test]
+async fn forwarding_headers_from_a_trusted_proxy_are_kept() {
+    let up = echo_upstream().await;
+    let toml = format!(
+        "[server]\ntrusted_proxies = [\"10.0.0.0/8\", \"127.0.0.0/8\"]\n{}",
+        proxy_config(up.addr, "trusted", "")
+    );
+    let gw = TestGateway::from_toml(&toml).await;
+    let seen = String::from_utf8(send(forwarded_request(&gw.url("/trusted"))).await.1.to_vec()).unwrap();
+    assert!(seen.contains("x-forwarded-proto: https\n"), "{seen}");
+    assert!(seen.contains("x-forwarded-host: public.example\n"), "{seen}");
+    assert!(
+        seen.contains(
+            "forwarded: for=198.51.100.7;proto=https;host=public.example, for=127.0.0.1;proto=http;host=app.example\n"
+        ),
+        "{seen}"
+    );
+    assert!(seen.contains("x-forwarded-for: 198.51.100.7, 127.0.0.1\n"), "{seen}");
+}
+
+#[tokio::test]
+async fn forwarding_headers_from_an_untrusted_peer_are_replaced() {
+    let up = echo_upstream().await;
+    let toml = format!(
+        "[server]\ntrusted_proxies = [\"10.0.0.0/8\", \"::1/128\"]\n{}",
+        proxy_config(up.addr, "untrusted", "")
+    );
+    let gw = TestGateway::from_toml(&toml).await;
+    let seen = String::from_utf8(send(forwarded_request(&gw.url("/untrusted"))).await.1.to_vec()).unwrap();
+    assert!(seen.contains("x-forwarded-proto: http\n"), "{seen}");
+    assert!(seen.contains("x-forwarded-host: app.example\n"), "{seen}");
+    assert!(seen.contains("forwarded: for=127.0.0.1;proto=http;host=app.example\n"), "{seen}");
+    assert_eq!(seen.matches("\nforwarded:").count(), 1, "one Forwarded line: {seen}");
+    // X-Forwarded-For is appended to either way, as nginx's $proxy_add_x_forwarded_for.
+    assert!(seen.contains("x-forwarded-for: 198.51.100.7, 127.0.0.1\n"), "{seen}");
 }
 
 #[tokio::test]
@@ -131,27 +181,54 @@ async fn large_bodies_stream_both_ways() {
     .await;
     let gw = TestGateway::from_toml(&proxy_config(up.addr, "stream", "timeout = \"60s\"\nmax_body = \"64MiB\"")).await;
 
-    // A chunked upload produced on the fly: never a whole-body buffer here.
-    let chunks = (0..BIG / 65536).map(|c| {
-        let chunk: Vec<u8> = (c * 65536..(c + 1) * 65536).map(pattern).collect();
-        Ok::<_, Box<dyn std::error::Error + Send + Sync>>(Frame::data(Bytes::from(chunk)))
-    });
-    let body = StreamBody::new(futures_util::stream::iter(chunks)).boxed();
+    // A chunked upload fed by hand: never a whole-body buffer here.
+    type Item = Result<Frame<Bytes>, Box<dyn std::error::Error + Send + Sync>>;
+    let (tx, rx) = tokio::sync::mpsc::channel::<Item>(2);
+    let upload = futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) });
+    let chunk = |c: usize| Bytes::from((c * 65536..(c + 1) * 65536).map(pattern).collect::<Vec<u8>>());
+    let chunks = BIG / 65536;
     let mut expected = (1, 0);
-    for c in 0..BIG / 65536 {
-        let chunk: Vec<u8> = (c * 65536..(c + 1) * 65536).map(pattern).collect();
-        fletcher(&chunk, &mut expected);
+    for c in 0..chunks {
+        fletcher(&chunk(c), &mut expected);
     }
-    let resp = client().request(Request::post(gw.url("/stream")).body(body).unwrap()).await.unwrap();
-    assert_eq!(resp.status(), 200);
-    let mut body = resp.into_body();
-    let (mut got, mut len) = ((1, 0), 0usize);
-    while let Some(frame) = body.frame().await {
-        if let Ok(data) = frame.unwrap().into_data() {
-            len += data.len();
-            fletcher(&data, &mut got);
+    // Half the upload, then nothing more until the echo has started to come
+    // back: a gateway that buffered either body would wait for the end.
+    let (go, go_rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        for c in 0..chunks / 2 {
+            tx.send(Ok(Frame::data(chunk(c)))).await.unwrap();
         }
-    }
+        if go_rx.await.is_ok() {
+            for c in chunks / 2..chunks {
+                tx.send(Ok(Frame::data(chunk(c)))).await.unwrap();
+            }
+        }
+    });
+    let resp = client().request(Request::post(gw.url("/stream")).body(StreamBody::new(upload).boxed()).unwrap());
+    let resp = tokio::time::timeout(Duration::from_secs(10), resp).await.expect("the response head arrives").unwrap();
+    assert_eq!(resp.status(), 200);
+    let (first, first_rx) = tokio::sync::oneshot::channel::<()>();
+    let reader = tokio::spawn(async move {
+        let mut body = resp.into_body();
+        let (mut got, mut len) = ((1, 0), 0usize);
+        let mut first = Some(first);
+        while let Some(frame) = body.frame().await {
+            if let Ok(data) = frame.unwrap().into_data() {
+                len += data.len();
+                fletcher(&data, &mut got);
+                if let Some(f) = first.take() {
+                    let _ = f.send(());
+                }
+            }
+        }
+        (len, got)
+    });
+    tokio::time::timeout(Duration::from_secs(10), first_rx)
+        .await
+        .expect("the echo must arrive while the upload is half sent: the gateway buffered a body")
+        .unwrap();
+    go.send(()).unwrap();
+    let (len, got) = reader.await.unwrap();
     assert_eq!(len, BIG);
     assert_eq!(got, expected);
 }

@@ -121,48 +121,75 @@ async fn health_endpoints_answer() {
 async fn separate_metrics_listener() {
     let mut config = config("[metrics]\npath = \"/m\"\n", std::path::Path::new("."));
     config.metrics.listen = Some("127.0.0.1:0".parse().unwrap());
-    let g = gateway::Gateway::bind(config).await.unwrap();
-    let (main, admin) = (g.local_addr(), g.admin_addr().unwrap());
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(g.serve(async move {
-        let _ = stopped.await;
-    }));
+    let mut gw = TestGateway::start(config).await;
+    let (main, admin) = (gw.addr, gw.admin.unwrap());
     assert!(get(&format!("http://{admin}/m")).await.1.starts_with(b"# "));
     assert_eq!(get(&format!("http://{admin}/healthz")).await.0.status, 200);
     // Not on the main listener, where it is just an unmatched path.
     assert_eq!(get(&format!("http://{main}/m")).await.0.status, 404);
-    stop.send(()).unwrap();
-    task.await.unwrap();
+    gw.shutdown();
+    gw.task.await.unwrap();
+}
+
+/// Sends `GET path` on an open keep-alive connection and returns the status.
+async fn status_on(s: &mut tokio::net::TcpStream, path: &str) -> u16 {
+    s.write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").as_bytes()).await.unwrap();
+    let mut buf = [0u8; 1024];
+    let n = tokio::time::timeout(Duration::from_secs(3), s.read(&mut buf)).await.expect("answered").unwrap();
+    String::from_utf8_lossy(&buf[..n]).get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0)
 }
 
 #[tokio::test]
-async fn graceful_shutdown_lets_in_flight_requests_finish() {
+async fn graceful_shutdown_turns_readyz_503_serves_through_the_delay_then_drains() {
     let up = TestUpstream::start(|_req| async {
         tokio::time::sleep(Duration::from_millis(600)).await;
         Response::new(full("slow but complete"))
     })
     .await;
-    let mut gw = TestGateway::from_toml(&traffic_config(up.addr, "drain")).await;
+    let toml = format!("[server]\nshutdown_delay = \"800ms\"\n{}", traffic_config(up.addr, "drain"));
+    let mut gw = TestGateway::from_toml(&toml).await;
     let url = gw.url("/api/slow");
     let in_flight: Vec<_> = (0..200).map(|_| tokio::spawn(get_owned(url.clone()))).collect();
     tokio::time::sleep(Duration::from_millis(200)).await;
 
     // A keep-alive connection opened before shutdown sees /readyz turn to 503.
     let mut probe = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
-    probe.write_all(b"GET /readyz HTTP/1.1\r\nhost: x\r\n\r\n").await.unwrap();
-    let mut buf = [0u8; 512];
-    let n = probe.read(&mut buf).await.unwrap();
-    assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
-
+    assert_eq!(status_on(&mut probe, "/readyz").await, 200);
     gw.shutdown();
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(tokio::net::TcpStream::connect(gw.addr).await.is_err(), "new connections must be refused while draining");
+    assert_eq!(status_on(&mut probe, "/readyz").await, 503, "/readyz must fail at once on SIGTERM");
+    assert_eq!(status_on(&mut probe, "/fixed").await, 202, "requests are still served during the delay");
+    // New connections are still accepted and served during the delay, so a
+    // load balancer sees "not ready" before anything is refused.
+    let mut late = tokio::net::TcpStream::connect(gw.addr).await.expect("accepting during shutdown_delay");
+    assert_eq!(status_on(&mut late, "/readyz").await, 503);
+    let during_delay = tokio::spawn(get_owned(url.clone()));
 
-    for r in in_flight {
+    // After the delay: no longer accepting; in-flight requests finish.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert!(tokio::net::TcpStream::connect(gw.addr).await.is_err(), "new connections must be refused after the delay");
+    for r in in_flight.into_iter().chain([during_delay]) {
         let (status, body) = r.await.unwrap();
         assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
         assert_eq!(&body[..], b"slow but complete");
     }
+    tokio::time::timeout(Duration::from_secs(5), gw.task).await.expect("drains and returns").unwrap();
+}
+
+#[tokio::test]
+async fn without_a_delay_shutdown_stops_accepting_at_once() {
+    let up = TestUpstream::start(|_req| async {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        Response::new(full("done"))
+    })
+    .await;
+    let mut gw = TestGateway::from_toml(&traffic_config(up.addr, "nodelay")).await;
+    let slow = tokio::spawn(get_owned(gw.url("/api/x")));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    gw.shutdown();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(tokio::net::TcpStream::connect(gw.addr).await.is_err());
+    assert_eq!(slow.await.unwrap().0, 200);
     tokio::time::timeout(Duration::from_secs(5), gw.task).await.expect("drains and returns").unwrap();
 }
 

@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use bytes::Bytes;
 use gateway::config::{self, Config, Source};
@@ -19,7 +20,8 @@ use hyper::service::service_fn;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use tokio::net::TcpListener;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -41,6 +43,8 @@ pub fn config(toml: &str, base_dir: &Path) -> Config {
 /// A gateway running in this process.
 pub struct TestGateway {
     pub addr: SocketAddr,
+    /// The admin listener's address, when the config has one.
+    pub admin: Option<SocketAddr>,
     stop: Option<oneshot::Sender<()>>,
     pub task: JoinHandle<()>,
 }
@@ -53,12 +57,12 @@ impl TestGateway {
             .with_test_writer()
             .try_init();
         let g = gateway::Gateway::bind(config).await.expect("bind gateway");
-        let addr = g.local_addr();
+        let (addr, admin) = (g.local_addr(), g.admin_addr());
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(g.serve(async move {
             let _ = stopped.await;
         }));
-        TestGateway { addr, stop: Some(stop), task }
+        TestGateway { addr, admin, stop: Some(stop), task }
     }
 
     pub async fn from_toml(toml: &str) -> TestGateway {
@@ -121,6 +125,16 @@ impl TestUpstream {
     }
 }
 
+/// An HTTP/2 (prior knowledge) connection to `addr`, with the task driving it.
+pub async fn h2_client(
+    addr: SocketAddr,
+) -> (hyper::client::conn::http2::SendRequest<TestBody>, JoinHandle<hyper::Result<()>>) {
+    let stream = TcpStream::connect(addr).await.unwrap();
+    let (sender, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream)).await.unwrap();
+    (sender, tokio::spawn(conn))
+}
+
 /// A client without connection pooling surprises: one pooled client per test.
 pub fn client() -> Client<HttpConnector, TestBody> {
     Client::builder(TokioExecutor::new()).build_http()
@@ -181,4 +195,71 @@ where
         }
     });
     addr
+}
+
+/// What a raw exchange returned: the bytes, and whether the server closed.
+pub struct Raw {
+    pub text: String,
+    pub closed: bool,
+}
+
+impl Raw {
+    pub fn status(&self) -> u16 {
+        self.text.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0)
+    }
+}
+
+/// Writes `bytes`, then reads until the server closes or `wait` passes.
+pub async fn raw(addr: SocketAddr, bytes: &[u8], wait: Duration) -> Raw {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(bytes).await.unwrap();
+    read_for(&mut s, wait).await
+}
+
+pub async fn read_for(s: &mut TcpStream, wait: Duration) -> Raw {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 8192];
+    let deadline = tokio::time::Instant::now() + wait;
+    let closed = loop {
+        match tokio::time::timeout_at(deadline, s.read(&mut buf)).await {
+            Err(_) => break false,
+            Ok(Ok(0)) | Ok(Err(_)) => break true,
+            Ok(Ok(n)) => out.extend_from_slice(&buf[..n]),
+        }
+    };
+    Raw { text: String::from_utf8_lossy(&out).into_owned(), closed }
+}
+
+/// An upstream that answers `ok` and counts the requests it saw.
+pub async fn counting_upstream() -> (TestUpstream, Arc<AtomicUsize>) {
+    let seen = Arc::new(AtomicUsize::new(0));
+    let s = seen.clone();
+    let up = TestUpstream::start(move |req: Request<hyper::body::Incoming>| {
+        let s = s.clone();
+        async move {
+            s.fetch_add(1, Ordering::SeqCst);
+            let body =
+                http_body_util::BodyExt::collect(req.into_body()).await.map(|b| b.to_bytes()).unwrap_or_default();
+            Response::new(full(if body.is_empty() { Bytes::from_static(b"ok") } else { body }))
+        }
+    })
+    .await;
+    (up, seen)
+}
+
+pub fn proxy_toml(up: SocketAddr, name: &str, extra_route: &str, extra_server: &str) -> String {
+    format!(
+        "[server]\n{extra_server}\n[upstreams.{name}]\nurl = \"http://{up}\"\n\
+         [[routes]]\nname = \"{name}\"\nprefix = \"/{name}\"\nupstream = \"{name}\"\n{extra_route}\n\
+         [[routes]]\nname = \"{name}_health\"\nprefix = \"/alive\"\nrespond = {{ status = 200, body = \"alive\" }}\n"
+    )
+}
+
+pub async fn still_serving(gw: &TestGateway) {
+    let (parts, body) = get(&gw.url("/alive")).await;
+    assert_eq!((parts.status.as_u16(), &body[..]), (200, &b"alive"[..]), "a healthy route must still answer");
+}
+
+pub fn rejected(m: &str, route: &str, reason: &str) -> f64 {
+    sample(m, "gateway_rejected_total", &[("route", route), ("reason", reason)]).unwrap_or(0.0)
 }

@@ -6,25 +6,22 @@
 //! the source (the file, or the embedded default), the key and what is wrong,
 //! so `gateway` can print it and exit with status 64 (EX_USAGE).
 //!
-//! Durations and sizes are read as strings and parsed here (with `humantime`
-//! and `bytesize`) rather than through serde adapters, so that a bad value is
-//! reported with its full key path (`routes[1].timeout`), which the serde
-//! adapters' errors do not carry through the `config` crate.
+//! `raw` holds the serde shape of the file, `validate` turns it into the
+//! runtime types below, one function per section.
 
-use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::uri::{Authority, Scheme};
-use http::{Method, StatusCode, Uri};
-use serde::Deserialize;
+use http::{Method, StatusCode};
+use ipnet::IpNet;
 
 /// The configuration the gateway runs with when given no file: the bundled
 /// `config/gateway.toml`, whose relative paths resolve against the bundled
 /// `config/` folder.
-pub const EMBEDDED_DEFAULT: &str = include_str!("../config/gateway.toml");
+pub const EMBEDDED_DEFAULT: &str = include_str!("../../config/gateway.toml");
 
 /// Folder the embedded default's relative paths resolve against.
 pub const EMBEDDED_BASE_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/config");
@@ -82,83 +79,10 @@ impl Source {
     }
 }
 
-// ---------------------------------------------------------------------------
-// Raw (serde) shape of the file. Unknown keys are refused so a typo is an
-// error, not a silently ignored setting.
+mod raw;
+mod validate;
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawConfig {
-    server: RawServer,
-    metrics: RawMetrics,
-    #[serde(default)]
-    upstreams: BTreeMap<String, RawUpstream>,
-    #[serde(default)]
-    routes: Vec<RawRoute>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawServer {
-    listen: String,
-    worker_threads: usize,
-    header_read_timeout: String,
-    shutdown_timeout: String,
-    max_connections: usize,
-    access_log: bool,
-    max_header_size: RawSize,
-    max_uri_length: RawSize,
-    max_body: RawSize,
-}
-
-/// A size: a plain integer (bytes) or a string such as "64KiB".
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-enum RawSize {
-    Bytes(u64),
-    Text(String),
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawMetrics {
-    path: String,
-    listen: Option<String>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawUpstream {
-    url: String,
-    connect_timeout: Option<String>,
-    pool_max_idle_per_host: Option<usize>,
-    pool_idle_timeout: Option<String>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawRoute {
-    name: Option<String>,
-    prefix: Option<String>,
-    upstream: Option<String>,
-    file: Option<String>,
-    dir: Option<String>,
-    respond: Option<RawRespond>,
-    rewrite: Option<String>,
-    timeout: Option<String>,
-    methods: Option<Vec<String>>,
-    host: Option<String>,
-    max_body: Option<RawSize>,
-    max_concurrent: Option<usize>,
-    body_timeout: Option<String>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawRespond {
-    status: Option<u16>,
-    body: Option<String>,
-}
+use raw::RawConfig;
 
 // ---------------------------------------------------------------------------
 // Runtime types.
@@ -183,10 +107,23 @@ pub struct ServerConfig {
     pub listen: SocketAddr,
     /// Runtime worker threads; 0 means one per CPU.
     pub worker_threads: usize,
-    /// How long a client may take to send a complete request head.
+    /// How long a client may take to send a complete request head: from
+    /// accepting the connection (HTTP version detection included) for the
+    /// first request, from its first byte for later ones.
     pub header_read_timeout: Duration,
+    /// A connection with no request in flight for this long is closed
+    /// (HTTP/2 with GOAWAY).
+    pub idle_timeout: Duration,
+    /// A client that accepts no bytes of a response for this long has its
+    /// connection closed.
+    pub send_timeout: Duration,
+    /// TCP keepalive idle time on accepted sockets; `None` leaves it off.
+    pub tcp_keepalive: Option<Duration>,
     /// How long in-flight requests may run on after SIGTERM/SIGINT.
     pub shutdown_timeout: Duration,
+    /// After SIGTERM/SIGINT, `/readyz` answers 503 while the gateway keeps
+    /// accepting and serving for this long, before it stops accepting.
+    pub shutdown_delay: Duration,
     /// Connections served at once; further ones wait in the listen backlog.
     pub max_connections: usize,
     /// One log event per request when true.
@@ -197,6 +134,13 @@ pub struct ServerConfig {
     pub max_uri_length: u64,
     /// Default request body limit for routes; past it, 413.
     pub max_body: u64,
+    /// Repeated slashes in request paths are merged before routing.
+    pub merge_slashes: bool,
+    /// Paths with an encoded `/` or `\` (`%2F`, `%5C`) are refused with 400.
+    pub reject_encoded_slash: bool,
+    /// Peers whose `X-Forwarded-Proto`, `X-Forwarded-Host` and `Forwarded`
+    /// are kept; from any other peer they are replaced.
+    pub trusted_proxies: Vec<IpNet>,
 }
 
 /// `[metrics]`.
@@ -207,6 +151,8 @@ pub struct MetricsConfig {
     /// A separate admin listener for metrics and health; `None` serves them on
     /// the main listener.
     pub listen: Option<SocketAddr>,
+    /// Connections the admin listener serves at once.
+    pub max_connections: usize,
 }
 
 /// `[upstreams.NAME]`.
@@ -307,7 +253,11 @@ impl Target {
 const DEFAULTS: &[(&str, &str)] = &[
     ("server.listen", "127.0.0.1:8080"),
     ("server.header_read_timeout", "10s"),
+    ("server.idle_timeout", "60s"),
+    ("server.send_timeout", "60s"),
+    ("server.tcp_keepalive", "60s"),
     ("server.shutdown_timeout", "30s"),
+    ("server.shutdown_delay", "0s"),
     ("metrics.path", "/metrics"),
     ("server.max_header_size", "64KiB"),
     ("server.max_uri_length", "8KiB"),
@@ -326,6 +276,9 @@ pub fn load(source: &Source) -> Result<Config, ConfigError> {
         .set_default("server.worker_threads", 0)
         .and_then(|b| b.set_default("server.max_connections", 10_000))
         .and_then(|b| b.set_default("server.access_log", false))
+        .and_then(|b| b.set_default("server.merge_slashes", true))
+        .and_then(|b| b.set_default("server.reject_encoded_slash", false))
+        .and_then(|b| b.set_default("metrics.max_connections", 64))
         .expect("valid default key");
     builder = match source {
         Source::File(path) => {
@@ -340,7 +293,11 @@ pub fn load(source: &Source) -> Result<Config, ConfigError> {
         config::Environment::with_prefix("GATEWAY").prefix_separator("__").separator("__").try_parsing(true),
     );
     let raw: RawConfig = builder.build().and_then(|c| c.try_deserialize()).map_err(|e| config_crate_error(&name, e))?;
-    let mut config = validate(raw, &name, &source.base_dir())?;
+    let mut config = validate::config(raw, &source.base_dir()).map_err(|(key, message)| ConfigError {
+        source_name: name.clone(),
+        key,
+        message,
+    })?;
     config.source_name = name;
     Ok(config)
 }
@@ -355,243 +312,6 @@ fn config_crate_error(source_name: &str, e: config::ConfigError) -> ConfigError 
         other => ("-".to_owned(), other.to_string()),
     };
     ConfigError { source_name: source_name.to_owned(), key, message }
-}
-
-fn parse_duration(key: &str, value: &str) -> Result<Duration, (String, String)> {
-    humantime::parse_duration(value.trim())
-        .map_err(|e| (key.to_owned(), format!("invalid duration {value:?}: {e} (use e.g. \"250ms\", \"2s\")")))
-}
-
-fn parse_size(key: &str, value: &RawSize) -> Result<u64, (String, String)> {
-    match value {
-        RawSize::Bytes(n) => Ok(*n),
-        RawSize::Text(t) => t.trim().parse::<bytesize::ByteSize>().map(|b| b.as_u64()).map_err(|e| {
-            (key.to_owned(), format!("invalid size {t:?}: {e} (use e.g. \"64KiB\", \"10MiB\" or a number of bytes)"))
-        }),
-    }
-}
-
-fn parse_addr(key: &str, value: &str) -> Result<SocketAddr, (String, String)> {
-    value
-        .parse()
-        .map_err(|e| (key.to_owned(), format!("invalid socket address {value:?}: {e} (use e.g. \"127.0.0.1:8080\")")))
-}
-
-/// Validates the raw file into runtime types. Pure apart from checking that
-/// file roots exist.
-fn validate(raw: RawConfig, source_name: &str, base_dir: &Path) -> Result<Config, ConfigError> {
-    validate_inner(raw, base_dir).map_err(|(key, message)| ConfigError {
-        source_name: source_name.to_owned(),
-        key,
-        message,
-    })
-}
-
-fn validate_inner(raw: RawConfig, base_dir: &Path) -> Result<Config, (String, String)> {
-    let s = &raw.server;
-    let server = ServerConfig {
-        listen: parse_addr("server.listen", &s.listen)?,
-        worker_threads: s.worker_threads,
-        header_read_timeout: parse_duration("server.header_read_timeout", &s.header_read_timeout)?,
-        shutdown_timeout: parse_duration("server.shutdown_timeout", &s.shutdown_timeout)?,
-        max_connections: s.max_connections,
-        access_log: s.access_log,
-        max_header_size: parse_size("server.max_header_size", &s.max_header_size)?,
-        max_uri_length: parse_size("server.max_uri_length", &s.max_uri_length)?,
-        max_body: parse_size("server.max_body", &s.max_body)?,
-    };
-    // hyper's read buffer cannot be smaller than 8 KiB.
-    if server.max_header_size < 8192 {
-        return Err(("server.max_header_size".into(), "must be at least 8KiB".into()));
-    }
-    if server.max_connections == 0 {
-        return Err(("server.max_connections".into(), "must be at least 1".into()));
-    }
-    if !raw.metrics.path.starts_with('/') {
-        return Err(("metrics.path".into(), format!("{:?} must start with '/'", raw.metrics.path)));
-    }
-    let metrics = MetricsConfig {
-        path: raw.metrics.path.clone(),
-        listen: raw.metrics.listen.as_deref().map(|l| parse_addr("metrics.listen", l)).transpose()?,
-    };
-
-    let mut upstreams = Vec::new();
-    let mut upstream_index = HashMap::new();
-    for (name, up) in &raw.upstreams {
-        let key = |k: &str| format!("upstreams.{name}.{k}");
-        let (scheme, authority) = parse_upstream_url(&up.url).map_err(|m| (key("url"), m))?;
-        let cfg = UpstreamConfig {
-            name: name.clone(),
-            scheme,
-            authority,
-            connect_timeout: parse_duration(&key("connect_timeout"), up.connect_timeout.as_deref().unwrap_or("1s"))?,
-            pool_max_idle_per_host: up.pool_max_idle_per_host.unwrap_or(1024),
-            pool_idle_timeout: parse_duration(
-                &key("pool_idle_timeout"),
-                up.pool_idle_timeout.as_deref().unwrap_or("50s"),
-            )?,
-        };
-        upstream_index.insert(name.clone(), upstreams.len());
-        upstreams.push(cfg);
-    }
-
-    let mut routes: Vec<RouteConfig> = Vec::new();
-    let mut seen_names = HashMap::new();
-    let mut seen_prefixes: HashMap<String, String> = HashMap::new();
-    for (i, r) in raw.routes.into_iter().enumerate() {
-        let key = |k: &str| format!("routes[{i}].{k}");
-        let name = r.name.clone().filter(|n| !n.is_empty()).ok_or_else(|| (key("name"), "missing".into()))?;
-        if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.') {
-            return Err((key("name"), format!("{name:?}: use letters, digits, '_', '-' or '.'")));
-        }
-        if name == "unmatched" {
-            return Err((key("name"), "\"unmatched\" is reserved for requests that match no route".into()));
-        }
-        if let Some(prev) = seen_names.insert(name.clone(), i) {
-            return Err((key("name"), format!("duplicate route name {name:?} (also routes[{prev}])")));
-        }
-        let prefix = normalize_prefix(r.prefix.as_deref().ok_or_else(|| (key("prefix"), "missing".into()))?)
-            .map_err(|m| (key("prefix"), m))?;
-        if let Some(other) = seen_prefixes.insert(prefix.clone(), name.clone()) {
-            return Err((key("prefix"), format!("{prefix:?} is already the prefix of route {other:?}")));
-        }
-        let methods = r
-            .methods
-            .as_ref()
-            .map(|ms| {
-                ms.iter()
-                    .map(|m| {
-                        Method::from_bytes(m.to_ascii_uppercase().as_bytes())
-                            .map_err(|_| (key("methods"), format!("invalid method {m:?}")))
-                    })
-                    .collect::<Result<Vec<_>, _>>()
-            })
-            .transpose()?;
-
-        let targets = [r.upstream.is_some(), r.file.is_some(), r.dir.is_some(), r.respond.is_some()];
-        let count = targets.iter().filter(|t| **t).count();
-        if count != 1 {
-            return Err((
-                key("upstream"),
-                format!("route {name:?} has {count} targets; set exactly one of upstream, file, dir, respond"),
-            ));
-        }
-        let only_for_proxy = [
-            ("rewrite", r.rewrite.is_some()),
-            ("timeout", r.timeout.is_some()),
-            ("host", r.host.is_some()),
-            ("body_timeout", r.body_timeout.is_some()),
-        ];
-        if r.upstream.is_none()
-            && let Some((k, _)) = only_for_proxy.iter().find(|(_, set)| *set)
-        {
-            return Err((key(k), "only applies to routes with an upstream".into()));
-        }
-        let target = if let Some(up) = &r.upstream {
-            let upstream = *upstream_index.get(up).ok_or_else(|| {
-                let known: Vec<_> = upstream_index.keys().map(String::as_str).collect();
-                (key("upstream"), format!("unknown upstream {up:?} (known: {})", known.join(", ")))
-            })?;
-            let rewrite =
-                r.rewrite.as_deref().map(|rw| validate_rewrite(rw).map_err(|m| (key("rewrite"), m))).transpose()?;
-            let host = match r.host.as_deref() {
-                None | Some("preserve") => HostMode::Preserve,
-                Some("upstream") => HostMode::Upstream,
-                Some(other) => {
-                    return Err((key("host"), format!("{other:?}: use \"preserve\" or \"upstream\"")));
-                }
-            };
-            let timeout = r
-                .timeout
-                .as_deref()
-                .map(|t| parse_duration(&key("timeout"), t))
-                .transpose()?
-                .unwrap_or(DEFAULT_ROUTE_TIMEOUT);
-            if timeout.is_zero() {
-                return Err((key("timeout"), "must be greater than zero".into()));
-            }
-            let body_timeout = r
-                .body_timeout
-                .as_deref()
-                .map(|t| parse_duration(&key("body_timeout"), t))
-                .transpose()?
-                .unwrap_or(DEFAULT_BODY_TIMEOUT);
-            if body_timeout.is_zero() {
-                return Err((key("body_timeout"), "must be greater than zero".into()));
-            }
-            Target::Proxy(ProxyTarget { upstream, rewrite, timeout, body_timeout, host })
-        } else if let Some(f) = &r.file {
-            let path = base_dir.join(f);
-            if !path.is_file() {
-                return Err((key("file"), format!("{} is not a readable file", path.display())));
-            }
-            Target::File(path)
-        } else if let Some(d) = &r.dir {
-            let path = base_dir.join(d);
-            let root = path
-                .canonicalize()
-                .ok()
-                .filter(|p| p.is_dir())
-                .ok_or_else(|| (key("dir"), format!("{} is not a directory", path.display())))?;
-            Target::Dir(root)
-        } else {
-            let resp = r.respond.as_ref().expect("one target is set");
-            let code = resp.status.unwrap_or(200);
-            let status = StatusCode::from_u16(code)
-                .ok()
-                .filter(|s| s.as_u16() >= 200)
-                .ok_or_else(|| (key("respond.status"), format!("invalid status {code}")))?;
-            Target::Respond { status, body: Bytes::from(resp.body.clone().unwrap_or_default()) }
-        };
-        let max_body =
-            r.max_body.as_ref().map(|b| parse_size(&key("max_body"), b)).transpose()?.unwrap_or(server.max_body);
-        if r.max_concurrent == Some(0) {
-            return Err((key("max_concurrent"), "must be at least 1 (leave it out for no limit)".into()));
-        }
-        routes.push(RouteConfig { name, prefix, methods, target, max_body, max_concurrent: r.max_concurrent });
-    }
-    Ok(Config { source_name: String::new(), server, metrics, upstreams, routes })
-}
-
-/// An upstream URL: `http://host:port`, with no path beyond `/`.
-fn parse_upstream_url(url: &str) -> Result<(Scheme, Authority), String> {
-    let uri: Uri = url.parse().map_err(|e| format!("invalid URL {url:?}: {e}"))?;
-    let scheme =
-        uri.scheme().cloned().ok_or_else(|| format!("invalid URL {url:?}: missing scheme (use http://host:port)"))?;
-    if scheme != Scheme::HTTP {
-        return Err(format!("unsupported scheme in {url:?}: only http:// upstreams are supported"));
-    }
-    let authority = uri.authority().cloned().ok_or_else(|| format!("invalid URL {url:?}: missing host"))?;
-    if authority.as_str().contains('@') {
-        return Err(format!("invalid URL {url:?}: credentials are not supported"));
-    }
-    if !matches!(uri.path(), "" | "/") || uri.query().is_some() {
-        return Err(format!("invalid URL {url:?}: a path or query is not supported; use a route's rewrite"));
-    }
-    Ok((scheme, authority))
-}
-
-/// Normalises a route prefix: must start with `/`; a trailing `/` is dropped
-/// (so `/b/` and `/b` are the same segment-aware prefix).
-fn normalize_prefix(p: &str) -> Result<String, String> {
-    if !p.starts_with('/') {
-        return Err(format!("{p:?} must start with '/'"));
-    }
-    if p.contains(['?', '#']) || p.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(format!("{p:?} must be a plain path"));
-    }
-    let trimmed = p.trim_end_matches('/');
-    Ok(if trimmed.is_empty() { "/".to_owned() } else { trimmed.to_owned() })
-}
-
-fn validate_rewrite(rw: &str) -> Result<String, String> {
-    if !rw.starts_with('/') {
-        return Err(format!("{rw:?} must start with '/'"));
-    }
-    if rw.parse::<http::uri::PathAndQuery>().is_err() || rw.contains(['?', '#']) {
-        return Err(format!("{rw:?} must be a plain path"));
-    }
-    Ok(rw.to_owned())
 }
 
 #[cfg(test)]
@@ -661,6 +381,14 @@ mod tests {
                 "routes[0].body_timeout",
                 "greater than zero",
             ),
+            ("[server]\nidle_timeout='0s'\n", "server.idle_timeout", "greater than zero"),
+            ("[server]\nsend_timeout='never'\n", "server.send_timeout", "invalid duration"),
+            ("[server]\ntcp_keepalive='10ms'\n", "server.tcp_keepalive", "at least 1s"),
+            ("[server]\nshutdown_delay='later'\n", "server.shutdown_delay", "invalid duration"),
+            ("[server]\ntrusted_proxies=['10.0.0.0/8', '10.0.0.0/33']\n", "server.trusted_proxies[1]", "invalid CIDR"),
+            ("[metrics]\nmax_connections=0\n", "metrics.max_connections", "at least 1"),
+            ("[[routes]]\nname='x'\nprefix='/a//b'\nupstream='a'\n", "routes[0].prefix", "not a normalised path"),
+            ("[[routes]]\nname='x'\nprefix='/a/../b'\nupstream='a'\n", "routes[0].prefix", "not a normalised path"),
         ];
         for (text, key, msg) in cases {
             let e = inline(&format!("{UP}{text}")).expect_err(text);
@@ -692,6 +420,22 @@ mod tests {
         assert_eq!(c.routes[0].max_body, c.server.max_body);
         assert_eq!(c.routes[0].max_concurrent, None);
         assert_eq!(p.body_timeout, DEFAULT_BODY_TIMEOUT);
+        assert_eq!(c.server.idle_timeout, Duration::from_secs(60));
+        assert_eq!(c.server.send_timeout, Duration::from_secs(60));
+        assert_eq!(c.server.tcp_keepalive, Some(Duration::from_secs(60)));
+        assert_eq!(c.server.shutdown_delay, Duration::ZERO);
+        assert!(c.server.merge_slashes && !c.server.reject_encoded_slash);
+        assert!(c.server.trusted_proxies.is_empty());
+        assert_eq!(c.metrics.max_connections, 64);
+    }
+
+    #[test]
+    fn trusted_proxies_parse_as_blocks_or_addresses() {
+        let c =
+            inline("[server]\ntrusted_proxies = ['10.1.2.3/8', '::1', '192.168.0.7']\ntcp_keepalive = '0s'\n").unwrap();
+        let nets: Vec<String> = c.server.trusted_proxies.iter().map(ToString::to_string).collect();
+        assert_eq!(nets, ["10.0.0.0/8", "::1/128", "192.168.0.7/32"]);
+        assert_eq!(c.server.tcp_keepalive, None);
     }
 
     #[test]

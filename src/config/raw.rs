@@ -1,0 +1,92 @@
+//! The raw (serde) shape of the configuration file. Unknown keys are refused
+//! so a typo is an error, not a silently ignored setting. Durations and sizes
+//! stay strings here; `validate` parses them so that an error names its full
+//! key path (`routes[1].timeout`), which serde adapters' errors do not carry
+//! through the `config` crate.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawConfig {
+    pub server: RawServer,
+    pub metrics: RawMetrics,
+    #[serde(default)]
+    pub upstreams: BTreeMap<String, RawUpstream>,
+    #[serde(default)]
+    pub routes: Vec<RawRoute>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawServer {
+    pub listen: String,
+    pub worker_threads: usize,
+    pub header_read_timeout: String,
+    pub idle_timeout: String,
+    pub send_timeout: String,
+    pub tcp_keepalive: String,
+    pub shutdown_timeout: String,
+    pub shutdown_delay: String,
+    pub max_connections: usize,
+    pub access_log: bool,
+    pub max_header_size: RawSize,
+    pub max_uri_length: RawSize,
+    pub max_body: RawSize,
+    pub merge_slashes: bool,
+    pub reject_encoded_slash: bool,
+    #[serde(default)]
+    pub trusted_proxies: Vec<String>,
+}
+
+/// A size: a plain integer (bytes) or a string such as "64KiB".
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(super) enum RawSize {
+    Bytes(u64),
+    Text(String),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawMetrics {
+    pub path: String,
+    pub listen: Option<String>,
+    pub max_connections: usize,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawUpstream {
+    pub url: String,
+    pub connect_timeout: Option<String>,
+    pub pool_max_idle_per_host: Option<usize>,
+    pub pool_idle_timeout: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRoute {
+    pub name: Option<String>,
+    pub prefix: Option<String>,
+    pub upstream: Option<String>,
+    pub file: Option<String>,
+    pub dir: Option<String>,
+    pub respond: Option<RawRespond>,
+    pub rewrite: Option<String>,
+    pub timeout: Option<String>,
+    pub methods: Option<Vec<String>>,
+    pub host: Option<String>,
+    pub max_body: Option<RawSize>,
+    pub max_concurrent: Option<usize>,
+    pub body_timeout: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRespond {
+    pub status: Option<u16>,
+    pub body: Option<String>,
+}

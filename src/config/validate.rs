@@ -1,0 +1,318 @@
+//! Validation of the raw file into the runtime types, one function per
+//! section. Every error is `(key, message)`; `load` adds the source name.
+//! Pure apart from checking that file and directory targets exist.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::uri::{Authority, Scheme};
+use http::{Method, StatusCode, Uri};
+use ipnet::IpNet;
+
+use super::raw::{RawConfig, RawMetrics, RawRoute, RawServer, RawSize, RawUpstream};
+use super::{
+    Config, DEFAULT_BODY_TIMEOUT, DEFAULT_ROUTE_TIMEOUT, HostMode, MetricsConfig, ProxyTarget, RouteConfig,
+    ServerConfig, Target, UpstreamConfig,
+};
+
+/// A problem with one key: `(key, message)`.
+type Problem = (String, String);
+
+pub(super) fn config(raw: RawConfig, base_dir: &Path) -> Result<Config, Problem> {
+    let server = server(&raw.server)?;
+    let metrics = metrics(&raw.metrics)?;
+    let mut upstreams = Vec::new();
+    let mut upstream_index = HashMap::new();
+    for (name, up) in &raw.upstreams {
+        upstream_index.insert(name.clone(), upstreams.len());
+        upstreams.push(upstream(name, up)?);
+    }
+    let mut routes: Vec<RouteConfig> = Vec::new();
+    let mut seen_names = HashMap::new();
+    let mut seen_prefixes: HashMap<String, String> = HashMap::new();
+    for (i, r) in raw.routes.into_iter().enumerate() {
+        let route = route(i, r, &server, &upstream_index, base_dir)?;
+        let key = |k: &str| format!("routes[{i}].{k}");
+        if let Some(prev) = seen_names.insert(route.name.clone(), i) {
+            return Err((key("name"), format!("duplicate route name {:?} (also routes[{prev}])", route.name)));
+        }
+        if let Some(other) = seen_prefixes.insert(route.prefix.clone(), route.name.clone()) {
+            return Err((key("prefix"), format!("{:?} is already the prefix of route {other:?}", route.prefix)));
+        }
+        routes.push(route);
+    }
+    Ok(Config { source_name: String::new(), server, metrics, upstreams, routes })
+}
+
+fn server(s: &RawServer) -> Result<ServerConfig, Problem> {
+    let server = ServerConfig {
+        listen: parse_addr("server.listen", &s.listen)?,
+        worker_threads: s.worker_threads,
+        header_read_timeout: positive_duration("server.header_read_timeout", &s.header_read_timeout)?,
+        idle_timeout: positive_duration("server.idle_timeout", &s.idle_timeout)?,
+        send_timeout: positive_duration("server.send_timeout", &s.send_timeout)?,
+        tcp_keepalive: Some(parse_duration("server.tcp_keepalive", &s.tcp_keepalive)?).filter(|d| !d.is_zero()),
+        shutdown_timeout: parse_duration("server.shutdown_timeout", &s.shutdown_timeout)?,
+        shutdown_delay: parse_duration("server.shutdown_delay", &s.shutdown_delay)?,
+        max_connections: s.max_connections,
+        access_log: s.access_log,
+        max_header_size: parse_size("server.max_header_size", &s.max_header_size)?,
+        max_uri_length: parse_size("server.max_uri_length", &s.max_uri_length)?,
+        max_body: parse_size("server.max_body", &s.max_body)?,
+        merge_slashes: s.merge_slashes,
+        reject_encoded_slash: s.reject_encoded_slash,
+        trusted_proxies: s
+            .trusted_proxies
+            .iter()
+            .enumerate()
+            .map(|(i, cidr)| parse_cidr(&format!("server.trusted_proxies[{i}]"), cidr))
+            .collect::<Result<_, _>>()?,
+    };
+    // hyper's read buffer cannot be smaller than 8 KiB.
+    if server.max_header_size < 8192 {
+        return Err(("server.max_header_size".into(), "must be at least 8KiB".into()));
+    }
+    if server.max_connections == 0 {
+        return Err(("server.max_connections".into(), "must be at least 1".into()));
+    }
+    if server.tcp_keepalive.is_some_and(|d| d < Duration::from_secs(1)) {
+        return Err(("server.tcp_keepalive".into(), "must be at least 1s (or \"0s\" to turn it off)".into()));
+    }
+    Ok(server)
+}
+
+fn metrics(m: &RawMetrics) -> Result<MetricsConfig, Problem> {
+    if !m.path.starts_with('/') {
+        return Err(("metrics.path".into(), format!("{:?} must start with '/'", m.path)));
+    }
+    if m.max_connections == 0 {
+        return Err(("metrics.max_connections".into(), "must be at least 1".into()));
+    }
+    Ok(MetricsConfig {
+        path: m.path.clone(),
+        listen: m.listen.as_deref().map(|l| parse_addr("metrics.listen", l)).transpose()?,
+        max_connections: m.max_connections,
+    })
+}
+
+fn upstream(name: &str, up: &RawUpstream) -> Result<UpstreamConfig, Problem> {
+    let key = |k: &str| format!("upstreams.{name}.{k}");
+    let (scheme, authority) = parse_upstream_url(&up.url).map_err(|m| (key("url"), m))?;
+    Ok(UpstreamConfig {
+        name: name.to_owned(),
+        scheme,
+        authority,
+        connect_timeout: parse_duration(&key("connect_timeout"), up.connect_timeout.as_deref().unwrap_or("1s"))?,
+        pool_max_idle_per_host: up.pool_max_idle_per_host.unwrap_or(1024),
+        pool_idle_timeout: parse_duration(&key("pool_idle_timeout"), up.pool_idle_timeout.as_deref().unwrap_or("50s"))?,
+    })
+}
+
+fn route(
+    i: usize,
+    r: RawRoute,
+    server: &ServerConfig,
+    upstream_index: &HashMap<String, usize>,
+    base_dir: &Path,
+) -> Result<RouteConfig, Problem> {
+    let key = |k: &str| format!("routes[{i}].{k}");
+    let name = r.name.clone().filter(|n| !n.is_empty()).ok_or_else(|| (key("name"), "missing".into()))?;
+    if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.') {
+        return Err((key("name"), format!("{name:?}: use letters, digits, '_', '-' or '.'")));
+    }
+    if name == "unmatched" {
+        return Err((key("name"), "\"unmatched\" is reserved for requests that match no route".into()));
+    }
+    let prefix = normalize_prefix(r.prefix.as_deref().ok_or_else(|| (key("prefix"), "missing".into()))?)
+        .map_err(|m| (key("prefix"), m))?;
+    let methods = r
+        .methods
+        .as_ref()
+        .map(|ms| {
+            ms.iter()
+                .map(|m| {
+                    Method::from_bytes(m.to_ascii_uppercase().as_bytes())
+                        .map_err(|_| (key("methods"), format!("invalid method {m:?}")))
+                })
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .transpose()?;
+    let target = target(&name, &r, &key, upstream_index, base_dir)?;
+    let max_body = r.max_body.as_ref().map(|b| parse_size(&key("max_body"), b)).transpose()?.unwrap_or(server.max_body);
+    if r.max_concurrent == Some(0) {
+        return Err((key("max_concurrent"), "must be at least 1 (leave it out for no limit)".into()));
+    }
+    Ok(RouteConfig { name, prefix, methods, target, max_body, max_concurrent: r.max_concurrent })
+}
+
+/// The route's one target, and the keys that only a proxy route may set.
+fn target(
+    name: &str,
+    r: &RawRoute,
+    key: &dyn Fn(&str) -> String,
+    upstream_index: &HashMap<String, usize>,
+    base_dir: &Path,
+) -> Result<Target, Problem> {
+    let targets = [r.upstream.is_some(), r.file.is_some(), r.dir.is_some(), r.respond.is_some()];
+    let count = targets.iter().filter(|t| **t).count();
+    if count != 1 {
+        return Err((
+            key("upstream"),
+            format!("route {name:?} has {count} targets; set exactly one of upstream, file, dir, respond"),
+        ));
+    }
+    let only_for_proxy = [
+        ("rewrite", r.rewrite.is_some()),
+        ("timeout", r.timeout.is_some()),
+        ("host", r.host.is_some()),
+        ("body_timeout", r.body_timeout.is_some()),
+    ];
+    if r.upstream.is_none()
+        && let Some((k, _)) = only_for_proxy.iter().find(|(_, set)| *set)
+    {
+        return Err((key(k), "only applies to routes with an upstream".into()));
+    }
+    if let Some(up) = &r.upstream {
+        return proxy_target(up, r, key, upstream_index).map(Target::Proxy);
+    }
+    if let Some(f) = &r.file {
+        let path = base_dir.join(f);
+        if !path.is_file() {
+            return Err((key("file"), format!("{} is not a readable file", path.display())));
+        }
+        return Ok(Target::File(path));
+    }
+    if let Some(d) = &r.dir {
+        let path = base_dir.join(d);
+        let root = path
+            .canonicalize()
+            .ok()
+            .filter(|p| p.is_dir())
+            .ok_or_else(|| (key("dir"), format!("{} is not a directory", path.display())))?;
+        return Ok(Target::Dir(root));
+    }
+    let resp = r.respond.as_ref().expect("one target is set");
+    let code = resp.status.unwrap_or(200);
+    let status = StatusCode::from_u16(code)
+        .ok()
+        .filter(|s| s.as_u16() >= 200)
+        .ok_or_else(|| (key("respond.status"), format!("invalid status {code}")))?;
+    Ok(Target::Respond { status, body: Bytes::from(resp.body.clone().unwrap_or_default()) })
+}
+
+fn proxy_target(
+    up: &str,
+    r: &RawRoute,
+    key: &dyn Fn(&str) -> String,
+    upstream_index: &HashMap<String, usize>,
+) -> Result<ProxyTarget, Problem> {
+    let upstream = *upstream_index.get(up).ok_or_else(|| {
+        let known: Vec<_> = upstream_index.keys().map(String::as_str).collect();
+        (key("upstream"), format!("unknown upstream {up:?} (known: {})", known.join(", ")))
+    })?;
+    let rewrite = r.rewrite.as_deref().map(|rw| validate_rewrite(rw).map_err(|m| (key("rewrite"), m))).transpose()?;
+    let host = match r.host.as_deref() {
+        None | Some("preserve") => HostMode::Preserve,
+        Some("upstream") => HostMode::Upstream,
+        Some(other) => return Err((key("host"), format!("{other:?}: use \"preserve\" or \"upstream\""))),
+    };
+    let timeout = match r.timeout.as_deref() {
+        Some(t) => positive_duration(&key("timeout"), t)?,
+        None => DEFAULT_ROUTE_TIMEOUT,
+    };
+    let body_timeout = match r.body_timeout.as_deref() {
+        Some(t) => positive_duration(&key("body_timeout"), t)?,
+        None => DEFAULT_BODY_TIMEOUT,
+    };
+    Ok(ProxyTarget { upstream, rewrite, timeout, body_timeout, host })
+}
+
+fn parse_duration(key: &str, value: &str) -> Result<Duration, Problem> {
+    humantime::parse_duration(value.trim())
+        .map_err(|e| (key.to_owned(), format!("invalid duration {value:?}: {e} (use e.g. \"250ms\", \"2s\")")))
+}
+
+fn positive_duration(key: &str, value: &str) -> Result<Duration, Problem> {
+    let d = parse_duration(key, value)?;
+    if d.is_zero() {
+        return Err((key.to_owned(), "must be greater than zero".into()));
+    }
+    Ok(d)
+}
+
+fn parse_size(key: &str, value: &RawSize) -> Result<u64, Problem> {
+    match value {
+        RawSize::Bytes(n) => Ok(*n),
+        RawSize::Text(t) => t.trim().parse::<bytesize::ByteSize>().map(|b| b.as_u64()).map_err(|e| {
+            (key.to_owned(), format!("invalid size {t:?}: {e} (use e.g. \"64KiB\", \"10MiB\" or a number of bytes)"))
+        }),
+    }
+}
+
+fn parse_addr(key: &str, value: &str) -> Result<SocketAddr, Problem> {
+    value
+        .parse()
+        .map_err(|e| (key.to_owned(), format!("invalid socket address {value:?}: {e} (use e.g. \"127.0.0.1:8080\")")))
+}
+
+/// A CIDR block; a bare address is a block of one.
+fn parse_cidr(key: &str, value: &str) -> Result<IpNet, Problem> {
+    let value = value.trim();
+    value
+        .parse::<IpNet>()
+        .or_else(|_| value.parse::<std::net::IpAddr>().map(IpNet::from))
+        .map(|net| net.trunc())
+        .map_err(|_| (key.to_owned(), format!("invalid CIDR {value:?} (use e.g. \"10.0.0.0/8\", \"::1\")")))
+}
+
+/// An upstream URL: `http://host:port`, with no path beyond `/`.
+fn parse_upstream_url(url: &str) -> Result<(Scheme, Authority), String> {
+    let uri: Uri = url.parse().map_err(|e| format!("invalid URL {url:?}: {e}"))?;
+    let scheme =
+        uri.scheme().cloned().ok_or_else(|| format!("invalid URL {url:?}: missing scheme (use http://host:port)"))?;
+    if scheme != Scheme::HTTP {
+        return Err(format!("unsupported scheme in {url:?}: only http:// upstreams are supported"));
+    }
+    let authority = uri.authority().cloned().ok_or_else(|| format!("invalid URL {url:?}: missing host"))?;
+    if authority.as_str().contains('@') {
+        return Err(format!("invalid URL {url:?}: credentials are not supported"));
+    }
+    if !matches!(uri.path(), "" | "/") || uri.query().is_some() {
+        return Err(format!("invalid URL {url:?}: a path or query is not supported; use a route's rewrite"));
+    }
+    Ok((scheme, authority))
+}
+
+/// Normalises a route prefix: must start with `/`; a trailing `/` is dropped
+/// (so `/b/` and `/b` are the same segment-aware prefix). The prefix must
+/// itself be a normalised path, or no request could ever match it: requests
+/// are matched after [`crate::path::normalize`].
+fn normalize_prefix(p: &str) -> Result<String, String> {
+    if !p.starts_with('/') {
+        return Err(format!("{p:?} must start with '/'"));
+    }
+    if p.contains(['?', '#']) || p.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!("{p:?} must be a plain path"));
+    }
+    let trimmed = p.trim_end_matches('/');
+    let prefix = if trimmed.is_empty() { "/".to_owned() } else { trimmed.to_owned() };
+    let opts = crate::path::Options { merge_slashes: true, reject_encoded_slash: false };
+    match crate::path::normalize(&prefix, opts) {
+        Ok(n) if n == prefix => Ok(prefix),
+        Ok(n) => Err(format!("{p:?} is not a normalised path (it would be {n:?}); requests are matched normalised")),
+        Err(_) => Err(format!("{p:?} climbs above '/'")),
+    }
+}
+
+fn validate_rewrite(rw: &str) -> Result<String, String> {
+    if !rw.starts_with('/') {
+        return Err(format!("{rw:?} must start with '/'"));
+    }
+    if rw.parse::<http::uri::PathAndQuery>().is_err() || rw.contains(['?', '#']) {
+        return Err(format!("{rw:?} must be a plain path"));
+    }
+    Ok(rw.to_owned())
+}

@@ -1,0 +1,252 @@
+//! Listeners: the accept loop with its connection cap, and each connection's
+//! task.
+//!
+//! - [`serve`] accepts until told to stop, holding at most `max_connections`
+//!   at once (the rest wait in the kernel's backlog), then drains.
+//! - Each connection runs hyper's `auto` connection (HTTP/1 or h2c) beside a
+//!   [`conn::Watchdog`] that enforces the header-read, idle and send
+//!   timeouts from what [`io::ClientIo`] and the requests report to the
+//!   connection's [`conn::ConnState`].
+//! - The main listener serves [`App::handle`]; the optional admin listener
+//!   serves only the built-ins, with the same timeouts and its own small cap.
+
+pub mod conn;
+pub mod io;
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::pin::pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::FutureExt;
+use http::{Request, Version};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::metrics;
+use crate::server::{App, Peer};
+use conn::{ConnBody, ConnState, Expired, Timeouts, Watchdog};
+use io::ClientIo;
+
+/// Which service a listener runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Routes and (without an admin listener) the built-ins.
+    Main,
+    /// `/metrics`, `/healthz` and `/readyz` only.
+    Admin,
+}
+
+impl Kind {
+    /// The `reason` counted for a connection that had to wait for a slot.
+    fn waited_reason(self) -> &'static str {
+        match self {
+            Kind::Main => "max_connections",
+            Kind::Admin => "admin_max_connections",
+        }
+    }
+}
+
+/// How often, at most, the "connection limit reached" warning is logged.
+const LIMIT_WARNING_EVERY: Duration = Duration::from_secs(10);
+
+/// Serves `listener` until `stop` is cancelled; then stops accepting (closing
+/// the listener, so new connections are refused), shuts every connection
+/// down gracefully and waits up to `shutdown_timeout` for them to finish.
+pub async fn serve(listener: TcpListener, app: Arc<App>, kind: Kind, stop: CancellationToken) {
+    let server = &app.config().server;
+    let max_connections = match kind {
+        Kind::Main => server.max_connections,
+        Kind::Admin => app.config().metrics.max_connections,
+    };
+    let timeouts =
+        Timeouts { header_read: server.header_read_timeout, idle: server.idle_timeout, send: server.send_timeout };
+    let tcp_keepalive = server.tcp_keepalive;
+    let builder = Arc::new(builder(&app));
+    let limit = Arc::new(Semaphore::new(max_connections));
+    let tracker = TaskTracker::new();
+    let mut waits = LimitWarning::default();
+    loop {
+        // Past the cap, stop accepting: new connections wait in the kernel's
+        // backlog until a slot frees.
+        let (permit, waited) = match limit.clone().try_acquire_owned() {
+            Ok(p) => (p, false),
+            Err(_) => tokio::select! {
+                p = limit.clone().acquire_owned() => (p.expect("semaphore is never closed"), true),
+                _ = stop.cancelled() => break,
+            },
+        };
+        // After a wait, a connection that is already in the backlog is
+        // accepted at once: that one waited for its slot, and is counted.
+        let ready = if waited { crate::accept(&listener).now_or_never() } else { None };
+        let (stream, addr) = match ready {
+            Some(accepted) => {
+                metrics::rejected("", kind.waited_reason());
+                waits.waited(max_connections);
+                accepted
+            }
+            None => tokio::select! {
+                accepted = crate::accept(&listener) => accepted,
+                _ = stop.cancelled() => break,
+            },
+        };
+        configure(&stream, tcp_keepalive);
+        let task = connection(builder.clone(), stream, addr, app.clone(), kind, timeouts, stop.clone());
+        tracker.spawn(async move {
+            let _permit = permit;
+            task.await;
+        });
+    }
+    drop(listener);
+    tracker.close();
+    tokio::select! {
+        _ = tracker.wait() => tracing::info!(listener = ?kind, "all connections closed"),
+        _ = tokio::time::sleep(server.shutdown_timeout) => {
+            tracing::warn!(listener = ?kind, "shutdown timeout passed; closing remaining connections")
+        }
+    }
+}
+
+/// Rate-limits the warning for connections that waited for a slot.
+#[derive(Default)]
+struct LimitWarning {
+    last: Option<Instant>,
+    since_last: u64,
+}
+
+impl LimitWarning {
+    fn waited(&mut self, max_connections: usize) {
+        self.since_last += 1;
+        if self.last.is_none_or(|t| t.elapsed() >= LIMIT_WARNING_EVERY) {
+            tracing::warn!(
+                max_connections,
+                waited = self.since_last,
+                "connection limit reached; new connections wait in the backlog"
+            );
+            self.last = Some(Instant::now());
+            self.since_last = 0;
+        }
+    }
+}
+
+/// The HTTP/1 and HTTP/2 settings every connection of a listener shares.
+fn builder(app: &App) -> auto::Builder<TokioExecutor> {
+    let server = &app.config().server;
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        // The watchdog times request heads instead: hyper's timer would also
+        // cut idle keep-alive connections at the header timeout.
+        .header_read_timeout(None)
+        // Bounds the request head: past it hyper answers 431 and closes.
+        .max_buf_size(server.max_header_size as usize)
+        // One write of head and body copied together beats a two-part
+        // writev for the small responses a sidecar mostly sends.
+        .writev(false)
+        .keep_alive(true);
+    builder.http2().timer(TokioTimer::new()).max_header_list_size(server.max_header_size.min(u32::MAX as u64) as u32);
+    builder
+}
+
+/// Socket options for an accepted connection.
+fn configure(stream: &TcpStream, tcp_keepalive: Option<Duration>) {
+    let _ = stream.set_nodelay(true);
+    if let Some(idle) = tcp_keepalive {
+        // Probes after `idle` of silence, then every quarter of it: a peer
+        // that vanished (power loss, a dropped NAT entry) is noticed and its
+        // slot freed instead of waiting for a timeout that may never run.
+        let keepalive = socket2::TcpKeepalive::new()
+            .with_time(idle)
+            .with_interval((idle / 4).max(Duration::from_secs(1)))
+            .with_retries(4);
+        if let Err(e) = socket2::SockRef::from(stream).set_tcp_keepalive(&keepalive) {
+            tracing::debug!(error = %e, "cannot enable TCP keepalive");
+        }
+    }
+}
+
+/// One connection, from accept to close.
+async fn connection(
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    stream: TcpStream,
+    addr: SocketAddr,
+    app: Arc<App>,
+    kind: Kind,
+    timeouts: Timeouts,
+    stop: CancellationToken,
+) {
+    let _open = (kind == Kind::Main).then(metrics::connection_opened);
+    let state = Arc::new(ConnState::new(Peer::new(addr, app.trusts(addr.ip()))));
+    let io = TokioIo::new(ClientIo::new(stream, state.clone()));
+    let requests = state.clone();
+    let service = service_fn(move |req: Request<Incoming>| {
+        let in_flight = requests.request_started(req.version() == Version::HTTP_2);
+        let app = app.clone();
+        async move {
+            let response = match kind {
+                Kind::Main => app.handle(req, in_flight.peer()).await,
+                Kind::Admin => app.admin(&req),
+            };
+            Ok::<_, Infallible>(response.map(|body| ConnBody::new(body, in_flight)))
+        }
+    });
+    let mut conn = pin!(builder.serve_connection(io, service));
+    let mut watchdog = Watchdog::new(state, timeouts);
+    let mut stopping = pin!(stop.cancelled());
+    let mut shutting_down = false;
+    let ended = loop {
+        tokio::select! {
+            biased;
+            ended = conn.as_mut() => break ended.err(),
+            expired = &mut watchdog => match expired {
+                Expired::Idle => {
+                    // HTTP/1 closes at once; HTTP/2 sends GOAWAY first.
+                    conn.as_mut().graceful_shutdown();
+                    watchdog.closing(timeouts.header_read);
+                }
+                Expired::HeaderTimeout => {
+                    metrics::rejected("", "header_timeout");
+                    tracing::debug!(client = %addr, "no request head within the header read timeout");
+                    return;
+                }
+                Expired::SendTimeout => {
+                    metrics::rejected("", "send_timeout");
+                    tracing::debug!(client = %addr, "client accepted no bytes within the send timeout");
+                    return;
+                }
+                Expired::GraceOver => return,
+            },
+            _ = &mut stopping, if !shutting_down => {
+                shutting_down = true;
+                conn.as_mut().graceful_shutdown();
+            }
+        }
+    };
+    if let Some(e) = ended {
+        if let Some(reason) = connection_error_reason(&*e) {
+            metrics::rejected("", reason);
+        }
+        tracing::debug!(client = %addr, error = %e, "connection ended with an error");
+    }
+}
+
+/// The `reason` for a connection that hyper ended because of what the client
+/// sent, before any request reached the service.
+fn connection_error_reason(e: &(dyn std::error::Error + 'static)) -> Option<&'static str> {
+    let h = crate::error::find_source::<hyper::Error>(e)?;
+    if h.is_parse_too_large() {
+        Some("header_too_large")
+    } else if h.is_parse() || h.is_parse_status() {
+        Some("malformed")
+    } else {
+        None
+    }
+}

@@ -1,0 +1,296 @@
+//! Client connections: the header-read, idle and send timeouts on every
+//! listener, the connection caps, and TCP keepalive. Each test drives the
+//! gateway with raw sockets or a real HTTP/2 client, as an attacker or a
+//! forgetful client would.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::*;
+use http::{Request, Response};
+use http_body_util::{BodyExt, StreamBody};
+use hyper::body::Frame;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Held by the tests that count connection-level rejections (`route=""`),
+/// which every gateway in this test binary shares: one at a time, each
+/// counts exactly its own.
+static COUNTING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Waits until `s` is closed by the gateway (EOF or reset), up to `within`;
+/// returns how long that took, or `None` if it stayed open.
+async fn closed_within(s: &mut TcpStream, within: Duration) -> Option<Duration> {
+    let started = Instant::now();
+    let mut buf = [0u8; 65536];
+    loop {
+        let left = within.checked_sub(started.elapsed())?;
+        match tokio::time::timeout(left, s.read(&mut buf)).await {
+            Err(_) => return None,
+            Ok(Ok(0)) | Ok(Err(_)) => return Some(started.elapsed()),
+            Ok(Ok(_)) => {}
+        }
+    }
+}
+
+#[tokio::test]
+async fn connections_that_never_send_a_head_are_closed_at_the_header_read_timeout() {
+    let _one_at_a_time = COUNTING.lock().await;
+    let (up, seen) = counting_upstream().await;
+    let gw = TestGateway::from_toml(&proxy_toml(up.addr, "silent", "", "header_read_timeout = \"300ms\"")).await;
+    let before = rejected(&metrics_text(gw.addr).await, "", "header_timeout");
+    // Nothing at all; half the HTTP/2 preface; half an HTTP/1 request line.
+    let openings: [&[u8]; 3] = [b"", b"PRI * HTTP/2.0\r\n", b"GET /silent HT"];
+    let mut socks = Vec::new();
+    for opening in openings {
+        let mut s = TcpStream::connect(gw.addr).await.unwrap();
+        s.write_all(opening).await.unwrap();
+        socks.push(s);
+    }
+    for (s, opening) in socks.iter_mut().zip(openings) {
+        let took = closed_within(s, Duration::from_secs(3)).await;
+        let what = String::from_utf8_lossy(opening);
+        let took = took.unwrap_or_else(|| panic!("a connection that sent {what:?} was never closed"));
+        assert!(took < Duration::from_millis(300 + 1500), "{what:?}: closed after {took:?}");
+    }
+    assert_eq!(seen.load(Ordering::SeqCst), 0);
+    let m = metrics_text(gw.addr).await;
+    assert_eq!(rejected(&m, "", "header_timeout") - before, 3.0, "{m}");
+    still_serving(&gw).await;
+}
+
+#[tokio::test]
+async fn idle_keep_alive_closes_at_the_idle_timeout_not_the_header_timeout() {
+    let _one_at_a_time = COUNTING.lock().await;
+    let (up, _) = counting_upstream().await;
+    let gw = TestGateway::from_toml(&proxy_toml(
+        up.addr,
+        "idle",
+        "",
+        "header_read_timeout = \"300ms\"\nidle_timeout = \"1500ms\"",
+    ))
+    .await;
+    let before = rejected(&metrics_text(gw.addr).await, "", "header_timeout");
+    let mut s = TcpStream::connect(gw.addr).await.unwrap();
+    s.write_all(b"GET /alive HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    assert!(read_for(&mut s, Duration::from_millis(300)).await.text.starts_with("HTTP/1.1 200"));
+    // Idle past the header timeout: a keep-alive connection is still open
+    // and serves its next request (nginx's keepalive_timeout, not
+    // client_header_timeout).
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    s.write_all(b"GET /alive HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    let r = read_for(&mut s, Duration::from_millis(300)).await;
+    assert!(r.text.starts_with("HTTP/1.1 200"), "closed at the header timeout while idle: {:?}", r.text);
+    // Then idle past the idle timeout: closed.
+    let took = closed_within(&mut s, Duration::from_secs(4)).await.expect("idle keep-alive connection never closed");
+    assert!(took >= Duration::from_millis(1000), "closed after {took:?}, before the idle timeout");
+
+    // A next request head that starts and stalls is cut at the header timeout.
+    let mut t = TcpStream::connect(gw.addr).await.unwrap();
+    t.write_all(b"GET /alive HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    assert!(read_for(&mut t, Duration::from_millis(300)).await.text.starts_with("HTTP/1.1 200"));
+    t.write_all(b"GET /alive HTTP/1.1\r\nHo").await.unwrap();
+    let took = closed_within(&mut t, Duration::from_secs(3)).await.expect("stalled second head never cut");
+    assert!(took < Duration::from_millis(1200), "a stalled head waited {took:?}: the idle timeout, not the header one");
+    // Only the stalled head is a rejection; the idle close is housekeeping.
+    let m = metrics_text(gw.addr).await;
+    assert_eq!(rejected(&m, "", "header_timeout") - before, 1.0);
+}
+
+#[tokio::test]
+async fn idle_http2_connection_gets_goaway_and_closes_at_the_idle_timeout() {
+    let (up, _) = counting_upstream().await;
+    let gw = TestGateway::from_toml(&proxy_toml(up.addr, "idleh2", "", "idle_timeout = \"500ms\"")).await;
+    let (mut sender, conn) = h2_client(gw.addr).await;
+    let resp = sender.send_request(Request::get(gw.url("/idleh2")).body(full(Bytes::new())).unwrap()).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(&resp.into_body().collect().await.unwrap().to_bytes()[..], b"ok");
+    let started = Instant::now();
+    let ended = tokio::time::timeout(Duration::from_secs(4), conn).await;
+    assert!(ended.is_ok(), "an idle HTTP/2 connection was never closed");
+    assert!(started.elapsed() >= Duration::from_millis(400), "closed after {:?}", started.elapsed());
+    // GOAWAY: the client knows not to send more on it.
+    assert!(sender.is_closed());
+}
+
+#[tokio::test]
+async fn admin_listener_has_the_header_timeout_and_its_own_connection_cap() {
+    let _one_at_a_time = COUNTING.lock().await;
+    let mut config = config(
+        "[server]\nheader_read_timeout = \"300ms\"\n[metrics]\nmax_connections = 2\n",
+        std::path::Path::new("."),
+    );
+    config.metrics.listen = Some("127.0.0.1:0".parse().unwrap());
+    let mut gw = TestGateway::start(config).await;
+    let (main, admin) = (gw.addr, gw.admin.unwrap());
+    // A silent connection to the admin listener is closed.
+    let mut silent = TcpStream::connect(admin).await.unwrap();
+    let took = closed_within(&mut silent, Duration::from_secs(3)).await.expect("silent admin connection kept open");
+    assert!(took < Duration::from_millis(300 + 1500));
+    // Two kept-alive connections fill the admin cap; a third waits, and the
+    // main listener is unaffected.
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut s = TcpStream::connect(admin).await.unwrap();
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+        assert!(read_for(&mut s, Duration::from_millis(200)).await.text.starts_with("HTTP/1.1 200"));
+        held.push(s);
+    }
+    let mut third = TcpStream::connect(admin).await.unwrap();
+    third.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.unwrap();
+    assert!(read_for(&mut third, Duration::from_millis(200)).await.text.is_empty(), "past the admin cap");
+    assert_eq!(get(&format!("http://{main}/healthz")).await.0.status, 404, "main listener serves (no built-ins)");
+    drop(held.pop());
+    assert!(read_for(&mut third, Duration::from_secs(2)).await.text.starts_with("HTTP/1.1 200"));
+    gw.shutdown();
+    gw.task.await.unwrap();
+}
+
+/// An upstream that streams `total` bytes of `x` as fast as it is read, and
+/// counts the connections that closed under it.
+async fn firehose_upstream(total: usize) -> (TestUpstream, Arc<AtomicUsize>) {
+    let ended = Arc::new(AtomicUsize::new(0));
+    let e = ended.clone();
+    let up = TestUpstream::start(move |_req| {
+        let e = e.clone();
+        async move {
+            let guard = DropCounter(e);
+            let chunks = futures_util::stream::unfold((0usize, guard), move |(sent, guard)| async move {
+                (sent < total).then(|| {
+                    let frame =
+                        Ok::<_, Box<dyn std::error::Error + Send + Sync>>(Frame::data(Bytes::from(vec![b'x'; 65536])));
+                    (frame, (sent + 65536, guard))
+                })
+            });
+            Response::new(StreamBody::new(chunks).boxed())
+        }
+    })
+    .await;
+    (up, ended)
+}
+
+/// Counts, on drop, a response body the upstream stopped producing.
+struct DropCounter(Arc<AtomicUsize>);
+
+impl Drop for DropCounter {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+async fn wait_for(what: &str, within: Duration, mut check: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !check().await {
+        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_client_that_stops_reading_is_cut_at_the_send_timeout() {
+    let _one_at_a_time = COUNTING.lock().await;
+    let (up, ended) = firehose_upstream(256 * 1024 * 1024).await;
+    let gw = TestGateway::from_toml(&proxy_toml(up.addr, "noread", "", "send_timeout = \"300ms\"")).await;
+    let before = rejected(&metrics_text(gw.addr).await, "", "send_timeout");
+    let mut s = TcpStream::connect(gw.addr).await.unwrap();
+    s.write_all(b"GET /noread HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    // Never read: the socket buffers fill and the gateway can send no more.
+    let addr = gw.addr;
+    wait_for("send_timeout counted", Duration::from_secs(5), async || {
+        rejected(&metrics_text(addr).await, "", "send_timeout") - before == 1.0
+    })
+    .await;
+    // The upstream's response was abandoned (its connection dropped, not
+    // pooled), and the client's connection is closed.
+    wait_for("upstream body dropped", Duration::from_secs(3), async || ended.load(Ordering::SeqCst) == 1).await;
+    assert!(closed_within(&mut s, Duration::from_secs(5)).await.is_some(), "the client connection stayed open");
+    let m = metrics_text(gw.addr).await;
+    assert_eq!(sample(&m, "http_server_active_requests", &[("route", "noread")]), Some(0.0));
+    still_serving(&gw).await;
+}
+
+#[tokio::test]
+async fn an_http2_client_that_stops_reading_is_cut_at_the_send_timeout() {
+    let _one_at_a_time = COUNTING.lock().await;
+    let (up, ended) = firehose_upstream(256 * 1024 * 1024).await;
+    let gw = TestGateway::from_toml(&proxy_toml(up.addr, "noreadh2", "", "send_timeout = \"300ms\"")).await;
+    let before = rejected(&metrics_text(gw.addr).await, "", "send_timeout");
+    let (mut sender, conn) = h2_client(gw.addr).await;
+    // The body is never polled: HTTP/2 flow control stops the gateway once
+    // the client's window is full, with the socket itself idle.
+    let resp = sender.send_request(Request::get(gw.url("/noreadh2")).body(full(Bytes::new())).unwrap()).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let addr = gw.addr;
+    wait_for("send_timeout counted", Duration::from_secs(5), async || {
+        rejected(&metrics_text(addr).await, "", "send_timeout") - before == 1.0
+    })
+    .await;
+    wait_for("upstream body dropped", Duration::from_secs(3), async || ended.load(Ordering::SeqCst) == 1).await;
+    assert!(tokio::time::timeout(Duration::from_secs(3), conn).await.is_ok(), "the HTTP/2 connection stayed open");
+    drop(resp);
+}
+
+#[tokio::test]
+async fn connections_past_max_connections_wait_and_each_waiting_one_is_counted_once() {
+    let (up, _) = counting_upstream().await;
+    let gw = TestGateway::from_toml(&proxy_toml(up.addr, "conncap", "", "max_connections = 2")).await;
+    let waited = || async { rejected(&metrics_text_on_fresh_slot(gw.addr).await, "", "max_connections") };
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut s = TcpStream::connect(gw.addr).await.unwrap();
+        s.write_all(b"GET /alive HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+        assert!(read_for(&mut s, Duration::from_millis(300)).await.text.starts_with("HTTP/1.1 200"));
+        held.push(s);
+    }
+    // Two more connections are accepted by the kernel but not served...
+    let mut waiting = Vec::new();
+    for _ in 0..2 {
+        let mut s = TcpStream::connect(gw.addr).await.unwrap();
+        s.write_all(b"GET /alive HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.unwrap();
+        waiting.push(s);
+    }
+    for s in &mut waiting {
+        assert!(read_for(s, Duration::from_millis(300)).await.text.is_empty(), "served past max_connections");
+    }
+    // ...until slots free: each is then served, in turn.
+    drop(held.pop());
+    let r = read_for(&mut waiting[0], Duration::from_secs(3)).await;
+    assert!(r.text.starts_with("HTTP/1.1 200") && r.closed, "{}", r.text);
+    let r = read_for(&mut waiting[1], Duration::from_secs(3)).await;
+    assert!(r.text.starts_with("HTTP/1.1 200") && r.closed, "{}", r.text);
+    drop(held);
+    // Exactly the two connections that had to wait are counted.
+    assert_eq!(waited().await, 2.0);
+    assert_eq!(waited().await, 2.0, "counting must not depend on how often the accept loop runs");
+}
+
+/// Fetches `/metrics` on a new connection (which may itself have to wait for
+/// a slot; the caller has freed them).
+async fn metrics_text_on_fresh_slot(addr: std::net::SocketAddr) -> String {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.unwrap();
+    let r = read_for(&mut s, Duration::from_secs(3)).await;
+    assert!(r.text.starts_with("HTTP/1.1 200"), "{}", r.text);
+    r.text
+}
+
+#[tokio::test]
+async fn accepted_sockets_have_tcp_keepalive() {
+    let gw = TestGateway::from_toml("[server]\ntcp_keepalive = \"45s\"\n").await;
+    let mut s = TcpStream::connect(gw.addr).await.unwrap();
+    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    assert!(read_for(&mut s, Duration::from_millis(300)).await.text.starts_with("HTTP/1.1 200"));
+    // `ss -o` shows the kernel's keepalive timer on the gateway's side of
+    // the connection (source port = the gateway's).
+    let out = std::process::Command::new("ss")
+        .args(["-tnoH", "state", "established", "sport", "=", &format!(":{}", gw.addr.port())])
+        .output()
+        .expect("ss (iproute2) is installed");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("timer:(keepalive,"), "no keepalive timer on the accepted socket: {text:?}");
+    drop(s);
+}

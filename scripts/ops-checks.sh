@@ -94,6 +94,9 @@ def check(ok, what):
         check.failed = True
 check.failed = False
 
+def spec_probe_period(container):
+    return container["readinessProbe"].get("periodSeconds", 10)
+
 toml_text = docs["configmap"]["data"]["gateway.toml"]
 cfg = tomllib.loads(toml_text)
 with open(toml_out, "w") as f:
@@ -103,7 +106,7 @@ spec = pod["spec"]
 containers = {c["name"]: c for c in spec["containers"]}
 gw = containers["gateway"]
 shutdown = seconds(cfg["server"]["shutdown_timeout"])
-gw_prestop = gw["lifecycle"]["preStop"]["sleep"]["seconds"]
+delay = seconds(cfg["server"].get("shutdown_delay", "0s"))
 grace = spec["terminationGracePeriodSeconds"]
 port = {p["name"]: p["containerPort"] for p in gw["ports"]}["http"]
 
@@ -113,13 +116,15 @@ check(gw["args"] == ["--config", mount["mountPath"]] == ["--config", "/etc/gatew
       "gateway runs --config /etc/gateway/gateway.toml from the ConfigMap")
 check(gw["livenessProbe"]["httpGet"]["path"] == "/healthz", "liveness probe on /healthz")
 check(gw["readinessProbe"]["httpGet"]["path"] == "/readyz", "readiness probe on /readyz")
-check(grace > gw_prestop + shutdown,
-      f"terminationGracePeriodSeconds {grace} > preStop {gw_prestop}s + shutdown_timeout {shutdown:g}s")
+check("preStop" not in gw.get("lifecycle", {}), "the gateway needs no preStop hook (it has shutdown_delay)")
+check(delay >= 2 * spec_probe_period(gw), f"shutdown_delay {delay:g}s spans two readiness probe periods")
+check(grace > delay + shutdown,
+      f"terminationGracePeriodSeconds {grace} > shutdown_delay {delay:g}s + shutdown_timeout {shutdown:g}s")
 for name, c in containers.items():
     if name == "gateway":
         continue
     app_prestop = c.get("lifecycle", {}).get("preStop", {}).get("sleep", {}).get("seconds", 0)
-    check(gw_prestop + shutdown <= app_prestop < grace, f"container {name} outlives the gateway's drain ({app_prestop}s)")
+    check(delay + shutdown <= app_prestop < grace, f"container {name} outlives the gateway's drain ({app_prestop}s)")
 check(spec["securityContext"].get("runAsNonRoot") is True, "pod runAsNonRoot")
 for name, c in containers.items():
     sc = c.get("securityContext", {})

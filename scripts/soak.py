@@ -15,16 +15,20 @@ What it runs, all on 127.0.0.1 and bounded in time:
 * the gateway, with a generated config that has a route per peer;
 * `--concurrency` clients speaking HTTP/1.1 keep-alive over raw asyncio
   streams, with slowloris clients (half a request head, trickled), clients
-  that disconnect mid-request, and big POST bodies (fixed length and chunked).
+  that disconnect mid-request, big POST bodies (fixed length and chunked),
+  idle clients (connect and send nothing, half the HTTP/2 preface, or one
+  request and then nothing: closed by the header-read or idle timeout) and
+  clients that stop reading a big response (closed by the send timeout).
 
 After a warm-up at full load and a settle period (longer than the pools' idle
 timeout and the header read timeout) it records a baseline: resident memory,
-open fds and live tasks from `/metrics`, cross-checked with `/proc/PID`. It
+open fds, live tasks and connection slots in use from `/metrics`,
+cross-checked with `/proc/PID`. It
 then drives the load for `--duration` seconds, printing progress every 10 s,
 settles again, measures again and prints a before/after table.
 
-Exit status: 0 when open fds and live tasks are back within FD_MARGIN /
-TASK_MARGIN of the baseline, resident memory grew less than RSS_FACTOR plus
+Exit status: 0 when open fds, live tasks and connection slots are back
+within FD_MARGIN / TASK_MARGIN / CONN_MARGIN of the baseline, resident memory grew less than RSS_FACTOR plus
 RSS_SLACK, and the gateway stayed up and exited 0 on SIGTERM; 1 otherwise;
 2 when the soak could not start. Stdlib only:
 
@@ -58,19 +62,25 @@ MIB = 1024 * 1024
 # Pass/fail margins: the figures after the load, compared with the baseline.
 FD_MARGIN = 10
 TASK_MARGIN = 10
+CONN_MARGIN = 2
 RSS_FACTOR = 1.5
 RSS_SLACK = 20 * MIB
 
 # Gateway settings the load relies on (written into the generated config).
 HUNG_ROUTE_TIMEOUT = "300ms"
 HEADER_READ_TIMEOUT_S = 2
+IDLE_TIMEOUT_S = 2
+SEND_TIMEOUT_S = 2
 POOL_IDLE_TIMEOUT_S = 2
+BIG_FILE_BYTES = 32 * MIB
 SHUTDOWN_TIMEOUT_S = 5
 
 # Bounds on the client side: one exchange longer than this is a failure of
 # the gateway to answer ("client_timeout"); a slowloris client gives up here.
 EXCHANGE_TIMEOUT_S = 10.0
 SLOWLORIS_GIVE_UP_S = HEADER_READ_TIMEOUT_S * 3 + 1
+IDLE_GIVE_UP_S = max(HEADER_READ_TIMEOUT_S, IDLE_TIMEOUT_S) * 3 + 1
+NOREAD_WAIT_S = SEND_TIMEOUT_S * 2 + 1
 PROGRESS_EVERY_S = 10
 
 # Request mix: (action, weight). Routes are named after what they exercise.
@@ -87,6 +97,8 @@ MIX = [
     ("upload", 4),  # big POST body to the sink
     ("slowloris", 1),
     ("abort", 3),  # client disconnects mid-request
+    ("idle", 2),  # connects and sends nothing (or one request), then waits
+    ("noread", 1),  # asks for a big file and never reads it
 ]
 # What each action should end in; anything else is listed as unexpected.
 EXPECTED = {
@@ -102,6 +114,8 @@ EXPECTED = {
     "upload": {"200"},
     "slowloris": {"closed"},
     "abort": {"aborted"},
+    "idle": {"closed"},
+    "noread": {"closed"},
 }
 UPLOAD_SIZES = [64 * 1024, 256 * 1024, 1024 * 1024]
 UPLOAD_DATA = b"u" * max(UPLOAD_SIZES)
@@ -433,6 +447,56 @@ async def do_slowloris(port, rng):
         writer.close()
 
 
+async def do_idle(port, rng):
+    """Connects and then sends nothing, half the HTTP/2 preface, or one whole
+    request; then waits for the gateway to hang up ("closed") or gives up
+    ("held")."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        kind = rng.randrange(3)
+        if kind == 1:
+            writer.write(b"PRI * HTTP/2.0\r\n")
+        elif kind == 2:
+            writer.write(b"GET /hello HTTP/1.1\r\nHost: soak.test\r\n\r\n")
+        await writer.drain()
+        deadline = time.monotonic() + IDLE_GIVE_UP_S
+        while time.monotonic() < deadline:
+            try:
+                if await asyncio.wait_for(reader.read(65536), 0.5) == b"":
+                    return "closed"
+            except asyncio.TimeoutError:
+                pass
+            except ConnectionError:
+                return "closed"
+        return "held"
+    finally:
+        writer.close()
+
+
+async def do_noread(port, rng):
+    """Asks for a file far larger than the socket buffers and reads none of
+    it for a while: the gateway must close the connection ("closed") rather
+    than hold it ("held")."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=1024 * 1024)
+    try:
+        writer.write(b"GET /big HTTP/1.1\r\nHost: soak.test\r\n\r\n")
+        await writer.drain()
+        await asyncio.sleep(NOREAD_WAIT_S)
+        got = 0
+        while True:
+            try:
+                chunk = await asyncio.wait_for(reader.read(1024 * 1024), 1.0)
+            except asyncio.TimeoutError:
+                return "held"
+            except ConnectionError:
+                return "closed"
+            if chunk == b"":
+                return "closed" if got < BIG_FILE_BYTES else "held"
+            got += len(chunk)
+    finally:
+        reset_and_close(writer)
+
+
 async def do_abort(port, rng):
     """Opens a connection, starts a request, disconnects before the end."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -474,6 +538,10 @@ async def one_action(action, client, port, rng):
         return await do_slowloris(port, rng)
     if action == "abort":
         return await do_abort(port, rng)
+    if action == "idle":
+        return await do_idle(port, rng)
+    if action == "noread":
+        return await do_noread(port, rng)
     return await do_get(client, "/" + action)
 
 
@@ -484,7 +552,11 @@ async def client_loop(port, stats, rng, stop_at):
     try:
         while time.monotonic() < stop_at:
             action = rng.choices(actions, weights)[0]
-            limit = SLOWLORIS_GIVE_UP_S + 2 if action == "slowloris" else EXCHANGE_TIMEOUT_S
+            limit = {
+                "slowloris": SLOWLORIS_GIVE_UP_S + 2,
+                "idle": IDLE_GIVE_UP_S + 2,
+                "noread": NOREAD_WAIT_S + EXCHANGE_TIMEOUT_S,
+            }.get(action, EXCHANGE_TIMEOUT_S)
             try:
                 outcome = await asyncio.wait_for(one_action(action, client, port, rng), limit)
             except asyncio.TimeoutError:
@@ -588,6 +660,8 @@ async def measure(port, pid):
         "fds": metric(text, "process_open_fds"),
         "proc_fds": proc_fds,
         "tasks": metric(text, "gateway_runtime_alive_tasks"),
+        # The scrape's own connection is one of them.
+        "conns": metric(text, "gateway_connections_active"),
     }
 
 
@@ -610,6 +684,7 @@ FIGURES = [
     ("open fds (/metrics)", "fds", fmt_int, lambda b: b + FD_MARGIN),
     ("open fds (/proc)", "proc_fds", fmt_int, lambda b: b + FD_MARGIN),
     ("alive tasks (/metrics)", "tasks", fmt_int, lambda b: b + TASK_MARGIN),
+    ("connection slots", "conns", fmt_int, lambda b: b + CONN_MARGIN),
 ]
 
 
@@ -695,11 +770,16 @@ async def wait_ready(port, proc, path, seconds=15.0):
 def write_config(tmp, gw_port, up_port, peers):
     demo = tmp / "demo.txt"
     demo.write_bytes(b"soak file line\n" * 1000)
+    big = tmp / "big.bin"
+    with open(big, "wb") as f:
+        f.truncate(BIG_FILE_BYTES)
     ups = {"builtin": up_port, **peers.ports}
     text = f"""# Generated by scripts/soak.py.
 [server]
 listen = "127.0.0.1:{gw_port}"
 header_read_timeout = "{HEADER_READ_TIMEOUT_S}s"
+idle_timeout = "{IDLE_TIMEOUT_S}s"
+send_timeout = "{SEND_TIMEOUT_S}s"
 shutdown_timeout = "{SHUTDOWN_TIMEOUT_S}s"
 """
     for name, port in ups.items():
@@ -713,6 +793,7 @@ pool_idle_timeout = "{POOL_IDLE_TIMEOUT_S}s"
         ("slow", 'upstream = "builtin"\nrewrite = "/a"\ntimeout = "2s"'),
         ("fast", 'upstream = "builtin"\nrewrite = "/hello"\ntimeout = "2s"'),
         ("file", f'file = "{demo}"'),
+        ("big", f'file = "{big}"'),
         ("hello", 'respond = { status = 200, body = "Hello, soak" }'),
         ("flaky", 'upstream = "flaky"\ntimeout = "2s"'),
         ("hung", f'upstream = "hung"\ntimeout = "{HUNG_ROUTE_TIMEOUT}"'),
@@ -896,7 +977,7 @@ def main():
     parser.add_argument(
         "--settle",
         type=float,
-        default=max(HEADER_READ_TIMEOUT_S, POOL_IDLE_TIMEOUT_S) + 4,
+        default=max(HEADER_READ_TIMEOUT_S, IDLE_TIMEOUT_S, SEND_TIMEOUT_S, POOL_IDLE_TIMEOUT_S) + 4,
         help="quiet seconds before each measurement (6)",
     )
     parser.add_argument("--seed", type=int, default=1)

@@ -118,6 +118,8 @@ cleanup() {
     exit "$rc"
 }
 trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 # --- 1. tools -----------------------------------------------------------------
 
@@ -330,7 +332,7 @@ CTR=$(buildah from --pull-never --name "gateway-ci-$$" "$IMG_ID")
 MNT=$(buildah mount "$CTR")
 # Prints ok/FAIL lines; writes the default command (NUL-separated), the user's
 # uid:gid, the listen port and the image size for the steps below.
-python3 - Dockerfile "$WORK/inspect.json" "$K8S_DEPLOYMENT" "$MNT" "$WORK" <<'PY' || die "the image does not match the Dockerfile (FAIL lines above)"
+python3 - Dockerfile "$WORK/inspect.json" "$K8S_DEPLOYMENT" "$MNT" "$WORK" <<'PY' || die "image checks failed (FAIL lines above)"
 import json, re, shlex, sys
 dockerfile, inspect_path, deployment, mnt, work = sys.argv[1:]
 
@@ -415,16 +417,16 @@ uid = lookup("/etc/passwd", user)
 gid = lookup("/etc/group", group) if group else None
 if gid is None:
     gid = next((int(f[3]) for f in entries("/etc/passwd") if f[2] == str(uid)), None)
-check(uid is not None and uid != 0, f"the image runs as a non-root user (uid {uid})")
+check(uid is not None and uid != 0, f"the image's user is not root: uid {uid}")
 m = re.search(r"^\s*runAsUser:\s*(\d+)", open(deployment).read(), re.M)
 check(m is not None and uid == int(m.group(1)),
-      f"the image's uid {uid} is the pod's runAsUser ({m.group(1) if m else 'none'}, {deployment})")
+      f"the image's uid is the pod's runAsUser in {deployment}: image {uid}, runAsUser {m.group(1) if m else None}")
 
 argv = (cfg.get("Entrypoint") or []) + (cfg.get("Cmd") or [])
 check(bool(argv), f"default command: {argv}")
 listen = env.get("GATEWAY__SERVER__LISTEN", "")
 check(re.fullmatch(r"0\.0\.0\.0:\d+", listen) is not None and f"{listen.rsplit(':', 1)[1]}/tcp" in ports,
-      f"GATEWAY__SERVER__LISTEN={listen!r} listens on all interfaces, on the EXPOSEd port")
+      f"the image listens on all interfaces on its EXPOSEd port: GATEWAY__SERVER__LISTEN={listen!r}, EXPOSE {sorted(ports)}")
 with open(f"{work}/argv", "w") as f:
     f.write("\0".join(argv) + "\0")
 with open(f"{work}/image.env", "w") as f:

@@ -194,6 +194,14 @@ EOF
 }
 
 image_label() { podman image inspect --format "{{ index .Labels \"$ASSEMBLED_LABEL\" }}" "$1" 2>/dev/null || true; }
+image_id() { podman image inspect --format '{{.Id}}' "$1" 2>/dev/null || true; }
+
+# retire_image ID: remove an image a tag named before it was rebuilt, if no
+# tag names it now (and no container uses it).
+retire_image() {
+    [ -n "$1" ] && [ "$(podman image inspect --format '{{len .RepoTags}}' "$1" 2>/dev/null)" = 0 ] || return 0
+    podman rmi "$1" >/dev/null 2>&1 || true
+}
 
 ROOTFS=""
 debootstrap_rootfs() {
@@ -261,7 +269,7 @@ assemble_rust() {
 # ensure_base NAME: the image the Dockerfile names, from local storage, a
 # registry, or assembled here.
 ensure_base() {
-    local name=$1 full label
+    local name=$1 full label old_id
     case "$name" in
         debian:bookworm-slim | docker.io/library/debian:bookworm-slim) full=$DEBIAN_IMAGE ;;
         rust:1-slim-bookworm | docker.io/library/rust:1-slim-bookworm) full=$RUST_IMAGE ;;
@@ -287,12 +295,14 @@ ensure_base() {
         echo "$full: not pulled ($(tail -n 1 "$WORK/pull.log" | cut -c1-200)); assembling it here"
         rm -f "$WORK/pull.log"
     fi
+    old_id=$(image_id "$full")
     case "$full" in
         "$DEBIAN_IMAGE") assemble_debian ;;
         "$RUST_IMAGE") assemble_rust ;;
         *) die "the Dockerfile needs $name: not in local storage, could not be pulled, and this script cannot assemble it" ;;
     esac
     podman image exists "$full" || die "assembling $full did not produce the image"
+    retire_image "$old_id"
     echo "$full: assembled here ($(image_label "$full"))"
 }
 
@@ -308,7 +318,7 @@ done
 # --- 3. build -----------------------------------------------------------------
 
 log "building $IMAGE from the Dockerfile (buildah bud --isolation chroot --pull=never)"
-old_id=$(podman image inspect --format '{{.Id}}' "$IMAGE" 2>/dev/null || true)
+old_id=$(image_id "$IMAGE")
 build_start=$SECONDS
 buildah bud --isolation chroot --pull=never --iidfile "$WORK/iid" -t "$IMAGE" . >"$WORK/build.log" 2>&1 ||
     die "buildah bud failed (build.log below)"
@@ -318,11 +328,7 @@ rm -f "$WORK/build.log"
 IMG_ID=$(cat "$WORK/iid")
 IMG_ID=${IMG_ID#sha256:}
 echo "built $IMAGE (${IMG_ID:0:12}) in ${BUILD_SECONDS}s"
-# The image this tag named before, if nothing else names it now.
-if [ -n "$old_id" ] && [ "$old_id" != "$IMG_ID" ] &&
-    [ "$(podman image inspect --format '{{len .RepoTags}}' "$old_id" 2>/dev/null)" = 0 ]; then
-    podman rmi "$old_id" >/dev/null 2>&1 || true
-fi
+retire_image "$old_id"
 
 # --- 4. image -----------------------------------------------------------------
 

@@ -9,8 +9,8 @@
 #
 # 1. Tools: Debian's podman, buildah and debootstrap, installed if missing.
 # 2. Base images (the Dockerfile's FROM lines): used as they are if local
-#    storage has them; else pulled (at most PULL_TIMEOUT seconds); else, for
-#    debian:bookworm-slim and rust:1-slim-bookworm, assembled here:
+#    storage has them; else pulled (bounded by CONTAINER_CHECK_PULL_TIMEOUT);
+#    else, for debian:bookworm-slim and rust:1-slim-bookworm, assembled here:
 #    `debootstrap --variant=minbase bookworm` from the mirror apt already uses,
 #    slimmed the way the official -slim images are, imported as
 #    debian:bookworm-slim; the same root filesystem plus gcc, libc6-dev,
@@ -31,9 +31,10 @@
 #    the image's root; SIGTERM stops it with status 0.
 # Every process it starts is stopped on exit, its working container removed.
 #
-# Environment: IMAGE (tag to build, default gateway:ci), PULL_TIMEOUT (seconds
-# per base image pull, default 60; 0 skips pulling), REASSEMBLE=1 (assemble
-# the base images again even if present), DEBIAN_MIRROR (default: apt's).
+# Environment: CONTAINER_CHECK_IMAGE (tag to build, default gateway:ci),
+# CONTAINER_CHECK_PULL_TIMEOUT (seconds per base image pull, default 60; 0
+# skips pulling), CONTAINER_CHECK_REASSEMBLE=1 (assemble the base images again
+# even if present), DEBIAN_MIRROR (default: the one apt uses).
 #
 # Needs root: debootstrap, chroot, and buildah's chroot isolation. `podman run`
 # is not used: it needs cgroups that some machines (hybrid cgroup v1/v2) lack.
@@ -42,10 +43,10 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 
-IMAGE=${IMAGE:-gateway:ci}
+IMAGE=${CONTAINER_CHECK_IMAGE:-gateway:ci}
 UPSTREAM_BIN=${1:-}
-PULL_TIMEOUT=${PULL_TIMEOUT:-60}
-REASSEMBLE=${REASSEMBLE:-0}
+PULL_TIMEOUT=${CONTAINER_CHECK_PULL_TIMEOUT:-60}
+REASSEMBLE=${CONTAINER_CHECK_REASSEMBLE:-0}
 DEBIAN_IMAGE=docker.io/library/debian:bookworm-slim
 RUST_IMAGE=docker.io/library/rust:1-slim-bookworm
 ASSEMBLED_LABEL=gateway-ci.assembled
@@ -61,9 +62,9 @@ die() {
 [ "$(id -u)" -eq 0 ] || die "needs root (debootstrap, chroot, buildah --isolation chroot); run it with sudo"
 
 WORK=$(mktemp -d "${TMPDIR:-/var/tmp}/container-check.XXXXXX")
-# A machine's containers.conf may set default_ulimits (podman's own default
-# asks for nofile=1048576), which setrlimit refuses where the hard limit is
-# lower; buildah's chroot isolation applies them too. None are needed here.
+# A containers.conf may set default_ulimits that setrlimit refuses where the
+# hard limits are lower (here `podman run` failed on its default
+# RLIMIT_NOFILE); buildah's chroot isolation applies them too. None are needed.
 printf '[containers]\ndefault_ulimits = []\n' >"$WORK/containers.conf"
 export CONTAINERS_CONF=$WORK/containers.conf
 

@@ -4,6 +4,8 @@
 # Run:    docker run --rm -p 8080:8080 gateway:0.1.0
 # Config: /etc/gateway/gateway.toml (mount your own over it); the image ships
 #         config/gateway.toml and config/public from this repository there.
+# CI:     scripts/container-check.sh builds this file with buildah, compares the
+#         image's USER/ENTRYPOINT/CMD/ENV/EXPOSE with the lines below, and runs it.
 #
 # No apt-get in either stage: the build needs only the Rust toolchain (no C
 # dependencies) and the runtime only glibc, so there are no package versions

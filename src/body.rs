@@ -118,8 +118,15 @@ pub struct BodyTooLarge(pub u64);
 
 /// The client's request body failed (usually: it disconnected).
 #[derive(Debug, thiserror::Error)]
-#[error("client body: {0}")]
-pub struct ClientBodyFailed(pub hyper::Error);
+pub enum ClientBodyFailed {
+    #[error("client body: {0}")]
+    Read(hyper::Error),
+    /// An HTTP/2 client reset its stream before END_STREAM. hyper ends the
+    /// body cleanly for a reset with NO_ERROR or CANCEL (it reads that as an
+    /// early response), which would let a cut upload pass as complete.
+    #[error("client reset its stream before the end of the body")]
+    Reset,
+}
 
 /// An upstream response body on its way to the client. Its connection goes
 /// back to the pool once the body is complete, and is closed otherwise.
@@ -202,11 +209,13 @@ pub struct RequestBody {
     limit: u64,
     seen: u64,
     idle: IdleTimer,
+    /// The body arrives over HTTP/2: its end must be END_STREAM, not a reset.
+    http2: bool,
 }
 
 impl RequestBody {
-    pub fn new(inner: Incoming, limit: u64, idle_timeout: Duration) -> Self {
-        RequestBody { inner, limit, seen: 0, idle: IdleTimer::new(idle_timeout) }
+    pub fn new(inner: Incoming, limit: u64, idle_timeout: Duration, http2: bool) -> Self {
+        RequestBody { inner, limit, seen: 0, idle: IdleTimer::new(idle_timeout), http2 }
     }
 }
 
@@ -227,7 +236,10 @@ impl http_body::Body for RequestBody {
                 this.idle.progress();
                 Poll::Ready(Some(Ok(frame)))
             }
-            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(ClientBodyFailed(e).into()))),
+            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(ClientBodyFailed::Read(e).into()))),
+            Poll::Ready(None) if this.http2 && !http_body::Body::is_end_stream(&this.inner) => {
+                Poll::Ready(Some(Err(ClientBodyFailed::Reset.into())))
+            }
             Poll::Ready(None) => Poll::Ready(None),
             Poll::Pending if this.idle.expired(cx) => Poll::Ready(Some(Err(BodyIdle(this.idle.after).into()))),
             Poll::Pending => Poll::Pending,

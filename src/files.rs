@@ -144,6 +144,9 @@ impl FileServer {
                 return Ok(redirect_to_slash(uri));
             }
             path = resolve(root, &path.join("index.html")).await?;
+        } else if rest.ends_with('/') {
+            // A file is not a directory: `/a.txt/` is not `/a.txt`.
+            return Err(GatewayError::NotFound);
         }
         self.serve_file(&path, method, headers).await
     }
@@ -202,11 +205,14 @@ impl FileServer {
     }
 }
 
-/// 301 to `uri`'s path with a `/` appended, query kept.
+/// 301 to `uri`'s path with a `/` appended, query kept. A path that starts
+/// with `//` (possible with `merge_slashes` off) is given one leading slash:
+/// `//host/` as a Location is a protocol-relative URL, another host.
 fn redirect_to_slash(uri: &Uri) -> Response<Body> {
+    let path = format!("/{}", uri.path().trim_start_matches('/'));
     let location = match uri.query() {
-        Some(q) => format!("{}/?{q}", uri.path()),
-        None => format!("{}/", uri.path()),
+        Some(q) => format!("{path}/?{q}"),
+        None => format!("{path}/"),
     };
     let body = if location.len() < 2048 { format!("moved to {location}\n") } else { "moved\n".to_owned() };
     Response::builder()

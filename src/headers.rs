@@ -38,6 +38,13 @@ pub const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-ho
 /// `Forwarded` (RFC 7239).
 pub const FORWARDED: HeaderName = HeaderName::from_static("forwarded");
 
+/// Underscore spellings of the forwarding headers. Stacks that map headers
+/// to CGI-style names (WSGI's `HTTP_X_FORWARDED_PROTO`, Werkzeug's
+/// ProxyFix) read them as the real ones, so a client could spoof through
+/// them what the gateway sets; they are dropped (nginx drops every header
+/// with an underscore by default).
+const UNDERSCORE_FORWARDING: [&str; 3] = ["x_forwarded_for", "x_forwarded_proto", "x_forwarded_host"];
+
 /// Removes hop-by-hop headers, including every header named in `Connection`.
 /// `Upgrade` is hop-by-hop too; the gateway does not tunnel upgrades. A `TE`
 /// that lists `trailers` becomes `TE: trailers` (RFC 9110 §10.1.4): the
@@ -151,6 +158,11 @@ pub fn add_forwarding(
     version: Version,
     trusted: bool,
 ) {
+    if headers.keys().any(|n| n.as_str().starts_with("x_forwarded_")) {
+        for name in UNDERSCORE_FORWARDING {
+            headers.remove(name);
+        }
+    }
     append_list(headers, X_FORWARDED_FOR, client_ip.clone());
     if !(trusted && headers.contains_key(X_FORWARDED_PROTO)) {
         headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));

@@ -12,6 +12,8 @@
 //!   §6.2.2.2);
 //! - an encoded `/` or `\` (`%2F`, `%5C`) is never decoded, so it can never
 //!   create a path segment (or it is refused, with `reject_encoded_slash`);
+//!   a raw `\` is refused: WHATWG URL parsers (Node, Deno, Bun, undici) read
+//!   it as `/`, so `/api/x/..\admin` would be `/api/admin` upstream;
 //! - dot segments are removed (§5.2.4), after decoding, so `%2e%2e` is `..`;
 //!   a path that climbs above `/` is refused rather than clamped;
 //! - repeated slashes are merged (`merge_slashes`), as nginx does.
@@ -43,28 +45,35 @@ pub enum PathError {
     /// An encoded `/` or `\`, with `reject_encoded_slash` on.
     #[error("encoded slash or backslash")]
     EncodedSlash,
+    /// A raw `\`.
+    #[error("backslash")]
+    Backslash,
 }
 
 /// The normalised form of `path`; borrowed when it is already normal (the
 /// common case, checked in one scan without allocating).
 pub fn normalize(path: &str, opts: Options) -> Result<Cow<'_, str>, PathError> {
     // Only origin-form paths are normalised; `*` (OPTIONS) is left alone.
-    if !path.starts_with('/')
-        || is_normal(path.as_bytes(), opts.merge_slashes)
-        || !crate::limits::valid_percent_encoding(path)
-    {
+    if !path.starts_with('/') || is_normal(path.as_bytes(), opts.merge_slashes) {
+        return Ok(Cow::Borrowed(path));
+    }
+    if path.contains('\\') {
+        return Err(PathError::Backslash);
+    }
+    if !crate::limits::valid_percent_encoding(path) {
         return Ok(Cow::Borrowed(path));
     }
     let decoded = decode_unreserved(path, opts.reject_encoded_slash)?;
     Ok(Cow::Owned(remove_dot_segments(&decoded, opts.merge_slashes)?))
 }
 
-/// Whether `path` has no escape, no dot segment and (when merging) no `//`.
+/// Whether `path` has no escape, no backslash, no dot segment and (when
+/// merging) no `//`.
 fn is_normal(p: &[u8], merge_slashes: bool) -> bool {
     let mut i = 0;
     while i < p.len() {
         match p[i] {
-            b'%' => return false,
+            b'%' | b'\\' => return false,
             b'/' => match p.get(i + 1) {
                 Some(b'/') if merge_slashes => return false,
                 Some(b'.') => {
@@ -213,6 +222,9 @@ mod tests {
             ("/a%2Fb", REJECT, Err(PathError::EncodedSlash)),
             ("/a%5c", REJECT, Err(PathError::EncodedSlash)),
             ("/a%2eb", REJECT, Ok("/a.b")),
+            ("/api/x/..\\admin", MERGE, Err(PathError::Backslash)),
+            ("/a\\b", KEEP, Err(PathError::Backslash)),
+            ("/a%zz\\b", MERGE, Err(PathError::Backslash)),
         ];
         for (input, opts, want) in cases {
             let got = normalize(input, *opts);

@@ -126,8 +126,13 @@ impl Pool {
             .await
             .map_err(|_| ConnectError::Timeout(inner.connect_timeout))??;
         stream.set_nodelay(true)?;
-        let io = Arc::new(IoShared { clean: AtomicBool::new(false), send_timeout_ms: AtomicU64::new(0) });
-        let upstream_io = UpstreamIo { inner: stream, shared: io.clone(), stall: None, stalled: false };
+        let io = Arc::new(IoShared {
+            clean: AtomicBool::new(false),
+            send_timeout_ms: AtomicU64::new(0),
+            large_request: AtomicBool::new(false),
+        });
+        let upstream_io =
+            UpstreamIo { inner: stream, shared: io.clone(), stall: None, stalled: false, limits_unsent: false };
         let (sender, connection) = http1::Builder::new().writev(false).handshake(TokioIo::new(upstream_io)).await?;
         tokio::spawn(async move {
             if let Err(e) = connection.await {
@@ -158,9 +163,13 @@ impl Pool {
 
 impl Conn {
     /// Sets how long a write to the upstream may make no progress during
-    /// this exchange (the route's body timeout).
-    pub fn set_send_timeout(&self, after: Duration) {
-        self.io.send_timeout_ms.store(after.as_millis() as u64, Relaxed);
+    /// this exchange (the route's body timeout), and whether the request
+    /// body may be large (see [`IoShared::large_request`]).
+    pub fn prepare(&self, send_timeout: Duration, large_request: bool) {
+        self.io.send_timeout_ms.store(send_timeout.as_millis() as u64, Relaxed);
+        if large_request && !self.io.large_request.load(Relaxed) {
+            self.io.large_request.store(true, Relaxed);
+        }
     }
 
     /// Returns the connection to its pool, unless it closed or the pool is
@@ -190,6 +199,10 @@ struct IoShared {
     clean: AtomicBool,
     /// The current exchange's send timeout, in milliseconds (0: none yet).
     send_timeout_ms: AtomicU64,
+    /// A request body that may pass [`crate::listener::NOTSENT_LOWAT`] is
+    /// being sent: limit the unsent bytes before writing it, as on client
+    /// sockets, so write progress shows every 64 KiB the upstream reads.
+    large_request: AtomicBool,
 }
 
 /// A write to the upstream made no progress for the exchange's body timeout:
@@ -207,6 +220,8 @@ struct UpstreamIo {
     stall: Option<Pin<Box<Sleep>>>,
     /// A write is waiting and `stall` is set for it.
     stalled: bool,
+    /// [`crate::listener::NOTSENT_LOWAT`] is set on the socket.
+    limits_unsent: bool,
 }
 
 impl UpstreamIo {
@@ -253,6 +268,10 @@ impl AsyncRead for UpstreamIo {
 
 impl AsyncWrite for UpstreamIo {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        if !self.limits_unsent && self.shared.large_request.load(Relaxed) {
+            self.limits_unsent = true;
+            crate::listener::limit_unsent(&self.inner);
+        }
         let poll = Pin::new(&mut self.inner).poll_write(cx, buf);
         self.check_stall(cx, poll)
     }
@@ -262,6 +281,13 @@ impl AsyncWrite for UpstreamIo {
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if !self.shared.clean.load(Relaxed) {
+            // hyper shuts the write side down when it gives up on an
+            // exchange (a failed request body, say): a FIN there would let
+            // the upstream read a clean end before the reset that follows
+            // on drop. Skip it; the drop resets.
+            return Poll::Ready(Ok(()));
+        }
         Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }

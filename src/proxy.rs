@@ -87,6 +87,7 @@ impl Upstream {
         // Origin-form on the wire (RFC 9112 §3.2.1); the connection already
         // names the upstream.
         parts.uri = Uri::from(path_and_query);
+        let from_http2 = parts.version == Version::HTTP_2;
         parts.version = Version::HTTP_11;
 
         let started = Instant::now();
@@ -99,14 +100,16 @@ impl Upstream {
             parts.headers.insert(header::TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
         }
         let body = if has_body {
-            Either::Left(RequestBody::new(body, max_body, target.body_timeout))
+            Either::Left(RequestBody::new(body, max_body, target.body_timeout, from_http2))
         } else {
             Either::Right(Empty::new())
         };
         // A request without a body and with an idempotent method may be sent
         // again (RFC 9110 §9.2.2).
         let retryable = !has_body && is_idempotent(&parts.method);
-        let exchange = self.exchange(Request::from_parts(parts, body), retryable, target.body_timeout);
+        let large = has_body
+            && http_body::Body::size_hint(&body).upper().is_none_or(|n| n > u64::from(crate::listener::NOTSENT_LOWAT));
+        let exchange = self.exchange(Request::from_parts(parts, body), retryable, (target.body_timeout, large));
         let (response, conn) = match tokio::time::timeout_at(deadline, exchange).await {
             Err(_) => {
                 return Err(GatewayError::UpstreamTimeout {
@@ -124,6 +127,15 @@ impl Upstream {
             return Err(GatewayError::UpstreamProtocol {
                 upstream: self.config.name.clone(),
                 detail: format!("status {status} is outside 100-599"),
+            });
+        }
+        if status == 101 {
+            // Upgrade is stripped on the way up, so a 101 was never asked
+            // for: relaying it would hand the client a switched protocol
+            // the gateway does not carry.
+            return Err(GatewayError::UpstreamProtocol {
+                upstream: self.config.name.clone(),
+                detail: "101 Switching Protocols without an upgrade request".into(),
             });
         }
         self.metrics.record(status, started.elapsed());
@@ -160,10 +172,10 @@ impl Upstream {
         &self,
         mut req: Request<SendBody>,
         retryable: bool,
-        send_timeout: std::time::Duration,
+        (send_timeout, large_body): (std::time::Duration, bool),
     ) -> Result<(Response<Incoming>, Conn), Failure> {
         while let Some(mut conn) = self.pool.take_idle() {
-            conn.set_send_timeout(send_timeout);
+            conn.prepare(send_timeout, large_body);
             let copy = retryable.then(|| copy_head(&req));
             match conn.sender.try_send_request(req).await {
                 Ok(response) => return Ok((response, conn)),
@@ -180,7 +192,7 @@ impl Upstream {
             }
         }
         let mut conn = self.pool.connect().await.map_err(Failure::Connect)?;
-        conn.set_send_timeout(send_timeout);
+        conn.prepare(send_timeout, large_body);
         let response = conn.sender.send_request(req).await.map_err(Failure::Send)?;
         Ok((response, conn))
     }
@@ -236,10 +248,12 @@ fn copy_head(req: &Request<SendBody>) -> Request<SendBody> {
     copy
 }
 
-/// Whether the error is the upstream closing a connection under a request
-/// before any response byte arrived.
+/// Whether the error, on a pooled connection, says the connection went bad
+/// while idle: the upstream closed it under the request before any response
+/// byte arrived, or left bytes on it that were not part of this response
+/// (a body after a HEAD response, RFC 9110 §9.3.2).
 fn is_stale_connection(e: &hyper::Error) -> bool {
-    if e.is_incomplete_message() || e.is_canceled() {
+    if e.is_incomplete_message() || e.is_canceled() || e.is_parse() {
         return true;
     }
     find_source::<std::io::Error>(e).is_some_and(|io| {

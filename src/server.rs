@@ -3,7 +3,7 @@
 //! line. The listeners in [`crate::listener`] call it.
 
 use std::borrow::Cow;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use http::header::{self, HeaderValue};
@@ -32,8 +32,8 @@ pub struct Peer {
 }
 
 impl Peer {
-    pub fn new(addr: SocketAddr, trusted: bool) -> Self {
-        Peer { forwarded_for: crate::headers::forwarded_for(addr.ip()), trusted }
+    pub fn new(ip: IpAddr, trusted: bool) -> Self {
+        Peer { forwarded_for: crate::headers::forwarded_for(ip), trusted }
     }
 }
 
@@ -214,6 +214,7 @@ impl App {
             Ok(Cow::Owned(normal)) => normal,
             Err(PathError::AboveRoot) => return Err(GatewayError::BadPath("path climbs above the root")),
             Err(PathError::EncodedSlash) => return Err(GatewayError::BadPath("encoded slash or backslash")),
+            Err(PathError::Backslash) => return Err(GatewayError::BadPath("backslash in path")),
         };
         let target = match req.uri().query() {
             Some(q) => format!("{normal}?{q}"),

@@ -235,6 +235,86 @@ async fn an_http2_client_that_stops_reading_is_cut_at_the_send_timeout() {
 }
 
 #[tokio::test]
+async fn a_stalled_http2_stream_is_cut_even_while_the_connection_is_otherwise_busy() {
+    let _one_at_a_time = COUNTING.lock().await;
+    let (up, ended) = firehose_upstream(256 * 1024 * 1024).await;
+    let gw = TestGateway::from_toml(&proxy_toml(up.addr, "stallh2", "", "send_timeout = \"300ms\"")).await;
+    let before = rejected(&metrics_text(gw.addr).await, "", "send_timeout");
+    let (mut client, mut ping_pong) = raw_h2(gw.addr, 65535).await;
+    let (resp, _) = client.send_request(Request::get(gw.url("/stallh2")).body(()).unwrap(), true).unwrap();
+    // The response is never read (its window never reopens), while PINGs
+    // keep the connection itself writing.
+    let _resp = resp.await.unwrap();
+    let pings = tokio::spawn(async move {
+        while ping_pong.ping(h2::Ping::opaque()).await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    let addr = gw.addr;
+    wait_for("send_timeout counted", Duration::from_secs(5), async || {
+        rejected(&metrics_text(addr).await, "", "send_timeout") - before == 1.0
+    })
+    .await;
+    wait_for("upstream body dropped", Duration::from_secs(3), async || ended.load(Ordering::SeqCst) == 1).await;
+    assert!(tokio::time::timeout(Duration::from_secs(3), pings).await.is_ok(), "the connection stayed open");
+}
+
+#[tokio::test]
+async fn a_slow_but_steady_reader_is_not_cut_by_the_send_timeout() {
+    let _one_at_a_time = COUNTING.lock().await;
+    let (up, ended) = firehose_upstream(256 * 1024 * 1024).await;
+    let gw = TestGateway::from_toml(&proxy_toml(up.addr, "steady", "", "send_timeout = \"500ms\"")).await;
+    let before = rejected(&metrics_text(gw.addr).await, "", "send_timeout");
+    // A small receive window, as a phone's or a throttled client's: the
+    // gateway's send buffer fills and drains only at the reading pace.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut s = socket.connect(gw.addr).await.unwrap();
+    s.write_all(b"GET /steady HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    // 40 KiB every 100 ms (400 KiB/s, far from stopped) for 3 s.
+    let mut buf = vec![0u8; 40 * 1024];
+    for _ in 0..30 {
+        let mut step = 0;
+        while step < buf.len() {
+            match tokio::time::timeout(Duration::from_secs(3), s.read(&mut buf[step..])).await {
+                Ok(Ok(n)) if n > 0 => step += n,
+                other => panic!("the connection ended or stalled: {other:?}"),
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let m = metrics_text(gw.addr).await;
+    assert_eq!(rejected(&m, "", "send_timeout") - before, 0.0, "a reader taking 400 KiB/s was treated as stopped");
+    assert_eq!(ended.load(Ordering::SeqCst), 0, "the upstream response was abandoned");
+}
+
+#[tokio::test]
+async fn a_slow_http2_reader_is_not_cut_by_the_idle_timeout_while_its_response_drains() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("big.bin"), vec![b'z'; 200 * 1024]).unwrap();
+    let toml = "[server]\nidle_timeout = \"400ms\"\nheader_read_timeout = \"300ms\"\n[[routes]]\nname = \"bigfile\"\nprefix = \"/big\"\nfile = \"big.bin\"\n";
+    let gw = TestGateway::start(config(toml, dir.path())).await;
+    // A 4 KiB window reopened every 25 ms: 160 KiB/s, so the 200 KiB (a
+    // cached file, handed to HTTP/2 at once) takes over a second to drain.
+    let (mut client, _ping) = raw_h2(gw.addr, 4096).await;
+    let (resp, _) = client.send_request(Request::get(gw.url("/big")).body(()).unwrap(), true).unwrap();
+    let mut body = resp.await.unwrap().into_body();
+    let mut got = 0usize;
+    let mut owed = 0usize;
+    while let Some(chunk) = tokio::time::timeout(Duration::from_secs(5), body.data()).await.expect("no stall") {
+        let chunk = chunk.unwrap_or_else(|e| panic!("cut after {got} bytes: {e}"));
+        got += chunk.len();
+        owed += chunk.len();
+        if owed >= 4096 {
+            tokio::time::sleep(Duration::from_millis(25)).await;
+            body.flow_control().release_capacity(owed).unwrap();
+            owed = 0;
+        }
+    }
+    assert_eq!(got, 200 * 1024);
+}
+
+#[tokio::test]
 async fn connections_past_max_connections_wait_and_each_waiting_one_is_counted_once() {
     let (up, _) = counting_upstream().await;
     let gw = TestGateway::from_toml(&proxy_toml(up.addr, "conncap", "", "max_connections = 2")).await;
@@ -266,6 +346,28 @@ async fn connections_past_max_connections_wait_and_each_waiting_one_is_counted_o
     // Exactly the two connections that had to wait are counted.
     assert_eq!(waited().await, 2.0);
     assert_eq!(waited().await, 2.0, "counting must not depend on how often the accept loop runs");
+
+    // Five waiting at once, let in as slots free: each is counted.
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut s = TcpStream::connect(gw.addr).await.unwrap();
+        s.write_all(b"GET /alive HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+        assert!(read_for(&mut s, Duration::from_millis(300)).await.text.starts_with("HTTP/1.1 200"));
+        held.push(s);
+    }
+    let mut waiting = Vec::new();
+    for _ in 0..5 {
+        let mut s = TcpStream::connect(gw.addr).await.unwrap();
+        s.write_all(b"GET /alive HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.unwrap();
+        waiting.push(s);
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    drop(held);
+    for s in &mut waiting {
+        let r = read_for(s, Duration::from_secs(3)).await;
+        assert!(r.text.starts_with("HTTP/1.1 200"), "{}", r.text);
+    }
+    assert_eq!(waited().await, 7.0);
 }
 
 /// Fetches `/metrics` on a new connection (which may itself have to wait for

@@ -155,9 +155,28 @@ async fn a_directory_without_its_trailing_slash_is_redirected() {
         assert!(lower.contains(&format!("\r\nlocation: {location}\r\n")), "{target}: {text}");
         assert!(!text.contains("<p>index</p>"), "{target}: the index must not be served at the slashless URL");
     }
-    // Files are not redirected; the slash form serves the index.
+    // Files are not redirected, and a file is not found at a directory's URL.
     assert_eq!(raw_status(s.gw.addr, "/static/sub/page.html").await.0, 200);
+    assert_eq!(raw_status(s.gw.addr, "/static/sub/page.html/").await.0, 404);
+    assert_eq!(raw_status(s.gw.addr, "/static/hello.txt/").await.0, 404);
+    // The slash form serves the index.
     assert!(raw_status(s.gw.addr, "/static/sub/").await.1.ends_with("<p>index</p>"));
+}
+
+#[tokio::test]
+async fn a_redirect_never_points_at_another_host() {
+    // With merge_slashes off, a path starting `//` would make a Location
+    // that browsers read as protocol-relative: `//evil.example/`.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("root/evil.example")).unwrap();
+    let toml = "[server]\nmerge_slashes = false\n[[routes]]\nname = \"all\"\nprefix = \"/\"\ndir = \"root\"\n";
+    let gw = TestGateway::start(config(toml, dir.path())).await;
+    let (status, text) = raw_status(gw.addr, "//evil.example").await;
+    assert_eq!(status, 301, "{text}");
+    let location = text.lines().find_map(|l| l.to_ascii_lowercase().strip_prefix("location: ").map(str::to_owned));
+    let location = location.expect("a Location");
+    assert!(location.starts_with('/') && !location.starts_with("//"), "{location}");
+    assert!(!location.starts_with("/\\"), "{location}");
 }
 
 /// Sends a raw request line, so that no client normalises the path first.

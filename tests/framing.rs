@@ -346,3 +346,95 @@ async fn an_early_answer_does_not_leave_the_upstream_connection_pinned_by_an_unr
     drop(resp);
     wait_closed(&closed).await;
 }
+
+#[tokio::test]
+async fn an_http2_upload_reset_by_the_client_never_looks_complete_upstream() {
+    // Records everything it receives on each connection and how it ended.
+    let seen = Arc::new(Mutex::new(Vec::<(Vec<u8>, bool)>::new()));
+    let s2 = seen.clone();
+    let addr = raw_upstream(move |mut s| {
+        let seen = s2.clone();
+        async move {
+            let mut buf = vec![0u8; 65536];
+            let mut got = Vec::new();
+            let reset = loop {
+                match s.read(&mut buf).await {
+                    Ok(0) => break false,
+                    Err(_) => break true,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                }
+            };
+            seen.lock().unwrap().push((got, reset));
+        }
+    })
+    .await;
+    let gw = TestGateway::from_toml(&route_toml(addr, "h2reset", "timeout = \"10s\"")).await;
+    for reason in [h2::Reason::NO_ERROR, h2::Reason::CANCEL] {
+        let (mut client, _ping) = raw_h2(gw.addr, 65535).await;
+        let req = Request::post(gw.url("/h2reset")).body(()).unwrap();
+        let (_resp, mut upload) = client.send_request(req, false).unwrap();
+        upload.send_data(Bytes::from_static(b"partial-body"), false).unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        upload.send_reset(reason);
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while seen.lock().unwrap().len() < 2 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2, "both uploads reached the upstream and ended");
+    for (bytes, reset) in seen {
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        assert!(text.contains("partial-body"), "{text}");
+        assert!(!text.ends_with("\r\n0\r\n\r\n"), "an aborted upload was completed with the last chunk:\n{text}");
+        assert!(reset, "the upstream connection must be reset, not closed cleanly:\n{text}");
+    }
+}
+
+#[tokio::test]
+async fn an_unsolicited_101_from_the_upstream_is_502() {
+    let (addr, _) =
+        canned_upstream(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n").await;
+    let gw = TestGateway::from_toml(&route_toml(addr, "switch", "")).await;
+    let mut c = TcpStream::connect(gw.addr).await.unwrap();
+    c.write_all(b"GET /switch HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    let r = read_for(&mut c, Duration::from_millis(500)).await;
+    assert_eq!(r.status(), 502, "{}", r.text);
+    // The client's connection is still usable.
+    c.write_all(b"GET /switch HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    assert_eq!(read_for(&mut c, Duration::from_millis(500)).await.status(), 502);
+    let (mut h2, _conn) = h2_client(gw.addr).await;
+    let resp = h2.send_request(Request::get(gw.url("/switch")).body(full(Bytes::new())).unwrap()).await.unwrap();
+    assert_eq!(resp.status(), 502);
+}
+
+#[tokio::test]
+async fn a_pooled_connection_poisoned_by_a_bad_head_response_is_retried() {
+    // Answers HEAD with a body it must not send (RFC 9110 §9.3.2), a moment
+    // late, so that a reused connection reads it as the start of the next
+    // response.
+    let addr = raw_upstream(|mut s| async move {
+        let mut buf = vec![0u8; 65536];
+        let mut got = Vec::new();
+        loop {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+            while let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head: Vec<u8> = got.drain(..end + 4).collect();
+                let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n").await;
+                if head.starts_with(b"HEAD") {
+                    tokio::time::sleep(Duration::from_millis(30)).await;
+                }
+                let _ = s.write_all(b"hello").await;
+            }
+        }
+    })
+    .await;
+    let gw = TestGateway::from_toml(&route_toml(addr, "poison", "")).await;
+    let head = send(Request::head(gw.url("/poison")).body(full(Bytes::new())).unwrap()).await;
+    assert_eq!(head.0.status, 200);
+    let (parts, body) = get(&gw.url("/poison")).await;
+    assert_eq!((parts.status.as_u16(), &body[..]), (200, &b"hello"[..]));
+}

@@ -148,6 +148,36 @@ async fn forwarding_headers_from_an_untrusted_peer_are_replaced() {
 }
 
 #[tokio::test]
+async fn trust_is_decided_on_the_plain_ipv4_address_on_a_dual_stack_listener() {
+    let up = echo_upstream().await;
+    let toml = format!("[server]\ntrusted_proxies = [\"127.0.0.1\"]\n{}", proxy_config(up.addr, "dual", ""));
+    let mut c = config(&toml, std::path::Path::new("."));
+    c.server.listen = "[::]:0".parse().unwrap();
+    let gw = TestGateway::start(c).await;
+    let url = format!("http://127.0.0.1:{}/dual", gw.addr.port());
+    let seen = String::from_utf8(send(forwarded_request(&url)).await.1.to_vec()).unwrap();
+    assert!(seen.contains("x-forwarded-proto: https\n"), "127.0.0.1 is trusted, even as ::ffff:127.0.0.1: {seen}");
+    assert!(seen.contains("x-forwarded-for: 198.51.100.7, 127.0.0.1\n"), "{seen}");
+}
+
+#[tokio::test]
+async fn underscore_spellings_of_forwarding_headers_are_dropped() {
+    // CGI-style stacks read X_Forwarded_Proto as X-Forwarded-Proto.
+    let up = echo_upstream().await;
+    let gw = TestGateway::from_toml(&proxy_config(up.addr, "underscore", "")).await;
+    let req = Request::get(gw.url("/underscore"))
+        .header("x_forwarded_proto", "https")
+        .header("X_Forwarded_Host", "evil.example")
+        .header("x_forwarded_for", "6.6.6.6")
+        .header("x_custom_header", "kept")
+        .body(full(Bytes::new()))
+        .unwrap();
+    let seen = String::from_utf8(send(req).await.1.to_vec()).unwrap();
+    assert!(!seen.contains("x_forwarded"), "{seen}");
+    assert!(seen.contains("x_custom_header: kept\n"), "other underscore headers pass: {seen}");
+}
+
+#[tokio::test]
 async fn host_upstream_mode_sends_the_upstream_authority() {
     let up = echo_upstream().await;
     let gw = TestGateway::from_toml(&proxy_config(up.addr, "hostup", "host = \"upstream\"")).await;

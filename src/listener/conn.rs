@@ -11,11 +11,19 @@
 //! that the connection's I/O ([`super::io::ClientIo`]), the service and the
 //! response body ([`ConnBody`]) keep up to date. Times are milliseconds since
 //! the connection was accepted, plus one, so that 0 means "not set".
+//!
+//! HTTP/2 needs two more things. Its streams run in tasks of their own, and
+//! a stream whose client leaves its window full simply stops being polled,
+//! while the connection may go on writing other streams or PING acks; so
+//! each HTTP/2 response body keeps its own "handed out data at" cell, which
+//! the watchdog scans now and then. And a response whose last frame has left
+//! its body may still be draining through flow control, so an HTTP/2
+//! connection counts as idle only from its last write.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -69,12 +77,12 @@ pub struct ConnState {
     write_blocked: AtomicU64,
     /// When bytes were last written to the client (HTTP/2 only).
     last_write: AtomicU64,
-    /// HTTP/2 response bodies that handed out data that was not yet taken
-    /// further (flow control: the client's window is full).
-    owed: AtomicU32,
-    /// When `owed` last rose from zero.
-    owed_since: AtomicU64,
+    /// Each HTTP/2 response body's cell: when it last handed out data that
+    /// has not been taken further yet (0: none waiting).
+    streams: Mutex<Vec<Weak<AtomicU64>>>,
     http2: AtomicBool,
+    /// A response that may pass [`super::NOTSENT_LOWAT`] has started.
+    large_response: AtomicBool,
 }
 
 impl ConnState {
@@ -88,9 +96,9 @@ impl ConnState {
             head_started: AtomicU64::new(0),
             write_blocked: AtomicU64::new(0),
             last_write: AtomicU64::new(0),
-            owed: AtomicU32::new(0),
-            owed_since: AtomicU64::new(0),
+            streams: Mutex::new(Vec::new()),
             http2: AtomicBool::new(false),
+            large_response: AtomicBool::new(false),
         }
     }
 
@@ -109,10 +117,28 @@ impl ConnState {
         self.in_flight.fetch_add(1, Relaxed);
         self.requests.fetch_add(1, Relaxed);
         self.head_started.store(0, Relaxed);
-        if http2 && !self.http2.load(Relaxed) {
-            self.http2.store(true, Relaxed);
-        }
-        InFlight { state: self.clone(), http2, owed: false }
+        let waiting_since = http2.then(|| {
+            if !self.http2.load(Relaxed) {
+                self.http2.store(true, Relaxed);
+            }
+            let cell = Arc::new(AtomicU64::new(0));
+            let mut streams = self.streams.lock().expect("streams lock");
+            streams.retain(|s| s.strong_count() > 0);
+            streams.push(Arc::downgrade(&cell));
+            cell
+        });
+        InFlight { state: self.clone(), waiting_since }
+    }
+
+    /// The longest-waiting HTTP/2 body's hand-out time, if any is waiting.
+    fn oldest_waiting(&self) -> Option<u64> {
+        let streams = self.streams.lock().expect("streams lock");
+        streams.iter().filter_map(Weak::upgrade).map(|c| c.load(Relaxed)).filter(|&t| t != 0).min()
+    }
+
+    /// Whether a response that may pass [`super::NOTSENT_LOWAT`] has started.
+    pub(super) fn has_large_response(&self) -> bool {
+        self.large_response.load(Relaxed)
     }
 
     /// The I/O read bytes.
@@ -162,11 +188,11 @@ impl ConnState {
             } else if !http2 && head_started != 0 {
                 consider(head_started + ms(t.header_read), Expired::HeaderTimeout);
             } else {
-                consider(self.idle_since.load(Relaxed) + ms(t.idle), Expired::Idle);
+                // HTTP/2: a finished response may still be draining through
+                // flow control; idle counts from the last write.
+                let last_write = if http2 { self.last_write.load(Relaxed) } else { 0 };
+                consider(self.idle_since.load(Relaxed).max(last_write) + ms(t.idle), Expired::Idle);
             }
-        } else if http2 && self.owed.load(Relaxed) > 0 {
-            let since = self.owed_since.load(Relaxed).max(self.last_write.load(Relaxed));
-            consider(since + ms(t.send), Expired::SendTimeout);
         }
         next
     }
@@ -176,9 +202,8 @@ impl ConnState {
 /// response body, so a response still being sent keeps the connection busy.
 pub struct InFlight {
     state: Arc<ConnState>,
-    http2: bool,
-    /// This body handed out data not yet taken further (HTTP/2 only).
-    owed: bool,
+    /// HTTP/2: when this body last handed out data not yet taken further.
+    waiting_since: Option<Arc<AtomicU64>>,
 }
 
 impl InFlight {
@@ -186,25 +211,10 @@ impl InFlight {
     pub fn peer(&self) -> &Peer {
         &self.state.peer
     }
-
-    fn set_owed(&mut self, owed: bool) {
-        if owed == self.owed {
-            return;
-        }
-        self.owed = owed;
-        if owed {
-            if self.state.owed.fetch_add(1, Relaxed) == 0 {
-                self.state.owed_since.store(self.state.now(), Relaxed);
-            }
-        } else {
-            self.state.owed.fetch_sub(1, Relaxed);
-        }
-    }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.set_owed(false);
         if self.state.in_flight.fetch_sub(1, Relaxed) == 1 {
             self.state.idle_since.store(self.state.now(), Relaxed);
         }
@@ -220,6 +230,10 @@ pub struct ConnBody {
 
 impl ConnBody {
     pub fn new(inner: Body, in_flight: InFlight) -> Self {
+        let large = http_body::Body::size_hint(&inner).upper().is_none_or(|n| n > u64::from(super::NOTSENT_LOWAT));
+        if large && !in_flight.state.has_large_response() {
+            in_flight.state.large_response.store(true, Relaxed);
+        }
         ConnBody { inner, in_flight }
     }
 }
@@ -231,11 +245,11 @@ impl http_body::Body for ConnBody {
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
         let poll = Pin::new(&mut this.inner).poll_frame(cx);
-        if this.in_flight.http2 {
+        if let Some(cell) = &this.in_flight.waiting_since {
             // Polled again: what it handed out last time was taken. Handing
-            // out data: owed until the next poll.
+            // out data: waiting until the next poll.
             let handed_data = matches!(&poll, Poll::Ready(Some(Ok(f))) if f.is_data());
-            this.in_flight.set_owed(handed_data);
+            cell.store(if handed_data { this.in_flight.state.now() } else { 0 }, Relaxed);
         }
         poll
     }
@@ -258,11 +272,11 @@ pub struct Watchdog {
     sleep: Pin<Box<Sleep>>,
     /// The deadline `sleep` is set to, in the state's milliseconds.
     armed: u64,
-    /// Set once a graceful shutdown started: the deadline for it to finish.
-    grace_until: Option<u64>,
-    /// An HTTP/2 connection is busy and the watchdog looks again now and
-    /// then: its streams run in other tasks, whose changes (a body that
-    /// stops being taken) need not wake this one.
+    /// Set once a graceful shutdown started: when, and how long it may take
+    /// once no request is in flight any more.
+    grace: Option<(u64, u64)>,
+    /// A busy HTTP/2 connection is looked at now and then: its streams run
+    /// in other tasks, whose changes need not wake this one.
     rechecking: bool,
 }
 
@@ -270,14 +284,46 @@ impl Watchdog {
     pub fn new(state: Arc<ConnState>, timeouts: Timeouts) -> Self {
         let armed = 1 + timeouts.header_read.as_millis() as u64;
         let sleep = Box::pin(tokio::time::sleep_until(state.at(armed)));
-        Watchdog { state, timeouts, sleep, armed, grace_until: None, rechecking: false }
+        Watchdog { state, timeouts, sleep, armed, grace: None, rechecking: false }
     }
 
-    /// A graceful shutdown has begun; give it `grace` before closing hard.
+    /// A graceful shutdown has begun. Requests still in flight, and any that
+    /// the client started before it learnt of the shutdown, are served; once
+    /// none is left, the connection gets `grace` to close before it is cut.
     pub fn closing(&mut self, grace: Duration) {
-        if self.grace_until.is_none() {
-            self.grace_until = Some(self.state.now() + grace.as_millis() as u64);
+        if self.grace.is_none() {
+            self.grace = Some((self.state.now(), grace.as_millis() as u64));
         }
+    }
+
+    /// The next deadline and what expires then, given the closing state.
+    fn next(&self) -> Option<(u64, Expired)> {
+        let next = self.state.next_deadline(&self.timeouts);
+        let Some((started, grace)) = self.grace else {
+            return next;
+        };
+        // Once closing, the idle and header deadlines have done their part;
+        // a stalled send still ends it, and so does the grace once idle.
+        let send = next.filter(|(_, why)| *why == Expired::SendTimeout);
+        if self.state.in_flight.load(Relaxed) > 0 {
+            return send;
+        }
+        let over = started.max(self.state.idle_since.load(Relaxed)) + grace;
+        match send {
+            Some((at, why)) if at < over => Some((at, why)),
+            _ => Some((over, Expired::GraceOver)),
+        }
+    }
+
+    /// How often a busy HTTP/2 connection is looked at: a stalled stream is
+    /// noticed within a quarter of the send timeout of its deadline.
+    fn recheck_every(&self) -> u64 {
+        (self.timeouts.send.min(self.timeouts.idle).as_millis() as u64 / 4).max(1)
+    }
+
+    fn arm(&mut self, at: u64) {
+        self.armed = at;
+        self.sleep.as_mut().reset(self.state.at(at));
     }
 }
 
@@ -287,18 +333,11 @@ impl Future for Watchdog {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Expired> {
         let this = self.get_mut();
         loop {
-            let mut next = this.state.next_deadline(&this.timeouts);
-            if let Some(grace) = this.grace_until {
-                // Once closing, only a stalled send or the grace can end it;
-                // idle and header deadlines have done their part.
-                next = match next {
-                    Some((at, Expired::SendTimeout)) if at < grace => Some((at, Expired::SendTimeout)),
-                    _ => Some((grace, Expired::GraceOver)),
-                };
-            }
+            let next = this.next();
+            let http2 = this.state.http2.load(Relaxed);
             if next.is_some() {
                 this.rechecking = false;
-            } else if !this.rechecking && this.state.http2.load(Relaxed) {
+            } else if !this.rechecking && http2 {
                 this.rechecking = true;
                 let at = this.state.now() + this.recheck_every();
                 if at < this.armed {
@@ -325,21 +364,104 @@ impl Future for Watchdog {
             match next {
                 Some((at, why)) if at <= now => return Poll::Ready(why),
                 Some((at, _)) => this.arm(at),
+                None if http2 => {
+                    // Busy HTTP/2: is a stream waiting on a full window?
+                    let send = this.timeouts.send.as_millis() as u64;
+                    match this.state.oldest_waiting() {
+                        Some(since) if since + send <= now => return Poll::Ready(Expired::SendTimeout),
+                        Some(since) => this.arm((since + send).min(now + this.recheck_every())),
+                        None => this.arm(now + this.recheck_every()),
+                    }
+                }
                 None => this.arm(now + this.recheck_every()),
             }
         }
     }
 }
 
-impl Watchdog {
-    /// How often a busy HTTP/2 connection is looked at: a stall is noticed
-    /// within a quarter of the send timeout of expiring.
-    fn recheck_every(&self) -> u64 {
-        (self.timeouts.send.min(self.timeouts.idle).as_millis() as u64 / 4).max(1)
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: Timeouts = Timeouts {
+        header_read: Duration::from_millis(100),
+        idle: Duration::from_millis(1000),
+        send: Duration::from_millis(500),
+    };
+
+    fn connection() -> (Arc<ConnState>, Watchdog) {
+        let state = Arc::new(ConnState::new(Peer::new([127, 0, 0, 1].into(), false)));
+        let watchdog = Watchdog::new(state.clone(), T);
+        (state, watchdog)
     }
 
-    fn arm(&mut self, at: u64) {
-        self.armed = at;
-        self.sleep.as_mut().reset(self.state.at(at));
+    /// Runs the watchdog for `ms` of paused time: what expired, if anything.
+    async fn run_for(w: &mut Watchdog, ms: u64) -> Option<Expired> {
+        tokio::time::timeout(Duration::from_millis(ms), w).await.ok()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn first_head_then_idle_then_send() {
+        let (state, mut w) = connection();
+        // No request at all: the header timeout from accept.
+        assert_eq!(run_for(&mut w, 150).await, Some(Expired::HeaderTimeout));
+
+        let (state2, mut w) = connection();
+        let request = state2.request_started(false);
+        // Busy: the header and idle timeouts do not apply.
+        assert_eq!(run_for(&mut w, 2000).await, None);
+        drop(request);
+        assert_eq!(run_for(&mut w, 900).await, None);
+        assert_eq!(run_for(&mut w, 200).await, Some(Expired::Idle));
+
+        // A write that stays blocked: the send timeout, busy or not.
+        let (state3, mut w) = connection();
+        let _request = state3.request_started(false);
+        state3.write_pending();
+        assert_eq!(run_for(&mut w, 400).await, None);
+        assert_eq!(run_for(&mut w, 200).await, Some(Expired::SendTimeout));
+        drop(state);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_second_head_is_timed_from_its_first_byte() {
+        let (state, mut w) = connection();
+        drop(state.request_started(false));
+        assert_eq!(run_for(&mut w, 500).await, None);
+        state.read_bytes();
+        assert_eq!(run_for(&mut w, 150).await, Some(Expired::HeaderTimeout));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn closing_never_cuts_a_request_in_flight() {
+        let (state, mut w) = connection();
+        drop(state.request_started(true));
+        assert_eq!(run_for(&mut w, 1100).await, Some(Expired::Idle));
+        w.closing(Duration::from_millis(100));
+        // A request the client sent before it saw the GOAWAY: served, however
+        // long it takes, and only then is the grace counted.
+        let late = state.request_started(true);
+        assert_eq!(run_for(&mut w, 3000).await, None);
+        drop(late);
+        assert_eq!(run_for(&mut w, 50).await, None);
+        assert_eq!(run_for(&mut w, 100).await, Some(Expired::GraceOver));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_http2_stream_waiting_on_a_full_window_is_a_send_timeout() {
+        let (state, mut w) = connection();
+        let request = state.request_started(true);
+        let mut body = ConnBody::new(Body::full("data"), request);
+        // The body hands out its data and is never polled again.
+        let waker = futures_util::task::noop_waker();
+        let frame = http_body::Body::poll_frame(Pin::new(&mut body), &mut Context::from_waker(&waker));
+        assert!(matches!(frame, Poll::Ready(Some(Ok(_)))));
+        // Other writes on the connection do not excuse it.
+        for _ in 0..4 {
+            state.wrote();
+            assert_eq!(run_for(&mut w, 100).await, None);
+        }
+        assert!(matches!(run_for(&mut w, 300).await, Some(Expired::SendTimeout)));
+        drop(body);
     }
 }

@@ -16,11 +16,20 @@ use super::conn::ConnState;
 pub struct ClientIo {
     inner: TcpStream,
     state: Arc<ConnState>,
+    /// [`super::NOTSENT_LOWAT`] is set on the socket.
+    limits_unsent: bool,
 }
 
 impl ClientIo {
     pub fn new(inner: TcpStream, state: Arc<ConnState>) -> Self {
-        ClientIo { inner, state }
+        ClientIo { inner, state, limits_unsent: false }
+    }
+
+    fn before_write(&mut self) {
+        if !self.limits_unsent && self.state.has_large_response() {
+            self.limits_unsent = true;
+            super::limit_unsent(&self.inner);
+        }
     }
 
     fn after_write(&self, poll: &Poll<io::Result<usize>>) {
@@ -45,6 +54,7 @@ impl AsyncRead for ClientIo {
 
 impl AsyncWrite for ClientIo {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        self.before_write();
         let poll = Pin::new(&mut self.inner).poll_write(cx, buf);
         self.after_write(&poll);
         poll
@@ -55,6 +65,7 @@ impl AsyncWrite for ClientIo {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
+        self.before_write();
         let poll = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
         self.after_write(&poll);
         poll

@@ -263,3 +263,16 @@ pub async fn still_serving(gw: &TestGateway) {
 pub fn rejected(m: &str, route: &str, reason: &str) -> f64 {
     sample(m, "gateway_rejected_total", &[("route", route), ("reason", reason)]).unwrap_or(0.0)
 }
+
+/// A raw HTTP/2 client (the `h2` crate) on `addr`: manual flow control with
+/// the given initial stream window, PINGs on demand.
+pub async fn raw_h2(addr: SocketAddr, window: u32) -> (h2::client::SendRequest<Bytes>, h2::PingPong) {
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (client, mut connection) =
+        h2::client::Builder::new().initial_window_size(window).handshake::<_, Bytes>(tcp).await.unwrap();
+    let ping_pong = connection.ping_pong().expect("one ping_pong per connection");
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    (client.ready().await.unwrap(), ping_pong)
+}

@@ -16,7 +16,8 @@ use tokio::io::Take;
 use tokio::time::{Instant, Sleep};
 use tokio_util::io::ReaderStream;
 
-use crate::pool::Conn;
+use crate::upstream::Lease;
+use crate::upstream::pool::Conn;
 
 /// Errors a body can end with.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -136,6 +137,9 @@ pub struct UpstreamBody {
     /// Whether the connection may go back to the pool once the body is
     /// complete (otherwise it is closed cleanly).
     reusable: bool,
+    /// Held until the body is done: the endpoint's and upstream's in-flight
+    /// counts and the `max_requests` slot.
+    _lease: Lease,
     idle: IdleTimer,
     /// `gateway_upstream_errors_total{kind="body"}`.
     failed: Counter,
@@ -148,12 +152,13 @@ impl UpstreamBody {
         inner: Incoming,
         conn: Conn,
         reusable: bool,
+        lease: Lease,
         idle_timeout: Duration,
         failed: Counter,
         stalled: Counter,
     ) -> Self {
         let idle = IdleTimer::new(idle_timeout);
-        let mut body = UpstreamBody { inner, conn: Some(conn), reusable, idle, failed, stalled };
+        let mut body = UpstreamBody { inner, conn: Some(conn), reusable, _lease: lease, idle, failed, stalled };
         body.release_if_done(false);
         body
     }

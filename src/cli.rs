@@ -9,7 +9,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::config::{self, Config, Source};
-use crate::{Gateway, bind, upstream};
+use crate::{Gateway, bind, demo};
 
 /// EX_USAGE from sysexits.h: the configuration or command line is wrong.
 pub const EXIT_CONFIG: u8 = 64;
@@ -142,7 +142,7 @@ fn run_gateway(path: Option<PathBuf>) -> ExitCode {
             let addr: SocketAddr = DEMO_UPSTREAM.parse().expect("valid address");
             match bind(addr).await {
                 Ok(l) => {
-                    tokio::spawn(upstream::serve(l, Duration::from_secs(1), async move {
+                    tokio::spawn(demo::serve(l, Duration::from_secs(1), async move {
                         let _ = demo_stopped.await;
                     }));
                 }
@@ -196,7 +196,7 @@ fn run_upstream(listen: SocketAddr, delay: Duration) -> ExitCode {
             }
         };
         tracing::info!(addr = %listen, delay = %humantime::format_duration(delay), "upstream listening");
-        upstream::serve(listener, delay, shutdown_signal()).await;
+        demo::serve(listener, delay, shutdown_signal()).await;
         ExitCode::SUCCESS
     })
 }

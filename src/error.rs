@@ -41,6 +41,16 @@ pub enum GatewayError {
     /// The route is at its `max_concurrent` limit: load is shed.
     #[error("route at its concurrency limit of {limit}")]
     Overloaded { limit: usize },
+    /// The upstream is at `max_requests` and its queue is full.
+    #[error("upstream {upstream}: at max_requests with all {queue} queue places taken")]
+    QueueFull { upstream: String, queue: usize },
+    /// The request waited `queue_timeout` for one of the upstream's slots.
+    #[error("upstream {upstream}: no slot within the queue timeout of {}", humantime::format_duration(*.after))]
+    QueueTimeout { upstream: String, after: Duration },
+    /// No endpoint of the upstream may take traffic (all unhealthy or
+    /// ejected); `retry_after` is a hint in seconds.
+    #[error("upstream {upstream}: no endpoint may take traffic")]
+    Unavailable { upstream: String, retry_after: u64 },
     /// Nothing to serve at that path.
     #[error("not found")]
     NotFound,
@@ -77,7 +87,10 @@ impl GatewayError {
             GatewayError::UriTooLong { .. } => StatusCode::URI_TOO_LONG,
             GatewayError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             GatewayError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
-            GatewayError::Overloaded { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            GatewayError::Overloaded { .. }
+            | GatewayError::QueueFull { .. }
+            | GatewayError::QueueTimeout { .. }
+            | GatewayError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             GatewayError::Io(_) => StatusCode::INTERNAL_SERVER_ERROR,
             GatewayError::UpstreamConnect { .. }
             | GatewayError::UpstreamReset { .. }
@@ -93,6 +106,7 @@ impl GatewayError {
         match self {
             GatewayError::UpstreamConnect { .. } => Some("connect"),
             GatewayError::UpstreamTimeout { .. } | GatewayError::UpstreamSendTimeout { .. } => Some("timeout"),
+            GatewayError::Unavailable { .. } => Some("unavailable"),
             GatewayError::UpstreamReset { .. } => Some("reset"),
             GatewayError::UpstreamProtocol { .. } => Some("protocol"),
             _ => None,
@@ -108,6 +122,8 @@ impl GatewayError {
             GatewayError::BodyTooLarge { .. } => Some("body_too_large"),
             GatewayError::BodyTimeout { .. } => Some("body_timeout"),
             GatewayError::Overloaded { .. } => Some("max_concurrent"),
+            GatewayError::QueueFull { .. } => Some("queue_full"),
+            GatewayError::QueueTimeout { .. } => Some("queue_timeout"),
             GatewayError::BadPath(_) => Some("bad_path"),
             _ => None,
         }
@@ -125,6 +141,18 @@ impl GatewayError {
         )
     }
 
+    /// The `Retry-After` the client gets (seconds), for 503s that say when
+    /// to come back.
+    pub fn retry_after(&self) -> Option<u64> {
+        match self {
+            GatewayError::Overloaded { .. } | GatewayError::QueueFull { .. } | GatewayError::QueueTimeout { .. } => {
+                Some(1)
+            }
+            GatewayError::Unavailable { retry_after, .. } => Some(*retry_after),
+            _ => None,
+        }
+    }
+
     /// The short text body the client gets. Upstream details stay in the
     /// log; the client learns only what kind of failure it was.
     pub fn body(&self) -> &'static str {
@@ -137,6 +165,10 @@ impl GatewayError {
             GatewayError::BodyTooLarge { .. } => "request body too large\n",
             GatewayError::BodyTimeout { .. } => "request body timed out\n",
             GatewayError::Overloaded { .. } => "service unavailable: route at its concurrency limit, retry later\n",
+            GatewayError::QueueFull { .. } | GatewayError::QueueTimeout { .. } => {
+                "service unavailable: upstream busy, retry later\n"
+            }
+            GatewayError::Unavailable { .. } => "service unavailable: upstream has no available endpoint\n",
             GatewayError::Io(_) => "internal error\n",
             GatewayError::UpstreamConnect { .. } => "bad gateway: upstream unreachable\n",
             GatewayError::UpstreamReset { .. } => "bad gateway: upstream closed the connection\n",
@@ -176,6 +208,9 @@ mod tests {
             (GatewayError::BodyTooLarge { limit: 1 }, 413, None),
             (GatewayError::BodyTimeout { after: Duration::from_secs(1) }, 408, None),
             (GatewayError::Overloaded { limit: 1 }, 503, None),
+            (GatewayError::QueueFull { upstream: up(), queue: 1 }, 503, None),
+            (GatewayError::QueueTimeout { upstream: up(), after: Duration::from_secs(1) }, 503, None),
+            (GatewayError::Unavailable { upstream: up(), retry_after: 3 }, 503, Some("unavailable")),
             (GatewayError::Io(std::io::Error::other("x")), 500, None),
             (
                 GatewayError::UpstreamConnect { upstream: up(), authority: "h:1".into(), detail: "refused".into() },
@@ -206,6 +241,12 @@ mod tests {
             (GatewayError::BodyTooLarge { limit: 1 }, Some("body_too_large"), true),
             (GatewayError::BodyTimeout { after: Duration::from_secs(1) }, Some("body_timeout"), true),
             (GatewayError::Overloaded { limit: 1 }, Some("max_concurrent"), false),
+            (GatewayError::QueueFull { upstream: "a".into(), queue: 1 }, Some("queue_full"), false),
+            (
+                GatewayError::QueueTimeout { upstream: "a".into(), after: Duration::from_secs(1) },
+                Some("queue_timeout"),
+                false,
+            ),
             (GatewayError::NotFound, None, false),
             (GatewayError::BadPath("x"), Some("bad_path"), false),
             (GatewayError::ClientBody("eof".into()), None, true),

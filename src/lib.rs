@@ -10,6 +10,7 @@
 pub mod body;
 pub mod cli;
 pub mod config;
+pub mod demo;
 pub mod error;
 pub mod files;
 pub mod headers;
@@ -17,7 +18,6 @@ pub mod limits;
 pub mod listener;
 pub mod metrics;
 pub mod path;
-pub mod pool;
 pub mod proxy;
 pub mod router;
 pub mod server;

@@ -32,9 +32,16 @@ pub const REJECTED: &str = "gateway_rejected_total";
 pub const RUNTIME_ALIVE_TASKS: &str = "gateway_runtime_alive_tasks";
 pub const CONNECTIONS_ACTIVE: &str = "gateway_connections_active";
 pub const CONNECTIONS_TOTAL: &str = "gateway_connections_total";
+pub const UPSTREAM_IN_FLIGHT: &str = "gateway_upstream_requests_in_flight";
+pub const UPSTREAM_QUEUE_DEPTH: &str = "gateway_upstream_queue_depth";
+pub const UPSTREAM_QUEUE_WAIT: &str = "gateway_upstream_queue_wait_seconds";
+pub const ENDPOINT_HEALTHY: &str = "gateway_upstream_endpoint_healthy";
+pub const ENDPOINT_EJECTIONS: &str = "gateway_upstream_ejections_total";
+pub const UPSTREAM_RETRIES_SKIPPED: &str = "gateway_upstream_retries_skipped_total";
 
 /// Upstream error kinds, the `kind` label values.
-pub const UPSTREAM_ERROR_KINDS: &[&str] = &["connect", "timeout", "reset", "protocol", "body", "body_timeout"];
+pub const UPSTREAM_ERROR_KINDS: &[&str] =
+    &["connect", "timeout", "reset", "protocol", "body", "body_timeout", "unavailable"];
 
 /// The process-wide exporter: the recorder's handle and the process collector.
 pub struct Exporter {
@@ -68,11 +75,11 @@ fn describe() {
     describe_histogram!(UPSTREAM_DURATION, metrics::Unit::Seconds, "Upstream response time to response head.");
     describe_counter!(
         UPSTREAM_ERRORS,
-        "Upstream failures by kind: connect, timeout, reset, protocol, body, body_timeout."
+        "Upstream failures by kind: connect, timeout, reset, protocol, body, body_timeout, unavailable (no endpoint may take traffic)."
     );
     describe_counter!(
         UPSTREAM_CONNECTIONS_OPENED,
-        "TCP connections opened to the upstream (reuse is requests / this)."
+        "TCP connections opened to each endpoint of the upstream (reuse is requests / this)."
     );
     describe_gauge!(ROUTE_TIMEOUT, metrics::Unit::Seconds, "The configured timeout of each proxy route.");
     describe_gauge!(CONNECTIONS_ACTIVE, "Client connections open now.");
@@ -84,8 +91,18 @@ fn describe() {
     describe_gauge!(RUNTIME_ALIVE_TASKS, "Tasks alive in the async runtime (connections, requests, pools).");
     describe_counter!(
         UPSTREAM_RETRIES,
-        "Requests sent again after the upstream closed a pooled connection under them."
+        "Requests sent again: after the upstream closed a pooled connection under them, or by a route's retries."
     );
+    describe_counter!(UPSTREAM_RETRIES_SKIPPED, "Retries a route asked for that the upstream's retry budget refused.");
+    describe_gauge!(UPSTREAM_IN_FLIGHT, "Requests admitted to the upstream and not finished (all endpoints).");
+    describe_gauge!(UPSTREAM_QUEUE_DEPTH, "Requests waiting for one of the upstream's max_requests slots.");
+    describe_histogram!(
+        UPSTREAM_QUEUE_WAIT,
+        metrics::Unit::Seconds,
+        "Time requests waited for a max_requests slot (0 when admitted at once)."
+    );
+    describe_gauge!(ENDPOINT_HEALTHY, "1 while the endpoint passes its active health checks, else 0.");
+    describe_counter!(ENDPOINT_EJECTIONS, "Times the endpoint was ejected after consecutive failures.");
 }
 
 impl Exporter {
@@ -233,8 +250,6 @@ impl Drop for ActiveGuard<'_> {
 /// Per-upstream metric handles.
 pub struct UpstreamMetrics {
     name: String,
-    /// `gateway_upstream_connections_opened_total`.
-    pub connections_opened: Counter,
     /// `gateway_upstream_errors_total{kind="body"}`, used on every response.
     pub body_failed: Counter,
     /// `gateway_upstream_errors_total{kind="body_timeout"}`, likewise.
@@ -251,7 +266,6 @@ impl UpstreamMetrics {
             .collect();
         UpstreamMetrics {
             name: name.to_owned(),
-            connections_opened: counter!(UPSTREAM_CONNECTIONS_OPENED, "upstream" => name.to_owned()),
             body_failed: errors["body"].clone(),
             body_stalled: errors["body_timeout"].clone(),
             errors,

@@ -19,8 +19,8 @@ use crate::files::FileServer;
 use crate::limits::{ConcurrencyLimit, Limits, screen};
 use crate::metrics::{self, Exporter, RouteMetrics};
 use crate::path::{self, PathError};
-use crate::proxy::Upstream;
 use crate::router::{Router, strip_prefix};
+use crate::upstream::Upstream;
 
 /// Who is on the other end of a client connection.
 pub struct Peer {
@@ -77,7 +77,11 @@ impl App {
     /// recorder if it is not installed yet.
     pub fn new(config: Config) -> Self {
         let exporter = metrics::install();
-        let upstreams: Vec<Upstream> = config.upstreams.iter().cloned().map(Upstream::new).collect();
+        let retried = |i: usize| {
+            config.routes.iter().any(|r| matches!(&r.target, Target::Proxy(p) if p.upstream == i && p.retries > 0))
+        };
+        let upstreams: Vec<Upstream> =
+            config.upstreams.iter().enumerate().map(|(i, u)| Upstream::new(u.clone(), retried(i))).collect();
         let routes: Vec<Route> = config
             .routes
             .iter()
@@ -248,7 +252,11 @@ impl App {
             Err(e) => {
                 if let (Some(kind), Some(up)) = (e.upstream_kind(), upstream) {
                     up.metrics.errors(kind).increment(1);
-                    tracing::warn!(route = route.name(), error = %e, "upstream request failed");
+                    // "unavailable" is logged once per change of state, by
+                    // the upstream, not once per request.
+                    if kind != "unavailable" {
+                        tracing::warn!(route = route.name(), error = %e, "upstream request failed");
+                    }
                 } else if let Some(reason) = e.rejection_reason() {
                     metrics::rejected(route.name(), reason);
                     tracing::debug!(route = route.name(), error = %e, "request rejected");
@@ -285,8 +293,13 @@ impl App {
         let (status, content_type, body) = if path == "/healthz" {
             (StatusCode::OK, "text/plain; charset=utf-8", "ok\n".to_owned())
         } else if path == "/readyz" {
+            let down: Vec<&str> =
+                self.upstreams.iter().filter(|u| !u.ready()).map(|u| u.config.name.as_str()).collect();
             if self.draining.load(Ordering::Relaxed) {
                 (StatusCode::SERVICE_UNAVAILABLE, "text/plain; charset=utf-8", "draining\n".to_owned())
+            } else if !down.is_empty() {
+                let body = format!("not ready: no healthy endpoint in upstream {}\n", down.join(", "));
+                (StatusCode::SERVICE_UNAVAILABLE, "text/plain; charset=utf-8", body)
             } else {
                 (StatusCode::OK, "text/plain; charset=utf-8", "ready\n".to_owned())
             }
@@ -314,8 +327,8 @@ fn error_response(e: &GatewayError) -> Response<Body> {
     {
         builder = builder.header(header::ALLOW, v);
     }
-    if let GatewayError::Overloaded { .. } = e {
-        builder = builder.header(header::RETRY_AFTER, "1");
+    if let Some(seconds) = e.retry_after() {
+        builder = builder.header(header::RETRY_AFTER, seconds);
     }
     if e.closes_connection() {
         builder = builder.header(header::CONNECTION, "close");

@@ -5,7 +5,7 @@
 mod common;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -299,16 +299,7 @@ async fn slowloris_is_cut_off_at_the_header_read_timeout() {
 
 #[tokio::test]
 async fn upstream_closing_before_the_head_is_502_reset() {
-    let accepted = Arc::new(AtomicUsize::new(0));
-    let a = accepted.clone();
-    let addr = raw_upstream(move |mut s| {
-        a.fetch_add(1, Ordering::SeqCst);
-        async move {
-            let mut buf = [0u8; 4096];
-            let _ = s.read(&mut buf).await;
-        }
-    })
-    .await;
+    let (addr, accepted) = slamming_upstream().await;
     let gw = TestGateway::from_toml(&proxy_toml(addr, "slam", "", "")).await;
     let started = Instant::now();
     let (parts, body) = send(Request::post(gw.url("/slam")).body(full("x")).unwrap()).await;

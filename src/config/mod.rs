@@ -159,16 +159,89 @@ pub struct MetricsConfig {
 #[derive(Debug, Clone)]
 pub struct UpstreamConfig {
     pub name: String,
-    /// Always `http`.
-    pub scheme: Scheme,
-    pub authority: Authority,
+    /// Where requests go: `url`, or each of `endpoints`.
+    pub endpoints: Vec<EndpointConfig>,
+    pub balance: Balance,
     /// Time allowed to establish a TCP connection.
     pub connect_timeout: Duration,
-    /// Idle keep-alive connections kept per host.
+    /// Idle keep-alive connections kept per endpoint.
     pub pool_max_idle_per_host: usize,
     /// How long an idle pooled connection is kept; keep it below the
     /// upstream's own keep-alive timeout.
     pub pool_idle_timeout: Duration,
+    /// Requests in flight to the upstream (all endpoints) and its queue.
+    pub admission: Option<Admission>,
+    pub health: Option<HealthConfig>,
+    pub outlier: Option<OutlierConfig>,
+    pub retry_budget: RetryBudget,
+}
+
+/// One endpoint of an upstream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndpointConfig {
+    /// As configured: the `endpoint` label of its metrics.
+    pub url: String,
+    /// Always `http`.
+    pub scheme: Scheme,
+    pub authority: Authority,
+}
+
+/// How an upstream spreads requests over its endpoints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Balance {
+    /// The fewer in flight of two endpoints picked at random.
+    LeastRequest,
+    /// Strict rotation over the endpoints that may take traffic.
+    RoundRobin,
+}
+
+/// `max_requests` and its FIFO queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Admission {
+    pub max_requests: usize,
+    /// Requests that may wait; past it, 503 at once.
+    pub queue: usize,
+    /// Longest wait in the queue; past it, 503.
+    pub queue_timeout: Duration,
+}
+
+/// `[upstreams.NAME.health]`: active checks of each endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthConfig {
+    /// `GET` this; a 2xx within `timeout` is a pass.
+    pub path: String,
+    pub interval: Duration,
+    pub timeout: Duration,
+    /// Consecutive failed checks that mark an endpoint unhealthy.
+    pub unhealthy_after: u32,
+    /// Consecutive passed checks that mark it healthy again.
+    pub healthy_after: u32,
+}
+
+/// `[upstreams.NAME.outlier]`: passive ejection after failures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutlierConfig {
+    pub consecutive_failures: u32,
+    pub ejection_time: Duration,
+}
+
+/// Retries allowed beyond `min_per_second` as a share of recent requests.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RetryBudget {
+    pub ratio: f32,
+    pub min_per_second: u32,
+}
+
+/// Failures a route may retry on (`retry_on`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RetryOn {
+    /// The connection could not be made: nothing was sent, any method.
+    pub connect: bool,
+    /// The connection closed before the response head: bodiless
+    /// idempotent requests only.
+    pub reset: bool,
+    /// The upstream answered 503: bodiless idempotent requests only.
+    pub unavailable: bool,
 }
 
 /// One `[[routes]]` entry.
@@ -214,6 +287,9 @@ pub struct ProxyTarget {
     /// Longest pause allowed while streaming a request or response body.
     pub body_timeout: Duration,
     pub host: HostMode,
+    /// Attempts after the first, on another endpoint where there is one.
+    pub retries: u32,
+    pub retry_on: RetryOn,
 }
 
 /// Which `Host` the upstream sees.
@@ -232,11 +308,11 @@ impl Target {
             Target::Proxy(p) => {
                 let up = &upstreams[p.upstream];
                 let rewrite = p.rewrite.as_deref().map(|r| format!(" rewrite {r}")).unwrap_or_default();
+                let urls: Vec<&str> = up.endpoints.iter().map(|e| e.url.as_str()).collect();
                 format!(
-                    "proxy -> {} ({}://{}){rewrite} timeout {}",
+                    "proxy -> {} ({}){rewrite} timeout {}",
                     up.name,
-                    up.scheme,
-                    up.authority,
+                    urls.join(", "),
                     humantime::format_duration(p.timeout)
                 )
             }

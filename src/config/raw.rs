@@ -60,10 +60,42 @@ pub(super) struct RawMetrics {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawUpstream {
-    pub url: String,
+    pub url: Option<String>,
+    pub endpoints: Option<Vec<String>>,
+    pub balance: Option<String>,
     pub connect_timeout: Option<String>,
     pub pool_max_idle_per_host: Option<usize>,
     pub pool_idle_timeout: Option<String>,
+    pub max_requests: Option<usize>,
+    pub queue: Option<usize>,
+    pub queue_timeout: Option<String>,
+    pub health: Option<RawHealth>,
+    pub outlier: Option<RawOutlier>,
+    pub retry_budget: Option<RawRetryBudget>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawHealth {
+    pub path: Option<String>,
+    pub interval: Option<String>,
+    pub timeout: Option<String>,
+    pub unhealthy_after: Option<u32>,
+    pub healthy_after: Option<u32>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawOutlier {
+    pub consecutive_failures: Option<u32>,
+    pub ejection_time: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRetryBudget {
+    pub ratio: Option<f64>,
+    pub min_per_second: Option<u32>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -82,6 +114,8 @@ pub(super) struct RawRoute {
     pub max_body: Option<RawSize>,
     pub max_concurrent: Option<usize>,
     pub body_timeout: Option<String>,
+    pub retries: Option<u32>,
+    pub retry_on: Option<Vec<String>>,
 }
 
 #[derive(Debug, Deserialize)]

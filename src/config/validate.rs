@@ -12,10 +12,12 @@ use http::uri::{Authority, Scheme};
 use http::{Method, StatusCode, Uri};
 use ipnet::IpNet;
 
-use super::raw::{RawConfig, RawMetrics, RawRoute, RawServer, RawSize, RawUpstream};
+use super::raw::{
+    RawConfig, RawHealth, RawMetrics, RawOutlier, RawRetryBudget, RawRoute, RawServer, RawSize, RawUpstream,
+};
 use super::{
-    Config, DEFAULT_BODY_TIMEOUT, DEFAULT_ROUTE_TIMEOUT, HostMode, MetricsConfig, ProxyTarget, RouteConfig,
-    ServerConfig, Target, UpstreamConfig,
+    Admission, Balance, Config, DEFAULT_BODY_TIMEOUT, DEFAULT_ROUTE_TIMEOUT, EndpointConfig, HealthConfig, HostMode,
+    MetricsConfig, OutlierConfig, ProxyTarget, RetryBudget, RetryOn, RouteConfig, ServerConfig, Target, UpstreamConfig,
 };
 
 /// A problem with one key: `(key, message)`.
@@ -100,15 +102,89 @@ fn metrics(m: &RawMetrics) -> Result<MetricsConfig, Problem> {
 
 fn upstream(name: &str, up: &RawUpstream) -> Result<UpstreamConfig, Problem> {
     let key = |k: &str| format!("upstreams.{name}.{k}");
-    let (scheme, authority) = parse_upstream_url(&up.url).map_err(|m| (key("url"), m))?;
+    let urls: Vec<(String, &String)> = match (&up.url, &up.endpoints) {
+        (Some(url), None) => vec![(key("url"), url)],
+        (None, Some(list)) if list.is_empty() => return Err((key("endpoints"), "must list at least one URL".into())),
+        (None, Some(list)) => list.iter().enumerate().map(|(i, u)| (key(&format!("endpoints[{i}]")), u)).collect(),
+        _ => return Err((key("url"), "set exactly one of url and endpoints".into())),
+    };
+    let mut endpoints: Vec<EndpointConfig> = Vec::new();
+    for (k, url) in urls {
+        let (scheme, authority) = parse_upstream_url(url).map_err(|m| (k.clone(), m))?;
+        if endpoints.iter().any(|e| e.authority == authority) {
+            return Err((k, format!("{url:?} is listed twice")));
+        }
+        endpoints.push(EndpointConfig { url: url.clone(), scheme, authority });
+    }
+    let balance = match up.balance.as_deref() {
+        None | Some("least_request") => Balance::LeastRequest,
+        Some("round_robin") => Balance::RoundRobin,
+        Some(other) => return Err((key("balance"), format!("{other:?}: use \"least_request\" or \"round_robin\""))),
+    };
     Ok(UpstreamConfig {
         name: name.to_owned(),
-        scheme,
-        authority,
+        endpoints,
+        balance,
         connect_timeout: parse_duration(&key("connect_timeout"), up.connect_timeout.as_deref().unwrap_or("1s"))?,
         pool_max_idle_per_host: up.pool_max_idle_per_host.unwrap_or(1024),
         pool_idle_timeout: parse_duration(&key("pool_idle_timeout"), up.pool_idle_timeout.as_deref().unwrap_or("50s"))?,
+        admission: admission(up, &key)?,
+        health: up.health.as_ref().map(|h| health(h, &key)).transpose()?,
+        outlier: up.outlier.as_ref().map(|o| outlier(o, &key)).transpose()?,
+        retry_budget: retry_budget(up.retry_budget.as_ref(), &key)?,
     })
+}
+
+/// `max_requests`, `queue` and `queue_timeout`.
+fn admission(up: &RawUpstream, key: &dyn Fn(&str) -> String) -> Result<Option<Admission>, Problem> {
+    let Some(max_requests) = up.max_requests else {
+        if up.queue.is_some() || up.queue_timeout.is_some() {
+            let k = if up.queue.is_some() { "queue" } else { "queue_timeout" };
+            return Err((key(k), "only applies with max_requests".into()));
+        }
+        return Ok(None);
+    };
+    if max_requests == 0 {
+        return Err((key("max_requests"), "must be at least 1 (leave it out for no limit)".into()));
+    }
+    let queue_timeout = positive_duration(&key("queue_timeout"), up.queue_timeout.as_deref().unwrap_or("5s"))?;
+    Ok(Some(Admission { max_requests, queue: up.queue.unwrap_or(100), queue_timeout }))
+}
+
+fn health(h: &RawHealth, key: &dyn Fn(&str) -> String) -> Result<HealthConfig, Problem> {
+    let path = h.path.clone().ok_or_else(|| (key("health.path"), "missing".into()))?;
+    if !path.starts_with('/') || path.parse::<http::uri::PathAndQuery>().is_err() {
+        return Err((key("health.path"), format!("{path:?} must be a path starting with '/'")));
+    }
+    let at_least_one = |k: &str, v: Option<u32>, default: u32| match v.unwrap_or(default) {
+        0 => Err((key(k), "must be at least 1".to_owned())),
+        n => Ok(n),
+    };
+    Ok(HealthConfig {
+        path,
+        interval: positive_duration(&key("health.interval"), h.interval.as_deref().unwrap_or("5s"))?,
+        timeout: positive_duration(&key("health.timeout"), h.timeout.as_deref().unwrap_or("1s"))?,
+        unhealthy_after: at_least_one("health.unhealthy_after", h.unhealthy_after, 3)?,
+        healthy_after: at_least_one("health.healthy_after", h.healthy_after, 2)?,
+    })
+}
+
+fn outlier(o: &RawOutlier, key: &dyn Fn(&str) -> String) -> Result<OutlierConfig, Problem> {
+    let consecutive_failures = o.consecutive_failures.unwrap_or(5);
+    if consecutive_failures == 0 {
+        return Err((key("outlier.consecutive_failures"), "must be at least 1".into()));
+    }
+    let ejection_time = positive_duration(&key("outlier.ejection_time"), o.ejection_time.as_deref().unwrap_or("30s"))?;
+    Ok(OutlierConfig { consecutive_failures, ejection_time })
+}
+
+fn retry_budget(b: Option<&RawRetryBudget>, key: &dyn Fn(&str) -> String) -> Result<RetryBudget, Problem> {
+    let ratio = b.and_then(|b| b.ratio).unwrap_or(0.2);
+    // tower's budget takes a retry percentage from 0 to 1000 (ten retries a request).
+    if !(0.0..=10.0).contains(&ratio) {
+        return Err((key("retry_budget.ratio"), format!("{ratio} must be between 0 and 10")));
+    }
+    Ok(RetryBudget { ratio: ratio as f32, min_per_second: b.and_then(|b| b.min_per_second).unwrap_or(10) })
 }
 
 fn route(
@@ -169,6 +245,8 @@ fn target(
         ("timeout", r.timeout.is_some()),
         ("host", r.host.is_some()),
         ("body_timeout", r.body_timeout.is_some()),
+        ("retries", r.retries.is_some()),
+        ("retry_on", r.retry_on.is_some()),
     ];
     if r.upstream.is_none()
         && let Some((k, _)) = only_for_proxy.iter().find(|(_, set)| *set)
@@ -227,7 +305,22 @@ fn proxy_target(
         Some(t) => positive_duration(&key("body_timeout"), t)?,
         None => DEFAULT_BODY_TIMEOUT,
     };
-    Ok(ProxyTarget { upstream, rewrite, timeout, body_timeout, host })
+    let mut retry_on = RetryOn { connect: true, ..RetryOn::default() };
+    if let Some(list) = &r.retry_on {
+        retry_on = RetryOn::default();
+        for item in list {
+            match item.as_str() {
+                "connect" => retry_on.connect = true,
+                "reset" => retry_on.reset = true,
+                "503" => retry_on.unavailable = true,
+                other => {
+                    return Err((key("retry_on"), format!("{other:?}: use any of \"connect\", \"reset\", \"503\"")));
+                }
+            }
+        }
+    }
+    let retries = r.retries.unwrap_or(0);
+    Ok(ProxyTarget { upstream, rewrite, timeout, body_timeout, host, retries, retry_on })
 }
 
 fn parse_duration(key: &str, value: &str) -> Result<Duration, Problem> {

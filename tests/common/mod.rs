@@ -276,3 +276,19 @@ pub async fn raw_h2(addr: SocketAddr, window: u32) -> (h2::client::SendRequest<B
     });
     (client.ready().await.unwrap(), ping_pong)
 }
+
+/// An upstream that reads a request and closes without a word; counts the
+/// connections it accepts.
+pub async fn slamming_upstream() -> (SocketAddr, Arc<AtomicUsize>) {
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let a = accepted.clone();
+    let addr = raw_upstream(move |mut s| {
+        a.fetch_add(1, Ordering::SeqCst);
+        async move {
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf).await;
+        }
+    })
+    .await;
+    (addr, accepted)
+}

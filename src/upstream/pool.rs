@@ -36,7 +36,7 @@ use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 
 use crate::body::RequestBody;
-use crate::config::UpstreamConfig;
+use crate::config::{EndpointConfig, UpstreamConfig};
 
 /// The body sent upstream: the client's, streamed, or nothing.
 pub type SendBody = Either<RequestBody, Empty<Bytes>>;
@@ -86,11 +86,11 @@ pub struct Conn {
 }
 
 impl Pool {
-    pub fn new(config: &UpstreamConfig, opened: Counter) -> Pool {
-        let port = config.authority.port_u16().unwrap_or(80);
+    pub fn new(endpoint: &EndpointConfig, config: &UpstreamConfig, opened: Counter) -> Pool {
+        let port = endpoint.authority.port_u16().unwrap_or(80);
         Pool {
             inner: Arc::new(Inner {
-                addr: format!("{}:{port}", config.authority.host()),
+                addr: format!("{}:{port}", endpoint.authority.host()),
                 connect_timeout: config.connect_timeout,
                 idle_timeout: config.pool_idle_timeout,
                 max_idle: config.pool_max_idle_per_host,

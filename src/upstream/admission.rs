@@ -1,0 +1,95 @@
+//! `max_requests`: at most that many requests in flight to an upstream (all
+//! endpoints together); past it, requests wait in a FIFO queue of `queue`
+//! places for up to `queue_timeout`. This is what keeps a slow service with
+//! a fixed number of workers from being handed more than it can take, while
+//! the gateway answers the overflow at once instead of letting it pile up.
+//!
+//! tokio's semaphore is fair (first come, first served) and a waiter that is
+//! dropped (its client went away) leaves the queue: the upstream never sees
+//! that request.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+use metrics::{Gauge, Histogram, gauge, histogram};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+
+use crate::config::Admission as AdmissionConfig;
+use crate::error::GatewayError;
+use crate::metrics::{UPSTREAM_QUEUE_DEPTH, UPSTREAM_QUEUE_WAIT};
+
+/// An upstream's slots and queue.
+pub struct Admission {
+    config: AdmissionConfig,
+    upstream: String,
+    slots: Arc<Semaphore>,
+    waiting: AtomicUsize,
+    depth: Gauge,
+    wait: Histogram,
+}
+
+impl Admission {
+    pub fn new(config: AdmissionConfig, upstream: &str) -> Self {
+        Admission {
+            config,
+            upstream: upstream.to_owned(),
+            slots: Arc::new(Semaphore::new(config.max_requests)),
+            waiting: AtomicUsize::new(0),
+            depth: gauge!(UPSTREAM_QUEUE_DEPTH, "upstream" => upstream.to_owned()),
+            wait: histogram!(UPSTREAM_QUEUE_WAIT, "upstream" => upstream.to_owned()),
+        }
+    }
+
+    /// A slot, at once or after waiting in the queue. `deadline` is the
+    /// route's: past it the request gets 504 as any route timeout.
+    pub async fn admit(
+        &self,
+        deadline: Instant,
+        route_timeout: std::time::Duration,
+    ) -> Result<OwnedSemaphorePermit, GatewayError> {
+        if let Ok(permit) = self.slots.clone().try_acquire_owned() {
+            self.wait.record(0.0);
+            return Ok(permit);
+        }
+        // Claim a place in the queue, or be turned away at once.
+        if self.waiting.fetch_add(1, Relaxed) >= self.config.queue {
+            self.waiting.fetch_sub(1, Relaxed);
+            return Err(GatewayError::QueueFull { upstream: self.upstream.clone(), queue: self.config.queue });
+        }
+        let _place = Place::new(self);
+        let started = Instant::now();
+        let queue_deadline = started + self.config.queue_timeout;
+        let acquire = self.slots.clone().acquire_owned();
+        match tokio::time::timeout_at(queue_deadline.min(deadline), acquire).await {
+            Ok(permit) => {
+                self.wait.record(started.elapsed().as_secs_f64());
+                Ok(permit.expect("the semaphore is never closed"))
+            }
+            Err(_) if deadline <= queue_deadline => {
+                Err(GatewayError::UpstreamTimeout { upstream: self.upstream.clone(), after: route_timeout })
+            }
+            Err(_) => {
+                Err(GatewayError::QueueTimeout { upstream: self.upstream.clone(), after: self.config.queue_timeout })
+            }
+        }
+    }
+}
+
+/// A place in the queue, given back on drop (admitted, timed out, or the
+/// client gone).
+struct Place<'a>(&'a Admission);
+
+impl<'a> Place<'a> {
+    fn new(admission: &'a Admission) -> Self {
+        admission.depth.increment(1.0);
+        Place(admission)
+    }
+}
+
+impl Drop for Place<'_> {
+    fn drop(&mut self) {
+        self.0.waiting.fetch_sub(1, Relaxed);
+        self.0.depth.decrement(1.0);
+    }
+}

@@ -1,0 +1,309 @@
+//! One endpoint of an upstream: its pool, its requests in flight, whether
+//! active health checks pass, and passive ejection (a circuit breaker); and
+//! the choice of an endpoint for a request ([`pick`], pure over the states
+//! it is given, table-tested).
+//!
+//! Ejection follows Envoy's outlier detection in its simplest form:
+//! `consecutive_failures` failures in a row eject the endpoint for
+//! `ejection_time`; after that one request is let through as a trial, and
+//! its outcome brings the endpoint back or ejects it again.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use http::header::HeaderValue;
+use metrics::{Counter, Gauge, counter, gauge};
+use tokio::time::Instant;
+
+use super::pool::Pool;
+use crate::config::{Balance, EndpointConfig, OutlierConfig, UpstreamConfig};
+use crate::metrics::{ENDPOINT_EJECTIONS, ENDPOINT_HEALTHY, UPSTREAM_CONNECTIONS_OPENED};
+
+/// Milliseconds since the first call, plus one: 0 means "never".
+fn now_ms() -> u64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    EPOCH.get_or_init(Instant::now).elapsed().as_millis() as u64 + 1
+}
+
+/// One endpoint and its state.
+pub struct Endpoint {
+    pub config: EndpointConfig,
+    pub pool: Pool,
+    /// The `Host` sent when the route asks for the upstream's own.
+    pub host: HeaderValue,
+    upstream: String,
+    in_flight: AtomicUsize,
+    /// Passes its health checks (always, without them).
+    healthy: AtomicBool,
+    healthy_gauge: Gauge,
+    outlier: Option<Outlier>,
+}
+
+/// Passive ejection state.
+struct Outlier {
+    config: OutlierConfig,
+    failures: AtomicU32,
+    /// Ejected until then (in [`now_ms`]); 0 when not ejected.
+    ejected_until: AtomicU64,
+    /// A trial request is under way.
+    trial: AtomicBool,
+    ejections: Counter,
+}
+
+/// Whether an endpoint may take a request now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Availability {
+    /// Healthy and not ejected.
+    Open,
+    /// Ejected, its ejection time over, no trial under way: the next request
+    /// may be its trial.
+    TrialDue,
+    /// Unhealthy, ejected, or waiting for its trial's outcome.
+    Closed,
+}
+
+impl Endpoint {
+    pub fn new(config: EndpointConfig, upstream: &UpstreamConfig) -> Endpoint {
+        let labels = [("upstream", upstream.name.clone()), ("endpoint", config.url.clone())];
+        let pool = Pool::new(&config, upstream, counter!(UPSTREAM_CONNECTIONS_OPENED, &labels));
+        let healthy_gauge = gauge!(ENDPOINT_HEALTHY, &labels);
+        healthy_gauge.set(1.0);
+        let outlier = upstream.outlier.map(|config| Outlier {
+            config,
+            failures: AtomicU32::new(0),
+            ejected_until: AtomicU64::new(0),
+            trial: AtomicBool::new(false),
+            ejections: counter!(ENDPOINT_EJECTIONS, &labels),
+        });
+        let host = HeaderValue::from_str(config.authority.as_str()).expect("an authority is a valid header");
+        Endpoint {
+            config,
+            pool,
+            host,
+            upstream: upstream.name.clone(),
+            in_flight: AtomicUsize::new(0),
+            healthy: AtomicBool::new(true),
+            healthy_gauge,
+            outlier,
+        }
+    }
+
+    pub fn availability(&self) -> Availability {
+        if !self.healthy.load(Relaxed) {
+            return Availability::Closed;
+        }
+        let Some(o) = &self.outlier else { return Availability::Open };
+        match o.ejected_until.load(Relaxed) {
+            0 => Availability::Open,
+            until if now_ms() < until || o.trial.load(Relaxed) => Availability::Closed,
+            _ => Availability::TrialDue,
+        }
+    }
+
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Relaxed)
+    }
+
+    pub fn is_healthy(&self) -> bool {
+        self.healthy.load(Relaxed)
+    }
+
+    /// How long until an ejection ends, if the endpoint is ejected.
+    pub fn ejected_for(&self) -> Option<Duration> {
+        let until = self.outlier.as_ref()?.ejected_until.load(Relaxed);
+        (until != 0).then(|| Duration::from_millis(until.saturating_sub(now_ms())))
+    }
+
+    /// Records a health check result (see `health`); logs a change.
+    pub fn set_healthy(&self, healthy: bool) {
+        if self.healthy.swap(healthy, Relaxed) != healthy {
+            self.healthy_gauge.set(if healthy { 1.0 } else { 0.0 });
+            if healthy {
+                tracing::info!(upstream = %self.upstream, endpoint = %self.config.url, "endpoint healthy again");
+            } else {
+                tracing::warn!(upstream = %self.upstream, endpoint = %self.config.url, "endpoint unhealthy");
+            }
+        }
+    }
+
+    /// Starts a request on this endpoint. `trial` claims the endpoint's
+    /// trial; `None` if another request claimed it first.
+    pub fn begin(self: &Arc<Self>, trial: bool) -> Option<Attempt> {
+        if trial {
+            let o = self.outlier.as_ref()?;
+            o.trial.compare_exchange(false, true, Relaxed, Relaxed).ok()?;
+        }
+        self.in_flight.fetch_add(1, Relaxed);
+        Some(Attempt { endpoint: self.clone(), trial, decided: false })
+    }
+
+    fn eject(&self, o: &Outlier) {
+        o.ejected_until.store(now_ms() + o.config.ejection_time.as_millis() as u64, Relaxed);
+        o.failures.store(0, Relaxed);
+        o.ejections.increment(1);
+        tracing::warn!(
+            upstream = %self.upstream,
+            endpoint = %self.config.url,
+            for_ = %humantime::format_duration(o.config.ejection_time),
+            "endpoint ejected after consecutive failures"
+        );
+    }
+}
+
+/// One request's use of an endpoint: counted in flight until dropped, and
+/// told its outcome (for ejection).
+pub struct Attempt {
+    endpoint: Arc<Endpoint>,
+    trial: bool,
+    decided: bool,
+}
+
+impl Attempt {
+    pub fn endpoint(&self) -> &Arc<Endpoint> {
+        &self.endpoint
+    }
+
+    /// The exchange succeeded: a trial brings the endpoint back.
+    pub fn success(&mut self) {
+        self.decided = true;
+        let Some(o) = &self.endpoint.outlier else { return };
+        if o.failures.load(Relaxed) != 0 {
+            o.failures.store(0, Relaxed);
+        }
+        if self.trial {
+            o.ejected_until.store(0, Relaxed);
+            o.trial.store(false, Relaxed);
+            tracing::info!(upstream = %self.endpoint.upstream, endpoint = %self.endpoint.config.url, "ejected endpoint back after a good trial");
+        }
+    }
+
+    /// The exchange failed (connect, reset, protocol, timeout, 502/503/504).
+    pub fn failure(&mut self) {
+        self.decided = true;
+        let Some(o) = &self.endpoint.outlier else { return };
+        if self.trial {
+            o.trial.store(false, Relaxed);
+            self.endpoint.eject(o);
+        } else if o.failures.fetch_add(1, Relaxed) + 1 >= o.config.consecutive_failures
+            && o.ejected_until.load(Relaxed) == 0
+        {
+            self.endpoint.eject(o);
+        }
+    }
+}
+
+impl Drop for Attempt {
+    fn drop(&mut self) {
+        self.endpoint.in_flight.fetch_sub(1, Relaxed);
+        // Abandoned without an outcome (the client went away): no verdict,
+        // and the trial is free for the next request.
+        if self.trial
+            && !self.decided
+            && let Some(o) = &self.endpoint.outlier
+        {
+            o.trial.store(false, Relaxed);
+        }
+    }
+}
+
+/// What [`pick`] sees of an endpoint.
+#[derive(Debug, Clone, Copy)]
+pub struct Candidate {
+    pub availability: Availability,
+    pub in_flight: usize,
+    /// Already tried for this request.
+    pub tried: bool,
+}
+
+/// The endpoint for a request, and whether it goes as a trial. An endpoint
+/// whose trial is due gets it; otherwise the balance chooses among the open
+/// endpoints not yet tried for this request, or among all open ones when
+/// every one has been tried. `random` gives indexes below its argument;
+/// `next` is the round-robin counter's value.
+pub fn pick(
+    endpoints: &[Candidate],
+    balance: Balance,
+    next: usize,
+    mut random: impl FnMut(usize) -> usize,
+) -> Option<(usize, bool)> {
+    if let Some(i) = endpoints.iter().position(|e| e.availability == Availability::TrialDue && !e.tried) {
+        return Some((i, true));
+    }
+    let open = |e: &Candidate| e.availability == Availability::Open;
+    let fresh = endpoints.iter().any(|e| open(e) && !e.tried);
+    let eligible = |e: &Candidate| open(e) && (!fresh || !e.tried);
+    let count = endpoints.iter().filter(|e| eligible(e)).count();
+    let nth = |n: usize| endpoints.iter().enumerate().filter(|(_, e)| eligible(e)).nth(n).map(|(i, _)| i);
+    match (count, balance) {
+        (0, _) => None,
+        (1, _) => nth(0).map(|i| (i, false)),
+        (_, Balance::RoundRobin) => {
+            // The first eligible endpoint at or after the counter's position.
+            let n = endpoints.len();
+            (0..n).map(|k| (next + k) % n).find(|&i| eligible(&endpoints[i])).map(|i| (i, false))
+        }
+        (_, Balance::LeastRequest) => {
+            // Power of two random choices, by requests in flight.
+            let a = random(count);
+            let b = (a + 1 + random(count - 1)) % count;
+            let (a, b) = (nth(a)?, nth(b)?);
+            let chosen = if endpoints[b].in_flight < endpoints[a].in_flight { b } else { a };
+            Some((chosen, false))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use Availability::{Closed, Open, TrialDue};
+
+    fn c(availability: Availability, in_flight: usize, tried: bool) -> Candidate {
+        Candidate { availability, in_flight, tried }
+    }
+
+    #[test]
+    fn pick_table() {
+        type Case = (Vec<Candidate>, Balance, usize, Option<(usize, bool)>);
+        let cases: Vec<Case> = vec![
+            (vec![c(Open, 0, false)], Balance::LeastRequest, 0, Some((0, false))),
+            (vec![c(Closed, 0, false)], Balance::LeastRequest, 0, None),
+            (vec![c(Closed, 0, false), c(Closed, 0, false)], Balance::RoundRobin, 0, None),
+            // The only endpoint, already tried: tried again.
+            (vec![c(Open, 0, true)], Balance::LeastRequest, 0, Some((0, false))),
+            // Another one is preferred to a tried one.
+            (vec![c(Open, 0, true), c(Open, 9, false)], Balance::LeastRequest, 0, Some((1, false))),
+            (vec![c(Open, 0, true), c(Closed, 0, false)], Balance::RoundRobin, 0, Some((0, false))),
+            // A due trial goes first, once per request.
+            (vec![c(Open, 0, false), c(TrialDue, 0, false)], Balance::LeastRequest, 0, Some((1, true))),
+            (vec![c(Open, 0, false), c(TrialDue, 0, true)], Balance::LeastRequest, 0, Some((0, false))),
+            // Least request: of the two drawn (0 and 1 here), the less busy.
+            (vec![c(Open, 5, false), c(Open, 2, false), c(Open, 0, false)], Balance::LeastRequest, 0, Some((1, false))),
+            // Round robin: from the counter's position, skipping closed ones.
+            (vec![c(Open, 0, false), c(Open, 0, false), c(Open, 0, false)], Balance::RoundRobin, 4, Some((1, false))),
+            (vec![c(Open, 0, false), c(Closed, 0, false), c(Open, 0, false)], Balance::RoundRobin, 1, Some((2, false))),
+            (vec![c(Open, 0, false), c(Closed, 0, false), c(Open, 0, true)], Balance::RoundRobin, 2, Some((0, false))),
+        ];
+        for (endpoints, balance, next, want) in cases {
+            // A "random" source that always draws 0: the pair is (0, 1).
+            assert_eq!(pick(&endpoints, balance, next, |_| 0), want, "{endpoints:?} {balance:?} {next}");
+        }
+    }
+
+    #[test]
+    fn least_request_draws_two_distinct_endpoints() {
+        let endpoints = [c(Open, 3, false), c(Open, 1, false), c(Open, 2, false)];
+        for a in 0..3 {
+            for b in 0..2 {
+                let mut draws = [a, b].into_iter();
+                let (i, _) = pick(&endpoints, Balance::LeastRequest, 0, |_| draws.next().unwrap()).unwrap();
+                let first = a;
+                let second = (a + 1 + b) % 3;
+                assert_ne!(first, second);
+                let want = if endpoints[second].in_flight < endpoints[first].in_flight { second } else { first };
+                assert_eq!(i, want, "draws {a} {b}");
+            }
+        }
+    }
+}

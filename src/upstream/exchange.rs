@@ -1,0 +1,169 @@
+//! One exchange with one endpoint: a pooled connection (or a new one), the
+//! resend after a stale pooled connection, and what a failure means.
+
+use std::time::Duration;
+
+use http::{Method, Request, Response};
+use http_body_util::{Either, Empty};
+use hyper::body::Incoming;
+use metrics::Counter;
+
+use super::pool::{Conn, ConnectError, Pool, SendBody, SendStalled};
+use crate::body::{BodyIdle, BodyTooLarge, ClientBodyFailed};
+use crate::error::{GatewayError, find_source};
+
+/// How an exchange failed.
+pub enum Failure {
+    /// No connection could be made; the request, never sent, comes back.
+    Connect(ConnectError, Box<Request<SendBody>>),
+    /// The request was (at least partly) sent.
+    Send(hyper::Error),
+}
+
+impl Failure {
+    /// The upstream closed or reset the connection before the response
+    /// head, for a reason other than the client's own body.
+    pub fn is_reset(&self) -> bool {
+        let Failure::Send(e) = self else { return false };
+        find_source::<ClientBodyFailed>(e).is_none()
+            && find_source::<BodyTooLarge>(e).is_none()
+            && find_source::<BodyIdle>(e).is_none()
+            && !(e.is_parse() || e.is_parse_status() || e.is_parse_too_large())
+            && stalled(e).is_none()
+    }
+
+    /// The gateway error (and so the status and kind). Failures of the
+    /// client's own request body are the client's.
+    pub fn classify(self, upstream: &str, authority: &str) -> GatewayError {
+        let upstream = upstream.to_owned();
+        let e = match self {
+            Failure::Connect(e, _) => {
+                return GatewayError::UpstreamConnect {
+                    upstream,
+                    authority: authority.to_owned(),
+                    detail: e.to_string(),
+                };
+            }
+            Failure::Send(e) => e,
+        };
+        if let Some(too_large) = find_source::<BodyTooLarge>(&e) {
+            return GatewayError::BodyTooLarge { limit: too_large.0 };
+        }
+        if let Some(idle) = find_source::<BodyIdle>(&e) {
+            return GatewayError::BodyTimeout { after: idle.0 };
+        }
+        if let Some(failed) = find_source::<ClientBodyFailed>(&e) {
+            return GatewayError::ClientBody(failed.to_string());
+        }
+        if let Some(after) = stalled(&e) {
+            return GatewayError::UpstreamSendTimeout { upstream, after };
+        }
+        let detail = error_chain(&e);
+        if e.is_parse() || e.is_parse_status() || e.is_parse_too_large() {
+            GatewayError::UpstreamProtocol { upstream, detail }
+        } else {
+            GatewayError::UpstreamReset { upstream, detail }
+        }
+    }
+}
+
+/// How long the upstream left the request body unread, if that is the error.
+fn stalled(e: &hyper::Error) -> Option<Duration> {
+    find_source::<std::io::Error>(e).and_then(|io| io.get_ref()?.downcast_ref::<SendStalled>()).map(|s| s.0)
+}
+
+/// What an exchange needs to know about the request besides itself.
+#[derive(Debug, Clone, Copy)]
+pub struct Plan {
+    /// Bodiless and idempotent: may be sent again (RFC 9110 §9.2.2).
+    pub retryable: bool,
+    /// The route's body timeout, for writes the upstream does not take.
+    pub send_timeout: Duration,
+    /// The body may pass 64 KiB (see `Conn::prepare`).
+    pub large_body: bool,
+}
+
+/// Sends `req` on an idle pooled connection of `pool`, or a new one. A
+/// request that was not written because its connection had closed goes to
+/// the next one. A retryable request that failed after being written on a
+/// pooled connection (the upstream closed it just as the request went out,
+/// or left stray bytes on it) is sent once more, on a new connection, so the
+/// resend can never land on another stale one.
+pub async fn exchange(
+    pool: &Pool,
+    mut req: Request<SendBody>,
+    plan: Plan,
+    resends: &Counter,
+) -> Result<(Response<Incoming>, Conn), Failure> {
+    while let Some(mut conn) = pool.take_idle() {
+        conn.prepare(plan.send_timeout, plan.large_body);
+        let copy = plan.retryable.then(|| copy_head(&req));
+        match conn.sender.try_send_request(req).await {
+            Ok(response) => return Ok((response, conn)),
+            Err(mut e) => match (e.take_message(), copy) {
+                (Some(unsent), _) => req = unsent,
+                (None, Some(copy)) if is_stale_connection(e.error()) => {
+                    resends.increment(1);
+                    tracing::debug!(error = %e.error(), "resending on a new connection");
+                    req = copy;
+                    break;
+                }
+                (None, _) => return Err(Failure::Send(e.into_error())),
+            },
+        }
+    }
+    let mut conn = match pool.connect().await {
+        Ok(conn) => conn,
+        Err(e) => return Err(Failure::Connect(e, Box::new(req))),
+    };
+    conn.prepare(plan.send_timeout, plan.large_body);
+    let response = conn.sender.send_request(req).await.map_err(Failure::Send)?;
+    Ok((response, conn))
+}
+
+pub fn is_idempotent(m: &Method) -> bool {
+    matches!(*m, Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE)
+}
+
+/// A copy of a bodiless request's head, to send it again.
+pub fn copy_head(req: &Request<SendBody>) -> Request<SendBody> {
+    let mut copy = Request::new(Either::Right(Empty::new()));
+    *copy.method_mut() = req.method().clone();
+    *copy.uri_mut() = req.uri().clone();
+    *copy.version_mut() = req.version();
+    *copy.headers_mut() = req.headers().clone();
+    copy
+}
+
+/// Whether the error, on a pooled connection, says the connection went bad
+/// while idle: the upstream closed it under the request before any response
+/// byte arrived, or left bytes on it that were not part of this response
+/// (a body after a HEAD response, RFC 9110 §9.3.2).
+fn is_stale_connection(e: &hyper::Error) -> bool {
+    if e.is_incomplete_message() || e.is_canceled() || e.is_parse() {
+        return true;
+    }
+    find_source::<std::io::Error>(e).is_some_and(|io| {
+        matches!(
+            io.kind(),
+            std::io::ErrorKind::ConnectionReset
+                | std::io::ErrorKind::BrokenPipe
+                | std::io::ErrorKind::ConnectionAborted
+        )
+    })
+}
+
+/// `outer: inner: innermost`, for log lines and error details.
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut cur = e.source();
+    while let Some(err) = cur {
+        let s = err.to_string();
+        if !out.contains(&s) {
+            out.push_str(": ");
+            out.push_str(&s);
+        }
+        cur = err.source();
+    }
+    out
+}

@@ -1,0 +1,76 @@
+//! Active health checks: one task per endpoint sends `GET path` every
+//! `interval` on a connection of its own and wants a 2xx within `timeout`.
+//! `unhealthy_after` failures in a row mark the endpoint unhealthy (it gets
+//! no traffic) and `healthy_after` passes in a row mark it healthy again.
+//! The first check runs at start-up and decides on its own, so a sidecar
+//! that starts before its app reports "not ready" at once. A task ends when
+//! its upstream is dropped.
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, header};
+use http_body_util::Empty;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+
+use super::endpoint::Endpoint;
+use crate::config::HealthConfig;
+
+/// Starts the checks of `endpoint`.
+pub fn spawn(endpoint: &Arc<Endpoint>, config: HealthConfig) {
+    let endpoint = Arc::downgrade(endpoint);
+    tokio::spawn(run(endpoint, config));
+}
+
+async fn run(endpoint: Weak<Endpoint>, config: HealthConfig) {
+    let (mut passes, mut failures) = (0u32, 0u32);
+    let mut first = true;
+    loop {
+        let Some(e) = endpoint.upgrade() else { return };
+        let target = format!("{}:{}", e.config.authority.host(), e.config.authority.port_u16().unwrap_or(80));
+        let host = e.host.clone();
+        drop(e);
+        let passed = tokio::time::timeout(config.timeout, probe(&target, host, &config.path)).await;
+        let passed = matches!(passed, Ok(Ok(true)));
+        let Some(e) = endpoint.upgrade() else { return };
+        if passed {
+            (passes, failures) = (passes + 1, 0);
+        } else {
+            (passes, failures) = (0, failures + 1);
+        }
+        if first || (passed && passes >= config.healthy_after) || (!passed && failures >= config.unhealthy_after) {
+            e.set_healthy(passed);
+        }
+        first = false;
+        drop(e);
+        tokio::time::sleep(config.interval).await;
+    }
+}
+
+/// One check: whether `GET path` answered 2xx.
+async fn probe(
+    target: &str,
+    host: http::HeaderValue,
+    path: &str,
+) -> Result<bool, Box<dyn std::error::Error + Send + Sync>> {
+    let stream = TcpStream::connect(target).await?;
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake::<_, Empty<Bytes>>(TokioIo::new(stream)).await?;
+    let connection = tokio::spawn(connection);
+    let request = Request::get(path)
+        .header(header::HOST, host)
+        .header(header::USER_AGENT, "gateway-health-check")
+        .header(header::CONNECTION, "close")
+        .body(Empty::new())?;
+    let status = sender.send_request(request).await?.status();
+    connection.abort();
+    Ok(status.is_success())
+}
+
+/// How long the checks need to notice a change, at most: for the docs and
+/// `Retry-After`.
+pub fn detection_time(config: &HealthConfig) -> Duration {
+    config.interval * config.unhealthy_after.max(config.healthy_after) + config.timeout
+}

@@ -1,0 +1,291 @@
+//! Upstreams: where proxy routes send requests, and how the gateway protects
+//! them.
+//!
+//! - [`Upstream::forward`] is the proxy's data path: the request's header
+//!   rules (`crate::proxy`), admission (`admission`: `max_requests` and its
+//!   queue), the choice of an endpoint (`endpoint`: balance, health,
+//!   ejection), the exchange on that endpoint's pool (`exchange`, `pool`),
+//!   retries within the retry budget, and the response's header rules.
+//! - `health` runs the active checks; `endpoint` keeps each endpoint's
+//!   state and picks one.
+
+pub mod admission;
+pub mod endpoint;
+pub mod exchange;
+pub mod health;
+pub mod pool;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+use std::time::Duration;
+
+use http::header;
+use http::{Request, Response};
+use hyper::body::Incoming;
+use metrics::{Counter, Gauge, counter, gauge};
+use tokio::sync::OwnedSemaphorePermit;
+use tokio::time::Instant;
+use tower::retry::budget::{Budget, TpsBudget};
+
+use crate::body::{Body, UpstreamBody};
+use crate::config::{Balance, HostMode, ProxyTarget, UpstreamConfig};
+use crate::error::GatewayError;
+use crate::metrics::{UPSTREAM_IN_FLIGHT, UPSTREAM_RETRIES, UPSTREAM_RETRIES_SKIPPED, UpstreamMetrics};
+use crate::proxy::{self, Prepared};
+use crate::server::Peer;
+use admission::Admission;
+use endpoint::{Attempt, Availability, Candidate, Endpoint};
+use exchange::{Failure, copy_head, exchange};
+use pool::Conn;
+
+/// One configured upstream: its endpoints, admission, retry budget and
+/// metrics.
+pub struct Upstream {
+    pub config: UpstreamConfig,
+    pub metrics: UpstreamMetrics,
+    endpoints: Vec<Arc<Endpoint>>,
+    admission: Option<Admission>,
+    /// Only when a route retries through this upstream: depositing costs a
+    /// clock read per request.
+    budget: Option<TpsBudget>,
+    /// Round-robin position.
+    next: AtomicUsize,
+    /// No endpoint could take the last request (logged once per change).
+    down: AtomicBool,
+    in_flight: Gauge,
+    retries: Counter,
+    retries_skipped: Counter,
+}
+
+/// What a response body holds until it is complete: the endpoint attempt
+/// (in flight, for balancing), the upstream slot (`max_requests`) and its
+/// place in the in-flight gauge.
+pub struct Lease {
+    _attempt: Attempt,
+    _slot: Option<OwnedSemaphorePermit>,
+    _in_flight: InFlight,
+}
+
+/// One request in the upstream's in-flight gauge, until dropped.
+struct InFlight(Gauge);
+
+impl InFlight {
+    fn new(gauge: &Gauge) -> Self {
+        gauge.increment(1.0);
+        InFlight(gauge.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.decrement(1.0);
+    }
+}
+
+impl Upstream {
+    /// Builds the upstream; starts health checks when configured. `retried`
+    /// says whether any route retries through it.
+    pub fn new(config: UpstreamConfig, retried: bool) -> Self {
+        let metrics = UpstreamMetrics::new(&config.name);
+        let endpoints: Vec<Arc<Endpoint>> =
+            config.endpoints.iter().map(|e| Arc::new(Endpoint::new(e.clone(), &config))).collect();
+        if let Some(health) = &config.health {
+            endpoints.iter().for_each(|e| health::spawn(e, health.clone()));
+        }
+        let name = config.name.clone();
+        let budget = retried.then(|| {
+            let b = config.retry_budget;
+            TpsBudget::new(Duration::from_secs(10), b.min_per_second, b.ratio)
+        });
+        Upstream {
+            admission: config.admission.map(|a| Admission::new(a, &name)),
+            budget,
+            endpoints,
+            next: AtomicUsize::new(0),
+            down: AtomicBool::new(false),
+            in_flight: gauge!(UPSTREAM_IN_FLIGHT, "upstream" => name.clone()),
+            retries: counter!(UPSTREAM_RETRIES, "upstream" => name.clone()),
+            retries_skipped: counter!(UPSTREAM_RETRIES_SKIPPED, "upstream" => name),
+            metrics,
+            config,
+        }
+    }
+
+    /// False while the upstream has health checks and no endpoint passes
+    /// them (`/readyz`).
+    pub fn ready(&self) -> bool {
+        self.config.health.is_none() || self.endpoints.iter().any(|e| e.is_healthy())
+    }
+
+    /// Forwards `req` (matched by a route with `prefix` and body limit
+    /// `max_body`) and returns the upstream's response head with its body
+    /// streaming. `deadline` is the request's arrival plus the route's
+    /// timeout; time spent queueing and retrying counts toward it.
+    pub async fn forward(
+        &self,
+        target: &ProxyTarget,
+        prefix: &str,
+        max_body: u64,
+        req: Request<Incoming>,
+        peer: &Peer,
+        deadline: Instant,
+    ) -> Result<Response<Body>, GatewayError> {
+        let Prepared { parts, body, plan, client_host } = proxy::prepare_request(req, target, prefix, max_body, peer)?;
+        if let Some(budget) = &self.budget {
+            budget.deposit();
+        }
+        let slot = match &self.admission {
+            Some(admission) => Some(admission.admit(deadline, target.timeout).await?),
+            None => None,
+        };
+        let in_flight = InFlight::new(&self.in_flight);
+        let mut req = Request::from_parts(parts, body);
+        let mut tried: Vec<usize> = Vec::new();
+        let mut retries_left = target.retries;
+        let retry_on = target.retry_on;
+        loop {
+            let (index, mut attempt) = self.choose(&tried)?;
+            let endpoint = attempt.endpoint().clone();
+            let host = match (target.host, &client_host) {
+                (HostMode::Preserve, Some(h)) => h.clone(),
+                _ => endpoint.host.clone(),
+            };
+            req.headers_mut().insert(header::HOST, host);
+            let may_retry = retries_left > 0;
+            let copy =
+                (may_retry && plan.retryable && (retry_on.reset || retry_on.unavailable)).then(|| copy_head(&req));
+            let started = Instant::now();
+            let sent = tokio::time::timeout_at(deadline, exchange(&endpoint.pool, req, plan, &self.retries)).await;
+            let failure = match sent {
+                Err(_) => {
+                    attempt.failure();
+                    let after = target.timeout;
+                    return Err(GatewayError::UpstreamTimeout { upstream: self.config.name.clone(), after });
+                }
+                Ok(Ok((response, conn))) => {
+                    let status = response.status().as_u16();
+                    if let Err(e) = proxy::check_status(status, &self.config.name) {
+                        attempt.failure();
+                        return Err(e);
+                    }
+                    self.metrics.record(status, started.elapsed());
+                    if matches!(status, 502..=504) {
+                        attempt.failure()
+                    } else {
+                        attempt.success()
+                    }
+                    if let (503, true, Some(again)) = (status, retry_on.unavailable, copy)
+                        && may_retry
+                        && self.within_budget()
+                    {
+                        (req, retries_left) = (again, retries_left - 1);
+                        tried.push(index);
+                        continue;
+                    }
+                    let lease = Lease { _attempt: attempt, _slot: slot, _in_flight: in_flight };
+                    return Ok(self.respond(response, conn, lease, target));
+                }
+                Ok(Err(failure)) => failure,
+            };
+            attempt.failure();
+            let wanted = match &failure {
+                Failure::Connect(..) => retry_on.connect,
+                Failure::Send(_) => retry_on.reset && copy.is_some() && failure.is_reset(),
+            };
+            if may_retry && wanted && self.within_budget() {
+                req = match (failure, copy) {
+                    (Failure::Connect(_, unsent), _) => *unsent,
+                    (_, Some(again)) => again,
+                    (Failure::Send(_), None) => unreachable!("a reset is retried only with a copy"),
+                };
+                retries_left -= 1;
+                tried.push(index);
+                continue;
+            }
+            return Err(failure.classify(&self.config.name, endpoint.config.authority.as_str()));
+        }
+    }
+
+    /// The upstream's response, with the header rules applied and its body
+    /// streaming; `lease` is held until the body is complete.
+    fn respond(&self, response: Response<Incoming>, conn: Conn, lease: Lease, target: &ProxyTarget) -> Response<Body> {
+        let (mut parts, body) = response.into_parts();
+        let reusable = proxy::prepare_response(&mut parts, &body);
+        let body = UpstreamBody::new(
+            body,
+            conn,
+            reusable,
+            lease,
+            target.body_timeout,
+            self.metrics.body_failed.clone(),
+            self.metrics.body_stalled.clone(),
+        );
+        Response::from_parts(parts, Body::Upstream(body))
+    }
+
+    /// A retry is about to be made: whether the retry budget allows it.
+    fn within_budget(&self) -> bool {
+        let allowed = self.budget.as_ref().is_none_or(|b| b.withdraw());
+        if allowed {
+            self.retries.increment(1);
+        } else {
+            self.retries_skipped.increment(1);
+            tracing::debug!(upstream = %self.config.name, "retry budget exhausted; not retrying");
+        }
+        allowed
+    }
+
+    /// The endpoint for the next attempt (see [`endpoint::pick`]).
+    fn choose(&self, tried: &[usize]) -> Result<(usize, Attempt), GatewayError> {
+        loop {
+            let picked = if let [only] = &self.endpoints[..] {
+                match only.availability() {
+                    Availability::Open => Some((0, false)),
+                    Availability::TrialDue => Some((0, true)),
+                    Availability::Closed => None,
+                }
+            } else {
+                let candidates: Vec<Candidate> = self
+                    .endpoints
+                    .iter()
+                    .enumerate()
+                    .map(|(i, e)| Candidate {
+                        availability: e.availability(),
+                        in_flight: e.in_flight(),
+                        tried: tried.contains(&i),
+                    })
+                    .collect();
+                // A request's first attempt moves the rotation on; a retry
+                // goes on from where it stands.
+                let next = match (self.config.balance, tried.is_empty()) {
+                    (Balance::RoundRobin, true) => self.next.fetch_add(1, Relaxed),
+                    (Balance::RoundRobin, false) => self.next.load(Relaxed),
+                    (Balance::LeastRequest, _) => 0,
+                };
+                endpoint::pick(&candidates, self.config.balance, next, |n| fastrand::usize(..n))
+            };
+            let Some((index, trial)) = picked else {
+                return Err(self.unavailable());
+            };
+            // A trial can be claimed by a concurrent request first: pick again.
+            if let Some(attempt) = self.endpoints[index].begin(trial) {
+                if self.down.load(Relaxed) && self.down.swap(false, Relaxed) {
+                    tracing::info!(upstream = %self.config.name, "an endpoint takes traffic again");
+                }
+                return Ok((index, attempt));
+            }
+        }
+    }
+
+    /// No endpoint may take traffic: logged once per change of state.
+    fn unavailable(&self) -> GatewayError {
+        if !self.down.swap(true, Relaxed) {
+            tracing::warn!(upstream = %self.config.name, "no endpoint may take traffic (unhealthy or ejected); answering 503");
+        }
+        // When it may be worth asking again: the first ejection to end, or
+        // the next health check.
+        let soonest = self.endpoints.iter().filter_map(|e| e.ejected_for()).min();
+        let wait = soonest.or(self.config.health.as_ref().map(|h| h.interval)).unwrap_or(Duration::from_secs(1));
+        GatewayError::Unavailable { upstream: self.config.name.clone(), retry_after: wait.as_secs().max(1) }
+    }
+}

@@ -15,6 +15,7 @@ use metrics::Counter;
 use tokio::io::Take;
 use tokio::time::{Instant, Sleep};
 use tokio_util::io::ReaderStream;
+use tower_http::compression::CompressionBody;
 
 use crate::upstream::Lease;
 use crate::upstream::pool::Conn;
@@ -32,6 +33,8 @@ pub enum Body {
     Upstream(UpstreamBody),
     /// A file (or a range of one) too large for the cache, read in chunks.
     File(ReaderStream<Take<tokio::fs::File>>),
+    /// Any of the above through a route's compression layer.
+    Compressed(Pin<Box<CompressionBody<Body>>>),
 }
 
 impl Body {
@@ -44,6 +47,11 @@ impl Body {
     pub fn full(bytes: impl Into<Bytes>) -> Self {
         let bytes = bytes.into();
         Body::Full((!bytes.is_empty()).then_some(bytes))
+    }
+
+    /// A body through tower-http's compression.
+    pub fn compressed(body: CompressionBody<Body>) -> Self {
+        Body::Compressed(Box::pin(body))
     }
 }
 
@@ -58,6 +66,7 @@ impl http_body::Body for Body {
             Body::File(stream) => {
                 Pin::new(stream).poll_next(cx).map(|o| o.map(|r| r.map(Frame::data).map_err(Into::into)))
             }
+            Body::Compressed(b) => b.as_mut().poll_frame(cx),
         }
     }
 
@@ -66,6 +75,7 @@ impl http_body::Body for Body {
             Body::Full(b) => b.is_none(),
             Body::Upstream(b) => http_body::Body::is_end_stream(&b.inner),
             Body::File(_) => false,
+            Body::Compressed(b) => b.is_end_stream(),
         }
     }
 
@@ -74,6 +84,7 @@ impl http_body::Body for Body {
             Body::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
             Body::Upstream(b) => http_body::Body::size_hint(&b.inner),
             Body::File(_) => SizeHint::default(),
+            Body::Compressed(b) => b.size_hint(),
         }
     }
 }

@@ -45,6 +45,11 @@ pub const FORWARDED: HeaderName = HeaderName::from_static("forwarded");
 /// with an underscore by default).
 const UNDERSCORE_FORWARDING: [&str; 3] = ["x_forwarded_for", "x_forwarded_proto", "x_forwarded_host"];
 
+/// Whether `name` is always hop-by-hop (`Upgrade` included).
+pub fn is_hop_by_hop(name: &HeaderName) -> bool {
+    HOP_BY_HOP.contains(name) || name == header::UPGRADE
+}
+
 /// Removes hop-by-hop headers, including every header named in `Connection`.
 /// `Upgrade` is hop-by-hop too; the gateway does not tunnel upgrades. A `TE`
 /// that lists `trailers` becomes `TE: trailers` (RFC 9110 §10.1.4): the

@@ -14,6 +14,7 @@ pub mod demo;
 pub mod error;
 pub mod files;
 pub mod headers;
+pub mod layers;
 pub mod limits;
 pub mod listener;
 pub mod metrics;

@@ -38,6 +38,7 @@ pub const UPSTREAM_QUEUE_WAIT: &str = "gateway_upstream_queue_wait_seconds";
 pub const ENDPOINT_HEALTHY: &str = "gateway_upstream_endpoint_healthy";
 pub const ENDPOINT_EJECTIONS: &str = "gateway_upstream_ejections_total";
 pub const UPSTREAM_RETRIES_SKIPPED: &str = "gateway_upstream_retries_skipped_total";
+pub const PANICS: &str = "gateway_panics_total";
 
 /// Upstream error kinds, the `kind` label values.
 pub const UPSTREAM_ERROR_KINDS: &[&str] =
@@ -103,6 +104,7 @@ fn describe() {
     );
     describe_gauge!(ENDPOINT_HEALTHY, "1 while the endpoint passes its active health checks, else 0.");
     describe_counter!(ENDPOINT_EJECTIONS, "Times the endpoint was ejected after consecutive failures.");
+    describe_counter!(PANICS, "Requests whose handling panicked (answered 500; the process keeps serving).");
 }
 
 impl Exporter {
@@ -300,6 +302,11 @@ pub fn set_route_timeout(route: &str, timeout: Duration) {
 /// Counts a rejection; `route` is empty for connection-level ones.
 pub fn rejected(route: &str, reason: &'static str) {
     counter!(REJECTED, "route" => route.to_owned(), "reason" => reason).increment(1);
+}
+
+/// Counts a request whose handling panicked.
+pub fn panicked() {
+    counter!(PANICS).increment(1);
 }
 
 /// Connection-level gauges and counters.

@@ -18,6 +18,8 @@ use http::uri::{Authority, Scheme};
 use http::{Method, StatusCode};
 use ipnet::IpNet;
 
+use crate::layers::rules::HeaderRules;
+
 /// The configuration the gateway runs with when given no file: the bundled
 /// `config/gateway.toml`, whose relative paths resolve against the bundled
 /// `config/` folder.
@@ -94,6 +96,7 @@ pub struct Config {
     pub source_name: String,
     pub server: ServerConfig,
     pub metrics: MetricsConfig,
+    pub tracing: TracingConfig,
     /// Upstreams, in name order; routes refer to them by index.
     pub upstreams: Vec<UpstreamConfig>,
     /// Routes, in file order.
@@ -141,6 +144,30 @@ pub struct ServerConfig {
     /// Peers whose `X-Forwarded-Proto`, `X-Forwarded-Host` and `Forwarded`
     /// are kept; from any other peer they are replaced.
     pub trusted_proxies: Vec<IpNet>,
+    /// Every request carries an `X-Request-Id` (made when missing or invalid).
+    pub request_id: bool,
+    /// W3C `traceparent` continued, or a trace started.
+    pub trace_context: bool,
+    /// The access log's format; `None` follows `--log-format`.
+    pub access_log_format: Option<AccessLogFormat>,
+}
+
+/// How access log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AccessLogFormat {
+    /// One event with a field per item (JSON with `--log-format json`).
+    Json,
+    /// Apache/nginx combined format, plus the request time.
+    Combined,
+}
+
+/// `[tracing]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TracingConfig {
+    /// OTLP/HTTP base URL; spans are posted to `/v1/traces` under it.
+    pub otlp_endpoint: Option<String>,
+    /// The `service.name` of exported spans.
+    pub service_name: String,
 }
 
 /// `[metrics]`.
@@ -258,6 +285,13 @@ pub struct RouteConfig {
     /// Requests handled at once before the route sheds load with 503;
     /// `None` is unlimited.
     pub max_concurrent: Option<usize>,
+    /// Header rules for requests on their way in, and responses out.
+    pub request_headers: HeaderRules,
+    pub response_headers: HeaderRules,
+    /// Compress responses (gzip, br, zstd) when the client accepts it.
+    pub compress: bool,
+    /// Debug builds only: panic with this message (tests of panic isolation).
+    pub panic: Option<String>,
 }
 
 /// What a route does with a request.
@@ -355,6 +389,8 @@ pub fn load(source: &Source) -> Result<Config, ConfigError> {
         .and_then(|b| b.set_default("server.merge_slashes", true))
         .and_then(|b| b.set_default("server.reject_encoded_slash", false))
         .and_then(|b| b.set_default("metrics.max_connections", 64))
+        .and_then(|b| b.set_default("server.request_id", true))
+        .and_then(|b| b.set_default("server.trace_context", true))
         .expect("valid default key");
     builder = match source {
         Source::File(path) => {

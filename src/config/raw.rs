@@ -14,6 +14,8 @@ pub(super) struct RawConfig {
     pub server: RawServer,
     pub metrics: RawMetrics,
     #[serde(default)]
+    pub tracing: RawTracing,
+    #[serde(default)]
     pub upstreams: BTreeMap<String, RawUpstream>,
     #[serde(default)]
     pub routes: Vec<RawRoute>,
@@ -37,6 +39,9 @@ pub(super) struct RawServer {
     pub max_body: RawSize,
     pub merge_slashes: bool,
     pub reject_encoded_slash: bool,
+    pub request_id: bool,
+    pub trace_context: bool,
+    pub access_log_format: Option<String>,
     #[serde(default)]
     pub trusted_proxies: Vec<String>,
 }
@@ -47,6 +52,23 @@ pub(super) struct RawServer {
 pub(super) enum RawSize {
     Bytes(u64),
     Text(String),
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTracing {
+    pub otlp_endpoint: Option<String>,
+    pub service_name: Option<String>,
+}
+
+/// `{ set = { name = value, ... }, remove = [name, ...] }`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawHeaderRules {
+    #[serde(default)]
+    pub set: BTreeMap<String, String>,
+    #[serde(default)]
+    pub remove: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -116,6 +138,11 @@ pub(super) struct RawRoute {
     pub body_timeout: Option<String>,
     pub retries: Option<u32>,
     pub retry_on: Option<Vec<String>>,
+    pub request_headers: Option<RawHeaderRules>,
+    pub response_headers: Option<RawHeaderRules>,
+    pub compress: Option<bool>,
+    /// Debug builds only: the route panics (for the panic-isolation tests).
+    pub panic: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -8,16 +8,21 @@ use std::path::Path;
 use std::time::Duration;
 
 use bytes::Bytes;
+use http::header::{HeaderName, HeaderValue};
 use http::uri::{Authority, Scheme};
 use http::{Method, StatusCode, Uri};
 use ipnet::IpNet;
 
+use crate::layers::rules::HeaderRules;
+
 use super::raw::{
-    RawConfig, RawHealth, RawMetrics, RawOutlier, RawRetryBudget, RawRoute, RawServer, RawSize, RawUpstream,
+    RawConfig, RawHeaderRules, RawHealth, RawMetrics, RawOutlier, RawRetryBudget, RawRoute, RawServer, RawSize,
+    RawTracing, RawUpstream,
 };
 use super::{
-    Admission, Balance, Config, DEFAULT_BODY_TIMEOUT, DEFAULT_ROUTE_TIMEOUT, EndpointConfig, HealthConfig, HostMode,
-    MetricsConfig, OutlierConfig, ProxyTarget, RetryBudget, RetryOn, RouteConfig, ServerConfig, Target, UpstreamConfig,
+    AccessLogFormat, Admission, Balance, Config, DEFAULT_BODY_TIMEOUT, DEFAULT_ROUTE_TIMEOUT, EndpointConfig,
+    HealthConfig, HostMode, MetricsConfig, OutlierConfig, ProxyTarget, RetryBudget, RetryOn, RouteConfig, ServerConfig,
+    Target, TracingConfig, UpstreamConfig,
 };
 
 /// A problem with one key: `(key, message)`.
@@ -25,6 +30,7 @@ type Problem = (String, String);
 
 pub(super) fn config(raw: RawConfig, base_dir: &Path) -> Result<Config, Problem> {
     let server = server(&raw.server)?;
+    let tracing = tracing(&raw.tracing)?;
     let metrics = metrics(&raw.metrics)?;
     let mut upstreams = Vec::new();
     let mut upstream_index = HashMap::new();
@@ -46,7 +52,7 @@ pub(super) fn config(raw: RawConfig, base_dir: &Path) -> Result<Config, Problem>
         }
         routes.push(route);
     }
-    Ok(Config { source_name: String::new(), server, metrics, upstreams, routes })
+    Ok(Config { source_name: String::new(), server, metrics, tracing, upstreams, routes })
 }
 
 fn server(s: &RawServer) -> Result<ServerConfig, Problem> {
@@ -72,6 +78,16 @@ fn server(s: &RawServer) -> Result<ServerConfig, Problem> {
             .enumerate()
             .map(|(i, cidr)| parse_cidr(&format!("server.trusted_proxies[{i}]"), cidr))
             .collect::<Result<_, _>>()?,
+        request_id: s.request_id,
+        trace_context: s.trace_context,
+        access_log_format: match s.access_log_format.as_deref() {
+            None => None,
+            Some("json") => Some(AccessLogFormat::Json),
+            Some("combined") => Some(AccessLogFormat::Combined),
+            Some(other) => {
+                return Err(("server.access_log_format".into(), format!("{other:?}: use \"json\" or \"combined\"")));
+            }
+        },
     };
     // hyper's read buffer cannot be smaller than 8 KiB.
     if server.max_header_size < 8192 {
@@ -84,6 +100,52 @@ fn server(s: &RawServer) -> Result<ServerConfig, Problem> {
         return Err(("server.tcp_keepalive".into(), "must be at least 1s (or \"0s\" to turn it off)".into()));
     }
     Ok(server)
+}
+
+fn tracing(t: &RawTracing) -> Result<TracingConfig, Problem> {
+    if let Some(url) = &t.otlp_endpoint {
+        let uri: Uri =
+            url.parse().map_err(|e| ("tracing.otlp_endpoint".to_owned(), format!("invalid URL {url:?}: {e}")))?;
+        if uri.scheme_str() != Some("http") || uri.authority().is_none() {
+            return Err((
+                "tracing.otlp_endpoint".into(),
+                format!("{url:?}: use an http:// base URL, e.g. http://127.0.0.1:4318"),
+            ));
+        }
+    }
+    Ok(TracingConfig {
+        otlp_endpoint: t.otlp_endpoint.clone(),
+        service_name: t.service_name.clone().unwrap_or_else(|| "gateway".to_owned()),
+    })
+}
+
+/// A route's `request_headers` or `response_headers`.
+fn header_rules(raw: Option<&RawHeaderRules>, key: &str) -> Result<HeaderRules, Problem> {
+    let Some(raw) = raw else { return Ok(HeaderRules::default()) };
+    let name = |k: &str, n: &str| {
+        let parsed =
+            HeaderName::from_bytes(n.as_bytes()).map_err(|_| (k.to_owned(), format!("invalid header name {n:?}")))?;
+        if crate::headers::is_hop_by_hop(&parsed)
+            || parsed == http::header::HOST
+            || parsed == http::header::CONTENT_LENGTH
+        {
+            return Err((
+                k.to_owned(),
+                format!("{n:?} is managed by the gateway (hop-by-hop or framing) and cannot be set or removed"),
+            ));
+        }
+        Ok(parsed)
+    };
+    let mut rules = HeaderRules::default();
+    for (n, v) in &raw.set {
+        let k = format!("{key}.set.{n}");
+        let value = HeaderValue::from_str(v).map_err(|_| (k.clone(), format!("invalid header value {v:?}")))?;
+        rules.set.push((name(&k, n)?, value));
+    }
+    for (i, n) in raw.remove.iter().enumerate() {
+        rules.remove.push(name(&format!("{key}.remove[{i}]"), n)?);
+    }
+    Ok(rules)
 }
 
 fn metrics(m: &RawMetrics) -> Result<MetricsConfig, Problem> {
@@ -221,7 +283,23 @@ fn route(
     if r.max_concurrent == Some(0) {
         return Err((key("max_concurrent"), "must be at least 1 (leave it out for no limit)".into()));
     }
-    Ok(RouteConfig { name, prefix, methods, target, max_body, max_concurrent: r.max_concurrent })
+    let request_headers = header_rules(r.request_headers.as_ref(), &key("request_headers"))?;
+    let response_headers = header_rules(r.response_headers.as_ref(), &key("response_headers"))?;
+    if r.panic.is_some() && !cfg!(debug_assertions) {
+        return Err((key("panic"), "only in debug builds, for the gateway's own tests".into()));
+    }
+    Ok(RouteConfig {
+        name,
+        prefix,
+        methods,
+        target,
+        max_body,
+        max_concurrent: r.max_concurrent,
+        request_headers,
+        response_headers,
+        compress: r.compress.unwrap_or(false),
+        panic: r.panic,
+    })
 }
 
 /// The route's one target, and the keys that only a proxy route may set.

@@ -30,9 +30,10 @@ use tower::retry::budget::{Budget, TpsBudget};
 use crate::body::{Body, UpstreamBody};
 use crate::config::{Balance, HostMode, ProxyTarget, UpstreamConfig};
 use crate::error::GatewayError;
+use crate::layers::request_id::X_REQUEST_ID;
 use crate::metrics::{UPSTREAM_IN_FLIGHT, UPSTREAM_RETRIES, UPSTREAM_RETRIES_SKIPPED, UpstreamMetrics};
 use crate::proxy::{self, Prepared};
-use crate::server::Peer;
+use crate::server::{Peer, RequestLog};
 use admission::Admission;
 use endpoint::{Attempt, Availability, Candidate, Endpoint};
 use exchange::{Failure, copy_head, exchange};
@@ -121,6 +122,7 @@ impl Upstream {
     /// `max_body`) and returns the upstream's response head with its body
     /// streaming. `deadline` is the request's arrival plus the route's
     /// timeout; time spent queueing and retrying counts toward it.
+    #[allow(clippy::too_many_arguments)]
     pub async fn forward(
         &self,
         target: &ProxyTarget,
@@ -128,9 +130,17 @@ impl Upstream {
         max_body: u64,
         req: Request<Incoming>,
         peer: &Peer,
+        cx: &RequestLog<'_>,
         deadline: Instant,
     ) -> Result<Response<Body>, GatewayError> {
-        let Prepared { parts, body, plan, client_host } = proxy::prepare_request(req, target, prefix, max_body, peer)?;
+        let Prepared { mut parts, body, plan, client_host } =
+            proxy::prepare_request(req, target, prefix, max_body, peer)?;
+        if let Some(id) = cx.id {
+            parts.headers.insert(X_REQUEST_ID, id.header_value());
+        }
+        if let Some(trace) = &cx.trace {
+            trace.propagate(&mut parts.headers);
+        }
         if let Some(budget) = &self.budget {
             budget.deposit();
         }

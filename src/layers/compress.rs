@@ -1,0 +1,229 @@
+//! Response compression per route (`compress = true`), with tower-http's
+//! `CompressionLayer` (gzip, br, zstd, by the client's `Accept-Encoding`
+//! with q-values) and the predicate here: only compressible types, only
+//! bodies of at least [`MIN_SIZE`], never 206 or 304 (tower-http itself
+//! skips responses that already have a `Content-Encoding` or a
+//! `Content-Range`, and adds `Vary: Accept-Encoding`).
+//!
+//! A strong `ETag` names exact bytes, so a response compressed on the fly
+//! keeps its `ETag` only as a weak one ([`weaken_etag`]), as nginx does.
+//! Cached files are compressed once and keep a strong `ETag` per encoding
+//! (see `files`); tower-http leaves those alone, as they arrive encoded.
+
+use http::header::{self, HeaderValue};
+use http::{Response, StatusCode};
+use http_body::Body;
+use tower_http::compression::Predicate;
+
+/// Smaller bodies are sent as they are: compression would save next to
+/// nothing and cost a frame of its own.
+pub const MIN_SIZE: u64 = 256;
+
+/// What may be compressed.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Compressible;
+
+impl Predicate for Compressible {
+    fn should_compress<B: Body>(&self, response: &Response<B>) -> bool {
+        let status = response.status();
+        if status == StatusCode::PARTIAL_CONTENT || status == StatusCode::NOT_MODIFIED {
+            return false;
+        }
+        let big_enough = match response.body().size_hint().exact() {
+            Some(n) => n >= MIN_SIZE,
+            None => response
+                .headers()
+                .get(header::CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+                .is_none_or(|n| n >= MIN_SIZE),
+        };
+        big_enough && response.headers().get(header::CONTENT_TYPE).is_some_and(is_compressible)
+    }
+}
+
+/// Text, JSON, JavaScript, XML, SVG and a few more: types that compress.
+pub fn is_compressible(content_type: &HeaderValue) -> bool {
+    let Ok(ct) = content_type.to_str() else { return false };
+    let essence = ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    let (kind, sub) = essence.split_once('/').unwrap_or((&essence, ""));
+    match kind {
+        "text" => sub != "event-stream",
+        "application" => {
+            matches!(
+                sub,
+                "json"
+                    | "javascript"
+                    | "ecmascript"
+                    | "xml"
+                    | "xhtml+xml"
+                    | "rss+xml"
+                    | "atom+xml"
+                    | "wasm"
+                    | "x-javascript"
+                    | "manifest+json"
+                    | "ld+json"
+                    | "graphql-response+json"
+                    | "x-ndjson"
+            ) || sub.ends_with("+json")
+                || sub.ends_with("+xml")
+        }
+        "image" => sub == "svg+xml" || sub == "x-icon" || sub == "bmp",
+        "font" => matches!(sub, "ttf" | "otf"),
+        _ => false,
+    }
+}
+
+/// Marks a response that reached the compression layer already encoded (a
+/// cached file's stored variant, or an upstream's own encoding): its `ETag`
+/// is its own and stays strong.
+#[derive(Debug, Clone, Copy)]
+pub struct PreEncoded;
+
+/// Before the compression layer: see [`PreEncoded`].
+pub fn mark_encoded<B>(mut response: Response<B>) -> Response<B> {
+    if response.headers().contains_key(header::CONTENT_ENCODING) {
+        response.extensions_mut().insert(PreEncoded);
+    }
+    response
+}
+
+/// After the compression layer: a response it encoded gets a weak `ETag`.
+pub fn weaken_if_compressed<B>(response: Response<B>) -> Response<B> {
+    let compressed_here = response.headers().contains_key(header::CONTENT_ENCODING)
+        && response.extensions().get::<PreEncoded>().is_none();
+    if compressed_here { weaken_etag(response) } else { response }
+}
+
+/// Makes a strong `ETag` weak: for a response compressed on the fly, whose
+/// bytes are no longer those the tag was made for.
+pub fn weaken_etag<B>(mut response: Response<B>) -> Response<B> {
+    if let Some(etag) = response.headers().get(header::ETAG)
+        && !etag.as_bytes().starts_with(b"W/")
+    {
+        let mut weak = b"W/".to_vec();
+        weak.extend_from_slice(etag.as_bytes());
+        if let Ok(v) = HeaderValue::from_bytes(&weak) {
+            response.headers_mut().insert(header::ETAG, v);
+        }
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compressible_types() {
+        let yes = [
+            "text/html",
+            "text/css; charset=utf-8",
+            "application/json",
+            "application/vnd.api+json",
+            "image/svg+xml",
+            "application/javascript",
+            "application/xml",
+        ];
+        let no = [
+            "image/png",
+            "image/jpeg",
+            "application/octet-stream",
+            "text/event-stream",
+            "application/zip",
+            "video/mp4",
+            "application/grpc",
+        ];
+        for t in yes {
+            assert!(is_compressible(&HeaderValue::from_static(t)), "{t}");
+        }
+        for t in no {
+            assert!(!is_compressible(&HeaderValue::from_static(t)), "{t}");
+        }
+    }
+}
+
+/// A content coding the gateway can produce.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Coding {
+    Br,
+    Zstd,
+    Gzip,
+}
+
+impl Coding {
+    pub const ALL: [Coding; 3] = [Coding::Br, Coding::Zstd, Coding::Gzip];
+
+    pub fn token(self) -> &'static str {
+        match self {
+            Coding::Br => "br",
+            Coding::Zstd => "zstd",
+            Coding::Gzip => "gzip",
+        }
+    }
+}
+
+/// The coding the client prefers among those the gateway produces, by
+/// `Accept-Encoding` q-values (RFC 9110 §12.5.3); ties go to the one that
+/// usually compresses best (br, zstd, gzip). `None`: send it as it is.
+///
+/// Hand-written for the file cache, which picks a stored variant itself;
+/// tower-http's negotiation (used for everything else) is not public.
+pub fn negotiate(accept: Option<&HeaderValue>) -> Option<Coding> {
+    let text = accept?.to_str().ok()?;
+    let q_of = |wanted: &str| -> Option<f32> {
+        let mut star = None;
+        for item in text.split(',') {
+            let mut parts = item.split(';');
+            let token = parts.next()?.trim();
+            let q = parts
+                .find_map(|p| p.trim().strip_prefix("q=").or_else(|| p.trim().strip_prefix("Q=")))
+                .and_then(|q| q.trim().parse::<f32>().ok())
+                .unwrap_or(1.0);
+            if token.eq_ignore_ascii_case(wanted) {
+                return Some(q);
+            }
+            if token == "*" {
+                star = Some(q);
+            }
+        }
+        star
+    };
+    let mut best: Option<(Coding, f32)> = None;
+    for coding in Coding::ALL {
+        if let Some(q) = q_of(coding.token())
+            && q > 0.0
+            && best.is_none_or(|(_, b)| q > b)
+        {
+            best = Some((coding, q));
+        }
+    }
+    best.map(|(c, _)| c)
+}
+
+#[cfg(test)]
+mod negotiate_tests {
+    use super::*;
+
+    #[test]
+    fn negotiate_table() {
+        let cases: &[(Option<&str>, Option<Coding>)] = &[
+            (None, None),
+            (Some(""), None),
+            (Some("identity"), None),
+            (Some("gzip"), Some(Coding::Gzip)),
+            (Some("gzip, deflate, br"), Some(Coding::Br)),
+            (Some("gzip;q=1.0, br;q=0.5"), Some(Coding::Gzip)),
+            (Some("br;q=0, gzip;q=0.1"), Some(Coding::Gzip)),
+            (Some("zstd, gzip"), Some(Coding::Zstd)),
+            (Some("*"), Some(Coding::Br)),
+            (Some("*;q=0.5, gzip;q=0.8"), Some(Coding::Gzip)),
+            (Some("*, br;q=0"), Some(Coding::Zstd)),
+            (Some("gzip;q=0"), None),
+            (Some("GZIP"), Some(Coding::Gzip)),
+        ];
+        for (accept, want) in cases {
+            let v = accept.map(HeaderValue::from_static);
+            assert_eq!(negotiate(v.as_ref()), *want, "{accept:?}");
+        }
+    }
+}

@@ -1,0 +1,96 @@
+//! Optional request and response behaviour, composed as tower layers.
+//!
+//! - Server-wide, around every request ([`crate::server::App::handle`]):
+//!   request IDs (`request_id`), panic isolation (`panic`) and trace context
+//!   (`trace`). They are always on (unless switched off), so they are done
+//!   in place, measured: see `App::handle` for why not tower-http's layers.
+//! - Per route ([`RouteLayers`]): header rules (`rules`) and compression
+//!   (`compress`). A route that enables none has no `RouteLayers` and calls
+//!   its target directly, so it pays nothing for them.
+//!
+//! The layers are configured once at load; a stack is put together around
+//! the request's own handler future, borrowing what it needs, so nothing is
+//! boxed but what tower-http boxes itself.
+
+pub mod compress;
+pub mod panic;
+pub mod request_id;
+pub mod rules;
+pub mod trace;
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::Arc;
+
+use http::{Request, Response};
+use hyper::body::Incoming;
+use tower::ServiceBuilder;
+use tower::ServiceExt;
+use tower::util::{MapRequestLayer, MapResponseLayer};
+use tower_http::compression::CompressionLayer;
+
+use crate::body::Body;
+use crate::config::RouteConfig;
+use compress::Compressible;
+use rules::HeaderRules;
+
+/// One route's layers, built at load.
+pub struct RouteLayers {
+    request: Option<Arc<HeaderRules>>,
+    response: Option<Arc<HeaderRules>>,
+    compress: bool,
+}
+
+impl RouteLayers {
+    /// `None` when the route enables nothing.
+    pub fn new(route: &RouteConfig) -> Option<RouteLayers> {
+        let nonempty = |r: &HeaderRules| (!r.is_empty()).then(|| Arc::new(r.clone()));
+        let layers = RouteLayers {
+            request: nonempty(&route.request_headers),
+            response: nonempty(&route.response_headers),
+            compress: route.compress,
+        };
+        (layers.request.is_some() || layers.response.is_some() || layers.compress).then_some(layers)
+    }
+
+    /// Runs `inner` (the route's target) inside the route's layers.
+    pub async fn call<F, Fut>(&self, req: Request<Incoming>, inner: F) -> Response<Body>
+    where
+        F: FnOnce(Request<Incoming>) -> Fut,
+        Fut: Future<Output = Response<Body>>,
+    {
+        // tower's `service_fn` wants `FnMut`; `oneshot` calls it once.
+        let mut inner = Some(inner);
+        let target = tower::service_fn(move |req| {
+            let call = inner.take().expect("called once");
+            async move { Ok::<_, Infallible>(call(req).await) }
+        });
+        let compression = self.compress.then(|| {
+            ServiceBuilder::new()
+                .layer(MapResponseLayer::new(|r: Response<_>| compress::weaken_if_compressed(r).map(Body::compressed)))
+                .layer(CompressionLayer::new().compress_when(Compressible))
+                .layer(MapResponseLayer::new(compress::mark_encoded))
+        });
+        let request = self.request.clone().map(|rules| {
+            MapRequestLayer::new(move |mut req: Request<Incoming>| {
+                rules.apply(req.headers_mut());
+                req
+            })
+        });
+        let response = self.response.clone().map(|rules| {
+            MapResponseLayer::new(move |mut resp: Response<Body>| {
+                rules.apply(resp.headers_mut());
+                resp
+            })
+        });
+        let service = ServiceBuilder::new()
+            .option_layer(response)
+            .option_layer(request)
+            .option_layer(compression)
+            .service(target);
+        match service.oneshot(req).await {
+            Ok(response) => response,
+            Err(never) => match never {},
+        }
+    }
+}

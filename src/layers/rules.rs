@@ -1,0 +1,56 @@
+//! Header rules per route: `set` replaces any value the message had (one
+//! remains), `remove` drops a header. Validated at load; hop-by-hop names
+//! are refused there, so the hop-by-hop rules still hold after these.
+//!
+//! Applied with tower's `map_request` / `map_response` layers rather than
+//! tower-http's `SetRequestHeaderLayer`, which sets one header per layer: a
+//! list of them would need one layer each, boxed, since their number comes
+//! from the config.
+
+use http::HeaderMap;
+use http::header::{HeaderName, HeaderValue};
+
+/// One direction's rules.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HeaderRules {
+    pub set: Vec<(HeaderName, HeaderValue)>,
+    pub remove: Vec<HeaderName>,
+}
+
+impl HeaderRules {
+    pub fn is_empty(&self) -> bool {
+        self.set.is_empty() && self.remove.is_empty()
+    }
+
+    /// Removes, then sets.
+    pub fn apply(&self, headers: &mut HeaderMap) {
+        for name in &self.remove {
+            headers.remove(name);
+        }
+        for (name, value) in &self.set {
+            headers.insert(name.clone(), value.clone());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn set_replaces_every_value_and_remove_drops() {
+        let rules = HeaderRules {
+            set: vec![(HeaderName::from_static("x-env"), HeaderValue::from_static("prod"))],
+            remove: vec![HeaderName::from_static("x-debug")],
+        };
+        let mut h = HeaderMap::new();
+        h.append("x-env", HeaderValue::from_static("a"));
+        h.append("x-env", HeaderValue::from_static("b"));
+        h.insert("x-debug", HeaderValue::from_static("1"));
+        h.insert("x-other", HeaderValue::from_static("kept"));
+        rules.apply(&mut h);
+        assert_eq!(h.get_all("x-env").iter().collect::<Vec<_>>(), ["prod"]);
+        assert!(h.get("x-debug").is_none());
+        assert_eq!(h["x-other"], "kept");
+    }
+}

@@ -1,0 +1,170 @@
+//! W3C trace context (Trace Context Level 1): a valid `traceparent` is
+//! continued (same trace ID; this hop's span becomes the parent the upstream
+//! sees; `tracestate` passed on), anything else starts a new trace.
+//!
+//! Parsing is hand-written: the format is four fixed-width hex fields, and
+//! the OpenTelemetry propagator builds a whole `Context` (allocations on
+//! every request) even when nothing is exported, on a path measured in
+//! instructions per request.
+
+use http::header::{HeaderMap, HeaderName, HeaderValue};
+
+use super::request_id::hex;
+
+/// `traceparent`.
+pub const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+/// `tracestate`.
+pub const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
+
+/// The trace a request belongs to and this hop's span in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TraceContext {
+    pub trace_id: u128,
+    /// This hop's span: the parent the upstream sees.
+    pub span_id: u64,
+    /// The caller's span, when the trace was continued.
+    pub parent_id: Option<u64>,
+    pub flags: u8,
+}
+
+impl TraceContext {
+    /// Continues the request's trace, or starts one.
+    pub fn from_headers(headers: &HeaderMap) -> TraceContext {
+        let span_id = nonzero_u64();
+        match headers.get(TRACEPARENT).and_then(|v| parse(v.as_bytes())) {
+            Some((trace_id, parent_id, flags)) => TraceContext { trace_id, span_id, parent_id: Some(parent_id), flags },
+            // Sampled: a new trace starts here, and is exported if anything is.
+            None => TraceContext { trace_id: nonzero_u128(), span_id, parent_id: None, flags: 1 },
+        }
+    }
+
+    /// The `traceparent` the upstream gets.
+    pub fn traceparent(&self) -> HeaderValue {
+        let mut buf = *b"00-00000000000000000000000000000000-0000000000000000-00";
+        hex(self.trace_id, &mut buf[3..35]);
+        hex(u128::from(self.span_id), &mut buf[36..52]);
+        hex(u128::from(self.flags), &mut buf[53..55]);
+        HeaderValue::from_bytes(&buf).expect("hex digits are a valid header value")
+    }
+
+    /// The trace ID as 32 hex digits, for logs.
+    pub fn trace_id_hex(&self) -> String {
+        let mut buf = [0u8; 32];
+        hex(self.trace_id, &mut buf);
+        String::from_utf8(buf.to_vec()).expect("hex is UTF-8")
+    }
+
+    /// Sets the headers an upstream receives: this hop's `traceparent`, and
+    /// `tracestate` only when the trace was continued (a restarted trace
+    /// drops the old state, as the spec asks).
+    pub fn propagate(&self, headers: &mut HeaderMap) {
+        headers.insert(TRACEPARENT, self.traceparent());
+        if self.parent_id.is_none() {
+            headers.remove(TRACESTATE);
+        }
+    }
+}
+
+fn nonzero_u64() -> u64 {
+    fastrand::u64(1..)
+}
+
+fn nonzero_u128() -> u128 {
+    fastrand::u128(1..)
+}
+
+/// `(trace_id, parent_id, flags)` of a valid `traceparent`.
+fn parse(v: &[u8]) -> Option<(u128, u64, u8)> {
+    // version "-" trace-id "-" parent-id "-" flags; version 00 is exactly 55
+    // bytes; a later version may append "-" and more, which is ignored.
+    if v.len() < 55 || (v.len() > 55 && v[55] != b'-') || v[2] != b'-' || v[35] != b'-' || v[52] != b'-' {
+        return None;
+    }
+    let version = lower_hex(&v[0..2])? as u8;
+    if version == 0xff || (version == 0 && v.len() != 55) {
+        return None;
+    }
+    let trace_id = lower_hex(&v[3..35])?;
+    let parent_id = lower_hex(&v[36..52])? as u64;
+    let flags = lower_hex(&v[53..55])? as u8;
+    (trace_id != 0 && parent_id != 0).then_some((trace_id, parent_id, flags))
+}
+
+/// Lower-case hex only, as the spec requires.
+fn lower_hex(b: &[u8]) -> Option<u128> {
+    b.iter().try_fold(0u128, |n, &c| {
+        let d = match c {
+            b'0'..=b'9' => c - b'0',
+            b'a'..=b'f' => c - b'a' + 10,
+            _ => return None,
+        };
+        Some(n << 4 | u128::from(d))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_table() {
+        let ok = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        type Parsed = Option<(u128, u64, u8)>;
+        let cases: &[(&str, Parsed)] = &[
+            (ok, Some((0x0af7651916cd43dd8448eb211c80319c, 0xb7ad6b7169203331, 1))),
+            (
+                "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00",
+                Some((0x0af7651916cd43dd8448eb211c80319c, 0xb7ad6b7169203331, 0)),
+            ),
+            // A later version may carry more after a dash.
+            (
+                "01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-extra",
+                Some((0x0af7651916cd43dd8448eb211c80319c, 0xb7ad6b7169203331, 1)),
+            ),
+            ("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-extra", None),
+            ("ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", None),
+            ("00-00000000000000000000000000000000-b7ad6b7169203331-01", None),
+            ("00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01", None),
+            ("00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01", None),
+            ("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331", None),
+            ("00_0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", None),
+            ("00-0af7651916cd43dd8448eb211c80319g-b7ad6b7169203331-01", None),
+            ("", None),
+        ];
+        for (v, want) in cases {
+            assert_eq!(parse(v.as_bytes()), *want, "{v}");
+        }
+    }
+
+    #[test]
+    fn continued_trace_keeps_its_id_and_gets_a_new_parent() {
+        let mut h = HeaderMap::new();
+        h.insert(TRACEPARENT, HeaderValue::from_static("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"));
+        h.insert(TRACESTATE, HeaderValue::from_static("vendor=1"));
+        let t = TraceContext::from_headers(&h);
+        assert_eq!(t.trace_id_hex(), "0af7651916cd43dd8448eb211c80319c");
+        assert_eq!(t.parent_id, Some(0xb7ad6b7169203331));
+        let mut out = h.clone();
+        t.propagate(&mut out);
+        let sent = out[TRACEPARENT].to_str().unwrap().to_owned();
+        assert!(sent.starts_with("00-0af7651916cd43dd8448eb211c80319c-"), "{sent}");
+        assert!(!sent.contains("b7ad6b7169203331"), "the upstream's parent is this hop: {sent}");
+        assert!(sent.ends_with("-01"));
+        assert_eq!(parse(sent.as_bytes()).map(|p| p.1), Some(t.span_id));
+        assert_eq!(out[TRACESTATE], "vendor=1");
+    }
+
+    #[test]
+    fn an_invalid_traceparent_starts_a_new_trace_without_its_state() {
+        let mut h = HeaderMap::new();
+        h.insert(TRACEPARENT, HeaderValue::from_static("00-00000000000000000000000000000000-b7ad6b7169203331-01"));
+        h.insert(TRACESTATE, HeaderValue::from_static("vendor=1"));
+        let t = TraceContext::from_headers(&h);
+        assert_eq!(t.parent_id, None);
+        assert_ne!(t.trace_id, 0);
+        let mut out = h.clone();
+        t.propagate(&mut out);
+        assert!(parse(out[TRACEPARENT].as_bytes()).is_some());
+        assert!(out.get(TRACESTATE).is_none());
+    }
+}

@@ -12,12 +12,18 @@
 #    kubernetes-validate --strict, the manifests' own invariants (probes,
 #    grace period vs shutdown_timeout, security context), hadolint, the
 #    dashboard's JSON.
-# 3. Live: starts `gateway upstream`, the gateway in front of it and a real
-#    Prometheus (1s scrape) on 127.0.0.1, sends traffic, and polls the HTTP
-#    API until up{job="gateway"} == 1 and a rate() of the route's requests is
-#    non-zero; evaluates every rule and dashboard expression there.
+# 3. Live: starts two `gateway upstream`s, the gateway in front of them and a
+#    real Prometheus (1s scrape) on 127.0.0.1, and sends traffic that
+#    exercises the upstream protection too: a queue that overflows
+#    (max_requests), health checks that fail an endpoint (/readyz 503), an
+#    ejection, retries past their budget. Checks the statuses, Retry-After and
+#    the metrics that traffic must move; polls the HTTP API until
+#    up{job="gateway"} == 1, a rate() of the route's requests is non-zero and
+#    the alerts that traffic makes true are pending or firing; evaluates every
+#    rule and dashboard expression there (dashboard ones must return data).
 # 4. Drift: every metric name used by alerts.yml and gateway.json must be in
-#    the gateway's /metrics (scripts/metric_names.py).
+#    the gateway's /metrics (scripts/metric_names.py); a `_bucket` query on a
+#    metric that is not a histogram is reported.
 # Every process it starts is stopped by PID on exit.
 set -euo pipefail
 
@@ -229,6 +235,58 @@ expect_status() {
     echo "GET $path x$count -> $want"
 }
 
+# burst PATH N: N requests at once; prints "STATUS RETRY-AFTER" for each.
+burst() {
+    curl -s -Z --parallel-immediate --parallel-max "$2" -o /dev/null --max-time 5 \
+        -w '%{http_code} %header{retry-after}\n' "http://127.0.0.1:$GW_PORT$1?[1-$2]" 2>/dev/null
+}
+
+# expect_retry_after PATH: a 503 with a Retry-After of whole seconds.
+expect_retry_after() {
+    local got
+    got=$(curl -s -o /dev/null -w '%{http_code} %header{retry-after}' --max-time 5 "http://127.0.0.1:$GW_PORT$1")
+    [[ "$got" =~ ^503\ [1-9][0-9]*$ ]] || die "GET $1 answered '$got', expected 503 with Retry-After"
+    echo "GET $1 -> 503, Retry-After: ${got#503 }"
+}
+
+# metrics_expect 'SERIES OP NUMBER'...: checks samples of the gateway's
+# /metrics, e.g. 'gateway_upstream_queue_depth{upstream="q"} == 0' (labels
+# in any order; an absent series fails). Prints each; exit 1 if one fails.
+metrics_expect() {
+    curl -fsS --max-time 5 "http://127.0.0.1:$GW_PORT/metrics" | python3 -c '
+import operator, re, sys
+LABEL = re.compile(r"(\w+)=\"((?:[^\"\\]|\\.)*)\"")
+def key(series):
+    name, _, labels = series.partition("{")
+    return name, frozenset(LABEL.findall(labels))
+samples = {}
+for line in sys.stdin:
+    if line.strip() and not line.startswith("#"):
+        series, value = line.rsplit(None, 1)
+        samples[key(series)] = float(value)
+ops = {"==": operator.eq, ">=": operator.ge, "<=": operator.le, ">": operator.gt}
+quiet, failed = sys.argv[1] == "quiet", False
+for check in sys.argv[2:]:
+    series, op, want = check.rsplit(None, 2)
+    got = samples.get(key(series))
+    ok = got is not None and ops[op](got, float(want))
+    failed |= not ok
+    if not quiet:
+        print(("ok   " if ok else "FAIL ") + f"{check}  (got {got})")
+sys.exit(1 if failed else 0)
+' "$@"
+}
+
+# wait_metrics SECONDS 'SERIES OP NUMBER'...: until all hold.
+wait_metrics() {
+    local deadline=$((SECONDS + $1))
+    shift
+    until metrics_expect quiet "$@"; do
+        [ "$SECONDS" -lt "$deadline" ] || { metrics_expect show "$@" || true; die "metrics did not reach the expected values"; }
+        sleep 0.2
+    done
+}
+
 prom_query() {
     curl -fsS --max-time 5 --get --data-urlencode "query=$1" "http://127.0.0.1:$PROM_PORT/api/v1/query"
 }
@@ -240,14 +298,19 @@ live_checks() {
     "$GATEWAY_BIN" check --config "$WORK/k8s-gateway.toml"
 
     UP_PORT=$(free_port)
+    QUEUE_UP_PORT=$(free_port)
     GW_PORT=$(free_port)
     DEAD_PORT=$(free_port) # nothing listens here: connect errors
     PROM_PORT=$(free_port)
+    local dead="http://127.0.0.1:$DEAD_PORT" live="http://127.0.0.1:$UP_PORT"
 
-    log "starting gateway upstream on 127.0.0.1:$UP_PORT (10ms delay)"
+    log "starting gateway upstream on 127.0.0.1:$UP_PORT (10ms delay) and 127.0.0.1:$QUEUE_UP_PORT (300ms)"
     "$GATEWAY_BIN" upstream --listen "127.0.0.1:$UP_PORT" --delay 10ms >"$WORK/upstream.log" 2>&1 &
     PIDS+=($!)
     wait_http "http://127.0.0.1:$UP_PORT/hello" "$!" 15
+    "$GATEWAY_BIN" upstream --listen "127.0.0.1:$QUEUE_UP_PORT" --delay 300ms >"$WORK/upstream-queue.log" 2>&1 &
+    PIDS+=($!)
+    wait_http "http://127.0.0.1:$QUEUE_UP_PORT/hello" "$!" 15
 
     cat >"$WORK/gateway.toml" <<EOF
 [server]
@@ -258,16 +321,56 @@ shutdown_timeout = "2s"
 path = "/metrics"
 
 [upstreams.slow]
-url = "http://127.0.0.1:$UP_PORT"
+url = "$live"
 connect_timeout = "1s"
 pool_max_idle_per_host = 16
 pool_idle_timeout = "30s"
 
 [upstreams.down]
-url = "http://127.0.0.1:$DEAD_PORT"
+url = "$dead"
 connect_timeout = "200ms"
 pool_max_idle_per_host = 16
 pool_idle_timeout = "30s"
+
+# One request at a time to a 300ms upstream, one queue place, 100ms in the
+# queue at most: concurrent requests get queue_full and queue_timeout 503s.
+[upstreams.guarded]
+url = "http://127.0.0.1:$QUEUE_UP_PORT"
+max_requests = 1
+queue = 1
+queue_timeout = "100ms"
+
+# Two endpoints, one dead: health checks take it out, traffic goes to the other.
+# The first check decides alone; after that the defaults (3 failures of 1s)
+# keep a slow moment of a busy machine from taking the live one out.
+[upstreams.pair]
+endpoints = ["$live", "$dead"]
+balance = "round_robin"
+[upstreams.pair.health]
+path = "/hello"
+interval = "500ms"
+
+# Ejected after two failures in a row (the route's 2ms timeout), for longer
+# than this run: then every request is refused at once (kind="unavailable").
+[upstreams.flaky]
+url = "$live"
+[upstreams.flaky.outlier]
+consecutive_failures = 2
+ejection_time = "5m"
+
+# A route retries refused connects; the budget allows 10 retries per 10s
+# (min_per_second 1, ratio 0) and refuses the rest.
+[upstreams.retried]
+url = "$dead"
+connect_timeout = "200ms"
+retry_budget = { ratio = 0.0, min_per_second = 1 }
+
+# Its only endpoint fails its health checks: /readyz answers 503 naming it.
+[upstreams.gone]
+url = "$dead"
+[upstreams.gone.health]
+path = "/hello"
+interval = "500ms"
 
 [[routes]]
 name = "slow"
@@ -289,6 +392,41 @@ name = "down"
 prefix = "/down"
 upstream = "down"
 timeout = "1s"
+
+[[routes]]
+name = "guarded"
+prefix = "/guarded"
+upstream = "guarded"
+rewrite = "/a"
+timeout = "2s"
+
+[[routes]]
+name = "pair"
+prefix = "/pair"
+upstream = "pair"
+rewrite = "/a"
+timeout = "2s"
+
+[[routes]]
+name = "flaky"
+prefix = "/flaky"
+upstream = "flaky"
+rewrite = "/a"
+timeout = "2ms"
+
+[[routes]]
+name = "retried"
+prefix = "/retried"
+upstream = "retried"
+timeout = "2s"
+retries = 1
+retry_on = ["connect"]
+
+[[routes]]
+name = "gone"
+prefix = "/gone"
+upstream = "gone"
+timeout = "1s"
 EOF
     log "starting the gateway on 127.0.0.1:$GW_PORT"
     "$GATEWAY_BIN" check --config "$WORK/gateway.toml" >/dev/null
@@ -296,20 +434,7 @@ EOF
     PIDS+=($!)
     wait_http "http://127.0.0.1:$GW_PORT/healthz" "$!" 15
 
-    log "traffic: a proxied route, a timeout, a refused upstream, an unmatched path"
-    expect_status /slow 200 20
-    expect_status /tight 504 3
-    expect_status /down 502 3
-    expect_status /no-such-route 404 3
-    # Keep requests flowing while Prometheus scrapes (bounded: at most ~60s).
-    (
-        for _ in $(seq 1 500); do
-            curl -s -o /dev/null --max-time 2 "http://127.0.0.1:$GW_PORT/slow" || true
-            sleep 0.1
-        done
-    ) &
-    PIDS+=($!)
-
+    # Prometheus first, so that it sees the traffic below as rates.
     cat >"$WORK/prometheus.yml" <<EOF
 global:
   scrape_interval: 1s
@@ -328,48 +453,131 @@ EOF
     local prom_pid=$!
     wait_http "http://127.0.0.1:$PROM_PORT/-/ready" "$prom_pid" 30
 
+    log "traffic: a proxied route, a timeout, a refused upstream, an unmatched path"
+    expect_status /slow 200 20
+    expect_status /tight 504 3
+    expect_status /down 502 3
+    expect_status /no-such-route 404 3
+
+    log "traffic: health checks, /readyz, the queue, ejection, retries within the budget"
+    wait_metrics 10 \
+        "gateway_upstream_endpoint_healthy{upstream=\"pair\",endpoint=\"$dead\"} == 0" \
+        "gateway_upstream_endpoint_healthy{upstream=\"gone\",endpoint=\"$dead\"} == 0"
+    local ready
+    ready=$(curl -s -w ' %{http_code}' --max-time 5 "http://127.0.0.1:$GW_PORT/readyz")
+    [ "$ready" = "not ready: no healthy endpoint in upstream gone"$'\n'" 503" ] || die "/readyz answered '$ready'"
+    echo "GET /readyz -> 503 naming upstream gone only (pair still has a healthy endpoint)"
+    expect_status /pair 200 10
+    # The rejection counters appear with the first rejection: one round, then
+    # a pause for Prometheus to scrape them low, so that the rest is a rate.
+    local codes
+    codes=$(burst /guarded 6; sleep 2; for _ in $(seq 2 16); do burst /guarded 6; done)
+    codes=$(sort <<<"$codes" | uniq -c)
+    echo "GET /guarded, 16 rounds of 6 at once (count, status, Retry-After):"
+    echo "$codes"
+    grep -qvE '^ *[0-9]+ (200 |503 1)$' <<<"$codes" && die "/guarded: a status other than 200, or a 503 without Retry-After: 1"
+    expect_status /flaky 504 2
+    expect_status /flaky 503 10
+    expect_retry_after /flaky
+    expect_status /retried 502 20
+    expect_status /gone 503 10
+    expect_retry_after /gone
+
+    log "the new metrics moved as the traffic says (upstream protection)"
+    metrics_expect show \
+        "gateway_rejected_total{route=\"guarded\",reason=\"queue_full\"} >= 1" \
+        "gateway_rejected_total{route=\"guarded\",reason=\"queue_timeout\"} >= 1" \
+        "gateway_upstream_queue_wait_seconds_count{upstream=\"guarded\"} >= 16" \
+        "gateway_upstream_queue_depth{upstream=\"guarded\"} == 0" \
+        "gateway_upstream_requests_in_flight{upstream=\"guarded\"} == 0" \
+        "gateway_upstream_endpoint_healthy{upstream=\"pair\",endpoint=\"$live\"} == 1" \
+        "gateway_upstream_endpoint_healthy{upstream=\"pair\",endpoint=\"$dead\"} == 0" \
+        "gateway_upstream_connections_opened_total{upstream=\"pair\",endpoint=\"$dead\"} == 0" \
+        "gateway_upstream_requests_in_flight{upstream=\"pair\"} == 0" \
+        "gateway_upstream_errors_total{upstream=\"flaky\",kind=\"timeout\"} == 2" \
+        "gateway_upstream_ejections_total{upstream=\"flaky\",endpoint=\"$live\"} == 1" \
+        "gateway_upstream_errors_total{upstream=\"flaky\",kind=\"unavailable\"} == 11" \
+        "gateway_upstream_retries_total{upstream=\"retried\"} >= 1" \
+        "gateway_upstream_retries_skipped_total{upstream=\"retried\"} >= 1" \
+        "gateway_upstream_errors_total{upstream=\"retried\",kind=\"connect\"} == 20" \
+        "gateway_upstream_errors_total{upstream=\"gone\",kind=\"unavailable\"} == 11" \
+        "gateway_upstream_connections_opened_total{upstream=\"gone\",endpoint=\"$dead\"} == 0" \
+        || die "an upstream-protection metric did not move as expected"
+
+    # Keep requests flowing while Prometheus scrapes (bounded: at most ~60s).
+    (
+        for _ in $(seq 1 500); do
+            curl -s -o /dev/null --max-time 2 "http://127.0.0.1:$GW_PORT/slow" || true
+            sleep 0.1
+        done
+    ) &
+    PIDS+=($!)
+
     local q_up='up{job="gateway"}'
     local q_rate='rate(http_server_requests_total{job="gateway", route="slow"}[30s])'
-    local deadline=$((SECONDS + LIVE_TIMEOUT)) up_json rate_json
+    # Alerts whose condition the traffic above makes true on real series: they
+    # must be pending (their `for:` is minutes) or firing.
+    local q_alerts='ALERTS{alertname=~"GatewayUpstream.*"}'
+    local want_alerts="GatewayUpstreamEndpointEjected/flaky GatewayUpstreamEndpointUnhealthy/gone GatewayUpstreamEndpointUnhealthy/pair GatewayUpstreamQueueSaturated/guarded GatewayUpstreamRetryBudgetExhausted/retried GatewayUpstreamUnavailable/flaky GatewayUpstreamUnavailable/gone"
+    local deadline=$((SECONDS + LIVE_TIMEOUT)) up_json rate_json alerts_json
     log "polling the Prometheus API (at most ${LIVE_TIMEOUT}s)"
     while :; do
         kill -0 "$prom_pid" 2>/dev/null || die "prometheus exited"
         up_json=$(prom_query "$q_up" || true)
         rate_json=$(prom_query "$q_rate" || true)
-        if python3 - "$up_json" "$rate_json" <<'PY'; then break; fi
+        alerts_json=$(prom_query "$q_alerts" || true)
+        if python3 - "$up_json" "$rate_json" "$alerts_json" "$want_alerts" <<'PY'; then break; fi
 import json, sys
 try:
-    up, rate = (json.loads(a)["data"]["result"] for a in sys.argv[1:])
+    up, rate, alerts = (json.loads(a)["data"]["result"] for a in sys.argv[1:4])
 except (ValueError, KeyError):
     sys.exit(1)
+active = {f'{a["metric"]["alertname"]}/{a["metric"].get("upstream") or a["metric"].get("route")}' for a in alerts}
 ok = [r["value"][1] for r in up] == ["1"] and any(float(r["value"][1]) > 0 for r in rate)
-sys.exit(0 if ok else 1)
+sys.exit(0 if ok and set(sys.argv[4].split()) <= active else 1)
 PY
-        [ "$SECONDS" -lt "$deadline" ] || die "no up==1 and non-zero rate within ${LIVE_TIMEOUT}s; last: $up_json $rate_json"
+        [ "$SECONDS" -lt "$deadline" ] || die "no up==1, non-zero rate and the expected alerts within ${LIVE_TIMEOUT}s; last: $up_json $rate_json $alerts_json"
         sleep 1
     done
     echo "query: $q_up"
     echo "$up_json"
     echo "query: $q_rate"
     echo "$rate_json"
+    echo "query: $q_alerts"
+    python3 -c '
+import json, sys
+for a in sorted(json.loads(sys.argv[1])["data"]["result"], key=lambda a: sorted(a["metric"].items())):
+    m = a["metric"]
+    where = ", ".join(f"{k}={m[k]}" for k in ("upstream", "route", "endpoint", "reason") if k in m)
+    state, name = m["alertstate"], m["alertname"]
+    print(f"  {state:8} {name} ({where})")
+' "$alerts_json"
 
-    log "every alert and dashboard expression evaluates on the real Prometheus"
-    python3 scripts/metric_names.py exprs "$ALERTS" "$DASHBOARD" | python3 -c '
+    log "every alert and dashboard expression evaluates on the real Prometheus; every dashboard query has data"
+    {
+        python3 scripts/metric_names.py exprs "$ALERTS" | sed 's/^/alert /'
+        python3 scripts/metric_names.py exprs "$DASHBOARD" | sed 's/^/dashboard /'
+    } | python3 -c '
 import json, sys, urllib.error, urllib.parse, urllib.request
 base, bad, n = sys.argv[1], 0, 0
 for line in sys.stdin:
-    expr = json.loads(line)
+    source, expr = line.split(" ", 1)
+    expr = json.loads(expr)
     n += 1
     url = base + "/api/v1/query?" + urllib.parse.urlencode({"query": expr})
     try:
         with urllib.request.urlopen(url, timeout=5) as r:
-            status = json.load(r)["status"]
+            body = json.load(r)
+        status, result = body["status"], body["data"]["result"]
     except urllib.error.HTTPError as e:
-        status = json.load(e).get("error", str(e))
+        status, result = json.load(e).get("error", str(e)), []
     if status != "success":
         bad += 1
         print(f"FAIL {expr}: {status}")
-print(f"{n - bad}/{n} expressions evaluate")
+    elif source == "dashboard" and not result:
+        bad += 1
+        print(f"EMPTY {expr}: no series (a panel that would stay blank)")
+print(f"{n - bad}/{n} expressions evaluate (dashboard ones with data)")
 sys.exit(1 if bad else 0)
 ' "http://127.0.0.1:$PROM_PORT"
     curl -fsS --max-time 5 "http://127.0.0.1:$PROM_PORT/api/v1/rules" | python3 -c '
@@ -382,6 +590,17 @@ sys.exit(1 if bad or not rules else 0)'
     log "drift: metrics used by $ALERTS and $DASHBOARD vs the gateway's /metrics"
     curl -fsS --max-time 5 "http://127.0.0.1:$GW_PORT/metrics" >"$WORK/metrics.txt"
     python3 scripts/metric_names.py check --metrics "$WORK/metrics.txt" "$ALERTS" "$DASHBOARD"
+    # A query on NAME_bucket finds nothing unless NAME is a histogram.
+    python3 - "$WORK/metrics.txt" "$ALERTS" "$DASHBOARD" <<'PY'
+import re, subprocess, sys
+types = dict(re.findall(r"^# TYPE (\S+) (\S+)$", open(sys.argv[1]).read(), re.M))
+exprs = subprocess.run([sys.executable, "scripts/metric_names.py", "exprs", *sys.argv[2:]],
+                       capture_output=True, text=True, check=True).stdout
+for name in sorted(set(re.findall(r"([A-Za-z_:][\w:]*)_bucket\b", exprs))):
+    kind = types.get(name)
+    if kind != "histogram":
+        print(f"NOTE     {name}_bucket is queried but {name} is exported as a {kind}: those queries find nothing")
+PY
 
     # promtool exits non-zero on format errors; lint findings print but pass.
     log "promtool check metrics on the real scrape"

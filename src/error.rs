@@ -44,6 +44,9 @@ pub enum GatewayError {
     /// The upstream is at `max_requests` and its queue is full.
     #[error("upstream {upstream}: at max_requests with all {queue} queue places taken")]
     QueueFull { upstream: String, queue: usize },
+    /// The route's timeout passed while the request waited in the queue.
+    #[error("upstream {upstream}: still queued at the route timeout of {}", humantime::format_duration(*.after))]
+    QueuedPastRouteTimeout { upstream: String, after: Duration },
     /// The request waited `queue_timeout` for one of the upstream's slots.
     #[error("upstream {upstream}: no slot within the queue timeout of {}", humantime::format_duration(*.after))]
     QueueTimeout { upstream: String, after: Duration },
@@ -95,9 +98,9 @@ impl GatewayError {
             GatewayError::UpstreamConnect { .. }
             | GatewayError::UpstreamReset { .. }
             | GatewayError::UpstreamProtocol { .. } => StatusCode::BAD_GATEWAY,
-            GatewayError::UpstreamTimeout { .. } | GatewayError::UpstreamSendTimeout { .. } => {
-                StatusCode::GATEWAY_TIMEOUT
-            }
+            GatewayError::UpstreamTimeout { .. }
+            | GatewayError::UpstreamSendTimeout { .. }
+            | GatewayError::QueuedPastRouteTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
         }
     }
 
@@ -123,7 +126,7 @@ impl GatewayError {
             GatewayError::BodyTimeout { .. } => Some("body_timeout"),
             GatewayError::Overloaded { .. } => Some("max_concurrent"),
             GatewayError::QueueFull { .. } => Some("queue_full"),
-            GatewayError::QueueTimeout { .. } => Some("queue_timeout"),
+            GatewayError::QueueTimeout { .. } | GatewayError::QueuedPastRouteTimeout { .. } => Some("queue_timeout"),
             GatewayError::BadPath(_) => Some("bad_path"),
             _ => None,
         }
@@ -175,6 +178,7 @@ impl GatewayError {
             GatewayError::UpstreamProtocol { .. } => "bad gateway: invalid upstream response\n",
             GatewayError::UpstreamTimeout { .. } => "gateway timeout: upstream did not answer in time\n",
             GatewayError::UpstreamSendTimeout { .. } => "gateway timeout: upstream stopped reading the request\n",
+            GatewayError::QueuedPastRouteTimeout { .. } => "gateway timeout: still waiting for the upstream\n",
         }
     }
 }
@@ -211,6 +215,7 @@ mod tests {
             (GatewayError::QueueFull { upstream: up(), queue: 1 }, 503, None),
             (GatewayError::QueueTimeout { upstream: up(), after: Duration::from_secs(1) }, 503, None),
             (GatewayError::Unavailable { upstream: up(), retry_after: 3 }, 503, Some("unavailable")),
+            (GatewayError::QueuedPastRouteTimeout { upstream: up(), after: Duration::from_secs(1) }, 504, None),
             (GatewayError::Io(std::io::Error::other("x")), 500, None),
             (
                 GatewayError::UpstreamConnect { upstream: up(), authority: "h:1".into(), detail: "refused".into() },

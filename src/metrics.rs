@@ -39,6 +39,9 @@ pub const ENDPOINT_HEALTHY: &str = "gateway_upstream_endpoint_healthy";
 pub const ENDPOINT_EJECTIONS: &str = "gateway_upstream_ejections_total";
 pub const UPSTREAM_RETRIES_SKIPPED: &str = "gateway_upstream_retries_skipped_total";
 pub const PANICS: &str = "gateway_panics_total";
+pub const ENDPOINT_EJECTED: &str = "gateway_upstream_endpoint_ejected";
+pub const UPSTREAM_MAX_REQUESTS: &str = "gateway_upstream_max_requests";
+pub const UPSTREAM_QUEUE_SIZE: &str = "gateway_upstream_queue_size";
 
 /// Upstream error kinds, the `kind` label values.
 pub const UPSTREAM_ERROR_KINDS: &[&str] =
@@ -58,6 +61,8 @@ pub fn install() -> &'static Exporter {
     EXPORTER.get_or_init(|| {
         let recorder = PrometheusBuilder::new()
             .set_buckets_for_metric(Matcher::Suffix("_duration_seconds".into()), BUCKETS)
+            .expect("non-empty buckets")
+            .set_buckets_for_metric(Matcher::Full(UPSTREAM_QUEUE_WAIT.into()), BUCKETS)
             .expect("non-empty buckets")
             .build_recorder();
         let handle = recorder.handle();
@@ -104,6 +109,9 @@ fn describe() {
     );
     describe_gauge!(ENDPOINT_HEALTHY, "1 while the endpoint passes its active health checks, else 0.");
     describe_counter!(ENDPOINT_EJECTIONS, "Times the endpoint was ejected after consecutive failures.");
+    describe_gauge!(ENDPOINT_EJECTED, "1 while the endpoint is ejected (until a trial request succeeds), else 0.");
+    describe_gauge!(UPSTREAM_MAX_REQUESTS, "The upstream's configured max_requests.");
+    describe_gauge!(UPSTREAM_QUEUE_SIZE, "The upstream's configured queue places.");
     describe_counter!(PANICS, "Requests whose handling panicked (answered 500; the process keeps serving).");
 }
 

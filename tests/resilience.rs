@@ -105,7 +105,11 @@ async fn a_full_queue_and_a_long_wait_are_503_with_retry_after_and_counted() {
     let m = metrics_text(gw.addr).await;
     assert_eq!(rejected(&m, "qf", "queue_full"), 1.0);
     assert_eq!(rejected(&m, "qf", "queue_timeout"), 1.0);
-    assert_eq!(sample(&m, "gateway_upstream_errors_total", &[("upstream", "qf"), ("kind", "timeout")]), Some(1.0));
+    // The 504 from the queue is a wait, not the upstream's failure.
+    assert_eq!(rejected(&m, "qf_short", "queue_timeout"), 1.0);
+    assert_eq!(sample(&m, "gateway_upstream_errors_total", &[("upstream", "qf"), ("kind", "timeout")]), Some(0.0));
+    assert_eq!(sample(&m, "gateway_upstream_max_requests", &[("upstream", "qf")]), Some(1.0));
+    assert!(sample(&m, "gateway_upstream_queue_wait_seconds_bucket", &[("upstream", "qf"), ("le", "0.5")]).is_some());
 }
 
 #[tokio::test]
@@ -287,6 +291,7 @@ async fn consecutive_failures_eject_then_fast_503_then_one_trial() {
     }
     let m = metrics_text(gw.addr).await;
     assert_eq!(sample(&m, "gateway_upstream_ejections_total", &[("upstream", "ej")]), Some(2.0));
+    assert_eq!(sample(&m, "gateway_upstream_endpoint_ejected", &[("upstream", "ej")]), Some(0.0));
 }
 
 #[tokio::test]

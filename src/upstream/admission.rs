@@ -17,7 +17,7 @@ use tokio::time::Instant;
 
 use crate::config::Admission as AdmissionConfig;
 use crate::error::GatewayError;
-use crate::metrics::{UPSTREAM_QUEUE_DEPTH, UPSTREAM_QUEUE_WAIT};
+use crate::metrics::{UPSTREAM_MAX_REQUESTS, UPSTREAM_QUEUE_DEPTH, UPSTREAM_QUEUE_SIZE, UPSTREAM_QUEUE_WAIT};
 
 /// An upstream's slots and queue.
 pub struct Admission {
@@ -31,6 +31,8 @@ pub struct Admission {
 
 impl Admission {
     pub fn new(config: AdmissionConfig, upstream: &str) -> Self {
+        gauge!(UPSTREAM_MAX_REQUESTS, "upstream" => upstream.to_owned()).set(config.max_requests as f64);
+        gauge!(UPSTREAM_QUEUE_SIZE, "upstream" => upstream.to_owned()).set(config.queue as f64);
         Admission {
             config,
             upstream: upstream.to_owned(),
@@ -66,8 +68,11 @@ impl Admission {
                 self.wait.record(started.elapsed().as_secs_f64());
                 Ok(permit.expect("the semaphore is never closed"))
             }
+            // The route's timeout came first: 504 as any route timeout, but
+            // counted as a queue wait, not as the upstream's failure (it
+            // never saw the request).
             Err(_) if deadline <= queue_deadline => {
-                Err(GatewayError::UpstreamTimeout { upstream: self.upstream.clone(), after: route_timeout })
+                Err(GatewayError::QueuedPastRouteTimeout { upstream: self.upstream.clone(), after: route_timeout })
             }
             Err(_) => {
                 Err(GatewayError::QueueTimeout { upstream: self.upstream.clone(), after: self.config.queue_timeout })

@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use super::pool::Pool;
 use crate::config::{Balance, EndpointConfig, OutlierConfig, UpstreamConfig};
-use crate::metrics::{ENDPOINT_EJECTIONS, ENDPOINT_HEALTHY, UPSTREAM_CONNECTIONS_OPENED};
+use crate::metrics::{ENDPOINT_EJECTED, ENDPOINT_EJECTIONS, ENDPOINT_HEALTHY, UPSTREAM_CONNECTIONS_OPENED};
 
 /// Milliseconds since the first call, plus one: 0 means "never".
 fn now_ms() -> u64 {
@@ -49,6 +49,8 @@ struct Outlier {
     /// A trial request is under way.
     trial: AtomicBool,
     ejections: Counter,
+    /// `gateway_upstream_endpoint_ejected`.
+    ejected: Gauge,
 }
 
 /// Whether an endpoint may take a request now.
@@ -75,6 +77,7 @@ impl Endpoint {
             ejected_until: AtomicU64::new(0),
             trial: AtomicBool::new(false),
             ejections: counter!(ENDPOINT_EJECTIONS, &labels),
+            ejected: gauge!(ENDPOINT_EJECTED, &labels),
         });
         let host = HeaderValue::from_str(config.authority.as_str()).expect("an authority is a valid header");
         Endpoint {
@@ -142,6 +145,7 @@ impl Endpoint {
         o.ejected_until.store(now_ms() + o.config.ejection_time.as_millis() as u64, Relaxed);
         o.failures.store(0, Relaxed);
         o.ejections.increment(1);
+        o.ejected.set(1.0);
         tracing::warn!(
             upstream = %self.upstream,
             endpoint = %self.config.url,
@@ -174,6 +178,7 @@ impl Attempt {
         if self.trial {
             o.ejected_until.store(0, Relaxed);
             o.trial.store(false, Relaxed);
+            o.ejected.set(0.0);
             tracing::info!(upstream = %self.endpoint.upstream, endpoint = %self.endpoint.config.url, "ejected endpoint back after a good trial");
         }
     }

@@ -141,13 +141,14 @@ impl Upstream {
         if let Some(trace) = &cx.trace {
             trace.propagate(&mut parts.headers);
         }
-        if let Some(budget) = &self.budget {
-            budget.deposit();
-        }
         let slot = match &self.admission {
             Some(admission) => Some(admission.admit(deadline, target.timeout).await?),
             None => None,
         };
+        // Only admitted requests earn retries: turned-away ones did no work.
+        if let Some(budget) = &self.budget {
+            budget.deposit();
+        }
         let in_flight = InFlight::new(&self.in_flight);
         let mut req = Request::from_parts(parts, body);
         let mut tried: Vec<usize> = Vec::new();

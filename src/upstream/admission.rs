@@ -64,6 +64,11 @@ impl Admission {
         let queue_deadline = started + self.config.queue_timeout;
         let acquire = self.slots.clone().acquire_owned();
         match tokio::time::timeout_at(queue_deadline.min(deadline), acquire).await {
+            // A slot that frees just as the route's time runs out is no use:
+            // the request waited out its time in the queue.
+            Ok(_) if Instant::now() >= deadline => {
+                Err(GatewayError::QueuedPastRouteTimeout { upstream: self.upstream.clone(), after: route_timeout })
+            }
             Ok(permit) => {
                 self.wait.record(started.elapsed().as_secs_f64());
                 Ok(permit.expect("the semaphore is never closed"))

@@ -4,6 +4,8 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -227,11 +229,19 @@ pub struct RequestBody {
     idle: IdleTimer,
     /// The body arrives over HTTP/2: its end must be END_STREAM, not a reset.
     http2: bool,
+    /// Bytes read, for the access log (when it is on).
+    counted: Option<Arc<AtomicU64>>,
 }
 
 impl RequestBody {
-    pub fn new(inner: Incoming, limit: u64, idle_timeout: Duration, http2: bool) -> Self {
-        RequestBody { inner, limit, seen: 0, idle: IdleTimer::new(idle_timeout), http2 }
+    pub fn new(
+        inner: Incoming,
+        limit: u64,
+        idle_timeout: Duration,
+        http2: bool,
+        counted: Option<Arc<AtomicU64>>,
+    ) -> Self {
+        RequestBody { inner, limit, seen: 0, idle: IdleTimer::new(idle_timeout), http2, counted }
     }
 }
 
@@ -245,6 +255,9 @@ impl http_body::Body for RequestBody {
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(data) = frame.data_ref() {
                     this.seen += data.len() as u64;
+                    if let Some(counted) = &this.counted {
+                        counted.store(this.seen, Ordering::Relaxed);
+                    }
                     if this.seen > this.limit {
                         return Poll::Ready(Some(Err(BodyTooLarge(this.limit).into())));
                     }

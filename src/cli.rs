@@ -59,7 +59,7 @@ pub fn main() -> ExitCode {
     match cli.command {
         Some(Command::Upstream { listen, delay }) => run_upstream(listen, delay),
         Some(Command::Check) => check(cli.config),
-        None => run_gateway(cli.config),
+        None => run_gateway(cli.config, cli.log_format),
     }
 }
 
@@ -124,11 +124,17 @@ async fn shutdown_signal() {
     }
 }
 
-fn run_gateway(path: Option<PathBuf>) -> ExitCode {
-    let (config, embedded) = match load(path) {
+fn run_gateway(path: Option<PathBuf>, log_format: LogFormat) -> ExitCode {
+    let (mut config, embedded) = match load(path) {
         Ok(c) => c,
         Err(code) => return code,
     };
+    // Unset, the access log follows the log format: JSON with JSON logs,
+    // the combined format with text ones.
+    config.server.access_log_format.get_or_insert(match log_format {
+        LogFormat::Json => config::AccessLogFormat::Json,
+        LogFormat::Text => config::AccessLogFormat::Combined,
+    });
     let rt = match runtime(config.server.worker_threads) {
         Ok(rt) => rt,
         Err(e) => {

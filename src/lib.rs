@@ -7,6 +7,7 @@
 //! [`config::Config`] to listeners and signals.
 #![forbid(unsafe_code)]
 
+pub mod access;
 pub mod body;
 pub mod cli;
 pub mod config;
@@ -18,6 +19,7 @@ pub mod layers;
 pub mod limits;
 pub mod listener;
 pub mod metrics;
+pub mod otel;
 pub mod path;
 pub mod proxy;
 pub mod router;

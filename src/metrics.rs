@@ -39,6 +39,8 @@ pub const ENDPOINT_HEALTHY: &str = "gateway_upstream_endpoint_healthy";
 pub const ENDPOINT_EJECTIONS: &str = "gateway_upstream_ejections_total";
 pub const UPSTREAM_RETRIES_SKIPPED: &str = "gateway_upstream_retries_skipped_total";
 pub const PANICS: &str = "gateway_panics_total";
+pub const TRACE_EXPORT_FAILURES: &str = "gateway_trace_export_failures_total";
+pub const TRACE_SPANS_DROPPED: &str = "gateway_trace_spans_dropped_total";
 pub const ENDPOINT_EJECTED: &str = "gateway_upstream_endpoint_ejected";
 pub const UPSTREAM_MAX_REQUESTS: &str = "gateway_upstream_max_requests";
 pub const UPSTREAM_QUEUE_SIZE: &str = "gateway_upstream_queue_size";
@@ -112,6 +114,11 @@ fn describe() {
     describe_gauge!(ENDPOINT_EJECTED, "1 while the endpoint is ejected (until a trial request succeeds), else 0.");
     describe_gauge!(UPSTREAM_MAX_REQUESTS, "The upstream's configured max_requests.");
     describe_gauge!(UPSTREAM_QUEUE_SIZE, "The upstream's configured queue places.");
+    describe_counter!(
+        TRACE_EXPORT_FAILURES,
+        "Span batches the OTLP collector did not take (unreachable, error, timeout)."
+    );
+    describe_counter!(TRACE_SPANS_DROPPED, "Spans dropped because the export queue was full.");
     describe_counter!(PANICS, "Requests whose handling panicked (answered 500; the process keeps serving).");
 }
 

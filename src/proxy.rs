@@ -2,6 +2,9 @@
 //! upstream receives (rewrite, hop-by-hop headers, forwarding headers,
 //! framing), and how the upstream's response head becomes the client's.
 
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
 use http::header::{self, HeaderValue};
 use http::uri::PathAndQuery;
 use http::{Request, Uri, Version, request, response};
@@ -34,6 +37,7 @@ pub fn prepare_request(
     prefix: &str,
     max_body: u64,
     peer: &Peer,
+    counted: Option<Arc<AtomicU64>>,
 ) -> Result<Prepared, GatewayError> {
     let (mut parts, body) = req.into_parts();
     let path_and_query = match &target.rewrite {
@@ -70,7 +74,7 @@ pub fn prepare_request(
     let large_body = has_body
         && http_body::Body::size_hint(&body).upper().is_none_or(|n| n > u64::from(crate::listener::NOTSENT_LOWAT));
     let body = if has_body {
-        Either::Left(RequestBody::new(body, max_body, target.body_timeout, from_http2))
+        Either::Left(RequestBody::new(body, max_body, target.body_timeout, from_http2, counted))
     } else {
         Either::Right(Empty::new())
     };

@@ -4,7 +4,9 @@
 
 use std::borrow::Cow;
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use http::header::{self, HeaderValue};
 use http::uri::PathAndQuery;
@@ -12,8 +14,9 @@ use http::{Method, Request, Response, StatusCode, Uri};
 use hyper::body::Incoming;
 use tokio::time::Instant;
 
+use crate::access::{AccessLine, UpstreamTiming};
 use crate::body::Body;
-use crate::config::{Config, RouteConfig, Target};
+use crate::config::{AccessLogFormat, Config, RouteConfig, Target};
 use crate::error::GatewayError;
 use crate::files::FileServer;
 use crate::layers::RouteLayers;
@@ -21,7 +24,8 @@ use crate::layers::panic::{CatchUnwindRef, panic_response};
 use crate::layers::request_id::{self, RequestId};
 use crate::layers::trace::TraceContext;
 use crate::limits::{ConcurrencyLimit, Limits, screen};
-use crate::metrics::{self, Exporter, RouteMetrics};
+use crate::metrics::{self, RouteMetrics};
+use crate::otel::{Exporter, RequestSpan};
 use crate::path::{self, PathError};
 use crate::router::{Router, strip_prefix};
 use crate::upstream::Upstream;
@@ -47,11 +51,30 @@ pub struct RequestLog<'a> {
     pub id: Option<&'a RequestId>,
     /// Its trace, when trace context is on.
     pub trace: Option<TraceContext>,
+    /// What the proxy learns of the upstream, when the access log is on.
+    pub timing: Option<Arc<UpstreamTiming>>,
+    /// The access log line, when the access log is on.
+    access: Option<Box<AccessLine>>,
+    /// What the exported span needs, when spans are exported.
+    span: Option<Box<SpanStart>>,
+}
+
+/// The parts of a request its span needs, taken at its start.
+struct SpanStart {
+    path: String,
+    host: Option<String>,
+    client: String,
 }
 
 impl<'a> RequestLog<'a> {
     fn new(req: &Request<Incoming>, id: Option<&'a RequestId>, trace_context: bool) -> Self {
-        RequestLog { id, trace: trace_context.then(|| TraceContext::from_headers(req.headers())) }
+        RequestLog {
+            id,
+            trace: trace_context.then(|| TraceContext::from_headers(req.headers())),
+            timing: None,
+            access: None,
+            span: None,
+        }
     }
 
     /// The request ID for a log line (`-` without one).
@@ -87,8 +110,10 @@ pub struct App {
     upstreams: Vec<Upstream>,
     unmatched: RouteMetrics,
     files: FileServer,
-    exporter: &'static Exporter,
+    metrics_exporter: &'static metrics::Exporter,
     draining: AtomicBool,
+    /// Span export, when `[tracing] otlp_endpoint` is set.
+    exporter: Option<Exporter>,
     /// Whether /metrics, /healthz and /readyz answer on the main listener.
     builtins_on_main: bool,
     path_options: path::Options,
@@ -145,8 +170,9 @@ impl App {
             upstreams,
             unmatched: RouteMetrics::new("unmatched"),
             files: FileServer::default(),
-            exporter,
+            metrics_exporter: exporter,
             draining: AtomicBool::new(false),
+            exporter: Exporter::start(&config.tracing),
             config,
         }
     }
@@ -199,18 +225,28 @@ impl App {
     pub async fn serve(&self, mut req: Request<Incoming>, peer: &Peer, id: Option<&RequestId>) -> Response<Body> {
         let start = Instant::now();
         let method = req.method().clone();
-        let cx = RequestLog::new(&req, id, self.config.server.trace_context);
-        if let Err(e) = self.normalize(&mut req) {
-            let path = self.config.server.access_log.then(|| req.uri().path().to_owned());
+        let mut cx = RequestLog::new(&req, id, self.config.server.trace_context || self.exporter.is_some());
+        let normalized = self.normalize(&mut req);
+        if self.exporter.is_some() {
+            let host = req.headers().get(header::HOST).and_then(|h| h.to_str().ok()).map(str::to_owned);
+            let host = host.or_else(|| req.uri().authority().map(|a| a.as_str().to_owned()));
+            let path = req.uri().path().to_owned();
+            cx.span =
+                Some(Box::new(SpanStart { path, host, client: peer.forwarded_for.to_str().unwrap_or("-").to_owned() }));
+        }
+        if self.config.server.access_log {
+            cx.timing = Some(Arc::default());
+            cx.access = Some(self.access_line(&req, peer, &cx, start));
+        }
+        if let Err(e) = normalized {
             let response = self.fail(&self.unmatched, None, &cx, e);
-            return self.finish(&self.unmatched, None, &method, path, start, &cx, response);
+            return self.finish(&self.unmatched, None, &method, start, cx, response);
         }
         if self.builtins_on_main
             && let Some(resp) = self.builtin(req.uri().path())
         {
             return resp;
         }
-        let path = self.config.server.access_log.then(|| req.uri().path().to_owned());
         let route = self.router.find(req.uri().path()).map(|i| &self.routes[i]);
         let route_metrics = route.map_or(&self.unmatched, |r| &r.metrics);
         let _active = route_metrics.start();
@@ -230,7 +266,37 @@ impl App {
             },
             None => respond(self.screen(&req, self.config.server.max_body).and(Err(GatewayError::NoRoute))),
         };
-        self.finish(route_metrics, upstream, &method, path, start, &cx, response)
+        self.finish(route_metrics, upstream, &method, start, cx, response)
+    }
+
+    /// The access log line of a request, all but what its outcome tells.
+    fn access_line(
+        &self,
+        req: &Request<Incoming>,
+        peer: &Peer,
+        cx: &RequestLog<'_>,
+        start: Instant,
+    ) -> Box<AccessLine> {
+        let header = |name| req.headers().get(name).and_then(|v: &HeaderValue| v.to_str().ok()).map(str::to_owned);
+        Box::new(AccessLine {
+            format: self.config.server.access_log_format.unwrap_or(AccessLogFormat::Json),
+            time: std::time::SystemTime::now(),
+            client: peer.forwarded_for.to_str().unwrap_or("-").to_owned(),
+            method: req.method().clone(),
+            path: req.uri().path_and_query().map_or("/", |pq| pq.as_str()).to_owned(),
+            version: req.version(),
+            route: String::new(),
+            status: 0,
+            upstream: None,
+            request_id: cx.id.map(|id| id.as_str().to_owned()),
+            trace_id: cx.trace.map(|t| t.trace_id_hex()),
+            user_agent: header(header::USER_AGENT),
+            referer: header(header::REFERER),
+            duration: Duration::ZERO,
+            timing: cx.timing.clone(),
+            bytes_out: 0,
+            started: start,
+        })
     }
 
     /// Screens the request, then hands it to the route's target.
@@ -262,12 +328,12 @@ impl App {
                 Box::pin(upstream.forward(p, prefix, route.config.max_body, req, peer, cx, deadline)).await
             }
             Target::File(file) => match strip_prefix(req.uri().path(), prefix) {
-                "" | "/" => self.files.serve_file(file, req.method(), req.headers()).await,
+                "" | "/" => self.files.serve_file(file, req.method(), req.headers(), route.config.compress).await,
                 _ => Err(GatewayError::NotFound),
             },
             Target::Dir(root) => {
                 let rest = strip_prefix(req.uri().path(), prefix);
-                self.files.serve_dir(root, rest, req.uri(), req.method(), req.headers()).await
+                self.files.serve_dir(root, rest, req.uri(), req.method(), req.headers(), route.config.compress).await
             }
             Target::Respond { status, body } => {
                 let body = if req.method() == Method::HEAD { Body::empty() } else { Body::full(body.clone()) };
@@ -341,26 +407,36 @@ impl App {
         route: &RouteMetrics,
         upstream: Option<&Upstream>,
         method: &Method,
-        path: Option<String>,
         start: Instant,
-        cx: &RequestLog<'_>,
-        response: Response<Body>,
+        cx: RequestLog<'_>,
+        mut response: Response<Body>,
     ) -> Response<Body> {
         let elapsed = start.elapsed();
         let status = response.status().as_u16();
         route.record(method, status, elapsed);
-        if let Some(path) = path {
-            tracing::info!(
-                target: "access",
-                route = route.name(),
-                request_id = cx.request_id(),
-                trace_id = cx.trace.map(|t| t.trace_id_hex()),
-                method = %method,
-                path,
+        if let (Some(exporter), Some(trace), Some(span)) = (&self.exporter, &cx.trace, &cx.span) {
+            let end = std::time::SystemTime::now();
+            exporter.record(RequestSpan {
+                trace,
+                start: end - elapsed,
+                end,
+                method,
+                route: route.name(),
+                path: &span.path,
                 status,
-                upstream = upstream.map(|u| u.config.name.as_str()),
-                duration_ms = elapsed.as_secs_f64() * 1000.0,
-            );
+                host: span.host.as_deref(),
+                client: &span.client,
+                request_id: cx.id.map(RequestId::as_str),
+                upstream: upstream.map(|u| u.config.name.as_str()),
+            });
+        }
+        if let Some(mut line) = cx.access {
+            // Written by the connection once the body has gone out.
+            line.route = route.name().to_owned();
+            line.status = status;
+            line.duration = elapsed;
+            line.upstream = upstream.map(|u| u.config.name.clone());
+            response.extensions_mut().insert(line);
         }
         response
     }
@@ -386,7 +462,7 @@ impl App {
                 (StatusCode::OK, "text/plain; charset=utf-8", "ready\n".to_owned())
             }
         } else if path == self.config.metrics.path {
-            (StatusCode::OK, "text/plain; version=0.0.4; charset=utf-8", self.exporter.render())
+            (StatusCode::OK, "text/plain; version=0.0.4; charset=utf-8", self.metrics_exporter.render())
         } else {
             return None;
         };

@@ -23,8 +23,16 @@ pub const MIN_SIZE: u64 = 256;
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Compressible;
 
+/// Marks a response whose coding was already chosen (a cached file, sent
+/// in a stored form or as it is): the compression layer leaves it alone.
+#[derive(Debug, Clone, Copy)]
+pub struct Settled;
+
 impl Predicate for Compressible {
     fn should_compress<B: Body>(&self, response: &Response<B>) -> bool {
+        if response.extensions().get::<Settled>().is_some() {
+            return false;
+        }
         let status = response.status();
         if status == StatusCode::PARTIAL_CONTENT || status == StatusCode::NOT_MODIFIED {
             return false;

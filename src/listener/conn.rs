@@ -31,6 +31,7 @@ use bytes::Bytes;
 use http_body::{Frame, SizeHint};
 use tokio::time::{Instant, Sleep};
 
+use crate::access::AccessLine;
 use crate::body::{Body, BoxError};
 use crate::server::Peer;
 
@@ -226,15 +227,25 @@ impl Drop for InFlight {
 pub struct ConnBody {
     inner: Body,
     in_flight: InFlight,
+    /// The request's access log line, written when the body is done.
+    access: Option<Box<AccessLine>>,
 }
 
 impl ConnBody {
-    pub fn new(inner: Body, in_flight: InFlight) -> Self {
+    pub fn new(inner: Body, in_flight: InFlight, access: Option<Box<AccessLine>>) -> Self {
         let large = http_body::Body::size_hint(&inner).upper().is_none_or(|n| n > u64::from(super::NOTSENT_LOWAT));
         if large && !in_flight.state.has_large_response() {
             in_flight.state.large_response.store(true, Relaxed);
         }
-        ConnBody { inner, in_flight }
+        ConnBody { inner, in_flight, access }
+    }
+}
+
+impl Drop for ConnBody {
+    fn drop(&mut self) {
+        if let Some(line) = &self.access {
+            line.write();
+        }
     }
 }
 
@@ -245,6 +256,11 @@ impl http_body::Body for ConnBody {
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
         let poll = Pin::new(&mut this.inner).poll_frame(cx);
+        if let (Some(line), Poll::Ready(Some(Ok(frame)))) = (&mut this.access, &poll)
+            && let Some(data) = frame.data_ref()
+        {
+            line.bytes_out += data.len() as u64;
+        }
         if let Some(cell) = &this.in_flight.waiting_since {
             // Polled again: what it handed out last time was taken. Handing
             // out data: waiting until the next poll.
@@ -451,7 +467,7 @@ mod tests {
     async fn an_http2_stream_waiting_on_a_full_window_is_a_send_timeout() {
         let (state, mut w) = connection();
         let request = state.request_started(true);
-        let mut body = ConnBody::new(Body::full("data"), request);
+        let mut body = ConnBody::new(Body::full("data"), request, None);
         // The body hands out its data and is never polled again.
         let waker = futures_util::task::noop_waker();
         let frame = http_body::Body::poll_frame(Pin::new(&mut body), &mut Context::from_waker(&waker));

@@ -31,6 +31,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::access::AccessLine;
 use crate::metrics;
 use crate::server::{App, Peer};
 use conn::{ConnBody, ConnState, Expired, Timeouts, Watchdog};
@@ -222,7 +223,12 @@ async fn connection(
                 Kind::Main => app.handle(req, in_flight.peer()).await,
                 Kind::Admin => app.admin(&req),
             };
-            Ok::<_, Infallible>(response.map(|body| ConnBody::new(body, in_flight)))
+            let mut response = response;
+            let access = match app.config().server.access_log {
+                true => response.extensions_mut().remove::<Box<AccessLine>>(),
+                false => None,
+            };
+            Ok::<_, Infallible>(response.map(|body| ConnBody::new(body, in_flight, access)))
         }
     });
     let mut conn = pin!(builder.serve_connection(io, service));

@@ -9,6 +9,7 @@ use hyper::body::Incoming;
 use metrics::Counter;
 
 use super::pool::{Conn, ConnectError, Pool, SendBody, SendStalled};
+use crate::access::UpstreamTiming;
 use crate::body::{BodyIdle, BodyTooLarge, ClientBodyFailed};
 use crate::error::{GatewayError, find_source};
 
@@ -94,6 +95,7 @@ pub async fn exchange(
     mut req: Request<SendBody>,
     plan: Plan,
     resends: &Counter,
+    timing: Option<&UpstreamTiming>,
 ) -> Result<(Response<Incoming>, Conn), Failure> {
     while let Some(mut conn) = pool.take_idle() {
         conn.prepare(plan.send_timeout, plan.large_body);
@@ -112,10 +114,14 @@ pub async fn exchange(
             },
         }
     }
+    let connecting = tokio::time::Instant::now();
     let mut conn = match pool.connect().await {
         Ok(conn) => conn,
         Err(e) => return Err(Failure::Connect(e, Box::new(req))),
     };
+    if let Some(t) = timing {
+        t.set_connect(connecting.elapsed());
+    }
     conn.prepare(plan.send_timeout, plan.large_body);
     let response = conn.sender.send_request(req).await.map_err(Failure::Send)?;
     Ok((response, conn))

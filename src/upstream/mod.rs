@@ -133,8 +133,9 @@ impl Upstream {
         cx: &RequestLog<'_>,
         deadline: Instant,
     ) -> Result<Response<Body>, GatewayError> {
+        let counted = cx.timing.as_ref().map(|t| t.bytes_in.clone());
         let Prepared { mut parts, body, plan, client_host } =
-            proxy::prepare_request(req, target, prefix, max_body, peer)?;
+            proxy::prepare_request(req, target, prefix, max_body, peer, counted)?;
         if let Some(id) = cx.id {
             parts.headers.insert(X_REQUEST_ID, id.header_value());
         }
@@ -166,7 +167,9 @@ impl Upstream {
             let copy =
                 (may_retry && plan.retryable && (retry_on.reset || retry_on.unavailable)).then(|| copy_head(&req));
             let started = Instant::now();
-            let sent = tokio::time::timeout_at(deadline, exchange(&endpoint.pool, req, plan, &self.retries)).await;
+            let timing = cx.timing.as_deref();
+            let sent =
+                tokio::time::timeout_at(deadline, exchange(&endpoint.pool, req, plan, &self.retries, timing)).await;
             let failure = match sent {
                 Err(_) => {
                     attempt.failure();
@@ -180,6 +183,9 @@ impl Upstream {
                         return Err(e);
                     }
                     self.metrics.record(status, started.elapsed());
+                    if let Some(t) = timing {
+                        t.set_header(started.elapsed(), &endpoint.config.url);
+                    }
                     if matches!(status, 502..=504) {
                         attempt.failure()
                     } else {

@@ -25,6 +25,10 @@ use tokio_util::io::ReaderStream;
 
 use crate::body::Body;
 use crate::error::GatewayError;
+use crate::layers::compress::{self as compression, negotiate};
+
+mod variants;
+use variants::Variants;
 
 /// Files up to this size are kept in memory.
 pub const CACHE_FILE_MAX: u64 = 256 * 1024;
@@ -78,6 +82,8 @@ struct Entry {
     /// The headers of a full 200 response, built once per version of the
     /// file: cloning them is cheaper than inserting five headers each time.
     full_headers: HeaderMap,
+    /// Compressed forms, for routes that compress.
+    variants: Variants,
 }
 
 impl Entry {
@@ -101,7 +107,17 @@ impl Entry {
         full_headers.insert(header::CONTENT_TYPE, content_type.clone());
         full_headers.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
         full_headers.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
-        Entry { len, modified, inode, etag, last_modified, content_type, bytes, full_headers }
+        Entry {
+            len,
+            modified,
+            inode,
+            etag,
+            last_modified,
+            content_type,
+            bytes,
+            full_headers,
+            variants: Variants::default(),
+        }
     }
 
     fn matches(&self, meta: &std::fs::Metadata) -> bool {
@@ -135,6 +151,7 @@ impl FileServer {
         uri: &Uri,
         method: &Method,
         headers: &HeaderMap,
+        compress: bool,
     ) -> Result<Response<Body>, GatewayError> {
         let relative = sanitize(rest)?;
         let mut path = resolve(root, &root.join(relative)).await?;
@@ -148,7 +165,7 @@ impl FileServer {
             // A file is not a directory: `/a.txt/` is not `/a.txt`.
             return Err(GatewayError::NotFound);
         }
-        self.serve_file(&path, method, headers).await
+        self.serve_file(&path, method, headers, compress).await
     }
 
     /// Serves one file.
@@ -157,6 +174,7 @@ impl FileServer {
         path: &Path,
         method: &Method,
         headers: &HeaderMap,
+        compress: bool,
     ) -> Result<Response<Body>, GatewayError> {
         // One stat per request keeps the cache honest about changes on disk.
         // It is a blocking call on purpose: a metadata lookup of a recently
@@ -171,7 +189,11 @@ impl FileServer {
             Some(e) => e,
             None => self.load(path, &meta).await?,
         };
-        respond(&entry, path, method, headers).await
+        if compress {
+            respond_compressed(&entry, path, method, headers).await
+        } else {
+            respond(&entry, path, method, headers).await
+        }
     }
 
     fn lookup(&self, path: &Path, meta: &std::fs::Metadata) -> Option<Arc<Entry>> {
@@ -302,6 +324,54 @@ fn plan(entry_etag: &HeaderValue, modified: SystemTime, len: u64, method: &Metho
             Err(_) => Plan::Unsatisfiable,
         },
     }
+}
+
+/// [`respond`] for a route that compresses: a cached file of a
+/// compressible type goes out in the client's preferred coding (see
+/// `variants`), or as it is, with `Vary: Accept-Encoding` either way and
+/// marked settled, so the route's compression layer leaves it alone.
+async fn respond_compressed(
+    entry: &Entry,
+    path: &Path,
+    method: &Method,
+    headers: &HeaderMap,
+) -> Result<Response<Body>, GatewayError> {
+    let Some(identity) = entry
+        .bytes
+        .as_ref()
+        .filter(|_| entry.len >= compression::MIN_SIZE && compression::is_compressible(&entry.content_type))
+    else {
+        return respond(entry, path, method, headers).await;
+    };
+    let coding = (method == Method::GET && !headers.contains_key(header::RANGE))
+        .then(|| negotiate(headers.get(header::ACCEPT_ENCODING)))
+        .flatten();
+    let variant = match coding {
+        Some(coding) => entry.variants.get(coding, identity, &entry.full_headers).await,
+        None => None,
+    };
+    let mut response = match variant {
+        Some(v) => match plan(&v.etag, entry.modified, v.bytes.len() as u64, method, headers) {
+            Plan::NotModified => Response::builder()
+                .status(StatusCode::NOT_MODIFIED)
+                .header(header::ETAG, v.etag.clone())
+                .header(header::LAST_MODIFIED, entry.last_modified.clone())
+                .body(Body::empty())
+                .expect("valid response"),
+            _ => {
+                let mut response = Response::new(Body::full(v.bytes.clone()));
+                *response.headers_mut() = v.headers.clone();
+                response
+            }
+        },
+        None => {
+            let mut response = respond(entry, path, method, headers).await?;
+            response.headers_mut().append(header::VARY, HeaderValue::from_static("accept-encoding"));
+            response
+        }
+    };
+    response.extensions_mut().insert(compression::Settled);
+    Ok(response)
 }
 
 async fn respond(

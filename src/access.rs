@@ -1,0 +1,169 @@
+//! The access log: one line per request, written when its response body has
+//! been sent (so it can say how many bytes went out), in JSON (one field per
+//! item) or in the Apache/nginx combined format plus the request time.
+//!
+//! The data path fills an [`AccessLine`] as the request goes (the upstream
+//! part through [`UpstreamTiming`]), hands it to the response, and the
+//! connection's response body counts bytes and writes the line when it is
+//! done. Only header values named here are written: `Authorization`,
+//! `Cookie`, `Set-Cookie` and `Proxy-Authorization` never are.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use http::{Method, Version};
+
+use crate::config::AccessLogFormat;
+
+/// What the proxy learns about its upstream exchange, for the log.
+#[derive(Debug, Default)]
+pub struct UpstreamTiming {
+    /// The endpoint the response came from.
+    pub endpoint: Mutex<Option<String>>,
+    /// Microseconds to open a connection, plus one; 0 when one was reused.
+    pub connect_us: AtomicU64,
+    /// Microseconds to the upstream's response head, plus one; 0 without one.
+    pub header_us: AtomicU64,
+    /// Request body bytes read from the client and sent on.
+    pub bytes_in: Arc<AtomicU64>,
+}
+
+impl UpstreamTiming {
+    pub fn set_connect(&self, d: Duration) {
+        self.connect_us.store(d.as_micros() as u64 + 1, Relaxed);
+    }
+
+    pub fn set_header(&self, d: Duration, endpoint: &str) {
+        self.header_us.store(d.as_micros() as u64 + 1, Relaxed);
+        *self.endpoint.lock().expect("timing lock") = Some(endpoint.to_owned());
+    }
+}
+
+/// One request's access log line, waiting for its response body to end.
+/// (`Clone` only because response extensions require it; it is moved.)
+#[derive(Debug, Clone)]
+pub struct AccessLine {
+    pub format: AccessLogFormat,
+    pub time: SystemTime,
+    pub client: String,
+    pub method: Method,
+    pub path: String,
+    pub version: Version,
+    pub route: String,
+    pub status: u16,
+    pub upstream: Option<String>,
+    pub request_id: Option<String>,
+    pub trace_id: Option<String>,
+    pub user_agent: Option<String>,
+    pub referer: Option<String>,
+    /// Time to the response head.
+    pub duration: Duration,
+    pub timing: Option<Arc<UpstreamTiming>>,
+    /// Response body bytes sent, counted by the connection.
+    pub bytes_out: u64,
+    /// The start of the request, for the total time.
+    pub started: tokio::time::Instant,
+}
+
+fn ms(us_plus_one: u64) -> Option<f64> {
+    (us_plus_one != 0).then(|| (us_plus_one - 1) as f64 / 1000.0)
+}
+
+impl AccessLine {
+    /// Writes the line (the response body is done).
+    pub fn write(&self) {
+        let total = self.started.elapsed();
+        let timing = self.timing.as_deref();
+        let bytes_in = timing.map_or(0, |t| t.bytes_in.load(Relaxed));
+        let endpoint = timing.and_then(|t| t.endpoint.lock().expect("timing lock").clone());
+        let connect_ms = timing.and_then(|t| ms(t.connect_us.load(Relaxed)));
+        let header_ms = timing.and_then(|t| ms(t.header_us.load(Relaxed)));
+        match self.format {
+            AccessLogFormat::Json => tracing::info!(
+                target: "access",
+                request_id = self.request_id.as_deref(),
+                trace_id = self.trace_id.as_deref(),
+                client = %self.client,
+                method = %self.method,
+                path = %self.path,
+                route = %self.route,
+                status = self.status,
+                bytes_in,
+                bytes_out = self.bytes_out,
+                duration_ms = self.duration.as_secs_f64() * 1000.0,
+                total_ms = total.as_secs_f64() * 1000.0,
+                upstream = self.upstream.as_deref(),
+                upstream_endpoint = endpoint.as_deref(),
+                upstream_connect_ms = connect_ms,
+                upstream_header_ms = header_ms,
+                user_agent = self.user_agent.as_deref(),
+            ),
+            AccessLogFormat::Combined => tracing::info!(target: "access", "{}", self.combined(total)),
+        }
+    }
+
+    /// `client - - [time] "METHOD path HTTP/x" status bytes "referer" "agent"
+    /// seconds request_id`.
+    fn combined(&self, total: Duration) -> String {
+        let time = apache_time(self.time);
+        let quote = |v: &Option<String>| v.as_deref().map_or("-".to_owned(), |s| s.replace('"', "\\\""));
+        format!(
+            "{} - - [{time}] \"{} {} {:?}\" {} {} \"{}\" \"{}\" {:.3} {}",
+            self.client,
+            self.method,
+            self.path,
+            self.version,
+            self.status,
+            self.bytes_out,
+            quote(&self.referer),
+            quote(&self.user_agent),
+            total.as_secs_f64(),
+            self.request_id.as_deref().unwrap_or("-"),
+        )
+    }
+}
+
+/// `14/Nov/2023:22:13:20 +0000`, as the combined format writes time,
+/// rearranged from httpdate's RFC 9110 form (always GMT).
+fn apache_time(t: SystemTime) -> String {
+    let http = httpdate::fmt_http_date(t); // "Tue, 14 Nov 2023 22:13:20 GMT"
+    let parts: Vec<&str> = http.split(' ').collect();
+    match parts[..] {
+        [_, day, month, year, clock, _] => format!("{day}/{month}/{year}:{clock} +0000"),
+        _ => http,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn combined_format() {
+        let line = AccessLine {
+            format: AccessLogFormat::Combined,
+            time: SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
+            client: "10.0.0.1".into(),
+            method: Method::GET,
+            path: "/b?x=1".into(),
+            version: Version::HTTP_11,
+            route: "b".into(),
+            status: 200,
+            upstream: None,
+            request_id: Some("abc".into()),
+            trace_id: None,
+            user_agent: Some("curl/8 \"quoted\"".into()),
+            referer: None,
+            duration: Duration::from_millis(12),
+            timing: None,
+            bytes_out: 42,
+            started: tokio::time::Instant::now(),
+        };
+        let text = line.combined(Duration::from_millis(1500));
+        assert_eq!(
+            text,
+            "10.0.0.1 - - [14/Nov/2023:22:13:20 +0000] \"GET /b?x=1 HTTP/1.1\" 200 42 \"-\" \"curl/8 \\\"quoted\\\"\" 1.500 abc"
+        );
+    }
+}

@@ -1,0 +1,507 @@
+//! Per-request behaviour: request IDs, trace context, header rules,
+//! compression and panic isolation, end to end on real sockets; what the
+//! upstream and the client each see is checked on their side.
+
+mod common;
+
+use std::io::Read;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use http::{HeaderMap, Request, Response};
+use hyper::body::Incoming;
+
+/// An upstream that records each request's headers and answers with
+/// `body` as `content_type`, with `extra` response headers.
+async fn recording(
+    body: &'static str,
+    content_type: &'static str,
+    extra: &'static [(&'static str, &'static str)],
+) -> (TestUpstream, Arc<Mutex<Vec<HeaderMap>>>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = seen.clone();
+    let up = TestUpstream::start(move |req: Request<Incoming>| {
+        let s = s.clone();
+        async move {
+            s.lock().unwrap().push(req.headers().clone());
+            let mut b = Response::builder().header("content-type", content_type);
+            for (k, v) in extra {
+                b = b.header(*k, *v);
+            }
+            b.body(full(body)).unwrap()
+        }
+    })
+    .await;
+    (up, seen)
+}
+
+fn route(up: SocketAddr, name: &str, extra: &str) -> String {
+    format!(
+        "[upstreams.{name}]\nurl = \"http://{up}\"\n[[routes]]\nname = \"{name}\"\nprefix = \"/{name}\"\nupstream = \"{name}\"\n{extra}\n\
+         [[routes]]\nname = \"{name}_fixed\"\nprefix = \"/{name}-fixed\"\nrespond = {{ status = 200, body = \"fixed\" }}\n"
+    )
+}
+
+async fn get_with(url: &str, headers: &[(&str, &str)]) -> (http::response::Parts, Bytes) {
+    let mut b = Request::get(url);
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    send(b.body(full(Bytes::new())).unwrap()).await
+}
+
+fn ids(h: &HeaderMap) -> Vec<String> {
+    h.get_all("x-request-id").iter().map(|v| v.to_str().unwrap().to_owned()).collect()
+}
+
+#[tokio::test]
+async fn every_request_gets_one_id_that_the_upstream_and_the_client_both_see() {
+    // The upstream answers with an ID of its own, which must not reach the client.
+    let (up, seen) = recording("ok", "text/plain", &[("x-request-id", "upstream-own")]).await;
+    let gw = TestGateway::from_toml(&route(up.addr, "rid", "")).await;
+    // None sent: one is made, 32 hex digits, the same on both sides.
+    let (parts, _) = get(&gw.url("/rid")).await;
+    let made = ids(&parts.headers);
+    assert_eq!(made.len(), 1, "{made:?}");
+    assert!(made[0].len() == 32 && made[0].bytes().all(|b| b.is_ascii_hexdigit()), "{made:?}");
+    assert_eq!(ids(&seen.lock().unwrap()[0]), made);
+    // A valid one is kept.
+    let (parts, _) = get_with(&gw.url("/rid"), &[("x-request-id", "client-123")]).await;
+    assert_eq!(ids(&parts.headers), ["client-123"]);
+    assert_eq!(ids(&seen.lock().unwrap()[1]), ["client-123"]);
+    // Invalid ones are replaced: too long, empty, with a space.
+    let long = "a".repeat(129);
+    for bad in [long.as_str(), "", "has space"] {
+        let (parts, _) = get_with(&gw.url("/rid"), &[("x-request-id", bad)]).await;
+        let got = ids(&parts.headers);
+        assert_eq!(got.len(), 1);
+        assert!(got[0] != bad && got[0].len() == 32, "{bad:?} was kept as {got:?}");
+    }
+    // Every route kind, errors included, answers with one.
+    for path in ["/rid-fixed", "/nowhere"] {
+        assert_eq!(ids(&get(&gw.url(path)).await.0.headers).len(), 1, "{path}");
+    }
+}
+
+#[tokio::test]
+async fn request_ids_can_be_switched_off() {
+    let (up, seen) = recording("ok", "text/plain", &[]).await;
+    let gw = TestGateway::from_toml(&format!(
+        "[server]\nrequest_id = false\ntrace_context = false\n{}",
+        route(up.addr, "norid", "")
+    ))
+    .await;
+    let (parts, _) = get(&gw.url("/norid")).await;
+    assert!(ids(&parts.headers).is_empty());
+    let h = &seen.lock().unwrap()[0];
+    assert!(ids(h).is_empty() && h.get("traceparent").is_none());
+}
+
+fn traceparent(h: &HeaderMap) -> Vec<String> {
+    h.get("traceparent").map(|v| v.to_str().unwrap().split('-').map(str::to_owned).collect()).unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_valid_traceparent_is_continued_and_anything_else_starts_a_trace() {
+    let (up, seen) = recording("ok", "text/plain", &[]).await;
+    let gw = TestGateway::from_toml(&route(up.addr, "trace", "")).await;
+    let incoming = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    get_with(&gw.url("/trace"), &[("traceparent", incoming), ("tracestate", "vendor=abc")]).await;
+    let sent = traceparent(&seen.lock().unwrap()[0]);
+    assert_eq!(sent[0], "00");
+    assert_eq!(sent[1], "0af7651916cd43dd8448eb211c80319c", "the same trace");
+    assert_ne!(sent[2], "b7ad6b7169203331", "a new parent: this hop's span");
+    assert_eq!(sent[2].len(), 16);
+    assert_eq!(sent[3], "01");
+    assert_eq!(seen.lock().unwrap()[0]["tracestate"], "vendor=abc");
+    // Missing, or invalid (all-zero trace ID, version ff, upper case): a new
+    // trace, and the old state dropped.
+    for bad in [
+        None,
+        Some("00-00000000000000000000000000000000-b7ad6b7169203331-01"),
+        Some("ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
+        Some("00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01"),
+    ] {
+        let mut headers = vec![("tracestate", "vendor=abc")];
+        if let Some(b) = bad {
+            headers.push(("traceparent", b));
+        }
+        get_with(&gw.url("/trace"), &headers).await;
+        let h = seen.lock().unwrap().last().unwrap().clone();
+        let sent = traceparent(&h);
+        assert_eq!(sent.len(), 4, "{bad:?}");
+        assert!(sent[1] != "0af7651916cd43dd8448eb211c80319c" && sent[1] != "0".repeat(32), "{bad:?}: {sent:?}");
+        assert!(h.get("tracestate").is_none(), "{bad:?}: state of a restarted trace must go");
+    }
+}
+
+#[tokio::test]
+async fn header_rules_set_and_remove_both_ways() {
+    let (up, seen) =
+        recording("ok", "text/plain", &[("x-powered-by", "php"), ("x-version", "1"), ("x-version", "2")]).await;
+    let rules = "request_headers = { set = { \"x-env\" = \"prod\" }, remove = [\"x-debug\"] }\n\
+                 response_headers = { set = { \"x-version\" = \"gw\", \"x-frame-options\" = \"DENY\" }, remove = [\"x-powered-by\"] }";
+    let gw = TestGateway::from_toml(&route(up.addr, "rules", rules)).await;
+    let (parts, _) =
+        get_with(&gw.url("/rules"), &[("x-env", "dev"), ("x-env", "test"), ("x-debug", "1"), ("x-kept", "yes")]).await;
+    let h = seen.lock().unwrap()[0].clone();
+    assert_eq!(h.get_all("x-env").iter().collect::<Vec<_>>(), ["prod"]);
+    assert!(h.get("x-debug").is_none());
+    assert_eq!(h["x-kept"], "yes");
+    assert_eq!(parts.headers.get_all("x-version").iter().collect::<Vec<_>>(), ["gw"]);
+    assert_eq!(parts.headers["x-frame-options"], "DENY");
+    assert!(parts.headers.get("x-powered-by").is_none());
+}
+
+fn decode(encoding: &str, body: &[u8]) -> String {
+    let mut out = String::new();
+    match encoding {
+        "gzip" => {
+            flate2::read::GzDecoder::new(body).read_to_string(&mut out).unwrap();
+        }
+        "br" => {
+            brotli::Decompressor::new(body, 4096).read_to_string(&mut out).unwrap();
+        }
+        "zstd" => {
+            out = String::from_utf8(zstd::decode_all(body).unwrap()).unwrap();
+        }
+        other => panic!("unexpected encoding {other}"),
+    }
+    out
+}
+
+const TEXT: &str = "The quick brown fox jumps over the lazy dog. ";
+
+#[tokio::test]
+async fn proxied_responses_are_compressed_by_accept_encoding() {
+    let text: &'static str = Box::leak(TEXT.repeat(100).into_boxed_str());
+    let (up, _) = recording(text, "text/html; charset=utf-8", &[("etag", "\"v1\"")]).await;
+    let gw = TestGateway::from_toml(&route(up.addr, "gz", "compress = true")).await;
+    for (accept, want) in
+        [("gzip", "gzip"), ("br", "br"), ("zstd", "zstd"), ("gzip;q=0.5, br;q=0.9", "br"), ("gzip, zstd;q=0", "gzip")]
+    {
+        let (parts, body) = get_with(&gw.url("/gz"), &[("accept-encoding", accept)]).await;
+        assert_eq!(parts.headers["content-encoding"], want, "{accept}");
+        assert_eq!(parts.headers["vary"], "accept-encoding");
+        assert!(body.len() < text.len() / 4, "{accept}: {} bytes", body.len());
+        assert_eq!(decode(want, &body), text, "{accept}");
+        // The upstream's strong ETag named other bytes: weak now.
+        assert_eq!(parts.headers["etag"], "W/\"v1\"", "{accept}");
+    }
+    let (parts, body) = get(&gw.url("/gz")).await;
+    assert!(parts.headers.get("content-encoding").is_none());
+    assert_eq!(&body[..], text.as_bytes());
+}
+
+#[tokio::test]
+async fn compression_is_skipped_where_it_must_be() {
+    let big: &'static str = Box::leak(TEXT.repeat(100).into_boxed_str());
+    let (small, _) = recording("tiny", "text/plain", &[]).await;
+    let (png, _) = recording(big, "image/png", &[]).await;
+    let (encoded, _) = recording(big, "text/plain", &[("content-encoding", "identity-ish")]).await;
+    let not_modified = TestUpstream::start(|_r| async {
+        Response::builder().status(304).header("content-type", "text/plain").body(full("")).unwrap()
+    })
+    .await;
+    let ranged = TestUpstream::start(move |_r| async move {
+        Response::builder()
+            .status(206)
+            .header("content-type", "text/plain")
+            .header("content-range", "bytes 0-999/4500")
+            .body(full(&big[..1000]))
+            .unwrap()
+    })
+    .await;
+    let toml = [
+        ("small", small.addr),
+        ("png", png.addr),
+        ("enc", encoded.addr),
+        ("nm", not_modified.addr),
+        ("range", ranged.addr),
+    ]
+    .iter()
+    .map(|(n, a)| route(*a, n, "compress = true"))
+    .collect::<String>();
+    let gw = TestGateway::from_toml(&toml).await;
+    for path in ["/small", "/png", "/enc", "/nm", "/range"] {
+        let (parts, _) = get_with(&gw.url(path), &[("accept-encoding", "gzip, br")]).await;
+        let ce = parts.headers.get("content-encoding").map(|v| v.to_str().unwrap().to_owned());
+        assert!(ce.is_none() || ce.as_deref() == Some("identity-ish"), "{path} was compressed: {ce:?}");
+    }
+    let (parts, body) =
+        send(Request::head(gw.url("/png")).header("accept-encoding", "gzip").body(full(Bytes::new())).unwrap()).await;
+    assert!(parts.headers.get("content-encoding").is_none() && body.is_empty());
+}
+
+#[tokio::test]
+async fn cached_files_are_compressed_once_with_an_etag_per_encoding() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = TEXT.repeat(200);
+    std::fs::write(dir.path().join("page.html"), &text).unwrap();
+    std::fs::write(dir.path().join("logo.png"), vec![7u8; 20_000]).unwrap();
+    let toml = "[[routes]]\nname = \"site\"\nprefix = \"/site\"\ndir = \".\"\ncompress = true\n";
+    let gw = TestGateway::start(config(toml, dir.path())).await;
+    let (plain, plain_body) = get(&gw.url("/site/page.html")).await;
+    assert_eq!(&plain_body[..], text.as_bytes());
+    let plain_etag = plain.headers["etag"].to_str().unwrap().to_owned();
+    let mut etags = vec![plain_etag.clone()];
+    for enc in ["gzip", "br", "zstd"] {
+        let (parts, body) = get_with(&gw.url("/site/page.html"), &[("accept-encoding", enc)]).await;
+        assert_eq!(parts.headers["content-encoding"], enc);
+        assert_eq!(parts.headers["vary"], "accept-encoding");
+        assert_eq!(decode(enc, &body), text);
+        let etag = parts.headers["etag"].to_str().unwrap().to_owned();
+        assert!(!etag.starts_with("W/") && !etags.contains(&etag), "{enc}: {etag} must be its own strong tag");
+        etags.push(etag.clone());
+        // A conditional request with that encoding's tag: 304.
+        let (parts, _) =
+            get_with(&gw.url("/site/page.html"), &[("accept-encoding", enc), ("if-none-match", &etag)]).await;
+        assert_eq!(parts.status, 304, "{enc}");
+        assert_eq!(parts.headers["etag"], etag.as_str());
+    }
+    // A range is answered from the identity form.
+    let (parts, body) =
+        get_with(&gw.url("/site/page.html"), &[("accept-encoding", "gzip"), ("range", "bytes=0-9")]).await;
+    assert_eq!(parts.status, 206);
+    assert!(parts.headers.get("content-encoding").is_none());
+    assert_eq!(&body[..], &text.as_bytes()[..10]);
+    // Not for images.
+    let (parts, _) = get_with(&gw.url("/site/logo.png"), &[("accept-encoding", "gzip")]).await;
+    assert!(parts.headers.get("content-encoding").is_none());
+}
+
+#[tokio::test]
+async fn a_panic_answers_500_and_the_connection_keeps_serving() {
+    let gw = TestGateway::from_toml(
+        "[[routes]]\nname = \"boom\"\nprefix = \"/boom\"\nrespond = { status = 200 }\npanic = \"injected for the test\"\n\
+         [[routes]]\nname = \"fine\"\nprefix = \"/fine\"\nrespond = { status = 200, body = \"fine\" }\n",
+    )
+    .await;
+    let before = sample(&metrics_text(gw.addr).await, "gateway_panics_total", &[]).unwrap_or(0.0);
+    let mut s = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+    for (path, want) in [("/boom", "500"), ("/fine", "200"), ("/boom", "500"), ("/fine", "200")] {
+        tokio::io::AsyncWriteExt::write_all(&mut s, format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let r = read_for(&mut s, Duration::from_millis(500)).await;
+        assert_eq!(r.status().to_string(), want, "{path}: {}", r.text);
+        assert!(!r.closed, "the connection must stay open after a panic");
+        assert!(r.text.to_ascii_lowercase().contains("x-request-id: "), "{}", r.text);
+    }
+    let after = sample(&metrics_text(gw.addr).await, "gateway_panics_total", &[]).unwrap_or(0.0);
+    assert_eq!(after - before, 2.0);
+}
+
+#[tokio::test]
+async fn bad_middleware_configs_name_the_key() {
+    let cases: &[(&str, &str)] = &[
+        (
+            "[upstreams.a]\nurl = \"http://127.0.0.1:1\"\n[[routes]]\nname = \"r\"\nprefix = \"/r\"\nupstream = \"a\"\nrequest_headers = { set = { \"bad name\" = \"x\" } }\n",
+            "routes[0].request_headers.set.bad name",
+        ),
+        (
+            "[upstreams.a]\nurl = \"http://127.0.0.1:1\"\n[[routes]]\nname = \"r\"\nprefix = \"/r\"\nupstream = \"a\"\nresponse_headers = { set = { \"x-a\" = \"line\\nbreak\" } }\n",
+            "routes[0].response_headers.set.x-a",
+        ),
+        (
+            "[upstreams.a]\nurl = \"http://127.0.0.1:1\"\n[[routes]]\nname = \"r\"\nprefix = \"/r\"\nupstream = \"a\"\nrequest_headers = { remove = [\"connection\"] }\n",
+            "routes[0].request_headers.remove[0]",
+        ),
+        ("[server]\naccess_log_format = \"xml\"\n", "server.access_log_format"),
+        ("[tracing]\notlp_endpoint = \"ftp://collector\"\n", "tracing.otlp_endpoint"),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    for (toml, key) in cases {
+        let path = dir.path().join("gw.toml");
+        std::fs::write(&path, toml).unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_gateway"))
+            .args(["check", "--config"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{toml}: {stderr}");
+        assert!(stderr.contains(key), "{toml}: {stderr}");
+    }
+}
+
+/// Runs the gateway binary with `toml` and JSON logs at debug level; returns
+/// it with its stderr lines as they come.
+fn spawn_gateway(toml: &str, dir: &std::path::Path) -> (std::process::Child, Arc<Mutex<Vec<String>>>, SocketAddr) {
+    use std::io::BufRead;
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let path = dir.join("gw.toml");
+    std::fs::write(&path, format!("[server]\nlisten = \"127.0.0.1:{port}\"\naccess_log = true\n{toml}")).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_gateway"))
+        .args(["--log-format", "json", "--config"])
+        .arg(&path)
+        .env("RUST_LOG", "debug")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let (l, stderr) = (lines.clone(), child.stderr.take().unwrap());
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            l.lock().unwrap().push(line);
+        }
+    });
+    (child, lines, SocketAddr::from(([127, 0, 0, 1], port)))
+}
+
+async fn wait_for_lines(lines: &Mutex<Vec<String>>, what: &str, count: usize) -> Vec<String> {
+    for _ in 0..100 {
+        let found: Vec<String> = lines.lock().unwrap().iter().filter(|l| l.contains(what)).cloned().collect();
+        if found.len() >= count {
+            return found;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("fewer than {count} log lines with {what:?}: {:?}", lines.lock().unwrap());
+}
+
+#[tokio::test]
+async fn access_log_lines_carry_ids_sizes_and_upstream_timings_and_no_secrets() {
+    let (up, _) = recording("upstream-answer", "text/plain", &[("set-cookie", "session=SETCOOKIESECRET")]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let refused = refused_addr().await;
+    let toml = format!(
+        "[upstreams.app]\nurl = \"http://{}\"\n[upstreams.down]\nurl = \"http://{refused}\"\n\
+         [[routes]]\nname = \"app\"\nprefix = \"/app\"\nupstream = \"app\"\n\
+         [[routes]]\nname = \"down\"\nprefix = \"/down\"\nupstream = \"down\"\n",
+        up.addr
+    );
+    let (mut child, lines, addr) = spawn_gateway(&toml, dir.path());
+    wait_for_lines(&lines, "gateway listening", 1).await;
+    let req = Request::post(format!("http://{addr}/app/x?q=1"))
+        .header("authorization", "Bearer AUTHSECRET")
+        .header("proxy-authorization", "Basic PROXYSECRET")
+        .header("cookie", "id=COOKIESECRET")
+        .header("user-agent", "test-agent/1.0")
+        .header("traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+        .body(full("twelve bytes"))
+        .unwrap();
+    let (parts, body) = send(req).await;
+    assert_eq!(parts.status, 200);
+    let id = parts.headers["x-request-id"].to_str().unwrap().to_owned();
+    let (failed, _) = get(&format!("http://{addr}/down")).await;
+    assert_eq!(failed.status, 502);
+    let failed_id = failed.headers["x-request-id"].to_str().unwrap().to_owned();
+
+    let line = wait_for_lines(&lines, &format!("\"request_id\":\"{id}\""), 1).await.remove(0);
+    let json: serde_json::Value = serde_json::from_str(&line).unwrap();
+    let f = &json["fields"];
+    assert_eq!(f["trace_id"], "0af7651916cd43dd8448eb211c80319c", "{line}");
+    assert_eq!(f["client"], "127.0.0.1");
+    assert_eq!(f["method"], "POST");
+    assert_eq!(f["path"], "/app/x?q=1");
+    assert_eq!(f["status"], 200);
+    assert_eq!(f["bytes_in"], 12);
+    assert_eq!(f["bytes_out"], body.len());
+    assert_eq!(f["upstream"], "app");
+    assert_eq!(f["upstream_endpoint"], format!("http://{}", up.addr));
+    assert!(f["upstream_connect_ms"].as_f64().is_some(), "a connection was opened: {line}");
+    assert!(f["upstream_header_ms"].as_f64().unwrap() >= 0.0);
+    assert_eq!(f["user_agent"], "test-agent/1.0");
+    // The failed upstream call's WARN line names the request.
+    let warn = wait_for_lines(&lines, "upstream request failed", 1).await;
+    assert!(warn[0].contains(&failed_id), "{warn:?}");
+    child.kill().unwrap();
+    let _ = child.wait();
+    let all = lines.lock().unwrap().join("\n");
+    for secret in ["AUTHSECRET", "PROXYSECRET", "COOKIESECRET", "SETCOOKIESECRET"] {
+        assert!(!all.contains(secret), "{secret} was logged");
+    }
+}
+
+/// An OTLP/HTTP receiver: keeps each JSON body posted to /v1/traces.
+async fn otlp_receiver() -> (TestUpstream, Arc<Mutex<Vec<serde_json::Value>>>) {
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let g = got.clone();
+    let up = TestUpstream::start(move |req: Request<Incoming>| {
+        let g = g.clone();
+        async move {
+            assert_eq!(req.uri().path(), "/v1/traces");
+            assert_eq!(req.headers()["content-type"], "application/json");
+            let body = http_body_util::BodyExt::collect(req.into_body()).await.unwrap().to_bytes();
+            g.lock().unwrap().push(serde_json::from_slice(&body).unwrap());
+            Response::new(full("{}"))
+        }
+    })
+    .await;
+    (up, got)
+}
+
+fn attributes(span: &serde_json::Value) -> std::collections::HashMap<String, serde_json::Value> {
+    span["attributes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|kv| {
+            let v = &kv["value"];
+            let v = v.get("stringValue").or_else(|| v.get("intValue")).cloned().unwrap_or_default();
+            (kv["key"].as_str().unwrap().to_owned(), v)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn spans_are_exported_to_the_collector_with_the_trace_the_upstream_saw() {
+    let (collector, posted) = otlp_receiver().await;
+    let (up, seen) = recording("ok", "text/plain", &[]).await;
+    let toml = format!(
+        "[tracing]\notlp_endpoint = \"http://{}\"\nservice_name = \"sidecar-test\"\n{}",
+        collector.addr,
+        route(up.addr, "otel", "")
+    );
+    let gw = TestGateway::from_toml(&toml).await;
+    let (parts, _) =
+        get_with(&gw.url("/otel/x?y=1"), &[("traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")])
+            .await;
+    let request_id = parts.headers["x-request-id"].to_str().unwrap().to_owned();
+    let upstream_parent = traceparent(&seen.lock().unwrap()[0])[2].clone();
+    for _ in 0..60 {
+        if !posted.lock().unwrap().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let body = posted.lock().unwrap().first().cloned().expect("a batch within 3 s");
+    let rs = &body["resourceSpans"][0];
+    assert_eq!(rs["resource"]["attributes"][0]["value"]["stringValue"], "sidecar-test");
+    let span = &rs["scopeSpans"][0]["spans"][0];
+    assert_eq!(span["traceId"], "0af7651916cd43dd8448eb211c80319c");
+    assert_eq!(span["parentSpanId"], "b7ad6b7169203331");
+    assert_eq!(span["spanId"], upstream_parent.as_str(), "the span is the parent the upstream saw");
+    assert_eq!(span["kind"], 2, "SPAN_KIND_SERVER");
+    let a = attributes(span);
+    assert_eq!(a["http.request.method"], "GET");
+    assert_eq!(a["http.route"], "otel");
+    assert_eq!(a["http.response.status_code"].to_string().trim_matches('"'), "200");
+    assert_eq!(a["url.path"], "/otel/x");
+    assert_eq!(a["server.address"], "127.0.0.1");
+    assert_eq!(a["gateway.request_id"], request_id.as_str());
+}
+
+#[tokio::test]
+async fn an_unreachable_collector_costs_only_a_counter() {
+    let refused = refused_addr().await;
+    let (up, _) = recording("ok", "text/plain", &[]).await;
+    let toml = format!("[tracing]\notlp_endpoint = \"http://{refused}\"\n{}", route(up.addr, "nocollector", ""));
+    let gw = TestGateway::from_toml(&toml).await;
+    for _ in 0..20 {
+        assert_eq!(get(&gw.url("/nocollector")).await.0.status, 200);
+    }
+    let mut failures = 0.0;
+    for _ in 0..60 {
+        failures = sample(&metrics_text(gw.addr).await, "gateway_trace_export_failures_total", &[]).unwrap_or(0.0);
+        if failures >= 1.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(failures >= 1.0, "the failed export must be counted");
+}

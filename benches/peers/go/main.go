@@ -1,11 +1,12 @@
 // Command benchpeers holds the Go peers of benches/compare, one subcommand
 // each, with the standard library only:
 //
-//	benchpeers service-a     -listen ADDR -delay 1s   GET /a waits, then "ok"; GET /hello at once
+//	benchpeers service-a     -listen ADDR -delay 1s [-workers N]   GET /a waits, then "ok"; GET /hello at once
 //	benchpeers client        -listen ADDR -upstream URL   GET /b through http.Get (seed 000's service B)
 //	benchpeers reverse-proxy -listen ADDR -upstream URL -pool N   GET /b through httputil.ReverseProxy
 //	benchpeers file          -listen ADDR -file PATH   GET /file with http.ServeFile (seed 001)
 //	benchpeers hello         -listen ADDR   GET /hello (seed 002; run it with GOMAXPROCS=1)
+//	benchpeers load          -url URL -rate R -duration D   open-loop load, one line per request (load.go)
 //
 // Go has no listen-backlog option: it listens with the kernel's
 // net.core.somaxconn, which benches/compare prints.
@@ -29,9 +30,13 @@ func main() {
 	if len(os.Args) < 2 {
 		usage()
 	}
+	if os.Args[1] == "load" {
+		os.Exit(loadMain(os.Args[2:]))
+	}
 	flags := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
 	listen := flags.String("listen", "127.0.0.1:8001", "address to listen on")
 	delay := flags.Duration("delay", time.Second, "service-a: how long GET /a waits")
+	workers := flags.Int("workers", 0, "service-a: GET /a requests served at once; more wait their turn (FIFO); 0: no limit")
 	upstream := flags.String("upstream", "http://127.0.0.1:8000/a", "client, reverse-proxy: the URL that GET /b fetches")
 	pool := flags.Int("pool", 2048, "reverse-proxy: idle connections kept per upstream host")
 	file := flags.String("file", "demo.txt", "file: the file that GET /file serves")
@@ -40,7 +45,7 @@ func main() {
 	mux := http.NewServeMux()
 	switch os.Args[1] {
 	case "service-a":
-		mux.HandleFunc("/a", slowHandler(*delay))
+		mux.HandleFunc("/a", slowHandler(*delay, *workers))
 		mux.HandleFunc("/hello", helloHandler)
 	case "client":
 		mux.HandleFunc("/b", defaultClientHandler(*upstream))
@@ -58,7 +63,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: benchpeers service-a|client|reverse-proxy|file|hello [flags]")
+	fmt.Fprintln(os.Stderr, "usage: benchpeers service-a|client|reverse-proxy|file|hello|load [flags]")
 	os.Exit(2)
 }
 
@@ -67,8 +72,23 @@ func helloHandler(w http.ResponseWriter, _ *http.Request) {
 }
 
 // slowHandler is seed 000's service A: it waits, then answers "ok".
-func slowHandler(delay time.Duration) http.HandlerFunc {
+//
+// With workers > 0 it is an app with that many workers (a gunicorn app's
+// shape): at most `workers` requests are served at once and the others wait
+// inside it, first come first served (a Go channel queues blocked senders in
+// order), with no limit on the wait. Like a sync worker it never looks at
+// whether the client is still there: a request whose client gave up while it
+// waited is still served, and its worker time is lost.
+func slowHandler(delay time.Duration, workers int) http.HandlerFunc {
+	var slots chan struct{}
+	if workers > 0 {
+		slots = make(chan struct{}, workers)
+	}
 	return func(w http.ResponseWriter, _ *http.Request) {
+		if slots != nil {
+			slots <- struct{}{}
+			defer func() { <-slots }()
+		}
 		time.Sleep(delay)
 		w.Write([]byte("ok"))
 	}

@@ -389,3 +389,26 @@ async fn bad_resilience_configs_name_the_key() {
     }
     let _ = Bytes::new();
 }
+
+#[tokio::test]
+async fn a_request_whose_time_ran_out_in_the_queue_is_not_sent() {
+    let slow = slow_upstream(Duration::from_millis(300), ok()).await;
+    let gw = TestGateway::from_toml(&format!(
+        "[upstreams.late]\nurl = \"http://{}\"\nmax_requests = 1\n\
+         [[routes]]\nname = \"late\"\nprefix = \"/late\"\nupstream = \"late\"\ntimeout = \"1s\"\n",
+        slow.up.addr
+    ))
+    .await;
+    // One alone, so the gateway knows the upstream takes 300 ms.
+    assert_eq!(status_of(gw.url("/late")).await.0, 200);
+    let all: Vec<_> = (0..6).map(|_| tokio::spawn(status_of(gw.url("/late")))).collect();
+    let mut statuses = Vec::new();
+    for r in all {
+        statuses.push(r.await.unwrap().0);
+    }
+    statuses.sort();
+    // Three fit in the route's second; the others, admitted with less than
+    // 300 ms left, are answered 503 instead of taking the upstream's time.
+    assert_eq!(statuses, [200, 200, 200, 503, 503, 503]);
+    assert_eq!(slow.seen.load(Ordering::SeqCst), 4, "requests that could not finish were sent");
+}

@@ -9,7 +9,7 @@
 //! that request.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 use metrics::{Gauge, Histogram, gauge, histogram};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -27,6 +27,9 @@ pub struct Admission {
     waiting: AtomicUsize,
     depth: Gauge,
     wait: Histogram,
+    /// A moving average of the upstream's time to a response head, in
+    /// microseconds (see [`Admission::observed`]).
+    typical_us: AtomicU64,
 }
 
 impl Admission {
@@ -38,13 +41,28 @@ impl Admission {
             upstream: upstream.to_owned(),
             slots: Arc::new(Semaphore::new(config.max_requests)),
             waiting: AtomicUsize::new(0),
+            typical_us: AtomicU64::new(0),
             depth: gauge!(UPSTREAM_QUEUE_DEPTH, "upstream" => upstream.to_owned()),
             wait: histogram!(UPSTREAM_QUEUE_WAIT, "upstream" => upstream.to_owned()),
         }
     }
 
+    /// Records how long the upstream took to a response head, for the
+    /// moving average (weight 1/8) that admission after a wait uses.
+    pub fn observed(&self, took: std::time::Duration) {
+        let sample = took.as_micros() as u64;
+        let old = self.typical_us.load(Relaxed);
+        let new = if old == 0 { sample } else { old - old / 8 + sample / 8 };
+        self.typical_us.store(new, Relaxed);
+    }
+
     /// A slot, at once or after waiting in the queue. `deadline` is the
-    /// route's: past it the request gets 504 as any route timeout.
+    /// route's: past it the request gets 504 as any route timeout. A
+    /// request that waited and has less time left than the upstream
+    /// typically takes is not sent: it would time out anyway, after taking
+    /// a slot and a worker of the upstream for nothing (measured with a
+    /// queue longer than the route timeout: goodput fell to zero, every
+    /// admitted request timing out). It gets 503 with Retry-After instead.
     pub async fn admit(
         &self,
         deadline: Instant,
@@ -68,6 +86,12 @@ impl Admission {
             // the request waited out its time in the queue.
             Ok(_) if Instant::now() >= deadline => {
                 Err(GatewayError::QueuedPastRouteTimeout { upstream: self.upstream.clone(), after: route_timeout })
+            }
+            Ok(_)
+                if deadline.saturating_duration_since(Instant::now()).as_micros()
+                    < u128::from(self.typical_us.load(Relaxed)) =>
+            {
+                Err(GatewayError::QueueTimeout { upstream: self.upstream.clone(), after: started.elapsed() })
             }
             Ok(permit) => {
                 self.wait.record(started.elapsed().as_secs_f64());

@@ -183,6 +183,9 @@ impl Upstream {
                         return Err(e);
                     }
                     self.metrics.record(status, started.elapsed());
+                    if let Some(admission) = &self.admission {
+                        admission.observed(started.elapsed());
+                    }
                     if let Some(t) = timing {
                         t.set_header(started.elapsed(), &endpoint.config.url);
                     }

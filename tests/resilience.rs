@@ -412,3 +412,28 @@ async fn a_request_whose_time_ran_out_in_the_queue_is_not_sent() {
     assert_eq!(statuses, [200, 200, 200, 503, 503, 503]);
     assert_eq!(slow.seen.load(Ordering::SeqCst), 4, "requests that could not finish were sent");
 }
+
+#[tokio::test]
+async fn a_client_whose_body_is_too_large_does_not_get_the_upstream_ejected() {
+    let slow = slow_upstream(Duration::ZERO, ok()).await;
+    let gw = TestGateway::from_toml(&format!(
+        "[upstreams.cb]\nurl = \"http://{}\"\n[upstreams.cb.outlier]\nconsecutive_failures = 2\nejection_time = \"30s\"\n\
+         [[routes]]\nname = \"cb\"\nprefix = \"/cb\"\nupstream = \"cb\"\nmax_body = \"1KiB\"\n",
+        slow.up.addr
+    ))
+    .await;
+    // Streamed past the limit after the exchange with the upstream began:
+    // the client's fault, three times over.
+    for _ in 0..3 {
+        let mut s = TcpStream::connect(gw.addr).await.unwrap();
+        s.write_all(b"POST /cb HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n").await.unwrap();
+        for _ in 0..4 {
+            s.write_all(format!("200\r\n{}\r\n", "z".repeat(512)).as_bytes()).await.unwrap();
+        }
+        let r = read_for(&mut s, Duration::from_secs(3)).await;
+        assert_eq!(r.status(), 413, "{}", r.text);
+    }
+    assert_eq!(status_of(gw.url("/cb")).await.0, 200);
+    let m = metrics_text(gw.addr).await;
+    assert_eq!(sample(&m, "gateway_upstream_ejections_total", &[("upstream", "cb")]), Some(0.0));
+}

@@ -499,6 +499,17 @@ mod tests {
             ("[server]\nshutdown_delay='later'\n", "server.shutdown_delay", "invalid duration"),
             ("[server]\ntrusted_proxies=['10.0.0.0/8', '10.0.0.0/33']\n", "server.trusted_proxies[1]", "invalid CIDR"),
             ("[metrics]\nmax_connections=0\n", "metrics.max_connections", "at least 1"),
+            (
+                "[upstreams.x]\nurl='http://h:1'\nmax_requests=3000000000000000000\n",
+                "upstreams.x.max_requests",
+                "between 1 and",
+            ),
+            (
+                "[upstreams.x]\nurl='http://h:1'\nretry_budget={ratio=1.0, min_per_second=4294967295}\n",
+                "upstreams.x.retry_budget.min_per_second",
+                "at most",
+            ),
+            ("[tracing]\notlp_endpoint='http://u:p@h:4318'\n", "tracing.otlp_endpoint", "credentials"),
             ("[[routes]]\nname='x'\nprefix='/a//b'\nupstream='a'\n", "routes[0].prefix", "not a normalised path"),
             ("[[routes]]\nname='x'\nprefix='/a/../b'\nupstream='a'\n", "routes[0].prefix", "not a normalised path"),
         ];

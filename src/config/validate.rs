@@ -25,6 +25,10 @@ use super::{
     Target, TracingConfig, UpstreamConfig,
 };
 
+/// The largest `max_requests` (tokio's semaphore takes up to 2^61 permits;
+/// anything near that is a typo).
+const MAX_REQUESTS: usize = 1_000_000;
+
 /// A problem with one key: `(key, message)`.
 type Problem = (String, String);
 
@@ -106,6 +110,12 @@ fn tracing(t: &RawTracing) -> Result<TracingConfig, Problem> {
     if let Some(url) = &t.otlp_endpoint {
         let uri: Uri =
             url.parse().map_err(|e| ("tracing.otlp_endpoint".to_owned(), format!("invalid URL {url:?}: {e}")))?;
+        if uri.authority().is_some_and(|a| a.as_str().contains('@')) {
+            return Err((
+                "tracing.otlp_endpoint".into(),
+                "credentials in the URL are not supported (and would be logged)".into(),
+            ));
+        }
         if uri.scheme_str() != Some("http") || uri.authority().is_none() {
             return Err((
                 "tracing.otlp_endpoint".into(),
@@ -206,8 +216,8 @@ fn admission(up: &RawUpstream, key: &dyn Fn(&str) -> String) -> Result<Option<Ad
         }
         return Ok(None);
     };
-    if max_requests == 0 {
-        return Err((key("max_requests"), "must be at least 1 (leave it out for no limit)".into()));
+    if max_requests == 0 || max_requests > MAX_REQUESTS {
+        return Err((key("max_requests"), format!("must be between 1 and {MAX_REQUESTS} (leave it out for no limit)")));
     }
     let queue_timeout = positive_duration(&key("queue_timeout"), up.queue_timeout.as_deref().unwrap_or("5s"))?;
     Ok(Some(Admission { max_requests, queue: up.queue.unwrap_or(100), queue_timeout }))
@@ -246,7 +256,12 @@ fn retry_budget(b: Option<&RawRetryBudget>, key: &dyn Fn(&str) -> String) -> Res
     if !(0.0..=10.0).contains(&ratio) {
         return Err((key("retry_budget.ratio"), format!("{ratio} must be between 0 and 10")));
     }
-    Ok(RetryBudget { ratio: ratio as f32, min_per_second: b.and_then(|b| b.min_per_second).unwrap_or(10) })
+    let min_per_second = b.and_then(|b| b.min_per_second).unwrap_or(10);
+    // tower's budget keeps min_per_second × its 10 s window in an i32.
+    if min_per_second > 100_000_000 {
+        return Err((key("retry_budget.min_per_second"), "must be at most 100000000".into()));
+    }
+    Ok(RetryBudget { ratio: ratio as f32, min_per_second })
 }
 
 fn route(

@@ -141,8 +141,13 @@ impl Endpoint {
         Some(Attempt { endpoint: self.clone(), trial, decided: false })
     }
 
-    fn eject(&self, o: &Outlier) {
-        o.ejected_until.store(now_ms() + o.config.ejection_time.as_millis() as u64, Relaxed);
+    /// Ejects the endpoint, if its ejection state is still `current` (two
+    /// failures at once eject, and count, once).
+    fn eject(&self, o: &Outlier, current: u64) {
+        let until = now_ms() + o.config.ejection_time.as_millis() as u64;
+        if o.ejected_until.compare_exchange(current, until, Relaxed, Relaxed).is_err() {
+            return;
+        }
         o.failures.store(0, Relaxed);
         o.ejections.increment(1);
         o.ejected.set(1.0);
@@ -188,12 +193,12 @@ impl Attempt {
         self.decided = true;
         let Some(o) = &self.endpoint.outlier else { return };
         if self.trial {
+            // Ejected again before the trial is released, so no request in
+            // between can take a second trial.
+            self.endpoint.eject(o, o.ejected_until.load(Relaxed));
             o.trial.store(false, Relaxed);
-            self.endpoint.eject(o);
-        } else if o.failures.fetch_add(1, Relaxed) + 1 >= o.config.consecutive_failures
-            && o.ejected_until.load(Relaxed) == 0
-        {
-            self.endpoint.eject(o);
+        } else if o.failures.fetch_add(1, Relaxed) + 1 >= o.config.consecutive_failures {
+            self.endpoint.eject(o, 0);
         }
     }
 }

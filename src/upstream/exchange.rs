@@ -33,6 +33,15 @@ impl Failure {
             && stalled(e).is_none()
     }
 
+    /// A failure of the client's own request body (too large, stalled,
+    /// cut off), not of the upstream.
+    pub fn is_clients(&self) -> bool {
+        let Failure::Send(e) = self else { return false };
+        find_source::<ClientBodyFailed>(e).is_some()
+            || find_source::<BodyTooLarge>(e).is_some()
+            || find_source::<BodyIdle>(e).is_some()
+    }
+
     /// The gateway error (and so the status and kind). Failures of the
     /// client's own request body are the client's.
     pub fn classify(self, upstream: &str, authority: &str) -> GatewayError {

@@ -207,7 +207,12 @@ impl Upstream {
                 }
                 Ok(Err(failure)) => failure,
             };
-            attempt.failure();
+            // A failure of the client's own body (too large, stalled, cut)
+            // says nothing about the endpoint: no verdict, or any client
+            // could get an upstream ejected.
+            if !failure.is_clients() {
+                attempt.failure();
+            }
             let wanted = match &failure {
                 Failure::Connect(..) => retry_on.connect,
                 Failure::Send(_) => retry_on.reset && copy.is_some() && failure.is_reset(),
@@ -303,9 +308,11 @@ impl Upstream {
             tracing::warn!(upstream = %self.config.name, "no endpoint may take traffic (unhealthy or ejected); answering 503");
         }
         // When it may be worth asking again: the first ejection to end, or
-        // the next health check.
+        // the checks an unhealthy endpoint needs to pass (rounded up).
         let soonest = self.endpoints.iter().filter_map(|e| e.ejected_for()).min();
-        let wait = soonest.or(self.config.health.as_ref().map(|h| h.interval)).unwrap_or(Duration::from_secs(1));
-        GatewayError::Unavailable { upstream: self.config.name.clone(), retry_after: wait.as_secs().max(1) }
+        let recovery = self.config.health.as_ref().map(|h| h.interval * h.healthy_after);
+        let wait = soonest.or(recovery).unwrap_or(Duration::from_secs(1));
+        let seconds = wait.as_millis().div_ceil(1000).max(1) as u64;
+        GatewayError::Unavailable { upstream: self.config.name.clone(), retry_after: seconds }
     }
 }

@@ -61,6 +61,8 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
         return;
     }
     // Names listed in Connection must go before Connection itself does.
+    // Host is for every recipient (RFC 9110 §7.2), so a listing of it is
+    // ignored: it would let a client take the upstream's Host away.
     if headers.contains_key(header::CONNECTION) {
         let named: Vec<HeaderName> = headers
             .get_all(header::CONNECTION)
@@ -68,6 +70,7 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(','))
             .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+            .filter(|name| name != header::HOST)
             .collect();
         for name in named {
             headers.remove(name);
@@ -280,6 +283,7 @@ mod tests {
             (&[("te", "gzip, Trailers;q=0.5"), ("trailer", "x-sum")], &["te", "trailer"]),
             (&[("te", "gzip"), ("te", "trailers")], &["te"]),
             (&[("connection", "bad header name!, x-a"), ("x-a", "1")], &[]),
+            (&[("connection", "Host, x-a"), ("host", "h"), ("x-a", "1")], &["host"]),
             (&[("x-forwarded-for", "1.2.3.4")], &["x-forwarded-for"]),
         ];
         for (input, want) in cases {

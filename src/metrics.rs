@@ -39,6 +39,7 @@ pub const ENDPOINT_HEALTHY: &str = "gateway_upstream_endpoint_healthy";
 pub const ENDPOINT_EJECTIONS: &str = "gateway_upstream_ejections_total";
 pub const UPSTREAM_RETRIES_SKIPPED: &str = "gateway_upstream_retries_skipped_total";
 pub const PANICS: &str = "gateway_panics_total";
+pub const FILE_COMPRESSIONS: &str = "gateway_file_compressions_total";
 pub const TRACE_EXPORT_FAILURES: &str = "gateway_trace_export_failures_total";
 pub const TRACE_SPANS_DROPPED: &str = "gateway_trace_spans_dropped_total";
 pub const ENDPOINT_EJECTED: &str = "gateway_upstream_endpoint_ejected";
@@ -119,6 +120,10 @@ fn describe() {
         "Span batches the OTLP collector did not take (unreachable, error, timeout)."
     );
     describe_counter!(TRACE_SPANS_DROPPED, "Spans dropped because the export queue was full.");
+    describe_counter!(
+        FILE_COMPRESSIONS,
+        "Compressed forms of cached files made, by coding (once per file version and coding)."
+    );
     describe_counter!(PANICS, "Requests whose handling panicked (answered 500; the process keeps serving).");
 }
 

@@ -154,6 +154,12 @@ async fn header_rules_set_and_remove_both_ways() {
     assert_eq!(parts.headers.get_all("x-version").iter().collect::<Vec<_>>(), ["gw"]);
     assert_eq!(parts.headers["x-frame-options"], "DENY");
     assert!(parts.headers.get("x-powered-by").is_none());
+    // A client cannot take a set header away by naming it in Connection,
+    // nor the Host by naming that.
+    get_with(&gw.url("/rules"), &[("connection", "x-env, host"), ("x-env", "dev")]).await;
+    let h = seen.lock().unwrap()[1].clone();
+    assert_eq!(h.get_all("x-env").iter().collect::<Vec<_>>(), ["prod"]);
+    assert!(h.get("host").is_some(), "{h:?}");
 }
 
 fn decode(encoding: &str, body: &[u8]) -> String {
@@ -194,6 +200,40 @@ async fn proxied_responses_are_compressed_by_accept_encoding() {
     let (parts, body) = get(&gw.url("/gz")).await;
     assert!(parts.headers.get("content-encoding").is_none());
     assert_eq!(&body[..], text.as_bytes());
+}
+
+#[tokio::test]
+async fn every_coding_of_a_compressible_response_has_the_same_weak_etag_and_vary() {
+    let text: &'static str = Box::leak(TEXT.repeat(100).into_boxed_str());
+    let up = TestUpstream::start(move |req: Request<Incoming>| async move {
+        let b = Response::builder().header("content-type", "text/html").header("etag", "\"v1\"");
+        if req.uri().path().ends_with("/nt") {
+            return b.header("cache-control", "public, No-Transform").body(full(text)).unwrap();
+        }
+        if req.headers().contains_key("if-none-match") {
+            return b.status(304).body(full("")).unwrap();
+        }
+        b.body(full(text)).unwrap()
+    })
+    .await;
+    let gw = TestGateway::from_toml(&route(up.addr, "v", "compress = true")).await;
+    let head = Request::head(gw.url("/v")).header("accept-encoding", "gzip").body(full(Bytes::new())).unwrap();
+    let cases = [
+        ("identity GET", get(&gw.url("/v")).await.0),
+        ("gzip GET", get_with(&gw.url("/v"), &[("accept-encoding", "gzip")]).await.0),
+        ("HEAD", send(head).await.0),
+        ("304", get_with(&gw.url("/v"), &[("accept-encoding", "gzip"), ("if-none-match", "W/\"v1\"")]).await.0),
+    ];
+    for (what, parts) in &cases {
+        assert_eq!(parts.headers["etag"], "W/\"v1\"", "{what}");
+        assert_eq!(parts.headers.get_all("vary").iter().collect::<Vec<_>>(), ["accept-encoding"], "{what}");
+    }
+    assert_eq!(cases[3].1.status, 304);
+    // no-transform: left as it is, strong tag and all.
+    let (parts, body) = get_with(&gw.url("/v/nt"), &[("accept-encoding", "gzip, br")]).await;
+    assert!(parts.headers.get("content-encoding").is_none());
+    assert_eq!(&body[..], text.as_bytes());
+    assert_eq!(parts.headers["etag"], "\"v1\"");
 }
 
 #[tokio::test]
@@ -249,7 +289,19 @@ async fn cached_files_are_compressed_once_with_an_etag_per_encoding() {
     let plain_etag = plain.headers["etag"].to_str().unwrap().to_owned();
     let mut etags = vec![plain_etag.clone()];
     for enc in ["gzip", "br", "zstd"] {
-        let (parts, body) = get_with(&gw.url("/site/page.html"), &[("accept-encoding", enc)]).await;
+        // The first requests start the form and get the file as it is.
+        let mut tries = 0;
+        let (parts, body) = loop {
+            let (parts, body) = get_with(&gw.url("/site/page.html"), &[("accept-encoding", enc)]).await;
+            assert_eq!(parts.headers["vary"], "accept-encoding");
+            if parts.headers.contains_key("content-encoding") {
+                break (parts, body);
+            }
+            assert_eq!(&body[..], text.as_bytes());
+            tries += 1;
+            assert!(tries < 200, "{enc}: never compressed");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
         assert_eq!(parts.headers["content-encoding"], enc);
         assert_eq!(parts.headers["vary"], "accept-encoding");
         assert_eq!(decode(enc, &body), text);
@@ -261,7 +313,53 @@ async fn cached_files_are_compressed_once_with_an_etag_per_encoding() {
             get_with(&gw.url("/site/page.html"), &[("accept-encoding", enc), ("if-none-match", &etag)]).await;
         assert_eq!(parts.status, 304, "{enc}");
         assert_eq!(parts.headers["etag"], etag.as_str());
+        assert_eq!(parts.headers["vary"], "accept-encoding");
     }
+    // Made once per coding, however many asked.
+    let m = metrics_text(gw.addr).await;
+    for enc in ["gzip", "br", "zstd"] {
+        assert_eq!(sample(&m, "gateway_file_compressions_total", &[("coding", enc)]), Some(1.0), "{enc}");
+    }
+    // Clients that ask and leave at once do not make the work start over.
+    // (Words in a pseudo-random order, near the cache's size limit: slow
+    // enough to compress that the leavers arrive while it is made.)
+    let words: Vec<&str> = TEXT.split(' ').collect();
+    let mut seed = 7u64;
+    let mut other = String::new();
+    while other.len() < 250_000 {
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        other.push_str(words[(seed >> 33) as usize % words.len()]);
+        other.push(if seed & 0x1000 == 0 { ' ' } else { '\n' });
+    }
+    std::fs::write(dir.path().join("other.html"), other).unwrap();
+    for _ in 0..3 {
+        let mut leavers = Vec::new();
+        for _ in 0..10 {
+            let mut s = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+            tokio::io::AsyncWriteExt::write_all(
+                &mut s,
+                b"GET /site/other.html HTTP/1.1\r\nHost: x\r\nAccept-Encoding: br\r\n\r\n",
+            )
+            .await
+            .unwrap();
+            leavers.push(s);
+        }
+        drop(leavers);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut tries = 0;
+    while !get_with(&gw.url("/site/other.html"), &[("accept-encoding", "br")])
+        .await
+        .0
+        .headers
+        .contains_key("content-encoding")
+    {
+        tries += 1;
+        assert!(tries < 200, "other.html never compressed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let m = metrics_text(gw.addr).await;
+    assert_eq!(sample(&m, "gateway_file_compressions_total", &[("coding", "br")]), Some(2.0));
     // A range is answered from the identity form.
     let (parts, body) =
         get_with(&gw.url("/site/page.html"), &[("accept-encoding", "gzip"), ("range", "bytes=0-9")]).await;

@@ -328,8 +328,9 @@ fn plan(entry_etag: &HeaderValue, modified: SystemTime, len: u64, method: &Metho
 
 /// [`respond`] for a route that compresses: a cached file of a
 /// compressible type goes out in the client's preferred coding (see
-/// `variants`), or as it is, with `Vary: Accept-Encoding` either way and
-/// marked settled, so the route's compression layer leaves it alone.
+/// `variants`) once that form is ready, or as it is, with
+/// `Vary: Accept-Encoding` either way (304s too) and marked settled, so the
+/// route's compression layer leaves it alone.
 async fn respond_compressed(
     entry: &Entry,
     path: &Path,
@@ -347,7 +348,7 @@ async fn respond_compressed(
         .then(|| negotiate(headers.get(header::ACCEPT_ENCODING)))
         .flatten();
     let variant = match coding {
-        Some(coding) => entry.variants.get(coding, identity, &entry.full_headers).await,
+        Some(coding) => entry.variants.get(coding, identity, &entry.full_headers),
         None => None,
     };
     let mut response = match variant {
@@ -356,6 +357,7 @@ async fn respond_compressed(
                 .status(StatusCode::NOT_MODIFIED)
                 .header(header::ETAG, v.etag.clone())
                 .header(header::LAST_MODIFIED, entry.last_modified.clone())
+                .header(header::VARY, "accept-encoding")
                 .body(Body::empty())
                 .expect("valid response"),
             _ => {

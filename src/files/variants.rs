@@ -7,15 +7,31 @@
 //! `-gzip`, `-br` or `-zstd` appended), which conditional requests match.
 //! Range requests are answered from the identity form. (Large files that
 //! are not cached go through the route's compression layer instead.)
+//!
+//! A form is made in the background, not by the request that asked for
+//! it: the file goes out as it is until its form is ready, a client that
+//! leaves cannot make the work start over, and at most
+//! [`MAKING_AT_ONCE`] forms are being made at a time across the process
+//! (a request that finds them all busy is answered as it is, and a later
+//! one starts the work), so a burst of requests for many files cannot take
+//! the CPU from the proxy.
 
 use std::io::Write;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, LazyLock, OnceLock};
 
 use bytes::Bytes;
 use http::HeaderMap;
 use http::header::{self, HeaderValue};
+use tokio::sync::Semaphore;
 
 use crate::layers::compress::Coding;
+use crate::metrics::FILE_COMPRESSIONS;
+
+/// Forms being made at once, process-wide.
+pub const MAKING_AT_ONCE: usize = 1;
+
+static MAKING: LazyLock<Arc<Semaphore>> = LazyLock::new(|| Arc::new(Semaphore::new(MAKING_AT_ONCE)));
 
 /// One compressed form of a file.
 pub struct Variant {
@@ -25,21 +41,40 @@ pub struct Variant {
     pub headers: HeaderMap,
 }
 
-/// The forms made so far, one place per coding; `None` inside means the
-/// coding did not make the file smaller.
+/// The forms made so far, one place per coding.
 #[derive(Default)]
-pub struct Variants([tokio::sync::OnceCell<Option<Arc<Variant>>>; 3]);
+pub struct Variants([Slot; 3]);
+
+#[derive(Default)]
+struct Slot {
+    /// `None` inside: the coding did not make the file smaller.
+    made: Arc<OnceLock<Option<Arc<Variant>>>>,
+    started: AtomicBool,
+}
 
 impl Variants {
-    /// The file in `coding`, made on first use.
-    pub async fn get(&self, coding: Coding, identity: &Bytes, base: &HeaderMap) -> Option<Arc<Variant>> {
+    /// The file in `coding` if that form is ready; else `None`, and the
+    /// form is started in the background if it is not being made yet.
+    pub fn get(&self, coding: Coding, identity: &Bytes, base: &HeaderMap) -> Option<Arc<Variant>> {
         let slot = &self.0[Coding::ALL.iter().position(|c| *c == coding).expect("a known coding")];
-        let make = || async {
-            let identity = identity.clone();
-            let compressed = tokio::task::spawn_blocking(move || compress(coding, &identity)).await.ok()??;
-            Some(Arc::new(variant(coding, compressed, base)))
+        if let Some(made) = slot.made.get() {
+            return made.clone();
+        }
+        if slot.started.swap(true, Ordering::AcqRel) {
+            return None;
+        }
+        let Ok(permit) = MAKING.clone().try_acquire_owned() else {
+            slot.started.store(false, Ordering::Release);
+            return None;
         };
-        slot.get_or_init(make).await.clone()
+        let (made, identity, base) = (slot.made.clone(), identity.clone(), base.clone());
+        tokio::task::spawn_blocking(move || {
+            metrics::counter!(FILE_COMPRESSIONS, "coding" => coding.token()).increment(1);
+            let form = compress(coding, &identity).map(|bytes| Arc::new(variant(coding, bytes, &base)));
+            let _ = made.set(form);
+            drop(permit);
+        });
+        None
     }
 }
 
@@ -57,8 +92,10 @@ fn variant(coding: Coding, bytes: Bytes, base: &HeaderMap) -> Variant {
     Variant { bytes, etag, headers }
 }
 
-/// `data` in `coding` at a high level (it is done once per file version),
-/// or `None` when that is not smaller.
+/// `data` in `coding`, or `None` when that is not smaller. The levels are
+/// high but not the highest (done once per file version, but every file
+/// shares the one permit): brotli 11 and zstd 19 take several times as
+/// long for a few per cent.
 fn compress(coding: Coding, data: &[u8]) -> Option<Bytes> {
     let out = match coding {
         Coding::Gzip => {
@@ -68,11 +105,11 @@ fn compress(coding: Coding, data: &[u8]) -> Option<Bytes> {
         }
         Coding::Br => {
             let mut out = Vec::new();
-            let params = brotli::enc::BrotliEncoderParams { quality: 11, ..Default::default() };
+            let params = brotli::enc::BrotliEncoderParams { quality: 9, ..Default::default() };
             brotli::BrotliCompress(&mut &data[..], &mut out, &params).ok()?;
             out
         }
-        Coding::Zstd => zstd::bulk::compress(data, 19).ok()?,
+        Coding::Zstd => zstd::bulk::compress(data, 15).ok()?,
     };
     (out.len() < data.len()).then(|| Bytes::from(out))
 }

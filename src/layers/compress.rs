@@ -1,12 +1,15 @@
 //! Response compression per route (`compress = true`), with tower-http's
 //! `CompressionLayer` (gzip, br, zstd, by the client's `Accept-Encoding`
 //! with q-values) and the predicate here: only compressible types, only
-//! bodies of at least [`MIN_SIZE`], never 206 or 304 (tower-http itself
+//! bodies of at least [`MIN_SIZE`], never 206 or 304 or a response whose
+//! `Cache-Control` says `no-transform` (tower-http itself
 //! skips responses that already have a `Content-Encoding` or a
 //! `Content-Range`, and adds `Vary: Accept-Encoding`).
 //!
 //! A strong `ETag` names exact bytes, so a response compressed on the fly
-//! keeps its `ETag` only as a weak one ([`weaken_etag`]), as nginx does.
+//! keeps its `ETag` only as a weak one ([`weaken_etag`]), as nginx does;
+//! so do its identity form, its 304s and its HEADs, and all of them say
+//! `Vary: Accept-Encoding` ([`settle_validators`]).
 //! Cached files are compressed once and keep a strong `ETag` per encoding
 //! (see `files`); tower-http leaves those alone, as they arrive encoded.
 
@@ -34,7 +37,10 @@ impl Predicate for Compressible {
             return false;
         }
         let status = response.status();
-        if status == StatusCode::PARTIAL_CONTENT || status == StatusCode::NOT_MODIFIED {
+        if status == StatusCode::PARTIAL_CONTENT
+            || status == StatusCode::NOT_MODIFIED
+            || no_transform(response.headers())
+        {
             return false;
         }
         let big_enough = match response.body().size_hint().exact() {
@@ -95,11 +101,45 @@ pub fn mark_encoded<B>(mut response: Response<B>) -> Response<B> {
     response
 }
 
-/// After the compression layer: a response it encoded gets a weak `ETag`.
-pub fn weaken_if_compressed<B>(response: Response<B>) -> Response<B> {
-    let compressed_here = response.headers().contains_key(header::CONTENT_ENCODING)
-        && response.extensions().get::<PreEncoded>().is_none();
-    if compressed_here { weaken_etag(response) } else { response }
+/// After the compression layer, on every response of a compressing route
+/// but those whose coding was chosen before it ([`Settled`],
+/// [`PreEncoded`]): a response that is or could have been compressed here
+/// (it was encoded here, or it is a 304, or of a compressible type, and
+/// its `Cache-Control` allows transforms) gets a weak `ETag` and
+/// `Vary: Accept-Encoding`, whatever coding this client got. So the tag
+/// names the same thing in every coding (a 304 or a HEAD says what the 200
+/// would), and a cache keeps the codings apart.
+pub fn settle_validators<B>(mut response: Response<B>) -> Response<B> {
+    let ext = response.extensions();
+    if ext.get::<Settled>().is_some() || ext.get::<PreEncoded>().is_some() {
+        return response;
+    }
+    let headers = response.headers();
+    let varies = headers.contains_key(header::CONTENT_ENCODING)
+        || ((response.status() == StatusCode::NOT_MODIFIED
+            || headers.get(header::CONTENT_TYPE).is_some_and(is_compressible))
+            && !no_transform(headers));
+    if !varies {
+        return response;
+    }
+    let headers = response.headers_mut();
+    let listed = headers.get_all(header::VARY).iter().any(|v| {
+        v.to_str()
+            .is_ok_and(|v| v.split(',').any(|t| t.trim() == "*" || t.trim().eq_ignore_ascii_case("accept-encoding")))
+    });
+    if !listed {
+        headers.append(header::VARY, HeaderValue::from_static("accept-encoding"));
+    }
+    weaken_etag(response)
+}
+
+/// Whether `Cache-Control` forbids transforming the content (RFC 9111
+/// §5.2.2.6), compression included.
+pub fn no_transform(headers: &http::HeaderMap) -> bool {
+    headers
+        .get_all(header::CACHE_CONTROL)
+        .iter()
+        .any(|v| v.to_str().is_ok_and(|v| v.split(',').any(|d| d.trim().eq_ignore_ascii_case("no-transform"))))
 }
 
 /// Makes a strong `ETag` weak: for a response compressed on the fly, whose

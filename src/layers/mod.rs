@@ -67,12 +67,15 @@ impl RouteLayers {
         });
         let compression = self.compress.then(|| {
             ServiceBuilder::new()
-                .layer(MapResponseLayer::new(|r: Response<_>| compress::weaken_if_compressed(r).map(Body::compressed)))
+                .layer(MapResponseLayer::new(|r: Response<_>| compress::settle_validators(r).map(Body::compressed)))
                 .layer(CompressionLayer::new().compress_when(Compressible))
                 .layer(MapResponseLayer::new(compress::mark_encoded))
         });
         let request = self.request.clone().map(|rules| {
             MapRequestLayer::new(move |mut req: Request<Incoming>| {
+                // First, or a header the rules set and the client named in
+                // Connection would be stripped after them.
+                crate::headers::strip_hop_by_hop(req.headers_mut());
                 rules.apply(req.headers_mut());
                 req
             })

@@ -1,6 +1,8 @@
 //! Header rules per route: `set` replaces any value the message had (one
 //! remains), `remove` drops a header. Validated at load; hop-by-hop names
-//! are refused there, so the hop-by-hop rules still hold after these.
+//! are refused there, so the hop-by-hop rules still hold after these. A
+//! request's hop-by-hop headers are stripped before its rules run, so a
+//! client cannot take a `set` header away by listing it in `Connection`.
 //!
 //! Applied with tower's `map_request` / `map_response` layers rather than
 //! tower-http's `SetRequestHeaderLayer`, which sets one header per layer: a

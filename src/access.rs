@@ -8,6 +8,7 @@
 //! done. Only header values named here are written: `Authorization`,
 //! `Cookie`, `Set-Cookie` and `Proxy-Authorization` never are.
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -107,12 +108,14 @@ impl AccessLine {
     /// seconds request_id`.
     fn combined(&self, total: Duration) -> String {
         let time = apache_time(self.time);
-        let quote = |v: &Option<String>| v.as_deref().map_or("-".to_owned(), |s| s.replace('"', "\\\""));
+        fn quote(v: &Option<String>) -> Cow<'_, str> {
+            v.as_deref().map_or(Cow::Borrowed("-"), escape)
+        }
         format!(
             "{} - - [{time}] \"{} {} {:?}\" {} {} \"{}\" \"{}\" {:.3} {}",
             self.client,
-            self.method,
-            self.path,
+            escape(self.method.as_str()),
+            escape(&self.path),
             self.version,
             self.status,
             self.bytes_out,
@@ -122,6 +125,25 @@ impl AccessLine {
             self.request_id.as_deref().unwrap_or("-"),
         )
     }
+}
+
+/// A value for the combined format, escaped as nginx escapes it: `"`, `\`
+/// and bytes outside printable ASCII become `\xHH`, so a value cannot end
+/// its quotes or forge a line.
+fn escape(v: &str) -> Cow<'_, str> {
+    let plain = |b: u8| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\';
+    if v.bytes().all(plain) {
+        return Cow::Borrowed(v);
+    }
+    let mut out = String::with_capacity(v.len() + 8);
+    for b in v.bytes() {
+        if plain(b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("\\x{b:02X}"));
+        }
+    }
+    Cow::Owned(out)
 }
 
 /// `14/Nov/2023:22:13:20 +0000`, as the combined format writes time,
@@ -138,6 +160,19 @@ fn apache_time(t: SystemTime) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn escape_table() {
+        for (raw, want) in [
+            ("plain /a?b=c", "plain /a?b=c"),
+            ("say \"hi\"", "say \\x22hi\\x22"),
+            ("back\\slash", "back\\x5Cslash"),
+            ("line\nbreak\tand\x7f", "line\\x0Abreak\\x09and\\x7F"),
+            ("caf\u{e9}", "caf\\xC3\\xA9"),
+        ] {
+            assert_eq!(escape(raw), want, "{raw:?}");
+        }
+    }
 
     #[test]
     fn combined_format() {
@@ -163,7 +198,7 @@ mod tests {
         let text = line.combined(Duration::from_millis(1500));
         assert_eq!(
             text,
-            "10.0.0.1 - - [14/Nov/2023:22:13:20 +0000] \"GET /b?x=1 HTTP/1.1\" 200 42 \"-\" \"curl/8 \\\"quoted\\\"\" 1.500 abc"
+            "10.0.0.1 - - [14/Nov/2023:22:13:20 +0000] \"GET /b?x=1 HTTP/1.1\" 200 42 \"-\" \"curl/8 \\x22quoted\\x22\" 1.500 abc"
         );
     }
 }

@@ -87,11 +87,12 @@ impl Gateway {
             tracing::info!("shutting down: no longer accepting; waiting for in-flight requests");
             stop_main.cancel();
         };
-        tokio::join!(listener::serve(self.listener, self.app, Kind::Main, stop_main.clone()), signal);
+        tokio::join!(listener::serve(self.listener, self.app.clone(), Kind::Main, stop_main.clone()), signal);
         stop_admin.cancel();
         if let Some(admin) = admin {
             let _ = admin.await;
         }
+        app.flush_spans().await;
     }
 }
 

@@ -176,7 +176,8 @@ pub fn method_label(m: &Method) -> &'static str {
 /// most the ~60 registered codes and 5 classes per route and method.
 fn status_key(status: u16) -> u16 {
     match http::StatusCode::from_u16(status) {
-        Ok(s) if s.canonical_reason().is_some() => status,
+        // 499: a client that left before its answer (never sent; logged).
+        Ok(s) if s.canonical_reason().is_some() || status == 499 => status,
         _ => (status / 100).clamp(1, 5),
     }
 }

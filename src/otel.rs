@@ -6,7 +6,8 @@
 //! `try_send` (a full channel drops the span and counts it), and one task
 //! batches and posts them. An unreachable collector costs a counter
 //! (`gateway_trace_export_failures_total`) and a warning at most once a
-//! minute.
+//! minute. At shutdown the spans still queued are posted (bounded by the
+//! post timeout) before the process exits.
 //!
 //! The wire types are `opentelemetry-proto`'s (with its serde support for
 //! the OTLP JSON mapping); the batching is this module's own rather than the
@@ -14,6 +15,7 @@
 //! with a blocking executor and would need a second HTTP client stack
 //! (reqwest) beside the hyper client the gateway already runs on tokio.
 
+use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -28,6 +30,8 @@ use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, Key
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Status, span, status};
 use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 use crate::config::TracingConfig;
 use crate::layers::trace::TraceContext;
@@ -60,6 +64,9 @@ pub struct RequestSpan<'a> {
 /// The exporter's sending end.
 pub struct Exporter {
     tx: mpsc::Sender<Span>,
+    /// Tells the task to post what is queued and end.
+    stop: CancellationToken,
+    task: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl Exporter {
@@ -68,8 +75,19 @@ impl Exporter {
         let base = config.otlp_endpoint.as_ref()?;
         let url = format!("{}/v1/traces", base.trim_end_matches('/'));
         let (tx, rx) = mpsc::channel(QUEUE);
-        tokio::spawn(post_batches(rx, url, config.service_name.clone()));
-        Some(Exporter { tx })
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(post_batches(rx, url, config.service_name.clone(), stop.clone()));
+        Some(Exporter { tx, stop, task: Mutex::new(Some(task)) })
+    }
+
+    /// Posts the spans still queued and stops the export (at shutdown, once
+    /// the requests have drained). Spans recorded after it are dropped.
+    pub async fn flush(&self) {
+        self.stop.cancel();
+        let task = self.task.lock().expect("exporter lock").take();
+        if let Some(task) = task {
+            let _ = tokio::time::timeout(POST_TIMEOUT + Duration::from_secs(1), task).await;
+        }
     }
 
     /// Queues the span of a finished request; never waits.
@@ -131,19 +149,39 @@ fn span(r: RequestSpan<'_>) -> Span {
     }
 }
 
-/// The export task: batches spans and posts them; ends with the channel.
-async fn post_batches(mut rx: mpsc::Receiver<Span>, url: String, service: String) {
+/// The export task: batches spans and posts them; ends with the channel,
+/// or at `stop` once what is queued has been posted.
+async fn post_batches(mut rx: mpsc::Receiver<Span>, url: String, service: String, stop: CancellationToken) {
     let client: Client<HttpConnector, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
     let mut last_warning: Option<tokio::time::Instant> = None;
     let mut batch = Vec::with_capacity(BATCH);
     loop {
-        let Some(first) = rx.recv().await else { return };
-        batch.push(first);
-        let deadline = tokio::time::Instant::now() + FLUSH_EVERY;
-        while batch.len() < BATCH {
-            match tokio::time::timeout_at(deadline, rx.recv()).await {
-                Ok(Some(span)) => batch.push(span),
-                Ok(None) | Err(_) => break,
+        if stop.is_cancelled() {
+            // The last posts: whatever is queued, without waiting for more.
+            while batch.len() < BATCH
+                && let Ok(span) = rx.try_recv()
+            {
+                batch.push(span);
+            }
+            if batch.is_empty() {
+                return;
+            }
+        } else {
+            let first = tokio::select! {
+                first = rx.recv() => first,
+                () = stop.cancelled() => continue,
+            };
+            let Some(first) = first else { return };
+            batch.push(first);
+            let deadline = tokio::time::Instant::now() + FLUSH_EVERY;
+            while batch.len() < BATCH {
+                tokio::select! {
+                    next = tokio::time::timeout_at(deadline, rx.recv()) => match next {
+                        Ok(Some(span)) => batch.push(span),
+                        Ok(None) | Err(_) => break,
+                    },
+                    () = stop.cancelled() => break,
+                }
             }
         }
         let body = payload(&service, std::mem::take(&mut batch));

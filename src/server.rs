@@ -49,8 +49,10 @@ impl Peer {
 pub struct RequestLog<'a> {
     /// Its ID, when request IDs are on.
     pub id: Option<&'a RequestId>,
-    /// Its trace, when trace context is on.
+    /// Its trace, when trace context is on or spans are exported.
     pub trace: Option<TraceContext>,
+    /// Whether the upstream gets the trace (trace context is on).
+    pub propagate_trace: bool,
     /// What the proxy learns of the upstream, when the access log is on.
     pub timing: Option<Arc<UpstreamTiming>>,
     /// The access log line, when the access log is on.
@@ -66,15 +68,54 @@ struct SpanStart {
     client: String,
 }
 
-impl<'a> RequestLog<'a> {
-    fn new(req: &Request<Incoming>, id: Option<&'a RequestId>, trace_context: bool) -> Self {
-        RequestLog {
-            id,
-            trace: trace_context.then(|| TraceContext::from_headers(req.headers())),
-            timing: None,
-            access: None,
-            span: None,
+/// A request on its way to a response head. Dropped before it got one
+/// (the client left, or the handling panicked), it still reaches the
+/// metrics, the access log and the exported span, as 499 (nginx's "client
+/// closed request") or 500; else a request that ends that way would leave
+/// no trace at all.
+struct Unanswered<'a> {
+    app: &'a App,
+    route: &'a RouteMetrics,
+    upstream: Option<&'a Upstream>,
+    method: &'a Method,
+    start: Instant,
+    /// Taken when the response is ready.
+    cx: Option<RequestLog<'a>>,
+}
+
+impl Drop for Unanswered<'_> {
+    fn drop(&mut self) {
+        let Some(cx) = self.cx.take() else { return };
+        // A panic drops the data path's locals as it unwinds, this one too.
+        let status = if std::thread::panicking() { StatusCode::INTERNAL_SERVER_ERROR } else { CLIENT_CLOSED };
+        let mut stub = Response::new(Body::empty());
+        *stub.status_mut() = status;
+        let mut stub = self.app.finish(self.route, self.upstream, self.method, self.start, cx, stub);
+        // No body will be sent: the line is written now.
+        if let Some(line) = stub.extensions_mut().remove::<Box<AccessLine>>() {
+            line.write();
         }
+    }
+}
+
+/// 499, nginx's status for a request whose client closed the connection
+/// before it was answered. It is never sent; logs and metrics use it.
+pub const CLIENT_CLOSED: StatusCode = match StatusCode::from_u16(499) {
+    Ok(s) => s,
+    Err(_) => unreachable!(),
+};
+
+impl<'a> RequestLog<'a> {
+    /// `trace_context`: continue the caller's trace and pass it on;
+    /// `exporting`: spans are exported (a new trace per request, when trace
+    /// context is off).
+    fn new(req: &Request<Incoming>, id: Option<&'a RequestId>, trace_context: bool, exporting: bool) -> Self {
+        let trace = if trace_context {
+            Some(TraceContext::from_headers(req.headers()))
+        } else {
+            exporting.then(TraceContext::root)
+        };
+        RequestLog { id, trace, propagate_trace: trace_context, timing: None, access: None, span: None }
     }
 
     /// The request ID for a log line (`-` without one).
@@ -187,6 +228,13 @@ impl App {
         self.config.server.trusted_proxies.iter().any(|net| net.contains(&ip))
     }
 
+    /// Posts the spans still waiting for export (at shutdown).
+    pub async fn flush_spans(&self) {
+        if let Some(exporter) = &self.exporter {
+            exporter.flush().await;
+        }
+    }
+
     /// Turns `/readyz` to 503.
     pub fn start_draining(&self) {
         self.draining.store(true, Ordering::Relaxed);
@@ -225,7 +273,7 @@ impl App {
     pub async fn serve(&self, mut req: Request<Incoming>, peer: &Peer, id: Option<&RequestId>) -> Response<Body> {
         let start = Instant::now();
         let method = req.method().clone();
-        let mut cx = RequestLog::new(&req, id, self.config.server.trace_context || self.exporter.is_some());
+        let mut cx = RequestLog::new(&req, id, self.config.server.trace_context, self.exporter.is_some());
         let normalized = self.normalize(&mut req);
         if self.exporter.is_some() {
             let host = req.headers().get(header::HOST).and_then(|h| h.to_str().ok()).map(str::to_owned);
@@ -254,18 +302,22 @@ impl App {
             Target::Proxy(p) => Some(&self.upstreams[p.upstream]),
             _ => None,
         });
+        let mut pending =
+            Unanswered { app: self, route: route_metrics, upstream, method: &method, start, cx: Some(cx) };
+        let cx = pending.cx.as_ref().expect("just set");
         let respond = |result: Result<Response<Body>, GatewayError>| {
-            result.unwrap_or_else(|e| self.fail(route_metrics, upstream, &cx, e))
+            result.unwrap_or_else(|e| self.fail(route_metrics, upstream, cx, e))
         };
         let response = match route {
             Some(route) => match &route.layers {
-                None => respond(self.dispatch(route, req, peer, start, &cx).await),
+                None => respond(self.dispatch(route, req, peer, start, cx).await),
                 Some(layers) => {
-                    layers.call(req, |req| async { respond(self.dispatch(route, req, peer, start, &cx).await) }).await
+                    layers.call(req, |req| async { respond(self.dispatch(route, req, peer, start, cx).await) }).await
                 }
             },
             None => respond(self.screen(&req, self.config.server.max_body).and(Err(GatewayError::NoRoute))),
         };
+        let cx = pending.cx.take().expect("taken once");
         self.finish(route_metrics, upstream, &method, start, cx, response)
     }
 
@@ -414,7 +466,9 @@ impl App {
         let elapsed = start.elapsed();
         let status = response.status().as_u16();
         route.record(method, status, elapsed);
-        if let (Some(exporter), Some(trace), Some(span)) = (&self.exporter, &cx.trace, &cx.span) {
+        if let (Some(exporter), Some(trace), Some(span)) = (&self.exporter, &cx.trace, &cx.span)
+            && trace.sampled()
+        {
             let end = std::time::SystemTime::now();
             exporter.record(RequestSpan {
                 trace,

@@ -389,8 +389,11 @@ async fn a_panic_answers_500_and_the_connection_keeps_serving() {
         assert!(!r.closed, "the connection must stay open after a panic");
         assert!(r.text.to_ascii_lowercase().contains("x-request-id: "), "{}", r.text);
     }
-    let after = sample(&metrics_text(gw.addr).await, "gateway_panics_total", &[]).unwrap_or(0.0);
+    let m = metrics_text(gw.addr).await;
+    let after = sample(&m, "gateway_panics_total", &[]).unwrap_or(0.0);
     assert_eq!(after - before, 2.0);
+    // Counted as the route's 500s, like any other answer.
+    assert_eq!(sample(&m, "http_server_requests_total", &[("route", "boom"), ("status", "500")]), Some(2.0));
 }
 
 #[tokio::test]
@@ -428,7 +431,18 @@ async fn bad_middleware_configs_name_the_key() {
 
 /// Runs the gateway binary with `toml` and JSON logs at debug level; returns
 /// it with its stderr lines as they come.
-fn spawn_gateway(toml: &str, dir: &std::path::Path) -> (std::process::Child, Arc<Mutex<Vec<String>>>, SocketAddr) {
+/// A gateway process, killed when dropped (a failing test too, or it would
+/// hold the test harness's output open).
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn_gateway(toml: &str, dir: &std::path::Path) -> (Child, Arc<Mutex<Vec<String>>>, SocketAddr) {
     use std::io::BufRead;
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let path = dir.join("gw.toml");
@@ -447,7 +461,7 @@ fn spawn_gateway(toml: &str, dir: &std::path::Path) -> (std::process::Child, Arc
             l.lock().unwrap().push(line);
         }
     });
-    (child, lines, SocketAddr::from(([127, 0, 0, 1], port)))
+    (Child(child), lines, SocketAddr::from(([127, 0, 0, 1], port)))
 }
 
 async fn wait_for_lines(lines: &Mutex<Vec<String>>, what: &str, count: usize) -> Vec<String> {
@@ -464,15 +478,22 @@ async fn wait_for_lines(lines: &Mutex<Vec<String>>, what: &str, count: usize) ->
 #[tokio::test]
 async fn access_log_lines_carry_ids_sizes_and_upstream_timings_and_no_secrets() {
     let (up, _) = recording("upstream-answer", "text/plain", &[("set-cookie", "session=SETCOOKIESECRET")]).await;
+    let slow = TestUpstream::start(|_r| async {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        Response::new(full("late"))
+    })
+    .await;
     let dir = tempfile::tempdir().unwrap();
     let refused = refused_addr().await;
     let toml = format!(
         "[upstreams.app]\nurl = \"http://{}\"\n[upstreams.down]\nurl = \"http://{refused}\"\n\
          [[routes]]\nname = \"app\"\nprefix = \"/app\"\nupstream = \"app\"\n\
-         [[routes]]\nname = \"down\"\nprefix = \"/down\"\nupstream = \"down\"\n",
-        up.addr
+         [[routes]]\nname = \"down\"\nprefix = \"/down\"\nupstream = \"down\"\n\
+         [[routes]]\nname = \"slow\"\nprefix = \"/slow\"\nupstream = \"slow\"\n\
+         [upstreams.slow]\nurl = \"http://{}\"\n",
+        up.addr, slow.addr
     );
-    let (mut child, lines, addr) = spawn_gateway(&toml, dir.path());
+    let (child, lines, addr) = spawn_gateway(&toml, dir.path());
     wait_for_lines(&lines, "gateway listening", 1).await;
     let req = Request::post(format!("http://{addr}/app/x?q=1"))
         .header("authorization", "Bearer AUTHSECRET")
@@ -507,8 +528,23 @@ async fn access_log_lines_carry_ids_sizes_and_upstream_timings_and_no_secrets() 
     // The failed upstream call's WARN line names the request.
     let warn = wait_for_lines(&lines, "upstream request failed", 1).await;
     assert!(warn[0].contains(&failed_id), "{warn:?}");
-    child.kill().unwrap();
-    let _ = child.wait();
+    // A client that leaves before its answer is logged as 499.
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    tokio::io::AsyncWriteExt::write_all(
+        &mut s,
+        b"GET /slow/left HTTP/1.1\r\nHost: x\r\nX-Request-Id: left-early\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    drop(s);
+    let line = wait_for_lines(&lines, "\"request_id\":\"left-early\"", 1).await.remove(0);
+    let f = serde_json::from_str::<serde_json::Value>(&line).unwrap()["fields"].clone();
+    assert_eq!(
+        (f["status"].as_u64(), f["route"].as_str(), f["bytes_out"].as_u64()),
+        (Some(499), Some("slow"), Some(0))
+    );
+    drop(child);
     let all = lines.lock().unwrap().join("\n");
     for secret in ["AUTHSECRET", "PROXYSECRET", "COOKIESECRET", "SETCOOKIESECRET"] {
         assert!(!all.contains(secret), "{secret} was logged");
@@ -602,4 +638,59 @@ async fn an_unreachable_collector_costs_only_a_counter() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(failures >= 1.0, "the failed export must be counted");
+}
+
+#[tokio::test]
+async fn only_sampled_traces_are_exported_and_a_shutdown_posts_what_is_queued() {
+    let (collector, posted) = otlp_receiver().await;
+    let (up, _) = recording("ok", "text/plain", &[]).await;
+    let toml = format!("[tracing]\notlp_endpoint = \"http://{}\"\n{}", collector.addr, route(up.addr, "smp", ""));
+    let mut gw = TestGateway::from_toml(&toml).await;
+    let unsampled = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00";
+    let sampled = "00-1af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    assert_eq!(get_with(&gw.url("/smp"), &[("traceparent", unsampled)]).await.0.status, 200);
+    assert_eq!(get_with(&gw.url("/smp"), &[("traceparent", sampled)]).await.0.status, 200);
+    // Shut down at once: the batch (which would wait up to a second for
+    // more) is posted before the gateway is done.
+    gw.shutdown();
+    tokio::time::timeout(Duration::from_secs(10), &mut gw.task).await.unwrap().unwrap();
+    let batches = posted.lock().unwrap().clone();
+    let traces: Vec<String> = batches
+        .iter()
+        .flat_map(|b| b["resourceSpans"][0]["scopeSpans"][0]["spans"].as_array().unwrap().clone())
+        .map(|span| span["traceId"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(traces, ["1af7651916cd43dd8448eb211c80319c"], "posted before shutdown ended, unsampled left out");
+}
+
+#[tokio::test]
+async fn with_trace_context_off_the_gateway_neither_continues_nor_sends_a_trace() {
+    let (collector, posted) = otlp_receiver().await;
+    let (up, seen) = recording("ok", "text/plain", &[]).await;
+    let toml = format!(
+        "[server]\ntrace_context = false\n[tracing]\notlp_endpoint = \"http://{}\"\n{}",
+        collector.addr,
+        route(up.addr, "off", "")
+    );
+    let mut gw = TestGateway::from_toml(&toml).await;
+    let theirs = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    get_with(&gw.url("/off"), &[("traceparent", theirs)]).await;
+    get(&gw.url("/off")).await;
+    let sent = seen.lock().unwrap().clone();
+    assert_eq!(traceparent(&sent[0]).join("-"), theirs, "passed on untouched");
+    assert!(sent[1].get("traceparent").is_none(), "none made up");
+    gw.shutdown();
+    tokio::time::timeout(Duration::from_secs(10), &mut gw.task).await.unwrap().unwrap();
+    // Its own spans are still exported, each its own trace.
+    let spans: Vec<serde_json::Value> = posted
+        .lock()
+        .unwrap()
+        .iter()
+        .flat_map(|b| b["resourceSpans"][0]["scopeSpans"][0]["spans"].as_array().unwrap().clone())
+        .collect();
+    assert_eq!(spans.len(), 2);
+    for span in spans {
+        assert_ne!(span["traceId"], "0af7651916cd43dd8448eb211c80319c");
+        assert!(span.get("parentSpanId").is_none_or(|p| p == ""), "{span}");
+    }
 }

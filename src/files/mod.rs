@@ -214,6 +214,11 @@ impl FileServer {
         }
         let entry = Arc::new(Entry::new(path, modified, (meta.dev(), meta.ino()), meta.len(), bytes));
         let mut cache = self.cache.write().expect("file cache lock");
+        // Requests that missed together all use the first entry cached, so
+        // its compressed forms are made once, not once per entry.
+        if let Some(first) = cache.entries.get(path.as_os_str()).filter(|e| e.matches(meta)) {
+            return Ok(first.clone());
+        }
         let size = entry.bytes.as_ref().map_or(0, |b| b.len() as u64);
         if cache.bytes + size > CACHE_TOTAL_MAX {
             cache.entries.clear();

@@ -15,6 +15,8 @@ use super::request_id::hex;
 pub const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
 /// `tracestate`.
 pub const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
+/// The `sampled` trace flag.
+const SAMPLED: u8 = 0x01;
 
 /// The trace a request belongs to and this hop's span in it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,14 +30,26 @@ pub struct TraceContext {
 }
 
 impl TraceContext {
-    /// Continues the request's trace, or starts one.
+    /// Continues the request's trace, or starts one. Of the caller's flags
+    /// only `sampled` is kept: Level 1 defines no other, and asks a hop to
+    /// send the others as zero.
     pub fn from_headers(headers: &HeaderMap) -> TraceContext {
-        let span_id = nonzero_u64();
         match headers.get(TRACEPARENT).and_then(|v| parse(v.as_bytes())) {
-            Some((trace_id, parent_id, flags)) => TraceContext { trace_id, span_id, parent_id: Some(parent_id), flags },
-            // Sampled: a new trace starts here, and is exported if anything is.
-            None => TraceContext { trace_id: nonzero_u128(), span_id, parent_id: None, flags: 1 },
+            Some((trace_id, parent_id, flags)) => {
+                TraceContext { trace_id, span_id: nonzero_u64(), parent_id: Some(parent_id), flags: flags & SAMPLED }
+            }
+            None => TraceContext::root(),
         }
+    }
+
+    /// A new trace, starting here. Sampled: exported if anything is.
+    pub fn root() -> TraceContext {
+        TraceContext { trace_id: nonzero_u128(), span_id: nonzero_u64(), parent_id: None, flags: SAMPLED }
+    }
+
+    /// Whether the caller asked for this trace to be recorded.
+    pub fn sampled(&self) -> bool {
+        self.flags & SAMPLED != 0
     }
 
     /// The `traceparent` the upstream gets.
@@ -152,6 +166,19 @@ mod tests {
         assert!(sent.ends_with("-01"));
         assert_eq!(parse(sent.as_bytes()).map(|p| p.1), Some(t.span_id));
         assert_eq!(out[TRACESTATE], "vendor=1");
+    }
+
+    #[test]
+    fn only_the_sampled_flag_is_kept() {
+        for (flags, sent, sampled) in [("01", "01", true), ("00", "00", false), ("ff", "01", true), ("fe", "00", false)]
+        {
+            let mut h = HeaderMap::new();
+            let v = format!("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-{flags}");
+            h.insert(TRACEPARENT, HeaderValue::from_str(&v).unwrap());
+            let t = TraceContext::from_headers(&h);
+            assert_eq!(t.sampled(), sampled, "{flags}");
+            assert!(t.traceparent().to_str().unwrap().ends_with(&format!("-{sent}")), "{flags}");
+        }
     }
 
     #[test]

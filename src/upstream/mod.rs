@@ -139,7 +139,9 @@ impl Upstream {
         if let Some(id) = cx.id {
             parts.headers.insert(X_REQUEST_ID, id.header_value());
         }
-        if let Some(trace) = &cx.trace {
+        if let Some(trace) = &cx.trace
+            && cx.propagate_trace
+        {
             trace.propagate(&mut parts.headers);
         }
         let slot = match &self.admission {

@@ -32,9 +32,14 @@ pub enum Body {
     /// An upstream's body, streamed through as it arrives. If the upstream
     /// fails or stalls mid-body the error propagates, so hyper cuts the
     /// client's response short instead of passing it off as complete.
-    Upstream(UpstreamBody),
+    ///
+    /// Boxed, like the file stream: a response is moved a dozen times on
+    /// its way out, and inline these made every `Response<Body>` 304 bytes
+    /// instead of 152 (measured with `benches/callgrind`: the copies cost
+    /// more than the allocation).
+    Upstream(Box<UpstreamBody>),
     /// A file (or a range of one) too large for the cache, read in chunks.
-    File(ReaderStream<Take<tokio::fs::File>>),
+    File(Box<ReaderStream<Take<tokio::fs::File>>>),
     /// Any of the above through a route's compression layer.
     Compressed(Pin<Box<CompressionBody<Body>>>),
 }
@@ -66,7 +71,7 @@ impl http_body::Body for Body {
             Body::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
             Body::Upstream(b) => b.poll_frame(cx),
             Body::File(stream) => {
-                Pin::new(stream).poll_next(cx).map(|o| o.map(|r| r.map(Frame::data).map_err(Into::into)))
+                Pin::new(&mut **stream).poll_next(cx).map(|o| o.map(|r| r.map(Frame::data).map_err(Into::into)))
             }
             Body::Compressed(b) => b.as_mut().poll_frame(cx),
         }

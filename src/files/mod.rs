@@ -429,7 +429,7 @@ async fn respond(
     } else {
         let mut file = tokio::fs::File::open(path).await.map_err(not_found_or_io)?;
         file.seek(SeekFrom::Start(start)).await?;
-        Body::File(ReaderStream::with_capacity(file.take(length), STREAM_CHUNK))
+        Body::File(Box::new(ReaderStream::with_capacity(file.take(length), STREAM_CHUNK)))
     };
     Ok(builder.body(body).expect("valid response"))
 }

@@ -11,11 +11,15 @@ use http::header::{HeaderName, HeaderValue};
 /// `X-Request-Id`.
 pub const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
-/// Writes `n` as lower-case hex, zero-padded to `out`'s length.
-pub fn hex(mut n: u128, out: &mut [u8]) {
-    for b in out.iter_mut().rev() {
-        *b = b"0123456789abcdef"[(n & 0xf) as usize];
-        n >>= 4;
+/// Writes the low `out.len()` hex digits of `n`, lower-case, zero-padded
+/// (`out.len()` even, at most 32). A byte, two digits, at a time.
+pub fn hex(n: u128, out: &mut [u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let bytes = n.to_be_bytes();
+    let low = &bytes[16 - out.len() / 2..];
+    for (pair, b) in out.chunks_exact_mut(2).zip(low) {
+        pair[0] = DIGITS[usize::from(b >> 4)];
+        pair[1] = DIGITS[usize::from(b & 0xf)];
     }
 }
 
@@ -26,11 +30,13 @@ pub fn is_valid(id: &HeaderValue) -> bool {
     !b.is_empty() && b.len() <= 128 && b.iter().all(|c| c.is_ascii_graphic())
 }
 
-/// A request's ID: the client's own, or one made here. Kept inline, so
-/// a made ID costs no allocation until it is written into a header.
+/// A request's ID: the client's own, or one made here, as the header value
+/// it is sent as. A made one is built once, on bytes that clone without
+/// allocating (`Bytes::from_owner`): it goes to the upstream, into the
+/// copy kept for a resend, and into the response.
 #[derive(Debug, Clone)]
 pub enum RequestId {
-    Made([u8; 32]),
+    Made(HeaderValue),
     Given(HeaderValue),
 }
 
@@ -43,31 +49,52 @@ impl RequestId {
             _ => {
                 let mut made = [0u8; 32];
                 hex(fastrand::u128(..), &mut made);
-                RequestId::Made(made)
+                RequestId::Made(shared_value(made))
             }
         }
     }
 
     /// As text, for log lines.
     pub fn as_str(&self) -> &str {
-        match self {
-            RequestId::Made(b) => std::str::from_utf8(b).expect("hex digits"),
-            RequestId::Given(v) => v.to_str().expect("a valid ID is visible ASCII"),
-        }
+        let (RequestId::Made(v) | RequestId::Given(v)) = self;
+        v.to_str().expect("an ID is visible ASCII")
     }
 
     /// As a header value (for the upstream request and the response).
     pub fn header_value(&self) -> HeaderValue {
-        match self {
-            RequestId::Made(b) => HeaderValue::from_bytes(b).expect("hex digits are a valid header value"),
-            RequestId::Given(v) => v.clone(),
-        }
+        let (RequestId::Made(v) | RequestId::Given(v)) = self;
+        v.clone()
     }
+}
+
+/// A header value of `bytes` (hex digits and dashes), whose clones share
+/// them: a value made from a slice is copied into a `Vec`-backed `Bytes`,
+/// and the first clone of that allocates again to share it.
+pub fn shared_value<const N: usize>(bytes: [u8; N]) -> HeaderValue {
+    HeaderValue::from_maybe_shared(bytes::Bytes::from_owner(bytes)).expect("hex digits are a valid header value")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hex_table() {
+        let cases: &[(u128, usize, &str)] = &[
+            (0, 2, "00"),
+            (0x1, 2, "01"),
+            (0xab, 2, "ab"),
+            (0xb7ad6b7169203331, 16, "b7ad6b7169203331"),
+            (0x0af7651916cd43dd8448eb211c80319c, 32, "0af7651916cd43dd8448eb211c80319c"),
+            (u128::MAX, 32, "ffffffffffffffffffffffffffffffff"),
+            (0x1234, 2, "34"),
+        ];
+        for (n, len, want) in cases {
+            let mut out = vec![0u8; *len];
+            hex(*n, &mut out);
+            assert_eq!(std::str::from_utf8(&out).unwrap(), *want, "{n:x}");
+        }
+    }
 
     #[test]
     fn validity_table() {

@@ -58,7 +58,7 @@ impl TraceContext {
         hex(self.trace_id, &mut buf[3..35]);
         hex(u128::from(self.span_id), &mut buf[36..52]);
         hex(u128::from(self.flags), &mut buf[53..55]);
-        HeaderValue::from_bytes(&buf).expect("hex digits are a valid header value")
+        super::request_id::shared_value(buf)
     }
 
     /// The trace ID as 32 hex digits, for logs.

@@ -31,6 +31,7 @@ use crate::body::{Body, UpstreamBody};
 use crate::config::{Balance, HostMode, ProxyTarget, UpstreamConfig};
 use crate::error::GatewayError;
 use crate::layers::request_id::X_REQUEST_ID;
+use crate::layers::trace::TraceContext;
 use crate::metrics::{UPSTREAM_IN_FLIGHT, UPSTREAM_RETRIES, UPSTREAM_RETRIES_SKIPPED, UpstreamMetrics};
 use crate::proxy::{self, Prepared};
 use crate::server::{Peer, RequestLog};
@@ -139,9 +140,8 @@ impl Upstream {
         if let Some(id) = cx.id {
             parts.headers.insert(X_REQUEST_ID, id.header_value());
         }
-        if let Some(trace) = &cx.trace
-            && cx.propagate_trace
-        {
+        if cx.propagate_trace {
+            let trace = cx.trace.unwrap_or_else(|| TraceContext::from_headers(&parts.headers));
             trace.propagate(&mut parts.headers);
         }
         let slot = match &self.admission {
@@ -247,7 +247,7 @@ impl Upstream {
             self.metrics.body_failed.clone(),
             self.metrics.body_stalled.clone(),
         );
-        Response::from_parts(parts, Body::Upstream(body))
+        Response::from_parts(parts, Body::Upstream(Box::new(body)))
     }
 
     /// A retry is about to be made: whether the retry budget allows it.

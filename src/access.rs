@@ -122,7 +122,7 @@ impl AccessLine {
             quote(&self.referer),
             quote(&self.user_agent),
             total.as_secs_f64(),
-            self.request_id.as_deref().unwrap_or("-"),
+            quote(&self.request_id),
         )
     }
 }
@@ -186,7 +186,7 @@ mod tests {
             route: "b".into(),
             status: 200,
             upstream: None,
-            request_id: Some("abc".into()),
+            request_id: Some("ab\"c".into()),
             trace_id: None,
             user_agent: Some("curl/8 \"quoted\"".into()),
             referer: None,
@@ -198,7 +198,7 @@ mod tests {
         let text = line.combined(Duration::from_millis(1500));
         assert_eq!(
             text,
-            "10.0.0.1 - - [14/Nov/2023:22:13:20 +0000] \"GET /b?x=1 HTTP/1.1\" 200 42 \"-\" \"curl/8 \\x22quoted\\x22\" 1.500 abc"
+            "10.0.0.1 - - [14/Nov/2023:22:13:20 +0000] \"GET /b?x=1 HTTP/1.1\" 200 42 \"-\" \"curl/8 \\x22quoted\\x22\" 1.500 ab\\x22c"
         );
     }
 }

@@ -49,8 +49,7 @@ impl Peer {
 pub struct RequestLog<'a> {
     /// Its ID, when request IDs are on.
     pub id: Option<&'a RequestId>,
-    /// Its trace, when spans are exported or the access log is on (see
-    /// [`RequestLog::new`]).
+    /// Its trace, when trace context is on or spans are exported.
     pub trace: Option<TraceContext>,
     /// Whether the upstream gets the trace (trace context is on).
     pub propagate_trace: bool,
@@ -70,10 +69,10 @@ struct SpanStart {
 }
 
 /// A request on its way to a response head. Dropped before it got one
-/// (the client left, or the handling panicked), it still reaches the
-/// metrics, the access log and the exported span, as 499 (nginx's "client
-/// closed request") or 500; else a request that ends that way would leave
-/// no trace at all.
+/// (the client left, the handling panicked, or the shutdown timeout cut it
+/// off), it still reaches the metrics, the access log and the exported
+/// span, as 499 (nginx's "client closed request"), 500 or 503; else a
+/// request that ends that way would leave no trace at all.
 struct Unanswered<'a> {
     app: &'a App,
     route: &'a RouteMetrics,
@@ -88,7 +87,13 @@ impl Drop for Unanswered<'_> {
     fn drop(&mut self) {
         let Some(cx) = self.cx.take() else { return };
         // A panic drops the data path's locals as it unwinds, this one too.
-        let status = if std::thread::panicking() { StatusCode::INTERNAL_SERVER_ERROR } else { CLIENT_CLOSED };
+        let status = if std::thread::panicking() {
+            StatusCode::INTERNAL_SERVER_ERROR
+        } else if self.app.abandoning.load(Ordering::Relaxed) {
+            StatusCode::SERVICE_UNAVAILABLE
+        } else {
+            CLIENT_CLOSED
+        };
         let mut stub = Response::new(Body::empty());
         *stub.status_mut() = status;
         let mut stub = self.app.finish(self.route, self.upstream, self.method, self.start, cx, stub);
@@ -109,17 +114,10 @@ pub const CLIENT_CLOSED: StatusCode = match StatusCode::from_u16(499) {
 impl<'a> RequestLog<'a> {
     /// `trace_context`: continue the caller's trace and pass it on;
     /// `exporting`: spans are exported (a new trace per request, when trace
-    /// context is off); `logging`: the access log is on. The trace is made
-    /// here only when a span or the log needs it; else only a proxied
-    /// request makes it, as it goes upstream.
-    fn new(
-        req: &Request<Incoming>,
-        id: Option<&'a RequestId>,
-        trace_context: bool,
-        exporting: bool,
-        logging: bool,
-    ) -> Self {
-        let trace = if trace_context && (exporting || logging) {
+    /// context is off). The trace is read from the request as the client
+    /// sent it, before hop-by-hop stripping and the route's header rules.
+    fn new(req: &Request<Incoming>, id: Option<&'a RequestId>, trace_context: bool, exporting: bool) -> Self {
+        let trace = if trace_context {
             Some(TraceContext::from_headers(req.headers()))
         } else {
             exporting.then(TraceContext::root)
@@ -162,6 +160,8 @@ pub struct App {
     files: FileServer,
     metrics_exporter: &'static metrics::Exporter,
     draining: AtomicBool,
+    /// See [`App::abandon_requests`].
+    abandoning: AtomicBool,
     /// Span export, when `[tracing] otlp_endpoint` is set.
     exporter: Option<Exporter>,
     /// Whether /metrics, /healthz and /readyz answer on the main listener.
@@ -222,6 +222,7 @@ impl App {
             files: FileServer::default(),
             metrics_exporter: exporter,
             draining: AtomicBool::new(false),
+            abandoning: AtomicBool::new(false),
             exporter: Exporter::start(&config.tracing),
             config,
         }
@@ -242,6 +243,12 @@ impl App {
         if let Some(exporter) = &self.exporter {
             exporter.flush().await;
         }
+    }
+
+    /// The shutdown timeout passed: requests still unanswered are being
+    /// cut off by the gateway (logged and counted as 503, not 499).
+    pub fn abandon_requests(&self) {
+        self.abandoning.store(true, Ordering::Relaxed);
     }
 
     /// Turns `/readyz` to 503.
@@ -282,13 +289,7 @@ impl App {
     pub async fn serve(&self, mut req: Request<Incoming>, peer: &Peer, id: Option<&RequestId>) -> Response<Body> {
         let start = Instant::now();
         let method = req.method().clone();
-        let mut cx = RequestLog::new(
-            &req,
-            id,
-            self.config.server.trace_context,
-            self.exporter.is_some(),
-            self.config.server.access_log,
-        );
+        let mut cx = RequestLog::new(&req, id, self.config.server.trace_context, self.exporter.is_some());
         let normalized = self.normalize(&mut req);
         if self.exporter.is_some() {
             let host = req.headers().get(header::HOST).and_then(|h| h.to_str().ok()).map(str::to_owned);
@@ -344,7 +345,10 @@ impl App {
         cx: &RequestLog<'_>,
         start: Instant,
     ) -> Box<AccessLine> {
-        let header = |name| req.headers().get(name).and_then(|v: &HeaderValue| v.to_str().ok()).map(str::to_owned);
+        // Lossy, not `to_str`: a value with bytes beyond ASCII is logged
+        // (escaped), not dropped.
+        let header =
+            |name| req.headers().get(name).map(|v: &HeaderValue| String::from_utf8_lossy(v.as_bytes()).into_owned());
         Box::new(AccessLine {
             format: self.config.server.access_log_format.unwrap_or(AccessLogFormat::Json),
             time: std::time::SystemTime::now(),

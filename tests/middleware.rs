@@ -156,10 +156,17 @@ async fn header_rules_set_and_remove_both_ways() {
     assert!(parts.headers.get("x-powered-by").is_none());
     // A client cannot take a set header away by naming it in Connection,
     // nor the Host by naming that.
-    get_with(&gw.url("/rules"), &[("connection", "x-env, host"), ("x-env", "dev")]).await;
+    let theirs = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    get_with(
+        &gw.url("/rules"),
+        &[("connection", "x-env, host, traceparent"), ("x-env", "dev"), ("traceparent", theirs)],
+    )
+    .await;
     let h = seen.lock().unwrap()[1].clone();
     assert_eq!(h.get_all("x-env").iter().collect::<Vec<_>>(), ["prod"]);
     assert!(h.get("host").is_some(), "{h:?}");
+    // The trace is read from the request as the client sent it.
+    assert_eq!(traceparent(&h)[1], "0af7651916cd43dd8448eb211c80319c", "{h:?}");
 }
 
 fn decode(encoding: &str, body: &[u8]) -> String {
@@ -203,12 +210,15 @@ async fn proxied_responses_are_compressed_by_accept_encoding() {
 }
 
 #[tokio::test]
-async fn every_coding_of_a_compressible_response_has_the_same_weak_etag_and_vary() {
+async fn a_compressed_response_has_a_weak_etag_and_every_form_says_vary() {
     let text: &'static str = Box::leak(TEXT.repeat(100).into_boxed_str());
     let up = TestUpstream::start(move |req: Request<Incoming>| async move {
         let b = Response::builder().header("content-type", "text/html").header("etag", "\"v1\"");
         if req.uri().path().ends_with("/nt") {
             return b.header("cache-control", "public, No-Transform").body(full(text)).unwrap();
+        }
+        if req.uri().path().ends_with("/png") {
+            return Response::builder().status(304).header("content-type", "image/png").body(full("")).unwrap();
         }
         if req.headers().contains_key("if-none-match") {
             return b.status(304).body(full("")).unwrap();
@@ -219,17 +229,25 @@ async fn every_coding_of_a_compressible_response_has_the_same_weak_etag_and_vary
     let gw = TestGateway::from_toml(&route(up.addr, "v", "compress = true")).await;
     let head = Request::head(gw.url("/v")).header("accept-encoding", "gzip").body(full(Bytes::new())).unwrap();
     let cases = [
-        ("identity GET", get(&gw.url("/v")).await.0),
-        ("gzip GET", get_with(&gw.url("/v"), &[("accept-encoding", "gzip")]).await.0),
-        ("HEAD", send(head).await.0),
-        ("304", get_with(&gw.url("/v"), &[("accept-encoding", "gzip"), ("if-none-match", "W/\"v1\"")]).await.0),
+        ("identity GET", "\"v1\"", get(&gw.url("/v")).await.0),
+        ("gzip GET", "W/\"v1\"", get_with(&gw.url("/v"), &[("accept-encoding", "gzip")]).await.0),
+        ("HEAD", "\"v1\"", send(head).await.0),
+        (
+            "304",
+            "\"v1\"",
+            get_with(&gw.url("/v"), &[("accept-encoding", "gzip"), ("if-none-match", "W/\"v1\"")]).await.0,
+        ),
     ];
-    for (what, parts) in &cases {
-        assert_eq!(parts.headers["etag"], "W/\"v1\"", "{what}");
+    for (what, etag, parts) in &cases {
+        assert_eq!(parts.headers["etag"], *etag, "{what}");
         assert_eq!(parts.headers.get_all("vary").iter().collect::<Vec<_>>(), ["accept-encoding"], "{what}");
     }
-    assert_eq!(cases[3].1.status, 304);
-    // no-transform: left as it is, strong tag and all.
+    assert_eq!(cases[3].2.status, 304);
+    // A 304 of a type never compressed says nothing of codings.
+    let (parts, _) = get_with(&gw.url("/v/png"), &[("if-none-match", "\"p\"")]).await;
+    assert_eq!(parts.status, 304);
+    assert!(parts.headers.get("vary").is_none(), "{:?}", parts.headers);
+    // no-transform: left as it is.
     let (parts, body) = get_with(&gw.url("/v/nt"), &[("accept-encoding", "gzip, br")]).await;
     assert!(parts.headers.get("content-encoding").is_none());
     assert_eq!(&body[..], text.as_bytes());
@@ -360,6 +378,41 @@ async fn cached_files_are_compressed_once_with_an_etag_per_encoding() {
     }
     let m = metrics_text(gw.addr).await;
     assert_eq!(sample(&m, "gateway_file_compressions_total", &[("coding", "br")]), Some(2.0));
+    // A file asked for once (a crawl, a churning cache) is not compressed.
+    std::fs::write(dir.path().join("once.html"), TEXT.repeat(300)).unwrap();
+    get_with(&gw.url("/site/once.html"), &[("accept-encoding", "br")]).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let m = metrics_text(gw.addr).await;
+    assert_eq!(sample(&m, "gateway_file_compressions_total", &[("coding", "br")]), Some(2.0));
+    // A client holding a form is answered 304 by a gateway that has not
+    // made that form yet (here: a new one).
+    let gzip_etag = etags[1].clone();
+    let fresh = TestGateway::start(config(toml, dir.path())).await;
+    let (parts, _) =
+        get_with(&fresh.url("/site/page.html"), &[("accept-encoding", "gzip"), ("if-none-match", gzip_etag.as_str())])
+            .await;
+    assert_eq!(parts.status, 304);
+    assert_eq!(
+        (&parts.headers["etag"], &parts.headers["vary"]),
+        (&gzip_etag.parse().unwrap(), &"accept-encoding".parse().unwrap())
+    );
+    // A file never compressed keeps its strong tag and no Vary, 304 too.
+    let (parts, _) = get_with(&gw.url("/site/logo.png"), &[("accept-encoding", "gzip")]).await;
+    let png_etag = parts.headers["etag"].to_str().unwrap().to_owned();
+    let (parts, _) = get_with(&gw.url("/site/logo.png"), &[("if-none-match", png_etag.as_str())]).await;
+    assert_eq!((parts.status.as_u16(), parts.headers.get("vary")), (304, None));
+    assert_eq!(parts.headers["etag"], png_etag.as_str());
+    // A file too large for the cache: its ranges resume with If-Range.
+    std::fs::write(dir.path().join("big.txt"), TEXT.repeat(8000)).unwrap();
+    let (parts, _) = get_with(&gw.url("/site/big.txt"), &[("range", "bytes=0-9")]).await;
+    let big_etag = parts.headers["etag"].to_str().unwrap().to_owned();
+    assert!(!big_etag.starts_with("W/"), "{big_etag}");
+    let (parts, body) = get_with(
+        &gw.url("/site/big.txt"),
+        &[("accept-encoding", "gzip"), ("range", "bytes=100-199"), ("if-range", big_etag.as_str())],
+    )
+    .await;
+    assert_eq!((parts.status.as_u16(), body.len()), (206, 100));
     // A range is answered from the identity form.
     let (parts, body) =
         get_with(&gw.url("/site/page.html"), &[("accept-encoding", "gzip"), ("range", "bytes=0-9")]).await;
@@ -410,6 +463,14 @@ async fn bad_middleware_configs_name_the_key() {
         (
             "[upstreams.a]\nurl = \"http://127.0.0.1:1\"\n[[routes]]\nname = \"r\"\nprefix = \"/r\"\nupstream = \"a\"\nrequest_headers = { remove = [\"connection\"] }\n",
             "routes[0].request_headers.remove[0]",
+        ),
+        (
+            "[upstreams.a]\nurl = \"http://127.0.0.1:1\"\n[[routes]]\nname = \"r\"\nprefix = \"/r\"\nupstream = \"a\"\nrequest_headers = { remove = [\"traceparent\"] }\n",
+            "routes[0].request_headers.remove[0]",
+        ),
+        (
+            "[upstreams.a]\nurl = \"http://127.0.0.1:1\"\n[[routes]]\nname = \"r\"\nprefix = \"/r\"\nupstream = \"a\"\nresponse_headers = { set = { \"X-Request-Id\" = \"fixed\" } }\n",
+            "routes[0].response_headers.set.X-Request-Id",
         ),
         ("[server]\naccess_log_format = \"xml\"\n", "server.access_log_format"),
         ("[tracing]\notlp_endpoint = \"ftp://collector\"\n", "tracing.otlp_endpoint"),
@@ -693,4 +754,34 @@ async fn with_trace_context_off_the_gateway_neither_continues_nor_sends_a_trace(
         assert_ne!(span["traceId"], "0af7651916cd43dd8448eb211c80319c");
         assert!(span.get("parentSpanId").is_none_or(|p| p == ""), "{span}");
     }
+}
+
+#[tokio::test]
+async fn a_request_cut_off_at_shutdown_is_the_gateways_503_and_its_span_is_sent() {
+    let (collector, posted) = otlp_receiver().await;
+    let slow = TestUpstream::start(|_r| async {
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        Response::new(full("late"))
+    })
+    .await;
+    let toml = format!(
+        "[server]\nshutdown_timeout = \"300ms\"\nshutdown_delay = \"0s\"\n[tracing]\notlp_endpoint = \"http://{}\"\n{}",
+        collector.addr,
+        route(slow.addr, "cut", "")
+    );
+    let mut gw = TestGateway::from_toml(&toml).await;
+    let url = gw.url("/cut");
+    let client = tokio::spawn(async move { tokio::time::timeout(Duration::from_secs(10), get(&url)).await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    gw.shutdown();
+    tokio::time::timeout(Duration::from_secs(10), &mut gw.task).await.unwrap().unwrap();
+    client.abort();
+    let statuses: Vec<String> = posted
+        .lock()
+        .unwrap()
+        .iter()
+        .flat_map(|b| b["resourceSpans"][0]["scopeSpans"][0]["spans"].as_array().unwrap().clone())
+        .map(|span| attributes(&span)["http.response.status_code"].to_string().trim_matches('"').to_owned())
+        .collect();
+    assert_eq!(statuses, ["503"], "cut off by the gateway, exported before it exited");
 }

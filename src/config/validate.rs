@@ -129,12 +129,23 @@ fn tracing(t: &RawTracing) -> Result<TracingConfig, Problem> {
     })
 }
 
-/// A route's `request_headers` or `response_headers`.
-fn header_rules(raw: Option<&RawHeaderRules>, key: &str) -> Result<HeaderRules, Problem> {
+/// A route's `request_headers` or `response_headers`. `switched`: headers
+/// the gateway itself sets after the rules, with the switch that makes it.
+fn header_rules(
+    raw: Option<&RawHeaderRules>,
+    key: &str,
+    switched: &[(HeaderName, &str)],
+) -> Result<HeaderRules, Problem> {
     let Some(raw) = raw else { return Ok(HeaderRules::default()) };
     let name = |k: &str, n: &str| {
         let parsed =
             HeaderName::from_bytes(n.as_bytes()).map_err(|_| (k.to_owned(), format!("invalid header name {n:?}")))?;
+        if let Some((_, switch)) = switched.iter().find(|(h, _)| *h == parsed) {
+            return Err((
+                k.to_owned(),
+                format!("{n:?} is set by the gateway after the rules while {switch} is true; switch that off instead"),
+            ));
+        }
         if crate::headers::is_hop_by_hop(&parsed)
             || parsed == http::header::HOST
             || parsed == http::header::CONTENT_LENGTH
@@ -298,8 +309,16 @@ fn route(
     if r.max_concurrent == Some(0) {
         return Err((key("max_concurrent"), "must be at least 1 (leave it out for no limit)".into()));
     }
-    let request_headers = header_rules(r.request_headers.as_ref(), &key("request_headers"))?;
-    let response_headers = header_rules(r.response_headers.as_ref(), &key("response_headers"))?;
+    let mut switched = Vec::new();
+    if server.request_id {
+        switched.push((crate::layers::request_id::X_REQUEST_ID, "server.request_id"));
+    }
+    let response_switched = switched.clone();
+    if server.trace_context {
+        switched.push((crate::layers::trace::TRACEPARENT, "server.trace_context"));
+    }
+    let request_headers = header_rules(r.request_headers.as_ref(), &key("request_headers"), &switched)?;
+    let response_headers = header_rules(r.response_headers.as_ref(), &key("response_headers"), &response_switched)?;
     if r.panic.is_some() && !cfg!(debug_assertions) {
         return Err((key("panic"), "only in debug builds, for the gateway's own tests".into()));
     }

@@ -347,7 +347,16 @@ async fn respond_compressed(
         .as_ref()
         .filter(|_| entry.len >= compression::MIN_SIZE && compression::is_compressible(&entry.content_type))
     else {
-        return respond(entry, path, method, headers).await;
+        // Never compressed (too small, or not a compressible type): as it
+        // is, and left alone by the compression layer.
+        let mut response = respond(entry, path, method, headers).await?;
+        if entry.bytes.is_some()
+            || entry.len < compression::MIN_SIZE
+            || !compression::is_compressible(&entry.content_type)
+        {
+            response.extensions_mut().insert(compression::Settled);
+        }
+        return Ok(response);
     };
     let coding = (method == Method::GET && !headers.contains_key(header::RANGE))
         .then(|| negotiate(headers.get(header::ACCEPT_ENCODING)))
@@ -372,7 +381,20 @@ async fn respond_compressed(
             }
         },
         None => {
-            let mut response = respond(entry, path, method, headers).await?;
+            // Not ready (or not smaller): as it is, unless the client holds
+            // the form already.
+            let held = coding
+                .map(|c| variants::etag(&entry.etag, c))
+                .filter(|etag| headers.get(header::IF_NONE_MATCH).is_some_and(|inm| none_match(inm, etag)));
+            let mut response = match held {
+                Some(etag) => Response::builder()
+                    .status(StatusCode::NOT_MODIFIED)
+                    .header(header::ETAG, etag)
+                    .header(header::LAST_MODIFIED, entry.last_modified.clone())
+                    .body(Body::empty())
+                    .expect("valid response"),
+                None => respond(entry, path, method, headers).await?,
+            };
             response.headers_mut().append(header::VARY, HeaderValue::from_static("accept-encoding"));
             response
         }

@@ -9,7 +9,9 @@
 //! are not cached go through the route's compression layer instead.)
 //!
 //! A form is made in the background, not by the request that asked for
-//! it: the file goes out as it is until its form is ready, a client that
+//! it, from the second request that asks for it on: the file goes out as
+//! it is until its form is ready (a client holding the form gets its 304
+//! meanwhile), a client that
 //! leaves cannot make the work start over, and at most
 //! [`MAKING_AT_ONCE`] forms are being made at a time across the process
 //! (a request that finds them all busy is answered as it is, and a later
@@ -49,6 +51,11 @@ pub struct Variants([Slot; 3]);
 struct Slot {
     /// `None` inside: the coding did not make the file smaller.
     made: Arc<OnceLock<Option<Arc<Variant>>>>,
+    /// Asked for once already. The form is started on the second request
+    /// for it: a file asked for once while it is cached (a crawl, or a set
+    /// of files larger than the cache, which then churns) costs no
+    /// compression that would never be served.
+    asked: AtomicBool,
     started: AtomicBool,
 }
 
@@ -60,7 +67,7 @@ impl Variants {
         if let Some(made) = slot.made.get() {
             return made.clone();
         }
-        if slot.started.swap(true, Ordering::AcqRel) {
+        if !slot.asked.swap(true, Ordering::AcqRel) || slot.started.swap(true, Ordering::AcqRel) {
             return None;
         }
         let Ok(permit) = MAKING.clone().try_acquire_owned() else {
@@ -78,11 +85,18 @@ impl Variants {
     }
 }
 
-fn variant(coding: Coding, bytes: Bytes, base: &HeaderMap) -> Variant {
-    let identity_etag = base.get(header::ETAG).expect("cached entries have an ETag").as_bytes();
-    let mut etag = identity_etag[..identity_etag.len() - 1].to_vec();
+/// The `ETag` of the file's form in `coding`: its identity tag with the
+/// coding appended (known before the form is made, so a client holding
+/// that form can be answered 304 meanwhile).
+pub fn etag(identity: &HeaderValue, coding: Coding) -> HeaderValue {
+    let identity = identity.as_bytes();
+    let mut etag = identity[..identity.len() - 1].to_vec();
     etag.extend_from_slice(format!("-{}\"", coding.token()).as_bytes());
-    let etag = HeaderValue::from_bytes(&etag).expect("an ETag with a coding appended is valid");
+    HeaderValue::from_bytes(&etag).expect("an ETag with a coding appended is valid")
+}
+
+fn variant(coding: Coding, bytes: Bytes, base: &HeaderMap) -> Variant {
+    let etag = etag(base.get(header::ETAG).expect("cached entries have an ETag"), coding);
     let mut headers = base.clone();
     headers.remove(header::ACCEPT_RANGES);
     headers.insert(header::ETAG, etag.clone());

@@ -8,7 +8,7 @@
 //!
 //! A strong `ETag` names exact bytes, so a response compressed on the fly
 //! keeps its `ETag` only as a weak one ([`weaken_etag`]), as nginx does;
-//! so do its identity form, its 304s and its HEADs, and all of them say
+//! every form of a compressible response (identity, 304, HEAD too) says
 //! `Vary: Accept-Encoding` ([`settle_validators`]).
 //! Cached files are compressed once and keep a strong `ETag` per encoding
 //! (see `files`); tower-http leaves those alone, as they arrive encoded.
@@ -103,25 +103,28 @@ pub fn mark_encoded<B>(mut response: Response<B>) -> Response<B> {
 
 /// After the compression layer, on every response of a compressing route
 /// but those whose coding was chosen before it ([`Settled`],
-/// [`PreEncoded`]): a response that is or could have been compressed here
-/// (it was encoded here, or it is a 304, or of a compressible type, and
-/// its `Cache-Control` allows transforms) gets a weak `ETag` and
-/// `Vary: Accept-Encoding`, whatever coding this client got. So the tag
-/// names the same thing in every coding (a 304 or a HEAD says what the 200
-/// would), and a cache keeps the codings apart.
-pub fn settle_validators<B>(mut response: Response<B>) -> Response<B> {
+/// [`PreEncoded`]): a response encoded here gets a weak `ETag` (its bytes
+/// are not those the tag names), as nginx does; one that could have been
+/// (a compressible type, or a 304, whose type is often left out, and
+/// `Cache-Control` allows transforms) says `Vary: Accept-Encoding` in
+/// every form, so a cache keeps the codings apart. The identity form keeps
+/// its strong tag: `If-Range` and ranges still work with it.
+pub fn settle_validators<B>(response: Response<B>) -> Response<B> {
     let ext = response.extensions();
     if ext.get::<Settled>().is_some() || ext.get::<PreEncoded>().is_some() {
         return response;
     }
     let headers = response.headers();
-    let varies = headers.contains_key(header::CONTENT_ENCODING)
-        || ((response.status() == StatusCode::NOT_MODIFIED
-            || headers.get(header::CONTENT_TYPE).is_some_and(is_compressible))
-            && !no_transform(headers));
+    let encoded_here = headers.contains_key(header::CONTENT_ENCODING);
+    let could_be = match headers.get(header::CONTENT_TYPE) {
+        Some(ct) => is_compressible(ct),
+        None => response.status() == StatusCode::NOT_MODIFIED,
+    };
+    let varies = encoded_here || (could_be && !no_transform(headers));
     if !varies {
         return response;
     }
+    let mut response = response;
     let headers = response.headers_mut();
     let listed = headers.get_all(header::VARY).iter().any(|v| {
         v.to_str()
@@ -130,7 +133,7 @@ pub fn settle_validators<B>(mut response: Response<B>) -> Response<B> {
     if !listed {
         headers.append(header::VARY, HeaderValue::from_static("accept-encoding"));
     }
-    weaken_etag(response)
+    if encoded_here { weaken_etag(response) } else { response }
 }
 
 /// Whether `Cache-Control` forbids transforming the content (RFC 9111

@@ -74,6 +74,7 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, kind: Kind, stop: Cance
     let builder = Arc::new(builder(&app));
     let limit = Arc::new(Semaphore::new(max_connections));
     let tracker = TaskTracker::new();
+    let kill = CancellationToken::new();
     let mut waits = LimitWarning::default();
     // Set when the cap was reached, until the backlog is found empty: every
     // connection accepted at once meanwhile was waiting in it.
@@ -105,7 +106,8 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, kind: Kind, stop: Cance
             },
         };
         configure(&stream, tcp_keepalive);
-        let task = connection(builder.clone(), stream, addr, app.clone(), kind, timeouts, stop.clone());
+        let stops = Stops { graceful: stop.clone(), now: kill.clone() };
+        let task = connection(builder.clone(), stream, addr, app.clone(), kind, timeouts, stops);
         tracker.spawn(async move {
             let _permit = permit;
             task.await;
@@ -116,9 +118,24 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, kind: Kind, stop: Cance
     tokio::select! {
         _ = tracker.wait() => tracing::info!(listener = ?kind, "all connections closed"),
         _ = tokio::time::sleep(server.shutdown_timeout) => {
-            tracing::warn!(listener = ?kind, "shutdown timeout passed; closing remaining connections")
+            tracing::warn!(listener = ?kind, "shutdown timeout passed; closing remaining connections");
+            // Closed here, not by the runtime as the process exits: the
+            // requests cut off are logged, counted and their spans queued
+            // (as the gateway's 503, not as clients that left) before the
+            // spans are flushed.
+            app.abandon_requests();
+            kill.cancel();
+            let _ = tokio::time::timeout(Duration::from_secs(1), tracker.wait()).await;
         }
     }
+}
+
+/// How a connection is told to stop: `graceful` finishes what is in flight
+/// (shutdown begins), `now` closes it (the shutdown timeout passed).
+#[derive(Clone)]
+struct Stops {
+    graceful: CancellationToken,
+    now: CancellationToken,
 }
 
 /// Rate-limits the warning for connections that waited for a slot.
@@ -206,7 +223,7 @@ async fn connection(
     app: Arc<App>,
     kind: Kind,
     timeouts: Timeouts,
-    stop: CancellationToken,
+    stops: Stops,
 ) {
     let _open = (kind == Kind::Main).then(metrics::connection_opened);
     // A dual-stack listener sees IPv4 clients as ::ffff:a.b.c.d: trust and
@@ -233,7 +250,8 @@ async fn connection(
     });
     let mut conn = pin!(builder.serve_connection(io, service));
     let mut watchdog = Watchdog::new(state, timeouts);
-    let mut stopping = pin!(stop.cancelled());
+    let mut stopping = pin!(stops.graceful.cancelled());
+    let mut killed = pin!(stops.now.cancelled());
     let mut shutting_down = false;
     let ended = loop {
         tokio::select! {
@@ -257,6 +275,7 @@ async fn connection(
                 }
                 Expired::GraceOver => return,
             },
+            _ = &mut killed => return,
             _ = &mut stopping, if !shutting_down => {
                 shutting_down = true;
                 conn.as_mut().graceful_shutdown();

@@ -31,7 +31,6 @@ use crate::body::{Body, UpstreamBody};
 use crate::config::{Balance, HostMode, ProxyTarget, UpstreamConfig};
 use crate::error::GatewayError;
 use crate::layers::request_id::X_REQUEST_ID;
-use crate::layers::trace::TraceContext;
 use crate::metrics::{UPSTREAM_IN_FLIGHT, UPSTREAM_RETRIES, UPSTREAM_RETRIES_SKIPPED, UpstreamMetrics};
 use crate::proxy::{self, Prepared};
 use crate::server::{Peer, RequestLog};
@@ -140,8 +139,9 @@ impl Upstream {
         if let Some(id) = cx.id {
             parts.headers.insert(X_REQUEST_ID, id.header_value());
         }
-        if cx.propagate_trace {
-            let trace = cx.trace.unwrap_or_else(|| TraceContext::from_headers(&parts.headers));
+        if let Some(trace) = &cx.trace
+            && cx.propagate_trace
+        {
             trace.propagate(&mut parts.headers);
         }
         let slot = match &self.admission {

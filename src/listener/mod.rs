@@ -275,7 +275,9 @@ async fn connection(
                 }
                 Expired::GraceOver => return,
             },
-            _ = &mut killed => return,
+            // Only once shutdown has begun: a cancellation future takes a
+            // lock on each poll, and every wakeup polls every branch.
+            _ = &mut killed, if shutting_down => return,
             _ = &mut stopping, if !shutting_down => {
                 shutting_down = true;
                 conn.as_mut().graceful_shutdown();

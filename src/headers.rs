@@ -51,15 +51,26 @@ pub fn is_hop_by_hop(name: &HeaderName) -> bool {
 }
 
 /// Removes hop-by-hop headers, including every header named in `Connection`.
-/// `Upgrade` is hop-by-hop too; the gateway does not tunnel upgrades. A `TE`
+/// `Upgrade` is hop-by-hop too (a tunnelled upgrade puts it back, see
+/// [`upgrade_requested`]). A `TE`
 /// that lists `trailers` becomes `TE: trailers` (RFC 9110 §10.1.4): the
 /// client accepts trailers, which the next hop needs to know to send them.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    // Most messages carry none: one scan over the names present is cheaper
-    // than a hashed removal per hop-by-hop name.
-    if !headers.keys().any(|name| HOP_BY_HOP.contains(name) || name == header::UPGRADE) {
-        return;
+    if has_hop_by_hop(headers) {
+        strip_present_hop_by_hop(headers);
     }
+}
+
+/// Whether any hop-by-hop header is present. Most messages carry none: one
+/// scan over the names present is cheaper than a hashed removal (or
+/// lookup) per hop-by-hop name.
+pub fn has_hop_by_hop(headers: &HeaderMap) -> bool {
+    headers.keys().any(|name| HOP_BY_HOP.contains(name) || name == header::UPGRADE)
+}
+
+/// [`strip_hop_by_hop`] once [`has_hop_by_hop`] said there is something to
+/// strip.
+pub fn strip_present_hop_by_hop(headers: &mut HeaderMap) {
     // Names listed in Connection must go before Connection itself does.
     // Host is for every recipient (RFC 9110 §7.2), so a listing of it is
     // ignored: it would let a client take the upstream's Host away.
@@ -84,6 +95,23 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     if te_trailers {
         headers.insert(header::TE, HeaderValue::from_static("trailers"));
     }
+}
+
+/// The protocol a request asks to upgrade to (`Upgrade`, RFC 9110 §7.8),
+/// if its `Connection` lists `upgrade` so the request really asks for it.
+/// `h2c` is never passed on: an upstream that switched would take HTTP/2
+/// requests through the tunnel for any path, past the gateway's routes and
+/// rules ("h2c smuggling"); such a request is forwarded without its upgrade
+/// headers, as any other hop-by-hop header.
+pub fn upgrade_requested(headers: &HeaderMap) -> Option<HeaderValue> {
+    let mut values = headers.get_all(header::UPGRADE).iter();
+    let upgrade = values.next()?;
+    if values.next().is_some() || !headers.get_all(header::CONNECTION).iter().any(|v| list_has(v, "upgrade")) {
+        return None;
+    }
+    let protocols = upgrade.to_str().ok()?;
+    let h2c = protocols.split(',').any(|p| p.trim().split('/').next().is_some_and(|n| n.eq_ignore_ascii_case("h2c")));
+    (!h2c && !protocols.trim().is_empty()).then(|| upgrade.clone())
 }
 
 /// Whether a comma-separated header value lists `token` (case-insensitive,
@@ -293,6 +321,28 @@ mod tests {
             if let Some(te) = h.get(header::TE) {
                 assert_eq!(te, "trailers");
             }
+        }
+    }
+
+    #[test]
+    fn upgrade_is_requested_only_with_connection_upgrade_and_never_h2c() {
+        let cases: &[(Pairs, Option<&str>)] = &[
+            (&[("connection", "Upgrade"), ("upgrade", "websocket")], Some("websocket")),
+            (&[("connection", "keep-alive, upgrade"), ("upgrade", "WebSocket")], Some("WebSocket")),
+            (&[("connection", "x-a"), ("connection", "UPGRADE"), ("upgrade", "foo/2")], Some("foo/2")),
+            // Upgrade alone is not a request to upgrade (RFC 9110 §7.8).
+            (&[("upgrade", "websocket")], None),
+            (&[("connection", "keep-alive"), ("upgrade", "websocket")], None),
+            (&[("connection", "upgrade")], None),
+            (&[("connection", "upgrade"), ("upgrade", "")], None),
+            (&[("connection", "upgrade"), ("upgrade", "websocket"), ("upgrade", "x")], None),
+            (&[("connection", "upgrade"), ("upgrade", "h2c")], None),
+            (&[("connection", "upgrade"), ("upgrade", "websocket, H2C")], None),
+            (&[("connection", "upgrade"), ("upgrade", "h2c/1")], None),
+        ];
+        for (input, want) in cases {
+            let got = upgrade_requested(&map(input));
+            assert_eq!(got.as_ref().map(|v| v.to_str().unwrap()), *want, "{input:?}");
         }
     }
 

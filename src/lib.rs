@@ -24,6 +24,7 @@ pub mod path;
 pub mod proxy;
 pub mod router;
 pub mod server;
+pub mod tunnel;
 pub mod upstream;
 
 use std::future::Future;

@@ -45,6 +45,7 @@ pub const TRACE_SPANS_DROPPED: &str = "gateway_trace_spans_dropped_total";
 pub const ENDPOINT_EJECTED: &str = "gateway_upstream_endpoint_ejected";
 pub const UPSTREAM_MAX_REQUESTS: &str = "gateway_upstream_max_requests";
 pub const UPSTREAM_QUEUE_SIZE: &str = "gateway_upstream_queue_size";
+pub const UPGRADED_ACTIVE: &str = "gateway_upgraded_connections_active";
 
 /// Upstream error kinds, the `kind` label values.
 pub const UPSTREAM_ERROR_KINDS: &[&str] =
@@ -115,6 +116,7 @@ fn describe() {
     describe_gauge!(ENDPOINT_EJECTED, "1 while the endpoint is ejected (until a trial request succeeds), else 0.");
     describe_gauge!(UPSTREAM_MAX_REQUESTS, "The upstream's configured max_requests.");
     describe_gauge!(UPSTREAM_QUEUE_SIZE, "The upstream's configured queue places.");
+    describe_gauge!(UPGRADED_ACTIVE, "Upgraded connections (WebSocket tunnels) open now, per route.");
     describe_counter!(
         TRACE_EXPORT_FAILURES,
         "Span batches the OTLP collector did not take (unreachable, error, timeout)."

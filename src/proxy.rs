@@ -10,6 +10,7 @@ use http::uri::PathAndQuery;
 use http::{Request, Uri, Version, request, response};
 use http_body_util::{Either, Empty};
 use hyper::body::Incoming;
+use hyper::upgrade::OnUpgrade;
 
 use crate::body::RequestBody;
 use crate::config::ProxyTarget;
@@ -28,6 +29,9 @@ pub struct Prepared {
     pub plan: Plan,
     /// The client's `Host` (or HTTP/2 `:authority`).
     pub client_host: Option<HeaderValue>,
+    /// The client's side of the connection, once switched, when the request
+    /// asks for an upgrade the route tunnels.
+    pub upgrade: Option<OnUpgrade>,
 }
 
 /// Applies the route's rewrite and the header rules to a client request.
@@ -52,7 +56,22 @@ pub fn prepare_request(
         .get(header::HOST)
         .cloned()
         .or_else(|| parts.uri.authority().and_then(|a| HeaderValue::from_str(a.as_str()).ok()));
-    headers::strip_hop_by_hop(&mut parts.headers);
+    let mut upgrade = None;
+    if headers::has_hop_by_hop(&parts.headers) {
+        let protocol = match target.upgrade {
+            Some(_) if parts.version == Version::HTTP_11 => headers::upgrade_requested(&parts.headers),
+            _ => None,
+        };
+        headers::strip_present_hop_by_hop(&mut parts.headers);
+        if let Some(protocol) = protocol {
+            // The two headers an upgrade needs go on to the upstream (the
+            // rest of Connection's list stays hop-by-hop); the client's
+            // side of the tunnel is taken from the request.
+            parts.headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+            parts.headers.insert(header::UPGRADE, protocol);
+            upgrade = parts.extensions.remove::<OnUpgrade>();
+        }
+    }
     let from_http2 = parts.version == Version::HTTP_2;
     if from_http2 {
         headers::join_cookies(&mut parts.headers);
@@ -80,11 +99,12 @@ pub fn prepare_request(
     };
     let plan =
         Plan { retryable: !has_body && is_idempotent(&parts.method), send_timeout: target.body_timeout, large_body };
-    Ok(Prepared { parts, body, plan, client_host })
+    Ok(Prepared { parts, body, plan, client_host, upgrade })
 }
 
-/// Refuses a response status the gateway must not relay.
-pub fn check_status(status: u16, upstream: &str) -> Result<(), GatewayError> {
+/// Refuses a response status the gateway must not relay. `upgrading`: the
+/// request asked for an upgrade the route tunnels.
+pub fn check_status(status: u16, upstream: &str, upgrading: bool) -> Result<(), GatewayError> {
     if !(100..=599).contains(&status) {
         // hyper accepts 100-999; past 599 it is not HTTP (RFC 9110 §15),
         // and passing it on would also mint metric series.
@@ -93,10 +113,10 @@ pub fn check_status(status: u16, upstream: &str) -> Result<(), GatewayError> {
             detail: format!("status {status} is outside 100-599"),
         });
     }
-    if status == 101 {
-        // Upgrade is stripped on the way up, so a 101 was never asked for:
-        // relaying it would hand the client a switched protocol the gateway
-        // does not carry.
+    if status == 101 && !upgrading {
+        // No upgrade was passed on, so a 101 was never asked for: relaying
+        // it would hand the client a switched protocol the gateway does not
+        // carry.
         return Err(GatewayError::UpstreamProtocol {
             upstream: upstream.to_owned(),
             detail: "101 Switching Protocols without an upgrade request".into(),
@@ -108,6 +128,18 @@ pub fn check_status(status: u16, upstream: &str) -> Result<(), GatewayError> {
 /// Applies the header rules to an upstream response head. Returns whether
 /// its connection may be reused.
 pub fn prepare_response(parts: &mut response::Parts, body: &Incoming) -> bool {
+    if parts.status == http::StatusCode::SWITCHING_PROTOCOLS {
+        // The protocol switched to, for the client (RFC 9110 §15.2.2); the
+        // rest is stripped as from any response.
+        let protocol = parts.headers.get(header::UPGRADE).cloned();
+        headers::strip_hop_by_hop(&mut parts.headers);
+        if let Some(protocol) = protocol {
+            parts.headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+            parts.headers.insert(header::UPGRADE, protocol);
+        }
+        headers::append_via(&mut parts.headers, parts.version);
+        return false;
+    }
     // Content-Length beside Transfer-Encoding (hyper frames the body by the
     // latter and keeps both headers): the framings disagree, so the length
     // must not be passed on (RFC 9112 §6.3), and a connection whose

@@ -28,6 +28,7 @@ use crate::metrics::{self, RouteMetrics};
 use crate::otel::{Exporter, RequestSpan};
 use crate::path::{self, PathError};
 use crate::router::{Router, strip_prefix};
+use crate::tunnel::PendingTunnel;
 use crate::upstream::Upstream;
 
 /// Who is on the other end of a client connection.
@@ -397,7 +398,13 @@ impl App {
                 // Not boxed: boxing it made the fixed and file paths' future
                 // smaller but cost the proxy path a copy of its state and an
                 // allocation, 790 instructions a request (benches/callgrind).
-                upstream.forward(p, prefix, route.config.max_body, req, peer, cx, deadline).await
+                let mut response = upstream.forward(p, prefix, route.config.max_body, req, peer, cx, deadline).await?;
+                if response.status() == StatusCode::SWITCHING_PROTOCOLS
+                    && let Some(tunnel) = response.extensions_mut().get_mut::<PendingTunnel>()
+                {
+                    tunnel.set_route(route.metrics.name());
+                }
+                Ok(response)
             }
             Target::File(file) => match strip_prefix(req.uri().path(), prefix) {
                 "" | "/" => self.files.serve_file(file, req.method(), req.headers(), route.config.compress).await,

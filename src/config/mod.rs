@@ -34,6 +34,10 @@ pub const DEFAULT_ROUTE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Body idle timeout when a proxy route does not set one (as nginx's
 /// `proxy_read_timeout` and `client_body_timeout`).
 pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(60);
+/// A tunnel (an upgraded connection) silent both ways for this long is
+/// closed (as nginx's `proxy_read_timeout` does to a WebSocket, but longer:
+/// WebSocket apps often ping only every minute or so).
+pub const DEFAULT_UPGRADE_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// A configuration error: where it came from, which key, and what is wrong.
 #[derive(Debug, thiserror::Error)]
@@ -324,6 +328,10 @@ pub struct ProxyTarget {
     /// Attempts after the first, on another endpoint where there is one.
     pub retries: u32,
     pub retry_on: RetryOn,
+    /// HTTP/1.1 upgrades (WebSocket) are tunnelled, closed after this long
+    /// with no byte either way; `None` (`upgrade = false`) strips the
+    /// upgrade headers.
+    pub upgrade: Option<Duration>,
 }
 
 /// Which `Host` the upstream sees.
@@ -487,6 +495,21 @@ mod tests {
                 "[[routes]]\nname='x'\nprefix='/x'\nupstream='a'\nmax_concurrent=0\n",
                 "routes[0].max_concurrent",
                 "at least 1",
+            ),
+            (
+                "[[routes]]\nname='x'\nprefix='/x'\nupstream='a'\nupgrade_idle_timeout='0s'\n",
+                "routes[0].upgrade_idle_timeout",
+                "greater than zero",
+            ),
+            (
+                "[[routes]]\nname='x'\nprefix='/x'\nupstream='a'\nupgrade=false\nupgrade_idle_timeout='9s'\n",
+                "routes[0].upgrade_idle_timeout",
+                "no effect with upgrade = false",
+            ),
+            (
+                "[[routes]]\nname='x'\nprefix='/x'\nrespond={status=200}\nupgrade=true\n",
+                "routes[0].upgrade",
+                "only applies to routes with an upstream",
             ),
             (
                 "[[routes]]\nname='x'\nprefix='/x'\nupstream='a'\nbody_timeout='0s'\n",

@@ -138,6 +138,8 @@ pub(super) struct RawRoute {
     pub body_timeout: Option<String>,
     pub retries: Option<u32>,
     pub retry_on: Option<Vec<String>>,
+    pub upgrade: Option<bool>,
+    pub upgrade_idle_timeout: Option<String>,
     pub request_headers: Option<RawHeaderRules>,
     pub response_headers: Option<RawHeaderRules>,
     pub compress: Option<bool>,

@@ -20,9 +20,9 @@ use super::raw::{
     RawTracing, RawUpstream,
 };
 use super::{
-    AccessLogFormat, Admission, Balance, Config, DEFAULT_BODY_TIMEOUT, DEFAULT_ROUTE_TIMEOUT, EndpointConfig,
-    HealthConfig, HostMode, MetricsConfig, OutlierConfig, ProxyTarget, RetryBudget, RetryOn, RouteConfig, ServerConfig,
-    Target, TracingConfig, UpstreamConfig,
+    AccessLogFormat, Admission, Balance, Config, DEFAULT_BODY_TIMEOUT, DEFAULT_ROUTE_TIMEOUT,
+    DEFAULT_UPGRADE_IDLE_TIMEOUT, EndpointConfig, HealthConfig, HostMode, MetricsConfig, OutlierConfig, ProxyTarget,
+    RetryBudget, RetryOn, RouteConfig, ServerConfig, Target, TracingConfig, UpstreamConfig,
 };
 
 /// The largest `max_requests` (tokio's semaphore takes up to 2^61 permits;
@@ -359,6 +359,8 @@ fn target(
         ("body_timeout", r.body_timeout.is_some()),
         ("retries", r.retries.is_some()),
         ("retry_on", r.retry_on.is_some()),
+        ("upgrade", r.upgrade.is_some()),
+        ("upgrade_idle_timeout", r.upgrade_idle_timeout.is_some()),
     ];
     if r.upstream.is_none()
         && let Some((k, _)) = only_for_proxy.iter().find(|(_, set)| *set)
@@ -432,7 +434,15 @@ fn proxy_target(
         }
     }
     let retries = r.retries.unwrap_or(0);
-    Ok(ProxyTarget { upstream, rewrite, timeout, body_timeout, host, retries, retry_on })
+    let upgrade_idle = match r.upgrade_idle_timeout.as_deref() {
+        Some(t) => positive_duration(&key("upgrade_idle_timeout"), t)?,
+        None => DEFAULT_UPGRADE_IDLE_TIMEOUT,
+    };
+    if r.upgrade == Some(false) && r.upgrade_idle_timeout.is_some() {
+        return Err((key("upgrade_idle_timeout"), "has no effect with upgrade = false".into()));
+    }
+    let upgrade = r.upgrade.unwrap_or(true).then_some(upgrade_idle);
+    Ok(ProxyTarget { upstream, rewrite, timeout, body_timeout, host, retries, retry_on, upgrade })
 }
 
 fn parse_duration(key: &str, value: &str) -> Result<Duration, Problem> {

@@ -34,6 +34,7 @@ use tokio::time::{Instant, Sleep};
 use crate::access::AccessLine;
 use crate::body::{Body, BoxError};
 use crate::server::Peer;
+use crate::tunnel::Tunnel;
 
 /// The timeouts a connection's watchdog enforces.
 #[derive(Debug, Clone, Copy)]
@@ -84,6 +85,9 @@ pub struct ConnState {
     http2: AtomicBool,
     /// A response that may pass [`super::NOTSENT_LOWAT`] has started.
     large_response: AtomicBool,
+    /// The tunnel a `101` response opened, run once hyper hands the
+    /// connection over.
+    tunnel: Mutex<Option<Tunnel>>,
 }
 
 impl ConnState {
@@ -100,6 +104,7 @@ impl ConnState {
             streams: Mutex::new(Vec::new()),
             http2: AtomicBool::new(false),
             large_response: AtomicBool::new(false),
+            tunnel: Mutex::new(None),
         }
     }
 
@@ -129,6 +134,16 @@ impl ConnState {
             cell
         });
         InFlight { state: self.clone(), waiting_since }
+    }
+
+    /// Keeps the tunnel of a `101` response for when the switch is done.
+    pub fn upgraded(&self, tunnel: Tunnel) {
+        *self.tunnel.lock().expect("tunnel lock") = Some(tunnel);
+    }
+
+    /// The tunnel to run, if the connection switched protocols.
+    pub fn take_tunnel(&self) -> Option<Tunnel> {
+        self.tunnel.lock().expect("tunnel lock").take()
     }
 
     /// The longest-waiting HTTP/2 body's hand-out time, if any is waiting.
@@ -211,6 +226,11 @@ impl InFlight {
     /// The connection's peer.
     pub fn peer(&self) -> &Peer {
         &self.state.peer
+    }
+
+    /// See [`ConnState::upgraded`].
+    pub fn upgraded(&self, tunnel: Tunnel) {
+        self.state.upgraded(tunnel);
     }
 }
 

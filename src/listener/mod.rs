@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::FutureExt;
-use http::{Request, Version};
+use http::{Request, StatusCode, Version};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -34,6 +34,7 @@ use tokio_util::task::TaskTracker;
 use crate::access::AccessLine;
 use crate::metrics;
 use crate::server::{App, Peer};
+use crate::tunnel::PendingTunnel;
 use conn::{ConnBody, ConnState, Expired, Timeouts, Watchdog};
 use io::ClientIo;
 
@@ -241,6 +242,11 @@ async fn connection(
                 Kind::Admin => app.admin(&req),
             };
             let mut response = response;
+            if response.status() == StatusCode::SWITCHING_PROTOCOLS
+                && let Some(tunnel) = response.extensions_mut().remove::<PendingTunnel>().and_then(|t| t.take())
+            {
+                in_flight.upgraded(tunnel);
+            }
             let access = match app.config().server.access_log {
                 true => response.extensions_mut().remove::<Box<AccessLine>>(),
                 false => None,
@@ -248,8 +254,8 @@ async fn connection(
             Ok::<_, Infallible>(response.map(|body| ConnBody::new(body, in_flight, access)))
         }
     });
-    let mut conn = pin!(builder.serve_connection(io, service));
-    let mut watchdog = Watchdog::new(state, timeouts);
+    let mut conn = pin!(builder.serve_connection_with_upgrades(io, service));
+    let mut watchdog = Watchdog::new(state.clone(), timeouts);
     let mut stopping = pin!(stops.graceful.cancelled());
     let mut killed = pin!(stops.now.cancelled());
     let mut shutting_down = false;
@@ -289,6 +295,14 @@ async fn connection(
             metrics::rejected("", reason);
         }
         tracing::debug!(client = %addr, error = %e, "connection ended with an error");
+    } else if let Some(tunnel) = state.take_tunnel() {
+        // hyper handed the connection over after a 101: the tunnel runs
+        // here, in the connection's task and slot, until it ends or the
+        // shutdown timeout cuts it.
+        tokio::select! {
+            _ = tunnel.run() => {}
+            _ = killed => {}
+        }
     }
 }
 

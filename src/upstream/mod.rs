@@ -34,6 +34,7 @@ use crate::layers::request_id::X_REQUEST_ID;
 use crate::metrics::{UPSTREAM_IN_FLIGHT, UPSTREAM_RETRIES, UPSTREAM_RETRIES_SKIPPED, UpstreamMetrics};
 use crate::proxy::{self, Prepared};
 use crate::server::{Peer, RequestLog};
+use crate::tunnel;
 use admission::Admission;
 use endpoint::{Attempt, Availability, Candidate, Endpoint};
 use exchange::{Failure, copy_head, exchange};
@@ -134,7 +135,7 @@ impl Upstream {
         deadline: Instant,
     ) -> Result<Response<Body>, GatewayError> {
         let counted = cx.timing.as_ref().map(|t| t.bytes_in.clone());
-        let Prepared { mut parts, body, plan, client_host } =
+        let Prepared { mut parts, body, plan, client_host, mut upgrade } =
             proxy::prepare_request(req, target, prefix, max_body, peer, counted)?;
         if let Some(id) = cx.id {
             parts.headers.insert(X_REQUEST_ID, id.header_value());
@@ -180,7 +181,7 @@ impl Upstream {
                 }
                 Ok(Ok((response, conn))) => {
                     let status = response.status().as_u16();
-                    if let Err(e) = proxy::check_status(status, &self.config.name) {
+                    if let Err(e) = proxy::check_status(status, &self.config.name, upgrade.is_some()) {
                         attempt.failure();
                         return Err(e);
                     }
@@ -203,6 +204,12 @@ impl Upstream {
                         (req, retries_left) = (again, retries_left - 1);
                         tried.push(index);
                         continue;
+                    }
+                    if status == 101
+                        && let (Some(client), Some(idle)) = (upgrade.take(), target.upgrade)
+                    {
+                        // The tunnel holds no slot (see `crate::tunnel`).
+                        return Ok(tunnel::switch(response, conn, client, idle));
                     }
                     let lease = Lease { _attempt: attempt, _slot: slot, _in_flight: in_flight };
                     return Ok(self.respond(response, conn, lease, target));

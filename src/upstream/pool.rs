@@ -118,7 +118,11 @@ impl Pool {
         None
     }
 
-    /// Opens a new connection.
+    /// Opens a new connection. Every connection can switch protocols after
+    /// a 101 (`with_upgrades`): measured, an upgradeable connection costs
+    /// no more per request than a plain one, while keeping upgrade requests
+    /// off pooled connections cost ~130 instructions on every request
+    /// (`benches/callgrind /b`).
     pub async fn connect(&self) -> Result<Conn, ConnectError> {
         self.start_reaper();
         let inner = &self.inner;
@@ -135,7 +139,8 @@ impl Pool {
             UpstreamIo { inner: stream, shared: io.clone(), stall: None, stalled: false, limits_unsent: false };
         let (sender, connection) = http1::Builder::new().writev(false).handshake(TokioIo::new(upstream_io)).await?;
         tokio::spawn(async move {
-            if let Err(e) = connection.await {
+            // After a 101 the socket goes to the tunnel.
+            if let Err(e) = connection.with_upgrades().await {
                 tracing::debug!(error = %e, "upstream connection ended with an error");
             }
         });
@@ -184,6 +189,14 @@ impl Conn {
         if idle.len() < inner.max_idle {
             idle.push(Idle { sender: self.sender, io: self.io, since: Instant::now() });
         }
+    }
+
+    /// The upstream switched protocols: the connection becomes a tunnel,
+    /// whose writes fail after `idle` without progress and which closes
+    /// cleanly (FIN) when the tunnel ends.
+    pub fn into_tunnel(self, idle: Duration) {
+        self.io.send_timeout_ms.store(idle.as_millis() as u64, Relaxed);
+        self.io.clean.store(true, Relaxed);
     }
 
     /// Closes the connection cleanly after a complete exchange, instead of

@@ -1,0 +1,168 @@
+//! HTTP/1.1 upgrades (WebSocket and the like) on proxy routes: once the
+//! upstream answers `101 Switching Protocols`, the gateway relays the 101
+//! and then copies bytes both ways until either side closes, or until
+//! neither has sent a byte for the route's `upgrade_idle_timeout`.
+//!
+//! Both sides are taken with hyper's `upgrade::on` (the client's from the
+//! request, the upstream's from its response), so no HTTP is parsed here.
+//! The tunnel runs in the client connection's own task, after hyper has
+//! handed the connection over ([`crate::listener`]): it keeps the
+//! connection's `max_connections` slot, and shutdown drains it like a
+//! request, cutting it at `shutdown_timeout`.
+//!
+//! A tunnel holds no `max_requests` slot of its upstream: that bounds
+//! requests in flight, and a WebSocket may stay open for hours.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http::Response;
+use hyper::body::Incoming;
+use hyper::upgrade::OnUpgrade;
+use hyper_util::rt::TokioIo;
+use metrics::{Gauge, gauge};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::Instant;
+
+use crate::body::Body;
+use crate::metrics::UPGRADED_ACTIVE;
+use crate::proxy;
+use crate::upstream::pool::Conn;
+
+/// A tunnel waiting for the 101 to reach the client. It travels to the
+/// client connection in the response's extensions (which must be `Clone`,
+/// hence the shared cell).
+#[derive(Clone)]
+pub struct PendingTunnel(Arc<Mutex<Option<Tunnel>>>);
+
+impl PendingTunnel {
+    /// Names the route, for the active-tunnels gauge.
+    pub fn set_route(&self, route: &str) {
+        if let Some(t) = self.0.lock().expect("tunnel lock").as_mut() {
+            t.route = route.to_owned();
+        }
+    }
+
+    /// The tunnel, once (the connection takes it).
+    pub fn take(&self) -> Option<Tunnel> {
+        self.0.lock().expect("tunnel lock").take()
+    }
+}
+
+/// Both sides of a switched connection and how long it may stay silent.
+pub struct Tunnel {
+    client: OnUpgrade,
+    upstream: OnUpgrade,
+    /// The upstream connection, kept until the switch completes.
+    conn: Conn,
+    idle: Duration,
+    route: String,
+}
+
+/// The client's response to an upgrade the upstream accepted: the 101 with
+/// the protocol switched to, and the tunnel in its extensions.
+pub fn switch(mut response: Response<Incoming>, conn: Conn, client: OnUpgrade, idle: Duration) -> Response<Body> {
+    let upstream = hyper::upgrade::on(&mut response);
+    let (mut parts, body) = response.into_parts();
+    proxy::prepare_response(&mut parts, &body);
+    let tunnel = Tunnel { client, upstream, conn, idle, route: String::new() };
+    parts.extensions.insert(PendingTunnel(Arc::new(Mutex::new(Some(tunnel)))));
+    Response::from_parts(parts, Body::empty())
+}
+
+impl Tunnel {
+    /// Copies bytes both ways until both sides have closed, either fails,
+    /// or the tunnel has been silent for its idle timeout.
+    pub async fn run(self) {
+        let Tunnel { client, upstream, conn, idle, route } = self;
+        let (client, upstream) = match tokio::try_join!(client, upstream) {
+            Ok(both) => both,
+            Err(e) => {
+                tracing::debug!(route, error = %e, "upgrade did not complete");
+                return;
+            }
+        };
+        conn.into_tunnel(idle);
+        let _active = Active::new(gauge!(UPGRADED_ACTIVE, "route" => route.clone()));
+        let start = Instant::now();
+        let last = AtomicU64::new(0);
+        let mut client = Watched { io: TokioIo::new(client), last: &last, start };
+        let mut upstream = Watched { io: TokioIo::new(upstream), last: &last, start };
+        tokio::select! {
+            copied = tokio::io::copy_bidirectional(&mut client, &mut upstream) => match copied {
+                Ok((up, down)) => tracing::debug!(route, up, down, "tunnel closed"),
+                Err(e) => tracing::debug!(route, error = %e, "tunnel failed"),
+            },
+            _ = silent_for(&last, start, idle) => {
+                tracing::debug!(route, idle = %humantime::format_duration(idle), "tunnel idle; closing");
+            }
+        }
+    }
+}
+
+/// Resolves once no byte has passed for `idle` (`last`: milliseconds from
+/// `start` to the last byte read on either side).
+async fn silent_for(last: &AtomicU64, start: Instant, idle: Duration) {
+    loop {
+        let at = start + Duration::from_millis(last.load(Relaxed)) + idle;
+        if Instant::now() >= at {
+            return;
+        }
+        tokio::time::sleep_until(at).await;
+    }
+}
+
+/// One tunnel in `gateway_upgraded_connections_active`, until dropped.
+struct Active(Gauge);
+
+impl Active {
+    fn new(gauge: Gauge) -> Self {
+        gauge.increment(1.0);
+        Active(gauge)
+    }
+}
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        self.0.decrement(1.0);
+    }
+}
+
+/// One side of a tunnel, noting when it last read bytes. (Per-direction
+/// read timeouts, as `tokio-io-timeout` offers, would close a WebSocket
+/// whose server pushes to a client that never speaks; the tunnel is idle
+/// only when neither side sends.)
+struct Watched<'a, T> {
+    io: T,
+    last: &'a AtomicU64,
+    start: Instant,
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Watched<'_, T> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let poll = Pin::new(&mut self.io).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.last.store(self.start.elapsed().as_millis() as u64, Relaxed);
+        }
+        poll
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<'_, T> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}

@@ -214,7 +214,30 @@ pub struct EndpointConfig {
     pub url: String,
     /// Always `http`.
     pub scheme: Scheme,
+    /// The `Host` the upstream sees when the route sends the upstream's own
+    /// (`localhost` for a Unix socket).
     pub authority: Authority,
+    /// Where connections go.
+    pub address: Address,
+}
+
+/// Where an endpoint's connections go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Address {
+    /// `host:port`, resolved at each connect.
+    Tcp(String),
+    /// A Unix stream socket (`unix:PATH`; a relative path is resolved
+    /// against the config file's folder at load).
+    Unix(PathBuf),
+}
+
+impl std::fmt::Display for Address {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Address::Tcp(addr) => f.write_str(addr),
+            Address::Unix(path) => write!(f, "unix:{}", path.display()),
+        }
+    }
 }
 
 /// How an upstream spreads requests over its endpoints.
@@ -473,7 +496,7 @@ mod tests {
                 "duplicate route name",
             ),
             ("[upstreams.b]\nurl='not a url'\n", "upstreams.b.url", "invalid URL"),
-            ("[upstreams.b]\nurl='https://x:1'\n", "upstreams.b.url", "only http://"),
+            ("[upstreams.b]\nurl='https://x:1'\n", "upstreams.b.url", "unsupported scheme"),
             ("[[routes]]\nname='x'\nprefix='/x'\ndir='no/such/dir'\n", "routes[0].dir", "is not a directory"),
             ("[[routes]]\nname='x'\nprefix='/x'\nfile='no/such.txt'\n", "routes[0].file", "is not a readable file"),
             ("[[routes]]\nname='x'\nprefix='x'\nupstream='a'\n", "routes[0].prefix", "must start with '/'"),

@@ -20,7 +20,7 @@ use super::raw::{
     RawTracing, RawUpstream,
 };
 use super::{
-    AccessLogFormat, Admission, Balance, Config, DEFAULT_BODY_TIMEOUT, DEFAULT_ROUTE_TIMEOUT,
+    AccessLogFormat, Address, Admission, Balance, Config, DEFAULT_BODY_TIMEOUT, DEFAULT_ROUTE_TIMEOUT,
     DEFAULT_UPGRADE_IDLE_TIMEOUT, EndpointConfig, HealthConfig, HostMode, MetricsConfig, OutlierConfig, ProxyTarget,
     RetryBudget, RetryOn, RouteConfig, ServerConfig, Target, TracingConfig, UpstreamConfig,
 };
@@ -40,7 +40,7 @@ pub(super) fn config(raw: RawConfig, base_dir: &Path) -> Result<Config, Problem>
     let mut upstream_index = HashMap::new();
     for (name, up) in &raw.upstreams {
         upstream_index.insert(name.clone(), upstreams.len());
-        upstreams.push(upstream(name, up)?);
+        upstreams.push(upstream(name, up, base_dir)?);
     }
     let mut routes: Vec<RouteConfig> = Vec::new();
     let mut seen_names = HashMap::new();
@@ -183,7 +183,7 @@ fn metrics(m: &RawMetrics) -> Result<MetricsConfig, Problem> {
     })
 }
 
-fn upstream(name: &str, up: &RawUpstream) -> Result<UpstreamConfig, Problem> {
+fn upstream(name: &str, up: &RawUpstream, base_dir: &Path) -> Result<UpstreamConfig, Problem> {
     let key = |k: &str| format!("upstreams.{name}.{k}");
     let urls: Vec<(String, &String)> = match (&up.url, &up.endpoints) {
         (Some(url), None) => vec![(key("url"), url)],
@@ -193,11 +193,11 @@ fn upstream(name: &str, up: &RawUpstream) -> Result<UpstreamConfig, Problem> {
     };
     let mut endpoints: Vec<EndpointConfig> = Vec::new();
     for (k, url) in urls {
-        let (scheme, authority) = parse_upstream_url(url).map_err(|m| (k.clone(), m))?;
-        if endpoints.iter().any(|e| e.authority == authority) {
+        let endpoint = parse_upstream_url(url, base_dir).map_err(|m| (k.clone(), m))?;
+        if endpoints.iter().any(|e| e.address == endpoint.address) {
             return Err((k, format!("{url:?} is listed twice")));
         }
-        endpoints.push(EndpointConfig { url: url.clone(), scheme, authority });
+        endpoints.push(endpoint);
     }
     let balance = match up.balance.as_deref() {
         None | Some("least_request") => Balance::LeastRequest,
@@ -483,13 +483,35 @@ fn parse_cidr(key: &str, value: &str) -> Result<IpNet, Problem> {
         .map_err(|_| (key.to_owned(), format!("invalid CIDR {value:?} (use e.g. \"10.0.0.0/8\", \"::1\")")))
 }
 
-/// An upstream URL: `http://host:port`, with no path beyond `/`.
-fn parse_upstream_url(url: &str) -> Result<(Scheme, Authority), String> {
+/// An upstream URL: `http://host:port`, with no path beyond `/`, or
+/// `unix:PATH` (relative to `base_dir`).
+fn parse_upstream_url(url: &str, base_dir: &Path) -> Result<EndpointConfig, String> {
+    if let Some(path) = url.strip_prefix("unix:") {
+        // `unix:///run/app.sock` is a common spelling too.
+        let path = path.strip_prefix("//").unwrap_or(path);
+        if path.is_empty() {
+            return Err(format!("invalid URL {url:?}: missing socket path (use unix:/run/app/app.sock)"));
+        }
+        let path = base_dir.join(path);
+        // sun_path holds 108 bytes, the terminating NUL included.
+        if path.as_os_str().len() > 107 {
+            return Err(format!(
+                "socket path {} is longer than a Unix socket address allows (107 bytes)",
+                path.display()
+            ));
+        }
+        return Ok(EndpointConfig {
+            url: url.to_owned(),
+            scheme: Scheme::HTTP,
+            authority: Authority::from_static("localhost"),
+            address: Address::Unix(path),
+        });
+    }
     let uri: Uri = url.parse().map_err(|e| format!("invalid URL {url:?}: {e}"))?;
     let scheme =
         uri.scheme().cloned().ok_or_else(|| format!("invalid URL {url:?}: missing scheme (use http://host:port)"))?;
     if scheme != Scheme::HTTP {
-        return Err(format!("unsupported scheme in {url:?}: only http:// upstreams are supported"));
+        return Err(format!("unsupported scheme in {url:?}: use http://host:port or unix:PATH"));
     }
     let authority = uri.authority().cloned().ok_or_else(|| format!("invalid URL {url:?}: missing host"))?;
     if authority.as_str().contains('@') {
@@ -498,7 +520,8 @@ fn parse_upstream_url(url: &str) -> Result<(Scheme, Authority), String> {
     if !matches!(uri.path(), "" | "/") || uri.query().is_some() {
         return Err(format!("invalid URL {url:?}: a path or query is not supported; use a route's rewrite"));
     }
-    Ok((scheme, authority))
+    let address = Address::Tcp(format!("{}:{}", authority.host(), authority.port_u16().unwrap_or(80)));
+    Ok(EndpointConfig { url: url.to_owned(), scheme, authority, address })
 }
 
 /// Normalises a route prefix: must start with `/`; a trailing `/` is dropped

@@ -11,6 +11,7 @@ use metrics::Counter;
 use super::pool::{Conn, ConnectError, Pool, SendBody, SendStalled};
 use crate::access::UpstreamTiming;
 use crate::body::{BodyIdle, BodyTooLarge, ClientBodyFailed};
+use crate::config::Address;
 use crate::error::{GatewayError, find_source};
 
 /// How an exchange failed.
@@ -44,13 +45,13 @@ impl Failure {
 
     /// The gateway error (and so the status and kind). Failures of the
     /// client's own request body are the client's.
-    pub fn classify(self, upstream: &str, authority: &str) -> GatewayError {
+    pub fn classify(self, upstream: &str, address: &Address) -> GatewayError {
         let upstream = upstream.to_owned();
         let e = match self {
             Failure::Connect(e, _) => {
                 return GatewayError::UpstreamConnect {
                     upstream,
-                    authority: authority.to_owned(),
+                    authority: address.to_string(),
                     detail: e.to_string(),
                 };
             }

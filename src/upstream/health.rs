@@ -13,10 +13,10 @@ use bytes::Bytes;
 use http::{Request, header};
 use http_body_util::Empty;
 use hyper_util::rt::TokioIo;
-use tokio::net::TcpStream;
 
 use super::endpoint::Endpoint;
-use crate::config::HealthConfig;
+use super::pool::connect_stream;
+use crate::config::{Address, HealthConfig};
 
 /// Starts the checks of `endpoint`.
 pub fn spawn(endpoint: &Arc<Endpoint>, config: HealthConfig) {
@@ -29,10 +29,10 @@ async fn run(endpoint: Weak<Endpoint>, config: HealthConfig) {
     let mut first = true;
     loop {
         let Some(e) = endpoint.upgrade() else { return };
-        let target = format!("{}:{}", e.config.authority.host(), e.config.authority.port_u16().unwrap_or(80));
+        let address = e.config.address.clone();
         let host = e.host.clone();
         drop(e);
-        let passed = tokio::time::timeout(config.timeout, probe(&target, host, &config.path)).await;
+        let passed = tokio::time::timeout(config.timeout, probe(&address, host, &config.path, config.timeout)).await;
         let passed = matches!(passed, Ok(Ok(true)));
         let Some(e) = endpoint.upgrade() else { return };
         if passed {
@@ -51,11 +51,12 @@ async fn run(endpoint: Weak<Endpoint>, config: HealthConfig) {
 
 /// One check: whether `GET path` answered 2xx.
 async fn probe(
-    target: &str,
+    address: &Address,
     host: http::HeaderValue,
     path: &str,
+    timeout: Duration,
 ) -> Result<bool, Box<dyn std::error::Error + Send + Sync>> {
-    let stream = TcpStream::connect(target).await?;
+    let stream = connect_stream(address, timeout).await?;
     let (mut sender, connection) =
         hyper::client::conn::http1::handshake::<_, Empty<Bytes>>(TokioIo::new(stream)).await?;
     let connection = tokio::spawn(connection);

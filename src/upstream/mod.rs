@@ -236,7 +236,7 @@ impl Upstream {
                 tried.push(index);
                 continue;
             }
-            return Err(failure.classify(&self.config.name, endpoint.config.authority.as_str()));
+            return Err(failure.classify(&self.config.name, &endpoint.config.address));
         }
     }
 

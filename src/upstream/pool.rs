@@ -1,4 +1,5 @@
-//! Keep-alive connections to one HTTP/1 upstream.
+//! Keep-alive connections to one HTTP/1 upstream endpoint, over TCP or a
+//! Unix socket.
 //!
 //! Hand-written on hyper's connection-level client rather than taken from
 //! hyper-util's legacy `Client`: profiled with callgrind on the proxy path,
@@ -32,11 +33,11 @@ use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
 use metrics::Counter;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpStream;
+use tokio::net::{TcpStream, UnixStream};
 use tokio::time::{Instant, Sleep};
 
 use crate::body::RequestBody;
-use crate::config::{EndpointConfig, UpstreamConfig};
+use crate::config::{Address, EndpointConfig, UpstreamConfig};
 
 /// The body sent upstream: the client's, streamed, or nothing.
 pub type SendBody = Either<RequestBody, Empty<Bytes>>;
@@ -58,8 +59,8 @@ pub struct Pool {
 }
 
 struct Inner {
-    /// `host:port` to connect to.
-    addr: String,
+    /// Where to connect.
+    address: Address,
     connect_timeout: Duration,
     idle_timeout: Duration,
     max_idle: usize,
@@ -87,10 +88,9 @@ pub struct Conn {
 
 impl Pool {
     pub fn new(endpoint: &EndpointConfig, config: &UpstreamConfig, opened: Counter) -> Pool {
-        let port = endpoint.authority.port_u16().unwrap_or(80);
         Pool {
             inner: Arc::new(Inner {
-                addr: format!("{}:{port}", endpoint.authority.host()),
+                address: endpoint.address.clone(),
                 connect_timeout: config.connect_timeout,
                 idle_timeout: config.pool_idle_timeout,
                 max_idle: config.pool_max_idle_per_host,
@@ -126,10 +126,7 @@ impl Pool {
     pub async fn connect(&self) -> Result<Conn, ConnectError> {
         self.start_reaper();
         let inner = &self.inner;
-        let stream = tokio::time::timeout(inner.connect_timeout, TcpStream::connect(inner.addr.as_str()))
-            .await
-            .map_err(|_| ConnectError::Timeout(inner.connect_timeout))??;
-        stream.set_nodelay(true)?;
+        let stream = connect_stream(&inner.address, inner.connect_timeout).await?;
         let io = Arc::new(IoShared {
             clean: AtomicBool::new(false),
             send_timeout_ms: AtomicU64::new(0),
@@ -206,6 +203,68 @@ impl Conn {
     }
 }
 
+/// Opens a socket to `address` within `timeout`.
+pub async fn connect_stream(address: &Address, timeout: Duration) -> Result<Stream, ConnectError> {
+    let connect = async {
+        match address {
+            Address::Tcp(addr) => {
+                let stream = TcpStream::connect(addr.as_str()).await?;
+                stream.set_nodelay(true)?;
+                Ok::<_, io::Error>(Stream::Tcp(stream))
+            }
+            Address::Unix(path) => Ok(Stream::Unix(UnixStream::connect(path).await?)),
+        }
+    };
+    Ok(tokio::time::timeout(timeout, connect).await.map_err(|_| ConnectError::Timeout(timeout))??)
+}
+
+/// An upstream socket: TCP or Unix.
+pub enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Stream {
+    fn tcp(&self) -> Option<&TcpStream> {
+        match self {
+            Stream::Tcp(s) => Some(s),
+            Stream::Unix(_) => None,
+        }
+    }
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Unix(s) => Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Unix(s) => Pin::new(s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => Pin::new(s).poll_flush(cx),
+            Stream::Unix(s) => Pin::new(s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Unix(s) => Pin::new(s).poll_shutdown(cx),
+        }
+    }
+}
+
 /// What a connection's socket and its [`Conn`] share.
 struct IoShared {
     /// No exchange is under way: a close is a clean one (FIN, not RST).
@@ -227,7 +286,7 @@ pub struct SendStalled(pub Duration);
 /// An upstream connection's socket: fails writes that stall past the send
 /// timeout, and resets the connection when dropped mid-exchange.
 struct UpstreamIo {
-    inner: TcpStream,
+    inner: Stream,
     shared: Arc<IoShared>,
     /// Created the first time a write has to wait.
     stall: Option<Pin<Box<Sleep>>>,
@@ -266,9 +325,13 @@ impl UpstreamIo {
 
 impl Drop for UpstreamIo {
     fn drop(&mut self) {
-        if !self.shared.clean.load(Relaxed) {
-            // SO_LINGER 0: close() sends RST, not FIN.
-            let _ = socket2::SockRef::from(&self.inner).set_linger(Some(Duration::ZERO));
+        if !self.shared.clean.load(Relaxed)
+            && let Some(tcp) = self.inner.tcp()
+        {
+            // SO_LINGER 0: close() sends RST, not FIN. (A Unix socket has no
+            // reset: its peer reads the end of the stream, before the end
+            // its message's framing declared.)
+            let _ = socket2::SockRef::from(tcp).set_linger(Some(Duration::ZERO));
         }
     }
 }
@@ -283,7 +346,9 @@ impl AsyncWrite for UpstreamIo {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         if !self.limits_unsent && self.shared.large_request.load(Relaxed) {
             self.limits_unsent = true;
-            crate::listener::limit_unsent(&self.inner);
+            if let Some(tcp) = self.inner.tcp() {
+                crate::listener::limit_unsent(tcp);
+            }
         }
         let poll = Pin::new(&mut self.inner).poll_write(cx, buf);
         self.check_stall(cx, poll)

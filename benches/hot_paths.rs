@@ -69,7 +69,7 @@ fn request_header_rules(bencher: Bencher) {
     let client = gateway::headers::forwarded_for(IpAddr::V4(Ipv4Addr::new(10, 1, 2, 3)));
     bencher.with_inputs(|| template.clone()).bench_local_values(|mut h| {
         strip_hop_by_hop(&mut h);
-        add_forwarding(&mut h, &client, Some(&host), Version::HTTP_11, false);
+        add_forwarding(&mut h, &client, Some(&host), Version::HTTP_11, false, false);
         h
     });
 }

@@ -160,6 +160,7 @@ fn run_gateway(path: Option<PathBuf>, log_format: LogFormat) -> ExitCode {
         }
         let listen = config.server.listen;
         let metrics_path = config.metrics.path.clone();
+        let tls = config.server.tls.is_some();
         let gateway = match Gateway::bind(config).await {
             Ok(g) => g,
             Err(e) => {
@@ -169,7 +170,7 @@ fn run_gateway(path: Option<PathBuf>, log_format: LogFormat) -> ExitCode {
         };
         let addr = gateway.local_addr();
         let admin = gateway.admin_addr().unwrap_or(addr);
-        tracing::info!(%addr, "gateway listening");
+        tracing::info!(%addr, tls, "gateway listening");
         if embedded {
             println!("gateway: running the embedded default configuration on http://{addr}");
             println!("  demo upstream (GET /a waits 1s): http://{DEMO_UPSTREAM}");

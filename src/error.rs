@@ -63,6 +63,9 @@ pub enum GatewayError {
     /// The upstream could not be reached (refused, unreachable, connect timeout).
     #[error("upstream {upstream}: connect {authority}: {detail}")]
     UpstreamConnect { upstream: String, authority: String, detail: String },
+    /// The TLS handshake with an `https://` upstream failed.
+    #[error("upstream {upstream}: connect {authority}: {detail}")]
+    UpstreamTls { upstream: String, authority: String, detail: String },
     /// The route's timeout passed before the upstream's response head.
     #[error("upstream {upstream}: no response head within {}", humantime::format_duration(*.after))]
     UpstreamTimeout { upstream: String, after: Duration },
@@ -96,6 +99,7 @@ impl GatewayError {
             | GatewayError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             GatewayError::Io(_) => StatusCode::INTERNAL_SERVER_ERROR,
             GatewayError::UpstreamConnect { .. }
+            | GatewayError::UpstreamTls { .. }
             | GatewayError::UpstreamReset { .. }
             | GatewayError::UpstreamProtocol { .. } => StatusCode::BAD_GATEWAY,
             GatewayError::UpstreamTimeout { .. }
@@ -108,6 +112,7 @@ impl GatewayError {
     pub fn upstream_kind(&self) -> Option<&'static str> {
         match self {
             GatewayError::UpstreamConnect { .. } => Some("connect"),
+            GatewayError::UpstreamTls { .. } => Some("tls"),
             GatewayError::UpstreamTimeout { .. } | GatewayError::UpstreamSendTimeout { .. } => Some("timeout"),
             GatewayError::Unavailable { .. } => Some("unavailable"),
             GatewayError::UpstreamReset { .. } => Some("reset"),
@@ -174,6 +179,7 @@ impl GatewayError {
             GatewayError::Unavailable { .. } => "service unavailable: upstream has no available endpoint\n",
             GatewayError::Io(_) => "internal error\n",
             GatewayError::UpstreamConnect { .. } => "bad gateway: upstream unreachable\n",
+            GatewayError::UpstreamTls { .. } => "bad gateway: upstream TLS handshake failed\n",
             GatewayError::UpstreamReset { .. } => "bad gateway: upstream closed the connection\n",
             GatewayError::UpstreamProtocol { .. } => "bad gateway: invalid upstream response\n",
             GatewayError::UpstreamTimeout { .. } => "gateway timeout: upstream did not answer in time\n",
@@ -221,6 +227,11 @@ mod tests {
                 GatewayError::UpstreamConnect { upstream: up(), authority: "h:1".into(), detail: "refused".into() },
                 502,
                 Some("connect"),
+            ),
+            (
+                GatewayError::UpstreamTls { upstream: up(), authority: "h:443".into(), detail: "expired".into() },
+                502,
+                Some("tls"),
             ),
             (GatewayError::UpstreamReset { upstream: up(), detail: "x".into() }, 502, Some("reset")),
             (GatewayError::UpstreamProtocol { upstream: up(), detail: "x".into() }, 502, Some("protocol")),

@@ -114,6 +114,19 @@ pub fn upgrade_requested(headers: &HeaderMap) -> Option<HeaderValue> {
     (!h2c && !protocols.trim().is_empty()).then(|| upgrade.clone())
 }
 
+/// Whether a `101` that switched to `answered` (its `Upgrade`) keeps to
+/// what the request asked for (`asked`): RFC 9110 §7.8 lets a server switch
+/// only to protocols the client listed, and it must say which. Anything else
+/// would let an upstream open, say, h2c through a tunnel the gateway
+/// thought was a WebSocket.
+pub fn upgrade_accepted(asked: &HeaderValue, answered: Option<&HeaderValue>) -> bool {
+    let (Ok(asked), Some(Ok(answered))) = (asked.to_str(), answered.map(HeaderValue::to_str)) else {
+        return false;
+    };
+    let mut switched = answered.split(',').map(str::trim).filter(|p| !p.is_empty()).peekable();
+    switched.peek().is_some() && switched.all(|p| asked.split(',').any(|a| a.trim().eq_ignore_ascii_case(p)))
+}
+
 /// Whether a comma-separated header value lists `token` (case-insensitive,
 /// parameters ignored).
 fn list_has(value: &HeaderValue, token: &str) -> bool {
@@ -193,6 +206,7 @@ pub fn add_forwarding(
     original_host: Option<&HeaderValue>,
     version: Version,
     trusted: bool,
+    https: bool,
 ) {
     if headers.keys().any(|n| n.as_str().starts_with("x_forwarded_")) {
         for name in UNDERSCORE_FORWARDING {
@@ -201,7 +215,7 @@ pub fn add_forwarding(
     }
     append_list(headers, X_FORWARDED_FOR, client_ip.clone());
     if !(trusted && headers.contains_key(X_FORWARDED_PROTO)) {
-        headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
+        headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(if https { "https" } else { "http" }));
     }
     if !(trusted && headers.contains_key(X_FORWARDED_HOST)) {
         match original_host {
@@ -216,7 +230,7 @@ pub fn add_forwarding(
     // Only touched when present: most requests carry none, and this hop's
     // own element costs formatting.
     if headers.contains_key(FORWARDED) {
-        let element = forwarded_element(client_ip, original_host);
+        let element = forwarded_element(client_ip, original_host, https);
         if trusted {
             append_list(headers, FORWARDED, element);
         } else {
@@ -228,7 +242,7 @@ pub fn add_forwarding(
 
 /// This hop's `Forwarded` element: `for=...;proto=http;host=...`, quoted as
 /// RFC 7239 §4 requires (IPv6 addresses in brackets, hosts with a port).
-fn forwarded_element(client_ip: &HeaderValue, host: Option<&HeaderValue>) -> HeaderValue {
+fn forwarded_element(client_ip: &HeaderValue, host: Option<&HeaderValue>, https: bool) -> HeaderValue {
     fn quoted_if_needed(out: &mut Vec<u8>, value: &[u8]) {
         let token = value.iter().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(b));
         if token {
@@ -253,7 +267,7 @@ fn forwarded_element(client_ip: &HeaderValue, host: Option<&HeaderValue>) -> Hea
     } else {
         out.extend_from_slice(ip);
     }
-    out.extend_from_slice(b";proto=http");
+    out.extend_from_slice(if https { b";proto=https" } else { b";proto=http" });
     if let Some(host) = host {
         out.extend_from_slice(b";host=");
         quoted_if_needed(&mut out, host.as_bytes());
@@ -347,6 +361,28 @@ mod tests {
     }
 
     #[test]
+    fn a_101_may_switch_only_to_a_protocol_asked_for() {
+        let cases: &[(&str, Option<&str>, bool)] = &[
+            ("websocket", Some("websocket"), true),
+            ("websocket", Some("WebSocket"), true),
+            ("foo/2, websocket", Some("websocket"), true),
+            ("websocket", Some("h2c"), false),
+            ("websocket", Some("websocket, h2c"), false),
+            ("websocket", Some(""), false),
+            ("websocket", None, false),
+            ("foo/2", Some("foo"), false),
+        ];
+        for (asked, answered, want) in cases {
+            let answered = answered.map(HeaderValue::from_static);
+            assert_eq!(
+                upgrade_accepted(&HeaderValue::from_static(asked), answered.as_ref()),
+                *want,
+                "{asked} / {answered:?}"
+            );
+        }
+    }
+
+    #[test]
     fn cookies_join_into_one_field() {
         let cases: &[(Pairs, Option<&str>)] = &[
             (&[], None),
@@ -424,7 +460,8 @@ mod tests {
         for (input, host, version, trusted, want) in cases {
             let mut h = map(input);
             let host = host.map(HeaderValue::from_static);
-            add_forwarding(&mut h, &forwarded_for("10.0.0.1".parse().unwrap()), host.as_ref(), *version, *trusted);
+            let ip = forwarded_for("10.0.0.1".parse().unwrap());
+            add_forwarding(&mut h, &ip, host.as_ref(), *version, *trusted, false);
             let got = [X_FORWARDED_FOR, X_FORWARDED_PROTO, X_FORWARDED_HOST, FORWARDED, header::VIA].map(|n| {
                 assert!(h.get_all(&n).iter().count() <= 1, "{n} repeated");
                 h.get(&n).map(|v| v.to_str().unwrap().to_owned())
@@ -434,9 +471,19 @@ mod tests {
     }
 
     #[test]
+    fn a_client_on_tls_is_forwarded_as_https() {
+        let ip = forwarded_for("10.0.0.1".parse().unwrap());
+        // Untrusted: its own claim is replaced by this hop's https.
+        let mut h = map(&[("x-forwarded-proto", "http"), ("forwarded", "for=1.1.1.1;proto=http")]);
+        add_forwarding(&mut h, &ip, None, Version::HTTP_11, false, true);
+        assert_eq!(h.get(X_FORWARDED_PROTO).unwrap(), "https");
+        assert_eq!(h.get(FORWARDED).unwrap(), "for=10.0.0.1;proto=https");
+    }
+
+    #[test]
     fn forwarded_element_quotes_ipv6_and_ports() {
         let v6 = forwarded_for("2001:db8::1".parse().unwrap());
         let host = HeaderValue::from_static("[::1]:8080");
-        assert_eq!(forwarded_element(&v6, Some(&host)), "for=\"[2001:db8::1]\";proto=http;host=\"[::1]:8080\"");
+        assert_eq!(forwarded_element(&v6, Some(&host), false), "for=\"[2001:db8::1]\";proto=http;host=\"[::1]:8080\"");
     }
 }

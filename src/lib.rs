@@ -24,6 +24,7 @@ pub mod path;
 pub mod proxy;
 pub mod router;
 pub mod server;
+pub mod tls;
 pub mod tunnel;
 pub mod upstream;
 

@@ -49,7 +49,7 @@ pub const UPGRADED_ACTIVE: &str = "gateway_upgraded_connections_active";
 
 /// Upstream error kinds, the `kind` label values.
 pub const UPSTREAM_ERROR_KINDS: &[&str] =
-    &["connect", "timeout", "reset", "protocol", "body", "body_timeout", "unavailable"];
+    &["connect", "tls", "timeout", "reset", "protocol", "body", "body_timeout", "unavailable"];
 
 /// The process-wide exporter: the recorder's handle and the process collector.
 pub struct Exporter {

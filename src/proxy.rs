@@ -76,7 +76,8 @@ pub fn prepare_request(
     if from_http2 {
         headers::join_cookies(&mut parts.headers);
     }
-    headers::add_forwarding(&mut parts.headers, &peer.forwarded_for, client_host.as_ref(), parts.version, peer.trusted);
+    let (forwarded_for, host) = (&peer.forwarded_for, client_host.as_ref());
+    headers::add_forwarding(&mut parts.headers, forwarded_for, host, parts.version, peer.trusted, peer.tls);
     // Origin-form on the wire (RFC 9112 §3.2.1); the connection already
     // names the upstream.
     parts.uri = Uri::from(path_and_query);

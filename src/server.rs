@@ -38,11 +38,13 @@ pub struct Peer {
     pub forwarded_for: HeaderValue,
     /// The client is a trusted proxy (`server.trusted_proxies`).
     pub trusted: bool,
+    /// The client connected over TLS (`X-Forwarded-Proto: https`).
+    pub tls: bool,
 }
 
 impl Peer {
-    pub fn new(ip: IpAddr, trusted: bool) -> Self {
-        Peer { forwarded_for: crate::headers::forwarded_for(ip), trusted }
+    pub fn new(ip: IpAddr, trusted: bool, tls: bool) -> Self {
+        Peer { forwarded_for: crate::headers::forwarded_for(ip), trusted, tls }
     }
 }
 

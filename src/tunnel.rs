@@ -76,8 +76,10 @@ pub fn switch(mut response: Response<Incoming>, conn: Conn, client: OnUpgrade, i
 
 impl Tunnel {
     /// Copies bytes both ways until both sides have closed, either fails,
-    /// or the tunnel has been silent for its idle timeout.
-    pub async fn run(self) {
+    /// the tunnel has been silent for its idle timeout, or a write has been
+    /// blocked for `send_timeout` (a side that stopped reading: bytes the
+    /// other side sends would otherwise keep the tunnel "busy" forever).
+    pub async fn run(self, send_timeout: Duration) {
         let Tunnel { client, upstream, conn, idle, route } = self;
         let (client, upstream) = match tokio::try_join!(client, upstream) {
             Ok(both) => both,
@@ -88,31 +90,58 @@ impl Tunnel {
         };
         conn.into_tunnel(idle);
         let _active = Active::new(gauge!(UPGRADED_ACTIVE, "route" => route.clone()));
-        let start = Instant::now();
-        let last = AtomicU64::new(0);
-        let mut client = Watched { io: TokioIo::new(client), last: &last, start };
-        let mut upstream = Watched { io: TokioIo::new(upstream), last: &last, start };
+        let clock = Clock { start: Instant::now(), last_read: AtomicU64::new(0), blocked: Default::default() };
+        let mut client = Watched { io: TokioIo::new(client), clock: &clock, side: 0 };
+        let mut upstream = Watched { io: TokioIo::new(upstream), clock: &clock, side: 1 };
         tokio::select! {
             copied = tokio::io::copy_bidirectional(&mut client, &mut upstream) => match copied {
                 Ok((up, down)) => tracing::debug!(route, up, down, "tunnel closed"),
                 Err(e) => tracing::debug!(route, error = %e, "tunnel failed"),
             },
-            _ = silent_for(&last, start, idle) => {
-                tracing::debug!(route, idle = %humantime::format_duration(idle), "tunnel idle; closing");
-            }
+            why = clock.expired(idle, send_timeout) => tracing::debug!(route, "tunnel {why}; closing"),
         }
     }
 }
 
-/// Resolves once no byte has passed for `idle` (`last`: milliseconds from
-/// `start` to the last byte read on either side).
-async fn silent_for(last: &AtomicU64, start: Instant, idle: Duration) {
-    loop {
-        let at = start + Duration::from_millis(last.load(Relaxed)) + idle;
-        if Instant::now() >= at {
-            return;
+/// What a tunnel's two sides report, in milliseconds since `start`.
+struct Clock {
+    start: Instant,
+    /// When either side last read bytes.
+    last_read: AtomicU64,
+    /// Per side (client, upstream): since when a write to it has been
+    /// waiting, plus one (0: none is). Per side, or writes flowing the
+    /// other way would hide one that stays blocked.
+    blocked: [AtomicU64; 2],
+}
+
+impl Clock {
+    fn now(&self) -> u64 {
+        self.start.elapsed().as_millis() as u64
+    }
+
+    fn at(&self, ms: u64) -> Instant {
+        self.start + Duration::from_millis(ms)
+    }
+
+    /// Resolves once no byte has been read for `idle`, or a write has been
+    /// blocked for `send`; says which.
+    async fn expired(&self, idle: Duration, send: Duration) -> &'static str {
+        loop {
+            let quiet = self.at(self.last_read.load(Relaxed)) + idle;
+            let blocked = self.blocked.iter().map(|b| b.load(Relaxed)).filter(|&b| b != 0).min();
+            let stalled = blocked.map(|b| self.at(b - 1) + send);
+            let now = Instant::now();
+            if now >= quiet {
+                return "idle";
+            }
+            if stalled.is_some_and(|at| now >= at) {
+                return "blocked: a side stopped reading";
+            }
+            // Woken at the nearer deadline, or now and then to notice a
+            // write that blocks meanwhile.
+            let check = stalled.unwrap_or(now + send).min(quiet).min(now + send / 4);
+            tokio::time::sleep_until(check).await;
         }
-        tokio::time::sleep_until(at).await;
     }
 }
 
@@ -132,14 +161,15 @@ impl Drop for Active {
     }
 }
 
-/// One side of a tunnel, noting when it last read bytes. (Per-direction
-/// read timeouts, as `tokio-io-timeout` offers, would close a WebSocket
-/// whose server pushes to a client that never speaks; the tunnel is idle
-/// only when neither side sends.)
+/// One side of a tunnel, noting when it last read bytes and whether a
+/// write is waiting. (Per-direction read timeouts, as `tokio-io-timeout`
+/// offers, would close a WebSocket whose server pushes to a client that
+/// never speaks; the tunnel is idle only when neither side sends.)
 struct Watched<'a, T> {
     io: T,
-    last: &'a AtomicU64,
-    start: Instant,
+    clock: &'a Clock,
+    /// Its index in [`Clock::blocked`].
+    side: usize,
 }
 
 impl<T: AsyncRead + Unpin> AsyncRead for Watched<'_, T> {
@@ -147,7 +177,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for Watched<'_, T> {
         let before = buf.filled().len();
         let poll = Pin::new(&mut self.io).poll_read(cx, buf);
         if buf.filled().len() > before {
-            self.last.store(self.start.elapsed().as_millis() as u64, Relaxed);
+            self.clock.last_read.store(self.clock.now(), Relaxed);
         }
         poll
     }
@@ -155,7 +185,14 @@ impl<T: AsyncRead + Unpin> AsyncRead for Watched<'_, T> {
 
 impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<'_, T> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write(cx, buf)
+        let poll = Pin::new(&mut self.io).poll_write(cx, buf);
+        let blocked = &self.clock.blocked[self.side];
+        match &poll {
+            Poll::Pending if blocked.load(Relaxed) == 0 => blocked.store(self.clock.now() + 1, Relaxed),
+            Poll::Ready(_) if blocked.load(Relaxed) != 0 => blocked.store(0, Relaxed),
+            _ => {}
+        }
+        poll
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {

@@ -69,7 +69,9 @@ async fn gauge_becomes(gw: &TestGateway, route: &str, want: f64) {
 #[tokio::test]
 async fn websocket_text_binary_and_close_pass_both_ways() {
     let (up, seen) = echo_server().await;
-    let gw = TestGateway::from_toml(&ws_toml(up, "chat", "", "")).await;
+    // With request rules, which strip hop-by-hop headers before the proxy.
+    let rules = "request_headers = { set = { \"x-env\" = \"test\" } }";
+    let gw = TestGateway::from_toml(&ws_toml(up, "chat", rules, "")).await;
     let url = format!("ws://{}/chat/room?id=1", gw.addr);
     let (mut ws, response) = tokio_tungstenite::connect_async(&url).await.expect("handshake through the gateway");
     assert_eq!(response.status(), 101);
@@ -97,7 +99,7 @@ async fn websocket_text_binary_and_close_pass_both_ways() {
     assert!(handshake.starts_with("/chat/room?id=1 "), "{handshake}");
     let lower = handshake.to_ascii_lowercase();
     assert!(lower.contains("connection: upgrade") && lower.contains("upgrade: websocket"), "{handshake}");
-    assert!(lower.contains("x-forwarded-for: 127.0.0.1"), "{handshake}");
+    assert!(lower.contains("x-forwarded-for: 127.0.0.1") && lower.contains("x-env: test"), "{handshake}");
     let text = metrics_text(gw.addr).await;
     assert_eq!(sample(&text, "http_server_requests_total", &[("route", "chat"), ("status", "101")]), Some(1.0));
 }
@@ -175,16 +177,16 @@ async fn h2c_upgrades_and_upgrade_without_connection_are_never_passed_on() {
 /// An upstream that switches to "echo" with a bare 101 and then echoes
 /// raw bytes: a tunnel that is not WebSocket.
 async fn raw_switching_upstream() -> SocketAddr {
-    raw_upstream(|mut s: TcpStream| async move {
-        let mut head = Vec::new();
-        let mut b = [0u8; 1];
-        while !head.ends_with(b"\r\n\r\n") {
-            if s.read(&mut b).await.unwrap_or(0) == 0 {
-                return;
-            }
-            head.push(b[0]);
+    switching_upstream(b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n").await
+}
+
+/// Answers every request head with `head`, then echoes.
+async fn switching_upstream(answer: &'static [u8]) -> SocketAddr {
+    raw_upstream(move |mut s: TcpStream| async move {
+        if read_head(&mut s).await.is_empty() {
+            return;
         }
-        let _ = s.write_all(b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n").await;
+        let _ = s.write_all(answer).await;
         let mut buf = [0u8; 4096];
         while let Ok(n) = s.read(&mut buf).await {
             if n == 0 || s.write_all(&buf[..n]).await.is_err() {
@@ -197,15 +199,28 @@ async fn raw_switching_upstream() -> SocketAddr {
 
 /// Sends an upgrade to `echo` and reads the 101.
 async fn open_echo_tunnel(gw: &TestGateway) -> TcpStream {
-    let mut s = TcpStream::connect(gw.addr).await.unwrap();
-    s.write_all(b"GET /ws/t HTTP/1.1\r\nHost: h\r\nConnection: upgrade\r\nUpgrade: echo\r\n\r\n").await.unwrap();
+    open_echo_tunnel_at(gw, "/ws/t").await
+}
+
+/// Reads up to the end of a message head, byte by byte (so nothing after it
+/// is taken); empty if the peer closed first.
+async fn read_head(s: &mut TcpStream) -> Vec<u8> {
     let mut head = Vec::new();
     let mut b = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {
-        assert_eq!(s.read(&mut b).await.unwrap(), 1, "101 head cut short: {}", String::from_utf8_lossy(&head));
+        if s.read(&mut b).await.unwrap_or(0) == 0 {
+            return Vec::new();
+        }
         head.push(b[0]);
     }
-    let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+    head
+}
+
+async fn open_echo_tunnel_at(gw: &TestGateway, path: &str) -> TcpStream {
+    let mut s = TcpStream::connect(gw.addr).await.unwrap();
+    let head = format!("GET {path} HTTP/1.1\r\nHost: h\r\nConnection: upgrade\r\nUpgrade: echo\r\n\r\n");
+    s.write_all(head.as_bytes()).await.unwrap();
+    let head = String::from_utf8_lossy(&read_head(&mut s).await).to_ascii_lowercase();
     assert!(head.starts_with("http/1.1 101") && head.contains("upgrade: echo"), "{head}");
     s
 }
@@ -265,4 +280,55 @@ async fn http2_requests_never_upgrade() {
     };
     assert_ne!(answered, Some(101));
     assert!(seen.lock().unwrap().iter().all(|h| !h.contains("upgrade")), "{:?}", seen.lock().unwrap());
+}
+
+#[tokio::test]
+async fn a_101_to_a_protocol_not_asked_for_is_502() {
+    for head in [
+        &b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n"[..],
+        &b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\n\r\n"[..],
+    ] {
+        let up = switching_upstream(head).await;
+        let gw = TestGateway::from_toml(&ws_toml(up, "ws", "", "")).await;
+        let r = raw(
+            gw.addr,
+            b"GET /ws/t HTTP/1.1\r\nHost: h\r\nConnection: upgrade\r\nUpgrade: echo\r\n\r\n",
+            Duration::from_millis(500),
+        )
+        .await;
+        assert_eq!(r.status(), 502, "{}", r.text);
+    }
+}
+
+#[tokio::test]
+async fn a_tunnel_whose_client_stops_reading_is_cut_at_send_timeout() {
+    // After its 101 the upstream writes without end; the client reads
+    // nothing but keeps sending a byte now and then, so the tunnel is never
+    // idle.
+    let up = raw_upstream(|mut s: TcpStream| async move {
+        if read_head(&mut s).await.is_empty() {
+            return;
+        }
+        let (mut rd, mut wr) = s.into_split();
+        tokio::spawn(async move {
+            let mut sink = [0u8; 64];
+            while rd.read(&mut sink).await.unwrap_or(0) > 0 {}
+        });
+        let _ = wr.write_all(b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n").await;
+        let chunk = vec![b'x'; 64 * 1024];
+        while wr.write_all(&chunk).await.is_ok() {}
+    })
+    .await;
+    let gw = TestGateway::from_toml(&ws_toml(up, "flood", "", "send_timeout = \"500ms\"")).await;
+    let mut s = open_echo_tunnel_at(&gw, "/flood/t").await;
+    gauge_becomes(&gw, "flood", 1.0).await;
+    let mut cut = false;
+    for _ in 0..40 {
+        if s.write_all(b".").await.is_err() || gauge(&gw, "flood").await == 0.0 {
+            cut = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(cut, "the tunnel must be cut once the client has taken nothing for send_timeout");
 }

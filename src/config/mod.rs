@@ -11,12 +11,14 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::uri::{Authority, Scheme};
 use http::{Method, StatusCode};
 use ipnet::IpNet;
+use rustls_pki_types::ServerName;
 
 use crate::layers::rules::HeaderRules;
 
@@ -154,6 +156,17 @@ pub struct ServerConfig {
     pub trace_context: bool,
     /// The access log's format; `None` follows `--log-format`.
     pub access_log_format: Option<AccessLogFormat>,
+    /// TLS on the main listener (`[server.tls]`).
+    pub tls: Option<ListenerTls>,
+}
+
+/// `[server.tls]`: the listener's certificate, read at load.
+#[derive(Debug, Clone)]
+pub struct ListenerTls {
+    pub config: Arc<rustls::ServerConfig>,
+    /// The files it was read from (for `gateway check`).
+    pub cert: PathBuf,
+    pub client_ca: Option<PathBuf>,
 }
 
 /// How access log lines are written.
@@ -205,6 +218,8 @@ pub struct UpstreamConfig {
     pub health: Option<HealthConfig>,
     pub outlier: Option<OutlierConfig>,
     pub retry_budget: RetryBudget,
+    /// The TLS client config of its `https://` endpoints.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 /// One endpoint of an upstream.
@@ -219,6 +234,9 @@ pub struct EndpointConfig {
     pub authority: Authority,
     /// Where connections go.
     pub address: Address,
+    /// For an `https://` endpoint: the name its certificate must carry, sent
+    /// as SNI (the URL's host, or `tls_server_name`).
+    pub tls_name: Option<ServerName<'static>>,
 }
 
 /// Where an endpoint's connections go.
@@ -496,7 +514,7 @@ mod tests {
                 "duplicate route name",
             ),
             ("[upstreams.b]\nurl='not a url'\n", "upstreams.b.url", "invalid URL"),
-            ("[upstreams.b]\nurl='https://x:1'\n", "upstreams.b.url", "unsupported scheme"),
+            ("[upstreams.b]\nurl='ftp://x:1'\n", "upstreams.b.url", "unsupported scheme"),
             ("[[routes]]\nname='x'\nprefix='/x'\ndir='no/such/dir'\n", "routes[0].dir", "is not a directory"),
             ("[[routes]]\nname='x'\nprefix='/x'\nfile='no/such.txt'\n", "routes[0].file", "is not a readable file"),
             ("[[routes]]\nname='x'\nprefix='x'\nupstream='a'\n", "routes[0].prefix", "must start with '/'"),
@@ -524,6 +542,12 @@ mod tests {
                 "routes[0].upgrade_idle_timeout",
                 "greater than zero",
             ),
+            (
+                "[[routes]]\nname='x'\nprefix='/x'\nupstream='a'\nupgrade_idle_timeout='500000000000years'\n",
+                "routes[0].upgrade_idle_timeout",
+                "at most 10 years",
+            ),
+            ("[server]\nshutdown_timeout='11years'\n", "server.shutdown_timeout", "at most 10 years"),
             (
                 "[[routes]]\nname='x'\nprefix='/x'\nupstream='a'\nupgrade=false\nupgrade_idle_timeout='9s'\n",
                 "routes[0].upgrade_idle_timeout",

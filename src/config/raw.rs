@@ -44,6 +44,16 @@ pub(super) struct RawServer {
     pub access_log_format: Option<String>,
     #[serde(default)]
     pub trusted_proxies: Vec<String>,
+    pub tls: Option<RawServerTls>,
+}
+
+/// `[server.tls]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawServerTls {
+    pub cert: Option<String>,
+    pub key: Option<String>,
+    pub client_ca: Option<String>,
 }
 
 /// A size: a plain integer (bytes) or a string such as "64KiB".
@@ -94,6 +104,10 @@ pub(super) struct RawUpstream {
     pub health: Option<RawHealth>,
     pub outlier: Option<RawOutlier>,
     pub retry_budget: Option<RawRetryBudget>,
+    pub tls_ca_file: Option<String>,
+    pub tls_server_name: Option<String>,
+    pub tls_client_cert: Option<String>,
+    pub tls_client_key: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -12,17 +13,18 @@ use http::header::{HeaderName, HeaderValue};
 use http::uri::{Authority, Scheme};
 use http::{Method, StatusCode, Uri};
 use ipnet::IpNet;
+use rustls_pki_types::ServerName;
 
 use crate::layers::rules::HeaderRules;
 
 use super::raw::{
-    RawConfig, RawHeaderRules, RawHealth, RawMetrics, RawOutlier, RawRetryBudget, RawRoute, RawServer, RawSize,
-    RawTracing, RawUpstream,
+    RawConfig, RawHeaderRules, RawHealth, RawMetrics, RawOutlier, RawRetryBudget, RawRoute, RawServer, RawServerTls,
+    RawSize, RawTracing, RawUpstream,
 };
 use super::{
     AccessLogFormat, Address, Admission, Balance, Config, DEFAULT_BODY_TIMEOUT, DEFAULT_ROUTE_TIMEOUT,
-    DEFAULT_UPGRADE_IDLE_TIMEOUT, EndpointConfig, HealthConfig, HostMode, MetricsConfig, OutlierConfig, ProxyTarget,
-    RetryBudget, RetryOn, RouteConfig, ServerConfig, Target, TracingConfig, UpstreamConfig,
+    DEFAULT_UPGRADE_IDLE_TIMEOUT, EndpointConfig, HealthConfig, HostMode, ListenerTls, MetricsConfig, OutlierConfig,
+    ProxyTarget, RetryBudget, RetryOn, RouteConfig, ServerConfig, Target, TracingConfig, UpstreamConfig,
 };
 
 /// The largest `max_requests` (tokio's semaphore takes up to 2^61 permits;
@@ -33,7 +35,7 @@ const MAX_REQUESTS: usize = 1_000_000;
 type Problem = (String, String);
 
 pub(super) fn config(raw: RawConfig, base_dir: &Path) -> Result<Config, Problem> {
-    let server = server(&raw.server)?;
+    let server = server(&raw.server, base_dir)?;
     let tracing = tracing(&raw.tracing)?;
     let metrics = metrics(&raw.metrics)?;
     let mut upstreams = Vec::new();
@@ -59,7 +61,7 @@ pub(super) fn config(raw: RawConfig, base_dir: &Path) -> Result<Config, Problem>
     Ok(Config { source_name: String::new(), server, metrics, tracing, upstreams, routes })
 }
 
-fn server(s: &RawServer) -> Result<ServerConfig, Problem> {
+fn server(s: &RawServer, base_dir: &Path) -> Result<ServerConfig, Problem> {
     let server = ServerConfig {
         listen: parse_addr("server.listen", &s.listen)?,
         worker_threads: s.worker_threads,
@@ -92,6 +94,7 @@ fn server(s: &RawServer) -> Result<ServerConfig, Problem> {
                 return Err(("server.access_log_format".into(), format!("{other:?}: use \"json\" or \"combined\"")));
             }
         },
+        tls: s.tls.as_ref().map(|t| listener_tls(t, base_dir)).transpose()?,
     };
     // hyper's read buffer cannot be smaller than 8 KiB.
     if server.max_header_size < 8192 {
@@ -104,6 +107,17 @@ fn server(s: &RawServer) -> Result<ServerConfig, Problem> {
         return Err(("server.tcp_keepalive".into(), "must be at least 1s (or \"0s\" to turn it off)".into()));
     }
     Ok(server)
+}
+
+fn listener_tls(t: &RawServerTls, base_dir: &Path) -> Result<ListenerTls, Problem> {
+    let (Some(cert), Some(key)) = (&t.cert, &t.key) else {
+        let missing = if t.cert.is_none() { "cert" } else { "key" };
+        return Err((format!("server.tls.{missing}"), "required: a PEM file".into()));
+    };
+    let (cert, key) = (base_dir.join(cert), base_dir.join(key));
+    let client_ca = t.client_ca.as_ref().map(|c| base_dir.join(c));
+    let config = crate::tls::server_config(&cert, &key, client_ca.as_deref()).map_err(|m| ("server.tls".into(), m))?;
+    Ok(ListenerTls { config, cert, client_ca })
 }
 
 fn tracing(t: &RawTracing) -> Result<TracingConfig, Problem> {
@@ -183,6 +197,40 @@ fn metrics(m: &RawMetrics) -> Result<MetricsConfig, Problem> {
     })
 }
 
+/// The TLS client config of an upstream with `https://` endpoints; the
+/// `tls_*` keys apply to nothing else.
+fn upstream_tls(
+    up: &RawUpstream,
+    endpoints: &[EndpointConfig],
+    base_dir: &Path,
+    key: &dyn Fn(&str) -> String,
+) -> Result<Option<Arc<rustls::ClientConfig>>, Problem> {
+    let set = [
+        ("tls_ca_file", up.tls_ca_file.is_some()),
+        ("tls_server_name", up.tls_server_name.is_some()),
+        ("tls_client_cert", up.tls_client_cert.is_some()),
+        ("tls_client_key", up.tls_client_key.is_some()),
+    ];
+    if endpoints.iter().all(|e| e.tls_name.is_none()) {
+        return match set.iter().find(|(_, s)| *s) {
+            Some((k, _)) => Err((key(k), "only applies to https:// endpoints".into())),
+            None => Ok(None),
+        };
+    }
+    let ca = up.tls_ca_file.as_ref().map(|f| base_dir.join(f));
+    let client = match (&up.tls_client_cert, &up.tls_client_key) {
+        (Some(c), Some(k)) => Some((base_dir.join(c), base_dir.join(k))),
+        (None, None) => None,
+        (Some(_), None) => return Err((key("tls_client_key"), "required with tls_client_cert".into())),
+        (None, Some(_)) => return Err((key("tls_client_cert"), "required with tls_client_key".into())),
+    };
+    let client_auth = client.as_ref().map(|(c, k)| (c.as_path(), k.as_path()));
+    crate::tls::client_config(ca.as_deref(), client_auth).map(Some).map_err(|(which, m)| match which {
+        crate::tls::ClientKey::CaFile => (key("tls_ca_file"), m),
+        crate::tls::ClientKey::ClientCert => (key("tls_client_cert"), m),
+    })
+}
+
 fn upstream(name: &str, up: &RawUpstream, base_dir: &Path) -> Result<UpstreamConfig, Problem> {
     let key = |k: &str| format!("upstreams.{name}.{k}");
     let urls: Vec<(String, &String)> = match (&up.url, &up.endpoints) {
@@ -191,9 +239,17 @@ fn upstream(name: &str, up: &RawUpstream, base_dir: &Path) -> Result<UpstreamCon
         (None, Some(list)) => list.iter().enumerate().map(|(i, u)| (key(&format!("endpoints[{i}]")), u)).collect(),
         _ => return Err((key("url"), "set exactly one of url and endpoints".into())),
     };
+    let server_name = up
+        .tls_server_name
+        .as_ref()
+        .map(|n| {
+            ServerName::try_from(n.trim().to_owned())
+                .map_err(|_| (key("tls_server_name"), format!("{n:?} is not a DNS name or IP address")))
+        })
+        .transpose()?;
     let mut endpoints: Vec<EndpointConfig> = Vec::new();
     for (k, url) in urls {
-        let endpoint = parse_upstream_url(url, base_dir).map_err(|m| (k.clone(), m))?;
+        let endpoint = parse_upstream_url(url, base_dir, server_name.as_ref()).map_err(|m| (k.clone(), m))?;
         if endpoints.iter().any(|e| e.address == endpoint.address) {
             return Err((k, format!("{url:?} is listed twice")));
         }
@@ -204,6 +260,7 @@ fn upstream(name: &str, up: &RawUpstream, base_dir: &Path) -> Result<UpstreamCon
         Some("round_robin") => Balance::RoundRobin,
         Some(other) => return Err((key("balance"), format!("{other:?}: use \"least_request\" or \"round_robin\""))),
     };
+    let tls = upstream_tls(up, &endpoints, base_dir, &key)?;
     Ok(UpstreamConfig {
         name: name.to_owned(),
         endpoints,
@@ -215,6 +272,7 @@ fn upstream(name: &str, up: &RawUpstream, base_dir: &Path) -> Result<UpstreamCon
         health: up.health.as_ref().map(|h| health(h, &key)).transpose()?,
         outlier: up.outlier.as_ref().map(|o| outlier(o, &key)).transpose()?,
         retry_budget: retry_budget(up.retry_budget.as_ref(), &key)?,
+        tls,
     })
 }
 
@@ -445,9 +503,18 @@ fn proxy_target(
     Ok(ProxyTarget { upstream, rewrite, timeout, body_timeout, host, retries, retry_on, upgrade })
 }
 
+/// The longest duration any key takes: deadlines are instants, and an
+/// instant that far ahead (humantime reads up to ~584 billion years) would
+/// overflow the clock and panic at the first request that used it.
+const MAX_DURATION: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
 fn parse_duration(key: &str, value: &str) -> Result<Duration, Problem> {
-    humantime::parse_duration(value.trim())
-        .map_err(|e| (key.to_owned(), format!("invalid duration {value:?}: {e} (use e.g. \"250ms\", \"2s\")")))
+    let d = humantime::parse_duration(value.trim())
+        .map_err(|e| (key.to_owned(), format!("invalid duration {value:?}: {e} (use e.g. \"250ms\", \"2s\")")))?;
+    if d > MAX_DURATION {
+        return Err((key.to_owned(), format!("{value:?} is too long: at most 10 years")));
+    }
+    Ok(d)
 }
 
 fn positive_duration(key: &str, value: &str) -> Result<Duration, Problem> {
@@ -483,9 +550,14 @@ fn parse_cidr(key: &str, value: &str) -> Result<IpNet, Problem> {
         .map_err(|_| (key.to_owned(), format!("invalid CIDR {value:?} (use e.g. \"10.0.0.0/8\", \"::1\")")))
 }
 
-/// An upstream URL: `http://host:port`, with no path beyond `/`, or
-/// `unix:PATH` (relative to `base_dir`).
-fn parse_upstream_url(url: &str, base_dir: &Path) -> Result<EndpointConfig, String> {
+/// An upstream URL: `http://host:port` or `https://host:port`, with no path
+/// beyond `/`, or `unix:PATH` (relative to `base_dir`). `server_name`
+/// overrides the name an `https://` endpoint's certificate must carry.
+fn parse_upstream_url(
+    url: &str,
+    base_dir: &Path,
+    server_name: Option<&ServerName<'static>>,
+) -> Result<EndpointConfig, String> {
     if let Some(path) = url.strip_prefix("unix:") {
         // `unix:///run/app.sock` is a common spelling too.
         let path = path.strip_prefix("//").unwrap_or(path);
@@ -505,13 +577,14 @@ fn parse_upstream_url(url: &str, base_dir: &Path) -> Result<EndpointConfig, Stri
             scheme: Scheme::HTTP,
             authority: Authority::from_static("localhost"),
             address: Address::Unix(path),
+            tls_name: None,
         });
     }
     let uri: Uri = url.parse().map_err(|e| format!("invalid URL {url:?}: {e}"))?;
     let scheme =
         uri.scheme().cloned().ok_or_else(|| format!("invalid URL {url:?}: missing scheme (use http://host:port)"))?;
-    if scheme != Scheme::HTTP {
-        return Err(format!("unsupported scheme in {url:?}: use http://host:port or unix:PATH"));
+    if scheme != Scheme::HTTP && scheme != Scheme::HTTPS {
+        return Err(format!("unsupported scheme in {url:?}: use http://host:port, https://host:port or unix:PATH"));
     }
     let authority = uri.authority().cloned().ok_or_else(|| format!("invalid URL {url:?}: missing host"))?;
     if authority.as_str().contains('@') {
@@ -520,8 +593,22 @@ fn parse_upstream_url(url: &str, base_dir: &Path) -> Result<EndpointConfig, Stri
     if !matches!(uri.path(), "" | "/") || uri.query().is_some() {
         return Err(format!("invalid URL {url:?}: a path or query is not supported; use a route's rewrite"));
     }
-    let address = Address::Tcp(format!("{}:{}", authority.host(), authority.port_u16().unwrap_or(80)));
-    Ok(EndpointConfig { url: url.to_owned(), scheme, authority, address })
+    let tls = scheme == Scheme::HTTPS;
+    let port = authority.port_u16().unwrap_or(if tls { 443 } else { 80 });
+    let address = Address::Tcp(format!("{}:{port}", authority.host()));
+    let tls_name = match (tls, server_name) {
+        (false, _) => None,
+        (true, Some(name)) => Some(name.clone()),
+        (true, None) => {
+            // An IPv6 host is bracketed in the URL, not in the name.
+            let host = authority.host().trim_start_matches('[').trim_end_matches(']');
+            Some(
+                ServerName::try_from(host.to_owned())
+                    .map_err(|_| format!("{host:?} is not a valid TLS server name"))?,
+            )
+        }
+    };
+    Ok(EndpointConfig { url: url.to_owned(), scheme, authority, address, tls_name })
 }
 
 /// Normalises a route prefix: must start with `/`; a trailing `/` is dropped

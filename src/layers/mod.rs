@@ -22,7 +22,8 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::sync::Arc;
 
-use http::{Request, Response};
+use http::header::{self, HeaderValue};
+use http::{Request, Response, Version};
 use hyper::body::Incoming;
 use tower::ServiceBuilder;
 use tower::ServiceExt;
@@ -30,7 +31,8 @@ use tower::util::{MapRequestLayer, MapResponseLayer};
 use tower_http::compression::CompressionLayer;
 
 use crate::body::Body;
-use crate::config::RouteConfig;
+use crate::config::{RouteConfig, Target};
+use crate::headers;
 use compress::Compressible;
 use rules::HeaderRules;
 
@@ -39,6 +41,9 @@ pub struct RouteLayers {
     request: Option<Arc<HeaderRules>>,
     response: Option<Arc<HeaderRules>>,
     compress: bool,
+    /// The route tunnels upgrades: the request rules keep a request's
+    /// upgrade headers for the proxy to see.
+    upgrades: bool,
 }
 
 impl RouteLayers {
@@ -49,6 +54,7 @@ impl RouteLayers {
             request: nonempty(&route.request_headers),
             response: nonempty(&route.response_headers),
             compress: route.compress,
+            upgrades: matches!(&route.target, Target::Proxy(p) if p.upgrade.is_some()),
         };
         (layers.request.is_some() || layers.response.is_some() || layers.compress).then_some(layers)
     }
@@ -71,11 +77,20 @@ impl RouteLayers {
                 .layer(CompressionLayer::new().compress_when(Compressible))
                 .layer(MapResponseLayer::new(compress::mark_encoded))
         });
+        let upgrades = self.upgrades;
         let request = self.request.clone().map(|rules| {
             MapRequestLayer::new(move |mut req: Request<Incoming>| {
-                // First, or a header the rules set and the client named in
-                // Connection would be stripped after them.
-                crate::headers::strip_hop_by_hop(req.headers_mut());
+                // Stripped first, or a header the rules set and the client
+                // named in Connection would be stripped after them; an
+                // upgrade the route tunnels keeps its two headers.
+                let upgrade = (upgrades && req.version() == Version::HTTP_11)
+                    .then(|| headers::upgrade_requested(req.headers()))
+                    .flatten();
+                headers::strip_hop_by_hop(req.headers_mut());
+                if let Some(protocol) = upgrade {
+                    req.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+                    req.headers_mut().insert(header::UPGRADE, protocol);
+                }
                 rules.apply(req.headers_mut());
                 req
             })

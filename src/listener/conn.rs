@@ -426,7 +426,7 @@ mod tests {
     };
 
     fn connection() -> (Arc<ConnState>, Watchdog) {
-        let state = Arc::new(ConnState::new(Peer::new([127, 0, 0, 1].into(), false)));
+        let state = Arc::new(ConnState::new(Peer::new([127, 0, 0, 1].into(), false, false)));
         let watchdog = Watchdog::new(state.clone(), T);
         (state, watchdog)
     }

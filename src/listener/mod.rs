@@ -25,9 +25,11 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
+use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -72,6 +74,10 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, kind: Kind, stop: Cance
     let timeouts =
         Timeouts { header_read: server.header_read_timeout, idle: server.idle_timeout, send: server.send_timeout };
     let tcp_keepalive = server.tcp_keepalive;
+    let tls = match kind {
+        Kind::Main => server.tls.as_ref().map(|t| TlsAcceptor::from(t.config.clone())),
+        Kind::Admin => None,
+    };
     let builder = Arc::new(builder(&app));
     let limit = Arc::new(Semaphore::new(max_connections));
     let tracker = TaskTracker::new();
@@ -108,7 +114,7 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, kind: Kind, stop: Cance
         };
         configure(&stream, tcp_keepalive);
         let stops = Stops { graceful: stop.clone(), now: kill.clone() };
-        let task = connection(builder.clone(), stream, addr, app.clone(), kind, timeouts, stops);
+        let task = connection(builder.clone(), stream, addr, app.clone(), kind, timeouts, stops, tls.clone());
         tracker.spawn(async move {
             let _permit = permit;
             task.await;
@@ -216,7 +222,10 @@ fn configure(stream: &TcpStream, tcp_keepalive: Option<Duration>) {
     }
 }
 
-/// One connection, from accept to close.
+/// One connection, from accept to close: the TLS handshake first, if the
+/// listener has TLS (within the header read timeout, which runs from
+/// accept), then [`serve_connection`].
+#[allow(clippy::too_many_arguments)]
 async fn connection(
     builder: Arc<auto::Builder<TokioExecutor>>,
     stream: TcpStream,
@@ -225,13 +234,54 @@ async fn connection(
     kind: Kind,
     timeouts: Timeouts,
     stops: Stops,
+    tls: Option<TlsAcceptor>,
 ) {
     let _open = (kind == Kind::Main).then(metrics::connection_opened);
     // A dual-stack listener sees IPv4 clients as ::ffff:a.b.c.d: trust and
     // X-Forwarded-For use the plain IPv4 address.
     let ip = addr.ip().to_canonical();
-    let state = Arc::new(ConnState::new(Peer::new(ip, app.trusts(ip))));
-    let io = TokioIo::new(ClientIo::new(stream, state.clone()));
+    let state = Arc::new(ConnState::new(Peer::new(ip, app.trusts(ip), tls.is_some())));
+    let io = ClientIo::new(stream, state.clone());
+    let mut watchdog = Watchdog::new(state.clone(), timeouts);
+    let Some(acceptor) = tls else {
+        return serve_connection(builder, io, addr, app, kind, timeouts, stops, state, watchdog).await;
+    };
+    let secured = tokio::select! {
+        accepted = acceptor.accept(io) => match accepted {
+            Ok(secured) => secured,
+            Err(e) => {
+                metrics::rejected("", "tls_handshake");
+                tracing::debug!(client = %addr, error = %crate::tls::describe_failure(&e), "TLS handshake failed");
+                return;
+            }
+        },
+        _ = &mut watchdog => {
+            metrics::rejected("", "header_timeout");
+            tracing::debug!(client = %addr, "no TLS handshake within the header read timeout");
+            return;
+        }
+        _ = stops.graceful.cancelled() => return,
+    };
+    serve_connection(builder, secured, addr, app, kind, timeouts, stops, state, watchdog).await
+}
+
+/// Serves HTTP on a connection's (plain or TLS) byte stream until it ends,
+/// then runs its tunnel if it switched protocols.
+#[allow(clippy::too_many_arguments)]
+async fn serve_connection<I>(
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    io: I,
+    addr: SocketAddr,
+    app: Arc<App>,
+    kind: Kind,
+    timeouts: Timeouts,
+    stops: Stops,
+    state: Arc<ConnState>,
+    mut watchdog: Watchdog,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let io = TokioIo::new(io);
     let requests = state.clone();
     let service = service_fn(move |req: Request<Incoming>| {
         let in_flight = requests.request_started(req.version() == Version::HTTP_2);
@@ -255,7 +305,6 @@ async fn connection(
         }
     });
     let mut conn = pin!(builder.serve_connection_with_upgrades(io, service));
-    let mut watchdog = Watchdog::new(state.clone(), timeouts);
     let mut stopping = pin!(stops.graceful.cancelled());
     let mut killed = pin!(stops.now.cancelled());
     let mut shutting_down = false;
@@ -300,7 +349,7 @@ async fn connection(
         // here, in the connection's task and slot, until it ends or the
         // shutdown timeout cuts it.
         tokio::select! {
-            _ = tunnel.run() => {}
+            _ = tunnel.run(timeouts.send) => {}
             _ = killed => {}
         }
     }

@@ -16,7 +16,7 @@ use http::header::HeaderValue;
 use metrics::{Counter, Gauge, counter, gauge};
 use tokio::time::Instant;
 
-use super::pool::Pool;
+use super::pool::{Pool, TlsTarget};
 use crate::config::{Balance, EndpointConfig, OutlierConfig, UpstreamConfig};
 use crate::metrics::{ENDPOINT_EJECTED, ENDPOINT_EJECTIONS, ENDPOINT_HEALTHY, UPSTREAM_CONNECTIONS_OPENED};
 
@@ -32,6 +32,8 @@ pub struct Endpoint {
     pub pool: Pool,
     /// The `Host` sent when the route asks for the upstream's own.
     pub host: HeaderValue,
+    /// For an `https://` endpoint (health checks use it too).
+    pub tls: Option<TlsTarget>,
     upstream: String,
     in_flight: AtomicUsize,
     /// Passes its health checks (always, without them).
@@ -81,6 +83,7 @@ impl Endpoint {
         });
         let host = HeaderValue::from_str(config.authority.as_str()).expect("an authority is a valid header");
         Endpoint {
+            tls: TlsTarget::new(&config, upstream),
             config,
             pool,
             host,

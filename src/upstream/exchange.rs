@@ -48,6 +48,9 @@ impl Failure {
     pub fn classify(self, upstream: &str, address: &Address) -> GatewayError {
         let upstream = upstream.to_owned();
         let e = match self {
+            Failure::Connect(e @ ConnectError::Tls(_), _) => {
+                return GatewayError::UpstreamTls { upstream, authority: address.to_string(), detail: e.to_string() };
+            }
             Failure::Connect(e, _) => {
                 return GatewayError::UpstreamConnect {
                     upstream,

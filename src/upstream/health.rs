@@ -15,7 +15,7 @@ use http_body_util::Empty;
 use hyper_util::rt::TokioIo;
 
 use super::endpoint::Endpoint;
-use super::pool::connect_stream;
+use super::pool::{TlsTarget, connect_stream};
 use crate::config::{Address, HealthConfig};
 
 /// Starts the checks of `endpoint`.
@@ -30,9 +30,12 @@ async fn run(endpoint: Weak<Endpoint>, config: HealthConfig) {
     loop {
         let Some(e) = endpoint.upgrade() else { return };
         let address = e.config.address.clone();
+        let tls = e.tls.clone();
         let host = e.host.clone();
         drop(e);
-        let passed = tokio::time::timeout(config.timeout, probe(&address, host, &config.path, config.timeout)).await;
+        let passed =
+            tokio::time::timeout(config.timeout, probe(&address, tls.as_ref(), host, &config.path, config.timeout))
+                .await;
         let passed = matches!(passed, Ok(Ok(true)));
         let Some(e) = endpoint.upgrade() else { return };
         if passed {
@@ -52,11 +55,12 @@ async fn run(endpoint: Weak<Endpoint>, config: HealthConfig) {
 /// One check: whether `GET path` answered 2xx.
 async fn probe(
     address: &Address,
+    tls: Option<&TlsTarget>,
     host: http::HeaderValue,
     path: &str,
     timeout: Duration,
 ) -> Result<bool, Box<dyn std::error::Error + Send + Sync>> {
-    let stream = connect_stream(address, timeout).await?;
+    let stream = connect_stream(address, tls, timeout).await?;
     let (mut sender, connection) =
         hyper::client::conn::http1::handshake::<_, Empty<Bytes>>(TokioIo::new(stream)).await?;
     let connection = tokio::spawn(connection);

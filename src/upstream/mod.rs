@@ -30,6 +30,7 @@ use tower::retry::budget::{Budget, TpsBudget};
 use crate::body::{Body, UpstreamBody};
 use crate::config::{Balance, HostMode, ProxyTarget, UpstreamConfig};
 use crate::error::GatewayError;
+use crate::headers;
 use crate::layers::request_id::X_REQUEST_ID;
 use crate::metrics::{UPSTREAM_IN_FLIGHT, UPSTREAM_RETRIES, UPSTREAM_RETRIES_SKIPPED, UpstreamMetrics};
 use crate::proxy::{self, Prepared};
@@ -140,6 +141,8 @@ impl Upstream {
         if let Some(id) = cx.id {
             parts.headers.insert(X_REQUEST_ID, id.header_value());
         }
+        // What the upgrade asked for, to hold the 101 to it.
+        let asked = upgrade.as_ref().and_then(|_| parts.headers.get(header::UPGRADE).cloned());
         if let Some(trace) = &cx.trace
             && cx.propagate_trace
         {
@@ -206,8 +209,17 @@ impl Upstream {
                         continue;
                     }
                     if status == 101
-                        && let (Some(client), Some(idle)) = (upgrade.take(), target.upgrade)
+                        && let (Some(client), Some(idle), Some(asked)) = (upgrade.take(), target.upgrade, &asked)
                     {
+                        let answered = response.headers().get(header::UPGRADE);
+                        if !headers::upgrade_accepted(asked, answered) {
+                            attempt.failure();
+                            let switched = answered.map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+                            return Err(GatewayError::UpstreamProtocol {
+                                upstream: self.config.name.clone(),
+                                detail: format!("101 switched to {switched:?}, not to what was asked ({asked:?})"),
+                            });
+                        }
                         // The tunnel holds no slot (see `crate::tunnel`).
                         return Ok(tunnel::switch(response, conn, client, idle));
                     }

@@ -32,9 +32,12 @@ use http_body_util::{Either, Empty};
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
 use metrics::Counter;
+use rustls_pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
 use tokio::time::{Instant, Sleep};
+use tokio_rustls::TlsConnector;
+use tokio_rustls::client::TlsStream;
 
 use crate::body::RequestBody;
 use crate::config::{Address, EndpointConfig, UpstreamConfig};
@@ -51,6 +54,25 @@ pub enum ConnectError {
     Io(#[from] std::io::Error),
     #[error("handshake: {0}")]
     Handshake(#[from] hyper::Error),
+    /// The TLS handshake failed (certificate, protocol, refused).
+    #[error("TLS: {}", crate::tls::describe_failure(.0))]
+    Tls(std::io::Error),
+}
+
+/// How an `https://` endpoint's connections are secured.
+#[derive(Clone)]
+pub struct TlsTarget {
+    connector: TlsConnector,
+    name: ServerName<'static>,
+}
+
+impl TlsTarget {
+    /// The endpoint's TLS settings, if it is an `https://` one.
+    pub fn new(endpoint: &EndpointConfig, config: &UpstreamConfig) -> Option<TlsTarget> {
+        let client = config.tls.clone()?;
+        let name = endpoint.tls_name.clone()?;
+        Some(TlsTarget { connector: TlsConnector::from(client), name })
+    }
 }
 
 /// The idle connections of one upstream.
@@ -61,6 +83,7 @@ pub struct Pool {
 struct Inner {
     /// Where to connect.
     address: Address,
+    tls: Option<TlsTarget>,
     connect_timeout: Duration,
     idle_timeout: Duration,
     max_idle: usize,
@@ -91,6 +114,7 @@ impl Pool {
         Pool {
             inner: Arc::new(Inner {
                 address: endpoint.address.clone(),
+                tls: TlsTarget::new(endpoint, config),
                 connect_timeout: config.connect_timeout,
                 idle_timeout: config.pool_idle_timeout,
                 max_idle: config.pool_max_idle_per_host,
@@ -126,7 +150,7 @@ impl Pool {
     pub async fn connect(&self) -> Result<Conn, ConnectError> {
         self.start_reaper();
         let inner = &self.inner;
-        let stream = connect_stream(&inner.address, inner.connect_timeout).await?;
+        let stream = connect_stream(&inner.address, inner.tls.as_ref(), inner.connect_timeout).await?;
         let io = Arc::new(IoShared {
             clean: AtomicBool::new(false),
             send_timeout_ms: AtomicU64::new(0),
@@ -203,24 +227,36 @@ impl Conn {
     }
 }
 
-/// Opens a socket to `address` within `timeout`.
-pub async fn connect_stream(address: &Address, timeout: Duration) -> Result<Stream, ConnectError> {
+/// Opens a socket to `address` and, for an `https://` endpoint, completes
+/// the TLS handshake, all within `timeout`.
+pub async fn connect_stream(
+    address: &Address,
+    tls: Option<&TlsTarget>,
+    timeout: Duration,
+) -> Result<Stream, ConnectError> {
     let connect = async {
         match address {
             Address::Tcp(addr) => {
                 let stream = TcpStream::connect(addr.as_str()).await?;
                 stream.set_nodelay(true)?;
-                Ok::<_, io::Error>(Stream::Tcp(stream))
+                match tls {
+                    None => Ok(Stream::Tcp(stream)),
+                    Some(t) => {
+                        let secured = t.connector.connect(t.name.clone(), stream).await.map_err(ConnectError::Tls)?;
+                        Ok(Stream::Tls(Box::new(secured)))
+                    }
+                }
             }
             Address::Unix(path) => Ok(Stream::Unix(UnixStream::connect(path).await?)),
         }
     };
-    Ok(tokio::time::timeout(timeout, connect).await.map_err(|_| ConnectError::Timeout(timeout))??)
+    tokio::time::timeout(timeout, connect).await.map_err(|_| ConnectError::Timeout(timeout))?
 }
 
-/// An upstream socket: TCP or Unix.
+/// An upstream socket: TCP, TLS over TCP, or Unix.
 pub enum Stream {
     Tcp(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
     Unix(UnixStream),
 }
 
@@ -228,6 +264,7 @@ impl Stream {
     fn tcp(&self) -> Option<&TcpStream> {
         match self {
             Stream::Tcp(s) => Some(s),
+            Stream::Tls(s) => Some(s.get_ref().0),
             Stream::Unix(_) => None,
         }
     }
@@ -237,6 +274,7 @@ impl AsyncRead for Stream {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
             Stream::Unix(s) => Pin::new(s).poll_read(cx, buf),
         }
     }
@@ -246,6 +284,7 @@ impl AsyncWrite for Stream {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
             Stream::Unix(s) => Pin::new(s).poll_write(cx, buf),
         }
     }
@@ -253,6 +292,7 @@ impl AsyncWrite for Stream {
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
             Stream::Unix(s) => Pin::new(s).poll_flush(cx),
         }
     }
@@ -260,6 +300,7 @@ impl AsyncWrite for Stream {
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
             Stream::Unix(s) => Pin::new(s).poll_shutdown(cx),
         }
     }

@@ -1,0 +1,136 @@
+//! TLS with rustls (the ring provider): the client side for `https://`
+//! upstreams and the server side for `[server.tls]`. Certificates and keys
+//! are read from PEM files when the config is loaded, so a bad file is a
+//! config error naming its key, not a failure at the first connection.
+
+use std::io;
+use std::path::Path;
+use std::sync::Arc;
+
+use rustls::client::WebPkiServerVerifier;
+use rustls::crypto::CryptoProvider;
+use rustls::server::WebPkiClientVerifier;
+use rustls::{CertificateError, ClientConfig, RootCertStore, ServerConfig};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+/// The crypto provider every TLS config here uses.
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// The certificates in a PEM file (at least one).
+pub fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
+        .and_then(|certs| certs.collect::<Result<_, _>>())
+        .map_err(|e| format!("cannot read certificates from {}: {e}", path.display()))?;
+    if certs.is_empty() {
+        return Err(format!("{} holds no PEM certificate", path.display()));
+    }
+    Ok(certs)
+}
+
+/// The private key in a PEM file (PKCS#8, PKCS#1 or SEC1).
+pub fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
+    PrivateKeyDer::from_pem_file(path).map_err(|e| format!("cannot read a private key from {}: {e}", path.display()))
+}
+
+fn roots(certs: Vec<CertificateDer<'static>>, path: &Path) -> Result<RootCertStore, String> {
+    let mut roots = RootCertStore::empty();
+    for cert in certs {
+        roots.add(cert).map_err(|e| format!("{}: not a usable CA certificate: {e}", path.display()))?;
+    }
+    Ok(roots)
+}
+
+/// Which of the client settings a problem is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientKey {
+    CaFile,
+    ClientCert,
+}
+
+/// The client config of an upstream: `ca_file`'s certificates as the only
+/// roots, else webpki's (Mozilla's) roots; a client certificate for mutual
+/// TLS. Sessions are resumed (rustls keeps a small in-memory cache per
+/// config, and each upstream has one config).
+pub fn client_config(
+    ca_file: Option<&Path>,
+    client_auth: Option<(&Path, &Path)>,
+) -> Result<Arc<ClientConfig>, (ClientKey, String)> {
+    let roots = match ca_file {
+        Some(path) => {
+            roots(load_certs(path).map_err(|m| (ClientKey::CaFile, m))?, path).map_err(|m| (ClientKey::CaFile, m))?
+        }
+        None => RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() },
+    };
+    let verifier = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider())
+        .build()
+        .map_err(|e| (ClientKey::CaFile, e.to_string()))?;
+    let builder = ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| (ClientKey::CaFile, e.to_string()))?
+        .with_webpki_verifier(verifier);
+    let mut config = match client_auth {
+        Some((cert, key)) => {
+            let certs = load_certs(cert).map_err(|m| (ClientKey::ClientCert, m))?;
+            let key = load_key(key).map_err(|m| (ClientKey::ClientCert, m))?;
+            builder
+                .with_client_auth_cert(certs, key)
+                .map_err(|e| (ClientKey::ClientCert, format!("certificate and key do not go together: {e}")))?
+        }
+        None => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// The listener's config: its certificate chain and key, ALPN `h2` and
+/// `http/1.1`, and with `client_ca` a client certificate signed by it is
+/// required (mutual TLS).
+pub fn server_config(cert: &Path, key: &Path, client_ca: Option<&Path>) -> Result<Arc<ServerConfig>, String> {
+    let certs = load_certs(cert)?;
+    let key = load_key(key)?;
+    let builder = ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?;
+    let builder = match client_ca {
+        Some(path) => {
+            let roots = roots(load_certs(path)?, path)?;
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
+                .build()
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let mut config =
+        builder.with_single_cert(certs, key).map_err(|e| format!("certificate and key do not go together: {e}"))?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// What failed in a TLS handshake, in plain words first (expired, unknown
+/// issuer, name mismatch, ...), then rustls' own description.
+pub fn describe_failure(e: &io::Error) -> String {
+    let Some(tls) = e.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>()) else {
+        return e.to_string();
+    };
+    let plain = match tls {
+        rustls::Error::InvalidCertificate(c) => match c {
+            CertificateError::Expired | CertificateError::ExpiredContext { .. } => "certificate expired",
+            CertificateError::NotValidYet | CertificateError::NotValidYetContext { .. } => "certificate not valid yet",
+            CertificateError::UnknownIssuer => "certificate signed by an unknown issuer",
+            CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. } => {
+                "certificate name mismatch"
+            }
+            CertificateError::Revoked => "certificate revoked",
+            CertificateError::BadSignature => "bad certificate signature",
+            _ => "invalid certificate",
+        },
+        rustls::Error::AlertReceived(_) => "the peer refused the handshake",
+        rustls::Error::NoApplicationProtocol => "no common application protocol (ALPN)",
+        _ => "handshake failed",
+    };
+    format!("{plain}: {tls}")
+}

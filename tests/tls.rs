@@ -1,0 +1,387 @@
+//! TLS both ways (issue 11, items 3 and 4), with certificates made in the
+//! test (rcgen): `https://` upstreams (private CA, SNI override, mutual TLS,
+//! resumed sessions, each certificate failure a 502 `kind="tls"` that says
+//! what failed) and `[server.tls]` on the listener (HTTP/1.1 and h2 by ALPN,
+//! `X-Forwarded-Proto: https`, client certificates, handshake timeouts).
+
+mod common;
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use gateway::config::{self, Source};
+use gateway::upstream::pool::{TlsTarget, connect_stream};
+use http::{Request, Response, Version};
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair, KeyUsagePurpose};
+use rustls::HandshakeKind;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::{TlsAcceptor, TlsConnector};
+
+/// A private CA and the files of certificates it issued.
+struct Pki {
+    dir: tempfile::TempDir,
+    ca: CertifiedIssuer<'static, KeyPair>,
+}
+
+impl Pki {
+    fn new() -> Pki {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        let ca = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
+        let pki = Pki { dir: tempfile::tempdir().unwrap(), ca };
+        std::fs::write(pki.path("ca.pem"), pki.ca.pem()).unwrap();
+        pki
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Issues a certificate for `names` as `<stem>.pem` and `<stem>.key`;
+    /// `expired` makes one that ran out in 2020.
+    fn issue(&self, stem: &str, names: &[&str], expired: bool) {
+        let mut params = CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
+        if expired {
+            params.not_before = rcgen::date_time_ymd(2019, 1, 1);
+            params.not_after = rcgen::date_time_ymd(2020, 1, 1);
+        }
+        let key = KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &self.ca).unwrap();
+        std::fs::write(self.path(&format!("{stem}.pem")), cert.pem()).unwrap();
+        std::fs::write(self.path(&format!("{stem}.key")), key.serialize_pem()).unwrap();
+    }
+
+    fn certs(&self, stem: &str) -> Vec<CertificateDer<'static>> {
+        gateway::tls::load_certs(&self.path(&format!("{stem}.pem"))).unwrap()
+    }
+
+    fn key(&self, stem: &str) -> PrivateKeyDer<'static> {
+        gateway::tls::load_key(&self.path(&format!("{stem}.key"))).unwrap()
+    }
+
+    fn roots(&self) -> rustls::RootCertStore {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(self.certs("ca")[0].clone()).unwrap();
+        roots
+    }
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// What a TLS upstream saw: per connection the SNI and whether the
+/// handshake resumed a session; per request its Host and
+/// X-Forwarded-Proto.
+#[derive(Default)]
+struct Seen {
+    handshakes: Vec<(Option<String>, Option<HandshakeKind>)>,
+    requests: Vec<String>,
+}
+
+/// An HTTPS upstream with the certificate `stem`; with `client_ca` it
+/// requires a client certificate the test CA issued.
+async fn tls_upstream(pki: &Pki, stem: &str, client_ca: bool) -> (SocketAddr, Arc<Mutex<Seen>>) {
+    let builder =
+        rustls::ServerConfig::builder_with_provider(provider()).with_safe_default_protocol_versions().unwrap();
+    let builder = if client_ca {
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(pki.roots()), provider())
+            .build()
+            .unwrap();
+        builder.with_client_cert_verifier(verifier)
+    } else {
+        builder.with_no_client_auth()
+    };
+    let config = builder.with_single_cert(pki.certs(stem), pki.key(stem)).unwrap();
+    let acceptor = TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let log = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let (acceptor, log) = (acceptor.clone(), log.clone());
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(stream).await else { return };
+                let conn = tls.get_ref().1;
+                log.lock().unwrap().handshakes.push((conn.server_name().map(str::to_owned), conn.handshake_kind()));
+                let svc = service_fn(move |req: Request<Incoming>| {
+                    let header =
+                        |n: &str| req.headers().get(n).map(|v| v.to_str().unwrap().to_owned()).unwrap_or_default();
+                    let line = format!("{} host={} proto={}", req.uri(), header("host"), header("x-forwarded-proto"));
+                    log.lock().unwrap().requests.push(line);
+                    async { Ok::<_, Infallible>(Response::new(full("tls ok"))) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(tls), svc).await;
+            });
+        }
+    });
+    (addr, seen)
+}
+
+fn upstream_toml(url: &str, tls_keys: &str) -> String {
+    named_upstream_toml("app", url, tls_keys)
+}
+
+/// The metrics are the process's: a test that counts uses its own name.
+fn named_upstream_toml(name: &str, url: &str, tls_keys: &str) -> String {
+    format!(
+        "[server]\n[upstreams.{name}]\nurl = \"{url}\"\npool_max_idle_per_host = 0\n{tls_keys}\n\
+         [[routes]]\nname = \"{name}\"\nprefix = \"/app\"\nupstream = \"{name}\"\nhost = \"upstream\"\n"
+    )
+}
+
+#[tokio::test]
+async fn an_https_upstream_with_a_private_ca_is_reached_and_its_sessions_resumed() {
+    let pki = Pki::new();
+    pki.issue("server", &["localhost", "127.0.0.1"], false);
+    let (up, seen) = tls_upstream(&pki, "server", false).await;
+    let toml = upstream_toml(&format!("https://{up}"), "tls_ca_file = \"ca.pem\"");
+    let gw = TestGateway::start(config(&toml, pki.dir.path())).await;
+    for _ in 0..3 {
+        let (parts, body) = get(&gw.url("/app/x")).await;
+        assert_eq!((parts.status.as_u16(), &body[..]), (200, &b"tls ok"[..]));
+    }
+    let seen = seen.lock().unwrap();
+    // No pooling here (pool_max_idle_per_host = 0): a handshake per request.
+    let kinds: Vec<_> = seen.handshakes.iter().map(|(_, k)| *k).collect();
+    assert_eq!(kinds.len(), 3, "{kinds:?}");
+    assert_eq!(kinds[0], Some(HandshakeKind::Full));
+    assert!(kinds[1..].iter().all(|k| *k == Some(HandshakeKind::Resumed)), "later handshakes resume: {kinds:?}");
+    // An IP address is not sent as SNI (RFC 6066 §3); Host is the URL's.
+    assert_eq!(seen.handshakes[0].0, None);
+    assert_eq!(seen.requests[0], format!("/app/x host={up} proto=http"));
+}
+
+#[tokio::test]
+async fn tls_server_name_sets_sni_and_the_name_verified() {
+    let pki = Pki::new();
+    pki.issue("server", &["upstream.internal"], false);
+    let (up, seen) = tls_upstream(&pki, "server", false).await;
+    let keys = "tls_ca_file = \"ca.pem\"\ntls_server_name = \"upstream.internal\"";
+    let gw = TestGateway::start(config(&upstream_toml(&format!("https://{up}"), keys), pki.dir.path())).await;
+    let (parts, _) = get(&gw.url("/app/y")).await;
+    assert_eq!(parts.status, 200);
+    assert_eq!(seen.lock().unwrap().handshakes[0].0.as_deref(), Some("upstream.internal"));
+}
+
+/// Connects to the upstream of `toml` as the gateway would; the error text.
+async fn connect_error(pki: &Pki, toml: &str) -> String {
+    let source = Source::Inline { text: toml.to_owned(), base_dir: pki.dir.path().to_path_buf() };
+    let config = config::load(&source).unwrap();
+    let up = &config.upstreams[0];
+    let tls = TlsTarget::new(&up.endpoints[0], up).expect("an https endpoint");
+    match connect_stream(&up.endpoints[0].address, Some(&tls), Duration::from_secs(5)).await {
+        Ok(_) => "connected".into(),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[tokio::test]
+async fn each_certificate_failure_is_a_502_tls_that_says_what_failed() {
+    let pki = Pki::new();
+    pki.issue("good", &["localhost", "127.0.0.1"], false);
+    pki.issue("expired", &["localhost", "127.0.0.1"], true);
+    let (good, _) = tls_upstream(&pki, "good", false).await;
+    let (expired, _) = tls_upstream(&pki, "expired", false).await;
+    let cases = [
+        // webpki's public roots do not know the test CA.
+        (format!("https://{good}"), "", "unknown issuer"),
+        (format!("https://{expired}"), "tls_ca_file = \"ca.pem\"", "certificate expired"),
+        (format!("https://{good}"), "tls_ca_file = \"ca.pem\"\ntls_server_name = \"other.example\"", "name mismatch"),
+        (format!("https://{good}"), "tls_ca_file = \"ca.pem\"", "connected"),
+    ];
+    let mut gateways = Vec::new();
+    for (url, keys, want) in &cases {
+        let toml = named_upstream_toml("certs", url, keys);
+        let got = connect_error(&pki, &toml).await;
+        assert!(got.contains(want), "{keys}: want {want:?}, got {got:?}");
+        let gw = TestGateway::start(config(&toml, pki.dir.path())).await;
+        let (parts, body) = get(&gw.url("/app/z")).await;
+        gateways.push(gw);
+        if *want == "connected" {
+            assert_eq!(parts.status, 200);
+            continue;
+        }
+        assert_eq!(parts.status, 502, "{keys}");
+        assert_eq!(&body[..], b"bad gateway: upstream TLS handshake failed\n");
+    }
+    let text = metrics_text(gateways[0].addr).await;
+    assert_eq!(sample(&text, "gateway_upstream_errors_total", &[("upstream", "certs"), ("kind", "tls")]), Some(3.0));
+}
+
+#[tokio::test]
+async fn mutual_tls_to_the_upstream() {
+    let pki = Pki::new();
+    pki.issue("server", &["127.0.0.1"], false);
+    pki.issue("client", &["gateway.client"], false);
+    let (up, _) = tls_upstream(&pki, "server", true).await;
+    let url = format!("https://{up}");
+    let without = TestGateway::start(config(&upstream_toml(&url, "tls_ca_file = \"ca.pem\""), pki.dir.path())).await;
+    assert_eq!(get(&without.url("/app/m")).await.0.status, 502, "the upstream wants a client certificate");
+    let keys = "tls_ca_file = \"ca.pem\"\ntls_client_cert = \"client.pem\"\ntls_client_key = \"client.key\"";
+    let with = TestGateway::start(config(&upstream_toml(&url, keys), pki.dir.path())).await;
+    let (parts, body) = get(&with.url("/app/m")).await;
+    assert_eq!((parts.status.as_u16(), &body[..]), (200, &b"tls ok"[..]));
+}
+
+/// A gateway with `[server.tls]` in front of a plain upstream that echoes
+/// the X-Forwarded-Proto it got.
+async fn tls_gateway(pki: &Pki, extra_tls: &str, extra_server: &str) -> TestGateway {
+    let up = TestUpstream::start(|req: Request<Incoming>| async move {
+        let proto = req.headers().get("x-forwarded-proto").map(|v| v.to_str().unwrap().to_owned());
+        Response::new(full(format!("proto={}", proto.unwrap_or_default())))
+    })
+    .await;
+    let toml = format!(
+        "[server]\n{extra_server}\n[server.tls]\ncert = \"server.pem\"\nkey = \"server.key\"\n{extra_tls}\n\
+         [upstreams.app]\nurl = \"http://{}\"\n[[routes]]\nname = \"app\"\nprefix = \"/app\"\nupstream = \"app\"\n",
+        up.addr
+    );
+    TestGateway::start(config(&toml, pki.dir.path())).await
+}
+
+/// A TLS connection to `addr` offering `alpn`, with a client certificate
+/// when `client` names one.
+async fn tls_connect(
+    pki: &Pki,
+    addr: SocketAddr,
+    alpn: &[u8],
+    client: Option<&str>,
+) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
+    let builder = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(pki.roots());
+    let mut config = match client {
+        Some(stem) => builder.with_client_auth_cert(pki.certs(stem), pki.key(stem)).unwrap(),
+        None => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = vec![alpn.to_vec()];
+    let tcp = TcpStream::connect(addr).await?;
+    TlsConnector::from(Arc::new(config)).connect(ServerName::try_from("localhost").unwrap(), tcp).await
+}
+
+/// `GET /app/x` over `tls`, HTTP/1.1 or h2 by what ALPN chose.
+async fn get_over(tls: tokio_rustls::client::TlsStream<TcpStream>) -> Result<(Version, String), hyper::Error> {
+    let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+    let io = TokioIo::new(tls);
+    let req = Request::get("https://localhost/app/x").body(Empty::<Bytes>::new()).unwrap();
+    let resp = if h2 {
+        let (mut send, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io).await?;
+        tokio::spawn(conn);
+        send.send_request(req).await?
+    } else {
+        let (mut send, conn) = hyper::client::conn::http1::handshake(io).await?;
+        tokio::spawn(conn);
+        let mut req = req;
+        *req.uri_mut() = "/app/x".parse().unwrap();
+        req.headers_mut().insert("host", "localhost".parse().unwrap());
+        send.send_request(req).await?
+    };
+    let version = resp.version();
+    let body = resp.into_body().collect().await?.to_bytes();
+    Ok((version, String::from_utf8_lossy(&body).into_owned()))
+}
+
+#[tokio::test]
+async fn the_tls_listener_serves_http1_and_h2_and_forwards_https() {
+    let pki = Pki::new();
+    pki.issue("server", &["localhost"], false);
+    let gw = tls_gateway(&pki, "", "").await;
+    for (alpn, version) in [(&b"http/1.1"[..], Version::HTTP_11), (&b"h2"[..], Version::HTTP_2)] {
+        let tls = tls_connect(&pki, gw.addr, alpn, None).await.expect("handshake");
+        let (got, body) = get_over(tls).await.expect("request over TLS");
+        assert_eq!((got, body.as_str()), (version, "proto=https"));
+    }
+}
+
+#[tokio::test]
+async fn with_client_ca_the_listener_wants_a_client_certificate() {
+    let pki = Pki::new();
+    pki.issue("server", &["localhost"], false);
+    pki.issue("client", &["someone"], false);
+    let gw = tls_gateway(&pki, "client_ca = \"ca.pem\"", "").await;
+    // TLS 1.3: the client learns of the refusal at its first read.
+    let refused = match tls_connect(&pki, gw.addr, b"http/1.1", None).await {
+        Err(_) => true,
+        Ok(tls) => get_over(tls).await.is_err(),
+    };
+    assert!(refused, "a client without a certificate must not be served");
+    let tls = tls_connect(&pki, gw.addr, b"http/1.1", Some("client")).await.expect("handshake with a certificate");
+    assert_eq!(get_over(tls).await.unwrap().1, "proto=https");
+}
+
+#[tokio::test]
+async fn silent_and_plaintext_clients_on_the_tls_listener_are_closed_and_counted() {
+    let pki = Pki::new();
+    pki.issue("server", &["localhost"], false);
+    let gw = tls_gateway(&pki, "", "header_read_timeout = \"300ms\"").await;
+    let before = (rejected(&metrics_text_tls(&pki, &gw).await, "", "header_timeout"), 0.0);
+    let mut silent = TcpStream::connect(gw.addr).await.unwrap();
+    let r = read_for(&mut silent, Duration::from_secs(3)).await;
+    assert!(r.closed, "a client that never starts its handshake is closed");
+    let mut plain = TcpStream::connect(gw.addr).await.unwrap();
+    plain.write_all(b"GET /app/x HTTP/1.1\r\nHost: h\r\n\r\n").await.unwrap();
+    let r = read_for(&mut plain, Duration::from_secs(3)).await;
+    assert!(r.closed && !r.text.contains("proto="), "plaintext is not served: {:?}", r.text);
+    let text = metrics_text_tls(&pki, &gw).await;
+    assert_eq!(rejected(&text, "", "header_timeout"), before.0 + 1.0);
+    assert!(rejected(&text, "", "tls_handshake") >= 1.0, "{text}");
+}
+
+/// `/metrics` of a gateway whose only listener has TLS.
+async fn metrics_text_tls(pki: &Pki, gw: &TestGateway) -> String {
+    let tls = tls_connect(pki, gw.addr, b"http/1.1", None).await.unwrap();
+    let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await.unwrap();
+    tokio::spawn(conn);
+    let req = Request::get("/metrics").header("host", "localhost").body(Empty::<Bytes>::new()).unwrap();
+    let body = send.send_request(req).await.unwrap().into_body().collect().await.unwrap().to_bytes();
+    String::from_utf8(body.to_vec()).unwrap()
+}
+
+#[test]
+fn tls_settings_are_checked_at_load() {
+    let pki = Pki::new();
+    pki.issue("server", &["localhost"], false);
+    std::fs::write(pki.path("junk.pem"), "not a certificate").unwrap();
+    let load = |toml: &str| {
+        let source = Source::Inline { text: toml.to_owned(), base_dir: pki.dir.path().to_path_buf() };
+        config::load(&source).err().map(|e| e.to_string()).unwrap_or_default()
+    };
+    let https = |keys: &str| upstream_toml("https://127.0.0.1:1", keys);
+    let cases = [
+        (
+            upstream_toml("http://127.0.0.1:1", "tls_ca_file = \"ca.pem\""),
+            "upstreams.app.tls_ca_file",
+            "only applies to https://",
+        ),
+        (https("tls_ca_file = \"missing.pem\""), "upstreams.app.tls_ca_file", "cannot read certificates"),
+        (https("tls_ca_file = \"junk.pem\""), "upstreams.app.tls_ca_file", "holds no PEM certificate"),
+        (https("tls_client_cert = \"server.pem\""), "upstreams.app.tls_client_key", "required with tls_client_cert"),
+        (
+            https("tls_client_cert = \"server.pem\"\ntls_client_key = \"ca.pem\""),
+            "upstreams.app.tls_client_cert",
+            "private key",
+        ),
+        (https("tls_server_name = \"bad name!\""), "upstreams.app.tls_server_name", "not a DNS name"),
+        ("[server.tls]\ncert = \"server.pem\"\n".to_owned(), "server.tls.key", "required"),
+        ("[server.tls]\ncert = \"server.pem\"\nkey = \"nope.key\"\n".to_owned(), "server.tls", "nope.key"),
+    ];
+    for (toml, key, want) in &cases {
+        let err = load(toml);
+        assert!(err.contains(key) && err.contains(want), "want {key}: …{want}…, got {err:?}\n{toml}");
+    }
+}

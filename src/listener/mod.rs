@@ -242,10 +242,30 @@ async fn connection(
     let ip = addr.ip().to_canonical();
     let state = Arc::new(ConnState::new(Peer::new(ip, app.trusts(ip), tls.is_some())));
     let io = ClientIo::new(stream, state.clone());
-    let mut watchdog = Watchdog::new(state.clone(), timeouts);
+    let watchdog = Watchdog::new(state.clone(), timeouts);
     let Some(acceptor) = tls else {
         return serve_connection(builder, io, addr, app, kind, timeouts, stops, state, watchdog).await;
     };
+    // Boxed: a TLS connection's future (rustls' state, the TLS stream) is
+    // several KiB larger, and every plain connection's task would reserve
+    // that space too.
+    Box::pin(secure_connection(acceptor, builder, io, addr, app, kind, timeouts, stops, state, watchdog)).await
+}
+
+/// [`connection`] on a TLS listener: the handshake, then [`serve_connection`].
+#[allow(clippy::too_many_arguments)]
+async fn secure_connection(
+    acceptor: TlsAcceptor,
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    io: ClientIo,
+    addr: SocketAddr,
+    app: Arc<App>,
+    kind: Kind,
+    timeouts: Timeouts,
+    stops: Stops,
+    state: Arc<ConnState>,
+    mut watchdog: Watchdog,
+) {
     let secured = tokio::select! {
         accepted = acceptor.accept(io) => match accepted {
             Ok(secured) => secured,

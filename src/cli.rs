@@ -124,6 +124,18 @@ async fn shutdown_signal() {
     }
 }
 
+/// Reloads the configuration on every SIGHUP (see `App::reload`).
+async fn reload_on_sighup(app: std::sync::Arc<crate::server::App>) {
+    let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else {
+        tracing::warn!("cannot install the SIGHUP handler; reload with POST /-/reload on the admin listener");
+        return;
+    };
+    while hup.recv().await.is_some() {
+        tracing::info!("SIGHUP received: reloading the configuration");
+        let _ = app.reload();
+    }
+}
+
 fn run_gateway(path: Option<PathBuf>, log_format: LogFormat) -> ExitCode {
     let (mut config, embedded) = match load(path) {
         Ok(c) => c,
@@ -180,6 +192,7 @@ fn run_gateway(path: Option<PathBuf>, log_format: LogFormat) -> ExitCode {
             println!("       curl -i http://{addr}/hello    # a fixed response");
             println!("       curl http://{admin}{metrics_path}   # Prometheus metrics");
         }
+        tokio::spawn(reload_on_sighup(gateway.app()));
         gateway.serve(shutdown_signal()).await;
         let _ = stop_demo.send(());
         ExitCode::SUCCESS

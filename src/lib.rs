@@ -57,6 +57,11 @@ impl Gateway {
         Ok(Gateway { app: Arc::new(App::new(config)), listener, admin })
     }
 
+    /// The application, to reload its configuration ([`App::reload`]).
+    pub fn app(&self) -> Arc<App> {
+        self.app.clone()
+    }
+
     /// The main listener's address (useful with port 0).
     pub fn local_addr(&self) -> SocketAddr {
         self.listener.local_addr().expect("bound listener has an address")

@@ -46,6 +46,8 @@ pub const ENDPOINT_EJECTED: &str = "gateway_upstream_endpoint_ejected";
 pub const UPSTREAM_MAX_REQUESTS: &str = "gateway_upstream_max_requests";
 pub const UPSTREAM_QUEUE_SIZE: &str = "gateway_upstream_queue_size";
 pub const UPGRADED_ACTIVE: &str = "gateway_upgraded_connections_active";
+pub const CONFIG_RELOADS: &str = "gateway_config_reloads_total";
+pub const CONFIG_LAST_RELOAD: &str = "gateway_config_last_reload_success_timestamp_seconds";
 
 /// Upstream error kinds, the `kind` label values.
 pub const UPSTREAM_ERROR_KINDS: &[&str] =
@@ -116,6 +118,11 @@ fn describe() {
     describe_gauge!(ENDPOINT_EJECTED, "1 while the endpoint is ejected (until a trial request succeeds), else 0.");
     describe_gauge!(UPSTREAM_MAX_REQUESTS, "The upstream's configured max_requests.");
     describe_gauge!(UPSTREAM_QUEUE_SIZE, "The upstream's configured queue places.");
+    describe_counter!(CONFIG_RELOADS, "Configuration reloads, by result (ok, error).");
+    describe_gauge!(
+        CONFIG_LAST_RELOAD,
+        "When the configuration was last loaded successfully (start or reload), Unix time."
+    );
     describe_gauge!(UPGRADED_ACTIVE, "Upgraded connections (WebSocket tunnels) open now, per route.");
     describe_counter!(
         TRACE_EXPORT_FAILURES,
@@ -346,4 +353,27 @@ impl Drop for ConnectionGuard {
     fn drop(&mut self) {
         gauge!(CONNECTIONS_ACTIVE).decrement(1.0);
     }
+}
+
+/// The configuration was loaded at start: the time of the last good load,
+/// and the reload counters at zero (so their rate is defined from the start).
+pub fn config_loaded() {
+    for result in ["ok", "error"] {
+        counter!(CONFIG_RELOADS, "result" => result).increment(0);
+    }
+    set_config_time();
+}
+
+/// A reload: `gateway_config_reloads_total{result}`, and the time of the
+/// last good load.
+pub fn config_reloaded(ok: bool) {
+    counter!(CONFIG_RELOADS, "result" => if ok { "ok" } else { "error" }).increment(1);
+    if ok {
+        set_config_time();
+    }
+}
+
+fn set_config_time() {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    gauge!(CONFIG_LAST_RELOAD).set(now.as_secs_f64());
 }

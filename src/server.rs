@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use arc_swap::{ArcSwap, ArcSwapOption};
 use http::header::{self, HeaderValue};
 use http::uri::PathAndQuery;
 use http::{Method, Request, Response, StatusCode, Uri};
@@ -16,7 +17,7 @@ use tokio::time::Instant;
 
 use crate::access::{AccessLine, UpstreamTiming};
 use crate::body::Body;
-use crate::config::{AccessLogFormat, Config, RouteConfig, Target};
+use crate::config::{AccessLogFormat, Config, ConfigError, RouteConfig, Target};
 use crate::error::GatewayError;
 use crate::files::FileServer;
 use crate::layers::RouteLayers;
@@ -153,12 +154,24 @@ impl Route {
     }
 }
 
-/// Everything a request needs, shared by all connections.
-pub struct App {
-    config: Config,
+/// The routes and upstreams requests are served by: replaced as a whole
+/// by a reload, while requests already under way finish on the one they
+/// started with.
+struct Table {
     router: Router,
     routes: Vec<Route>,
-    upstreams: Vec<Upstream>,
+    upstreams: Vec<Arc<Upstream>>,
+}
+
+/// Everything a request needs, shared by all connections.
+pub struct App {
+    /// As started: `[server]`, `[metrics]` and `[tracing]` hold until a
+    /// restart (a reload warns when they changed).
+    config: Config,
+    table: ArcSwap<Table>,
+    /// The listener's TLS config, replaced by a reload (certificate files
+    /// are read again).
+    tls: ArcSwapOption<rustls::ServerConfig>,
     unmatched: RouteMetrics,
     files: FileServer,
     metrics_exporter: &'static metrics::Exporter,
@@ -180,11 +193,119 @@ impl App {
     /// recorder if it is not installed yet.
     pub fn new(config: Config) -> Self {
         let exporter = metrics::install();
+        metrics::config_loaded();
+        let path_options = path::Options {
+            merge_slashes: config.server.merge_slashes,
+            reject_encoded_slash: config.server.reject_encoded_slash,
+        };
+        App {
+            path_options,
+            builtins_on_main: config.metrics.listen.is_none(),
+            table: ArcSwap::from_pointee(Table::new(&config, &[])),
+            tls: ArcSwapOption::new(config.server.tls.as_ref().map(|t| t.config.clone())),
+            unmatched: RouteMetrics::new("unmatched"),
+            files: FileServer::default(),
+            metrics_exporter: exporter,
+            draining: AtomicBool::new(false),
+            abandoning: AtomicBool::new(false),
+            exporter: Exporter::start(&config.tracing),
+            config,
+        }
+    }
+
+    /// Loads the configuration again from where it came from and, if it is
+    /// valid, serves new requests with its routes and upstreams at once
+    /// (requests under way finish on the old ones). Upstreams whose settings
+    /// did not change keep their pools; removed ones close their idle
+    /// connections once their last request is done. `[server]` (but for its
+    /// `tls` files), `[metrics]` and `[tracing]` need a restart: a change
+    /// there is logged and not applied. An invalid file changes nothing.
+    pub fn reload(&self) -> Result<(), ConfigError> {
+        let loaded = match &self.config.source {
+            Some(source) => crate::config::load(source),
+            None => Err(ConfigError {
+                source_name: self.config.source_name.clone(),
+                key: "-".into(),
+                message: "no file to load again".into(),
+            }),
+        };
+        let new = match loaded {
+            Ok(new) => new,
+            Err(e) => {
+                metrics::config_reloaded(false);
+                tracing::error!(error = %e, "config reload failed; nothing changed");
+                return Err(e);
+            }
+        };
+        let old = self.table.load();
+        let table = Table::new(&new, &old.upstreams);
+        let kept = table.upstreams.iter().filter(|u| old.upstreams.iter().any(|o| Arc::ptr_eq(o, u))).count();
+        self.table.store(Arc::new(table));
+        self.tls.store(new.server.tls.as_ref().map(|t| t.config.clone()));
+        let needs_restart = restart_sections(&self.config, &new);
+        if !needs_restart.is_empty() {
+            tracing::warn!(
+                sections = needs_restart.join(", "),
+                "config reload: these sections changed and need a restart; running on with their old values"
+            );
+        }
+        metrics::config_reloaded(true);
+        tracing::info!(
+            routes = new.routes.len(),
+            upstreams = new.upstreams.len(),
+            upstreams_kept = kept,
+            "config reloaded"
+        );
+        Ok(())
+    }
+
+    /// The listener's TLS config as of now (a reload may replace it).
+    pub fn tls_config(&self) -> Option<Arc<rustls::ServerConfig>> {
+        self.tls.load_full()
+    }
+}
+
+/// Which of the sections a reload cannot apply changed.
+fn restart_sections(old: &Config, new: &Config) -> Vec<&'static str> {
+    let server = |c: &Config| {
+        let mut s = c.server.clone();
+        s.tls = None;
+        format!("{s:?}")
+    };
+    let mut changed = Vec::new();
+    if server(old) != server(new) {
+        changed.push("server");
+    }
+    if format!("{:?}", old.metrics) != format!("{:?}", new.metrics) {
+        changed.push("metrics");
+    }
+    if format!("{:?}", old.tracing) != format!("{:?}", new.tracing) {
+        changed.push("tracing");
+    }
+    changed
+}
+
+impl Table {
+    /// Builds the routes and upstreams of `config`, taking over from
+    /// `running` every upstream whose settings are unchanged (with its pools
+    /// and health state). An upstream with TLS is always built anew, so its
+    /// certificate files are read again.
+    fn new(config: &Config, running: &[Arc<Upstream>]) -> Table {
         let retried = |i: usize| {
             config.routes.iter().any(|r| matches!(&r.target, Target::Proxy(p) if p.upstream == i && p.retries > 0))
         };
-        let upstreams: Vec<Upstream> =
-            config.upstreams.iter().enumerate().map(|(i, u)| Upstream::new(u.clone(), retried(i))).collect();
+        let upstreams: Vec<Arc<Upstream>> = config
+            .upstreams
+            .iter()
+            .enumerate()
+            .map(|(i, u)| {
+                let same = |o: &&Arc<Upstream>| u.tls.is_none() && o.same_settings(u, retried(i));
+                match running.iter().find(same) {
+                    Some(kept) => kept.clone(),
+                    None => Arc::new(Upstream::new(u.clone(), retried(i))),
+                }
+            })
+            .collect();
         let routes: Vec<Route> = config
             .routes
             .iter()
@@ -211,26 +332,11 @@ impl App {
             })
             .collect();
         let router = Router::new(config.routes.iter().map(|r| r.prefix.as_str()));
-        let path_options = path::Options {
-            merge_slashes: config.server.merge_slashes,
-            reject_encoded_slash: config.server.reject_encoded_slash,
-        };
-        App {
-            path_options,
-            builtins_on_main: config.metrics.listen.is_none(),
-            router,
-            routes,
-            upstreams,
-            unmatched: RouteMetrics::new("unmatched"),
-            files: FileServer::default(),
-            metrics_exporter: exporter,
-            draining: AtomicBool::new(false),
-            abandoning: AtomicBool::new(false),
-            exporter: Exporter::start(&config.tracing),
-            config,
-        }
+        Table { router, routes, upstreams }
     }
+}
 
+impl App {
     /// The validated configuration.
     pub fn config(&self) -> &Config {
         &self.config
@@ -314,11 +420,13 @@ impl App {
         {
             return resp;
         }
-        let route = self.router.find(req.uri().path()).map(|i| &self.routes[i]);
+        // The routes as of now; a reload during the request does not touch it.
+        let table = self.table.load_full();
+        let route = table.router.find(req.uri().path()).map(|i| &table.routes[i]);
         let route_metrics = route.map_or(&self.unmatched, |r| &r.metrics);
         let _active = route_metrics.start();
         let upstream = route.and_then(|r| match &r.config.target {
-            Target::Proxy(p) => Some(&self.upstreams[p.upstream]),
+            Target::Proxy(p) => Some(&*table.upstreams[p.upstream]),
             _ => None,
         });
         let mut pending =
@@ -329,9 +437,10 @@ impl App {
         };
         let response = match route {
             Some(route) => match &route.layers {
-                None => respond(self.dispatch(route, req, peer, start, cx).await),
+                None => respond(self.dispatch(route, upstream, req, peer, start, cx).await),
                 Some(layers) => {
-                    layers.call(req, |req| async { respond(self.dispatch(route, req, peer, start, cx).await) }).await
+                    let dispatch = |req| async { respond(self.dispatch(route, upstream, req, peer, start, cx).await) };
+                    layers.call(req, dispatch).await
                 }
             },
             None => respond(self.screen(&req, self.config.server.max_body).and(Err(GatewayError::NoRoute))),
@@ -377,6 +486,7 @@ impl App {
     async fn dispatch(
         &self,
         route: &Route,
+        upstream: Option<&Upstream>,
         req: Request<Incoming>,
         peer: &Peer,
         start: Instant,
@@ -395,7 +505,7 @@ impl App {
         let prefix = &route.config.prefix;
         match &route.config.target {
             Target::Proxy(p) => {
-                let upstream = &self.upstreams[p.upstream];
+                let upstream = upstream.expect("a proxy route has its upstream");
                 let deadline = start + p.timeout;
                 // Not boxed: boxing it made the fixed and file paths' future
                 // smaller but cost the proxy path a copy of its state and an
@@ -524,8 +634,23 @@ impl App {
         response
     }
 
-    /// The admin listener's service: the built-ins, else 404.
+    /// The admin listener's service: the built-ins, `POST /-/reload`
+    /// (the configuration loaded again, as on SIGHUP: 200, or 500 with the
+    /// reason and nothing changed), else 404.
     pub fn admin(&self, req: &Request<Incoming>) -> Response<Body> {
+        if req.uri().path() == "/-/reload" {
+            if req.method() != Method::POST {
+                return error_response(&GatewayError::MethodNotAllowed { allow: "POST".into() });
+            }
+            let (status, body) = match self.reload() {
+                Ok(()) => (StatusCode::OK, "reloaded\n".to_owned()),
+                Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("reload failed, nothing changed: {e}\n")),
+            };
+            let mut response = Response::new(Body::full(body));
+            *response.status_mut() = status;
+            response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+            return response;
+        }
         self.builtin(req.uri().path()).unwrap_or_else(|| error_response(&GatewayError::NotFound))
     }
 
@@ -534,8 +659,9 @@ impl App {
         let (status, content_type, body) = if path == "/healthz" {
             (StatusCode::OK, "text/plain; charset=utf-8", "ok\n".to_owned())
         } else if path == "/readyz" {
+            let table = self.table.load();
             let down: Vec<&str> =
-                self.upstreams.iter().filter(|u| !u.ready()).map(|u| u.config.name.as_str()).collect();
+                table.upstreams.iter().filter(|u| !u.ready()).map(|u| u.config.name.as_str()).collect();
             if self.draining.load(Ordering::Relaxed) {
                 (StatusCode::SERVICE_UNAVAILABLE, "text/plain; charset=utf-8", "draining\n".to_owned())
             } else if !down.is_empty() {

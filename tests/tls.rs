@@ -385,3 +385,19 @@ fn tls_settings_are_checked_at_load() {
         assert!(err.contains(key) && err.contains(want), "want {key}: …{want}…, got {err:?}\n{toml}");
     }
 }
+
+#[tokio::test]
+async fn a_reload_serves_a_renewed_listener_certificate() {
+    let pki = Pki::new();
+    pki.issue("server", &["localhost"], false);
+    let gw = tls_gateway(&pki, "", "").await;
+    let served =
+        |tls: &tokio_rustls::client::TlsStream<TcpStream>| tls.get_ref().1.peer_certificates().unwrap()[0].clone();
+    let old = served(&tls_connect(&pki, gw.addr, b"http/1.1", None).await.unwrap());
+    assert_eq!(old, pki.certs("server")[0]);
+    pki.issue("server", &["localhost"], false);
+    gw.app.reload().expect("reload");
+    let new = served(&tls_connect(&pki, gw.addr, b"http/1.1", None).await.unwrap());
+    assert_ne!(new, old, "a new connection must get the renewed certificate");
+    assert_eq!(new, pki.certs("server")[0]);
+}

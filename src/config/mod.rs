@@ -100,6 +100,8 @@ use raw::RawConfig;
 pub struct Config {
     /// Where it was loaded from, for messages.
     pub source_name: String,
+    /// Where it was loaded from, to load it again (reload).
+    pub source: Option<Source>,
     pub server: ServerConfig,
     pub metrics: MetricsConfig,
     pub tracing: TracingConfig,
@@ -460,6 +462,7 @@ pub fn load(source: &Source) -> Result<Config, ConfigError> {
         message,
     })?;
     config.source_name = name;
+    config.source = Some(source.clone());
     Ok(config)
 }
 

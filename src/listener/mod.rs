@@ -74,10 +74,6 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, kind: Kind, stop: Cance
     let timeouts =
         Timeouts { header_read: server.header_read_timeout, idle: server.idle_timeout, send: server.send_timeout };
     let tcp_keepalive = server.tcp_keepalive;
-    let tls = match kind {
-        Kind::Main => server.tls.as_ref().map(|t| TlsAcceptor::from(t.config.clone())),
-        Kind::Admin => None,
-    };
     let builder = Arc::new(builder(&app));
     let limit = Arc::new(Semaphore::new(max_connections));
     let tracker = TaskTracker::new();
@@ -114,7 +110,12 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, kind: Kind, stop: Cance
         };
         configure(&stream, tcp_keepalive);
         let stops = Stops { graceful: stop.clone(), now: kill.clone() };
-        let task = connection(builder.clone(), stream, addr, app.clone(), kind, timeouts, stops, tls.clone());
+        // Per connection: a reload may have replaced the certificate.
+        let tls = match kind {
+            Kind::Main => app.tls_config().map(TlsAcceptor::from),
+            Kind::Admin => None,
+        };
+        let task = connection(builder.clone(), stream, addr, app.clone(), kind, timeouts, stops, tls);
         tracker.spawn(async move {
             let _permit = permit;
             task.await;

@@ -114,6 +114,12 @@ impl Upstream {
         }
     }
 
+    /// Whether it was built from `config` with a retry budget as
+    /// `retried` asks: a reload keeps it (pools, health, ejections) then.
+    pub fn same_settings(&self, config: &UpstreamConfig, retried: bool) -> bool {
+        self.budget.is_some() == retried && format!("{:?}", self.config) == format!("{config:?}")
+    }
+
     /// False while the upstream has health checks and no endpoint passes
     /// them (`/readyz`).
     pub fn ready(&self) -> bool {

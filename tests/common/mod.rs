@@ -47,6 +47,8 @@ pub struct TestGateway {
     pub admin: Option<SocketAddr>,
     stop: Option<oneshot::Sender<()>>,
     pub task: JoinHandle<()>,
+    /// The application, to reload it.
+    pub app: Arc<gateway::server::App>,
 }
 
 impl TestGateway {
@@ -57,12 +59,12 @@ impl TestGateway {
             .with_test_writer()
             .try_init();
         let g = gateway::Gateway::bind(config).await.expect("bind gateway");
-        let (addr, admin) = (g.local_addr(), g.admin_addr());
+        let (addr, admin, app) = (g.local_addr(), g.admin_addr(), g.app());
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(g.serve(async move {
             let _ = stopped.await;
         }));
-        TestGateway { addr, admin, stop: Some(stop), task }
+        TestGateway { addr, admin, stop: Some(stop), task, app }
     }
 
     pub async fn from_toml(toml: &str) -> TestGateway {

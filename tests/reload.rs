@@ -1,0 +1,241 @@
+//! Config reload (issue 11, item 6): a valid file takes effect for new
+//! requests at once, under load, without dropping any; unchanged upstreams
+//! keep their pools, removed ones close their idle connections; an invalid
+//! file changes nothing; SIGHUP and the admin listener's `POST /-/reload`.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use common::*;
+use gateway::config::{self, Source};
+use http::{Request, Response};
+use hyper::body::Incoming;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Writes `toml` as the config file in `dir` and starts a gateway from it.
+async fn from_file(dir: &Path, toml: &str) -> TestGateway {
+    let path = dir.join("gateway.toml");
+    std::fs::write(&path, toml).unwrap();
+    let mut c = config::load(&Source::File(path)).unwrap_or_else(|e| panic!("{e}"));
+    c.server.listen = "127.0.0.1:0".parse().unwrap();
+    TestGateway::start(c).await
+}
+
+fn rewrite(dir: &Path, toml: &str) {
+    std::fs::write(dir.join("gateway.toml"), toml).unwrap();
+}
+
+const SERVER: &str = "[server]\nlisten = \"127.0.0.1:0\"\n";
+
+fn with_routes(up: SocketAddr, timeout: &str, extra: &str) -> String {
+    format!(
+        "{SERVER}[upstreams.app]\nurl = \"http://{up}\"\n\
+         [[routes]]\nname = \"rl_a\"\nprefix = \"/a\"\nupstream = \"app\"\ntimeout = \"{timeout}\"\n{extra}"
+    )
+}
+
+/// The metrics are the process's, and every test here reloads: one at a
+/// time, so each counts only its own reloads.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    sample(text, name, labels).unwrap_or(0.0)
+}
+
+#[tokio::test]
+async fn a_reload_under_load_adds_a_route_and_changes_a_timeout_without_dropping_a_request() {
+    let _serial = SERIAL.lock().await;
+    let up = TestUpstream::start(|_req: Request<Incoming>| async {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        Response::new(full("up"))
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let gw = from_file(dir.path(), &with_routes(up.addr, "2s", "")).await;
+    let before = metrics_text(gw.addr).await;
+    let ok_before = metric(&before, "gateway_config_reloads_total", &[("result", "ok")]);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let (served, failed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let clients: Vec<_> = (0..8)
+        .map(|_| {
+            let (stop, served, failed, url) = (stop.clone(), served.clone(), failed.clone(), gw.url("/a/x"));
+            tokio::spawn(async move {
+                let client = client();
+                while !stop.load(Ordering::Relaxed) {
+                    let req = Request::get(&url).body(full("")).unwrap();
+                    match client.request(req).await {
+                        Ok(r) if r.status() == 200 => served.fetch_add(1, Ordering::Relaxed),
+                        _ => failed.fetch_add(1, Ordering::Relaxed),
+                    };
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(get(&gw.url("/new")).await.0.status, 404, "not there yet");
+    rewrite(
+        dir.path(),
+        &with_routes(
+            up.addr,
+            "5s",
+            "[[routes]]\nname = \"rl_new\"\nprefix = \"/new\"\nrespond = { status = 200, body = \"new\" }\n",
+        ),
+    );
+    gw.app.reload().expect("a valid file reloads");
+    let (parts, body) = get(&gw.url("/new")).await;
+    assert_eq!((parts.status.as_u16(), &body[..]), (200, &b"new"[..]), "the new route serves at once");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        c.await.unwrap();
+    }
+    assert!(served.load(Ordering::Relaxed) > 50, "the load ran: {}", served.load(Ordering::Relaxed));
+    assert_eq!(failed.load(Ordering::Relaxed), 0, "no request may fail across a reload");
+    // The upstream's pool was kept: 8 clients never needed more than 8
+    // connections (a rebuilt pool would have opened new ones).
+    assert!(up.connections() <= 8, "pool reconnected: {} connections", up.connections());
+    let after = metrics_text(gw.addr).await;
+    assert_eq!(metric(&after, "gateway_route_timeout_seconds", &[("route", "rl_a")]), 5.0);
+    assert_eq!(metric(&after, "gateway_config_reloads_total", &[("result", "ok")]), ok_before + 1.0);
+}
+
+#[tokio::test]
+async fn an_invalid_file_changes_nothing_and_is_counted() {
+    let _serial = SERIAL.lock().await;
+    let (up, _) = counting_upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let gw = from_file(dir.path(), &with_routes(up.addr, "2s", "")).await;
+    let errors = |t: &str| metric(t, "gateway_config_reloads_total", &[("result", "error")]);
+    let before = errors(&metrics_text(gw.addr).await);
+    rewrite(dir.path(), &format!("{SERVER}[[routes]]\nname = \"x\"\nprefix = \"/a\"\nupstream = \"ghost\"\n"));
+    let err = gw.app.reload().expect_err("an unknown upstream is refused").to_string();
+    assert!(err.contains("gateway.toml") && err.contains("routes[0].upstream") && err.contains("ghost"), "{err}");
+    assert_eq!(get(&gw.url("/a/x")).await.0.status, 200, "still served by the old routes");
+    assert_eq!(errors(&metrics_text(gw.addr).await), before + 1.0);
+}
+
+#[tokio::test]
+async fn a_removed_upstream_closes_its_idle_connections() {
+    let _serial = SERIAL.lock().await;
+    let closed = Arc::new(AtomicBool::new(false));
+    let seen = closed.clone();
+    // Keep-alive HTTP/1.1 by hand, noting when the gateway closes.
+    let up = raw_upstream(move |mut s: TcpStream| {
+        let seen = seen.clone();
+        async move {
+            let mut buf = [0u8; 4096];
+            loop {
+                match s.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {
+                        let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await;
+                    }
+                }
+            }
+            seen.store(true, Ordering::SeqCst);
+        }
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let gw = from_file(dir.path(), &with_routes(up, "2s", "")).await;
+    assert_eq!(get(&gw.url("/a/x")).await.0.status, 200);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!closed.load(Ordering::SeqCst), "pooled, kept open");
+    rewrite(
+        dir.path(),
+        &format!("{SERVER}[[routes]]\nname = \"rl_only\"\nprefix = \"/a\"\nrespond = {{ status = 204 }}\n"),
+    );
+    gw.app.reload().unwrap();
+    for _ in 0..50 {
+        if closed.load(Ordering::SeqCst) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(closed.load(Ordering::SeqCst), "the removed upstream's idle connection must close");
+    assert_eq!(get(&gw.url("/a/x")).await.0.status, 204);
+}
+
+#[tokio::test]
+async fn the_admin_listener_reloads_on_post() {
+    let _serial = SERIAL.lock().await;
+    let (up, _) = counting_upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let admin = "[metrics]\nlisten = \"127.0.0.1:0\"\n";
+    let gw = from_file(dir.path(), &format!("{}{admin}", with_routes(up.addr, "2s", ""))).await;
+    let admin_url = format!("http://{}/-/reload", gw.admin.unwrap());
+    assert_eq!(get(&admin_url).await.0.status, 405, "only POST reloads");
+    rewrite(
+        dir.path(),
+        &format!(
+            "{}{admin}[[routes]]\nname = \"rl_post\"\nprefix = \"/p\"\nrespond = {{ status = 200 }}\n",
+            with_routes(up.addr, "2s", "")
+        ),
+    );
+    let post = |url: &str| send(Request::post(url).body(full("")).unwrap());
+    let (parts, body) = post(&admin_url).await;
+    assert_eq!((parts.status.as_u16(), &body[..]), (200, &b"reloaded\n"[..]));
+    assert_eq!(get(&gw.url("/p")).await.0.status, 200);
+    rewrite(dir.path(), "[server]\nlisten = 5\n");
+    let (parts, body) = post(&admin_url).await;
+    assert_eq!(parts.status, 500);
+    assert!(String::from_utf8_lossy(&body).contains("server.listen"), "{body:?}");
+    // The main listener does not take reloads.
+    assert_eq!(post(&gw.url("/-/reload")).await.0.status, 404);
+}
+
+#[test]
+fn sighup_reloads_the_binary() {
+    let dir = tempfile::tempdir().unwrap();
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = probe.local_addr().unwrap().to_string();
+    drop(probe);
+    let path = dir.path().join("gateway.toml");
+    let base = format!(
+        "[server]\nlisten = \"{addr}\"\n[[routes]]\nname = 'one'\nprefix = '/one'\nrespond = {{ status = 200 }}\n"
+    );
+    std::fs::write(&path, &base).unwrap();
+    let mut gw = Command::new(env!("CARGO_BIN_EXE_gateway"))
+        .args(["--config", path.to_str().unwrap()])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let status = |p: &str| {
+        let mut s = std::net::TcpStream::connect(&addr).ok()?;
+        std::io::Write::write_all(
+            &mut s,
+            format!("GET {p} HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .ok()?;
+        let mut out = String::new();
+        std::io::Read::read_to_string(&mut s, &mut out).ok()?;
+        out.get(9..12)?.parse::<u16>().ok()
+    };
+    let wait_for = |p: &str, want: u16| {
+        for _ in 0..250 {
+            if status(p) == Some(want) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    };
+    assert!(wait_for("/one", 200), "the gateway came up");
+    assert_eq!(status("/two"), Some(404));
+    std::fs::write(&path, format!("{base}[[routes]]\nname = 'two'\nprefix = '/two'\nrespond = {{ status = 200 }}\n"))
+        .unwrap();
+    Command::new("kill").args(["-HUP", &gw.id().to_string()]).status().unwrap();
+    let reloaded = wait_for("/two", 200);
+    Command::new("kill").args(["-TERM", &gw.id().to_string()]).status().unwrap();
+    let exit = gw.wait().unwrap();
+    assert!(reloaded, "SIGHUP must load the new route");
+    assert_eq!(exit.code(), Some(0), "still exits cleanly");
+}

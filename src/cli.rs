@@ -98,6 +98,10 @@ fn check(path: Option<PathBuf>) -> ExitCode {
     };
     println!("{}: ok", config.source_name);
     println!("listen {}", config.server.listen);
+    if let Some(tls) = &config.server.tls {
+        let clients = tls.client_ca.as_ref().map(|ca| format!(", client certificates from {}", ca.display()));
+        println!("tls {}{}", tls.cert.display(), clients.unwrap_or_default());
+    }
     for r in &config.routes {
         let methods = r.methods.as_ref().map(|m| format!(" methods {m:?}")).unwrap_or_default();
         println!("route {:<16} {:<24} {}{methods}", r.name, r.prefix, r.target.describe(&config.upstreams));

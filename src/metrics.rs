@@ -87,7 +87,7 @@ fn describe() {
     describe_histogram!(UPSTREAM_DURATION, metrics::Unit::Seconds, "Upstream response time to response head.");
     describe_counter!(
         UPSTREAM_ERRORS,
-        "Upstream failures by kind: connect, timeout, reset, protocol, body, body_timeout, unavailable (no endpoint may take traffic)."
+        "Upstream failures by kind: connect, tls, timeout, reset, protocol, body, body_timeout, unavailable (no endpoint may take traffic)."
     );
     describe_counter!(
         UPSTREAM_CONNECTIONS_OPENED,

@@ -19,8 +19,25 @@ fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
+/// The largest certificate or key file read: a PEM chain is a few KiB, and
+/// a path to something endless (`/dev/zero`) must not exhaust memory.
+const MAX_PEM_FILE: u64 = 1024 * 1024;
+
+/// Refuses what is not a regular file of a sane size.
+fn check_file(path: &Path) -> Result<(), String> {
+    let meta = std::fs::metadata(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    if !meta.is_file() {
+        return Err(format!("{} is not a regular file", path.display()));
+    }
+    if meta.len() > MAX_PEM_FILE {
+        return Err(format!("{} is larger than 1 MiB; not a PEM certificate or key", path.display()));
+    }
+    Ok(())
+}
+
 /// The certificates in a PEM file (at least one).
 pub fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    check_file(path)?;
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
         .and_then(|certs| certs.collect::<Result<_, _>>())
         .map_err(|e| format!("cannot read certificates from {}: {e}", path.display()))?;
@@ -32,7 +49,14 @@ pub fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
 
 /// The private key in a PEM file (PKCS#8, PKCS#1 or SEC1).
 pub fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
-    PrivateKeyDer::from_pem_file(path).map_err(|e| format!("cannot read a private key from {}: {e}", path.display()))
+    check_file(path)?;
+    PrivateKeyDer::from_pem_file(path).map_err(|e| {
+        let encrypted = std::fs::read_to_string(path).is_ok_and(|t| t.contains("ENCRYPTED"));
+        match encrypted {
+            true => format!("{}: encrypted private keys are not supported; decrypt it first", path.display()),
+            false => format!("cannot read a private key from {}: {e}", path.display()),
+        }
+    })
 }
 
 fn roots(certs: Vec<CertificateDer<'static>>, path: &Path) -> Result<RootCertStore, String> {
@@ -48,6 +72,7 @@ fn roots(certs: Vec<CertificateDer<'static>>, path: &Path) -> Result<RootCertSto
 pub enum ClientKey {
     CaFile,
     ClientCert,
+    ClientKey,
 }
 
 /// The client config of an upstream: `ca_file`'s certificates as the only
@@ -74,7 +99,7 @@ pub fn client_config(
     let mut config = match client_auth {
         Some((cert, key)) => {
             let certs = load_certs(cert).map_err(|m| (ClientKey::ClientCert, m))?;
-            let key = load_key(key).map_err(|m| (ClientKey::ClientCert, m))?;
+            let key = load_key(key).map_err(|m| (ClientKey::ClientKey, m))?;
             builder
                 .with_client_auth_cert(certs, key)
                 .map_err(|e| (ClientKey::ClientCert, format!("certificate and key do not go together: {e}")))?

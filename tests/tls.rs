@@ -229,8 +229,14 @@ async fn mutual_tls_to_the_upstream() {
     pki.issue("client", &["gateway.client"], false);
     let (up, _) = tls_upstream(&pki, "server", true).await;
     let url = format!("https://{up}");
-    let without = TestGateway::start(config(&upstream_toml(&url, "tls_ca_file = \"ca.pem\""), pki.dir.path())).await;
+    let toml = named_upstream_toml("mtls", &url, "tls_ca_file = \"ca.pem\"");
+    let without = TestGateway::start(config(&toml, pki.dir.path())).await;
     assert_eq!(get(&without.url("/app/m")).await.0.status, 502, "the upstream wants a client certificate");
+    // TLS 1.3 refuses the missing certificate after the client's side of
+    // the handshake: still a TLS failure, not a reset.
+    let text = metrics_text(without.addr).await;
+    assert_eq!(sample(&text, "gateway_upstream_errors_total", &[("upstream", "mtls"), ("kind", "tls")]), Some(1.0));
+    assert_eq!(sample(&text, "gateway_upstream_errors_total", &[("upstream", "mtls"), ("kind", "reset")]), Some(0.0));
     let keys = "tls_ca_file = \"ca.pem\"\ntls_client_cert = \"client.pem\"\ntls_client_key = \"client.key\"";
     let with = TestGateway::start(config(&upstream_toml(&url, keys), pki.dir.path())).await;
     let (parts, body) = get(&with.url("/app/m")).await;
@@ -308,8 +314,13 @@ async fn the_tls_listener_serves_http1_and_h2_and_forwards_https() {
     }
 }
 
+/// Tests that count `tls_handshake` rejections (the metrics are the
+/// process's) run one at a time.
+static HANDSHAKES: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test]
 async fn with_client_ca_the_listener_wants_a_client_certificate() {
+    let _serial = HANDSHAKES.lock().await;
     let pki = Pki::new();
     pki.issue("server", &["localhost"], false);
     pki.issue("client", &["someone"], false);
@@ -326,10 +337,17 @@ async fn with_client_ca_the_listener_wants_a_client_certificate() {
 
 #[tokio::test]
 async fn silent_and_plaintext_clients_on_the_tls_listener_are_closed_and_counted() {
+    let _serial = HANDSHAKES.lock().await;
     let pki = Pki::new();
     pki.issue("server", &["localhost"], false);
     let gw = tls_gateway(&pki, "", "header_read_timeout = \"300ms\"").await;
-    let before = (rejected(&metrics_text_tls(&pki, &gw).await, "", "header_timeout"), 0.0);
+    let text = metrics_text_tls(&pki, &gw).await;
+    let before = (rejected(&text, "", "header_timeout"), rejected(&text, "", "tls_handshake"));
+    // A connect-and-close (a TCP health probe) tried no handshake.
+    drop(TcpStream::connect(gw.addr).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let text = metrics_text_tls(&pki, &gw).await;
+    assert_eq!(rejected(&text, "", "tls_handshake"), before.1, "a bare connect is no failed handshake");
     let mut silent = TcpStream::connect(gw.addr).await.unwrap();
     let r = read_for(&mut silent, Duration::from_secs(3)).await;
     assert!(r.closed, "a client that never starts its handshake is closed");
@@ -339,7 +357,7 @@ async fn silent_and_plaintext_clients_on_the_tls_listener_are_closed_and_counted
     assert!(r.closed && !r.text.contains("proto="), "plaintext is not served: {:?}", r.text);
     let text = metrics_text_tls(&pki, &gw).await;
     assert_eq!(rejected(&text, "", "header_timeout"), before.0 + 1.0);
-    assert!(rejected(&text, "", "tls_handshake") >= 1.0, "{text}");
+    assert_eq!(rejected(&text, "", "tls_handshake"), before.1 + 1.0, "the plaintext client");
 }
 
 /// `/metrics` of a gateway whose only listener has TLS.
@@ -368,16 +386,22 @@ fn tls_settings_are_checked_at_load() {
             "upstreams.app.tls_ca_file",
             "only applies to https://",
         ),
-        (https("tls_ca_file = \"missing.pem\""), "upstreams.app.tls_ca_file", "cannot read certificates"),
+        (https("tls_ca_file = \"missing.pem\""), "upstreams.app.tls_ca_file", "cannot read"),
         (https("tls_ca_file = \"junk.pem\""), "upstreams.app.tls_ca_file", "holds no PEM certificate"),
         (https("tls_client_cert = \"server.pem\""), "upstreams.app.tls_client_key", "required with tls_client_cert"),
         (
             https("tls_client_cert = \"server.pem\"\ntls_client_key = \"ca.pem\""),
-            "upstreams.app.tls_client_cert",
+            "upstreams.app.tls_client_key",
             "private key",
         ),
         (https("tls_server_name = \"bad name!\""), "upstreams.app.tls_server_name", "not a DNS name"),
         ("[server.tls]\ncert = \"server.pem\"\n".to_owned(), "server.tls.key", "required"),
+        ("[server.tls]\ncert = \"/dev/zero\"\nkey = \"server.key\"\n".to_owned(), "server.tls", "not a regular file"),
+        (
+            https("tls_client_cert = \"server.pem\"\ntls_client_key = \"nope.key\""),
+            "upstreams.app.tls_client_key",
+            "nope.key",
+        ),
         ("[server.tls]\ncert = \"server.pem\"\nkey = \"nope.key\"\n".to_owned(), "server.tls", "nope.key"),
     ];
     for (toml, key, want) in &cases {
@@ -400,4 +424,98 @@ async fn a_reload_serves_a_renewed_listener_certificate() {
     let new = served(&tls_connect(&pki, gw.addr, b"http/1.1", None).await.unwrap());
     assert_ne!(new, old, "a new connection must get the renewed certificate");
     assert_eq!(new, pki.certs("server")[0]);
+}
+
+#[tokio::test]
+async fn a_pooled_tls_connection_closed_without_close_notify_is_resent_on_a_new_one() {
+    let pki = Pki::new();
+    pki.issue("server", &["127.0.0.1"], false);
+    let server = rustls::ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(pki.certs("server"), pki.key("server"))
+        .unwrap();
+    let acceptor = TlsAcceptor::from(Arc::new(server));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let up = listener.local_addr().unwrap();
+    // Answers one request per connection, then, when the next arrives,
+    // drops the connection without close_notify (as a server whose
+    // keep-alive timed out just then does).
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                use tokio::io::AsyncReadExt;
+                let Ok(mut tls) = acceptor.accept(stream).await else { return };
+                let mut buf = vec![0u8; 4096];
+                let mut head = Vec::new();
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match tls.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let _ = tls.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await;
+                let _ = tls.flush().await;
+                let _ = tls.read(&mut buf).await;
+                // Dropped: the TCP connection closes, no close_notify.
+            });
+        }
+    });
+    let toml = format!(
+        "[server]\n[upstreams.stale]\nurl = \"https://{up}\"\ntls_ca_file = \"ca.pem\"\n\
+         [[routes]]\nname = \"stale\"\nprefix = \"/app\"\nupstream = \"stale\"\n"
+    );
+    let gw = TestGateway::start(config(&toml, pki.dir.path())).await;
+    for i in 0..4 {
+        let (parts, body) = get(&gw.url("/app/x")).await;
+        assert_eq!((parts.status.as_u16(), &body[..]), (200, &b"ok"[..]), "request {i}");
+    }
+    let text = metrics_text(gw.addr).await;
+    assert_eq!(sample(&text, "gateway_upstream_retries_total", &[("upstream", "stale")]), Some(3.0));
+}
+
+/// Log lines written by this test's thread (a current-thread runtime runs
+/// the gateway's tasks on it too).
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_health_check_failing_on_tls_says_why_in_the_log() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::WARN)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let pki = Pki::new();
+    pki.issue("expired", &["127.0.0.1"], true);
+    let (up, _) = tls_upstream(&pki, "expired", false).await;
+    let health = "tls_ca_file = \"ca.pem\"\n[upstreams.app.health]\npath = \"/health\"\ninterval = \"100ms\"";
+    let gw = TestGateway::start(config(&upstream_toml(&format!("https://{up}"), health), pki.dir.path())).await;
+    let mut log = String::new();
+    for _ in 0..50 {
+        log = String::from_utf8_lossy(&captured.0.lock().unwrap()).into_owned();
+        if log.contains("endpoint unhealthy") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let line =
+        log.lines().find(|l| l.contains("endpoint unhealthy")).unwrap_or_else(|| panic!("no unhealthy line: {log}"));
+    assert!(line.contains("certificate expired"), "the line must say what failed: {line}");
+    drop(gw);
 }

@@ -113,7 +113,11 @@ async fn health_checks_reach_the_socket_and_readyz_follows() {
 fn bad_unix_urls_are_refused_at_load() {
     let dir = tempfile::tempdir().unwrap();
     let long = format!("unix:/{}", "d".repeat(120));
-    for (url, want) in [("unix:", "missing socket path"), (long.as_str(), "longer than a Unix socket address allows")] {
+    for (url, want) in [
+        ("unix:", "missing socket path"),
+        (long.as_str(), "longer than a Unix socket address allows"),
+        ("unix://run/app.sock", "use unix:/absolute/path or unix:relative/path"),
+    ] {
         let source = gateway::config::Source::Inline { text: toml(url, ""), base_dir: dir.path().to_path_buf() };
         let err = gateway::config::load(&source).expect_err(url).to_string();
         assert!(err.contains("upstreams.app.url") && err.contains(want), "{url}: {err}");

@@ -228,6 +228,7 @@ fn upstream_tls(
     crate::tls::client_config(ca.as_deref(), client_auth).map(Some).map_err(|(which, m)| match which {
         crate::tls::ClientKey::CaFile => (key("tls_ca_file"), m),
         crate::tls::ClientKey::ClientCert => (key("tls_client_cert"), m),
+        crate::tls::ClientKey::ClientKey => (key("tls_client_key"), m),
     })
 }
 
@@ -559,8 +560,15 @@ fn parse_upstream_url(
     server_name: Option<&ServerName<'static>>,
 ) -> Result<EndpointConfig, String> {
     if let Some(path) = url.strip_prefix("unix:") {
-        // `unix:///run/app.sock` is a common spelling too.
-        let path = path.strip_prefix("//").unwrap_or(path);
+        // `unix:///run/app.sock` is a common spelling too; `unix://x/y`
+        // is not (is `x` a host or a folder?).
+        let path = match path.strip_prefix("//") {
+            Some(rest) if !rest.starts_with('/') => {
+                return Err(format!("invalid URL {url:?}: use unix:/absolute/path or unix:relative/path"));
+            }
+            Some(rest) => rest,
+            None => path,
+        };
         if path.is_empty() {
             return Err(format!("invalid URL {url:?}: missing socket path (use unix:/run/app/app.sock)"));
         }

@@ -157,6 +157,12 @@ impl ConnState {
         self.large_response.load(Relaxed)
     }
 
+    /// Whether the client has sent anything since its last request began
+    /// (before the first: anything at all).
+    pub(super) fn has_sent(&self) -> bool {
+        self.head_started.load(Relaxed) != 0
+    }
+
     /// The I/O read bytes.
     pub(super) fn read_bytes(&self) {
         if self.in_flight.load(Relaxed) == 0 && self.head_started.load(Relaxed) == 0 {

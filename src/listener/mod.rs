@@ -271,7 +271,11 @@ async fn secure_connection(
         accepted = acceptor.accept(io) => match accepted {
             Ok(secured) => secured,
             Err(e) => {
-                metrics::rejected("", "tls_handshake");
+                // A connect-and-close (a TCP health probe) sent nothing: no
+                // handshake was tried, so none failed.
+                if state.has_sent() {
+                    metrics::rejected("", "tls_handshake");
+                }
                 tracing::debug!(client = %addr, error = %crate::tls::describe_failure(&e), "TLS handshake failed");
                 return;
             }

@@ -121,14 +121,15 @@ impl Endpoint {
         (until != 0).then(|| Duration::from_millis(until.saturating_sub(now_ms())))
     }
 
-    /// Records a health check result (see `health`); logs a change.
-    pub fn set_healthy(&self, healthy: bool) {
+    /// Records a health check result (see `health`); logs a change, with
+    /// why the last check failed.
+    pub fn set_healthy(&self, healthy: bool, failure: &str) {
         if self.healthy.swap(healthy, Relaxed) != healthy {
             self.healthy_gauge.set(if healthy { 1.0 } else { 0.0 });
             if healthy {
                 tracing::info!(upstream = %self.upstream, endpoint = %self.config.url, "endpoint healthy again");
             } else {
-                tracing::warn!(upstream = %self.upstream, endpoint = %self.config.url, "endpoint unhealthy");
+                tracing::warn!(upstream = %self.upstream, endpoint = %self.config.url, check = failure, "endpoint unhealthy");
             }
         }
     }

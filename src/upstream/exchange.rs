@@ -32,6 +32,7 @@ impl Failure {
             && find_source::<BodyIdle>(e).is_none()
             && !(e.is_parse() || e.is_parse_status() || e.is_parse_too_large())
             && stalled(e).is_none()
+            && tls_alert(e).is_none()
     }
 
     /// A failure of the client's own request body (too large, stalled,
@@ -72,6 +73,16 @@ impl Failure {
         if let Some(after) = stalled(&e) {
             return GatewayError::UpstreamSendTimeout { upstream, after };
         }
+        if let Some(alert) = tls_alert(&e) {
+            // TLS 1.3 servers check a client certificate after the client's
+            // side of the handshake is done, so a refusal arrives as the
+            // request is sent: still a TLS failure, not a reset.
+            return GatewayError::UpstreamTls {
+                upstream,
+                authority: address.to_string(),
+                detail: format!("TLS: the upstream refused the handshake: {alert}"),
+            };
+        }
         let detail = error_chain(&e);
         if e.is_parse() || e.is_parse_status() || e.is_parse_too_large() {
             GatewayError::UpstreamProtocol { upstream, detail }
@@ -79,6 +90,12 @@ impl Failure {
             GatewayError::UpstreamReset { upstream, detail }
         }
     }
+}
+
+/// The TLS alert the upstream sent, if that is what ended the exchange.
+fn tls_alert(e: &hyper::Error) -> Option<&rustls::Error> {
+    let io = find_source::<std::io::Error>(e)?;
+    io.get_ref()?.downcast_ref::<rustls::Error>().filter(|t| matches!(t, rustls::Error::AlertReceived(_)))
 }
 
 /// How long the upstream left the request body unread, if that is the error.
@@ -168,6 +185,8 @@ fn is_stale_connection(e: &hyper::Error) -> bool {
             std::io::ErrorKind::ConnectionReset
                 | std::io::ErrorKind::BrokenPipe
                 | std::io::ErrorKind::ConnectionAborted
+                // rustls: a TLS upstream closed without close_notify.
+                | std::io::ErrorKind::UnexpectedEof
         )
     })
 }

@@ -33,10 +33,15 @@ async fn run(endpoint: Weak<Endpoint>, config: HealthConfig) {
         let tls = e.tls.clone();
         let host = e.host.clone();
         drop(e);
-        let passed =
+        let checked =
             tokio::time::timeout(config.timeout, probe(&address, tls.as_ref(), host, &config.path, config.timeout))
                 .await;
-        let passed = matches!(passed, Ok(Ok(true)));
+        let (passed, failure) = match checked {
+            Ok(Ok(status)) if status.is_success() => (true, String::new()),
+            Ok(Ok(status)) => (false, format!("answered {status}")),
+            Ok(Err(e)) => (false, e.to_string()),
+            Err(_) => (false, format!("no answer within {}", humantime::format_duration(config.timeout))),
+        };
         let Some(e) = endpoint.upgrade() else { return };
         if passed {
             (passes, failures) = (passes + 1, 0);
@@ -44,7 +49,7 @@ async fn run(endpoint: Weak<Endpoint>, config: HealthConfig) {
             (passes, failures) = (0, failures + 1);
         }
         if first || (passed && passes >= config.healthy_after) || (!passed && failures >= config.unhealthy_after) {
-            e.set_healthy(passed);
+            e.set_healthy(passed, &failure);
         }
         first = false;
         drop(e);
@@ -52,14 +57,14 @@ async fn run(endpoint: Weak<Endpoint>, config: HealthConfig) {
     }
 }
 
-/// One check: whether `GET path` answered 2xx.
+/// One check: the status `GET path` answered.
 async fn probe(
     address: &Address,
     tls: Option<&TlsTarget>,
     host: http::HeaderValue,
     path: &str,
     timeout: Duration,
-) -> Result<bool, Box<dyn std::error::Error + Send + Sync>> {
+) -> Result<http::StatusCode, Box<dyn std::error::Error + Send + Sync>> {
     let stream = connect_stream(address, tls, timeout).await?;
     let (mut sender, connection) =
         hyper::client::conn::http1::handshake::<_, Empty<Bytes>>(TokioIo::new(stream)).await?;
@@ -71,7 +76,7 @@ async fn probe(
         .body(Empty::new())?;
     let status = sender.send_request(request).await?.status();
     connection.abort();
-    Ok(status.is_success())
+    Ok(status)
 }
 
 /// How long the checks need to notice a change, at most: for the docs and

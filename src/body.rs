@@ -168,7 +168,7 @@ pub struct UpstreamBody {
 impl UpstreamBody {
     pub fn new(
         inner: Incoming,
-        conn: Conn,
+        conn: Option<Conn>,
         reusable: bool,
         lease: Lease,
         idle_timeout: Duration,
@@ -176,7 +176,7 @@ impl UpstreamBody {
         stalled: Counter,
     ) -> Self {
         let idle = IdleTimer::new(idle_timeout);
-        let mut body = UpstreamBody { inner, conn: Some(conn), reusable, _lease: lease, idle, failed, stalled };
+        let mut body = UpstreamBody { inner, conn, reusable, _lease: lease, idle, failed, stalled };
         body.release_if_done(false);
         body
     }

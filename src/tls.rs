@@ -82,6 +82,7 @@ pub enum ClientKey {
 pub fn client_config(
     ca_file: Option<&Path>,
     client_auth: Option<(&Path, &Path)>,
+    alpn: &[&[u8]],
 ) -> Result<Arc<ClientConfig>, (ClientKey, String)> {
     let roots = match ca_file {
         Some(path) => {
@@ -106,7 +107,7 @@ pub fn client_config(
         }
         None => builder.with_no_client_auth(),
     };
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     Ok(Arc::new(config))
 }
 

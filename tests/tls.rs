@@ -519,3 +519,50 @@ async fn a_health_check_failing_on_tls_says_why_in_the_log() {
     assert!(line.contains("certificate expired"), "the line must say what failed: {line}");
     drop(gw);
 }
+
+/// An HTTPS upstream that offers `h2` by ALPN and speaks only HTTP/2;
+/// answers with the version it got.
+async fn h2_tls_upstream(pki: &Pki, stem: &str) -> SocketAddr {
+    let mut server = rustls::ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(pki.certs(stem), pki.key(stem))
+        .unwrap();
+    server.alpn_protocols = vec![b"h2".to_vec()];
+    let acceptor = TlsAcceptor::from(Arc::new(server));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(stream).await else { return };
+                let svc = service_fn(|req: Request<Incoming>| async move {
+                    Ok::<_, Infallible>(Response::new(full(format!("{:?} {}", req.version(), req.uri()))))
+                });
+                let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(tls), svc)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn protocol_auto_speaks_what_alpn_chose() {
+    let pki = Pki::new();
+    pki.issue("server", &["127.0.0.1"], false);
+    let h2 = h2_tls_upstream(&pki, "server").await;
+    let (h1, seen) = tls_upstream(&pki, "server", false).await;
+    let keys = "tls_ca_file = \"ca.pem\"\nprotocol = \"auto\"";
+    let over_h2 = TestGateway::start(config(&upstream_toml(&format!("https://{h2}"), keys), pki.dir.path())).await;
+    let (parts, body) = get(&over_h2.url("/app/x")).await;
+    assert_eq!(parts.status, 200);
+    assert_eq!(String::from_utf8_lossy(&body), format!("HTTP/2.0 https://{h2}/app/x"));
+    let over_h1 = TestGateway::start(config(&upstream_toml(&format!("https://{h1}"), keys), pki.dir.path())).await;
+    let (parts, body) = get(&over_h1.url("/app/y")).await;
+    assert_eq!((parts.status.as_u16(), &body[..]), (200, &b"tls ok"[..]), "no h2 offered: HTTP/1.1");
+    assert_eq!(seen.lock().unwrap().requests.len(), 1);
+}

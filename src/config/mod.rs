@@ -222,6 +222,23 @@ pub struct UpstreamConfig {
     pub retry_budget: RetryBudget,
     /// The TLS client config of its `https://` endpoints.
     pub tls: Option<Arc<rustls::ClientConfig>>,
+    /// How requests go to it: HTTP/1.1 or HTTP/2.
+    pub protocol: Protocol,
+    /// HTTP/2: connections per endpoint, each multiplexing many requests.
+    pub max_connections: usize,
+}
+
+/// The protocol spoken to an upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// HTTP/1.1, a request at a time per pooled connection.
+    Http1,
+    /// HTTP/2 with prior knowledge (cleartext, or over TLS without ALPN
+    /// negotiation).
+    H2c,
+    /// Over TLS: HTTP/2 when the upstream offers `h2` by ALPN, else
+    /// HTTP/1.1.
+    Auto,
 }
 
 /// One endpoint of an upstream.

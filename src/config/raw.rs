@@ -108,6 +108,8 @@ pub(super) struct RawUpstream {
     pub tls_server_name: Option<String>,
     pub tls_client_cert: Option<String>,
     pub tls_client_key: Option<String>,
+    pub protocol: Option<String>,
+    pub max_connections: Option<usize>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -24,7 +24,7 @@ use super::raw::{
 use super::{
     AccessLogFormat, Address, Admission, Balance, Config, DEFAULT_BODY_TIMEOUT, DEFAULT_ROUTE_TIMEOUT,
     DEFAULT_UPGRADE_IDLE_TIMEOUT, EndpointConfig, HealthConfig, HostMode, ListenerTls, MetricsConfig, OutlierConfig,
-    ProxyTarget, RetryBudget, RetryOn, RouteConfig, ServerConfig, Target, TracingConfig, UpstreamConfig,
+    Protocol, ProxyTarget, RetryBudget, RetryOn, RouteConfig, ServerConfig, Target, TracingConfig, UpstreamConfig,
 };
 
 /// The largest `max_requests` (tokio's semaphore takes up to 2^61 permits;
@@ -204,6 +204,7 @@ fn upstream_tls(
     endpoints: &[EndpointConfig],
     base_dir: &Path,
     key: &dyn Fn(&str) -> String,
+    protocol: Protocol,
 ) -> Result<Option<Arc<rustls::ClientConfig>>, Problem> {
     let set = [
         ("tls_ca_file", up.tls_ca_file.is_some()),
@@ -225,7 +226,12 @@ fn upstream_tls(
         (None, Some(_)) => return Err((key("tls_client_cert"), "required with tls_client_key".into())),
     };
     let client_auth = client.as_ref().map(|(c, k)| (c.as_path(), k.as_path()));
-    crate::tls::client_config(ca.as_deref(), client_auth).map(Some).map_err(|(which, m)| match which {
+    let alpn: &[&[u8]] = match protocol {
+        Protocol::Http1 => &[b"http/1.1"],
+        Protocol::H2c => &[b"h2"],
+        Protocol::Auto => &[b"h2", b"http/1.1"],
+    };
+    crate::tls::client_config(ca.as_deref(), client_auth, alpn).map(Some).map_err(|(which, m)| match which {
         crate::tls::ClientKey::CaFile => (key("tls_ca_file"), m),
         crate::tls::ClientKey::ClientCert => (key("tls_client_cert"), m),
         crate::tls::ClientKey::ClientKey => (key("tls_client_key"), m),
@@ -261,7 +267,24 @@ fn upstream(name: &str, up: &RawUpstream, base_dir: &Path) -> Result<UpstreamCon
         Some("round_robin") => Balance::RoundRobin,
         Some(other) => return Err((key("balance"), format!("{other:?}: use \"least_request\" or \"round_robin\""))),
     };
-    let tls = upstream_tls(up, &endpoints, base_dir, &key)?;
+    let protocol = match up.protocol.as_deref() {
+        None | Some("http1") => Protocol::Http1,
+        Some("h2c") => Protocol::H2c,
+        Some("auto") if endpoints.iter().all(|e| e.tls_name.is_some()) => Protocol::Auto,
+        Some("auto") => {
+            return Err((key("protocol"), "\"auto\" chooses by ALPN: every endpoint must be https://".into()));
+        }
+        Some(other) => return Err((key("protocol"), format!("{other:?}: use \"http1\", \"h2c\" or \"auto\""))),
+    };
+    let max_connections = match up.max_connections {
+        None => 1,
+        Some(0) => return Err((key("max_connections"), "must be at least 1".into())),
+        Some(n) if protocol == Protocol::Http1 => {
+            return Err((key("max_connections"), format!("{n}: only for HTTP/2 (protocol = \"h2c\" or \"auto\")")));
+        }
+        Some(n) => n.min(1024),
+    };
+    let tls = upstream_tls(up, &endpoints, base_dir, &key, protocol)?;
     Ok(UpstreamConfig {
         name: name.to_owned(),
         endpoints,
@@ -274,6 +297,8 @@ fn upstream(name: &str, up: &RawUpstream, base_dir: &Path) -> Result<UpstreamCon
         outlier: up.outlier.as_ref().map(|o| outlier(o, &key)).transpose()?,
         retry_budget: retry_budget(up.retry_budget.as_ref(), &key)?,
         tls,
+        protocol,
+        max_connections,
     })
 }
 

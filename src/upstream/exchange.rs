@@ -3,12 +3,14 @@
 
 use std::time::Duration;
 
-use http::{Method, Request, Response};
+use http::uri::{Authority, PathAndQuery, Scheme};
+use http::{Method, Request, Response, Uri, Version, header};
 use http_body_util::{Either, Empty};
 use hyper::body::Incoming;
+use hyper::client::conn::http2;
 use metrics::Counter;
 
-use super::pool::{Conn, ConnectError, Pool, SendBody, SendStalled};
+use super::pool::{Conn, ConnectError, Connected, Pool, SendBody, SendStalled};
 use crate::access::UpstreamTiming;
 use crate::body::{BodyIdle, BodyTooLarge, ClientBodyFailed};
 use crate::config::Address;
@@ -126,12 +128,15 @@ pub async fn exchange(
     plan: Plan,
     resends: &Counter,
     timing: Option<&UpstreamTiming>,
-) -> Result<(Response<Incoming>, Conn), Failure> {
+) -> Result<(Response<Incoming>, Option<Conn>), Failure> {
+    if pool.speaks_h2() {
+        return exchange_h2(pool, req, timing).await;
+    }
     while let Some(mut conn) = pool.take_idle() {
         conn.prepare(plan.send_timeout, plan.large_body);
         let copy = plan.retryable.then(|| copy_head(&req));
         match conn.sender.try_send_request(req).await {
-            Ok(response) => return Ok((response, conn)),
+            Ok(response) => return Ok((response, Some(conn))),
             Err(mut e) => match (e.take_message(), copy) {
                 (Some(unsent), _) => req = unsent,
                 (None, Some(copy)) if is_stale_connection(e.error()) => {
@@ -146,7 +151,9 @@ pub async fn exchange(
     }
     let connecting = tokio::time::Instant::now();
     let mut conn = match pool.connect().await {
-        Ok(conn) => conn,
+        Ok(Connected::Http1(conn)) => conn,
+        // An `auto` upstream that chose HTTP/2 by ALPN.
+        Ok(Connected::Http2(sender)) => return send_h2(sender, req, pool.scheme()).await,
         Err(e) => return Err(Failure::Connect(e, Box::new(req))),
     };
     if let Some(t) = timing {
@@ -154,7 +161,91 @@ pub async fn exchange(
     }
     conn.prepare(plan.send_timeout, plan.large_body);
     let response = conn.sender.send_request(req).await.map_err(Failure::Send)?;
-    Ok((response, conn))
+    Ok((response, Some(conn)))
+}
+
+/// [`exchange`] over HTTP/2: on a shared connection with room for another
+/// stream, or a new one. A request its connection did not take (it was
+/// closing: GOAWAY) goes to another.
+async fn exchange_h2(
+    pool: &Pool,
+    mut req: Request<SendBody>,
+    timing: Option<&UpstreamTiming>,
+) -> Result<(Response<Incoming>, Option<Conn>), Failure> {
+    loop {
+        let mut sender = match pool.h2_sender() {
+            Some(sender) => sender,
+            None => {
+                // One request opens a connection; those that arrive
+                // meanwhile wait, then look again.
+                let _opening = pool.h2_opening().await;
+                match pool.h2_sender() {
+                    Some(sender) => sender,
+                    None => {
+                        let connecting = tokio::time::Instant::now();
+                        match pool.connect().await {
+                            Ok(Connected::Http2(sender)) => {
+                                if let Some(t) = timing {
+                                    t.set_connect(connecting.elapsed());
+                                }
+                                sender
+                            }
+                            Ok(Connected::Http1(_)) => unreachable!("an HTTP/2 pool opens HTTP/2 connections"),
+                            Err(e) => return Err(Failure::Connect(e, Box::new(req))),
+                        }
+                    }
+                }
+            }
+        };
+        if sender.ready().await.is_err() {
+            continue;
+        }
+        to_h2(&mut req, pool.scheme());
+        match sender.try_send_request(req).await {
+            Ok(response) => return Ok((response, None)),
+            Err(mut e) => match e.take_message() {
+                Some(unsent) => req = unsent,
+                None => return Err(Failure::Send(e.into_error())),
+            },
+        }
+    }
+}
+
+async fn send_h2(
+    mut sender: http2::SendRequest<SendBody>,
+    mut req: Request<SendBody>,
+    scheme: Scheme,
+) -> Result<(Response<Incoming>, Option<Conn>), Failure> {
+    to_h2(&mut req, scheme);
+    let response = sender.send_request(req).await.map_err(Failure::Send)?;
+    Ok((response, None))
+}
+
+/// Makes a request prepared for HTTP/1.1 an HTTP/2 one: the `Host` becomes
+/// `:authority` (with `:scheme`), and the connection-specific headers HTTP/2
+/// forbids (RFC 9113 §8.2.2) go; `TE: trailers` stays (gRPC needs it).
+fn to_h2(req: &mut Request<SendBody>, scheme: Scheme) {
+    if req.version() == Version::HTTP_2 {
+        return;
+    }
+    *req.version_mut() = Version::HTTP_2;
+    let headers = req.headers_mut();
+    let host = headers.remove(header::HOST);
+    for name in [header::TRANSFER_ENCODING, header::CONNECTION, header::UPGRADE] {
+        headers.remove(name);
+    }
+    let authority = host.and_then(|h| Authority::try_from(h.as_bytes()).ok());
+    let mut parts = req.uri().clone().into_parts();
+    parts.scheme = Some(scheme);
+    if let Some(authority) = authority {
+        parts.authority = Some(authority);
+    }
+    if parts.path_and_query.is_none() {
+        parts.path_and_query = Some(PathAndQuery::from_static("/"));
+    }
+    if let Ok(uri) = Uri::from_parts(parts) {
+        *req.uri_mut() = uri;
+    }
 }
 
 pub fn is_idempotent(m: &Method) -> bool {

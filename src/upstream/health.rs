@@ -12,7 +12,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Request, header};
 use http_body_util::Empty;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 
 use super::endpoint::Endpoint;
 use super::pool::{TlsTarget, connect_stream};
@@ -31,11 +31,14 @@ async fn run(endpoint: Weak<Endpoint>, config: HealthConfig) {
         let Some(e) = endpoint.upgrade() else { return };
         let address = e.config.address.clone();
         let tls = e.tls.clone();
+        let h2c = e.pool.speaks_h2();
         let host = e.host.clone();
         drop(e);
-        let checked =
-            tokio::time::timeout(config.timeout, probe(&address, tls.as_ref(), host, &config.path, config.timeout))
-                .await;
+        let checked = tokio::time::timeout(
+            config.timeout,
+            probe(&address, tls.as_ref(), h2c, host, &config.path, config.timeout),
+        )
+        .await;
         let (passed, failure) = match checked {
             Ok(Ok(status)) if status.is_success() => (true, String::new()),
             Ok(Ok(status)) => (false, format!("answered {status}")),
@@ -61,11 +64,27 @@ async fn run(endpoint: Weak<Endpoint>, config: HealthConfig) {
 async fn probe(
     address: &Address,
     tls: Option<&TlsTarget>,
+    h2c: bool,
     host: http::HeaderValue,
     path: &str,
     timeout: Duration,
 ) -> Result<http::StatusCode, Box<dyn std::error::Error + Send + Sync>> {
     let stream = connect_stream(address, tls, timeout).await?;
+    if h2c || stream.alpn_h2() {
+        let (mut sender, connection) =
+            hyper::client::conn::http2::handshake::<_, _, Empty<Bytes>>(TokioExecutor::new(), TokioIo::new(stream))
+                .await?;
+        let connection = tokio::spawn(connection);
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let authority = host.to_str().unwrap_or("localhost");
+        let request = Request::get(format!("{scheme}://{authority}{path}"))
+            .version(http::Version::HTTP_2)
+            .header(header::USER_AGENT, "gateway-health-check")
+            .body(Empty::new())?;
+        let status = sender.send_request(request).await?.status();
+        connection.abort();
+        return Ok(status);
+    }
     let (mut sender, connection) =
         hyper::client::conn::http1::handshake::<_, Empty<Bytes>>(TokioIo::new(stream)).await?;
     let connection = tokio::spawn(connection);

@@ -227,6 +227,8 @@ impl Upstream {
                             });
                         }
                         // The tunnel holds no slot (see `crate::tunnel`).
+                        // A 101 comes only over HTTP/1.1, on its own connection.
+                        let conn = conn.expect("an HTTP/1.1 exchange has its connection");
                         return Ok(tunnel::switch(response, conn, client, idle));
                     }
                     let lease = Lease { _attempt: attempt, _slot: slot, _in_flight: in_flight };
@@ -260,7 +262,13 @@ impl Upstream {
 
     /// The upstream's response, with the header rules applied and its body
     /// streaming; `lease` is held until the body is complete.
-    fn respond(&self, response: Response<Incoming>, conn: Conn, lease: Lease, target: &ProxyTarget) -> Response<Body> {
+    fn respond(
+        &self,
+        response: Response<Incoming>,
+        conn: Option<Conn>,
+        lease: Lease,
+        target: &ProxyTarget,
+    ) -> Response<Body> {
         let (mut parts, body) = response.into_parts();
         let reusable = proxy::prepare_response(&mut parts, &body);
         let body = UpstreamBody::new(

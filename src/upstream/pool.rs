@@ -22,7 +22,7 @@
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, Once, Weak};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -30,7 +30,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::{Either, Empty};
 use hyper::client::conn::http1::{self, SendRequest};
+use hyper::client::conn::http2;
 use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use metrics::Counter;
 use rustls_pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -40,7 +42,7 @@ use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 
 use crate::body::RequestBody;
-use crate::config::{Address, EndpointConfig, UpstreamConfig};
+use crate::config::{Address, EndpointConfig, Protocol, UpstreamConfig};
 
 /// The body sent upstream: the client's, streamed, or nothing.
 pub type SendBody = Either<RequestBody, Empty<Bytes>>;
@@ -91,6 +93,25 @@ struct Inner {
     /// `gateway_upstream_connections_opened_total`.
     opened: Counter,
     reaper: Once,
+    /// What the endpoint speaks: [`Protocol::Auto`] until a connection's
+    /// ALPN tells.
+    protocol: Mutex<Protocol>,
+    /// HTTP/2: the shared connections (at most `h2_max`), each carrying
+    /// many requests at once.
+    h2: Mutex<Vec<http2::SendRequest<SendBody>>>,
+    h2_max: usize,
+    /// Round-robin position over the HTTP/2 connections.
+    h2_next: AtomicUsize,
+    /// Held while an HTTP/2 connection is being opened, so that requests
+    /// arriving together wait for it instead of each opening its own.
+    h2_connecting: tokio::sync::Mutex<()>,
+}
+
+/// A new connection: HTTP/1.1 (one request at a time, pooled when idle) or
+/// HTTP/2 (shared).
+pub enum Connected {
+    Http1(Conn),
+    Http2(http2::SendRequest<SendBody>),
 }
 
 struct Idle {
@@ -121,7 +142,52 @@ impl Pool {
                 idle: Mutex::new(Vec::new()),
                 opened,
                 reaper: Once::new(),
+                protocol: Mutex::new(config.protocol),
+                h2: Mutex::new(Vec::new()),
+                h2_max: config.max_connections,
+                h2_next: AtomicUsize::new(0),
+                h2_connecting: tokio::sync::Mutex::new(()),
             }),
+        }
+    }
+
+    /// Whether requests go over HTTP/2 (known once the first connection of
+    /// an `auto` upstream has negotiated it).
+    pub fn speaks_h2(&self) -> bool {
+        *self.inner.protocol.lock().expect("pool lock") == Protocol::H2c
+    }
+
+    /// The HTTP/2 connection to send on: `None` while fewer than
+    /// `max_connections` are open (the caller opens one), else the live ones
+    /// in turn. Each multiplexes; a request beyond the upstream's
+    /// concurrent-stream limit waits inside hyper for a stream to free.
+    pub fn h2_sender(&self) -> Option<http2::SendRequest<SendBody>> {
+        let mut conns = self.inner.h2.lock().expect("pool lock");
+        conns.retain(|c| !c.is_closed());
+        if conns.len() < self.inner.h2_max {
+            return None;
+        }
+        let next = self.inner.h2_next.fetch_add(1, Relaxed) % conns.len();
+        Some(conns[next].clone())
+    }
+
+    /// The `:scheme` of requests over HTTP/2.
+    pub fn scheme(&self) -> http::uri::Scheme {
+        if self.inner.tls.is_some() { http::uri::Scheme::HTTPS } else { http::uri::Scheme::HTTP }
+    }
+
+    /// Waits while another request opens an HTTP/2 connection; then the
+    /// caller looks again ([`Pool::h2_sender`]) or opens one itself, holding
+    /// the guard until it is kept.
+    pub async fn h2_opening(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.inner.h2_connecting.lock().await
+    }
+
+    /// Keeps a new HTTP/2 connection for later requests, if there is room.
+    fn keep_h2(&self, sender: &http2::SendRequest<SendBody>) {
+        let mut conns = self.inner.h2.lock().expect("pool lock");
+        if conns.len() < self.inner.h2_max {
+            conns.push(sender.clone());
         }
     }
 
@@ -147,17 +213,44 @@ impl Pool {
     /// no more per request than a plain one, while keeping upgrade requests
     /// off pooled connections cost ~130 instructions on every request
     /// (`benches/callgrind /b`).
-    pub async fn connect(&self) -> Result<Conn, ConnectError> {
+    pub async fn connect(&self) -> Result<Connected, ConnectError> {
         self.start_reaper();
         let inner = &self.inner;
         let stream = connect_stream(&inner.address, inner.tls.as_ref(), inner.connect_timeout).await?;
+        let h2 = match *inner.protocol.lock().expect("pool lock") {
+            Protocol::Http1 => false,
+            Protocol::H2c => true,
+            Protocol::Auto => stream.alpn_h2(),
+        };
         let io = Arc::new(IoShared {
-            clean: AtomicBool::new(false),
+            // An HTTP/2 connection is shared: requests end with their own
+            // stream's reset, and the connection closes cleanly.
+            clean: AtomicBool::new(h2),
             send_timeout_ms: AtomicU64::new(0),
             large_request: AtomicBool::new(false),
         });
         let upstream_io =
             UpstreamIo { inner: stream, shared: io.clone(), stall: None, stalled: false, limits_unsent: false };
+        if h2 {
+            let (sender, connection) = http2::Builder::new(TokioExecutor::new())
+                .timer(TokioTimer::new())
+                .handshake(TokioIo::new(upstream_io))
+                .await?;
+            tokio::spawn(async move {
+                if let Err(e) = connection.await {
+                    tracing::debug!(error = %e, "upstream HTTP/2 connection ended with an error");
+                }
+            });
+            inner.opened.increment(1);
+            *inner.protocol.lock().expect("pool lock") = Protocol::H2c;
+            self.keep_h2(&sender);
+            return Ok(Connected::Http2(sender));
+        }
+        if let Ok(mut p) = inner.protocol.lock()
+            && *p == Protocol::Auto
+        {
+            *p = Protocol::Http1;
+        }
         let (sender, connection) = http1::Builder::new().writev(false).handshake(TokioIo::new(upstream_io)).await?;
         tokio::spawn(async move {
             // After a 101 the socket goes to the tunnel.
@@ -166,7 +259,7 @@ impl Pool {
             }
         });
         inner.opened.increment(1);
-        Ok(Conn { sender, io, pool: Arc::downgrade(inner) })
+        Ok(Connected::Http1(Conn { sender, io, pool: Arc::downgrade(inner) }))
     }
 
     /// Starts, once, the task that closes connections idle for longer than
@@ -261,6 +354,11 @@ pub enum Stream {
 }
 
 impl Stream {
+    /// The TLS handshake chose HTTP/2 by ALPN.
+    pub fn alpn_h2(&self) -> bool {
+        matches!(self, Stream::Tls(s) if s.get_ref().1.alpn_protocol() == Some(b"h2"))
+    }
+
     fn tcp(&self) -> Option<&TcpStream> {
         match self {
             Stream::Tcp(s) => Some(s),

@@ -1,0 +1,169 @@
+//! HTTP/2 to upstreams (issue 11, item 5): `protocol = "h2c"` multiplexes
+//! requests on `max_connections` shared connections; trailers pass both
+//! ways; health checks speak HTTP/2; the settings are checked at load.
+
+mod common;
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use http::{HeaderMap, HeaderValue, Request, Response, Version};
+use http_body_util::{BodyExt, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::TcpListener;
+
+/// What the upstream saw of each request: version, URI, request trailers.
+type Seen = Arc<Mutex<Vec<String>>>;
+
+/// An HTTP/2-only (prior knowledge) upstream: waits `delay`, then answers
+/// `h2 ok` with a `grpc-status` trailer, echoing the request's `x-sum`
+/// trailer as `x-got`. At most `streams` concurrent streams per connection.
+async fn h2_upstream(delay: Duration, streams: u32) -> (SocketAddr, Arc<AtomicUsize>, Seen) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let connections = Arc::new(AtomicUsize::new(0));
+    let seen: Seen = Arc::default();
+    let (count, log) = (connections.clone(), seen.clone());
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
+            let log = log.clone();
+            tokio::spawn(async move {
+                let svc = service_fn(move |req: Request<Incoming>| {
+                    let log = log.clone();
+                    async move {
+                        let (version, uri) = (req.version(), req.uri().clone());
+                        let collected = req.into_body().collect().await.unwrap();
+                        let sum = collected.trailers().and_then(|t| t.get("x-sum")).cloned();
+                        log.lock().unwrap().push(format!("{version:?} {uri} trailer={sum:?}"));
+                        tokio::time::sleep(delay).await;
+                        let mut trailers = HeaderMap::new();
+                        trailers.insert("grpc-status", HeaderValue::from_static("0"));
+                        if let Some(sum) = sum {
+                            trailers.insert("x-got", sum);
+                        }
+                        let frames = vec![
+                            Ok::<_, Infallible>(Frame::data(Bytes::from_static(b"h2 ok"))),
+                            Ok(Frame::trailers(trailers)),
+                        ];
+                        let body = StreamBody::new(futures_util::stream::iter(frames));
+                        Ok::<_, Infallible>(Response::new(body))
+                    }
+                });
+                let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                    .max_concurrent_streams(streams)
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    (addr, connections, seen)
+}
+
+fn h2_toml(up: SocketAddr, extra: &str) -> String {
+    format!(
+        "[server]\n[upstreams.grpc]\nurl = \"http://{up}\"\nprotocol = \"h2c\"\n{extra}\n\
+         [[routes]]\nname = \"grpc\"\nprefix = \"/svc\"\nupstream = \"grpc\"\n"
+    )
+}
+
+#[tokio::test]
+async fn h2c_multiplexes_concurrent_requests_on_one_connection() {
+    let (up, connections, seen) = h2_upstream(Duration::from_millis(200), 100).await;
+    let gw = TestGateway::from_toml(&h2_toml(up, "")).await;
+    let started = std::time::Instant::now();
+    let requests: Vec<_> = (0..20).map(|i| tokio::spawn(get_owned(gw.url(&format!("/svc/m?i={i}"))))).collect();
+    for r in requests {
+        let (status, body) = r.await.unwrap();
+        assert_eq!((status, &body[..]), (200, &b"h2 ok"[..]));
+    }
+    assert_eq!(connections.load(Ordering::SeqCst), 1, "one HTTP/2 connection carries them all");
+    // At once, not one after another (20 x 200 ms would be 4 s).
+    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+    let seen = seen.lock().unwrap();
+    let first = seen.iter().find(|l| l.contains("i=0")).unwrap();
+    assert!(first.starts_with("HTTP/2.0 http://") && first.contains(&format!("{}/svc/m?i=0", gw.addr)), "{first}");
+}
+
+async fn get_owned(url: String) -> (u16, Bytes) {
+    let (parts, body) = get(&url).await;
+    (parts.status.as_u16(), body)
+}
+
+#[tokio::test]
+async fn max_connections_spreads_requests_over_that_many_connections() {
+    let (up, connections, _) = h2_upstream(Duration::from_millis(50), 100).await;
+    let gw = TestGateway::from_toml(&h2_toml(up, "max_connections = 2")).await;
+    for round in 0..3 {
+        let requests: Vec<_> =
+            (0..4).map(|i| tokio::spawn(get_owned(gw.url(&format!("/svc/m?r={round}&i={i}"))))).collect();
+        for r in requests {
+            assert_eq!(r.await.unwrap().0, 200);
+        }
+    }
+    assert_eq!(connections.load(Ordering::SeqCst), 2, "exactly max_connections, kept and reused");
+}
+
+#[tokio::test]
+async fn trailers_pass_both_ways_between_http2_client_and_upstream() {
+    let (up, _, seen) = h2_upstream(Duration::ZERO, 100).await;
+    let gw = TestGateway::from_toml(&h2_toml(up, "")).await;
+    let (mut client, _conn) = h2_client(gw.addr).await;
+    let mut trailers = HeaderMap::new();
+    trailers.insert("x-sum", HeaderValue::from_static("abc123"));
+    let frames = vec![
+        Ok::<_, Box<dyn std::error::Error + Send + Sync>>(Frame::data(Bytes::from_static(b"payload"))),
+        Ok(Frame::trailers(trailers)),
+    ];
+    let body = StreamBody::new(futures_util::stream::iter(frames)).boxed();
+    let req = Request::post(format!("http://{}/svc/echo", gw.addr))
+        .version(Version::HTTP_2)
+        .header("te", "trailers")
+        .header("content-type", "application/grpc")
+        .body(body)
+        .unwrap();
+    let response = client.send_request(req).await.unwrap();
+    assert_eq!(response.status(), 200);
+    let collected = response.into_body().collect().await.unwrap();
+    let got = collected.trailers().cloned().expect("response trailers reach the client");
+    assert_eq!(got.get("grpc-status").unwrap(), "0");
+    assert_eq!(got.get("x-got").unwrap(), "abc123", "the request's trailer reached the upstream");
+    assert_eq!(&collected.to_bytes()[..], b"h2 ok");
+    assert!(seen.lock().unwrap()[0].contains("trailer=Some(\"abc123\")"));
+}
+
+#[tokio::test]
+async fn health_checks_speak_http2_to_an_h2c_upstream() {
+    let (up, _, seen) = h2_upstream(Duration::ZERO, 100).await;
+    let health = "[upstreams.grpc.health]\npath = \"/healthz\"\ninterval = \"100ms\"";
+    let gw = TestGateway::from_toml(&h2_toml(up, health)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(get(&gw.url("/readyz")).await.0.status, 200, "an HTTP/1.1 probe would fail on an h2-only upstream");
+    assert!(seen.lock().unwrap().iter().any(|l| l.starts_with("HTTP/2.0") && l.contains("/healthz")));
+}
+
+#[test]
+fn http2_settings_are_checked_at_load() {
+    let load = |toml: &str| {
+        let source = gateway::config::Source::Inline { text: toml.to_owned(), base_dir: std::env::temp_dir() };
+        gateway::config::load(&source).err().map(|e| e.to_string()).unwrap_or_default()
+    };
+    let up = |extra: &str| format!("[upstreams.u]\nurl = \"http://127.0.0.1:1\"\n{extra}\n");
+    let cases = [
+        (up("protocol = \"h3\""), "upstreams.u.protocol", "use \"http1\", \"h2c\" or \"auto\""),
+        (up("protocol = \"auto\""), "upstreams.u.protocol", "every endpoint must be https://"),
+        (up("max_connections = 4"), "upstreams.u.max_connections", "only for HTTP/2"),
+        (up("protocol = \"h2c\"\nmax_connections = 0"), "upstreams.u.max_connections", "at least 1"),
+    ];
+    for (toml, key, want) in &cases {
+        let err = load(toml);
+        assert!(err.contains(key) && err.contains(want), "want {key}: …{want}…, got {err:?}");
+    }
+}

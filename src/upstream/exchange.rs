@@ -130,7 +130,9 @@ pub async fn exchange(
     timing: Option<&UpstreamTiming>,
 ) -> Result<(Response<Incoming>, Option<Conn>), Failure> {
     if pool.speaks_h2() {
-        return exchange_h2(pool, req, timing).await;
+        // Boxed: its state would otherwise grow every HTTP/1.1 exchange's
+        // future (measured: ~140 instructions a request, in copies).
+        return Box::pin(exchange_h2(pool, req, timing)).await;
     }
     while let Some(mut conn) = pool.take_idle() {
         conn.prepare(plan.send_timeout, plan.large_body);
@@ -153,7 +155,7 @@ pub async fn exchange(
     let mut conn = match pool.connect().await {
         Ok(Connected::Http1(conn)) => conn,
         // An `auto` upstream that chose HTTP/2 by ALPN.
-        Ok(Connected::Http2(sender)) => return send_h2(sender, req, pool.scheme()).await,
+        Ok(Connected::Http2(sender)) => return Box::pin(send_h2(sender, req, pool.scheme())).await,
         Err(e) => return Err(Failure::Connect(e, Box::new(req))),
     };
     if let Some(t) = timing {

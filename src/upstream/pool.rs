@@ -22,7 +22,7 @@
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, Once, Weak};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -94,8 +94,8 @@ struct Inner {
     opened: Counter,
     reaper: Once,
     /// What the endpoint speaks: [`Protocol::Auto`] until a connection's
-    /// ALPN tells.
-    protocol: Mutex<Protocol>,
+    /// ALPN tells (see [`protocol_code`]; an atomic, read on every request).
+    protocol: AtomicU8,
     /// HTTP/2: the shared connections (at most `h2_max`), each carrying
     /// many requests at once.
     h2: Mutex<Vec<http2::SendRequest<SendBody>>>,
@@ -105,6 +105,15 @@ struct Inner {
     /// Held while an HTTP/2 connection is being opened, so that requests
     /// arriving together wait for it instead of each opening its own.
     h2_connecting: tokio::sync::Mutex<()>,
+}
+
+/// [`Protocol`] as a number, for an atomic.
+fn protocol_code(p: Protocol) -> u8 {
+    match p {
+        Protocol::Http1 => 0,
+        Protocol::H2c => 1,
+        Protocol::Auto => 2,
+    }
 }
 
 /// A new connection: HTTP/1.1 (one request at a time, pooled when idle) or
@@ -142,7 +151,7 @@ impl Pool {
                 idle: Mutex::new(Vec::new()),
                 opened,
                 reaper: Once::new(),
-                protocol: Mutex::new(config.protocol),
+                protocol: AtomicU8::new(protocol_code(config.protocol)),
                 h2: Mutex::new(Vec::new()),
                 h2_max: config.max_connections,
                 h2_next: AtomicUsize::new(0),
@@ -154,7 +163,7 @@ impl Pool {
     /// Whether requests go over HTTP/2 (known once the first connection of
     /// an `auto` upstream has negotiated it).
     pub fn speaks_h2(&self) -> bool {
-        *self.inner.protocol.lock().expect("pool lock") == Protocol::H2c
+        self.inner.protocol.load(Relaxed) == protocol_code(Protocol::H2c)
     }
 
     /// The HTTP/2 connection to send on: `None` while fewer than
@@ -217,11 +226,8 @@ impl Pool {
         self.start_reaper();
         let inner = &self.inner;
         let stream = connect_stream(&inner.address, inner.tls.as_ref(), inner.connect_timeout).await?;
-        let h2 = match *inner.protocol.lock().expect("pool lock") {
-            Protocol::Http1 => false,
-            Protocol::H2c => true,
-            Protocol::Auto => stream.alpn_h2(),
-        };
+        let auto = inner.protocol.load(Relaxed) == protocol_code(Protocol::Auto);
+        let h2 = if auto { stream.alpn_h2() } else { self.speaks_h2() };
         let io = Arc::new(IoShared {
             // An HTTP/2 connection is shared: requests end with their own
             // stream's reset, and the connection closes cleanly.
@@ -242,14 +248,12 @@ impl Pool {
                 }
             });
             inner.opened.increment(1);
-            *inner.protocol.lock().expect("pool lock") = Protocol::H2c;
+            inner.protocol.store(protocol_code(Protocol::H2c), Relaxed);
             self.keep_h2(&sender);
             return Ok(Connected::Http2(sender));
         }
-        if let Ok(mut p) = inner.protocol.lock()
-            && *p == Protocol::Auto
-        {
-            *p = Protocol::Http1;
+        if auto {
+            inner.protocol.store(protocol_code(Protocol::Http1), Relaxed);
         }
         let (sender, connection) = http1::Builder::new().writev(false).handshake(TokioIo::new(upstream_io)).await?;
         tokio::spawn(async move {

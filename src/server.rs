@@ -220,7 +220,7 @@ impl App {
     /// connections once their last request is done. `[server]` (but for its
     /// `tls` files), `[metrics]` and `[tracing]` need a restart: a change
     /// there is logged and not applied. An invalid file changes nothing.
-    pub fn reload(&self) -> Result<(), ConfigError> {
+    pub fn reload(&self) -> Result<Vec<&'static str>, ConfigError> {
         let loaded = match &self.config.source {
             Some(source) => crate::config::load(source),
             None => Err(ConfigError {
@@ -229,7 +229,7 @@ impl App {
                 message: "no file to load again".into(),
             }),
         };
-        let new = match loaded {
+        let mut new = match loaded {
             Ok(new) => new,
             Err(e) => {
                 metrics::config_reloaded(false);
@@ -237,6 +237,11 @@ impl App {
                 return Err(e);
             }
         };
+        // Unset in the file, the access log format followed --log-format at
+        // start (see `cli`); the same holds now.
+        if new.server.access_log_format.is_none() {
+            new.server.access_log_format = self.config.server.access_log_format;
+        }
         let old = self.table.load();
         let table = Table::new(&new, &old.upstreams);
         let kept = table.upstreams.iter().filter(|u| old.upstreams.iter().any(|o| Arc::ptr_eq(o, u))).count();
@@ -256,7 +261,7 @@ impl App {
             upstreams_kept = kept,
             "config reloaded"
         );
-        Ok(())
+        Ok(needs_restart)
     }
 
     /// The listener's TLS config as of now (a reload may replace it).
@@ -643,7 +648,11 @@ impl App {
                 return error_response(&GatewayError::MethodNotAllowed { allow: "POST".into() });
             }
             let (status, body) = match self.reload() {
-                Ok(()) => (StatusCode::OK, "reloaded\n".to_owned()),
+                Ok(kept) if kept.is_empty() => (StatusCode::OK, "reloaded\n".to_owned()),
+                Ok(kept) => {
+                    let sections = kept.join(", ");
+                    (StatusCode::OK, format!("reloaded; changes in {sections} need a restart and were not applied\n"))
+                }
                 Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("reload failed, nothing changed: {e}\n")),
             };
             let mut response = Response::new(Body::full(body));

@@ -25,6 +25,8 @@ async fn from_file(dir: &Path, toml: &str) -> TestGateway {
     std::fs::write(&path, toml).unwrap();
     let mut c = config::load(&Source::File(path)).unwrap_or_else(|e| panic!("{e}"));
     c.server.listen = "127.0.0.1:0".parse().unwrap();
+    // As the command line does when the file leaves it unset.
+    c.server.access_log_format.get_or_insert(config::AccessLogFormat::Combined);
     TestGateway::start(c).await
 }
 
@@ -89,7 +91,8 @@ async fn a_reload_under_load_adds_a_route_and_changes_a_timeout_without_dropping
             "[[routes]]\nname = \"rl_new\"\nprefix = \"/new\"\nrespond = { status = 200, body = \"new\" }\n",
         ),
     );
-    gw.app.reload().expect("a valid file reloads");
+    let needs_restart = gw.app.reload().expect("a valid file reloads");
+    assert!(needs_restart.is_empty(), "[server] did not change: {needs_restart:?}");
     let (parts, body) = get(&gw.url("/new")).await;
     assert_eq!((parts.status.as_u16(), &body[..]), (200, &b"new"[..]), "the new route serves at once");
     tokio::time::sleep(Duration::from_millis(400)).await;
@@ -238,4 +241,18 @@ fn sighup_reloads_the_binary() {
     let exit = gw.wait().unwrap();
     assert!(reloaded, "SIGHUP must load the new route");
     assert_eq!(exit.code(), Some(0), "still exits cleanly");
+}
+
+#[tokio::test]
+async fn a_changed_server_section_is_reported_and_not_applied() {
+    let _serial = SERIAL.lock().await;
+    let (up, _) = counting_upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let gw = from_file(dir.path(), &with_routes(up.addr, "2s", "")).await;
+    let changed = with_routes(up.addr, "2s", "").replace("[server]\n", "[server]\nmax_uri_length = \"1KiB\"\n");
+    rewrite(dir.path(), &changed);
+    assert_eq!(gw.app.reload().unwrap(), vec!["server"]);
+    // Still the old limit (8 KiB): a 2 KiB target passes.
+    let long = format!("/a/{}", "x".repeat(2048));
+    assert_eq!(get(&gw.url(&long)).await.0.status, 200);
 }

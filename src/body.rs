@@ -4,8 +4,8 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -236,6 +236,18 @@ pub struct RequestBody {
     http2: bool,
     /// Bytes read, for the access log (when it is on).
     counted: Option<Arc<AtomicU64>>,
+    /// Why the body failed, for the proxy: an HTTP/2 upstream connection
+    /// turns a body error into a stream reset, which says nothing of whose
+    /// fault it was.
+    fault: Arc<OnceLock<ClientFault>>,
+}
+
+/// How a client's request body failed.
+#[derive(Debug, Clone)]
+pub enum ClientFault {
+    TooLarge(u64),
+    Idle(Duration),
+    Failed(String),
 }
 
 impl RequestBody {
@@ -246,7 +258,18 @@ impl RequestBody {
         http2: bool,
         counted: Option<Arc<AtomicU64>>,
     ) -> Self {
-        RequestBody { inner, limit, seen: 0, idle: IdleTimer::new(idle_timeout), http2, counted }
+        let fault = Arc::default();
+        RequestBody { inner, limit, seen: 0, idle: IdleTimer::new(idle_timeout), http2, counted, fault }
+    }
+
+    /// Where the body's failure is noted, if it fails.
+    pub fn fault(&self) -> Arc<OnceLock<ClientFault>> {
+        self.fault.clone()
+    }
+
+    fn failed(&self, fault: ClientFault, e: BoxError) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let _ = self.fault.set(fault);
+        Poll::Ready(Some(Err(e)))
     }
 }
 
@@ -264,18 +287,25 @@ impl http_body::Body for RequestBody {
                         counted.store(this.seen, Ordering::Relaxed);
                     }
                     if this.seen > this.limit {
-                        return Poll::Ready(Some(Err(BodyTooLarge(this.limit).into())));
+                        return this.failed(ClientFault::TooLarge(this.limit), BodyTooLarge(this.limit).into());
                     }
                 }
                 this.idle.progress();
                 Poll::Ready(Some(Ok(frame)))
             }
-            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(ClientBodyFailed::Read(e).into()))),
+            Poll::Ready(Some(Err(e))) => {
+                let e = ClientBodyFailed::Read(e);
+                this.failed(ClientFault::Failed(e.to_string()), e.into())
+            }
             Poll::Ready(None) if this.http2 && !http_body::Body::is_end_stream(&this.inner) => {
-                Poll::Ready(Some(Err(ClientBodyFailed::Reset.into())))
+                let e = ClientBodyFailed::Reset;
+                this.failed(ClientFault::Failed(e.to_string()), e.into())
             }
             Poll::Ready(None) => Poll::Ready(None),
-            Poll::Pending if this.idle.expired(cx) => Poll::Ready(Some(Err(BodyIdle(this.idle.after).into()))),
+            Poll::Pending if this.idle.expired(cx) => {
+                let after = this.idle.after;
+                this.failed(ClientFault::Idle(after), BodyIdle(after).into())
+            }
             Poll::Pending => Poll::Pending,
         }
     }

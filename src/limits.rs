@@ -97,6 +97,11 @@ impl ConcurrencyLimit {
         ConcurrencyLimit { limit, current: AtomicUsize::new(0) }
     }
 
+    /// The limit.
+    pub fn max(&self) -> usize {
+        self.limit
+    }
+
     /// A slot, or `Overloaded` when all are taken.
     pub fn try_acquire(&self) -> Result<Slot<'_>, GatewayError> {
         let taken = self.current.fetch_add(1, Ordering::AcqRel);

@@ -2,17 +2,17 @@
 //! upstream receives (rewrite, hop-by-hop headers, forwarding headers,
 //! framing), and how the upstream's response head becomes the client's.
 
-use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, OnceLock};
 
 use http::header::{self, HeaderValue};
-use http::uri::PathAndQuery;
+use http::uri::{Authority, PathAndQuery};
 use http::{Request, Uri, Version, request, response};
 use http_body_util::{Either, Empty};
 use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
 
-use crate::body::RequestBody;
+use crate::body::{ClientFault, RequestBody};
 use crate::config::ProxyTarget;
 use crate::error::GatewayError;
 use crate::headers;
@@ -32,6 +32,8 @@ pub struct Prepared {
     /// The client's side of the connection, once switched, when the request
     /// asks for an upgrade the route tunnels.
     pub upgrade: Option<OnUpgrade>,
+    /// Where the request body notes its own failure (when there is a body).
+    pub fault: Option<Arc<OnceLock<ClientFault>>>,
 }
 
 /// Applies the route's rewrite and the header rules to a client request.
@@ -56,6 +58,14 @@ pub fn prepare_request(
         .get(header::HOST)
         .cloned()
         .or_else(|| parts.uri.authority().and_then(|a| HeaderValue::from_str(a.as_str()).ok()));
+    // A Host that is not host[:port] is a bad request (RFC 9112 §3.2); an
+    // HTTP/2 upstream could not even be sent it as :authority.
+    if let Some(host) = &client_host
+        && !host.is_empty()
+        && Authority::try_from(host.as_bytes()).is_err()
+    {
+        return Err(GatewayError::BadRequest("invalid Host"));
+    }
     let mut upgrade = None;
     if headers::has_hop_by_hop(&parts.headers) {
         let protocol = match target.upgrade {
@@ -93,14 +103,16 @@ pub fn prepare_request(
     }
     let large_body = has_body
         && http_body::Body::size_hint(&body).upper().is_none_or(|n| n > u64::from(crate::listener::NOTSENT_LOWAT));
-    let body = if has_body {
-        Either::Left(RequestBody::new(body, max_body, target.body_timeout, from_http2, counted))
+    let (body, fault) = if has_body {
+        let body = RequestBody::new(body, max_body, target.body_timeout, from_http2, counted);
+        let fault = body.fault();
+        (Either::Left(body), Some(fault))
     } else {
-        Either::Right(Empty::new())
+        (Either::Right(Empty::new()), None)
     };
     let plan =
         Plan { retryable: !has_body && is_idempotent(&parts.method), send_timeout: target.body_timeout, large_body };
-    Ok(Prepared { parts, body, plan, client_host, upgrade })
+    Ok(Prepared { parts, body, plan, client_host, upgrade, fault })
 }
 
 /// Refuses a response status the gateway must not relay. `upgrading`: the

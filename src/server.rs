@@ -144,8 +144,9 @@ struct Route {
     /// The methods the route answers, with the `Allow` value for a 405;
     /// `None` answers every method.
     methods: Option<(Vec<Method>, String)>,
-    /// The route's `max_concurrent`, if set.
-    limit: Option<ConcurrencyLimit>,
+    /// The route's `max_concurrent`, if set (shared with the route of the
+    /// same name after a reload).
+    limit: Option<Arc<ConcurrencyLimit>>,
 }
 
 impl Route {
@@ -172,6 +173,8 @@ pub struct App {
     /// The listener's TLS config, replaced by a reload (certificate files
     /// are read again).
     tls: ArcSwapOption<rustls::ServerConfig>,
+    /// Held by a reload.
+    reloading: std::sync::Mutex<()>,
     unmatched: RouteMetrics,
     files: FileServer,
     metrics_exporter: &'static metrics::Exporter,
@@ -201,8 +204,9 @@ impl App {
         App {
             path_options,
             builtins_on_main: config.metrics.listen.is_none(),
-            table: ArcSwap::from_pointee(Table::new(&config, &[])),
+            table: ArcSwap::from_pointee(Table::new(&config, None)),
             tls: ArcSwapOption::new(config.server.tls.as_ref().map(|t| t.config.clone())),
+            reloading: std::sync::Mutex::new(()),
             unmatched: RouteMetrics::new("unmatched"),
             files: FileServer::default(),
             metrics_exporter: exporter,
@@ -221,6 +225,8 @@ impl App {
     /// `tls` files), `[metrics]` and `[tracing]` need a restart: a change
     /// there is logged and not applied. An invalid file changes nothing.
     pub fn reload(&self) -> Result<Vec<&'static str>, ConfigError> {
+        // One at a time: two at once could store the older file last.
+        let _one = self.reloading.lock().unwrap_or_else(|e| e.into_inner());
         let loaded = match &self.config.source {
             Some(source) => crate::config::load(source),
             None => Err(ConfigError {
@@ -243,11 +249,20 @@ impl App {
             new.server.access_log_format = self.config.server.access_log_format;
         }
         let old = self.table.load();
-        let table = Table::new(&new, &old.upstreams);
+        let table = Table::new(&new, Some(&old));
         let kept = table.upstreams.iter().filter(|u| old.upstreams.iter().any(|o| Arc::ptr_eq(o, u))).count();
         self.table.store(Arc::new(table));
-        self.tls.store(new.server.tls.as_ref().map(|t| t.config.clone()));
-        let needs_restart = restart_sections(&self.config, &new);
+        let mut needs_restart = restart_sections(&self.config, &new);
+        match (&self.config.server.tls, &new.server.tls) {
+            // Renewed files: served from the next connection on.
+            (Some(old), Some(new)) if old.client_ca.is_some() == new.client_ca.is_some() => {
+                self.tls.store(Some(new.config.clone()));
+            }
+            (None, None) => {}
+            // Turning TLS or client certificates on or off changes what the
+            // listener is: not silently.
+            _ => needs_restart.push("server.tls (on/off, client_ca)"),
+        }
         if !needs_restart.is_empty() {
             tracing::warn!(
                 sections = needs_restart.join(", "),
@@ -295,7 +310,8 @@ impl Table {
     /// `running` every upstream whose settings are unchanged (with its pools
     /// and health state). An upstream with TLS is always built anew, so its
     /// certificate files are read again.
-    fn new(config: &Config, running: &[Arc<Upstream>]) -> Table {
+    fn new(config: &Config, running: Option<&Table>) -> Table {
+        let running_upstreams = running.map_or(&[][..], |t| &t.upstreams[..]);
         let retried = |i: usize| {
             config.routes.iter().any(|r| matches!(&r.target, Target::Proxy(p) if p.upstream == i && p.retries > 0))
         };
@@ -305,7 +321,7 @@ impl Table {
             .enumerate()
             .map(|(i, u)| {
                 let same = |o: &&Arc<Upstream>| u.tls.is_none() && o.same_settings(u, retried(i));
-                match running.iter().find(same) {
+                match running_upstreams.iter().find(same) {
                     Some(kept) => kept.clone(),
                     None => Arc::new(Upstream::new(u.clone(), retried(i))),
                 }
@@ -332,7 +348,15 @@ impl Table {
                     config: r.clone(),
                     metrics: RouteMetrics::new(&r.name),
                     methods,
-                    limit: r.max_concurrent.map(ConcurrencyLimit::new),
+                    // The same limit on a route of the same name goes on
+                    // counting the requests it already admitted.
+                    limit: r.max_concurrent.map(|max| {
+                        let old = running.and_then(|t| t.routes.iter().find(|o| o.config.name == r.name));
+                        match old.and_then(|o| o.limit.as_ref()) {
+                            Some(limit) if limit.max() == max => limit.clone(),
+                            _ => Arc::new(ConcurrencyLimit::new(max)),
+                        }
+                    }),
                 }
             })
             .collect();
@@ -502,7 +526,7 @@ impl App {
             let allow = route.methods.as_ref().map(|(_, allow)| allow.clone()).unwrap_or_default();
             return Err(GatewayError::MethodNotAllowed { allow });
         }
-        let _slot = route.limit.as_ref().map(ConcurrencyLimit::try_acquire).transpose()?;
+        let _slot = route.limit.as_deref().map(ConcurrencyLimit::try_acquire).transpose()?;
         if let Some(message) = &route.config.panic {
             // Debug builds only (refused at load otherwise): the panic tests.
             panic!("{message}");

@@ -44,6 +44,13 @@ async fn h2_upstream(delay: Duration, streams: u32) -> (SocketAddr, Arc<AtomicUs
                         let sum = collected.trailers().and_then(|t| t.get("x-sum")).cloned();
                         log.lock().unwrap().push(format!("{version:?} {uri} trailer={sum:?}"));
                         tokio::time::sleep(delay).await;
+                        if uri.path().ends_with("/big") {
+                            let big = Bytes::from(vec![b'b'; 3 << 20]);
+                            let frames = vec![Ok::<_, Infallible>(Frame::data(big))];
+                            return Ok::<_, Infallible>(Response::new(StreamBody::new(futures_util::stream::iter(
+                                frames,
+                            ))));
+                        }
                         let mut trailers = HeaderMap::new();
                         trailers.insert("grpc-status", HeaderValue::from_static("0"));
                         if let Some(sum) = sum {
@@ -166,4 +173,79 @@ fn http2_settings_are_checked_at_load() {
         let err = load(toml);
         assert!(err.contains(key) && err.contains(want), "want {key}: …{want}…, got {err:?}");
     }
+}
+
+#[tokio::test]
+async fn a_bad_host_is_400_and_never_ejects_the_upstream() {
+    let (up, _, _) = h2_upstream(Duration::ZERO, 100).await;
+    let outlier = "[upstreams.grpc.outlier]\nconsecutive_failures = 3";
+    let gw = TestGateway::from_toml(&h2_toml(up, outlier)).await;
+    for _ in 0..5 {
+        let r = raw(gw.addr, b"GET /svc/m HTTP/1.1\r\nHost: a b\r\n\r\n", Duration::from_millis(500)).await;
+        assert_eq!(r.status(), 400, "{}", r.text);
+    }
+    assert_eq!(get(&gw.url("/svc/m")).await.0.status, 200, "the upstream was not ejected");
+}
+
+#[tokio::test]
+async fn a_client_body_over_the_limit_is_413_over_http2_and_never_ejects() {
+    let (up, _, _) = h2_upstream(Duration::ZERO, 100).await;
+    let toml = h2_toml(up, "[upstreams.grpc.outlier]\nconsecutive_failures = 3")
+        .replace("upstream = \"grpc\"\n", "upstream = \"grpc\"\nmax_body = \"1KiB\"\n");
+    let gw = TestGateway::from_toml(&toml).await;
+    let chunked = format!(
+        "POST /svc/up HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n1000\r\n{}\r\n0\r\n\r\n",
+        "x".repeat(4096)
+    );
+    for _ in 0..5 {
+        let r = raw(gw.addr, chunked.as_bytes(), Duration::from_millis(1000)).await;
+        assert_eq!(r.status(), 413, "{}", r.text);
+    }
+    assert_eq!(get(&gw.url("/svc/m")).await.0.status, 200, "the client's body is no fault of the upstream");
+}
+
+#[tokio::test]
+async fn clients_that_stop_reading_do_not_stall_the_shared_connection() {
+    let (up, _, _) = h2_upstream(Duration::ZERO, 100).await;
+    let toml = h2_toml(up, "").replace("upstream = \"grpc\"\n", "upstream = \"grpc\"\nbody_timeout = \"2s\"\n");
+    let gw = TestGateway::from_toml(&toml).await;
+    // Three HTTP/2 clients ask for 3 MiB each and never read past their
+    // first window.
+    let mut stuck = Vec::new();
+    for _ in 0..3 {
+        let (mut h2, ping) = raw_h2(gw.addr, 65_535).await;
+        let req = Request::get(format!("http://{}/svc/big", gw.addr)).body(()).unwrap();
+        let (resp, _) = h2.send_request(req, true).unwrap();
+        stuck.push((h2, ping, resp));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let started = std::time::Instant::now();
+    let (parts, body) = get(&gw.url("/svc/big")).await;
+    assert_eq!((parts.status.as_u16(), body.len()), (200, 3 << 20), "a reading client gets all of it");
+    assert!(started.elapsed() < Duration::from_secs(2), "not held up: {:?}", started.elapsed());
+    drop(stuck);
+}
+
+#[tokio::test]
+async fn requests_waiting_for_a_failed_connect_share_its_failure() {
+    // A listener whose accept queue is full: connects to it hang until
+    // the connect timeout.
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket.bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into()).unwrap();
+    socket.listen(0).unwrap();
+    let addr = socket.local_addr().unwrap().as_socket().unwrap();
+    let _filled: Vec<_> =
+        (0..4).filter_map(|_| std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(100)).ok()).collect();
+    let toml = h2_toml(addr, "connect_timeout = \"400ms\"")
+        .replace("upstream = \"grpc\"\n", "upstream = \"grpc\"\ntimeout = \"1s\"\n");
+    let gw = TestGateway::from_toml(&toml).await;
+    let requests: Vec<_> = (0..6).map(|i| tokio::spawn(get_owned(gw.url(&format!("/svc/m?i={i}"))))).collect();
+    let mut statuses = Vec::new();
+    for r in requests {
+        statuses.push(r.await.unwrap().0);
+    }
+    // Each trying again in turn, the later ones would reach the route
+    // timeout (504) behind the others' connect timeouts.
+    assert!(statuses.iter().all(|s| *s == 502), "{statuses:?}");
+    drop(socket);
 }

@@ -256,3 +256,25 @@ async fn a_changed_server_section_is_reported_and_not_applied() {
     let long = format!("/a/{}", "x".repeat(2048));
     assert_eq!(get(&gw.url(&long)).await.0.status, 200);
 }
+
+#[tokio::test]
+async fn a_reload_keeps_counting_a_routes_max_concurrent() {
+    let _serial = SERIAL.lock().await;
+    let up = TestUpstream::start(|_req: Request<Incoming>| async {
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        Response::new(full("slow"))
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let toml = with_routes(up.addr, "5s", "max_concurrent = 1\n");
+    let gw = from_file(dir.path(), &toml).await;
+    let first = tokio::spawn(get_owned(gw.url("/a/1")));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    gw.app.reload().unwrap();
+    assert_eq!(get(&gw.url("/a/2")).await.0.status, 503, "the one slot is still taken across the reload");
+    assert_eq!(first.await.unwrap(), 200);
+}
+
+async fn get_owned(url: String) -> u16 {
+    get(&url).await.0.status.as_u16()
+}

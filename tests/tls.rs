@@ -566,3 +566,19 @@ async fn protocol_auto_speaks_what_alpn_chose() {
     assert_eq!((parts.status.as_u16(), &body[..]), (200, &b"tls ok"[..]), "no h2 offered: HTTP/1.1");
     assert_eq!(seen.lock().unwrap().requests.len(), 1);
 }
+
+#[tokio::test]
+async fn a_reload_does_not_turn_listener_tls_off() {
+    let pki = Pki::new();
+    pki.issue("server", &["localhost"], false);
+    let path = pki.path("gateway.toml");
+    let with_tls = "[server]\nlisten = \"127.0.0.1:0\"\n[server.tls]\ncert = \"server.pem\"\nkey = \"server.key\"\n";
+    std::fs::write(&path, with_tls).unwrap();
+    let mut c = config::load(&Source::File(path.clone())).unwrap();
+    c.server.listen = "127.0.0.1:0".parse().unwrap();
+    let gw = TestGateway::start(c).await;
+    std::fs::write(&path, "[server]\nlisten = \"127.0.0.1:0\"\n").unwrap();
+    let not_applied = gw.app.reload().unwrap();
+    assert!(not_applied.iter().any(|s| s.starts_with("server.tls")), "{not_applied:?}");
+    assert!(tls_connect(&pki, gw.addr, b"http/1.1", None).await.is_ok(), "still TLS until a restart");
+}

@@ -132,7 +132,7 @@ pub async fn exchange(
     if pool.speaks_h2() {
         // Boxed: its state would otherwise grow every HTTP/1.1 exchange's
         // future (measured: ~140 instructions a request, in copies).
-        return Box::pin(exchange_h2(pool, req, timing)).await;
+        return Box::pin(exchange_h2(pool, req, plan, resends, timing)).await;
     }
     while let Some(mut conn) = pool.take_idle() {
         conn.prepare(plan.send_timeout, plan.large_body);
@@ -172,18 +172,27 @@ pub async fn exchange(
 async fn exchange_h2(
     pool: &Pool,
     mut req: Request<SendBody>,
+    plan: Plan,
+    resends: &Counter,
     timing: Option<&UpstreamTiming>,
 ) -> Result<(Response<Incoming>, Option<Conn>), Failure> {
+    let mut resent = false;
     loop {
         let mut sender = match pool.h2_sender() {
             Some(sender) => sender,
             None => {
                 // One request opens a connection; those that arrive
                 // meanwhile wait, then look again.
+                let waiting = tokio::time::Instant::now();
                 let _opening = pool.h2_opening().await;
                 match pool.h2_sender() {
                     Some(sender) => sender,
                     None => {
+                        if let Some(why) = pool.h2_failed_since(waiting) {
+                            // The attempt this request waited for failed.
+                            let e = ConnectError::Io(std::io::Error::other(why));
+                            return Err(Failure::Connect(e, Box::new(req)));
+                        }
                         let connecting = tokio::time::Instant::now();
                         match pool.connect().await {
                             Ok(Connected::Http2(sender)) => {
@@ -193,7 +202,10 @@ async fn exchange_h2(
                                 sender
                             }
                             Ok(Connected::Http1(_)) => unreachable!("an HTTP/2 pool opens HTTP/2 connections"),
-                            Err(e) => return Err(Failure::Connect(e, Box::new(req))),
+                            Err(e) => {
+                                pool.h2_connect_failed(&e);
+                                return Err(Failure::Connect(e, Box::new(req)));
+                            }
                         }
                     }
                 }
@@ -203,14 +215,31 @@ async fn exchange_h2(
             continue;
         }
         to_h2(&mut req, pool.scheme());
+        let copy = (plan.retryable && !resent).then(|| copy_head(&req));
         match sender.try_send_request(req).await {
             Ok(response) => return Ok((response, None)),
-            Err(mut e) => match e.take_message() {
-                Some(unsent) => req = unsent,
-                None => return Err(Failure::Send(e.into_error())),
+            Err(mut e) => match (e.take_message(), copy) {
+                (Some(unsent), _) => req = unsent,
+                // Refused before any processing (RFC 9113 §8.7): a GOAWAY
+                // whose last stream ID is below this one, or REFUSED_STREAM.
+                // A bodiless idempotent request goes once more.
+                (None, Some(copy)) if not_processed(e.error()) => {
+                    resends.increment(1);
+                    tracing::debug!(error = %e.error(), "HTTP/2 stream not processed; sending it again");
+                    (req, resent) = (copy, true);
+                }
+                (None, _) => return Err(Failure::Send(e.into_error())),
             },
         }
     }
+}
+
+/// Whether an HTTP/2 upstream said the stream was never processed: a
+/// REFUSED_STREAM reset, or a GOAWAY without error that it fell beyond.
+fn not_processed(e: &hyper::Error) -> bool {
+    find_source::<h2::Error>(e).is_some_and(|h| {
+        h.reason() == Some(h2::Reason::REFUSED_STREAM) || (h.is_go_away() && h.reason() == Some(h2::Reason::NO_ERROR))
+    })
 }
 
 async fn send_h2(

@@ -27,7 +27,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 use tower::retry::budget::{Budget, TpsBudget};
 
-use crate::body::{Body, UpstreamBody};
+use crate::body::{Body, ClientFault, UpstreamBody};
 use crate::config::{Balance, HostMode, ProxyTarget, UpstreamConfig};
 use crate::error::GatewayError;
 use crate::headers;
@@ -142,7 +142,7 @@ impl Upstream {
         deadline: Instant,
     ) -> Result<Response<Body>, GatewayError> {
         let counted = cx.timing.as_ref().map(|t| t.bytes_in.clone());
-        let Prepared { mut parts, body, plan, client_host, mut upgrade } =
+        let Prepared { mut parts, body, plan, client_host, mut upgrade, fault } =
             proxy::prepare_request(req, target, prefix, max_body, peer, counted)?;
         if let Some(id) = cx.id {
             parts.headers.insert(X_REQUEST_ID, id.header_value());
@@ -171,7 +171,9 @@ impl Upstream {
             let (index, mut attempt) = self.choose(&tried)?;
             let endpoint = attempt.endpoint().clone();
             let host = match (target.host, &client_host) {
-                (HostMode::Preserve, Some(h)) => h.clone(),
+                // An empty Host (allowed when the target has no authority)
+                // gets the upstream's own.
+                (HostMode::Preserve, Some(h)) if !h.is_empty() => h.clone(),
                 _ => endpoint.host.clone(),
             };
             req.headers_mut().insert(header::HOST, host);
@@ -236,6 +238,17 @@ impl Upstream {
                 }
                 Ok(Err(failure)) => failure,
             };
+            // The client's own body failed (too large, stalled, cut): its
+            // answer, no verdict on the endpoint, no retry. Over HTTP/2 the
+            // upstream error is only a stream reset, so the body's own note
+            // is what tells.
+            if let Some(fault) = fault.as_ref().and_then(|f| f.get()) {
+                return Err(match fault {
+                    ClientFault::TooLarge(limit) => GatewayError::BodyTooLarge { limit: *limit },
+                    ClientFault::Idle(after) => GatewayError::BodyTimeout { after: *after },
+                    ClientFault::Failed(why) => GatewayError::ClientBody(why.clone()),
+                });
+            }
             // A failure of the client's own body (too large, stalled, cut)
             // says nothing about the endpoint: no verdict, or any client
             // could get an upstream ejected.

@@ -105,7 +105,19 @@ struct Inner {
     /// Held while an HTTP/2 connection is being opened, so that requests
     /// arriving together wait for it instead of each opening its own.
     h2_connecting: tokio::sync::Mutex<()>,
+    /// When opening an HTTP/2 connection last failed, and why: requests
+    /// that were waiting for that attempt share its failure instead of each
+    /// trying again in turn.
+    h2_failed: Mutex<Option<(Instant, String)>>,
 }
+
+/// HTTP/2 flow-control windows toward upstreams (see `Pool::connect`).
+const H2_STREAM_WINDOW: u32 = 256 * 1024;
+const H2_CONNECTION_WINDOW: u32 = 16 * 1024 * 1024;
+/// HTTP/2 PINGs: one after this much silence, and the connection is
+/// dropped if it is not answered within the timeout.
+const H2_PING_EVERY: Duration = Duration::from_secs(5);
+const H2_PING_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// [`Protocol`] as a number, for an atomic.
 fn protocol_code(p: Protocol) -> u8 {
@@ -156,6 +168,7 @@ impl Pool {
                 h2_max: config.max_connections,
                 h2_next: AtomicUsize::new(0),
                 h2_connecting: tokio::sync::Mutex::new(()),
+                h2_failed: Mutex::new(None),
             }),
         }
     }
@@ -190,6 +203,17 @@ impl Pool {
     /// the guard until it is kept.
     pub async fn h2_opening(&self) -> tokio::sync::MutexGuard<'_, ()> {
         self.inner.h2_connecting.lock().await
+    }
+
+    /// Notes that opening an HTTP/2 connection failed.
+    pub fn h2_connect_failed(&self, e: &ConnectError) {
+        *self.inner.h2_failed.lock().expect("pool lock") = Some((Instant::now(), e.to_string()));
+    }
+
+    /// Why opening an HTTP/2 connection failed after `since`, if it did.
+    pub fn h2_failed_since(&self, since: Instant) -> Option<String> {
+        let failed = self.inner.h2_failed.lock().expect("pool lock");
+        failed.as_ref().filter(|(at, _)| *at >= since).map(|(_, why)| why.clone())
     }
 
     /// Keeps a new HTTP/2 connection for later requests, if there is room.
@@ -240,6 +264,17 @@ impl Pool {
         if h2 {
             let (sender, connection) = http2::Builder::new(TokioExecutor::new())
                 .timer(TokioTimer::new())
+                // A small window per stream against a large one for the
+                // connection: hyper's defaults (2 MiB and 5 MiB) let three
+                // clients that stop reading fill the shared connection's
+                // window and stall every other request on it.
+                .initial_stream_window_size(H2_STREAM_WINDOW)
+                .initial_connection_window_size(H2_CONNECTION_WINDOW)
+                // A connection that went silently dead (a lost peer, a NAT
+                // entry dropped) is noticed and dropped, not kept forever.
+                .keep_alive_interval(H2_PING_EVERY)
+                .keep_alive_timeout(H2_PING_TIMEOUT)
+                .keep_alive_while_idle(true)
                 .handshake(TokioIo::new(upstream_io))
                 .await?;
             tokio::spawn(async move {

@@ -127,6 +127,32 @@ pub fn upgrade_accepted(asked: &HeaderValue, answered: Option<&HeaderValue>) -> 
     switched.peek().is_some() && switched.all(|p| asked.split(',').any(|a| a.trim().eq_ignore_ascii_case(p)))
 }
 
+/// Whether a `Host` value is made only of what `host[:port]` may hold
+/// (RFC 3986 §3.2.2: reg-name characters, an IP literal's brackets, the
+/// port's colon). A byte scan: `http::uri::Authority`'s parser copies the
+/// value first, which cost ~400 instructions on every proxied request.
+pub fn valid_host(value: &[u8]) -> bool {
+    value.iter().all(|&b| HOST_BYTES[b as usize])
+}
+
+/// The bytes [`valid_host`] accepts, as a table (one load per byte).
+const HOST_BYTES: [bool; 256] = {
+    let mut table = [false; 256];
+    let extra = b"-._~%!$&'()*+,;=:[]";
+    let mut i = 0;
+    while i < 256 {
+        let b = i as u8;
+        table[i] = b.is_ascii_alphanumeric();
+        i += 1;
+    }
+    let mut j = 0;
+    while j < extra.len() {
+        table[extra[j] as usize] = true;
+        j += 1;
+    }
+    table
+};
+
 /// Whether a comma-separated header value lists `token` (case-insensitive,
 /// parameters ignored).
 fn list_has(value: &HeaderValue, token: &str) -> bool {
@@ -379,6 +405,16 @@ mod tests {
                 *want,
                 "{asked} / {answered:?}"
             );
+        }
+    }
+
+    #[test]
+    fn hosts_are_host_and_port_characters_only() {
+        for ok in ["example.com", "example.com:8080", "127.0.0.1:1", "[::1]:80", "xn--bcher-kva.example", "a_b"] {
+            assert!(valid_host(ok.as_bytes()), "{ok}");
+        }
+        for bad in ["a b", "a/b", "a?b", "a#b", "user@host", "h\\x", "h\"q", "caf\u{e9}.example", "a\tb"] {
+            assert!(!valid_host(bad.as_bytes()), "{bad}");
         }
     }
 

@@ -6,7 +6,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, OnceLock};
 
 use http::header::{self, HeaderValue};
-use http::uri::{Authority, PathAndQuery};
+use http::uri::PathAndQuery;
 use http::{Request, Uri, Version, request, response};
 use http_body_util::{Either, Empty};
 use hyper::body::Incoming;
@@ -61,8 +61,7 @@ pub fn prepare_request(
     // A Host that is not host[:port] is a bad request (RFC 9112 §3.2); an
     // HTTP/2 upstream could not even be sent it as :authority.
     if let Some(host) = &client_host
-        && !host.is_empty()
-        && Authority::try_from(host.as_bytes()).is_err()
+        && !headers::valid_host(host.as_bytes())
     {
         return Err(GatewayError::BadRequest("invalid Host"));
     }

@@ -155,7 +155,9 @@ pub async fn exchange(
     let mut conn = match pool.connect().await {
         Ok(Connected::Http1(conn)) => conn,
         // An `auto` upstream that chose HTTP/2 by ALPN.
-        Ok(Connected::Http2(sender)) => return Box::pin(send_h2(sender, req, pool.scheme())).await,
+        Ok(Connected::Http2(sender)) => {
+            return Box::pin(send_h2(sender, req, pool.scheme(), pool.authority().clone())).await;
+        }
         Err(e) => return Err(Failure::Connect(e, Box::new(req))),
     };
     if let Some(t) = timing {
@@ -214,7 +216,7 @@ async fn exchange_h2(
         if sender.ready().await.is_err() {
             continue;
         }
-        to_h2(&mut req, pool.scheme());
+        to_h2(&mut req, pool.scheme(), pool.authority());
         let copy = (plan.retryable && !resent).then(|| copy_head(&req));
         match sender.try_send_request(req).await {
             Ok(response) => return Ok((response, None)),
@@ -246,8 +248,9 @@ async fn send_h2(
     mut sender: http2::SendRequest<SendBody>,
     mut req: Request<SendBody>,
     scheme: Scheme,
+    own: Authority,
 ) -> Result<(Response<Incoming>, Option<Conn>), Failure> {
-    to_h2(&mut req, scheme);
+    to_h2(&mut req, scheme, &own);
     let response = sender.send_request(req).await.map_err(Failure::Send)?;
     Ok((response, None))
 }
@@ -255,7 +258,7 @@ async fn send_h2(
 /// Makes a request prepared for HTTP/1.1 an HTTP/2 one: the `Host` becomes
 /// `:authority` (with `:scheme`), and the connection-specific headers HTTP/2
 /// forbids (RFC 9113 §8.2.2) go; `TE: trailers` stays (gRPC needs it).
-fn to_h2(req: &mut Request<SendBody>, scheme: Scheme) {
+fn to_h2(req: &mut Request<SendBody>, scheme: Scheme, own: &Authority) {
     if req.version() == Version::HTTP_2 {
         return;
     }
@@ -265,12 +268,12 @@ fn to_h2(req: &mut Request<SendBody>, scheme: Scheme) {
     for name in [header::TRANSFER_ENCODING, header::CONNECTION, header::UPGRADE] {
         headers.remove(name);
     }
-    let authority = host.and_then(|h| Authority::try_from(h.as_bytes()).ok());
+    // A Host that is no authority (one the screening let through) gets the
+    // endpoint's own: hyper cannot send a request without one.
+    let authority = host.and_then(|h| Authority::try_from(h.as_bytes()).ok()).unwrap_or_else(|| own.clone());
     let mut parts = req.uri().clone().into_parts();
     parts.scheme = Some(scheme);
-    if let Some(authority) = authority {
-        parts.authority = Some(authority);
-    }
+    parts.authority = Some(authority);
     if parts.path_and_query.is_none() {
         parts.path_and_query = Some(PathAndQuery::from_static("/"));
     }

@@ -85,6 +85,9 @@ pub struct Pool {
 struct Inner {
     /// Where to connect.
     address: Address,
+    /// The endpoint's own authority: HTTP/2's `:authority` when the
+    /// request's `Host` cannot be one.
+    authority: http::uri::Authority,
     tls: Option<TlsTarget>,
     connect_timeout: Duration,
     idle_timeout: Duration,
@@ -156,6 +159,7 @@ impl Pool {
         Pool {
             inner: Arc::new(Inner {
                 address: endpoint.address.clone(),
+                authority: endpoint.authority.clone(),
                 tls: TlsTarget::new(endpoint, config),
                 connect_timeout: config.connect_timeout,
                 idle_timeout: config.pool_idle_timeout,
@@ -191,6 +195,11 @@ impl Pool {
         }
         let next = self.inner.h2_next.fetch_add(1, Relaxed) % conns.len();
         Some(conns[next].clone())
+    }
+
+    /// The endpoint's own authority.
+    pub fn authority(&self) -> &http::uri::Authority {
+        &self.inner.authority
     }
 
     /// The `:scheme` of requests over HTTP/2.

@@ -244,29 +244,31 @@ async fn connection(
     let state = Arc::new(ConnState::new(Peer::new(ip, app.trusts(ip), tls.is_some())));
     let io = ClientIo::new(stream, state.clone());
     let watchdog = Watchdog::new(state.clone(), timeouts);
+    let c = Connection { builder, addr, app, kind, timeouts, stops, state, watchdog };
     let Some(acceptor) = tls else {
-        return serve_connection(builder, io, addr, app, kind, timeouts, stops, state, watchdog).await;
+        return serve_connection(io, c).await;
     };
     // Boxed: a TLS connection's future (rustls' state, the TLS stream) is
     // several KiB larger, and every plain connection's task would reserve
     // that space too.
-    Box::pin(secure_connection(acceptor, builder, io, addr, app, kind, timeouts, stops, state, watchdog)).await
+    Box::pin(secure_connection(acceptor, io, c)).await
 }
 
-/// [`connection`] on a TLS listener: the handshake, then [`serve_connection`].
-#[allow(clippy::too_many_arguments)]
-async fn secure_connection(
-    acceptor: TlsAcceptor,
+/// What a connection's task carries besides its byte stream.
+struct Connection {
     builder: Arc<auto::Builder<TokioExecutor>>,
-    io: ClientIo,
     addr: SocketAddr,
     app: Arc<App>,
     kind: Kind,
     timeouts: Timeouts,
     stops: Stops,
     state: Arc<ConnState>,
-    mut watchdog: Watchdog,
-) {
+    watchdog: Watchdog,
+}
+
+/// [`connection`] on a TLS listener: the handshake, then [`serve_connection`].
+async fn secure_connection(acceptor: TlsAcceptor, io: ClientIo, mut c: Connection) {
+    let (addr, state) = (c.addr, c.state.clone());
     let secured = tokio::select! {
         accepted = acceptor.accept(io) => match accepted {
             Ok(secured) => secured,
@@ -280,32 +282,23 @@ async fn secure_connection(
                 return;
             }
         },
-        _ = &mut watchdog => {
+        _ = &mut c.watchdog => {
             metrics::rejected("", "header_timeout");
             tracing::debug!(client = %addr, "no TLS handshake within the header read timeout");
             return;
         }
-        _ = stops.graceful.cancelled() => return,
+        _ = c.stops.graceful.cancelled() => return,
     };
-    serve_connection(builder, secured, addr, app, kind, timeouts, stops, state, watchdog).await
+    serve_connection(secured, c).await
 }
 
 /// Serves HTTP on a connection's (plain or TLS) byte stream until it ends,
 /// then runs its tunnel if it switched protocols.
-#[allow(clippy::too_many_arguments)]
-async fn serve_connection<I>(
-    builder: Arc<auto::Builder<TokioExecutor>>,
-    io: I,
-    addr: SocketAddr,
-    app: Arc<App>,
-    kind: Kind,
-    timeouts: Timeouts,
-    stops: Stops,
-    state: Arc<ConnState>,
-    mut watchdog: Watchdog,
-) where
+async fn serve_connection<I>(io: I, c: Connection)
+where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let Connection { builder, addr, app, kind, timeouts, stops, state, mut watchdog } = c;
     let io = TokioIo::new(io);
     let requests = state.clone();
     let service = service_fn(move |req: Request<Incoming>| {

@@ -151,8 +151,7 @@ pub async fn exchange(
             },
         }
     }
-    let connecting = tokio::time::Instant::now();
-    let mut conn = match pool.connect().await {
+    let mut conn = match open(pool, timing).await {
         Ok(Connected::Http1(conn)) => conn,
         // An `auto` upstream that chose HTTP/2 by ALPN.
         Ok(Connected::Http2(sender)) => {
@@ -160,9 +159,6 @@ pub async fn exchange(
         }
         Err(e) => return Err(Failure::Connect(e, Box::new(req))),
     };
-    if let Some(t) = timing {
-        t.set_connect(connecting.elapsed());
-    }
     conn.prepare(plan.send_timeout, plan.large_body);
     let response = conn.sender.send_request(req).await.map_err(Failure::Send)?;
     Ok((response, Some(conn)))
@@ -180,38 +176,9 @@ async fn exchange_h2(
 ) -> Result<(Response<Incoming>, Option<Conn>), Failure> {
     let mut resent = false;
     loop {
-        let mut sender = match pool.h2_sender() {
-            Some(sender) => sender,
-            None => {
-                // One request opens a connection; those that arrive
-                // meanwhile wait, then look again.
-                let waiting = tokio::time::Instant::now();
-                let _opening = pool.h2_opening().await;
-                match pool.h2_sender() {
-                    Some(sender) => sender,
-                    None => {
-                        if let Some(why) = pool.h2_failed_since(waiting) {
-                            // The attempt this request waited for failed.
-                            let e = ConnectError::Io(std::io::Error::other(why));
-                            return Err(Failure::Connect(e, Box::new(req)));
-                        }
-                        let connecting = tokio::time::Instant::now();
-                        match pool.connect().await {
-                            Ok(Connected::Http2(sender)) => {
-                                if let Some(t) = timing {
-                                    t.set_connect(connecting.elapsed());
-                                }
-                                sender
-                            }
-                            Ok(Connected::Http1(_)) => unreachable!("an HTTP/2 pool opens HTTP/2 connections"),
-                            Err(e) => {
-                                pool.h2_connect_failed(&e);
-                                return Err(Failure::Connect(e, Box::new(req)));
-                            }
-                        }
-                    }
-                }
-            }
+        let mut sender = match h2_connection(pool, timing).await {
+            Ok(sender) => sender,
+            Err(e) => return Err(Failure::Connect(e, Box::new(req))),
         };
         if sender.ready().await.is_err() {
             continue;
@@ -232,6 +199,44 @@ async fn exchange_h2(
                 }
                 (None, _) => return Err(Failure::Send(e.into_error())),
             },
+        }
+    }
+}
+
+/// Opens a connection, noting how long it took for the access log.
+async fn open(pool: &Pool, timing: Option<&UpstreamTiming>) -> Result<Connected, ConnectError> {
+    let connecting = tokio::time::Instant::now();
+    let connected = pool.connect().await?;
+    if let Some(t) = timing {
+        t.set_connect(connecting.elapsed());
+    }
+    Ok(connected)
+}
+
+/// An HTTP/2 connection to send on (see `Pool::h2_sender`), or a new one.
+/// One request opens it; those that arrive meanwhile wait, then look again,
+/// and share its failure if it failed.
+async fn h2_connection(
+    pool: &Pool,
+    timing: Option<&UpstreamTiming>,
+) -> Result<http2::SendRequest<SendBody>, ConnectError> {
+    if let Some(sender) = pool.h2_sender() {
+        return Ok(sender);
+    }
+    let waiting = tokio::time::Instant::now();
+    let _opening = pool.h2_opening().await;
+    if let Some(sender) = pool.h2_sender() {
+        return Ok(sender);
+    }
+    if let Some(why) = pool.h2_failed_since(waiting) {
+        return Err(ConnectError::Io(std::io::Error::other(why)));
+    }
+    match open(pool, timing).await {
+        Ok(Connected::Http2(sender)) => Ok(sender),
+        Ok(Connected::Http1(_)) => unreachable!("an HTTP/2 pool opens HTTP/2 connections"),
+        Err(e) => {
+            pool.h2_connect_failed(&e);
+            Err(e)
         }
     }
 }

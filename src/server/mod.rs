@@ -1,6 +1,11 @@
 //! The application: [`App::handle`], the whole data path in one function,
 //! and the one place where an outcome becomes a status, a metric and a log
 //! line. The listeners in [`crate::listener`] call it.
+//!
+//! - `request`: what one request's logs and upstream need to know about it,
+//!   and the guard that records a request dropped before its answer;
+//! - `table`: the routes and upstreams built from a config, and the reload
+//!   that replaces them while requests keep flowing.
 
 use std::borrow::Cow;
 use std::net::IpAddr;
@@ -15,22 +20,27 @@ use http::{Method, Request, Response, StatusCode, Uri};
 use hyper::body::Incoming;
 use tokio::time::Instant;
 
-use crate::access::{AccessLine, UpstreamTiming};
+use crate::access::AccessLine;
 use crate::body::Body;
-use crate::config::{AccessLogFormat, Config, ConfigError, RouteConfig, Target};
+use crate::config::{AccessLogFormat, Config, Target};
 use crate::error::GatewayError;
 use crate::files::FileServer;
-use crate::layers::RouteLayers;
 use crate::layers::panic::{CatchUnwindRef, panic_response};
 use crate::layers::request_id::{self, RequestId};
-use crate::layers::trace::TraceContext;
 use crate::limits::{ConcurrencyLimit, Limits, screen};
 use crate::metrics::{self, RouteMetrics};
 use crate::otel::{Exporter, RequestSpan};
 use crate::path::{self, PathError};
-use crate::router::{Router, strip_prefix};
+use crate::router::strip_prefix;
 use crate::tunnel::PendingTunnel;
 use crate::upstream::Upstream;
+
+mod request;
+mod table;
+
+pub use request::{CLIENT_CLOSED, RequestLog};
+use request::{SpanStart, Unanswered};
+use table::{Route, Table};
 
 /// Who is on the other end of a client connection.
 pub struct Peer {
@@ -47,121 +57,6 @@ impl Peer {
     pub fn new(ip: IpAddr, trusted: bool, tls: bool) -> Self {
         Peer { forwarded_for: crate::headers::forwarded_for(ip), trusted, tls }
     }
-}
-
-/// What the upstream and the logs of one request need to know about it.
-pub struct RequestLog<'a> {
-    /// Its ID, when request IDs are on.
-    pub id: Option<&'a RequestId>,
-    /// Its trace, when trace context is on or spans are exported.
-    pub trace: Option<TraceContext>,
-    /// Whether the upstream gets the trace (trace context is on).
-    pub propagate_trace: bool,
-    /// What the proxy learns of the upstream, when the access log is on.
-    pub timing: Option<Arc<UpstreamTiming>>,
-    /// The access log line, when the access log is on.
-    access: Option<Box<AccessLine>>,
-    /// What the exported span needs, when spans are exported.
-    span: Option<Box<SpanStart>>,
-}
-
-/// The parts of a request its span needs, taken at its start.
-struct SpanStart {
-    path: String,
-    host: Option<String>,
-    client: String,
-}
-
-/// A request on its way to a response head. Dropped before it got one
-/// (the client left, the handling panicked, or the shutdown timeout cut it
-/// off), it still reaches the metrics, the access log and the exported
-/// span, as 499 (nginx's "client closed request"), 500 or 503; else a
-/// request that ends that way would leave no trace at all.
-struct Unanswered<'a> {
-    app: &'a App,
-    route: &'a RouteMetrics,
-    upstream: Option<&'a Upstream>,
-    method: &'a Method,
-    start: Instant,
-    /// Taken when the response is ready.
-    cx: Option<RequestLog<'a>>,
-}
-
-impl Drop for Unanswered<'_> {
-    fn drop(&mut self) {
-        let Some(cx) = self.cx.take() else { return };
-        // A panic drops the data path's locals as it unwinds, this one too.
-        let status = if std::thread::panicking() {
-            StatusCode::INTERNAL_SERVER_ERROR
-        } else if self.app.abandoning.load(Ordering::Relaxed) {
-            StatusCode::SERVICE_UNAVAILABLE
-        } else {
-            CLIENT_CLOSED
-        };
-        let mut stub = Response::new(Body::empty());
-        *stub.status_mut() = status;
-        let mut stub = self.app.finish(self.route, self.upstream, self.method, self.start, cx, stub);
-        // No body will be sent: the line is written now.
-        if let Some(line) = stub.extensions_mut().remove::<Box<AccessLine>>() {
-            line.write();
-        }
-    }
-}
-
-/// 499, nginx's status for a request whose client closed the connection
-/// before it was answered. It is never sent; logs and metrics use it.
-pub const CLIENT_CLOSED: StatusCode = match StatusCode::from_u16(499) {
-    Ok(s) => s,
-    Err(_) => unreachable!(),
-};
-
-impl<'a> RequestLog<'a> {
-    /// `trace_context`: continue the caller's trace and pass it on;
-    /// `exporting`: spans are exported (a new trace per request, when trace
-    /// context is off). The trace is read from the request as the client
-    /// sent it, before hop-by-hop stripping and the route's header rules.
-    fn new(req: &Request<Incoming>, id: Option<&'a RequestId>, trace_context: bool, exporting: bool) -> Self {
-        let trace = if trace_context {
-            Some(TraceContext::from_headers(req.headers()))
-        } else {
-            exporting.then(TraceContext::root)
-        };
-        RequestLog { id, trace, propagate_trace: trace_context, timing: None, access: None, span: None }
-    }
-
-    /// The request ID for a log line (`-` without one).
-    pub fn request_id(&self) -> &str {
-        self.id.map_or("-", RequestId::as_str)
-    }
-}
-
-/// A route with its runtime state.
-struct Route {
-    config: RouteConfig,
-    /// The route's layers; `None` when it enables none.
-    layers: Option<RouteLayers>,
-    metrics: RouteMetrics,
-    /// The methods the route answers, with the `Allow` value for a 405;
-    /// `None` answers every method.
-    methods: Option<(Vec<Method>, String)>,
-    /// The route's `max_concurrent`, if set (shared with the route of the
-    /// same name after a reload).
-    limit: Option<Arc<ConcurrencyLimit>>,
-}
-
-impl Route {
-    fn allows(&self, method: &Method) -> bool {
-        self.methods.as_ref().is_none_or(|(ms, _)| ms.contains(method))
-    }
-}
-
-/// The routes and upstreams requests are served by: replaced as a whole
-/// by a reload, while requests already under way finish on the one they
-/// started with.
-struct Table {
-    router: Router,
-    routes: Vec<Route>,
-    upstreams: Vec<Arc<Upstream>>,
 }
 
 /// Everything a request needs, shared by all connections.
@@ -188,9 +83,6 @@ pub struct App {
     path_options: path::Options,
 }
 
-/// Methods file routes answer unless the route says otherwise.
-const FILE_METHODS: [Method; 2] = [Method::GET, Method::HEAD];
-
 impl App {
     /// Builds the runtime state from a validated config. Installs the metrics
     /// recorder if it is not installed yet.
@@ -215,153 +107,6 @@ impl App {
             exporter: Exporter::start(&config.tracing),
             config,
         }
-    }
-
-    /// Loads the configuration again from where it came from and, if it is
-    /// valid, serves new requests with its routes and upstreams at once
-    /// (requests under way finish on the old ones). Upstreams whose settings
-    /// did not change keep their pools; removed ones close their idle
-    /// connections once their last request is done. `[server]` (but for its
-    /// `tls` files), `[metrics]` and `[tracing]` need a restart: a change
-    /// there is logged and not applied. An invalid file changes nothing.
-    pub fn reload(&self) -> Result<Vec<&'static str>, ConfigError> {
-        // One at a time: two at once could store the older file last.
-        let _one = self.reloading.lock().unwrap_or_else(|e| e.into_inner());
-        let loaded = match &self.config.source {
-            Some(source) => crate::config::load(source),
-            None => Err(ConfigError {
-                source_name: self.config.source_name.clone(),
-                key: "-".into(),
-                message: "no file to load again".into(),
-            }),
-        };
-        let mut new = match loaded {
-            Ok(new) => new,
-            Err(e) => {
-                metrics::config_reloaded(false);
-                tracing::error!(error = %e, "config reload failed; nothing changed");
-                return Err(e);
-            }
-        };
-        // Unset in the file, the access log format followed --log-format at
-        // start (see `cli`); the same holds now.
-        if new.server.access_log_format.is_none() {
-            new.server.access_log_format = self.config.server.access_log_format;
-        }
-        let old = self.table.load();
-        let table = Table::new(&new, Some(&old));
-        let kept = table.upstreams.iter().filter(|u| old.upstreams.iter().any(|o| Arc::ptr_eq(o, u))).count();
-        self.table.store(Arc::new(table));
-        let mut needs_restart = restart_sections(&self.config, &new);
-        match (&self.config.server.tls, &new.server.tls) {
-            // Renewed files: served from the next connection on.
-            (Some(old), Some(new)) if old.client_ca.is_some() == new.client_ca.is_some() => {
-                self.tls.store(Some(new.config.clone()));
-            }
-            (None, None) => {}
-            // Turning TLS or client certificates on or off changes what the
-            // listener is: not silently.
-            _ => needs_restart.push("server.tls (on/off, client_ca)"),
-        }
-        if !needs_restart.is_empty() {
-            tracing::warn!(
-                sections = needs_restart.join(", "),
-                "config reload: these sections changed and need a restart; running on with their old values"
-            );
-        }
-        metrics::config_reloaded(true);
-        tracing::info!(
-            routes = new.routes.len(),
-            upstreams = new.upstreams.len(),
-            upstreams_kept = kept,
-            "config reloaded"
-        );
-        Ok(needs_restart)
-    }
-
-    /// The listener's TLS config as of now (a reload may replace it).
-    pub fn tls_config(&self) -> Option<Arc<rustls::ServerConfig>> {
-        self.tls.load_full()
-    }
-}
-
-/// Which of the sections a reload cannot apply changed.
-fn restart_sections(old: &Config, new: &Config) -> Vec<&'static str> {
-    let server = |c: &Config| {
-        let mut s = c.server.clone();
-        s.tls = None;
-        format!("{s:?}")
-    };
-    let mut changed = Vec::new();
-    if server(old) != server(new) {
-        changed.push("server");
-    }
-    if format!("{:?}", old.metrics) != format!("{:?}", new.metrics) {
-        changed.push("metrics");
-    }
-    if format!("{:?}", old.tracing) != format!("{:?}", new.tracing) {
-        changed.push("tracing");
-    }
-    changed
-}
-
-impl Table {
-    /// Builds the routes and upstreams of `config`, taking over from
-    /// `running` every upstream whose settings are unchanged (with its pools
-    /// and health state). An upstream with TLS is always built anew, so its
-    /// certificate files are read again.
-    fn new(config: &Config, running: Option<&Table>) -> Table {
-        let running_upstreams = running.map_or(&[][..], |t| &t.upstreams[..]);
-        let retried = |i: usize| {
-            config.routes.iter().any(|r| matches!(&r.target, Target::Proxy(p) if p.upstream == i && p.retries > 0))
-        };
-        let upstreams: Vec<Arc<Upstream>> = config
-            .upstreams
-            .iter()
-            .enumerate()
-            .map(|(i, u)| {
-                let same = |o: &&Arc<Upstream>| u.tls.is_none() && o.same_settings(u, retried(i));
-                match running_upstreams.iter().find(same) {
-                    Some(kept) => kept.clone(),
-                    None => Arc::new(Upstream::new(u.clone(), retried(i))),
-                }
-            })
-            .collect();
-        let routes: Vec<Route> = config
-            .routes
-            .iter()
-            .map(|r| {
-                if let Target::Proxy(p) = &r.target {
-                    metrics::set_route_timeout(&r.name, p.timeout);
-                }
-                let methods = match (&r.target, &r.methods) {
-                    (_, Some(ms)) => Some(ms.clone()),
-                    (Target::File(_) | Target::Dir(_), None) => Some(FILE_METHODS.to_vec()),
-                    _ => None,
-                };
-                let methods = methods.map(|ms| {
-                    let allow = ms.iter().map(Method::as_str).collect::<Vec<_>>().join(", ");
-                    (ms, allow)
-                });
-                Route {
-                    layers: RouteLayers::new(r),
-                    config: r.clone(),
-                    metrics: RouteMetrics::new(&r.name),
-                    methods,
-                    // The same limit on a route of the same name goes on
-                    // counting the requests it already admitted.
-                    limit: r.max_concurrent.map(|max| {
-                        let old = running.and_then(|t| t.routes.iter().find(|o| o.config.name == r.name));
-                        match old.and_then(|o| o.limit.as_ref()) {
-                            Some(limit) if limit.max() == max => limit.clone(),
-                            _ => Arc::new(ConcurrencyLimit::new(max)),
-                        }
-                    }),
-                }
-            })
-            .collect();
-        let router = Router::new(config.routes.iter().map(|r| r.prefix.as_str()));
-        Table { router, routes, upstreams }
     }
 }
 

@@ -1,0 +1,168 @@
+//! Table tests of loading and validation: every bad key exits with its
+//! name and reason.
+
+use super::*;
+
+fn inline(text: &str) -> Result<Config, ConfigError> {
+    load(&Source::Inline { text: text.to_owned(), base_dir: PathBuf::from(EMBEDDED_BASE_DIR) })
+}
+
+const UP: &str = "[upstreams.a]\nurl = \"http://127.0.0.1:9\"\n";
+
+#[test]
+fn embedded_default_is_valid() {
+    let c = load(&Source::embedded()).unwrap();
+    assert_eq!(c.server.listen, "127.0.0.1:8080".parse().unwrap());
+    assert!(c.routes.iter().any(|r| r.name == "b" && matches!(r.target, Target::Proxy(_))));
+    assert!(c.routes.iter().any(|r| matches!(r.target, Target::File(_))));
+}
+
+#[test]
+fn bad_configs_name_key_and_problem() {
+    let cases: &[(&str, &str, &str)] = &[
+        ("[[routes]]\nname='x'\nprefix='/x'\nupstream='nope'\n", "routes[0].upstream", "unknown upstream \"nope\""),
+        ("[[routes]]\nname='x'\nprefix='/x'\n", "routes[0].upstream", "has 0 targets"),
+        (
+            "[[routes]]\nname='x'\nprefix='/x'\nupstream='a'\nrespond={status=200}\n",
+            "routes[0].upstream",
+            "has 2 targets",
+        ),
+        (
+            "[[routes]]\nname='x'\nprefix='/x'\nupstream='a'\ntimeout='2 parsecs'\n",
+            "routes[0].timeout",
+            "invalid duration",
+        ),
+        (
+            "[[routes]]\nname='x'\nprefix='/x'\nupstream='a'\n[[routes]]\nname='x'\nprefix='/y'\nupstream='a'\n",
+            "routes[1].name",
+            "duplicate route name",
+        ),
+        ("[upstreams.b]\nurl='not a url'\n", "upstreams.b.url", "invalid URL"),
+        ("[upstreams.b]\nurl='ftp://x:1'\n", "upstreams.b.url", "unsupported scheme"),
+        ("[[routes]]\nname='x'\nprefix='/x'\ndir='no/such/dir'\n", "routes[0].dir", "is not a directory"),
+        ("[[routes]]\nname='x'\nprefix='/x'\nfile='no/such.txt'\n", "routes[0].file", "is not a readable file"),
+        ("[[routes]]\nname='x'\nprefix='x'\nupstream='a'\n", "routes[0].prefix", "must start with '/'"),
+        ("[server]\nlisten='nowhere'\n", "server.listen", "invalid socket address"),
+        ("[server]\nshutdown_timeout='soon'\n", "server.shutdown_timeout", "invalid duration"),
+        (
+            "[[routes]]\nname='x'\nprefix='/x'\nrespond={status=200}\ntimeout='1s'\n",
+            "routes[0].timeout",
+            "only applies",
+        ),
+        ("[server]\nmax_body='lots'\n", "server.max_body", "invalid size"),
+        ("[server]\nmax_header_size=100\n", "server.max_header_size", "at least 8KiB"),
+        (
+            "[[routes]]\nname='x'\nprefix='/x'\nupstream='a'\nmax_body='1 parsec'\n",
+            "routes[0].max_body",
+            "invalid size",
+        ),
+        (
+            "[[routes]]\nname='x'\nprefix='/x'\nupstream='a'\nmax_concurrent=0\n",
+            "routes[0].max_concurrent",
+            "at least 1",
+        ),
+        (
+            "[[routes]]\nname='x'\nprefix='/x'\nupstream='a'\nupgrade_idle_timeout='0s'\n",
+            "routes[0].upgrade_idle_timeout",
+            "greater than zero",
+        ),
+        (
+            "[[routes]]\nname='x'\nprefix='/x'\nupstream='a'\nupgrade_idle_timeout='500000000000years'\n",
+            "routes[0].upgrade_idle_timeout",
+            "at most 10 years",
+        ),
+        ("[server]\nshutdown_timeout='11years'\n", "server.shutdown_timeout", "at most 10 years"),
+        (
+            "[[routes]]\nname='x'\nprefix='/x'\nupstream='a'\nupgrade=false\nupgrade_idle_timeout='9s'\n",
+            "routes[0].upgrade_idle_timeout",
+            "no effect with upgrade = false",
+        ),
+        (
+            "[[routes]]\nname='x'\nprefix='/x'\nrespond={status=200}\nupgrade=true\n",
+            "routes[0].upgrade",
+            "only applies to routes with an upstream",
+        ),
+        (
+            "[[routes]]\nname='x'\nprefix='/x'\nupstream='a'\nbody_timeout='0s'\n",
+            "routes[0].body_timeout",
+            "greater than zero",
+        ),
+        ("[server]\nidle_timeout='0s'\n", "server.idle_timeout", "greater than zero"),
+        ("[server]\nsend_timeout='never'\n", "server.send_timeout", "invalid duration"),
+        ("[server]\ntcp_keepalive='10ms'\n", "server.tcp_keepalive", "at least 1s"),
+        ("[server]\nshutdown_delay='later'\n", "server.shutdown_delay", "invalid duration"),
+        ("[server]\ntrusted_proxies=['10.0.0.0/8', '10.0.0.0/33']\n", "server.trusted_proxies[1]", "invalid CIDR"),
+        ("[metrics]\nmax_connections=0\n", "metrics.max_connections", "at least 1"),
+        (
+            "[upstreams.x]\nurl='http://h:1'\nmax_requests=3000000000000000000\n",
+            "upstreams.x.max_requests",
+            "between 1 and",
+        ),
+        (
+            "[upstreams.x]\nurl='http://h:1'\nretry_budget={ratio=1.0, min_per_second=4294967295}\n",
+            "upstreams.x.retry_budget.min_per_second",
+            "at most",
+        ),
+        ("[tracing]\notlp_endpoint='http://u:p@h:4318'\n", "tracing.otlp_endpoint", "credentials"),
+        ("[[routes]]\nname='x'\nprefix='/a//b'\nupstream='a'\n", "routes[0].prefix", "not a normalised path"),
+        ("[[routes]]\nname='x'\nprefix='/a/../b'\nupstream='a'\n", "routes[0].prefix", "not a normalised path"),
+    ];
+    for (text, key, msg) in cases {
+        let e = inline(&format!("{UP}{text}")).expect_err(text);
+        assert_eq!(e.key, *key, "{text}: {e}");
+        assert!(e.message.contains(msg), "{text}: {e}");
+        assert_eq!(e.source_name, "embedded default");
+    }
+}
+
+#[test]
+fn unknown_key_is_refused() {
+    let e = inline("[server]\nlisten_on='x'\n").unwrap_err();
+    assert!(e.to_string().contains("listen_on"), "{e}");
+}
+
+#[test]
+fn defaults_apply() {
+    let c = inline(&format!("{UP}[[routes]]\nname='x'\nprefix='/x/'\nupstream='a'\n")).unwrap();
+    assert_eq!(c.routes[0].prefix, "/x");
+    let Target::Proxy(p) = &c.routes[0].target else { panic!() };
+    assert_eq!(p.timeout, DEFAULT_ROUTE_TIMEOUT);
+    assert_eq!(p.host, HostMode::Preserve);
+    assert_eq!(c.upstreams[0].pool_idle_timeout, Duration::from_secs(50));
+    assert_eq!(c.server.header_read_timeout, Duration::from_secs(10));
+    assert_eq!(c.metrics.path, "/metrics");
+    assert_eq!(c.server.max_body, 10 * 1024 * 1024);
+    assert_eq!(c.server.max_header_size, 64 * 1024);
+    assert_eq!(c.server.max_uri_length, 8 * 1024);
+    assert_eq!(c.routes[0].max_body, c.server.max_body);
+    assert_eq!(c.routes[0].max_concurrent, None);
+    assert_eq!(p.body_timeout, DEFAULT_BODY_TIMEOUT);
+    assert_eq!(c.server.idle_timeout, Duration::from_secs(60));
+    assert_eq!(c.server.send_timeout, Duration::from_secs(60));
+    assert_eq!(c.server.tcp_keepalive, Some(Duration::from_secs(60)));
+    assert_eq!(c.server.shutdown_delay, Duration::ZERO);
+    assert!(c.server.merge_slashes && !c.server.reject_encoded_slash);
+    assert!(c.server.trusted_proxies.is_empty());
+    assert_eq!(c.metrics.max_connections, 64);
+}
+
+#[test]
+fn trusted_proxies_parse_as_blocks_or_addresses() {
+    let c = inline("[server]\ntrusted_proxies = ['10.1.2.3/8', '::1', '192.168.0.7']\ntcp_keepalive = '0s'\n").unwrap();
+    let nets: Vec<String> = c.server.trusted_proxies.iter().map(ToString::to_string).collect();
+    assert_eq!(nets, ["10.0.0.0/8", "::1/128", "192.168.0.7/32"]);
+    assert_eq!(c.server.tcp_keepalive, None);
+}
+
+#[test]
+fn sizes_parse_as_text_or_bytes() {
+    let c = inline(&format!(
+        "[server]\nmax_body = 2048\nmax_uri_length = \"1KiB\"\n{UP}[[routes]]\nname='x'\nprefix='/x'\nupstream='a'\nmax_body='64KiB'\nmax_concurrent=3\n[[routes]]\nname='y'\nprefix='/y'\nupstream='a'\n"
+    ))
+    .unwrap();
+    assert_eq!(c.server.max_body, 2048);
+    assert_eq!(c.server.max_uri_length, 1024);
+    assert_eq!(c.routes[0].max_body, 64 * 1024);
+    assert_eq!(c.routes[0].max_concurrent, Some(3));
+    assert_eq!(c.routes[1].max_body, 2048);
+}

@@ -1,0 +1,249 @@
+//! `[upstreams.NAME]`: endpoints and their URLs, TLS, protocol, admission,
+//! health checks, ejection and the retry budget.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use http::Uri;
+use http::uri::{Authority, Scheme};
+use rustls_pki_types::ServerName;
+
+use super::super::raw::{RawHealth, RawOutlier, RawRetryBudget, RawUpstream};
+use super::super::{
+    Address, Admission, Balance, EndpointConfig, HealthConfig, OutlierConfig, Protocol, RetryBudget, UpstreamConfig,
+};
+use super::{Problem, parse_duration, positive_duration};
+
+/// The largest `max_requests` (tokio's semaphore takes up to 2^61 permits;
+/// anything near that is a typo).
+const MAX_REQUESTS: usize = 1_000_000;
+
+/// The TLS client config of an upstream with `https://` endpoints; the
+/// `tls_*` keys apply to nothing else.
+fn upstream_tls(
+    up: &RawUpstream,
+    endpoints: &[EndpointConfig],
+    base_dir: &Path,
+    key: &dyn Fn(&str) -> String,
+    protocol: Protocol,
+) -> Result<Option<Arc<rustls::ClientConfig>>, Problem> {
+    let set = [
+        ("tls_ca_file", up.tls_ca_file.is_some()),
+        ("tls_server_name", up.tls_server_name.is_some()),
+        ("tls_client_cert", up.tls_client_cert.is_some()),
+        ("tls_client_key", up.tls_client_key.is_some()),
+    ];
+    if endpoints.iter().all(|e| e.tls_name.is_none()) {
+        return match set.iter().find(|(_, s)| *s) {
+            Some((k, _)) => Err((key(k), "only applies to https:// endpoints".into())),
+            None => Ok(None),
+        };
+    }
+    let ca = up.tls_ca_file.as_ref().map(|f| base_dir.join(f));
+    let client = match (&up.tls_client_cert, &up.tls_client_key) {
+        (Some(c), Some(k)) => Some((base_dir.join(c), base_dir.join(k))),
+        (None, None) => None,
+        (Some(_), None) => return Err((key("tls_client_key"), "required with tls_client_cert".into())),
+        (None, Some(_)) => return Err((key("tls_client_cert"), "required with tls_client_key".into())),
+    };
+    let client_auth = client.as_ref().map(|(c, k)| (c.as_path(), k.as_path()));
+    let alpn: &[&[u8]] = match protocol {
+        Protocol::Http1 => &[b"http/1.1"],
+        Protocol::H2c => &[b"h2"],
+        Protocol::Auto => &[b"h2", b"http/1.1"],
+    };
+    crate::tls::client_config(ca.as_deref(), client_auth, alpn).map(Some).map_err(|(which, m)| match which {
+        crate::tls::ClientKey::CaFile => (key("tls_ca_file"), m),
+        crate::tls::ClientKey::ClientCert => (key("tls_client_cert"), m),
+        crate::tls::ClientKey::ClientKey => (key("tls_client_key"), m),
+    })
+}
+
+pub(super) fn upstream(name: &str, up: &RawUpstream, base_dir: &Path) -> Result<UpstreamConfig, Problem> {
+    let key = |k: &str| format!("upstreams.{name}.{k}");
+    let urls: Vec<(String, &String)> = match (&up.url, &up.endpoints) {
+        (Some(url), None) => vec![(key("url"), url)],
+        (None, Some(list)) if list.is_empty() => return Err((key("endpoints"), "must list at least one URL".into())),
+        (None, Some(list)) => list.iter().enumerate().map(|(i, u)| (key(&format!("endpoints[{i}]")), u)).collect(),
+        _ => return Err((key("url"), "set exactly one of url and endpoints".into())),
+    };
+    let server_name = up
+        .tls_server_name
+        .as_ref()
+        .map(|n| {
+            ServerName::try_from(n.trim().to_owned())
+                .map_err(|_| (key("tls_server_name"), format!("{n:?} is not a DNS name or IP address")))
+        })
+        .transpose()?;
+    let mut endpoints: Vec<EndpointConfig> = Vec::new();
+    for (k, url) in urls {
+        let endpoint = parse_upstream_url(url, base_dir, server_name.as_ref()).map_err(|m| (k.clone(), m))?;
+        if endpoints.iter().any(|e| e.address == endpoint.address) {
+            return Err((k, format!("{url:?} is listed twice")));
+        }
+        endpoints.push(endpoint);
+    }
+    let balance = match up.balance.as_deref() {
+        None | Some("least_request") => Balance::LeastRequest,
+        Some("round_robin") => Balance::RoundRobin,
+        Some(other) => return Err((key("balance"), format!("{other:?}: use \"least_request\" or \"round_robin\""))),
+    };
+    let protocol = match up.protocol.as_deref() {
+        None | Some("http1") => Protocol::Http1,
+        Some("h2c") => Protocol::H2c,
+        Some("auto") if endpoints.iter().all(|e| e.tls_name.is_some()) => Protocol::Auto,
+        Some("auto") => {
+            return Err((key("protocol"), "\"auto\" chooses by ALPN: every endpoint must be https://".into()));
+        }
+        Some(other) => return Err((key("protocol"), format!("{other:?}: use \"http1\", \"h2c\" or \"auto\""))),
+    };
+    let max_connections = match up.max_connections {
+        None => 1,
+        Some(0) => return Err((key("max_connections"), "must be at least 1".into())),
+        Some(n) if protocol == Protocol::Http1 => {
+            return Err((key("max_connections"), format!("{n}: only for HTTP/2 (protocol = \"h2c\" or \"auto\")")));
+        }
+        Some(n) => n.min(1024),
+    };
+    let tls = upstream_tls(up, &endpoints, base_dir, &key, protocol)?;
+    Ok(UpstreamConfig {
+        name: name.to_owned(),
+        endpoints,
+        balance,
+        connect_timeout: parse_duration(&key("connect_timeout"), up.connect_timeout.as_deref().unwrap_or("1s"))?,
+        pool_max_idle_per_host: up.pool_max_idle_per_host.unwrap_or(1024),
+        pool_idle_timeout: parse_duration(&key("pool_idle_timeout"), up.pool_idle_timeout.as_deref().unwrap_or("50s"))?,
+        admission: admission(up, &key)?,
+        health: up.health.as_ref().map(|h| health(h, &key)).transpose()?,
+        outlier: up.outlier.as_ref().map(|o| outlier(o, &key)).transpose()?,
+        retry_budget: retry_budget(up.retry_budget.as_ref(), &key)?,
+        tls,
+        protocol,
+        max_connections,
+    })
+}
+
+/// `max_requests`, `queue` and `queue_timeout`.
+fn admission(up: &RawUpstream, key: &dyn Fn(&str) -> String) -> Result<Option<Admission>, Problem> {
+    let Some(max_requests) = up.max_requests else {
+        if up.queue.is_some() || up.queue_timeout.is_some() {
+            let k = if up.queue.is_some() { "queue" } else { "queue_timeout" };
+            return Err((key(k), "only applies with max_requests".into()));
+        }
+        return Ok(None);
+    };
+    if max_requests == 0 || max_requests > MAX_REQUESTS {
+        return Err((key("max_requests"), format!("must be between 1 and {MAX_REQUESTS} (leave it out for no limit)")));
+    }
+    let queue_timeout = positive_duration(&key("queue_timeout"), up.queue_timeout.as_deref().unwrap_or("5s"))?;
+    Ok(Some(Admission { max_requests, queue: up.queue.unwrap_or(100), queue_timeout }))
+}
+
+fn health(h: &RawHealth, key: &dyn Fn(&str) -> String) -> Result<HealthConfig, Problem> {
+    let path = h.path.clone().ok_or_else(|| (key("health.path"), "missing".into()))?;
+    if !path.starts_with('/') || path.parse::<http::uri::PathAndQuery>().is_err() {
+        return Err((key("health.path"), format!("{path:?} must be a path starting with '/'")));
+    }
+    let at_least_one = |k: &str, v: Option<u32>, default: u32| match v.unwrap_or(default) {
+        0 => Err((key(k), "must be at least 1".to_owned())),
+        n => Ok(n),
+    };
+    Ok(HealthConfig {
+        path,
+        interval: positive_duration(&key("health.interval"), h.interval.as_deref().unwrap_or("5s"))?,
+        timeout: positive_duration(&key("health.timeout"), h.timeout.as_deref().unwrap_or("1s"))?,
+        unhealthy_after: at_least_one("health.unhealthy_after", h.unhealthy_after, 3)?,
+        healthy_after: at_least_one("health.healthy_after", h.healthy_after, 2)?,
+    })
+}
+
+fn outlier(o: &RawOutlier, key: &dyn Fn(&str) -> String) -> Result<OutlierConfig, Problem> {
+    let consecutive_failures = o.consecutive_failures.unwrap_or(5);
+    if consecutive_failures == 0 {
+        return Err((key("outlier.consecutive_failures"), "must be at least 1".into()));
+    }
+    let ejection_time = positive_duration(&key("outlier.ejection_time"), o.ejection_time.as_deref().unwrap_or("30s"))?;
+    Ok(OutlierConfig { consecutive_failures, ejection_time })
+}
+
+fn retry_budget(b: Option<&RawRetryBudget>, key: &dyn Fn(&str) -> String) -> Result<RetryBudget, Problem> {
+    let ratio = b.and_then(|b| b.ratio).unwrap_or(0.2);
+    // tower's budget takes a retry percentage from 0 to 1000 (ten retries a request).
+    if !(0.0..=10.0).contains(&ratio) {
+        return Err((key("retry_budget.ratio"), format!("{ratio} must be between 0 and 10")));
+    }
+    let min_per_second = b.and_then(|b| b.min_per_second).unwrap_or(10);
+    // tower's budget keeps min_per_second × its 10 s window in an i32.
+    if min_per_second > 100_000_000 {
+        return Err((key("retry_budget.min_per_second"), "must be at most 100000000".into()));
+    }
+    Ok(RetryBudget { ratio: ratio as f32, min_per_second })
+}
+
+/// An upstream URL: `http://host:port` or `https://host:port`, with no path
+/// beyond `/`, or `unix:PATH` (relative to `base_dir`). `server_name`
+/// overrides the name an `https://` endpoint's certificate must carry.
+fn parse_upstream_url(
+    url: &str,
+    base_dir: &Path,
+    server_name: Option<&ServerName<'static>>,
+) -> Result<EndpointConfig, String> {
+    if let Some(path) = url.strip_prefix("unix:") {
+        // `unix:///run/app.sock` is a common spelling too; `unix://x/y`
+        // is not (is `x` a host or a folder?).
+        let path = match path.strip_prefix("//") {
+            Some(rest) if !rest.starts_with('/') => {
+                return Err(format!("invalid URL {url:?}: use unix:/absolute/path or unix:relative/path"));
+            }
+            Some(rest) => rest,
+            None => path,
+        };
+        if path.is_empty() {
+            return Err(format!("invalid URL {url:?}: missing socket path (use unix:/run/app/app.sock)"));
+        }
+        let path = base_dir.join(path);
+        // sun_path holds 108 bytes, the terminating NUL included.
+        if path.as_os_str().len() > 107 {
+            return Err(format!(
+                "socket path {} is longer than a Unix socket address allows (107 bytes)",
+                path.display()
+            ));
+        }
+        return Ok(EndpointConfig {
+            url: url.to_owned(),
+            scheme: Scheme::HTTP,
+            authority: Authority::from_static("localhost"),
+            address: Address::Unix(path),
+            tls_name: None,
+        });
+    }
+    let uri: Uri = url.parse().map_err(|e| format!("invalid URL {url:?}: {e}"))?;
+    let scheme =
+        uri.scheme().cloned().ok_or_else(|| format!("invalid URL {url:?}: missing scheme (use http://host:port)"))?;
+    if scheme != Scheme::HTTP && scheme != Scheme::HTTPS {
+        return Err(format!("unsupported scheme in {url:?}: use http://host:port, https://host:port or unix:PATH"));
+    }
+    let authority = uri.authority().cloned().ok_or_else(|| format!("invalid URL {url:?}: missing host"))?;
+    if authority.as_str().contains('@') {
+        return Err(format!("invalid URL {url:?}: credentials are not supported"));
+    }
+    if !matches!(uri.path(), "" | "/") || uri.query().is_some() {
+        return Err(format!("invalid URL {url:?}: a path or query is not supported; use a route's rewrite"));
+    }
+    let tls = scheme == Scheme::HTTPS;
+    let port = authority.port_u16().unwrap_or(if tls { 443 } else { 80 });
+    let address = Address::Tcp(format!("{}:{port}", authority.host()));
+    let tls_name = match (tls, server_name) {
+        (false, _) => None,
+        (true, Some(name)) => Some(name.clone()),
+        (true, None) => {
+            // An IPv6 host is bracketed in the URL, not in the name.
+            let host = authority.host().trim_start_matches('[').trim_end_matches(']');
+            Some(
+                ServerName::try_from(host.to_owned())
+                    .map_err(|_| format!("{host:?} is not a valid TLS server name"))?,
+            )
+        }
+    };
+    Ok(EndpointConfig { url: url.to_owned(), scheme, authority, address, tls_name })
+}

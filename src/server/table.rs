@@ -1,0 +1,195 @@
+//! The routes and upstreams requests are served by, built from a config,
+//! and the reload that replaces them while the gateway serves.
+
+use std::sync::Arc;
+
+use http::Method;
+
+use super::App;
+use crate::config::{Config, ConfigError, RouteConfig, Target};
+use crate::layers::RouteLayers;
+use crate::limits::ConcurrencyLimit;
+use crate::metrics::{self, RouteMetrics};
+use crate::router::Router;
+use crate::upstream::Upstream;
+
+/// A route with its runtime state.
+pub(super) struct Route {
+    pub(super) config: RouteConfig,
+    /// The route's layers; `None` when it enables none.
+    pub(super) layers: Option<RouteLayers>,
+    pub(super) metrics: RouteMetrics,
+    /// The methods the route answers, with the `Allow` value for a 405;
+    /// `None` answers every method.
+    pub(super) methods: Option<(Vec<Method>, String)>,
+    /// The route's `max_concurrent`, if set (shared with the route of the
+    /// same name after a reload).
+    pub(super) limit: Option<Arc<ConcurrencyLimit>>,
+}
+
+impl Route {
+    pub(super) fn allows(&self, method: &Method) -> bool {
+        self.methods.as_ref().is_none_or(|(ms, _)| ms.contains(method))
+    }
+}
+
+/// The routes and upstreams requests are served by: replaced as a whole
+/// by a reload, while requests already under way finish on the one they
+/// started with.
+pub(super) struct Table {
+    pub(super) router: Router,
+    pub(super) routes: Vec<Route>,
+    pub(super) upstreams: Vec<Arc<Upstream>>,
+}
+
+/// Methods file routes answer unless the route says otherwise.
+const FILE_METHODS: [Method; 2] = [Method::GET, Method::HEAD];
+
+impl App {
+    /// Loads the configuration again from where it came from and, if it is
+    /// valid, serves new requests with its routes and upstreams at once
+    /// (requests under way finish on the old ones). Upstreams whose settings
+    /// did not change keep their pools; removed ones close their idle
+    /// connections once their last request is done. `[server]` (but for its
+    /// `tls` files), `[metrics]` and `[tracing]` need a restart: a change
+    /// there is logged and not applied. An invalid file changes nothing.
+    pub fn reload(&self) -> Result<Vec<&'static str>, ConfigError> {
+        // One at a time: two at once could store the older file last.
+        let _one = self.reloading.lock().unwrap_or_else(|e| e.into_inner());
+        let loaded = match &self.config.source {
+            Some(source) => crate::config::load(source),
+            None => Err(ConfigError {
+                source_name: self.config.source_name.clone(),
+                key: "-".into(),
+                message: "no file to load again".into(),
+            }),
+        };
+        let mut new = match loaded {
+            Ok(new) => new,
+            Err(e) => {
+                metrics::config_reloaded(false);
+                tracing::error!(error = %e, "config reload failed; nothing changed");
+                return Err(e);
+            }
+        };
+        // Unset in the file, the access log format followed --log-format at
+        // start (see `cli`); the same holds now.
+        if new.server.access_log_format.is_none() {
+            new.server.access_log_format = self.config.server.access_log_format;
+        }
+        let old = self.table.load();
+        let table = Table::new(&new, Some(&old));
+        let kept = table.upstreams.iter().filter(|u| old.upstreams.iter().any(|o| Arc::ptr_eq(o, u))).count();
+        self.table.store(Arc::new(table));
+        let mut needs_restart = restart_sections(&self.config, &new);
+        match (&self.config.server.tls, &new.server.tls) {
+            // Renewed files: served from the next connection on.
+            (Some(old), Some(new)) if old.client_ca.is_some() == new.client_ca.is_some() => {
+                self.tls.store(Some(new.config.clone()));
+            }
+            (None, None) => {}
+            // Turning TLS or client certificates on or off changes what the
+            // listener is: not silently.
+            _ => needs_restart.push("server.tls (on/off, client_ca)"),
+        }
+        if !needs_restart.is_empty() {
+            tracing::warn!(
+                sections = needs_restart.join(", "),
+                "config reload: these sections changed and need a restart; running on with their old values"
+            );
+        }
+        metrics::config_reloaded(true);
+        tracing::info!(
+            routes = new.routes.len(),
+            upstreams = new.upstreams.len(),
+            upstreams_kept = kept,
+            "config reloaded"
+        );
+        Ok(needs_restart)
+    }
+
+    /// The listener's TLS config as of now (a reload may replace it).
+    pub fn tls_config(&self) -> Option<Arc<rustls::ServerConfig>> {
+        self.tls.load_full()
+    }
+}
+
+/// Which of the sections a reload cannot apply changed.
+fn restart_sections(old: &Config, new: &Config) -> Vec<&'static str> {
+    let server = |c: &Config| {
+        let mut s = c.server.clone();
+        s.tls = None;
+        format!("{s:?}")
+    };
+    let mut changed = Vec::new();
+    if server(old) != server(new) {
+        changed.push("server");
+    }
+    if format!("{:?}", old.metrics) != format!("{:?}", new.metrics) {
+        changed.push("metrics");
+    }
+    if format!("{:?}", old.tracing) != format!("{:?}", new.tracing) {
+        changed.push("tracing");
+    }
+    changed
+}
+
+impl Table {
+    /// Builds the routes and upstreams of `config`, taking over from
+    /// `running` every upstream whose settings are unchanged (with its pools
+    /// and health state). An upstream with TLS is always built anew, so its
+    /// certificate files are read again.
+    pub(super) fn new(config: &Config, running: Option<&Table>) -> Table {
+        let running_upstreams = running.map_or(&[][..], |t| &t.upstreams[..]);
+        let retried = |i: usize| {
+            config.routes.iter().any(|r| matches!(&r.target, Target::Proxy(p) if p.upstream == i && p.retries > 0))
+        };
+        let upstreams: Vec<Arc<Upstream>> = config
+            .upstreams
+            .iter()
+            .enumerate()
+            .map(|(i, u)| {
+                let same = |o: &&Arc<Upstream>| u.tls.is_none() && o.same_settings(u, retried(i));
+                match running_upstreams.iter().find(same) {
+                    Some(kept) => kept.clone(),
+                    None => Arc::new(Upstream::new(u.clone(), retried(i))),
+                }
+            })
+            .collect();
+        let routes: Vec<Route> = config
+            .routes
+            .iter()
+            .map(|r| {
+                if let Target::Proxy(p) = &r.target {
+                    metrics::set_route_timeout(&r.name, p.timeout);
+                }
+                let methods = match (&r.target, &r.methods) {
+                    (_, Some(ms)) => Some(ms.clone()),
+                    (Target::File(_) | Target::Dir(_), None) => Some(FILE_METHODS.to_vec()),
+                    _ => None,
+                };
+                let methods = methods.map(|ms| {
+                    let allow = ms.iter().map(Method::as_str).collect::<Vec<_>>().join(", ");
+                    (ms, allow)
+                });
+                Route {
+                    layers: RouteLayers::new(r),
+                    config: r.clone(),
+                    metrics: RouteMetrics::new(&r.name),
+                    methods,
+                    // The same limit on a route of the same name goes on
+                    // counting the requests it already admitted.
+                    limit: r.max_concurrent.map(|max| {
+                        let old = running.and_then(|t| t.routes.iter().find(|o| o.config.name == r.name));
+                        match old.and_then(|o| o.limit.as_ref()) {
+                            Some(limit) if limit.max() == max => limit.clone(),
+                            _ => Arc::new(ConcurrencyLimit::new(max)),
+                        }
+                    }),
+                }
+            })
+            .collect();
+        let router = Router::new(config.routes.iter().map(|r| r.prefix.as_str()));
+        Table { router, routes, upstreams }
+    }
+}

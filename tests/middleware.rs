@@ -475,19 +475,7 @@ async fn bad_middleware_configs_name_the_key() {
         ("[server]\naccess_log_format = \"xml\"\n", "server.access_log_format"),
         ("[tracing]\notlp_endpoint = \"ftp://collector\"\n", "tracing.otlp_endpoint"),
     ];
-    let dir = tempfile::tempdir().unwrap();
-    for (toml, key) in cases {
-        let path = dir.path().join("gw.toml");
-        std::fs::write(&path, toml).unwrap();
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_gateway"))
-            .args(["check", "--config"])
-            .arg(&path)
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(64), "{toml}: {stderr}");
-        assert!(stderr.contains(key), "{toml}: {stderr}");
-    }
+    assert_refused_by_check(env!("CARGO_BIN_EXE_gateway"), cases);
 }
 
 /// Runs the gateway binary with `toml` and JSON logs at debug level; returns

@@ -374,19 +374,7 @@ async fn bad_resilience_configs_name_the_key() {
             "routes[0].retry_on",
         ),
     ];
-    let dir = tempfile::tempdir().unwrap();
-    for (toml, key) in cases {
-        let path = dir.path().join("gw.toml");
-        std::fs::write(&path, toml).unwrap();
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_gateway"))
-            .args(["check", "--config"])
-            .arg(&path)
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(64), "{toml}: {stderr}");
-        assert!(stderr.contains(key), "{toml}: {stderr}");
-    }
+    assert_refused_by_check(env!("CARGO_BIN_EXE_gateway"), cases);
     let _ = Bytes::new();
 }
 

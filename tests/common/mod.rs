@@ -294,3 +294,17 @@ pub async fn slamming_upstream() -> (SocketAddr, Arc<AtomicUsize>) {
     .await;
     (addr, accepted)
 }
+
+/// Runs `gateway check` (the binary `bin`) on each `(toml, key)`: each must
+/// exit 64 naming its key.
+pub fn assert_refused_by_check(bin: &str, cases: &[(&str, &str)]) {
+    let dir = tempfile::tempdir().unwrap();
+    for (toml, key) in cases {
+        let path = dir.path().join("gw.toml");
+        std::fs::write(&path, toml).unwrap();
+        let out = std::process::Command::new(bin).args(["check", "--config"]).arg(&path).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{toml}: {stderr}");
+        assert!(stderr.contains(key), "{toml}: {stderr}");
+    }
+}

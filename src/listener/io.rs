@@ -25,6 +25,11 @@ impl ClientIo {
         ClientIo { inner, state, limits_unsent: false }
     }
 
+    /// The socket, to peek at.
+    pub fn stream(&self) -> &TcpStream {
+        &self.inner
+    }
+
     fn before_write(&mut self) {
         if !self.limits_unsent && self.state.has_large_response() {
             self.limits_unsent = true;

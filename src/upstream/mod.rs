@@ -154,6 +154,9 @@ impl Upstream {
         {
             trace.propagate(&mut parts.headers);
         }
+        // Made before the wait for admission, so the parts are not kept
+        // apart in the future (which holds them for every request in flight).
+        let mut req = Request::from_parts(parts, body);
         let slot = match &self.admission {
             Some(admission) => Some(admission.admit(deadline, target.timeout).await?),
             None => None,
@@ -163,7 +166,6 @@ impl Upstream {
             budget.deposit();
         }
         let in_flight = InFlight::new(&self.in_flight);
-        let mut req = Request::from_parts(parts, body);
         let mut tried: Vec<usize> = Vec::new();
         let mut retries_left = target.retries;
         let retry_on = target.retry_on;

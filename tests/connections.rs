@@ -63,6 +63,50 @@ async fn connections_that_never_send_a_head_are_closed_at_the_header_read_timeou
     still_serving(&gw).await;
 }
 
+/// The listener tells HTTP/1 from HTTP/2 by peeking at a connection's first
+/// bytes: whatever differs from HTTP/2's preface at once is HTTP/1; the rest
+/// waits for more. Heads shorter than the preface, and openings cut where
+/// they still match it, must be served all the same, by either protocol.
+#[tokio::test]
+async fn http_versions_are_told_apart_from_first_bytes_that_arrive_in_pieces() {
+    let (up, _) = counting_upstream().await;
+    let gw = TestGateway::from_toml(&proxy_toml(up.addr, "u", "", "")).await;
+    // (first write, second write after a pause, the status expected);
+    // HTTP/1.0, so the gateway closes after answering.
+    let openings: [(&[u8], &[u8], u16); 4] = [
+        // Shorter than the preface, in one piece: answered without waiting
+        // for more (400: HTTP/1.0 without a Host).
+        (b"GET /alive HTTP/1.0\r\n\r\n", b"", 400),
+        // Differs from the preface at the first byte.
+        (b"G", b"ET /alive HTTP/1.0\r\nhost: a\r\n\r\n", 200),
+        // Matches the preface's first bytes, then differs.
+        (b"P", b"OST /alive HTTP/1.0\r\nhost: a\r\ncontent-length: 0\r\n\r\n", 200),
+        (b"PRI", b" /alive HTTP/1.0\r\nhost: a\r\n\r\n", 200),
+    ];
+    for (first, second, expected) in openings {
+        let mut s = TcpStream::connect(gw.addr).await.unwrap();
+        s.write_all(first).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        s.write_all(second).await.unwrap();
+        let mut answer = Vec::new();
+        tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut answer)).await.unwrap().unwrap();
+        let what = String::from_utf8_lossy(first).into_owned() + "|" + &String::from_utf8_lossy(second);
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with(&format!("HTTP/1.0 {expected} ")), "{what:?} got {answer:?}");
+    }
+    // HTTP/2 with prior knowledge, its preface in two pieces: the gateway's
+    // first frame back is its SETTINGS (type 4).
+    let mut s = TcpStream::connect(gw.addr).await.unwrap();
+    s.write_all(b"PRI * HTTP/2.0\r\n").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    s.write_all(b"\r\nSM\r\n\r\n").await.unwrap();
+    s.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).await.unwrap();
+    let mut frame = [0u8; 9];
+    tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut frame)).await.unwrap().unwrap();
+    assert_eq!(frame[3], 4, "expected a SETTINGS frame, got header {frame:?}");
+    still_serving(&gw).await;
+}
+
 #[tokio::test]
 async fn idle_keep_alive_closes_at_the_idle_timeout_not_the_header_timeout() {
     let _one_at_a_time = COUNTING.lock().await;

@@ -45,7 +45,12 @@ impl RequestId {
     /// a new one.
     pub fn for_request(headers: &HeaderMap) -> RequestId {
         match headers.get(X_REQUEST_ID) {
-            Some(given) if is_valid(given) => RequestId::Given(given.clone()),
+            // Copied, not cloned: a clone would be a slice of the client
+            // connection's read buffer, kept alive for the whole request.
+            Some(given) if is_valid(given) => RequestId::Given(
+                HeaderValue::from_maybe_shared(bytes::Bytes::from_owner(given.as_bytes().to_vec()))
+                    .unwrap_or_else(|_| given.clone()),
+            ),
             _ => {
                 let mut made = [0u8; 32];
                 hex(fastrand::u128(..), &mut made);
@@ -77,6 +82,19 @@ pub fn shared_value<const N: usize>(bytes: [u8; N]) -> HeaderValue {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A kept ID is the client's, copied: a clone would be a slice of the
+    /// buffer the request was parsed from, held for the whole request.
+    #[test]
+    fn a_kept_id_holds_nothing_of_the_request_buffer() {
+        let buffer = bytes::Bytes::from(b"req-42".to_vec());
+        let mut headers = HeaderMap::new();
+        headers.insert(X_REQUEST_ID, HeaderValue::from_maybe_shared(buffer.slice(..)).unwrap());
+        let id = RequestId::for_request(&headers);
+        drop(headers);
+        assert_eq!(id.as_str(), "req-42");
+        assert!(buffer.is_unique(), "the ID still shares the request's buffer");
+    }
 
     #[test]
     fn hex_table() {

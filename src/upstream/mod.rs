@@ -38,7 +38,7 @@ use crate::server::{Peer, RequestLog};
 use crate::tunnel;
 use admission::Admission;
 use endpoint::{Attempt, Availability, Candidate, Endpoint};
-use exchange::{Failure, copy_head, exchange};
+use exchange::{Failure, HeadCopy, exchange};
 use pool::Conn;
 
 /// One configured upstream: its endpoints, admission, retry budget and
@@ -142,7 +142,7 @@ impl Upstream {
         deadline: Instant,
     ) -> Result<Response<Body>, GatewayError> {
         let counted = cx.timing.as_ref().map(|t| t.bytes_in.clone());
-        let Prepared { mut parts, body, plan, client_host, mut upgrade, fault } =
+        let Prepared { mut parts, body, plan, mut client_host, mut upgrade, fault } =
             proxy::prepare_request(req, target, prefix, max_body, peer, counted)?;
         if let Some(id) = cx.id {
             parts.headers.insert(X_REQUEST_ID, id.header_value());
@@ -172,16 +172,21 @@ impl Upstream {
         loop {
             let (index, mut attempt) = self.choose(&tried)?;
             let endpoint = attempt.endpoint().clone();
-            let host = match (target.host, &client_host) {
+            let may_retry = retries_left > 0;
+            // On the last attempt the client's Host is moved, not cloned:
+            // its value is a slice of the client connection's read buffer,
+            // which it would keep alive until the response (see
+            // `exchange::copy_head`).
+            let preserved = if may_retry { client_host.clone() } else { client_host.take() };
+            let host = match (target.host, preserved) {
                 // An empty Host (allowed when the target has no authority)
                 // gets the upstream's own.
-                (HostMode::Preserve, Some(h)) if !h.is_empty() => h.clone(),
+                (HostMode::Preserve, Some(h)) if !h.is_empty() => h,
                 _ => endpoint.host.clone(),
             };
             req.headers_mut().insert(header::HOST, host);
-            let may_retry = retries_left > 0;
             let copy =
-                (may_retry && plan.retryable && (retry_on.reset || retry_on.unavailable)).then(|| copy_head(&req));
+                (may_retry && plan.retryable && (retry_on.reset || retry_on.unavailable)).then(|| HeadCopy::of(&req));
             let started = Instant::now();
             let timing = cx.timing.as_deref();
             let sent =
@@ -210,8 +215,10 @@ impl Upstream {
                     } else {
                         attempt.success()
                     }
-                    if let (503, true, Some(again)) = (status, retry_on.unavailable, copy)
+                    if status == 503
+                        && retry_on.unavailable
                         && may_retry
+                        && let Some(again) = copy.and_then(HeadCopy::into_request)
                         && self.within_budget()
                     {
                         (req, retries_left) = (again, retries_left - 1);
@@ -257,6 +264,7 @@ impl Upstream {
             if !failure.is_clients() {
                 attempt.failure();
             }
+            let copy = copy.and_then(HeadCopy::into_request);
             let wanted = match &failure {
                 Failure::Connect(..) => retry_on.connect,
                 Failure::Send(_) => retry_on.reset && copy.is_some() && failure.is_reset(),

@@ -105,7 +105,7 @@ pub fn prepare_request(
     let (body, fault) = if has_body {
         let body = RequestBody::new(body, max_body, target.body_timeout, from_http2, counted);
         let fault = body.fault();
-        (Either::Left(body), Some(fault))
+        (Either::Left(Box::new(body)), Some(fault))
     } else {
         (Either::Right(Empty::new()), None)
     };

@@ -45,7 +45,12 @@ use crate::body::RequestBody;
 use crate::config::{Address, EndpointConfig, Protocol, UpstreamConfig};
 
 /// The body sent upstream: the client's, streamed, or nothing.
-pub type SendBody = Either<RequestBody, Empty<Bytes>>;
+///
+/// The client's body is boxed: hyper's HTTP/1 client queues requests in a
+/// channel whose blocks hold 32 of them, one block (at least) for each
+/// upstream connection, and unboxed the body made each block 11.3 KB
+/// instead of 8.4 KB. Bodiless requests (most) allocate nothing for it.
+pub type SendBody = Either<Box<RequestBody>, Empty<Bytes>>;
 
 /// Why a new connection could not be made.
 #[derive(Debug, thiserror::Error)]

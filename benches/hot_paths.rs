@@ -1,5 +1,6 @@
 //! Micro-benchmarks of the pure pieces on the per-request path: route
-//! matching at 10, 100 and 1000 routes, path rewriting, and the header rules.
+//! matching at 10, 100 and 1000 routes, path rewriting, the header rules,
+//! and the copy of a request head kept for a stale-connection resend.
 //! Run with `cargo bench --bench hot_paths`.
 
 use std::net::{IpAddr, Ipv4Addr};
@@ -93,4 +94,43 @@ fn response_header_rules(bencher: Bencher) {
 fn path_normalize(bencher: Bencher, path: &str) {
     let opts = gateway::path::Options { merge_slashes: true, reject_encoded_slash: false };
     bencher.bench_local(|| black_box(gateway::path::normalize(black_box(path), opts).is_ok()));
+}
+
+/// A proxied request as it goes upstream: the client's headers with the
+/// forwarding headers added, bodiless.
+fn upstream_request() -> http::Request<gateway::upstream::pool::SendBody> {
+    let mut req = http::Request::new(http_body_util::Either::Right(http_body_util::Empty::new()));
+    *req.uri_mut() = "/api/v1/items/12345?expand=details".parse().unwrap();
+    let mut h = request_headers();
+    let client = gateway::headers::forwarded_for(IpAddr::V4(Ipv4Addr::new(10, 1, 2, 3)));
+    strip_hop_by_hop(&mut h);
+    add_forwarding(
+        &mut h,
+        &client,
+        Some(&HeaderValue::from_static("app.example:8080")),
+        Version::HTTP_11,
+        false,
+        false,
+    );
+    *req.headers_mut() = h;
+    req
+}
+
+/// The copy of a bodiless request kept to resend it on a stale pooled
+/// connection, made (and dropped) for every such request:
+/// [`HeadCopy`](gateway::upstream::exchange::HeadCopy), against cloning the
+/// head as before issue 13 (which also kept the client's read buffer alive).
+#[divan::bench(args = ["head_copy", "clone"])]
+fn stale_resend_copy(bencher: Bencher, how: &str) {
+    let req = upstream_request();
+    match how {
+        "head_copy" => bencher.bench_local(|| black_box(gateway::upstream::exchange::HeadCopy::of(black_box(&req)))),
+        _ => bencher.bench_local(|| {
+            let mut copy = http::Request::new(());
+            *copy.method_mut() = req.method().clone();
+            *copy.uri_mut() = req.uri().clone();
+            *copy.headers_mut() = req.headers().clone();
+            black_box(copy)
+        }),
+    }
 }

@@ -211,8 +211,15 @@ cleanup() {
     exit "$rc"
 }
 
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+# free_ports N: N distinct free ports, found with all N sockets bound at once
+# (asked for one at a time, the kernel may hand the same port out twice:
+# a CI run once gave the queue upstream and Prometheus the same one).
+free_ports() {
+    python3 -c 'import socket, sys
+socks = [socket.socket() for _ in range(int(sys.argv[1]))]
+for s in socks:
+    s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in socks))' "$1"
 }
 
 # wait_http URL PID SECONDS: until URL answers 2xx; fails early if PID died.
@@ -297,11 +304,8 @@ live_checks() {
     log "gateway check on the Kubernetes ConfigMap's config"
     "$GATEWAY_BIN" check --config "$WORK/k8s-gateway.toml"
 
-    UP_PORT=$(free_port)
-    QUEUE_UP_PORT=$(free_port)
-    GW_PORT=$(free_port)
-    DEAD_PORT=$(free_port) # nothing listens here: connect errors
-    PROM_PORT=$(free_port)
+    # DEAD_PORT: nothing listens there (connect errors).
+    read -r UP_PORT QUEUE_UP_PORT GW_PORT DEAD_PORT PROM_PORT <<<"$(free_ports 5)"
     local dead="http://127.0.0.1:$DEAD_PORT" live="http://127.0.0.1:$UP_PORT"
 
     log "starting gateway upstream on 127.0.0.1:$UP_PORT (10ms delay) and 127.0.0.1:$QUEUE_UP_PORT (300ms)"

@@ -182,21 +182,29 @@ struct Builders {
     auto: auto::Builder<TokioExecutor>,
 }
 
+/// The HTTP/1 settings, applied alike to hyper's builder and to `auto`'s
+/// (two types with the same setters), so the two paths cannot drift apart.
+macro_rules! http1_settings {
+    ($builder:expr, $server:expr) => {
+        $builder
+            // The watchdog times request heads instead: hyper's timer would
+            // also cut idle keep-alive connections at the header timeout.
+            .header_read_timeout(None)
+            // Bounds the request head: past it hyper answers 431 and closes.
+            .max_buf_size($server.max_header_size as usize)
+            // One write of head and body copied together beats a two-part
+            // writev for the small responses a sidecar mostly sends.
+            .writev(false)
+            .keep_alive(true)
+    };
+}
+
 fn builders(app: &App) -> Builders {
     let server = &app.config().server;
     let mut http1 = http1::Builder::new();
-    http1
-        // The watchdog times request heads instead: hyper's timer would also
-        // cut idle keep-alive connections at the header timeout.
-        .header_read_timeout(None)
-        // Bounds the request head: past it hyper answers 431 and closes.
-        .max_buf_size(server.max_header_size as usize)
-        // One write of head and body copied together beats a two-part
-        // writev for the small responses a sidecar mostly sends.
-        .writev(false)
-        .keep_alive(true);
+    http1_settings!(http1, server);
     let mut auto = auto::Builder::new(TokioExecutor::new());
-    auto.http1().header_read_timeout(None).max_buf_size(server.max_header_size as usize).writev(false).keep_alive(true);
+    http1_settings!(auto.http1(), server);
     auto.http2().timer(TokioTimer::new()).max_header_list_size(server.max_header_size.min(u32::MAX as u64) as u32);
     Builders { http1, auto }
 }

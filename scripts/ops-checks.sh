@@ -516,6 +516,16 @@ EOF
         done
     ) &
     PIDS+=($!)
+    # And keep the queue overflowing: GatewayUpstreamQueueSaturated needs the
+    # rejection counters to rise between scrapes, and the bursts above can
+    # all fall between two of them on a busy machine (a CI run missed it so).
+    (
+        for _ in $(seq 1 30); do
+            burst /guarded 6 >/dev/null
+            sleep 1
+        done
+    ) &
+    PIDS+=($!)
 
     local q_up='up{job="gateway"}'
     local q_rate='rate(http_server_requests_total{job="gateway", route="slow"}[30s])'

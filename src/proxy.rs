@@ -156,8 +156,6 @@ pub fn prepare_response(parts: &mut response::Parts, body: &Incoming) -> bool {
     // latter and keeps both headers): the framings disagree, so the length
     // must not be passed on (RFC 9112 §6.3), and a connection whose
     // upstream frames like that is not reused.
-    // The client gets the ID its request carried, not the upstream's own.
-    parts.headers.remove(crate::layers::request_id::X_REQUEST_ID);
     let reusable =
         !(parts.headers.contains_key(header::CONTENT_LENGTH) && http_body::Body::size_hint(body).exact().is_none());
     if !reusable {

@@ -61,7 +61,14 @@ fn ids(h: &HeaderMap) -> Vec<String> {
 async fn every_request_gets_one_id_that_the_upstream_and_the_client_both_see() {
     // The upstream answers with an ID of its own, which must not reach the client.
     let (up, seen) = recording("ok", "text/plain", &[("x-request-id", "upstream-own")]).await;
-    let gw = TestGateway::from_toml(&route(up.addr, "rid", "")).await;
+    // File routes too, plain and compressed: their cached heads hold a
+    // placeholder ID that must always be replaced.
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/config/public/demo.txt");
+    let files = format!(
+        "[[routes]]\nname = \"f\"\nprefix = \"/rid-file\"\nfile = \"{file}\"\n\
+         [[routes]]\nname = \"fz\"\nprefix = \"/rid-zfile\"\nfile = \"{file}\"\ncompress = true\n"
+    );
+    let gw = TestGateway::from_toml(&format!("{}{files}", route(up.addr, "rid", ""))).await;
     // None sent: one is made, 32 hex digits, the same on both sides.
     let (parts, _) = get(&gw.url("/rid")).await;
     let made = ids(&parts.headers);
@@ -80,22 +87,31 @@ async fn every_request_gets_one_id_that_the_upstream_and_the_client_both_see() {
         assert_eq!(got.len(), 1);
         assert!(got[0] != bad && got[0].len() == 32, "{bad:?} was kept as {got:?}");
     }
-    // Every route kind, errors included, answers with one.
-    for path in ["/rid-fixed", "/nowhere"] {
-        assert_eq!(ids(&get(&gw.url(path)).await.0.headers).len(), 1, "{path}");
+    // Every route kind, errors included, answers with one, made here.
+    for path in ["/rid-fixed", "/nowhere", "/rid-file", "/rid-file", "/rid-zfile"] {
+        let got = ids(&get(&gw.url(path)).await.0.headers);
+        assert!(got.len() == 1 && got[0].len() == 32, "{path}: {got:?}");
+        let (parts, _) = get_with(&gw.url(path), &[("x-request-id", "client-9"), ("accept-encoding", "gzip")]).await;
+        assert_eq!(ids(&parts.headers), ["client-9"], "{path}");
     }
 }
 
 #[tokio::test]
 async fn request_ids_can_be_switched_off() {
-    let (up, seen) = recording("ok", "text/plain", &[]).await;
+    // The upstream's own ID reaches the client: the gateway sets none.
+    let (up, seen) = recording("ok", "text/plain", &[("x-request-id", "upstream-own")]).await;
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/config/public/demo.txt");
     let gw = TestGateway::from_toml(&format!(
-        "[server]\nrequest_id = false\ntrace_context = false\n{}",
+        "[server]\nrequest_id = false\ntrace_context = false\n{}\
+         [[routes]]\nname = \"f\"\nprefix = \"/norid-file\"\nfile = \"{file}\"\n",
         route(up.addr, "norid", "")
     ))
     .await;
     let (parts, _) = get(&gw.url("/norid")).await;
-    assert!(ids(&parts.headers).is_empty());
+    assert_eq!(ids(&parts.headers), ["upstream-own"]);
+    for path in ["/norid-file", "/norid-fixed"] {
+        assert!(ids(&get(&gw.url(path)).await.0.headers).is_empty(), "{path}");
+    }
     let h = &seen.lock().unwrap()[0];
     assert!(ids(h).is_empty() && h.get("traceparent").is_none());
 }

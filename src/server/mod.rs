@@ -100,7 +100,7 @@ impl App {
             tls: ArcSwapOption::new(config.server.tls.as_ref().map(|t| t.config.clone())),
             reloading: std::sync::Mutex::new(()),
             unmatched: RouteMetrics::new("unmatched"),
-            files: FileServer::default(),
+            files: FileServer::new(config.server.request_id),
             metrics_exporter: exporter,
             draining: AtomicBool::new(false),
             abandoning: AtomicBool::new(false),

@@ -46,7 +46,17 @@ impl TraceContext {
             parent |= *name == TRACEPARENT;
             state |= *name == TRACESTATE;
         }
-        let given = if parent { headers.get(TRACEPARENT).and_then(|v| parse(v.as_bytes())) } else { None };
+        // Sent twice, it is invalid (the W3C test suite's
+        // `test_traceparent_duplicated`): a new trace starts.
+        let given = if parent {
+            let mut sent = headers.get_all(TRACEPARENT).iter();
+            match (sent.next(), sent.next()) {
+                (Some(v), None) => parse(v.as_bytes()),
+                _ => None,
+            }
+        } else {
+            None
+        };
         match given {
             Some((trace_id, parent_id, flags)) => TraceContext {
                 trace_id,
@@ -229,6 +239,16 @@ mod tests {
             }
             if let Some(s) = state {
                 h.insert(TRACESTATE, HeaderValue::from_static(s));
+            }
+            // The same, with its traceparent sent twice: a new trace, without
+            // the state.
+            if parent.is_some() {
+                let mut twice = h.clone();
+                twice.append(TRACEPARENT, HeaderValue::from_static(valid));
+                let t = TraceContext::from_headers(&twice);
+                assert_eq!(t.parent_id, None, "{parent:?} twice");
+                t.propagate(&mut twice);
+                assert!(twice.get(TRACESTATE).is_none() && twice.get_all(TRACEPARENT).iter().count() == 1);
             }
             let t = TraceContext::from_headers(&h);
             let mut out = h.clone();

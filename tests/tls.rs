@@ -520,17 +520,22 @@ async fn a_health_check_failing_on_tls_says_why_in_the_log() {
     drop(gw);
 }
 
-/// An HTTPS upstream that offers `h2` by ALPN and speaks only HTTP/2;
-/// answers with the version it got.
-async fn h2_tls_upstream(pki: &Pki, stem: &str) -> SocketAddr {
+/// A TLS acceptor with `stem`'s certificate that offers only `alpn`.
+fn acceptor_offering(pki: &Pki, stem: &str, alpn: &[u8]) -> TlsAcceptor {
     let mut server = rustls::ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .unwrap()
         .with_no_client_auth()
         .with_single_cert(pki.certs(stem), pki.key(stem))
         .unwrap();
-    server.alpn_protocols = vec![b"h2".to_vec()];
-    let acceptor = TlsAcceptor::from(Arc::new(server));
+    server.alpn_protocols = vec![alpn.to_vec()];
+    TlsAcceptor::from(Arc::new(server))
+}
+
+/// An HTTPS upstream that offers `h2` by ALPN and speaks only HTTP/2;
+/// answers with the version it got.
+async fn h2_tls_upstream(pki: &Pki, stem: &str) -> SocketAddr {
+    let acceptor = acceptor_offering(pki, stem, b"h2");
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
@@ -565,6 +570,88 @@ async fn protocol_auto_speaks_what_alpn_chose() {
     let (parts, body) = get(&over_h1.url("/app/y")).await;
     assert_eq!((parts.status.as_u16(), &body[..]), (200, &b"tls ok"[..]), "no h2 offered: HTTP/1.1");
     assert_eq!(seen.lock().unwrap().requests.len(), 1);
+}
+
+/// An HTTPS upstream whose ALPN answer changes, as a backend's does during
+/// a rolling upgrade: while `h2` is set, new connections are offered `h2`
+/// only and served HTTP/2, else `http/1.1` only and served HTTP/1.1. Answers
+/// with the version, target and Host it got. `cut` closes every open
+/// connection (from the upstream's side).
+struct SwitchingUpstream {
+    addr: SocketAddr,
+    h2: Arc<std::sync::atomic::AtomicBool>,
+    conns: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
+}
+
+impl SwitchingUpstream {
+    async fn start(pki: &Pki, stem: &str) -> SwitchingUpstream {
+        let (over_h2, over_h1) = (acceptor_offering(pki, stem, b"h2"), acceptor_offering(pki, stem, b"http/1.1"));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let h2 = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let conns = Arc::new(Mutex::new(Vec::new()));
+        let (flag, tasks) = (h2.clone(), conns.clone());
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let h2 = flag.load(std::sync::atomic::Ordering::SeqCst);
+                let acceptor = if h2 { over_h2.clone() } else { over_h1.clone() };
+                let task = tokio::spawn(async move {
+                    let Ok(tls) = acceptor.accept(stream).await else { return };
+                    let svc = service_fn(|req: Request<Incoming>| async move {
+                        let host = req.headers().get("host").map(|v| v.to_str().unwrap().to_owned());
+                        let line = format!("{:?} {} host={}", req.version(), req.uri(), host.unwrap_or_default());
+                        Ok::<_, Infallible>(Response::new(full(line)))
+                    });
+                    let io = TokioIo::new(tls);
+                    if h2 {
+                        let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                            .serve_connection(io, svc)
+                            .await;
+                    } else {
+                        let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, svc).await;
+                    }
+                });
+                tasks.lock().unwrap().push(task.abort_handle());
+            }
+        });
+        SwitchingUpstream { addr, h2, conns }
+    }
+
+    /// From now on, new connections get `h2` (or `http/1.1`); the open ones
+    /// are closed.
+    async fn switch(&self, h2: bool) {
+        self.h2.store(h2, std::sync::atomic::Ordering::SeqCst);
+        for conn in self.conns.lock().unwrap().drain(..) {
+            conn.abort();
+        }
+        // Until the gateway has seen the close.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// `auto` follows each new connection's ALPN: an upstream that stops
+/// offering `h2` is spoken to in HTTP/1.1 on its next connection, and back.
+#[tokio::test]
+async fn protocol_auto_follows_an_upstream_whose_alpn_changes() {
+    let pki = Pki::new();
+    pki.issue("server", &["127.0.0.1"], false);
+    let up = SwitchingUpstream::start(&pki, "server").await;
+    // Health checks too: a probe that spoke HTTP/2 to an `http/1.1`
+    // connection would fail, and the endpoint be taken out.
+    let keys = "tls_ca_file = \"ca.pem\"\nprotocol = \"auto\"\n[upstreams.app.health]\npath = \"/health\"\n\
+                interval = \"50ms\"\ntimeout = \"500ms\"\nunhealthy_after = 2\nhealthy_after = 1";
+    let gw = TestGateway::start(config(&upstream_toml(&format!("https://{}", up.addr), keys), pki.dir.path())).await;
+    let text = |(parts, body): (http::response::Parts, Bytes)| {
+        (parts.status.as_u16(), String::from_utf8_lossy(&body).into_owned())
+    };
+    let at = up.addr;
+    assert_eq!(text(get(&gw.url("/app/a")).await), (200, format!("HTTP/2.0 https://{at}/app/a host=")));
+    up.switch(false).await;
+    for path in ["/app/b", "/app/c"] {
+        assert_eq!(text(get(&gw.url(path)).await), (200, format!("HTTP/1.1 {path} host={at}")), "{path}");
+    }
+    up.switch(true).await;
+    assert_eq!(text(get(&gw.url("/app/d")).await), (200, format!("HTTP/2.0 https://{at}/app/d host=")));
 }
 
 #[tokio::test]

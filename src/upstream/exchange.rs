@@ -182,7 +182,15 @@ async fn exchange_h2(
     let mut resent = false;
     loop {
         let mut sender = match h2_connection(pool, timing).await {
-            Ok(sender) => sender,
+            Ok(Connected::Http2(sender)) => sender,
+            // An `auto` upstream whose new connection chose HTTP/1.1 by ALPN
+            // (new requests now go over HTTP/1.1 too, see `Pool::connect`).
+            Ok(Connected::Http1(mut conn)) => {
+                to_h1(&mut req);
+                conn.prepare(plan.send_timeout, plan.large_body);
+                let response = conn.sender.send_request(req).await.map_err(Failure::Send)?;
+                return Ok((response, Some(conn)));
+            }
             Err(e) => return Err(Failure::Connect(e, Box::new(req))),
         };
         if sender.ready().await.is_err() {
@@ -221,29 +229,20 @@ async fn open(pool: &Pool, timing: Option<&UpstreamTiming>) -> Result<Connected,
 /// An HTTP/2 connection to send on (see `Pool::h2_sender`), or a new one.
 /// One request opens it; those that arrive meanwhile wait, then look again,
 /// and share its failure if it failed.
-async fn h2_connection(
-    pool: &Pool,
-    timing: Option<&UpstreamTiming>,
-) -> Result<http2::SendRequest<SendBody>, ConnectError> {
+/// An `auto` upstream's new connection may have chosen HTTP/1.1 instead.
+async fn h2_connection(pool: &Pool, timing: Option<&UpstreamTiming>) -> Result<Connected, ConnectError> {
     if let Some(sender) = pool.h2_sender() {
-        return Ok(sender);
+        return Ok(Connected::Http2(sender));
     }
     let waiting = tokio::time::Instant::now();
     let _opening = pool.h2_opening().await;
     if let Some(sender) = pool.h2_sender() {
-        return Ok(sender);
+        return Ok(Connected::Http2(sender));
     }
     if let Some(why) = pool.h2_failed_since(waiting) {
         return Err(ConnectError::Io(std::io::Error::other(why)));
     }
-    match open(pool, timing).await {
-        Ok(Connected::Http2(sender)) => Ok(sender),
-        Ok(Connected::Http1(_)) => unreachable!("an HTTP/2 pool opens HTTP/2 connections"),
-        Err(e) => {
-            pool.h2_connect_failed(&e);
-            Err(e)
-        }
-    }
+    open(pool, timing).await.inspect_err(|e| pool.h2_connect_failed(e))
 }
 
 /// Whether an HTTP/2 upstream said the stream was never processed: a
@@ -290,6 +289,20 @@ fn to_h2(req: &mut Request<SendBody>, scheme: Scheme, own: &Authority) {
     if let Ok(uri) = Uri::from_parts(parts) {
         *req.uri_mut() = uri;
     }
+}
+
+/// Undoes [`to_h2`] for a request that goes over HTTP/1.1 after all: the
+/// authority becomes `Host` again and the target its origin form.
+fn to_h1(req: &mut Request<SendBody>) {
+    if req.version() != Version::HTTP_2 {
+        return;
+    }
+    *req.version_mut() = Version::HTTP_11;
+    let uri = std::mem::take(req.uri_mut());
+    if let Some(host) = uri.authority().and_then(|a| HeaderValue::from_str(a.as_str()).ok()) {
+        req.headers_mut().insert(header::HOST, host);
+    }
+    *req.uri_mut() = uri.path_and_query().cloned().map_or_else(|| Uri::from_static("/"), Uri::from);
 }
 
 pub fn is_idempotent(m: &Method) -> bool {
@@ -476,6 +489,38 @@ mod tests {
             assert_eq!(again.headers(), req.headers(), "{uri}");
             let sensitive = |r: &Request<SendBody>| r.headers().values().map(|v| v.is_sensitive()).collect::<Vec<_>>();
             assert_eq!(sensitive(&again), sensitive(&req), "{uri}");
+        }
+    }
+
+    /// A request made HTTP/2 and then sent over HTTP/1.1 after all (an
+    /// `auto` upstream's new connection chose it) is the request it was.
+    #[test]
+    fn to_h1_undoes_to_h2() {
+        let own = Authority::from_static("upstream:8443");
+        // (target, Host sent, Host after the round trip)
+        let cases = [
+            ("/", Some("example.com"), "example.com"),
+            ("/search?q=1&r=%20", Some("example.com:8080"), "example.com:8080"),
+            // No Host (or none usable): the endpoint's own authority.
+            ("/x", None, "upstream:8443"),
+            ("/y", Some("not an authority"), "upstream:8443"),
+        ];
+        for (target, host, want) in cases {
+            let mut req = Request::new(Either::Right(Empty::new()));
+            *req.uri_mut() = target.parse().unwrap();
+            if let Some(h) = host {
+                req.headers_mut().insert(header::HOST, HeaderValue::from_str(h).unwrap());
+            }
+            to_h2(&mut req, Scheme::HTTPS, &own);
+            assert_eq!(req.version(), Version::HTTP_2);
+            to_h1(&mut req);
+            assert_eq!(req.version(), Version::HTTP_11, "{target}");
+            assert_eq!(req.uri(), target, "{target}");
+            assert_eq!(req.headers()[header::HOST], want, "{target}");
+            // A request never made HTTP/2 is left alone.
+            let before = req.uri().clone();
+            to_h1(&mut req);
+            assert_eq!(req.uri(), &before);
         }
     }
 

@@ -31,7 +31,8 @@ async fn run(endpoint: Weak<Endpoint>, config: HealthConfig) {
         let Some(e) = endpoint.upgrade() else { return };
         let address = e.config.address.clone();
         let tls = e.tls.clone();
-        let h2c = e.pool.speaks_h2();
+        // `auto`: the probe's own connection's ALPN decides.
+        let h2c = e.pool.h2_prior_knowledge();
         let host = e.host.clone();
         drop(e);
         let checked = tokio::time::timeout(

@@ -101,8 +101,14 @@ struct Inner {
     /// `gateway_upstream_connections_opened_total`.
     opened: Counter,
     reaper: Once,
-    /// What the endpoint speaks: [`Protocol::Auto`] until a connection's
-    /// ALPN tells (see [`protocol_code`]; an atomic, read on every request).
+    /// As configured: with [`Protocol::Auto`], each new connection's ALPN
+    /// decides what that connection speaks.
+    configured: Protocol,
+    /// What new requests are sent as: [`Protocol::Auto`] until a
+    /// connection's ALPN tells, then what the latest new connection chose
+    /// (see [`protocol_code`]; an atomic, read on every request). A
+    /// backend whose ALPN changes (a rolling upgrade, a balancer with mixed
+    /// backends) is followed, not held to its first answer.
     protocol: AtomicU8,
     /// HTTP/2: the shared connections (at most `h2_max`), each carrying
     /// many requests at once.
@@ -172,6 +178,7 @@ impl Pool {
                 idle: Mutex::new(Vec::new()),
                 opened,
                 reaper: Once::new(),
+                configured: config.protocol,
                 protocol: AtomicU8::new(protocol_code(config.protocol)),
                 h2: Mutex::new(Vec::new()),
                 h2_max: config.max_connections,
@@ -182,10 +189,15 @@ impl Pool {
         }
     }
 
-    /// Whether requests go over HTTP/2 (known once the first connection of
-    /// an `auto` upstream has negotiated it).
+    /// Whether requests go over HTTP/2 (for an `auto` upstream: whether its
+    /// latest new connection negotiated it).
     pub fn speaks_h2(&self) -> bool {
         self.inner.protocol.load(Relaxed) == protocol_code(Protocol::H2c)
+    }
+
+    /// Whether every connection speaks HTTP/2 without asking (`h2c`).
+    pub fn h2_prior_knowledge(&self) -> bool {
+        self.inner.configured == Protocol::H2c
     }
 
     /// The HTTP/2 connection to send on: `None` while fewer than
@@ -264,8 +276,8 @@ impl Pool {
         self.start_reaper();
         let inner = &self.inner;
         let stream = connect_stream(&inner.address, inner.tls.as_ref(), inner.connect_timeout).await?;
-        let auto = inner.protocol.load(Relaxed) == protocol_code(Protocol::Auto);
-        let h2 = if auto { stream.alpn_h2() } else { self.speaks_h2() };
+        let auto = inner.configured == Protocol::Auto;
+        let h2 = if auto { stream.alpn_h2() } else { self.h2_prior_knowledge() };
         let io = Arc::new(IoShared {
             // An HTTP/2 connection is shared: requests end with their own
             // stream's reset, and the connection closes cleanly.

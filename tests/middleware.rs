@@ -555,6 +555,7 @@ async fn access_log_lines_carry_ids_sizes_and_upstream_timings_and_no_secrets() 
          [[routes]]\nname = \"app\"\nprefix = \"/app\"\nupstream = \"app\"\n\
          [[routes]]\nname = \"down\"\nprefix = \"/down\"\nupstream = \"down\"\n\
          [[routes]]\nname = \"slow\"\nprefix = \"/slow\"\nupstream = \"slow\"\n\
+         [[routes]]\nname = \"fixed\"\nprefix = \"/fixed\"\nrespond = {{ status = 200 }}\n\
          [upstreams.slow]\nurl = \"http://{}\"\n",
         up.addr, slow.addr
     );
@@ -609,6 +610,12 @@ async fn access_log_lines_carry_ids_sizes_and_upstream_timings_and_no_secrets() 
         (f["status"].as_u64(), f["route"].as_str(), f["bytes_out"].as_u64()),
         (Some(499), Some("slow"), Some(0))
     );
+    // A route that proxies nothing still logs the trace the client sent.
+    let trace = ("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+    get_with(&format!("http://{addr}/fixed"), &[("x-request-id", "fixed-1"), trace]).await;
+    let line = wait_for_lines(&lines, "\"request_id\":\"fixed-1\"", 1).await.remove(0);
+    let f = serde_json::from_str::<serde_json::Value>(&line).unwrap()["fields"].clone();
+    assert_eq!(f["trace_id"], "4bf92f3577b34da6a3ce929d0e0e4736", "{line}");
     drop(child);
     let all = lines.lock().unwrap().join("\n");
     for secret in ["AUTHSECRET", "PROXYSECRET", "COOKIESECRET", "SETCOOKIESECRET"] {

@@ -172,7 +172,8 @@ impl App {
     pub async fn serve(&self, mut req: Request<Incoming>, peer: &Peer, id: Option<&RequestId>) -> Response<Body> {
         let start = Instant::now();
         let method = req.method().clone();
-        let mut cx = RequestLog::new(&req, id, self.config.server.trace_context, self.exporter.is_some());
+        let server = &self.config.server;
+        let mut cx = RequestLog::new(&req, id, server.trace_context, self.exporter.is_some(), server.access_log);
         let normalized = self.normalize(&mut req);
         if self.exporter.is_some() {
             let host = req.headers().get(header::HOST).and_then(|h| h.to_str().ok()).map(str::to_owned);
@@ -203,6 +204,7 @@ impl App {
             Target::Proxy(p) => Some(&*table.upstreams[p.upstream]),
             _ => None,
         });
+        cx.route_found(&req, upstream.is_some());
         let mut pending =
             Unanswered { app: self, route: route_metrics, upstream, method: &method, start, cx: Some(cx) };
         let cx = pending.cx.as_ref().expect("just set");

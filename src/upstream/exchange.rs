@@ -156,7 +156,7 @@ pub async fn exchange(
     // Boxed: connecting (TCP, maybe TLS) is a rare state, and unboxed it
     // made every exchange's future 700 bytes larger, for each request in
     // flight.
-    let mut conn = match Box::pin(open(pool, timing)).await {
+    let conn = match Box::pin(open(pool, timing)).await {
         Ok(Connected::Http1(conn)) => conn,
         // An `auto` upstream that chose HTTP/2 by ALPN.
         Ok(Connected::Http2(sender)) => {
@@ -164,6 +164,15 @@ pub async fn exchange(
         }
         Err(e) => return Err(Failure::Connect(e, Box::new(req))),
     };
+    send_h1(conn, req, plan).await
+}
+
+/// Sends `req` on a new HTTP/1.1 connection (nothing to resend it from).
+async fn send_h1(
+    mut conn: Conn,
+    req: Request<SendBody>,
+    plan: Plan,
+) -> Result<(Response<Incoming>, Option<Conn>), Failure> {
     conn.prepare(plan.send_timeout, plan.large_body);
     let response = conn.sender.send_request(req).await.map_err(Failure::Send)?;
     Ok((response, Some(conn)))
@@ -185,11 +194,9 @@ async fn exchange_h2(
             Ok(Connected::Http2(sender)) => sender,
             // An `auto` upstream whose new connection chose HTTP/1.1 by ALPN
             // (new requests now go over HTTP/1.1 too, see `Pool::connect`).
-            Ok(Connected::Http1(mut conn)) => {
+            Ok(Connected::Http1(conn)) => {
                 to_h1(&mut req);
-                conn.prepare(plan.send_timeout, plan.large_body);
-                let response = conn.sender.send_request(req).await.map_err(Failure::Send)?;
-                return Ok((response, Some(conn)));
+                return send_h1(conn, req, plan).await;
             }
             Err(e) => return Err(Failure::Connect(e, Box::new(req))),
         };
@@ -228,8 +235,8 @@ async fn open(pool: &Pool, timing: Option<&UpstreamTiming>) -> Result<Connected,
 
 /// An HTTP/2 connection to send on (see `Pool::h2_sender`), or a new one.
 /// One request opens it; those that arrive meanwhile wait, then look again,
-/// and share its failure if it failed.
-/// An `auto` upstream's new connection may have chosen HTTP/1.1 instead.
+/// and share its failure if it failed. A new connection of an `auto`
+/// upstream may have chosen HTTP/1.1 instead.
 async fn h2_connection(pool: &Pool, timing: Option<&UpstreamTiming>) -> Result<Connected, ConnectError> {
     if let Some(sender) = pool.h2_sender() {
         return Ok(Connected::Http2(sender));
@@ -356,7 +363,7 @@ impl HeadCopy {
         for (name, value) in req.headers() {
             let (name_bytes, value_bytes) = (name.as_str().as_bytes(), value.as_bytes());
             let mut entry = [0u8; ENTRY];
-            // A head is limited to far less than 4 GiB (`max_head_size`).
+            // A head is limited to far less than 4 GiB (`server.max_header_size`).
             entry[..4].copy_from_slice(&(name_bytes.len() as u32).to_ne_bytes());
             entry[4..8].copy_from_slice(&(value_bytes.len() as u32).to_ne_bytes());
             entry[8] = u8::from(value.is_sensitive());

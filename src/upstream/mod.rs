@@ -176,7 +176,7 @@ impl Upstream {
             // On the last attempt the client's Host is moved, not cloned:
             // its value is a slice of the client connection's read buffer,
             // which it would keep alive until the response (see
-            // `exchange::copy_head`).
+            // `exchange::HeadCopy`).
             let preserved = if may_retry { client_host.clone() } else { client_host.take() };
             let host = match (target.host, preserved) {
                 // An empty Host (allowed when the target has no authority)

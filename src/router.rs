@@ -4,8 +4,13 @@
 //! but not `/bx`. Instead of scanning every route, the router looks up each
 //! ancestor of the request path (longest first) in a hash map, so a match
 //! costs one lookup per path segment whatever the number of routes.
+//!
+//! The map hashes with foldhash, not std's SipHash: about 150 instructions
+//! less a lookup on a short path (`benches/callgrind /hello`). Its keys are
+//! the configured prefixes, so a client choosing the looked-up paths cannot
+//! make them collide; foldhash is still seeded per process.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 
 /// Maps normalised prefixes to route indices.
 #[derive(Debug, Clone, Default)]

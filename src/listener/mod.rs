@@ -376,11 +376,10 @@ where
         let in_flight = requests.request_started(req.version() == Version::HTTP_2);
         let app = app.clone();
         async move {
-            let response = match kind {
+            let mut response = match kind {
                 Kind::Main => app.handle(req, in_flight.peer()).await,
                 Kind::Admin => app.admin(&req),
             };
-            let mut response = response;
             if response.status() == StatusCode::SWITCHING_PROTOCOLS
                 && let Some(tunnel) = response.extensions_mut().remove::<PendingTunnel>().and_then(|t| t.take())
             {

@@ -130,156 +130,161 @@ impl Upstream {
     /// `max_body`) and returns the upstream's response head with its body
     /// streaming. `deadline` is the request's arrival plus the route's
     /// timeout; time spent queueing and retrying counts toward it.
-    #[allow(clippy::too_many_arguments)]
-    pub async fn forward(
-        &self,
-        target: &ProxyTarget,
-        prefix: &str,
+    ///
+    /// An `async move` block, not an `async fn`, so that the request is not
+    /// copied again on the first poll (see [`crate::server::App::handle`]).
+    #[allow(clippy::too_many_arguments, clippy::manual_async_fn)]
+    pub fn forward<'a>(
+        &'a self,
+        target: &'a ProxyTarget,
+        prefix: &'a str,
         max_body: u64,
         req: Request<Incoming>,
-        peer: &Peer,
-        cx: &RequestLog<'_>,
+        peer: &'a Peer,
+        cx: &'a RequestLog<'_>,
         deadline: Instant,
-    ) -> Result<Response<Body>, GatewayError> {
-        let counted = cx.timing.as_ref().map(|t| t.bytes_in.clone());
-        let Prepared { mut parts, body, plan, mut client_host, mut upgrade, fault } =
-            proxy::prepare_request(req, target, prefix, max_body, peer, counted)?;
-        if let Some(id) = cx.id {
-            parts.headers.insert(X_REQUEST_ID, id.header_value());
-        }
-        // What the upgrade asked for, to hold the 101 to it.
-        let asked = upgrade.as_ref().and_then(|_| parts.headers.get(header::UPGRADE).cloned());
-        if let Some(trace) = &cx.trace
-            && cx.propagate_trace
-        {
-            trace.propagate(&mut parts.headers);
-        }
-        // Made before the wait for admission, so the parts are not kept
-        // apart in the future (which holds them for every request in flight).
-        let mut req = Request::from_parts(parts, body);
-        let slot = match &self.admission {
-            Some(admission) => Some(admission.admit(deadline, target.timeout).await?),
-            None => None,
-        };
-        // Only admitted requests earn retries: turned-away ones did no work.
-        if let Some(budget) = &self.budget {
-            budget.deposit();
-        }
-        let in_flight = InFlight::new(&self.in_flight);
-        let mut tried: Vec<usize> = Vec::new();
-        let mut retries_left = target.retries;
-        let retry_on = target.retry_on;
-        loop {
-            let (index, mut attempt) = self.choose(&tried)?;
-            let endpoint = attempt.endpoint().clone();
-            let may_retry = retries_left > 0;
-            // On the last attempt the client's Host is moved, not cloned:
-            // its value is a slice of the client connection's read buffer,
-            // which it would keep alive until the response (see
-            // `exchange::HeadCopy`).
-            let preserved = if may_retry { client_host.clone() } else { client_host.take() };
-            let host = match (target.host, preserved) {
-                // An empty Host (allowed when the target has no authority)
-                // gets the upstream's own.
-                (HostMode::Preserve, Some(h)) if !h.is_empty() => h,
-                _ => endpoint.host.clone(),
-            };
-            req.headers_mut().insert(header::HOST, host);
-            let copy =
-                (may_retry && plan.retryable && (retry_on.reset || retry_on.unavailable)).then(|| HeadCopy::of(&req));
-            let started = Instant::now();
-            let timing = cx.timing.as_deref();
-            let sent =
-                tokio::time::timeout_at(deadline, exchange(&endpoint.pool, req, plan, &self.retries, timing)).await;
-            let failure = match sent {
-                Err(_) => {
-                    attempt.failure();
-                    let after = target.timeout;
-                    return Err(GatewayError::UpstreamTimeout { upstream: self.config.name.clone(), after });
-                }
-                Ok(Ok((response, conn))) => {
-                    let status = response.status().as_u16();
-                    if let Err(e) = proxy::check_status(status, &self.config.name, upgrade.is_some()) {
-                        attempt.failure();
-                        return Err(e);
-                    }
-                    self.metrics.record(status, started.elapsed());
-                    if let Some(admission) = &self.admission {
-                        admission.observed(started.elapsed());
-                    }
-                    if let Some(t) = timing {
-                        t.set_header(started.elapsed(), &endpoint.config.url);
-                    }
-                    if matches!(status, 502..=504) {
-                        attempt.failure()
-                    } else {
-                        attempt.success()
-                    }
-                    if status == 503
-                        && retry_on.unavailable
-                        && may_retry
-                        && let Some(again) = copy.and_then(HeadCopy::into_request)
-                        && self.within_budget()
-                    {
-                        (req, retries_left) = (again, retries_left - 1);
-                        tried.push(index);
-                        continue;
-                    }
-                    if status == 101
-                        && let (Some(client), Some(idle), Some(asked)) = (upgrade.take(), target.upgrade, &asked)
-                    {
-                        let answered = response.headers().get(header::UPGRADE);
-                        if !headers::upgrade_accepted(asked, answered) {
-                            attempt.failure();
-                            let switched = answered.map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
-                            return Err(GatewayError::UpstreamProtocol {
-                                upstream: self.config.name.clone(),
-                                detail: format!("101 switched to {switched:?}, not to what was asked ({asked:?})"),
-                            });
-                        }
-                        // The tunnel holds no slot (see `crate::tunnel`).
-                        // A 101 comes only over HTTP/1.1, on its own connection.
-                        let conn = conn.expect("an HTTP/1.1 exchange has its connection");
-                        return Ok(tunnel::switch(response, conn, client, idle));
-                    }
-                    let lease = Lease { _attempt: attempt, _slot: slot, _in_flight: in_flight };
-                    return Ok(self.respond(response, conn, lease, target));
-                }
-                Ok(Err(failure)) => failure,
-            };
-            // The client's own body failed (too large, stalled, cut): its
-            // answer, no verdict on the endpoint, no retry. Over HTTP/2 the
-            // upstream error is only a stream reset, so the body's own note
-            // is what tells.
-            if let Some(fault) = fault.as_ref().and_then(|f| f.get()) {
-                return Err(match fault {
-                    ClientFault::TooLarge(limit) => GatewayError::BodyTooLarge { limit: *limit },
-                    ClientFault::Idle(after) => GatewayError::BodyTimeout { after: *after },
-                    ClientFault::Failed(why) => GatewayError::ClientBody(why.clone()),
-                });
+    ) -> impl Future<Output = Result<Response<Body>, GatewayError>> + 'a {
+        async move {
+            let counted = cx.timing.as_ref().map(|t| t.bytes_in.clone());
+            let Prepared { mut parts, body, plan, mut client_host, mut upgrade, fault } =
+                proxy::prepare_request(req, target, prefix, max_body, peer, counted)?;
+            if let Some(id) = cx.id {
+                parts.headers.insert(X_REQUEST_ID, id.header_value());
             }
-            // A failure of the client's own body (too large, stalled, cut)
-            // says nothing about the endpoint: no verdict, or any client
-            // could get an upstream ejected.
-            if !failure.is_clients() {
-                attempt.failure();
+            // What the upgrade asked for, to hold the 101 to it.
+            let asked = upgrade.as_ref().and_then(|_| parts.headers.get(header::UPGRADE).cloned());
+            if let Some(trace) = &cx.trace
+                && cx.propagate_trace
+            {
+                trace.propagate(&mut parts.headers);
             }
-            let copy = copy.and_then(HeadCopy::into_request);
-            let wanted = match &failure {
-                Failure::Connect(..) => retry_on.connect,
-                Failure::Send(_) => retry_on.reset && copy.is_some() && failure.is_reset(),
+            // Made before the wait for admission, so the parts are not kept
+            // apart in the future (which holds them for every request in flight).
+            let mut req = Request::from_parts(parts, body);
+            let slot = match &self.admission {
+                Some(admission) => Some(admission.admit(deadline, target.timeout).await?),
+                None => None,
             };
-            if may_retry && wanted && self.within_budget() {
-                req = match (failure, copy) {
-                    (Failure::Connect(_, unsent), _) => *unsent,
-                    (_, Some(again)) => again,
-                    (Failure::Send(_), None) => unreachable!("a reset is retried only with a copy"),
+            // Only admitted requests earn retries: turned-away ones did no work.
+            if let Some(budget) = &self.budget {
+                budget.deposit();
+            }
+            let in_flight = InFlight::new(&self.in_flight);
+            let mut tried: Vec<usize> = Vec::new();
+            let mut retries_left = target.retries;
+            let retry_on = target.retry_on;
+            loop {
+                let (index, mut attempt) = self.choose(&tried)?;
+                let endpoint = attempt.endpoint().clone();
+                let may_retry = retries_left > 0;
+                // On the last attempt the client's Host is moved, not cloned:
+                // its value is a slice of the client connection's read buffer,
+                // which it would keep alive until the response (see
+                // `exchange::HeadCopy`).
+                let preserved = if may_retry { client_host.clone() } else { client_host.take() };
+                let host = match (target.host, preserved) {
+                    // An empty Host (allowed when the target has no authority)
+                    // gets the upstream's own.
+                    (HostMode::Preserve, Some(h)) if !h.is_empty() => h,
+                    _ => endpoint.host.clone(),
                 };
-                retries_left -= 1;
-                tried.push(index);
-                continue;
+                req.headers_mut().insert(header::HOST, host);
+                let copy = (may_retry && plan.retryable && (retry_on.reset || retry_on.unavailable))
+                    .then(|| HeadCopy::of(&req));
+                let started = Instant::now();
+                let timing = cx.timing.as_deref();
+                let sent =
+                    tokio::time::timeout_at(deadline, exchange(&endpoint.pool, req, plan, &self.retries, timing)).await;
+                let failure = match sent {
+                    Err(_) => {
+                        attempt.failure();
+                        let after = target.timeout;
+                        return Err(GatewayError::UpstreamTimeout { upstream: self.config.name.clone(), after });
+                    }
+                    Ok(Ok((response, conn))) => {
+                        let status = response.status().as_u16();
+                        if let Err(e) = proxy::check_status(status, &self.config.name, upgrade.is_some()) {
+                            attempt.failure();
+                            return Err(e);
+                        }
+                        self.metrics.record(status, started.elapsed());
+                        if let Some(admission) = &self.admission {
+                            admission.observed(started.elapsed());
+                        }
+                        if let Some(t) = timing {
+                            t.set_header(started.elapsed(), &endpoint.config.url);
+                        }
+                        if matches!(status, 502..=504) {
+                            attempt.failure()
+                        } else {
+                            attempt.success()
+                        }
+                        if status == 503
+                            && retry_on.unavailable
+                            && may_retry
+                            && let Some(again) = copy.and_then(HeadCopy::into_request)
+                            && self.within_budget()
+                        {
+                            (req, retries_left) = (again, retries_left - 1);
+                            tried.push(index);
+                            continue;
+                        }
+                        if status == 101
+                            && let (Some(client), Some(idle), Some(asked)) = (upgrade.take(), target.upgrade, &asked)
+                        {
+                            let answered = response.headers().get(header::UPGRADE);
+                            if !headers::upgrade_accepted(asked, answered) {
+                                attempt.failure();
+                                let switched = answered.map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+                                return Err(GatewayError::UpstreamProtocol {
+                                    upstream: self.config.name.clone(),
+                                    detail: format!("101 switched to {switched:?}, not to what was asked ({asked:?})"),
+                                });
+                            }
+                            // The tunnel holds no slot (see `crate::tunnel`).
+                            // A 101 comes only over HTTP/1.1, on its own connection.
+                            let conn = conn.expect("an HTTP/1.1 exchange has its connection");
+                            return Ok(tunnel::switch(response, conn, client, idle));
+                        }
+                        let lease = Lease { _attempt: attempt, _slot: slot, _in_flight: in_flight };
+                        return Ok(self.respond(response, conn, lease, target));
+                    }
+                    Ok(Err(failure)) => failure,
+                };
+                // The client's own body failed (too large, stalled, cut): its
+                // answer, no verdict on the endpoint, no retry. Over HTTP/2 the
+                // upstream error is only a stream reset, so the body's own note
+                // is what tells.
+                if let Some(fault) = fault.as_ref().and_then(|f| f.get()) {
+                    return Err(match fault {
+                        ClientFault::TooLarge(limit) => GatewayError::BodyTooLarge { limit: *limit },
+                        ClientFault::Idle(after) => GatewayError::BodyTimeout { after: *after },
+                        ClientFault::Failed(why) => GatewayError::ClientBody(why.clone()),
+                    });
+                }
+                // A failure of the client's own body (too large, stalled, cut)
+                // says nothing about the endpoint: no verdict, or any client
+                // could get an upstream ejected.
+                if !failure.is_clients() {
+                    attempt.failure();
+                }
+                let copy = copy.and_then(HeadCopy::into_request);
+                let wanted = match &failure {
+                    Failure::Connect(..) => retry_on.connect,
+                    Failure::Send(_) => retry_on.reset && copy.is_some() && failure.is_reset(),
+                };
+                if may_retry && wanted && self.within_budget() {
+                    req = match (failure, copy) {
+                        (Failure::Connect(_, unsent), _) => *unsent,
+                        (_, Some(again)) => again,
+                        (Failure::Send(_), None) => unreachable!("a reset is retried only with a copy"),
+                    };
+                    retries_left -= 1;
+                    tried.push(index);
+                    continue;
+                }
+                return Err(failure.classify(&self.config.name, &endpoint.config.address));
             }
-            return Err(failure.classify(&self.config.name, &endpoint.config.address));
         }
     }
 

@@ -54,6 +54,19 @@ pub fn screen(
     if method == Method::CONNECT {
         return Err(GatewayError::BadRequest("CONNECT is not supported"));
     }
+    // What the checks below need of the headers, in one pass over them
+    // rather than four lookups, each of which hashes its name: 225
+    // instructions less a request (`benches/callgrind /hello`).
+    let (mut hosts, mut chunked, mut declared) = (0usize, false, None);
+    for (name, value) in headers {
+        if *name == header::HOST {
+            hosts += 1;
+        } else if *name == header::TRANSFER_ENCODING {
+            chunked = true;
+        } else if *name == header::CONTENT_LENGTH && declared.is_none() {
+            declared = Some(value);
+        }
+    }
     if version <= Version::HTTP_11 {
         // HTTP/2 carries scheme and authority in every request; in HTTP/1 an
         // absolute-form target would let the client name another host.
@@ -62,23 +75,21 @@ pub fn screen(
         }
         // RFC 9112 §3.2: a request without exactly one Host is refused with
         // 400. HTTP/1.0 allows it, but a gateway routing on Host does not.
-        let mut hosts = headers.get_all(header::HOST).iter();
-        match (hosts.next(), hosts.next()) {
-            (Some(_), None) => {}
-            (None, _) => return Err(GatewayError::BadRequest("missing Host header")),
-            (Some(_), Some(_)) => return Err(GatewayError::BadRequest("more than one Host header")),
+        match hosts {
+            1 => {}
+            0 => return Err(GatewayError::BadRequest("missing Host header")),
+            _ => return Err(GatewayError::BadRequest("more than one Host header")),
         }
     }
     // RFC 9112 §6.1: both framings at once is a smuggling shape; refuse and
     // close rather than pick one.
-    if headers.contains_key(header::TRANSFER_ENCODING) && headers.contains_key(header::CONTENT_LENGTH) {
+    if chunked && declared.is_some() {
         return Err(GatewayError::BadRequest("both Content-Length and Transfer-Encoding"));
     }
     if !valid_percent_encoding(uri.path()) || !uri.query().is_none_or(valid_percent_encoding) {
         return Err(GatewayError::BadRequest("malformed percent-encoding"));
     }
-    let declared =
-        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    let declared = declared.and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limits.max_body) {
         return Err(GatewayError::BodyTooLarge { limit: limits.max_body });
     }
@@ -168,6 +179,30 @@ mod tests {
             ),
             ("POST", "/a", HTTP_11, vec![("host", "x"), ("content-length", "100")], Ok(())),
             ("POST", "/a", HTTP_11, vec![("host", "x"), ("content-length", "101")], Err(413)),
+            // The headers are read in one pass: order and neighbours do
+            // not matter, and only the exact names count.
+            ("GET", "/a", HTTP_11, vec![("accept", "*/*"), ("x-host", "y"), ("host", "x"), ("hostx", "z")], Ok(())),
+            ("GET", "/a", HTTP_11, vec![("x-host", "y"), ("accept", "*/*")], Err(400)),
+            ("GET", "/a", HTTP_11, vec![("host", "x"), ("accept", "*/*"), ("host", "x"), ("host", "x")], Err(400)),
+            ("POST", "/a", HTTP_11, vec![("transfer-encoding", "chunked"), ("accept", "*/*"), ("host", "x")], Ok(())),
+            (
+                "POST",
+                "/a",
+                HTTP_11,
+                vec![("transfer-encoding", "chunked"), ("host", "x"), ("accept", "*/*"), ("content-length", "5")],
+                Err(400),
+            ),
+            (
+                "POST",
+                "/a",
+                HTTP_11,
+                vec![("content-length", "101"), ("host", "x"), ("x-content-length", "1")],
+                Err(413),
+            ),
+            ("POST", "/a", HTTP_11, vec![("x-content-length", "101"), ("host", "x")], Ok(())),
+            // The first Content-Length is the one checked (hyper refuses a
+            // head whose values differ before it gets here).
+            ("POST", "/a", HTTP_11, vec![("host", "x"), ("content-length", "5"), ("content-length", "101")], Ok(())),
             ("GET", &long_ok, HTTP_11, host.to_vec(), Ok(())),
             ("GET", &long_bad, HTTP_11, host.to_vec(), Err(414)),
         ];

@@ -199,7 +199,13 @@ pub fn append_via(headers: &mut HeaderMap, version: Version) {
 /// Appends `item` to a comma-separated list header, merging existing values
 /// into one line.
 fn append_list(headers: &mut HeaderMap, name: HeaderName, item: HeaderValue) {
-    if !headers.contains_key(&name) {
+    let present = headers.contains_key(&name);
+    add_to_list(headers, name, present, item);
+}
+
+/// [`append_list`] when the caller knows whether `name` is `present`.
+fn add_to_list(headers: &mut HeaderMap, name: HeaderName, present: bool, item: HeaderValue) {
+    if !present {
         headers.insert(name, item);
         return;
     }
@@ -234,36 +240,58 @@ pub fn add_forwarding(
     trusted: bool,
     https: bool,
 ) {
-    if headers.keys().any(|n| n.as_str().starts_with("x_forwarded_")) {
+    // Which of the names below the request has, in one pass over its
+    // names rather than a lookup each: a lookup hashes the name (a custom
+    // one byte by byte), and most requests carry none of them
+    // (`benches/callgrind /b`: 34,132 -> 33,689 instructions a request).
+    let (mut underscore, mut xff, mut xfp, mut xfh, mut forwarded, mut via) =
+        (false, false, false, false, false, false);
+    for name in headers.keys() {
+        if *name == X_FORWARDED_FOR {
+            xff = true;
+        } else if *name == X_FORWARDED_PROTO {
+            xfp = true;
+        } else if *name == X_FORWARDED_HOST {
+            xfh = true;
+        } else if *name == FORWARDED {
+            forwarded = true;
+        } else if *name == header::VIA {
+            via = true;
+        } else if name.as_str().starts_with("x_forwarded_") {
+            underscore = true;
+        }
+    }
+    if underscore {
         for name in UNDERSCORE_FORWARDING {
             headers.remove(name);
         }
     }
-    append_list(headers, X_FORWARDED_FOR, client_ip.clone());
-    if !(trusted && headers.contains_key(X_FORWARDED_PROTO)) {
+    add_to_list(headers, X_FORWARDED_FOR, xff, client_ip.clone());
+    if !(trusted && xfp) {
         headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(if https { "https" } else { "http" }));
     }
-    if !(trusted && headers.contains_key(X_FORWARDED_HOST)) {
+    if !(trusted && xfh) {
         match original_host {
             Some(host) => {
                 headers.insert(X_FORWARDED_HOST, host.clone());
             }
-            None => {
+            None if xfh => {
                 headers.remove(X_FORWARDED_HOST);
             }
+            None => {}
         }
     }
     // Only touched when present: most requests carry none, and this hop's
     // own element costs formatting.
-    if headers.contains_key(FORWARDED) {
+    if forwarded {
         let element = forwarded_element(client_ip, original_host, https);
         if trusted {
-            append_list(headers, FORWARDED, element);
+            add_to_list(headers, FORWARDED, true, element);
         } else {
             headers.insert(FORWARDED, element);
         }
     }
-    append_via(headers, version);
+    add_to_list(headers, header::VIA, via, HeaderValue::from_static(via_value(version)));
 }
 
 /// This hop's `Forwarded` element: `for=...;proto=http;host=...`, quoted as
@@ -503,6 +531,23 @@ mod tests {
                 h.get(&n).map(|v| v.to_str().unwrap().to_owned())
             });
             assert_eq!(got.each_ref().map(|v| v.as_deref()), *want, "{input:?} trusted={trusted}");
+        }
+    }
+
+    #[test]
+    fn underscore_spellings_of_the_forwarding_headers_are_dropped() {
+        let ip = forwarded_for("10.0.0.1".parse().unwrap());
+        for trusted in [false, true] {
+            let mut h = map(&[
+                ("accept", "*/*"),
+                ("x_forwarded_proto", "https"),
+                ("x_forwarded_for", "6.6.6.6"),
+                ("x_forwarded_host", "evil.example"),
+            ]);
+            add_forwarding(&mut h, &ip, None, Version::HTTP_11, trusted, false);
+            let names: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
+            assert!(!names.iter().any(|n| n.contains('_')), "trusted={trusted}: {names:?}");
+            assert_eq!(h.get(header::ACCEPT).unwrap(), "*/*");
         }
     }
 

@@ -156,8 +156,10 @@ pub fn prepare_response(parts: &mut response::Parts, body: &Incoming) -> bool {
     // latter and keeps both headers): the framings disagree, so the length
     // must not be passed on (RFC 9112 §6.3), and a connection whose
     // upstream frames like that is not reused.
+    // (The body's framing first: a length-framed body, the usual case,
+    // needs no header lookup.)
     let reusable =
-        !(parts.headers.contains_key(header::CONTENT_LENGTH) && http_body::Body::size_hint(body).exact().is_none());
+        !(http_body::Body::size_hint(body).exact().is_none() && parts.headers.contains_key(header::CONTENT_LENGTH));
     if !reusable {
         parts.headers.remove(header::CONTENT_LENGTH);
     }

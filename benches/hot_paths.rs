@@ -1,6 +1,7 @@
 //! Micro-benchmarks of the pure pieces on the per-request path: route
 //! matching at 10, 100 and 1000 routes, path rewriting, the header rules,
-//! and the copy of a request head kept for a stale-connection resend.
+//! request screening, and the copy of a request head kept for a
+//! stale-connection resend.
 //! Run with `cargo bench --bench hot_paths`.
 
 use std::net::{IpAddr, Ipv4Addr};
@@ -85,6 +86,19 @@ fn response_header_rules(bencher: Bencher) {
         strip_hop_by_hop(&mut h);
         gateway::headers::append_via(&mut h, Version::HTTP_11);
         h
+    });
+}
+
+/// Screening a request head (framing, Host, target, limits) before it is
+/// routed: the browser-ish head above, as the client sent it.
+#[divan::bench]
+fn screen(bencher: Bencher) {
+    let headers = request_headers();
+    let (method, uri) = (http::Method::GET, http::Uri::from_static("/svc1/v1/items/42?q=1"));
+    let limits = gateway::limits::Limits { max_uri_length: 8192, max_body: 1 << 20 };
+    bencher.bench_local(|| {
+        black_box(gateway::limits::screen(&method, black_box(&uri), Version::HTTP_11, black_box(&headers), limits))
+            .is_ok()
     });
 }
 

@@ -57,10 +57,11 @@ pub fn screen(
     // What the checks below need of the headers, in one pass over them
     // rather than four lookups, each of which hashes its name: 225
     // instructions less a request (`benches/callgrind /hello`).
-    let (mut hosts, mut chunked, mut declared) = (0usize, false, None);
+    let (mut hosts, mut host, mut chunked, mut declared) = (0usize, None, false, None);
     for (name, value) in headers {
         if *name == header::HOST {
             hosts += 1;
+            host = host.or(Some(value));
         } else if *name == header::TRANSFER_ENCODING {
             chunked = true;
         } else if *name == header::CONTENT_LENGTH && declared.is_none() {
@@ -80,6 +81,17 @@ pub fn screen(
             0 => return Err(GatewayError::BadRequest("missing Host header")),
             _ => return Err(GatewayError::BadRequest("more than one Host header")),
         }
+    } else if hosts > 1 {
+        // HTTP/2 and later: a Host field is optional beside `:authority`,
+        // but two are as ambiguous as in HTTP/1.
+        return Err(GatewayError::BadRequest("more than one Host header"));
+    } else if let (Some(host), Some(authority)) = (host, uri.authority())
+        && !host.as_bytes().eq_ignore_ascii_case(authority.as_str().as_bytes())
+    {
+        // RFC 9113 §8.3.1: a Host naming another entity than `:authority`
+        // is malformed. The upstream would be sent the Host; the client's
+        // view of whom it asked is `:authority`.
+        return Err(GatewayError::BadRequest("Host differs from :authority"));
     }
     // RFC 9112 §6.1: both framings at once is a smuggling shape; refuse and
     // close rather than pick one.
@@ -166,6 +178,14 @@ mod tests {
             ("GET", "/a", HTTP_11, vec![("host", "x"), ("host", "y")], Err(400)),
             ("GET", "http://evil.example/a", HTTP_11, host.to_vec(), Err(400)),
             ("GET", "http://x/a", HTTP_2, vec![], Ok(())),
+            // HTTP/2: a Host beside `:authority` must name the same, and
+            // comes once at most.
+            ("GET", "http://x/a", HTTP_2, host.to_vec(), Ok(())),
+            ("GET", "http://x:8080/a", HTTP_2, vec![("host", "X:8080")], Ok(())),
+            ("GET", "http://x/a", HTTP_2, vec![("host", "evil.example")], Err(400)),
+            ("GET", "http://x/a", HTTP_2, vec![("host", "x:8080")], Err(400)),
+            ("GET", "http://x/a", HTTP_2, vec![("host", "x"), ("host", "x")], Err(400)),
+            ("GET", "/a", HTTP_2, host.to_vec(), Ok(())),
             ("CONNECT", "evil.example:443", HTTP_11, host.to_vec(), Err(400)),
             ("GET", "/a%zz", HTTP_11, host.to_vec(), Err(400)),
             ("GET", "/a?q=%G1", HTTP_11, host.to_vec(), Err(400)),

@@ -175,6 +175,34 @@ fn http2_settings_are_checked_at_load() {
     }
 }
 
+/// RFC 9113 §8.3.1: over HTTP/2 a `Host` beside `:authority` must name the
+/// same host, and two are as ambiguous as in HTTP/1.1. Either is 400, and
+/// never reaches the upstream (which would otherwise be sent the `Host`).
+#[tokio::test]
+async fn an_http2_host_that_contradicts_the_authority_is_400() {
+    let (up, _, seen) = h2_upstream(Duration::ZERO, 100).await;
+    let gw = TestGateway::from_toml(&h2_toml(up, "")).await;
+    let authority = gw.addr.to_string();
+    let cases: &[(&[&str], u16)] = &[
+        (&[], 200),
+        (&[authority.as_str()], 200),
+        (&["evil.example"], 400),
+        (&[authority.as_str(), "evil.example"], 400),
+    ];
+    for (hosts, want) in cases {
+        let (mut client, _ping) = raw_h2(gw.addr, 65535).await;
+        let mut req = Request::get(gw.url("/svc/m")).body(()).unwrap();
+        for host in *hosts {
+            req.headers_mut().append(http::header::HOST, HeaderValue::from_str(host).unwrap());
+        }
+        let before = seen.lock().unwrap().len();
+        let (resp, _) = client.send_request(req, true).unwrap();
+        let status = resp.await.unwrap().status().as_u16();
+        assert_eq!(status, *want, "Host {hosts:?}");
+        assert_eq!(seen.lock().unwrap().len() - before, usize::from(*want == 200), "Host {hosts:?}");
+    }
+}
+
 #[tokio::test]
 async fn a_bad_host_is_400_and_never_ejects_the_upstream() {
     let (up, _, _) = h2_upstream(Duration::ZERO, 100).await;

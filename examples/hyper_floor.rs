@@ -1,0 +1,162 @@
+//! The smallest keep-alive HTTP/1.1 proxy hyper allows, as a floor for
+//! `benches/callgrind` and `benches/memory`: what hyper's server and client
+//! cost per request and per connection with none of the gateway's work
+//! (no routing beyond one prefix, no header rules, forwarding headers,
+//! request IDs, limits, timeouts, metrics or logs). It is not a product:
+//! it forwards the client's head as it came, which a real proxy must not.
+//!
+//! It reads the same config file the scripts write for the gateway:
+//! `server.listen`, the first upstream's `url`, and the first proxy
+//! route's `rewrite`; every request goes to that upstream with that path.
+//!
+//! ```sh
+//! cargo build --release --example hyper_floor
+//! GATEWAY_BIN=target/release/examples/hyper_floor \
+//!     UPSTREAM_BIN=target/release/gateway benches/callgrind /b 10000
+//! ```
+//!
+//! Same shape as the gateway's data path: a current-thread runtime, hyper's
+//! HTTP/1 server connection per client, hyper's connection-level client
+//! with a last-in-first-out stack of idle connections (each connection's
+//! task spawned), and the upstream's body streamed back, the connection
+//! returned to the stack when that body ends.
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use http::Uri;
+use http_body::{Body, Frame, SizeHint};
+use hyper::body::Incoming;
+use hyper::client::conn::http1::SendRequest;
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use tokio::net::{TcpListener, TcpStream};
+
+type Idle = Arc<Mutex<Vec<SendRequest<Incoming>>>>;
+
+/// The upstream's body; gives the connection back when it ends.
+struct Pooled {
+    body: Incoming,
+    conn: Option<(SendRequest<Incoming>, Idle)>,
+}
+
+impl Body for Pooled {
+    type Data = bytes::Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        let polled = Pin::new(&mut self.body).poll_frame(cx);
+        if let Poll::Ready(None) = polled {
+            self.release();
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// hyper's server stops polling a body whose size hint says it is complete,
+/// so the end is also noticed when the body is dropped.
+impl Drop for Pooled {
+    fn drop(&mut self) {
+        if self.body.is_end_stream() {
+            self.release();
+        }
+    }
+}
+
+impl Pooled {
+    fn release(&mut self) {
+        if let Some((sender, idle)) = self.conn.take() {
+            idle.lock().expect("pool").push(sender);
+        }
+    }
+}
+
+struct Upstream {
+    address: String,
+    path: Uri,
+    idle: Idle,
+}
+
+impl Upstream {
+    async fn forward(&self, mut req: Request<Incoming>) -> Result<Response<Pooled>, hyper::Error> {
+        let popped = self.idle.lock().expect("pool").pop();
+        let mut sender = match popped {
+            Some(s) if !s.is_closed() => s,
+            _ => {
+                let stream = TcpStream::connect(&self.address).await.expect("connect upstream");
+                stream.set_nodelay(true).expect("nodelay");
+                let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+                tokio::spawn(conn);
+                sender
+            }
+        };
+        sender.ready().await?;
+        *req.uri_mut() = self.path.clone();
+        let response = sender.send_request(req).await?;
+        let (parts, body) = response.into_parts();
+        Ok(Response::from_parts(parts, Pooled { body, conn: Some((sender, self.idle.clone())) }))
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let path = match &args[1..] {
+        [flag, path] if flag == "--config" => path.clone(),
+        _ => panic!("usage: hyper_floor --config FILE"),
+    };
+    let file = config::File::new(&path, config::FileFormat::Toml);
+    let cfg = config::Config::builder().add_source(file).build().expect("config");
+    let listen: String = cfg.get("server.listen").expect("server.listen");
+    let upstreams: HashMap<String, HashMap<String, String>> = cfg.get("upstreams").expect("upstreams");
+    let url = upstreams.values().next().and_then(|u| u.get("url")).expect("an upstream url");
+    let routes: Vec<HashMap<String, config::Value>> = cfg.get("routes").expect("routes");
+    let rewrite = routes
+        .iter()
+        .find(|r| r.contains_key("upstream"))
+        .and_then(|r| r.get("rewrite"))
+        .map(|v| v.clone().into_string().expect("rewrite"))
+        .unwrap_or_else(|| "/".into());
+    let upstream = Arc::new(Upstream {
+        address: url.trim_start_matches("http://").to_string(),
+        path: rewrite.parse().expect("path"),
+        idle: Arc::default(),
+    });
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    rt.block_on(async move {
+        let listener = TcpListener::bind(&listen).await.expect("bind");
+        let accept = async {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else { continue };
+                let _ = stream.set_nodelay(true);
+                let upstream = upstream.clone();
+                tokio::spawn(async move {
+                    let service = service_fn(move |req| {
+                        let upstream = upstream.clone();
+                        async move { upstream.forward(req).await }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        };
+        tokio::select! {
+            _ = accept => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    });
+}

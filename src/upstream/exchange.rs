@@ -124,47 +124,54 @@ pub struct Plan {
 /// pooled connection (the upstream closed it just as the request went out,
 /// or left stray bytes on it) is sent once more, on a new connection, so the
 /// resend can never land on another stale one.
-pub async fn exchange(
-    pool: &Pool,
+///
+/// An `async move` block, not an `async fn`: an `async fn` moves the
+/// request into a local of its own, and the future keeps room for both
+/// (see [`crate::server::App::handle`]).
+#[allow(clippy::manual_async_fn)] // See above: not an `async fn` on purpose.
+pub fn exchange<'a>(
+    pool: &'a Pool,
     mut req: Request<SendBody>,
     plan: Plan,
-    resends: &Counter,
-    timing: Option<&UpstreamTiming>,
-) -> Result<(Response<Incoming>, Option<Conn>), Failure> {
-    if pool.speaks_h2() {
-        // Boxed: its state would otherwise grow every HTTP/1.1 exchange's
-        // future (measured: ~140 instructions a request, in copies).
-        return Box::pin(exchange_h2(pool, req, plan, resends, timing)).await;
-    }
-    while let Some(mut conn) = pool.take_idle() {
-        conn.prepare(plan.send_timeout, plan.large_body);
-        let copy = plan.retryable.then(|| HeadCopy::of(&req));
-        match conn.sender.try_send_request(req).await {
-            Ok(response) => return Ok((response, Some(conn))),
-            Err(mut e) => match (e.take_message(), copy.and_then(HeadCopy::into_request)) {
-                (Some(unsent), _) => req = unsent,
-                (None, Some(copy)) if is_stale_connection(e.error()) => {
-                    resends.increment(1);
-                    tracing::debug!(error = %e.error(), "resending on a new connection");
-                    req = copy;
-                    break;
-                }
-                (None, _) => return Err(Failure::Send(e.into_error())),
-            },
+    resends: &'a Counter,
+    timing: Option<&'a UpstreamTiming>,
+) -> impl Future<Output = Result<(Response<Incoming>, Option<Conn>), Failure>> + 'a {
+    async move {
+        if pool.speaks_h2() {
+            // Boxed: its state would otherwise grow every HTTP/1.1 exchange's
+            // future (measured: ~140 instructions a request, in copies).
+            return Box::pin(exchange_h2(pool, req, plan, resends, timing)).await;
         }
-    }
-    // Boxed: connecting (TCP, maybe TLS) is a rare state, and unboxed it
-    // made every exchange's future 700 bytes larger, for each request in
-    // flight.
-    let conn = match Box::pin(open(pool, timing)).await {
-        Ok(Connected::Http1(conn)) => conn,
-        // An `auto` upstream that chose HTTP/2 by ALPN.
-        Ok(Connected::Http2(sender)) => {
-            return Box::pin(send_h2(sender, req, pool.scheme(), pool.authority().clone())).await;
+        while let Some(mut conn) = pool.take_idle() {
+            conn.prepare(plan.send_timeout, plan.large_body);
+            let copy = plan.retryable.then(|| HeadCopy::of(&req));
+            match conn.sender.try_send_request(req).await {
+                Ok(response) => return Ok((response, Some(conn))),
+                Err(mut e) => match (e.take_message(), copy.and_then(HeadCopy::into_request)) {
+                    (Some(unsent), _) => req = unsent,
+                    (None, Some(copy)) if is_stale_connection(e.error()) => {
+                        resends.increment(1);
+                        tracing::debug!(error = %e.error(), "resending on a new connection");
+                        req = copy;
+                        break;
+                    }
+                    (None, _) => return Err(Failure::Send(e.into_error())),
+                },
+            }
         }
-        Err(e) => return Err(Failure::Connect(e, Box::new(req))),
-    };
-    send_h1(conn, req, plan).await
+        // Boxed: connecting (TCP, maybe TLS) is a rare state, and unboxed it
+        // made every exchange's future 700 bytes larger, for each request in
+        // flight.
+        let conn = match Box::pin(open(pool, timing)).await {
+            Ok(Connected::Http1(conn)) => conn,
+            // An `auto` upstream that chose HTTP/2 by ALPN.
+            Ok(Connected::Http2(sender)) => {
+                return Box::pin(send_h2(sender, req, pool.scheme(), pool.authority().clone())).await;
+            }
+            Err(e) => return Err(Failure::Connect(e, Box::new(req))),
+        };
+        send_h1(conn, req, plan).await
+    }
 }
 
 /// Sends `req` on a new HTTP/1.1 connection (nothing to resend it from).

@@ -146,21 +146,22 @@ impl Upstream {
     ) -> impl Future<Output = Result<Response<Body>, GatewayError>> + 'a {
         async move {
             let counted = cx.timing.as_ref().map(|t| t.bytes_in.clone());
-            let Prepared { mut parts, body, plan, mut client_host, mut upgrade, fault } =
+            let Prepared { parts, body, plan, mut client_host, mut upgrade, fault } =
                 proxy::prepare_request(req, target, prefix, max_body, peer, counted)?;
+            // Made at once, and the parts never borrowed: rustc keeps room in
+            // the future, for every request in flight, for any local that was
+            // borrowed before an `.await`, even once it is moved out.
+            let mut req = Request::from_parts(parts, body);
             if let Some(id) = cx.id {
-                parts.headers.insert(X_REQUEST_ID, id.header_value());
+                req.headers_mut().insert(X_REQUEST_ID, id.header_value());
             }
             // What the upgrade asked for, to hold the 101 to it.
-            let asked = upgrade.as_ref().and_then(|_| parts.headers.get(header::UPGRADE).cloned());
+            let asked = upgrade.as_ref().and_then(|_| req.headers().get(header::UPGRADE).cloned());
             if let Some(trace) = &cx.trace
                 && cx.propagate_trace
             {
-                trace.propagate(&mut parts.headers);
+                trace.propagate(req.headers_mut());
             }
-            // Made before the wait for admission, so the parts are not kept
-            // apart in the future (which holds them for every request in flight).
-            let mut req = Request::from_parts(parts, body);
             let slot = match &self.admission {
                 Some(admission) => Some(admission.admit(deadline, target.timeout).await?),
                 None => None,

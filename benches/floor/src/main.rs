@@ -1,17 +1,23 @@
-//! The smallest keep-alive HTTP/1.1 proxy hyper allows, as a floor for
-//! `benches/callgrind` and `benches/memory`: what hyper's server and client
-//! cost per request and per connection with none of the gateway's work
+//! A floor for `benches/compare`, `benches/callgrind` and `benches/memory`:
+//! the least a keep-alive HTTP/1.1 proxy built like the gateway (hyper's
+//! server and connection-level client, a spawned task per upstream
+//! connection, hyper's default buffers) costs per request and per
+//! connection, with none of the gateway's work
 //! (no routing beyond one prefix, no header rules, forwarding headers,
-//! request IDs, limits, timeouts, metrics or logs). It is not a product:
-//! it forwards the client's head as it came, which a real proxy must not.
+//! request IDs, limits, timeouts, metrics or logs). It is not a product,
+//! and it skips work any correct proxy must do: it forwards the client's
+//! head as it came (hop-by-hop headers included), sets no timeouts,
+//! answers no upstream failure with a 502 (hyper drops the connection),
+//! and never resends on a stale connection.
 //!
 //! It reads the same config file the scripts write for the gateway:
 //! `server.listen`, the first upstream's `url`, and the first proxy
 //! route's `rewrite`; every request goes to that upstream with that path.
 //!
 //! ```sh
-//! cargo build --release --example hyper_floor
-//! GATEWAY_BIN=target/release/examples/hyper_floor \
+//! cargo build --release
+//! cargo build --release --manifest-path benches/floor/Cargo.toml --target-dir target/floor
+//! GATEWAY_BIN=target/floor/release/hyper-floor \
 //!     UPSTREAM_BIN=target/release/gateway benches/callgrind /b 10000
 //! ```
 //!
@@ -21,7 +27,6 @@
 //! task spawned), and the upstream's body streamed back, the connection
 //! returned to the stack when that body ends.
 
-use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -116,19 +121,19 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let path = match &args[1..] {
         [flag, path] if flag == "--config" => path.clone(),
-        _ => panic!("usage: hyper_floor --config FILE"),
+        _ => panic!("usage: hyper-floor --config FILE"),
     };
-    let file = config::File::new(&path, config::FileFormat::Toml);
-    let cfg = config::Config::builder().add_source(file).build().expect("config");
-    let listen: String = cfg.get("server.listen").expect("server.listen");
-    let upstreams: HashMap<String, HashMap<String, String>> = cfg.get("upstreams").expect("upstreams");
-    let url = upstreams.values().next().and_then(|u| u.get("url")).expect("an upstream url");
-    let routes: Vec<HashMap<String, config::Value>> = cfg.get("routes").expect("routes");
+    let text = std::fs::read_to_string(&path).expect("read the config file");
+    let cfg: toml::Table = text.parse().expect("TOML");
+    let str_at = |v: &toml::Value, key: &str| v.get(key).and_then(toml::Value::as_str).map(str::to_owned);
+    let listen = cfg.get("server").and_then(|s| str_at(s, "listen")).expect("server.listen");
+    let upstreams = cfg.get("upstreams").and_then(toml::Value::as_table).expect("upstreams");
+    let url = upstreams.values().next().and_then(|u| str_at(u, "url")).expect("an upstream url");
+    let routes = cfg.get("routes").and_then(toml::Value::as_array).expect("routes");
     let rewrite = routes
         .iter()
-        .find(|r| r.contains_key("upstream"))
-        .and_then(|r| r.get("rewrite"))
-        .map(|v| v.clone().into_string().expect("rewrite"))
+        .find(|r| r.get("upstream").is_some())
+        .and_then(|r| str_at(r, "rewrite"))
         .unwrap_or_else(|| "/".into());
     let upstream = Arc::new(Upstream {
         address: url.trim_start_matches("http://").to_string(),

@@ -107,6 +107,32 @@ async fn metrics_hold_every_series_with_labels_after_traffic() {
     }
 }
 
+/// A fixed response is built in the request's own header map, emptied
+/// (hyper parses the next request into it): none of a request's headers
+/// may come back, on the first request of a connection or a later one.
+#[tokio::test]
+async fn a_fixed_response_carries_none_of_the_requests_headers() {
+    // A route name of its own: the tests in this binary share one metrics
+    // registry, and another test counts route `fixed`'s requests.
+    let toml = r#"
+[[routes]]
+name = "fixed_headers"
+prefix = "/fixed"
+respond = { status = 202, body = "accepted" }
+"#;
+    let gw = TestGateway::from_toml(toml).await;
+    let two = b"GET /fixed HTTP/1.1\r\nHost: x\r\nCookie: secret=1\r\nAuthorization: Bearer token\r\nX-One: 1\r\n\r\n\
+GET /fixed HTTP/1.1\r\nHost: x\r\nX-Two: 2\r\nConnection: close\r\n\r\n";
+    let r = raw(gw.addr, two, Duration::from_secs(5)).await;
+    let text = r.text.to_ascii_lowercase();
+    assert_eq!(text.matches("http/1.1 202 accepted\r\n").count(), 2, "{}", r.text);
+    assert_eq!(text.matches("\r\ncontent-type: text/plain; charset=utf-8\r\n").count(), 2, "{}", r.text);
+    assert_eq!(text.matches("\r\nx-request-id: ").count(), 2, "{}", r.text);
+    for leaked in ["\r\ncookie:", "secret", "\r\nauthorization:", "token", "\r\nx-one:", "\r\nx-two:", "\r\nhost:"] {
+        assert!(!text.contains(leaked), "{leaked:?} came back: {}", r.text);
+    }
+}
+
 #[tokio::test]
 async fn health_endpoints_answer() {
     let gw = TestGateway::from_toml("").await;

@@ -21,11 +21,8 @@
 //!     UPSTREAM_BIN=target/release/gateway benches/callgrind /b 10000
 //! ```
 //!
-//! Same shape as the gateway's data path: a current-thread runtime, hyper's
-//! HTTP/1 server connection per client, hyper's connection-level client
-//! with a last-in-first-out stack of idle connections (each connection's
-//! task spawned), and the upstream's body streamed back, the connection
-//! returned to the stack when that body ends.
+//! Like the gateway, it keeps idle upstream connections in a
+//! last-in-first-out stack and returns one when its response body ends.
 
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};

@@ -38,6 +38,45 @@
 #
 # Needs root: debootstrap, chroot, and buildah's chroot isolation. `podman run`
 # is not used: it needs cgroups that some machines (hybrid cgroup v1/v2) lack.
+#
+# What CI does with it, and what it measured:
+#
+# CI (`.ci/run`) builds the image from the Dockerfile as it is and runs it:
+# `sudo bash scripts/container-check.sh [UPSTREAM_BIN]` (root: it uses
+# debootstrap, chroot and buildah's chroot isolation). It installs podman,
+# buildah and debootstrap if missing; takes the base images from local
+# storage, else pulls them (60 s bound), else assembles them (`debootstrap
+# --variant=minbase bookworm` from apt's mirror, slimmed, as
+# `debian:bookworm-slim`; the same plus gcc, libc6-dev, ca-certificates and
+# this machine's rustup toolchain as `rust:1-slim-bookworm`; kept for later
+# runs); builds with `buildah bud --isolation chroot --pull=never -t
+# gateway:ci .`; checks that the image's USER, ENTRYPOINT, CMD, ENV and EXPOSE
+# are the Dockerfile's, that the user is not root and is the pod's
+# `runAsUser`, and that `gateway check` passes inside it; then starts the
+# image's own default command with `buildah run` (sharing the host's network)
+# and checks `/healthz`, `/readyz`, `/metrics` and `/file` answer 200, `/b` is
+# proxied to a `gateway upstream` on the host's 127.0.0.1:8000, the process
+# runs as UID 10001 inside the image's root, and SIGTERM ends it with status
+# 0. Port 8000 must be free (the config names it): if it is taken the check
+# fails and names the holder. If 8080 is taken, that run's gateway listens on
+# a free port instead (`GATEWAY__SERVER__LISTEN` set in the working container,
+# not the image) and says so.
+#
+# Size: 99.2 MB (`podman image inspect --format '{{.Size}}' gateway:ci` →
+# 99239172 bytes): the debian:bookworm-slim base, 77.1 MB as assembled by
+# `scripts/container-check.sh` (the official image was not reachable from the
+# machine that measured this), plus the 22.1 MB binary. The release profile
+# keeps line tables for backtraces; `strip --strip-debug` would make the
+# binary 5.2 MB.
+#
+# Measured on a 2-core Debian VM, `.ci/run` in a fresh worktree with other
+# cargo builds running on the machine (load average 3.4 at the start), podman,
+# buildah and debootstrap already installed (installing them took 16 s): the
+# first run of the check took 148 s (assembling the two base images 51 s, the
+# image build 96 s, of which `cargo build --release` 1 min 34 s) and the whole
+# `.ci/run` 5 min 18 s (`time .ci/run`). Later runs of the check take 3 s
+# (`time bash scripts/container-check.sh`): the base images and buildah's
+# cargo cache mounts are kept.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

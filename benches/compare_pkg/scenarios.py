@@ -1,0 +1,375 @@
+"""What is measured: the variants (a server under test, its kind and the
+path loaded) and the scenarios that group them, with their connection
+counts, durations, service A and --quick subsets. The closed-loop scenarios
+come first; overload and failover, loaded at a fixed arrival rate (see
+openloop), are RateScenarios. Nothing here starts anything: the servers
+module builds each variant's command."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .common import KIND_ARTICLE, KIND_CEILING, KIND_DEFAULT, KIND_FLOOR, KIND_GATEWAY, KIND_TUNED, POOL, parse_seconds
+from .servers import (
+    Ctx,
+    Proc,
+    gateway,
+    gateway_lean,
+    go_peer,
+    hyper_floor,
+    nginx,
+    node_hello,
+    protect_gateway,
+    protect_nginx,
+    python_peer,
+    uvicorn_peer,
+)
+
+
+@dataclass
+class Variant:
+    name: str
+    kind: str
+    about: str
+    path: str
+    # Builds the server under test; None: the load goes straight to service A.
+    server: Callable[[Ctx], Proc] | None
+
+
+@dataclass
+class Scenario:
+    name: str
+    title: str
+    connections: list
+    duration_s: float
+    quick_duration_s: float
+    variants: list
+    # The variants of --quick; None: all of them.
+    quick_variants: set | None = None
+    # Service A: None when the scenario needs none.
+    a_delay: str | None = None
+    a_path: str = "/a"
+    # Warm-up connections; None: the run's own connection count.
+    warmup_connections: int | None = None
+
+    @property
+    def delay_s(self):
+        return parse_seconds(self.a_delay) if self.a_delay else None
+
+
+PY_SERVICE_B = {
+    "fastapi": ("FastAPI, uvicorn 4 workers", uvicorn_peer("service_b_fastapi", 4)),
+    "flask": ("Flask built-in server, threaded", python_peer("service_b_flask.py")),
+    "sanic": ("Sanic 4 workers", python_peer("service_b_sanic.py", 4)),
+}
+PY_ARTICLE_CLIENTS = {
+    "requests": "requests in a sync handler",
+    "httpx-sync": "httpx.Client per request, sync handler",
+    "httpx-async": "httpx.AsyncClient per request",
+    "aiohttp": "aiohttp.ClientSession per request",
+}
+PY_SHARED_CLIENTS = {
+    "aiohttp-shared": f"one aiohttp session per worker, pool {POOL}",
+    "httpx-shared": f"one httpx.AsyncClient per worker, pool {POOL}",
+}
+
+
+def python_service_b_variants():
+    variants = []
+    for framework, (about, build) in PY_SERVICE_B.items():
+        clients = [(PY_ARTICLE_CLIENTS, KIND_ARTICLE)]
+        if framework != "flask":
+            clients.append((PY_SHARED_CLIENTS, KIND_TUNED))
+        for table, kind in clients:
+            for client, client_about in table.items():
+                variants.append(Variant(f"{framework}-{client}", kind, f"{about}; {client_about}", f"/{client}", build))
+    return variants
+
+
+def service_b_variants(a_path):
+    return [
+        Variant("direct", KIND_CEILING, "load straight to service A", a_path, None),
+        Variant("gateway", KIND_GATEWAY, "target/release/gateway, worker_threads = 1", "/b", gateway),
+        Variant(
+            "gateway-lean",
+            KIND_GATEWAY,
+            "the same with request_id = false, trace_context = false",
+            "/b",
+            gateway_lean,
+        ),
+        Variant("nginx", KIND_TUNED, f"nginx, 1 worker, upstream keepalive {POOL}", "/b", nginx),
+        Variant(
+            "hyper-floor",
+            KIND_FLOOR,
+            "benches/floor: hyper's server and client alone, none of the gateway's work",
+            "/b",
+            hyper_floor,
+        ),
+        Variant(
+            "go-reverseproxy",
+            KIND_TUNED,
+            f"httputil.ReverseProxy, MaxIdleConnsPerHost {POOL}",
+            "/b",
+            go_peer("reverse-proxy"),
+        ),
+        Variant(
+            "go-default-client", KIND_ARTICLE, "net/http, http.Get with the default client", "/b", go_peer("client")
+        ),
+        *python_service_b_variants(),
+    ]
+
+
+FILE_VARIANTS = [
+    Variant("gateway", KIND_GATEWAY, "gateway `file` route, worker_threads = 1", "/file", gateway),
+    Variant("nginx", KIND_TUNED, "nginx, 1 worker, sendfile + open_file_cache", "/file", nginx),
+    Variant("go-servefile", KIND_DEFAULT, "Go http.ServeFile", "/file", go_peer("file")),
+    Variant("aiohttp-aiofiles", KIND_ARTICLE, "aiohttp.web + aiofiles", "/file", python_peer("files_aiohttp.py")),
+    Variant(
+        "starlette-anyio",
+        KIND_ARTICLE,
+        "Starlette + anyio.Path, uvicorn 1 worker",
+        "/file",
+        uvicorn_peer("files_starlette", 1),
+    ),
+    Variant(
+        "flask-open-read", KIND_ARTICLE, "Flask built-in server, open().read()", "/file", python_peer("files_flask.py")
+    ),
+]
+
+
+HELLO_VARIANTS = [
+    Variant("gateway", KIND_GATEWAY, "gateway `respond` route, worker_threads = 1", "/hello", gateway),
+    Variant("nginx", KIND_TUNED, "nginx, 1 worker, return 200", "/hello", nginx),
+    Variant(
+        "go-gomaxprocs1", KIND_ARTICLE, "Go net/http, GOMAXPROCS=1", "/hello", go_peer("hello", env={"GOMAXPROCS": "1"})
+    ),
+    Variant("node-http", KIND_ARTICLE, "Node.js http", "/hello", node_hello),
+    Variant("sanic-1-worker", KIND_ARTICLE, "Sanic, 1 worker", "/hello", python_peer("hello_sanic.py")),
+]
+
+
+SLOW_UPSTREAM = Scenario(
+    name="slow-upstream",
+    title="Service B in front of a 1 s upstream (seed 000)",
+    connections=[1000],
+    duration_s=30,
+    quick_duration_s=5,
+    variants=service_b_variants("/a"),
+    quick_variants={
+        "direct",
+        "gateway",
+        "nginx",
+        "go-reverseproxy",
+        "go-default-client",
+        "fastapi-httpx-async",
+        "sanic-aiohttp",
+        "sanic-aiohttp-shared",
+    },
+    a_delay="1s",
+    a_path="/a",
+    # A few: a full-size warm-up would leave the slow variants a queue of work.
+    warmup_connections=10,
+)
+PROXY_OVERHEAD = Scenario(
+    name="proxy-overhead",
+    title="Proxy overhead: service A answers at once",
+    connections=[100],
+    duration_s=15,
+    quick_duration_s=3,
+    variants=service_b_variants("/hello"),
+    quick_variants={"direct", "gateway", "nginx", "go-reverseproxy", "sanic-aiohttp-shared"},
+    a_delay="0s",
+    a_path="/hello",
+)
+FILE = Scenario(
+    name="file",
+    title="GET a 1 KiB file (seed 001)",
+    connections=[10, 100],
+    duration_s=15,
+    quick_duration_s=3,
+    variants=FILE_VARIANTS,
+)
+HELLO = Scenario(
+    name="hello",
+    title="Hello world on one core (seed 002)",
+    connections=[200],
+    duration_s=15,
+    quick_duration_s=3,
+    variants=HELLO_VARIANTS,
+)
+
+
+# ---------------------------------------------------------------- overload and failover
+#
+# Loaded at a fixed arrival rate by `benchpeers load` (see openloop): what a
+# proxy does for a slow service with a fixed number of workers.
+
+
+@dataclass
+class RateScenario(Scenario):
+    """A scenario loaded at a fixed arrival rate by `benchpeers load`."""
+
+    # Offered load, requests per second (all of them to the server under test).
+    rate: float = 0
+    # Service A: workers per process, time per request, processes.
+    workers: int = 8
+    service_ms: int = 100
+    endpoints: int = 1
+    # Requests due before this are left out of the figures (the ramp-up).
+    settle_s: float = 0
+    # Share of the run after which service A's first process gets SIGKILL.
+    kill_at: float | None = None
+    # The load generator gives up on a request this long after it was due.
+    client_timeout_s: float = 5
+
+    @property
+    def capacity(self):
+        """What one service A process can serve, requests per second."""
+        return self.workers * 1000 / self.service_ms
+
+    def describe(self):
+        a = f"{self.endpoints} x " if self.endpoints > 1 else ""
+        return (
+            f"{self.rate:g} req/s offered (open loop) to service A = {a}{self.workers} workers x "
+            f"{self.service_ms} ms ({self.capacity:g} req/s each)"
+        )
+
+
+# The gateway's admission settings in `overload`: 8 requests in flight (A's
+# workers) and a queue that A drains in 0.5 s, well inside queue_timeout, so
+# that in a steady overload nobody waits out the timeout: the overflow is
+# turned away at once when it arrives, and a request that is queued is served.
+OVERLOAD_WORKERS = 8
+OVERLOAD_SERVICE_MS = 100
+OVERLOAD_QUEUE = 40
+OVERLOAD_QUEUE_TIMEOUT_S = 1.0
+# A queue sized past the route timeout (A drains it in 2.5 s, the route gives
+# up after 2 s), to show what that costs.
+OVERLOAD_LONG_QUEUE = 200
+# Targets of issue 9, checked on every row of `overload`.
+GOODPUT_TARGET = 0.98
+REJECTION_TARGET_MS = 10
+
+
+OVERLOAD_VARIANTS = [
+    Variant(
+        "gateway-queue",
+        KIND_GATEWAY,
+        f"max_requests = {OVERLOAD_WORKERS}, queue = {OVERLOAD_QUEUE}, queue_timeout = {OVERLOAD_QUEUE_TIMEOUT_S:g}s",
+        "/b",
+        protect_gateway(
+            "queue",
+            f'max_requests = {OVERLOAD_WORKERS}\nqueue = {OVERLOAD_QUEUE}\nqueue_timeout = "{OVERLOAD_QUEUE_TIMEOUT_S:g}s"',
+        ),
+    ),
+    Variant(
+        "gateway-no-queue",
+        KIND_GATEWAY,
+        f"max_requests = {OVERLOAD_WORKERS}, queue = 0 (nginx max_conns' behaviour)",
+        "/b",
+        protect_gateway("no-queue", f"max_requests = {OVERLOAD_WORKERS}\nqueue = 0"),
+    ),
+    Variant(
+        "gateway-long-queue",
+        KIND_GATEWAY,
+        f"max_requests = {OVERLOAD_WORKERS}, queue = {OVERLOAD_LONG_QUEUE}, queue_timeout = 5s (the default): "
+        "A needs 2.5 s to drain that queue, more than the route's 2 s timeout",
+        "/b",
+        protect_gateway("long-queue", f"max_requests = {OVERLOAD_WORKERS}\nqueue = {OVERLOAD_LONG_QUEUE}"),
+    ),
+    Variant("gateway-plain", KIND_GATEWAY, "no max_requests", "/b", protect_gateway("plain")),
+    Variant(
+        "nginx-max-conns",
+        KIND_TUNED,
+        f"nginx, upstream server max_conns={OVERLOAD_WORKERS} (no queue: 502 past it), keepalive {POOL}",
+        "/b",
+        protect_nginx(f" max_conns={OVERLOAD_WORKERS}"),
+    ),
+    Variant(
+        "go-reverseproxy",
+        KIND_TUNED,
+        f"httputil.ReverseProxy, no limit, MaxIdleConnsPerHost {POOL}",
+        "/b",
+        go_peer("reverse-proxy"),
+    ),
+]
+
+
+FAILOVER_GATEWAY_UPSTREAM = """\
+[upstreams.a.health]
+path = "/hello"
+interval = "1s"
+timeout = "500ms"
+unhealthy_after = 2
+healthy_after = 2
+[upstreams.a.outlier]
+consecutive_failures = 5
+ejection_time = "30s\""""
+
+
+FAILOVER_VARIANTS = [
+    Variant(
+        "gateway",
+        KIND_GATEWAY,
+        'two endpoints, health checks, ejection; retries = 1, retry_on = ["connect", "reset"]',
+        "/b",
+        protect_gateway("retry", FAILOVER_GATEWAY_UPSTREAM, 'retries = 1\nretry_on = ["connect", "reset"]'),
+    ),
+    Variant(
+        "gateway-retry-connect",
+        KIND_GATEWAY,
+        'the same with retry_on = ["connect"], the default',
+        "/b",
+        protect_gateway("retry-connect", FAILOVER_GATEWAY_UPSTREAM, 'retries = 1\nretry_on = ["connect"]'),
+    ),
+    Variant(
+        "gateway-no-retry",
+        KIND_GATEWAY,
+        "the same, retries = 0: only health checks and ejection",
+        "/b",
+        protect_gateway("no-retry", FAILOVER_GATEWAY_UPSTREAM),
+    ),
+    Variant(
+        "nginx",
+        KIND_TUNED,
+        f"nginx, two servers (max_fails=1 fail_timeout=10s, the defaults), proxy_next_upstream error timeout, "
+        f"keepalive {POOL}",
+        "/b",
+        protect_nginx(),
+    ),
+]
+
+
+OVERLOAD = RateScenario(
+    name="overload",
+    title="Overload: a service with 8 workers offered 3x what it can serve",
+    connections=[],
+    duration_s=12,
+    quick_duration_s=6,
+    variants=OVERLOAD_VARIANTS,
+    quick_variants={"gateway-queue", "gateway-plain", "nginx-max-conns", "go-reverseproxy"},
+    a_path="/a",
+    rate=3 * OVERLOAD_WORKERS * 1000 / OVERLOAD_SERVICE_MS,
+    workers=OVERLOAD_WORKERS,
+    service_ms=OVERLOAD_SERVICE_MS,
+    settle_s=1,
+)
+FAILOVER = RateScenario(
+    name="failover",
+    title="Failover: one of two service A processes killed mid-run",
+    connections=[],
+    duration_s=15,
+    quick_duration_s=8,
+    variants=FAILOVER_VARIANTS,
+    quick_variants={"gateway", "gateway-no-retry", "nginx"},
+    a_path="/a",
+    rate=40,
+    workers=OVERLOAD_WORKERS,
+    service_ms=OVERLOAD_SERVICE_MS,
+    endpoints=2,
+    kill_at=1 / 3,
+)
+
+
+SCENARIOS = {s.name: s for s in (SLOW_UPSTREAM, PROXY_OVERHEAD, FILE, HELLO, OVERLOAD, FAILOVER)}

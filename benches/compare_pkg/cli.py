@@ -17,7 +17,8 @@ from .openloop import run_rate_scenario
 from .prereqs import gateway_has_upstream, install_or_report, set_up
 from .report import markdown_table, rate_table, write_rate_results, write_results
 from .runner import Settings, run_scenario
-from .scenarios import SCENARIOS, RateScenario
+from .model import RateScenario
+from .scenarios import SCENARIOS
 
 # The first line of benches/compare's docstring, as --help prints it.
 DESCRIPTION = "Load benchmark of the gateway against the Python, Go, Node.js and nginx peers."

@@ -24,7 +24,7 @@ from .common import (
 from .loadtools import LoadTool
 from .machine import Pinning
 from .procfs import PeakRss, cpu_seconds
-from .scenarios import RateScenario
+from .model import RateScenario
 from .servers import Ctx, gateway, gateway_lean, hyper_floor, probe, service_a, start_all, stop_all
 
 

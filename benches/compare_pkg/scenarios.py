@@ -7,10 +7,8 @@ module builds each variant's command."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-
-from .common import KIND_ARTICLE, KIND_CEILING, KIND_DEFAULT, KIND_FLOOR, KIND_GATEWAY, KIND_TUNED, POOL, parse_seconds
+from .common import KIND_ARTICLE, KIND_CEILING, KIND_DEFAULT, KIND_FLOOR, KIND_GATEWAY, KIND_TUNED, POOL
+from .model import RateScenario, Scenario, Variant
 from .servers import (
     Ctx,
     Proc,
@@ -25,37 +23,6 @@ from .servers import (
     python_peer,
     uvicorn_peer,
 )
-
-
-@dataclass
-class Variant:
-    name: str
-    kind: str
-    about: str
-    path: str
-    # Builds the server under test; None: the load goes straight to service A.
-    server: Callable[[Ctx], Proc] | None
-
-
-@dataclass
-class Scenario:
-    name: str
-    title: str
-    connections: list
-    duration_s: float
-    quick_duration_s: float
-    variants: list
-    # The variants of --quick; None: all of them.
-    quick_variants: set | None = None
-    # Service A: None when the scenario needs none.
-    a_delay: str | None = None
-    a_path: str = "/a"
-    # Warm-up connections; None: the run's own connection count.
-    warmup_connections: int | None = None
-
-    @property
-    def delay_s(self):
-        return parse_seconds(self.a_delay) if self.a_delay else None
 
 
 PY_SERVICE_B = {
@@ -204,36 +171,6 @@ HELLO = Scenario(
 #
 # Loaded at a fixed arrival rate by `benchpeers load` (see openloop): what a
 # proxy does for a slow service with a fixed number of workers.
-
-
-@dataclass
-class RateScenario(Scenario):
-    """A scenario loaded at a fixed arrival rate by `benchpeers load`."""
-
-    # Offered load, requests per second (all of them to the server under test).
-    rate: float = 0
-    # Service A: workers per process, time per request, processes.
-    workers: int = 8
-    service_ms: int = 100
-    endpoints: int = 1
-    # Requests due before this are left out of the figures (the ramp-up).
-    settle_s: float = 0
-    # Share of the run after which service A's first process gets SIGKILL.
-    kill_at: float | None = None
-    # The load generator gives up on a request this long after it was due.
-    client_timeout_s: float = 5
-
-    @property
-    def capacity(self):
-        """What one service A process can serve, requests per second."""
-        return self.workers * 1000 / self.service_ms
-
-    def describe(self):
-        a = f"{self.endpoints} x " if self.endpoints > 1 else ""
-        return (
-            f"{self.rate:g} req/s offered (open loop) to service A = {a}{self.workers} workers x "
-            f"{self.service_ms} ms ({self.capacity:g} req/s each)"
-        )
 
 
 # The gateway's admission settings in `overload`: 8 requests in flight (A's

@@ -37,7 +37,7 @@ from .procfs import process_tree, proc_stat
 
 if TYPE_CHECKING:
     from .machine import Pinning
-    from .scenarios import Scenario
+    from .model import Scenario
 
 
 @dataclass

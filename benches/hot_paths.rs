@@ -132,13 +132,13 @@ fn upstream_request() -> http::Request<gateway::upstream::pool::SendBody> {
 
 /// The copy of a bodiless request kept to resend it on a stale pooled
 /// connection, made (and dropped) for every such request:
-/// [`HeadCopy`](gateway::upstream::exchange::HeadCopy), against cloning the
+/// [`HeadCopy`](gateway::upstream::retry::HeadCopy), against cloning the
 /// head as before issue 13 (which also kept the client's read buffer alive).
 #[divan::bench(args = ["head_copy", "clone"])]
 fn stale_resend_copy(bencher: Bencher, how: &str) {
     let req = upstream_request();
     match how {
-        "head_copy" => bencher.bench_local(|| black_box(gateway::upstream::exchange::HeadCopy::of(black_box(&req)))),
+        "head_copy" => bencher.bench_local(|| black_box(gateway::upstream::retry::HeadCopy::of(black_box(&req)))),
         _ => bencher.bench_local(|| {
             let mut copy = http::Request::new(());
             *copy.method_mut() = req.method().clone();

@@ -1,6 +1,7 @@
 //! Body types: the response body (one enum over every way the gateway
-//! answers, so the hot path needs no boxing) and the request body sent
-//! upstream (size limit and idle timeout applied as it streams).
+//! answers) and the request body sent upstream (size limit and idle timeout
+//! applied as it streams). A leaf: the upstream's own response body lives
+//! with its connection in `upstream::body`, and comes here boxed.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -13,14 +14,12 @@ use bytes::Bytes;
 use futures_util::Stream;
 use http_body::{Frame, SizeHint};
 use hyper::body::Incoming;
-use metrics::Counter;
 use tokio::io::Take;
 use tokio::time::{Instant, Sleep};
 use tokio_util::io::ReaderStream;
 use tower_http::compression::CompressionBody;
 
-use crate::upstream::Lease;
-use crate::upstream::pool::Conn;
+use crate::error::GatewayError;
 
 /// Errors a body can end with.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -34,10 +33,10 @@ pub enum Body {
     /// client's response short instead of passing it off as complete.
     ///
     /// Boxed, like the file stream: a response is moved a dozen times on
-    /// its way out, and inline these made every `Response<Body>` 304 bytes
-    /// instead of 152 (measured with `benches/callgrind`: the copies cost
-    /// more than the allocation).
-    Upstream(Box<UpstreamBody>),
+    /// its way out, and inline it would double every `Response<Body>`'s
+    /// size. A trait object, so that this module names nothing of the
+    /// upstream's connection (see benches/README.md for its cost).
+    Upstream(Pin<Box<dyn http_body::Body<Data = Bytes, Error = BoxError> + Send>>),
     /// A file (or a range of one) too large for the cache, read in chunks.
     File(Box<ReaderStream<Take<tokio::fs::File>>>),
     /// Any of the above through a route's compression layer.
@@ -69,7 +68,7 @@ impl http_body::Body for Body {
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match &mut *self {
             Body::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
-            Body::Upstream(b) => b.poll_frame(cx),
+            Body::Upstream(b) => b.as_mut().poll_frame(cx),
             Body::File(stream) => {
                 Pin::new(&mut **stream).poll_next(cx).map(|o| o.map(|r| r.map(Frame::data).map_err(Into::into)))
             }
@@ -80,7 +79,7 @@ impl http_body::Body for Body {
     fn is_end_stream(&self) -> bool {
         match self {
             Body::Full(b) => b.is_none(),
-            Body::Upstream(b) => http_body::Body::is_end_stream(&b.inner),
+            Body::Upstream(b) => b.is_end_stream(),
             Body::File(_) => false,
             Body::Compressed(b) => b.is_end_stream(),
         }
@@ -89,7 +88,7 @@ impl http_body::Body for Body {
     fn size_hint(&self) -> SizeHint {
         match self {
             Body::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
-            Body::Upstream(b) => http_body::Body::size_hint(&b.inner),
+            Body::Upstream(b) => b.size_hint(),
             Body::File(_) => SizeHint::default(),
             Body::Compressed(b) => b.size_hint(),
         }
@@ -109,8 +108,13 @@ impl IdleTimer {
         IdleTimer { after, sleep: None }
     }
 
+    /// How long the body may make no progress.
+    pub fn after(&self) -> Duration {
+        self.after
+    }
+
     /// The body made progress: restart the clock.
-    fn progress(&mut self) {
+    pub fn progress(&mut self) {
         if let Some(sleep) = &mut self.sleep {
             sleep.as_mut().reset(Instant::now() + self.after);
         }
@@ -118,7 +122,7 @@ impl IdleTimer {
 
     /// The body is waiting: true once it has waited `after` since the last
     /// progress.
-    fn expired(&mut self, cx: &mut Context<'_>) -> bool {
+    pub fn expired(&mut self, cx: &mut Context<'_>) -> bool {
         let after = self.after;
         let sleep = self.sleep.get_or_insert_with(|| Box::pin(tokio::time::sleep(after)));
         sleep.as_mut().poll(cx).is_ready()
@@ -147,84 +151,6 @@ pub enum ClientBodyFailed {
     Reset,
 }
 
-/// An upstream response body on its way to the client. Its connection goes
-/// back to the pool once the body is complete, and is closed otherwise.
-pub struct UpstreamBody {
-    inner: Incoming,
-    conn: Option<Conn>,
-    /// Whether the connection may go back to the pool once the body is
-    /// complete (otherwise it is closed cleanly).
-    reusable: bool,
-    /// Held until the body is done: the endpoint's and upstream's in-flight
-    /// counts and the `max_requests` slot.
-    _lease: Lease,
-    idle: IdleTimer,
-    /// `gateway_upstream_errors_total{kind="body"}`.
-    failed: Counter,
-    /// `gateway_upstream_errors_total{kind="body_timeout"}`.
-    stalled: Counter,
-}
-
-impl UpstreamBody {
-    pub fn new(
-        inner: Incoming,
-        conn: Option<Conn>,
-        reusable: bool,
-        lease: Lease,
-        idle_timeout: Duration,
-        failed: Counter,
-        stalled: Counter,
-    ) -> Self {
-        let idle = IdleTimer::new(idle_timeout);
-        let mut body = UpstreamBody { inner, conn, reusable, _lease: lease, idle, failed, stalled };
-        body.release_if_done(false);
-        body
-    }
-
-    /// Returns the connection to the pool once the whole body has arrived
-    /// (`ended`: the body just reported its end). A connection dropped
-    /// before that is aborted (see [`Conn`]).
-    fn release_if_done(&mut self, ended: bool) {
-        if (ended || http_body::Body::is_end_stream(&self.inner))
-            && let Some(conn) = self.conn.take()
-        {
-            if self.reusable { conn.release() } else { conn.close() }
-        }
-    }
-
-    fn poll_frame(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        match http_body::Body::poll_frame(Pin::new(&mut self.inner), cx) {
-            Poll::Ready(Some(Err(e))) => {
-                self.conn = None;
-                self.failed.increment(1);
-                tracing::warn!(error = %e, "upstream body failed mid-transfer; cutting the response");
-                Poll::Ready(Some(Err(e.into())))
-            }
-            Poll::Ready(other) => {
-                self.idle.progress();
-                self.release_if_done(other.is_none());
-                Poll::Ready(other.map(|r| r.map_err(Into::into)))
-            }
-            Poll::Pending if self.idle.expired(cx) => {
-                self.conn = None;
-                self.stalled.increment(1);
-                let e = BodyIdle(self.idle.after);
-                tracing::warn!(error = %e, "upstream body stalled; cutting the response");
-                Poll::Ready(Some(Err(e.into())))
-            }
-            Poll::Pending => Poll::Pending,
-        }
-    }
-}
-
-impl Drop for UpstreamBody {
-    /// A body dropped after its last byte (hyper stops polling a body that
-    /// says it has ended) still frees its connection for reuse.
-    fn drop(&mut self) {
-        self.release_if_done(false);
-    }
-}
-
 /// A client's request body on its way upstream: counted against the
 /// route's `max_body` as it streams, and cut if it stalls.
 pub struct RequestBody {
@@ -248,6 +174,17 @@ pub enum ClientFault {
     TooLarge(u64),
     Idle(Duration),
     Failed(String),
+}
+
+impl ClientFault {
+    /// The client's answer: its own fault, never the upstream's.
+    pub fn to_error(&self) -> GatewayError {
+        match self {
+            ClientFault::TooLarge(limit) => GatewayError::BodyTooLarge { limit: *limit },
+            ClientFault::Idle(after) => GatewayError::BodyTimeout { after: *after },
+            ClientFault::Failed(why) => GatewayError::ClientBody(why.clone()),
+        }
+    }
 }
 
 impl RequestBody {

@@ -9,7 +9,8 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::config::{self, Config, Source};
-use crate::{Gateway, bind, demo};
+use crate::net::bind;
+use crate::{Gateway, demo};
 
 /// EX_USAGE from sysexits.h: the configuration or command line is wrong.
 pub const EXIT_CONFIG: u8 = 64;
@@ -75,11 +76,21 @@ fn init_tracing(format: LogFormat) {
     }
 }
 
-fn load(path: Option<PathBuf>) -> Result<(Config, bool), ExitCode> {
-    let embedded = path.is_none();
-    let source = path.map(Source::File).unwrap_or_else(Source::embedded);
+/// The configuration from `path`, or the embedded default with the folder
+/// of demo files it serves (kept for as long as the gateway runs).
+fn load(path: Option<PathBuf>) -> Result<(Config, Option<tempfile::TempDir>), ExitCode> {
+    let (source, demo_files) = match path {
+        Some(path) => (Source::File(path), None),
+        None => match demo::files() {
+            Ok(dir) => (Source::embedded(dir.path().to_owned()), Some(dir)),
+            Err(e) => {
+                eprintln!("gateway: cannot write the embedded default's files to a temporary folder: {e}");
+                return Err(ExitCode::FAILURE);
+            }
+        },
+    };
     match config::load(&source) {
-        Ok(c) => Ok((c, embedded)),
+        Ok(c) => Ok((c, demo_files)),
         Err(e) => {
             eprintln!("gateway: invalid configuration: {e}");
             Err(ExitCode::from(EXIT_CONFIG))
@@ -141,10 +152,12 @@ async fn reload_on_sighup(app: std::sync::Arc<crate::server::App>) {
 }
 
 fn run_gateway(path: Option<PathBuf>, log_format: LogFormat) -> ExitCode {
-    let (mut config, embedded) = match load(path) {
+    let (mut config, demo_files) = match load(path) {
         Ok(c) => c,
         Err(code) => return code,
     };
+    let embedded = demo_files.is_some();
+    let demo_dir = demo_files.as_ref().map(|d| d.path().display().to_string()).unwrap_or_default();
     // Unset, the access log follows the log format: JSON with JSON logs,
     // the combined format with text ones.
     config.server.access_log_format.get_or_insert(match log_format {
@@ -190,6 +203,7 @@ fn run_gateway(path: Option<PathBuf>, log_format: LogFormat) -> ExitCode {
         if embedded {
             println!("gateway: running the embedded default configuration on http://{addr}");
             println!("  demo upstream (GET /a waits 1s): http://{DEMO_UPSTREAM}");
+            println!("  demo files (carried in the binary): {demo_dir}");
             println!("  try: curl -i http://{addr}/b        # proxied to the upstream's /a");
             println!("       curl -i http://{addr}/file     # a file, with ETag and Range support");
             println!("       curl -i http://{addr}/static/  # a directory tree");

@@ -11,7 +11,7 @@ pub mod access;
 pub mod body;
 pub mod cli;
 pub mod config;
-pub mod demo;
+mod demo;
 pub mod error;
 pub mod files;
 pub mod headers;
@@ -19,13 +19,13 @@ pub mod layers;
 pub mod limits;
 pub mod listener;
 pub mod metrics;
+pub mod net;
 pub mod otel;
 pub mod path;
-pub mod proxy;
+pub mod request;
 pub mod router;
 pub mod server;
 pub mod tls;
-pub mod tunnel;
 pub mod upstream;
 
 use std::future::Future;
@@ -49,9 +49,9 @@ pub struct Gateway {
 impl Gateway {
     /// Binds the main listener (and the admin listener, if configured).
     pub async fn bind(config: Config) -> std::io::Result<Gateway> {
-        let listener = bind(config.server.listen).await?;
+        let listener = crate::net::bind(config.server.listen).await?;
         let admin = match config.metrics.listen {
-            Some(addr) => Some(bind(addr).await?),
+            Some(addr) => Some(crate::net::bind(addr).await?),
             None => None,
         };
         Ok(Gateway { app: Arc::new(App::new(config)), listener, admin })
@@ -101,27 +101,4 @@ impl Gateway {
         }
         app.flush_spans().await;
     }
-}
-
-/// Accepts the next connection. On errors such as EMFILE it logs and backs
-/// off for a moment instead of spinning.
-pub async fn accept(listener: &TcpListener) -> (tokio::net::TcpStream, SocketAddr) {
-    loop {
-        match listener.accept().await {
-            Ok(accepted) => return accepted,
-            Err(e) => {
-                tracing::warn!(error = %e, "accept failed");
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            }
-        }
-    }
-}
-
-/// Binds a TCP listener with a backlog large enough for load tests
-/// (std's default of 128 drops connections under bursts).
-pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
-    socket.set_reuseaddr(true)?;
-    socket.bind(addr)?;
-    socket.listen(4096)
 }

@@ -156,3 +156,54 @@ fn built_in_upstream_and_sigterm_exit_zero() {
         assert_eq!(status.code(), Some(0));
     }
 }
+
+/// The binary copied to an empty folder, run there with no arguments,
+/// serves the embedded default's files: they travel inside it, not as paths
+/// into the folder it was built in. Its demo folder goes when it exits.
+#[test]
+fn the_binary_runs_the_embedded_default_from_anywhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("gateway");
+    std::fs::copy(BIN, &bin).unwrap();
+    let probe = TcpListener::bind("127.0.0.1:0").unwrap();
+    let gw_addr = probe.local_addr().unwrap().to_string();
+    drop(probe);
+    let mut gw = Command::new(&bin)
+        .current_dir(dir.path())
+        .env_remove("GATEWAY_CONFIG")
+        .env("GATEWAY__SERVER__LISTEN", &gw_addr)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // It needs the demo upstream's port too (127.0.0.1:8000): say so if it
+    // could not start.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(&gw_addr).is_err() {
+        if let Some(status) = gw.try_wait().unwrap() {
+            let mut stderr = String::new();
+            gw.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+            panic!("the gateway exited ({status}) before listening: {stderr}");
+        }
+        assert!(Instant::now() < deadline, "{gw_addr} never came up");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let file = http_get(&gw_addr, "/file");
+    let demo = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/public/demo.txt")).unwrap();
+    assert!(file.starts_with("HTTP/1.1 200") && file.ends_with(&demo), "{file}");
+    let index = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/public/index.html")).unwrap();
+    let page = http_get(&gw_addr, "/static/");
+    assert!(page.starts_with("HTTP/1.1 200") && page.ends_with(&index), "{page}");
+
+    Command::new("kill").args(["-TERM", &gw.id().to_string()]).status().unwrap();
+    let status = gw.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+    let mut stdout = String::new();
+    gw.stdout.take().unwrap().read_to_string(&mut stdout).unwrap();
+    let demo_dir = stdout
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("demo files (carried in the binary): "))
+        .unwrap_or_else(|| panic!("the start-up lines name the demo folder: {stdout}"));
+    assert!(!demo_dir.starts_with(env!("CARGO_MANIFEST_DIR")), "served from the source tree: {demo_dir}");
+    assert!(!Path::new(demo_dir).exists(), "{demo_dir} is left behind");
+}

@@ -363,20 +363,9 @@ async fn connections_past_max_connections_wait_and_each_waiting_one_is_counted_o
     let (up, _) = counting_upstream().await;
     let gw = TestGateway::from_toml(&proxy_toml(up.addr, "conncap", "", "max_connections = 2")).await;
     let waited = || async { rejected(&metrics_text_on_fresh_slot(gw.addr).await, "", "max_connections") };
-    let mut held = Vec::new();
-    for _ in 0..2 {
-        let mut s = TcpStream::connect(gw.addr).await.unwrap();
-        s.write_all(b"GET /alive HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
-        assert!(read_for(&mut s, Duration::from_millis(300)).await.text.starts_with("HTTP/1.1 200"));
-        held.push(s);
-    }
+    let mut held = hold_served(gw.addr, 2).await;
     // Two more connections are accepted by the kernel but not served...
-    let mut waiting = Vec::new();
-    for _ in 0..2 {
-        let mut s = TcpStream::connect(gw.addr).await.unwrap();
-        s.write_all(b"GET /alive HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.unwrap();
-        waiting.push(s);
-    }
+    let mut waiting = send_waiting(gw.addr, 2).await;
     for s in &mut waiting {
         assert!(read_for(s, Duration::from_millis(300)).await.text.is_empty(), "served past max_connections");
     }
@@ -392,19 +381,8 @@ async fn connections_past_max_connections_wait_and_each_waiting_one_is_counted_o
     assert_eq!(waited().await, 2.0, "counting must not depend on how often the accept loop runs");
 
     // Five waiting at once, let in as slots free: each is counted.
-    let mut held = Vec::new();
-    for _ in 0..2 {
-        let mut s = TcpStream::connect(gw.addr).await.unwrap();
-        s.write_all(b"GET /alive HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
-        assert!(read_for(&mut s, Duration::from_millis(300)).await.text.starts_with("HTTP/1.1 200"));
-        held.push(s);
-    }
-    let mut waiting = Vec::new();
-    for _ in 0..5 {
-        let mut s = TcpStream::connect(gw.addr).await.unwrap();
-        s.write_all(b"GET /alive HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.unwrap();
-        waiting.push(s);
-    }
+    let held = hold_served(gw.addr, 2).await;
+    let mut waiting = send_waiting(gw.addr, 5).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     drop(held);
     for s in &mut waiting {
@@ -412,6 +390,30 @@ async fn connections_past_max_connections_wait_and_each_waiting_one_is_counted_o
         assert!(r.text.starts_with("HTTP/1.1 200"), "{}", r.text);
     }
     assert_eq!(waited().await, 7.0);
+}
+
+/// `n` connections, each served one request and kept open (holding a
+/// `max_connections` slot).
+async fn hold_served(addr: std::net::SocketAddr, n: usize) -> Vec<TcpStream> {
+    let mut held = Vec::new();
+    for _ in 0..n {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(b"GET /alive HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+        assert!(read_for(&mut s, Duration::from_millis(300)).await.text.starts_with("HTTP/1.1 200"));
+        held.push(s);
+    }
+    held
+}
+
+/// `n` connections that have each sent a request and wait for a slot.
+async fn send_waiting(addr: std::net::SocketAddr, n: usize) -> Vec<TcpStream> {
+    let mut waiting = Vec::new();
+    for _ in 0..n {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(b"GET /alive HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.unwrap();
+        waiting.push(s);
+    }
+    waiting
 }
 
 /// Fetches `/metrics` on a new connection (which may itself have to wait for

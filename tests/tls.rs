@@ -15,7 +15,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::*;
 use gateway::config::{self, Source};
-use gateway::upstream::pool::{TlsTarget, connect_stream};
+use gateway::upstream::connect::{TlsTarget, connect_stream};
 use http::{Request, Response, Version};
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Incoming;

@@ -20,15 +20,12 @@ use http::{Method, StatusCode};
 use ipnet::IpNet;
 use rustls_pki_types::ServerName;
 
-use crate::layers::rules::HeaderRules;
+use crate::headers::rules::HeaderRules;
 
 /// The configuration the gateway runs with when given no file: the bundled
-/// `config/gateway.toml`, whose relative paths resolve against the bundled
-/// `config/` folder.
+/// `config/gateway.toml`, whose relative paths resolve against a folder
+/// holding the demo's files (see `demo::files`).
 pub const EMBEDDED_DEFAULT: &str = include_str!("../../config/gateway.toml");
-
-/// Folder the embedded default's relative paths resolve against.
-pub const EMBEDDED_BASE_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/config");
 
 /// Route timeout when a proxy route does not set one.
 pub const DEFAULT_ROUTE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -63,9 +60,10 @@ pub enum Source {
 }
 
 impl Source {
-    /// The embedded default configuration.
-    pub fn embedded() -> Self {
-        Source::Inline { text: EMBEDDED_DEFAULT.to_owned(), base_dir: PathBuf::from(EMBEDDED_BASE_DIR) }
+    /// The embedded default configuration, its relative paths resolved
+    /// against `base_dir` (which holds `demo::FILES`).
+    pub fn embedded(base_dir: PathBuf) -> Self {
+        Source::Inline { text: EMBEDDED_DEFAULT.to_owned(), base_dir }
     }
 
     fn name(&self) -> String {

@@ -3,15 +3,19 @@
 
 use super::*;
 
+/// Relative paths in the tables resolve against the source tree's
+/// `config/` folder (`public/demo.txt` and the like).
 fn inline(text: &str) -> Result<Config, ConfigError> {
-    load(&Source::Inline { text: text.to_owned(), base_dir: PathBuf::from(EMBEDDED_BASE_DIR) })
+    let base_dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/config"));
+    load(&Source::Inline { text: text.to_owned(), base_dir })
 }
 
 const UP: &str = "[upstreams.a]\nurl = \"http://127.0.0.1:9\"\n";
 
 #[test]
 fn embedded_default_is_valid() {
-    let c = load(&Source::embedded()).unwrap();
+    let files = crate::demo::files().unwrap();
+    let c = load(&Source::embedded(files.path().to_owned())).unwrap();
     assert_eq!(c.server.listen, "127.0.0.1:8080".parse().unwrap());
     assert!(c.routes.iter().any(|r| r.name == "b" && matches!(r.target, Target::Proxy(_))));
     assert!(c.routes.iter().any(|r| matches!(r.target, Target::File(_))));

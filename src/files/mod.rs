@@ -24,10 +24,12 @@ use tokio_util::io::ReaderStream;
 
 use crate::body::Body;
 use crate::error::GatewayError;
+use crate::headers::X_REQUEST_ID;
 use crate::layers::compress::{self as compression, negotiate};
-use crate::layers::request_id::X_REQUEST_ID;
 
+mod conditional;
 mod variants;
+use conditional::{Plan, none_match, plan};
 use variants::Variants;
 
 /// Files up to this size are kept in memory.
@@ -298,70 +300,6 @@ async fn resolve(root: &Path, path: &Path) -> Result<PathBuf, GatewayError> {
     if real.starts_with(root) { Ok(real) } else { Err(GatewayError::NotFound) }
 }
 
-/// Whether `If-None-Match` matches `etag` (weak comparison, RFC 9110 §13.1.2).
-fn none_match(header: &HeaderValue, etag: &HeaderValue) -> bool {
-    let Ok(list) = header.to_str() else {
-        return false;
-    };
-    let ours = etag.to_str().unwrap_or_default();
-    list.split(',').map(str::trim).any(|t| t == "*" || t.trim_start_matches("W/") == ours)
-}
-
-/// Whether the file is unmodified since `If-Modified-Since` (RFC 9110 §13.1.3).
-fn not_modified_since(header: &HeaderValue, modified: SystemTime) -> bool {
-    let Some(since) = header.to_str().ok().and_then(|s| httpdate::parse_http_date(s).ok()) else {
-        return false;
-    };
-    // HTTP dates have one-second resolution.
-    let modified_secs = modified.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-    let since_secs = since.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-    modified_secs <= since_secs
-}
-
-/// The outcome of evaluating conditional and range headers, pure.
-#[derive(Debug, PartialEq, Eq)]
-enum Plan {
-    NotModified,
-    Full,
-    Partial(u64, u64),
-    Unsatisfiable,
-}
-
-fn plan(entry_etag: &HeaderValue, modified: SystemTime, len: u64, method: &Method, headers: &HeaderMap) -> Plan {
-    if let Some(inm) = headers.get(header::IF_NONE_MATCH) {
-        if none_match(inm, entry_etag) {
-            return Plan::NotModified;
-        }
-    } else if let Some(ims) = headers.get(header::IF_MODIFIED_SINCE)
-        && not_modified_since(ims, modified)
-    {
-        return Plan::NotModified;
-    }
-    if method != Method::GET {
-        return Plan::Full;
-    }
-    let Some(range) = headers.get(header::RANGE).and_then(|r| r.to_str().ok()) else {
-        return Plan::Full;
-    };
-    // If-Range: a validator that no longer matches means "send it all".
-    if let Some(if_range) = headers.get(header::IF_RANGE) {
-        let lm = httpdate::fmt_http_date(modified);
-        if if_range != entry_etag && if_range.to_str().ok() != Some(lm.as_str()) {
-            return Plan::Full;
-        }
-    }
-    match http_range_header::parse_range_header(range) {
-        // Only bytes ranges are understood; anything else is ignored (RFC 9110 §14.2).
-        Err(_) => Plan::Full,
-        Ok(parsed) => match parsed.validate(len) {
-            Ok(ranges) if ranges.len() == 1 => Plan::Partial(*ranges[0].start(), *ranges[0].end()),
-            // Multiple ranges would need multipart/byteranges; the whole file is a valid answer.
-            Ok(_) => Plan::Full,
-            Err(_) => Plan::Unsatisfiable,
-        },
-    }
-}
-
 /// [`respond`] for a route that compresses: a cached file of a
 /// compressible type goes out in the client's preferred coding (see
 /// `variants`) once that form is ready, or as it is, with
@@ -524,52 +462,6 @@ mod tests {
         ];
         for input in bad {
             assert!(matches!(sanitize(input), Err(GatewayError::BadPath(_))), "{input} should be refused");
-        }
-    }
-
-    fn hv(s: &str) -> HeaderValue {
-        HeaderValue::from_str(s).unwrap()
-    }
-
-    #[test]
-    fn plan_table() {
-        let etag = hv("\"abc-10\"");
-        let modified = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000);
-        let lm = httpdate::fmt_http_date(modified);
-        let later = httpdate::fmt_http_date(modified + std::time::Duration::from_secs(60));
-        let earlier = httpdate::fmt_http_date(modified - std::time::Duration::from_secs(60));
-        type Case<'a> = (Method, Vec<(&'a str, String)>, Plan);
-        let cases: Vec<Case> = vec![
-            (Method::GET, vec![], Plan::Full),
-            (Method::GET, vec![("if-none-match", "\"abc-10\"".into())], Plan::NotModified),
-            (Method::GET, vec![("if-none-match", "W/\"abc-10\"".into())], Plan::NotModified),
-            (Method::GET, vec![("if-none-match", "\"x\", \"abc-10\"".into())], Plan::NotModified),
-            (Method::GET, vec![("if-none-match", "*".into())], Plan::NotModified),
-            (Method::GET, vec![("if-none-match", "\"other\"".into())], Plan::Full),
-            (Method::HEAD, vec![("if-none-match", "\"abc-10\"".into())], Plan::NotModified),
-            (Method::GET, vec![("if-modified-since", lm.clone())], Plan::NotModified),
-            (Method::GET, vec![("if-modified-since", later)], Plan::NotModified),
-            (Method::GET, vec![("if-modified-since", earlier.clone())], Plan::Full),
-            (Method::GET, vec![("if-none-match", "\"other\"".into()), ("if-modified-since", lm.clone())], Plan::Full),
-            (Method::GET, vec![("range", "bytes=0-3".into())], Plan::Partial(0, 3)),
-            (Method::GET, vec![("range", "bytes=-4".into())], Plan::Partial(6, 9)),
-            (Method::GET, vec![("range", "bytes=5-".into())], Plan::Partial(5, 9)),
-            (Method::GET, vec![("range", "bytes=5-100".into())], Plan::Partial(5, 9)),
-            (Method::GET, vec![("range", "bytes=20-30".into())], Plan::Unsatisfiable),
-            (Method::GET, vec![("range", "lines=1-2".into())], Plan::Full),
-            (Method::GET, vec![("range", "bytes=0-1,4-5".into())], Plan::Full),
-            (Method::HEAD, vec![("range", "bytes=0-3".into())], Plan::Full),
-            (Method::GET, vec![("range", "bytes=0-3".into()), ("if-range", "\"abc-10\"".into())], Plan::Partial(0, 3)),
-            (Method::GET, vec![("range", "bytes=0-3".into()), ("if-range", lm)], Plan::Partial(0, 3)),
-            (Method::GET, vec![("range", "bytes=0-3".into()), ("if-range", "\"old\"".into())], Plan::Full),
-            (Method::GET, vec![("range", "bytes=0-3".into()), ("if-range", earlier)], Plan::Full),
-        ];
-        for (method, hs, want) in cases {
-            let mut headers = HeaderMap::new();
-            for (k, v) in &hs {
-                headers.insert(http::HeaderName::from_static(k), hv(v));
-            }
-            assert_eq!(plan(&etag, modified, 10, &method, &headers), want, "{method} {hs:?}");
         }
     }
 }

@@ -4,8 +4,8 @@
 //!   request IDs (`request_id`), panic isolation (`panic`) and trace context
 //!   (`trace`). They are always on (unless switched off), so they are done
 //!   in place, measured: see `App::handle` for why not tower-http's layers.
-//! - Per route ([`RouteLayers`]): header rules (`rules`) and compression
-//!   (`compress`). A route that enables none has no `RouteLayers` and calls
+//! - Per route ([`RouteLayers`]): header rules (`crate::headers::rules`)
+//!   and compression (`compress`). A route that enables none has no `RouteLayers` and calls
 //!   its target directly, so it pays nothing for them.
 //!
 //! The layers are configured once at load; a stack is put together around
@@ -15,7 +15,6 @@
 pub mod compress;
 pub mod panic;
 pub mod request_id;
-pub mod rules;
 pub mod trace;
 
 use std::convert::Infallible;
@@ -33,8 +32,8 @@ use tower_http::compression::CompressionLayer;
 use crate::body::Body;
 use crate::config::{RouteConfig, Target};
 use crate::headers;
+use crate::headers::rules::HeaderRules;
 use compress::Compressible;
-use rules::HeaderRules;
 
 /// One route's layers, built at load.
 pub struct RouteLayers {
@@ -44,6 +43,9 @@ pub struct RouteLayers {
     /// The route tunnels upgrades: the request rules keep a request's
     /// upgrade headers for the proxy to see.
     upgrades: bool,
+    /// Debug builds only (refused at load otherwise): every request panics
+    /// with this message, for the panic tests.
+    panic: Option<Arc<str>>,
 }
 
 impl RouteLayers {
@@ -55,8 +57,10 @@ impl RouteLayers {
             response: nonempty(&route.response_headers),
             compress: route.compress,
             upgrades: matches!(&route.target, Target::Proxy(p) if p.upgrade.is_some()),
+            panic: route.panic.as_deref().map(Arc::from),
         };
-        (layers.request.is_some() || layers.response.is_some() || layers.compress).then_some(layers)
+        let any = layers.request.is_some() || layers.response.is_some() || layers.compress || layers.panic.is_some();
+        any.then_some(layers)
     }
 
     /// Runs `inner` (the route's target) inside the route's layers.
@@ -101,10 +105,14 @@ impl RouteLayers {
                 resp
             })
         });
+        let panic = self.panic.clone().map(|message| {
+            MapRequestLayer::new(move |_: Request<Incoming>| -> Request<Incoming> { panic!("{message}") })
+        });
         let service = ServiceBuilder::new()
             .option_layer(response)
             .option_layer(request)
             .option_layer(compression)
+            .option_layer(panic)
             .service(target);
         match service.oneshot(req).await {
             Ok(response) => response,

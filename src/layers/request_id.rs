@@ -6,10 +6,9 @@
 //! not with tower-http's request-id layers.)
 
 use http::HeaderMap;
-use http::header::{HeaderName, HeaderValue};
+use http::header::HeaderValue;
 
-/// `X-Request-Id`.
-pub const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+pub use crate::headers::X_REQUEST_ID;
 
 /// Writes the low `out.len()` hex digits of `n`, lower-case, zero-padded
 /// (`out.len()` even, at most 32). A byte, two digits, at a time, from a

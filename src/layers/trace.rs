@@ -7,14 +7,11 @@
 //! every request) even when nothing is exported, on a path measured in
 //! instructions per request.
 
-use http::header::{HeaderMap, HeaderName, HeaderValue};
+use http::header::{HeaderMap, HeaderValue};
 
 use super::request_id::hex;
 
-/// `traceparent`.
-pub const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
-/// `tracestate`.
-pub const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
+pub use crate::headers::{TRACEPARENT, TRACESTATE};
 /// The `sampled` trace flag.
 const SAMPLED: u8 = 0x01;
 

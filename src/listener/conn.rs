@@ -33,8 +33,8 @@ use tokio::time::{Instant, Sleep};
 
 use crate::access::AccessLine;
 use crate::body::{Body, BoxError};
-use crate::server::Peer;
-use crate::tunnel::Tunnel;
+use crate::request::Peer;
+use crate::upstream::tunnel::Tunnel;
 
 /// The timeouts a connection's watchdog enforces.
 #[derive(Debug, Clone, Copy)]
@@ -83,7 +83,7 @@ pub struct ConnState {
     /// has not been taken further yet (0: none waiting).
     streams: Mutex<Vec<Weak<AtomicU64>>>,
     http2: AtomicBool,
-    /// A response that may pass [`super::NOTSENT_LOWAT`] has started.
+    /// A response that may pass [`crate::net::NOTSENT_LOWAT`] has started.
     large_response: AtomicBool,
     /// The tunnel a `101` response opened, run once hyper hands the
     /// connection over.
@@ -152,7 +152,7 @@ impl ConnState {
         streams.iter().filter_map(Weak::upgrade).map(|c| c.load(Relaxed)).filter(|&t| t != 0).min()
     }
 
-    /// Whether a response that may pass [`super::NOTSENT_LOWAT`] has started.
+    /// Whether a response that may pass [`crate::net::NOTSENT_LOWAT`] has started.
     pub(super) fn has_large_response(&self) -> bool {
         self.large_response.load(Relaxed)
     }
@@ -259,7 +259,7 @@ pub struct ConnBody {
 
 impl ConnBody {
     pub fn new(inner: Body, in_flight: InFlight, access: Option<Box<AccessLine>>) -> Self {
-        let large = http_body::Body::size_hint(&inner).upper().is_none_or(|n| n > u64::from(super::NOTSENT_LOWAT));
+        let large = http_body::Body::size_hint(&inner).upper().is_none_or(|n| n > u64::from(crate::net::NOTSENT_LOWAT));
         if large && !in_flight.state.has_large_response() {
             in_flight.state.large_response.store(true, Relaxed);
         }

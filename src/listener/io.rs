@@ -16,7 +16,7 @@ use super::conn::ConnState;
 pub struct ClientIo {
     inner: TcpStream,
     state: Arc<ConnState>,
-    /// [`super::NOTSENT_LOWAT`] is set on the socket.
+    /// [`crate::net::NOTSENT_LOWAT`] is set on the socket.
     limits_unsent: bool,
 }
 
@@ -33,7 +33,7 @@ impl ClientIo {
     fn before_write(&mut self) {
         if !self.limits_unsent && self.state.has_large_response() {
             self.limits_unsent = true;
-            super::limit_unsent(&self.inner);
+            crate::net::limit_unsent(&self.inner);
         }
     }
 

@@ -38,8 +38,9 @@ use tokio_util::task::TaskTracker;
 
 use crate::access::AccessLine;
 use crate::metrics;
-use crate::server::{App, Peer};
-use crate::tunnel::PendingTunnel;
+use crate::request::Peer;
+use crate::server::App;
+use crate::upstream::tunnel::PendingTunnel;
 use conn::{ConnBody, ConnState, Expired, Timeouts, Watchdog};
 use io::ClientIo;
 
@@ -98,7 +99,7 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, kind: Kind, stop: Cance
                 }
             }
         };
-        let ready = if draining_backlog { crate::accept(&listener).now_or_never() } else { None };
+        let ready = if draining_backlog { crate::net::accept(&listener).now_or_never() } else { None };
         draining_backlog = ready.is_some();
         let (stream, addr) = match ready {
             Some(accepted) => {
@@ -107,7 +108,7 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, kind: Kind, stop: Cance
                 accepted
             }
             None => tokio::select! {
-                accepted = crate::accept(&listener) => accepted,
+                accepted = crate::net::accept(&listener) => accepted,
                 _ = stop.cancelled() => break,
             },
         };
@@ -239,25 +240,6 @@ async fn sniff(stream: &TcpStream) -> Http {
     match stream.peek(&mut first).await {
         Ok(n) if n > 0 && first[..n] != H2_PREFACE[..n] => Http::One,
         _ => Http::Auto,
-    }
-}
-
-/// Unsent bytes the kernel may hold for a socket before it stops accepting
-/// writes (`TCP_NOTSENT_LOWAT`). Without it a socket becomes writable again
-/// only after a third of its (auto-tuned, up to 4 MiB) send buffer drains,
-/// so a client reading steadily but slowly looked stopped to the send
-/// timeout; with it, writes make progress every 64 KiB the client takes.
-/// Set on a socket just before its first large write (a body that may pass
-/// 64 KiB), not at accept: on a socket that has it, every ACK signals write
-/// space, which cost ~1,100 instructions per small request in
-/// `benches/callgrind` (about 10%); and set once the buffer is already full
-/// it is too late to help.
-pub const NOTSENT_LOWAT: u32 = 64 * 1024;
-
-/// Sets [`NOTSENT_LOWAT`] on `stream`.
-pub fn limit_unsent(stream: &TcpStream) {
-    if let Err(e) = socket2::SockRef::from(stream).set_tcp_notsent_lowat(NOTSENT_LOWAT) {
-        tracing::debug!(error = %e, "cannot set TCP_NOTSENT_LOWAT");
     }
 }
 

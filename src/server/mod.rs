@@ -2,16 +2,16 @@
 //! and the one place where an outcome becomes a status, a metric and a log
 //! line. The listeners in [`crate::listener`] call it.
 //!
-//! - `request`: what one request's logs and upstream need to know about it,
-//!   and the guard that records a request dropped before its answer;
+//! - `builtin`: `/healthz`, `/readyz`, the metrics path and the admin
+//!   listener's `POST /-/reload`;
+//! - `unanswered`: the guard that records a request dropped before its
+//!   answer;
 //! - `table`: the routes and upstreams built from a config, and the reload
 //!   that replaces them while requests keep flowing.
 
 use std::borrow::Cow;
 use std::net::IpAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
 use arc_swap::{ArcSwap, ArcSwapOption};
 use http::header::{self, HeaderValue};
@@ -20,7 +20,6 @@ use http::{Method, Request, Response, StatusCode, Uri};
 use hyper::body::Incoming;
 use tokio::time::Instant;
 
-use crate::access::AccessLine;
 use crate::body::Body;
 use crate::config::{AccessLogFormat, Config, Target};
 use crate::error::GatewayError;
@@ -32,32 +31,17 @@ use crate::metrics::{self, RouteMetrics};
 use crate::otel::{Exporter, RequestSpan};
 use crate::path::{self, PathError};
 use crate::router::strip_prefix;
-use crate::tunnel::PendingTunnel;
 use crate::upstream::Upstream;
+use crate::upstream::tunnel::PendingTunnel;
 
-mod request;
+mod builtin;
 mod table;
+mod unanswered;
 
-pub use request::{CLIENT_CLOSED, RequestLog};
-use request::{SpanStart, Unanswered};
+pub use crate::request::{Peer, Recording, RequestLog};
 use table::{Route, Table};
-
-/// Who is on the other end of a client connection.
-pub struct Peer {
-    /// The client's IP as an `X-Forwarded-For` item, formatted once per
-    /// connection.
-    pub forwarded_for: HeaderValue,
-    /// The client is a trusted proxy (`server.trusted_proxies`).
-    pub trusted: bool,
-    /// The client connected over TLS (`X-Forwarded-Proto: https`).
-    pub tls: bool,
-}
-
-impl Peer {
-    pub fn new(ip: IpAddr, trusted: bool, tls: bool) -> Self {
-        Peer { forwarded_for: crate::headers::forwarded_for(ip), trusted, tls }
-    }
-}
+pub use unanswered::CLIENT_CLOSED;
+use unanswered::Unanswered;
 
 /// Everything a request needs, shared by all connections.
 pub struct App {
@@ -78,6 +62,8 @@ pub struct App {
     abandoning: AtomicBool,
     /// Span export, when `[tracing] otlp_endpoint` is set.
     exporter: Option<Exporter>,
+    /// What is recorded of each request besides its metrics.
+    recording: Recording,
     /// Whether /metrics, /healthz and /readyz answer on the main listener.
     builtins_on_main: bool,
     path_options: path::Options,
@@ -93,7 +79,14 @@ impl App {
             merge_slashes: config.server.merge_slashes,
             reject_encoded_slash: config.server.reject_encoded_slash,
         };
+        let exporter_spans = Exporter::start(&config.tracing);
+        let recording = Recording {
+            trace_context: config.server.trace_context,
+            spans: exporter_spans.is_some(),
+            access: config.server.access_log.then(|| config.server.access_log_format.unwrap_or(AccessLogFormat::Json)),
+        };
         App {
+            recording,
             path_options,
             builtins_on_main: config.metrics.listen.is_none(),
             table: ArcSwap::from_pointee(Table::new(&config, None)),
@@ -104,7 +97,7 @@ impl App {
             metrics_exporter: exporter,
             draining: AtomicBool::new(false),
             abandoning: AtomicBool::new(false),
-            exporter: Exporter::start(&config.tracing),
+            exporter: exporter_spans,
             config,
         }
     }
@@ -189,23 +182,9 @@ impl App {
         async move {
             let start = Instant::now();
             let method = req.method().clone();
-            let server = &self.config.server;
-            let mut cx = RequestLog::new(&req, id, server.trace_context, self.exporter.is_some(), server.access_log);
+            let mut cx = RequestLog::new(&req, id, self.recording);
             let normalized = self.normalize(&mut req);
-            if self.exporter.is_some() {
-                let host = req.headers().get(header::HOST).and_then(|h| h.to_str().ok()).map(str::to_owned);
-                let host = host.or_else(|| req.uri().authority().map(|a| a.as_str().to_owned()));
-                let path = req.uri().path().to_owned();
-                cx.span = Some(Box::new(SpanStart {
-                    path,
-                    host,
-                    client: peer.forwarded_for.to_str().unwrap_or("-").to_owned(),
-                }));
-            }
-            if self.config.server.access_log {
-                cx.timing = Some(Arc::default());
-                cx.access = Some(self.access_line(&req, peer, &cx, start));
-            }
+            cx.describe(&req, peer, start);
             if let Err(e) = normalized {
                 let response = self.fail(&self.unmatched, None, &cx, e);
                 return self.finish(&self.unmatched, None, &method, start, cx, response);
@@ -250,39 +229,6 @@ impl App {
         }
     }
 
-    /// The access log line of a request, all but what its outcome tells.
-    fn access_line(
-        &self,
-        req: &Request<Incoming>,
-        peer: &Peer,
-        cx: &RequestLog<'_>,
-        start: Instant,
-    ) -> Box<AccessLine> {
-        // Lossy, not `to_str`: a value with bytes beyond ASCII is logged
-        // (escaped), not dropped.
-        let header =
-            |name| req.headers().get(name).map(|v: &HeaderValue| String::from_utf8_lossy(v.as_bytes()).into_owned());
-        Box::new(AccessLine {
-            format: self.config.server.access_log_format.unwrap_or(AccessLogFormat::Json),
-            time: std::time::SystemTime::now(),
-            client: peer.forwarded_for.to_str().unwrap_or("-").to_owned(),
-            method: req.method().clone(),
-            path: req.uri().path_and_query().map_or("/", |pq| pq.as_str()).to_owned(),
-            version: req.version(),
-            route: String::new(),
-            status: 0,
-            upstream: None,
-            request_id: cx.id.map(|id| id.as_str().to_owned()),
-            trace_id: cx.trace.map(|t| t.trace_id_hex()),
-            user_agent: header(header::USER_AGENT),
-            referer: header(header::REFERER),
-            duration: Duration::ZERO,
-            timing: cx.timing.clone(),
-            bytes_out: 0,
-            started: start,
-        })
-    }
-
     /// Screens the request, then hands it to the route's target.
     #[allow(clippy::manual_async_fn)] // See `handle`: not an `async fn` on purpose.
     fn dispatch<'a>(
@@ -301,10 +247,6 @@ impl App {
                 return Err(GatewayError::MethodNotAllowed { allow });
             }
             let _slot = route.limit.as_deref().map(ConcurrencyLimit::try_acquire).transpose()?;
-            if let Some(message) = &route.config.panic {
-                // Debug builds only (refused at load otherwise): the panic tests.
-                panic!("{message}");
-            }
             let prefix = &route.config.prefix;
             match &route.config.target {
                 Target::Proxy(p) => {
@@ -445,61 +387,6 @@ impl App {
             response.extensions_mut().insert(line);
         }
         response
-    }
-
-    /// The admin listener's service: the built-ins, `POST /-/reload`
-    /// (the configuration loaded again, as on SIGHUP: 200, or 500 with the
-    /// reason and nothing changed), else 404.
-    pub fn admin(&self, req: &Request<Incoming>) -> Response<Body> {
-        if req.uri().path() == "/-/reload" {
-            if req.method() != Method::POST {
-                return error_response(&GatewayError::MethodNotAllowed { allow: "POST".into() });
-            }
-            let (status, body) = match self.reload() {
-                Ok(kept) if kept.is_empty() => (StatusCode::OK, "reloaded\n".to_owned()),
-                Ok(kept) => {
-                    let sections = kept.join(", ");
-                    (StatusCode::OK, format!("reloaded; changes in {sections} need a restart and were not applied\n"))
-                }
-                Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("reload failed, nothing changed: {e}\n")),
-            };
-            let mut response = Response::new(Body::full(body));
-            *response.status_mut() = status;
-            response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
-            return response;
-        }
-        self.builtin(req.uri().path()).unwrap_or_else(|| error_response(&GatewayError::NotFound))
-    }
-
-    /// `/healthz`, `/readyz` and the metrics path.
-    fn builtin(&self, path: &str) -> Option<Response<Body>> {
-        let (status, content_type, body) = if path == "/healthz" {
-            (StatusCode::OK, "text/plain; charset=utf-8", "ok\n".to_owned())
-        } else if path == "/readyz" {
-            let table = self.table.load();
-            let down: Vec<&str> =
-                table.upstreams.iter().filter(|u| !u.ready()).map(|u| u.config.name.as_str()).collect();
-            if self.draining.load(Ordering::Relaxed) {
-                (StatusCode::SERVICE_UNAVAILABLE, "text/plain; charset=utf-8", "draining\n".to_owned())
-            } else if !down.is_empty() {
-                let body = format!("not ready: no healthy endpoint in upstream {}\n", down.join(", "));
-                (StatusCode::SERVICE_UNAVAILABLE, "text/plain; charset=utf-8", body)
-            } else {
-                (StatusCode::OK, "text/plain; charset=utf-8", "ready\n".to_owned())
-            }
-        } else if path == self.config.metrics.path {
-            (StatusCode::OK, "text/plain; version=0.0.4; charset=utf-8", self.metrics_exporter.render())
-        } else {
-            return None;
-        };
-        Some(
-            Response::builder()
-                .status(status)
-                .header(header::CONTENT_TYPE, content_type)
-                .header(header::CACHE_CONTROL, "no-store")
-                .body(Body::full(body))
-                .expect("valid response"),
-        )
     }
 }
 

@@ -16,7 +16,8 @@ use http::header::HeaderValue;
 use metrics::{Counter, Gauge, counter, gauge};
 use tokio::time::Instant;
 
-use super::pool::{Pool, TlsTarget};
+use super::connect::TlsTarget;
+use super::pool::Pool;
 use crate::config::{Balance, EndpointConfig, OutlierConfig, UpstreamConfig};
 use crate::metrics::{ENDPOINT_EJECTED, ENDPOINT_EJECTIONS, ENDPOINT_HEALTHY, UPSTREAM_CONNECTIONS_OPENED};
 

@@ -14,8 +14,8 @@ use http::{Request, header};
 use http_body_util::Empty;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 
+use super::connect::{TlsTarget, connect_stream};
 use super::endpoint::Endpoint;
-use super::pool::{TlsTarget, connect_stream};
 use crate::config::{Address, HealthConfig};
 
 /// Starts the checks of `endpoint`.

@@ -2,7 +2,7 @@
 //! them.
 //!
 //! - [`Upstream::forward`] is the proxy's data path: the request's header
-//!   rules (`crate::proxy`), admission (`admission`: `max_requests` and its
+//!   rules (`proxy`), admission (`admission`: `max_requests` and its
 //!   queue), the choice of an endpoint (`endpoint`: balance, health,
 //!   ejection), the exchange on that endpoint's pool (`exchange`, `pool`),
 //!   retries within the retry budget, and the response's header rules.
@@ -10,36 +10,42 @@
 //!   state and picks one.
 
 pub mod admission;
+pub mod body;
+pub mod connect;
 pub mod endpoint;
 pub mod exchange;
 pub mod health;
+pub mod io;
 pub mod pool;
+pub mod proxy;
+pub mod retry;
+pub mod tunnel;
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use http::header;
-use http::{Request, Response};
+use http::header::{self, HeaderValue};
+use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 use metrics::{Counter, Gauge, counter, gauge};
-use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 use tower::retry::budget::{Budget, TpsBudget};
 
-use crate::body::{Body, ClientFault, UpstreamBody};
-use crate::config::{Balance, HostMode, ProxyTarget, UpstreamConfig};
+use crate::body::{Body, ClientFault};
+use crate::config::{Balance, HostMode, ProxyTarget, RetryOn, UpstreamConfig};
 use crate::error::GatewayError;
 use crate::headers;
-use crate::layers::request_id::X_REQUEST_ID;
+use crate::headers::X_REQUEST_ID;
 use crate::metrics::{UPSTREAM_IN_FLIGHT, UPSTREAM_RETRIES, UPSTREAM_RETRIES_SKIPPED, UpstreamMetrics};
-use crate::proxy::{self, Prepared};
-use crate::server::{Peer, RequestLog};
-use crate::tunnel;
+use crate::request::{Peer, RequestLog};
 use admission::Admission;
+use body::{InFlight, Lease, UpstreamBody};
 use endpoint::{Attempt, Availability, Candidate, Endpoint};
-use exchange::{Failure, HeadCopy, exchange};
-use pool::Conn;
+use exchange::{Failure, Plan, exchange};
+use pool::{Conn, SendBody};
+use proxy::Prepared;
+use retry::{HeadCopy, Outcome, should_retry};
 
 /// One configured upstream: its endpoints, admission, retry budget and
 /// metrics.
@@ -60,29 +66,30 @@ pub struct Upstream {
     retries_skipped: Counter,
 }
 
-/// What a response body holds until it is complete: the endpoint attempt
-/// (in flight, for balancing), the upstream slot (`max_requests`) and its
-/// place in the in-flight gauge.
-pub struct Lease {
-    _attempt: Attempt,
-    _slot: Option<OwnedSemaphorePermit>,
-    _in_flight: InFlight,
+/// What [`Upstream::forward`] keeps of a request from one attempt to the
+/// next.
+struct Tries {
+    plan: Plan,
+    /// The client's `Host`, for routes that preserve it.
+    client_host: Option<HeaderValue>,
+    /// The protocol an upgrade asked for, when the route tunnels it.
+    asked: Option<HeaderValue>,
+    /// Where the request body notes its own failure.
+    fault: Option<Arc<OnceLock<ClientFault>>>,
+    /// Retries left.
+    left: u32,
+    /// The endpoints tried so far (by index).
+    tried: Vec<usize>,
 }
 
-/// One request in the upstream's in-flight gauge, until dropped.
-struct InFlight(Gauge);
-
-impl InFlight {
-    fn new(gauge: &Gauge) -> Self {
-        gauge.increment(1.0);
-        InFlight(gauge.clone())
-    }
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.0.decrement(1.0);
-    }
+/// What one attempt came to.
+enum Tried {
+    /// A response head the client gets (a 101 to be switched included).
+    Answered(Response<Incoming>, Option<Conn>, Attempt),
+    /// Try again with this request, on another endpoint where there is one.
+    Again(Request<SendBody>),
+    /// The answer is this error.
+    Failed(GatewayError),
 }
 
 impl Upstream {
@@ -131,6 +138,10 @@ impl Upstream {
     /// streaming. `deadline` is the request's arrival plus the route's
     /// timeout; time spent queueing and retrying counts toward it.
     ///
+    /// Prepares the request, takes a `max_requests` slot, then makes one
+    /// [`Upstream::attempt`] after another on the endpoints [`Upstream::choose`]
+    /// picks, for as long as [`retry::should_retry`] and the budget allow.
+    ///
     /// An `async move` block, not an `async fn`, so that the request is not
     /// copied again on the first poll (see [`crate::server::App::handle`]).
     #[allow(clippy::too_many_arguments, clippy::manual_async_fn)]
@@ -146,7 +157,7 @@ impl Upstream {
     ) -> impl Future<Output = Result<Response<Body>, GatewayError>> + 'a {
         async move {
             let counted = cx.timing.as_ref().map(|t| t.bytes_in.clone());
-            let Prepared { parts, body, plan, mut client_host, mut upgrade, fault } =
+            let Prepared { parts, body, plan, client_host, upgrade, fault } =
                 proxy::prepare_request(req, target, prefix, max_body, peer, counted)?;
             // Made at once, and the parts never borrowed: rustc keeps room in
             // the future, for every request in flight, for any local that was
@@ -171,122 +182,153 @@ impl Upstream {
                 budget.deposit();
             }
             let in_flight = InFlight::new(&self.in_flight);
-            let mut tried: Vec<usize> = Vec::new();
-            let mut retries_left = target.retries;
-            let retry_on = target.retry_on;
+            let mut tries = Tries { plan, client_host, asked, fault, left: target.retries, tried: Vec::new() };
+            let mut upgrade = upgrade;
             loop {
-                let (index, mut attempt) = self.choose(&tried)?;
-                let endpoint = attempt.endpoint().clone();
-                let may_retry = retries_left > 0;
-                // On the last attempt the client's Host is moved, not cloned:
-                // its value is a slice of the client connection's read buffer,
-                // which it would keep alive until the response (see
-                // `exchange::HeadCopy`).
-                let preserved = if may_retry { client_host.clone() } else { client_host.take() };
-                let host = match (target.host, preserved) {
-                    // An empty Host (allowed when the target has no authority)
-                    // gets the upstream's own.
-                    (HostMode::Preserve, Some(h)) if !h.is_empty() => h,
-                    _ => endpoint.host.clone(),
-                };
-                req.headers_mut().insert(header::HOST, host);
-                let copy = (may_retry && plan.retryable && (retry_on.reset || retry_on.unavailable))
-                    .then(|| HeadCopy::of(&req));
-                let started = Instant::now();
-                let timing = cx.timing.as_deref();
-                let sent =
-                    tokio::time::timeout_at(deadline, exchange(&endpoint.pool, req, plan, &self.retries, timing)).await;
-                let failure = match sent {
-                    Err(_) => {
-                        attempt.failure();
-                        let after = target.timeout;
-                        return Err(GatewayError::UpstreamTimeout { upstream: self.config.name.clone(), after });
+                let (index, attempt) = self.choose(&tries.tried)?;
+                let (response, conn, attempt) = match self.attempt(req, attempt, &mut tries, target, cx, deadline).await
+                {
+                    Tried::Answered(response, conn, attempt) => (response, conn, attempt),
+                    Tried::Again(again) => {
+                        (req, tries.left) = (again, tries.left - 1);
+                        tries.tried.push(index);
+                        continue;
                     }
-                    Ok(Ok((response, conn))) => {
-                        let status = response.status().as_u16();
-                        if let Err(e) = proxy::check_status(status, &self.config.name, upgrade.is_some()) {
-                            attempt.failure();
-                            return Err(e);
-                        }
-                        self.metrics.record(status, started.elapsed());
-                        if let Some(admission) = &self.admission {
-                            admission.observed(started.elapsed());
-                        }
-                        if let Some(t) = timing {
-                            t.set_header(started.elapsed(), &endpoint.config.url);
-                        }
-                        if matches!(status, 502..=504) {
-                            attempt.failure()
-                        } else {
-                            attempt.success()
-                        }
-                        if status == 503
-                            && retry_on.unavailable
-                            && may_retry
-                            && let Some(again) = copy.and_then(HeadCopy::into_request)
-                            && self.within_budget()
-                        {
-                            (req, retries_left) = (again, retries_left - 1);
-                            tried.push(index);
-                            continue;
-                        }
-                        if status == 101
-                            && let (Some(client), Some(idle), Some(asked)) = (upgrade.take(), target.upgrade, &asked)
-                        {
-                            let answered = response.headers().get(header::UPGRADE);
-                            if !headers::upgrade_accepted(asked, answered) {
-                                attempt.failure();
-                                let switched = answered.map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
-                                return Err(GatewayError::UpstreamProtocol {
-                                    upstream: self.config.name.clone(),
-                                    detail: format!("101 switched to {switched:?}, not to what was asked ({asked:?})"),
-                                });
-                            }
-                            // The tunnel holds no slot (see `crate::tunnel`).
-                            // A 101 comes only over HTTP/1.1, on its own connection.
-                            let conn = conn.expect("an HTTP/1.1 exchange has its connection");
-                            return Ok(tunnel::switch(response, conn, client, idle));
-                        }
-                        let lease = Lease { _attempt: attempt, _slot: slot, _in_flight: in_flight };
-                        return Ok(self.respond(response, conn, lease, target));
-                    }
-                    Ok(Err(failure)) => failure,
+                    Tried::Failed(e) => return Err(e),
                 };
-                // The client's own body failed (too large, stalled, cut): its
-                // answer, no verdict on the endpoint, no retry. Over HTTP/2 the
-                // upstream error is only a stream reset, so the body's own note
-                // is what tells.
-                if let Some(fault) = fault.as_ref().and_then(|f| f.get()) {
-                    return Err(match fault {
-                        ClientFault::TooLarge(limit) => GatewayError::BodyTooLarge { limit: *limit },
-                        ClientFault::Idle(after) => GatewayError::BodyTimeout { after: *after },
-                        ClientFault::Failed(why) => GatewayError::ClientBody(why.clone()),
-                    });
+                if response.status() == StatusCode::SWITCHING_PROTOCOLS
+                    && let (Some(client), Some(idle)) = (upgrade.take(), target.upgrade)
+                {
+                    // The tunnel holds no slot (see `tunnel`). A 101 comes
+                    // only over HTTP/1.1, on its own connection.
+                    let conn = conn.expect("an HTTP/1.1 exchange has its connection");
+                    return Ok(tunnel::switch(response, conn, client, idle));
                 }
-                // A failure of the client's own body (too large, stalled, cut)
-                // says nothing about the endpoint: no verdict, or any client
-                // could get an upstream ejected.
-                if !failure.is_clients() {
-                    attempt.failure();
-                }
-                let copy = copy.and_then(HeadCopy::into_request);
-                let wanted = match &failure {
-                    Failure::Connect(..) => retry_on.connect,
-                    Failure::Send(_) => retry_on.reset && copy.is_some() && failure.is_reset(),
-                };
-                if may_retry && wanted && self.within_budget() {
-                    req = match (failure, copy) {
-                        (Failure::Connect(_, unsent), _) => *unsent,
-                        (_, Some(again)) => again,
-                        (Failure::Send(_), None) => unreachable!("a reset is retried only with a copy"),
-                    };
-                    retries_left -= 1;
-                    tried.push(index);
-                    continue;
-                }
-                return Err(failure.classify(&self.config.name, &endpoint.config.address));
+                let lease = Lease::new(attempt, slot, in_flight);
+                return Ok(self.respond(response, conn, lease, target));
             }
         }
+    }
+
+    /// One attempt on one endpoint, within the route's deadline: the
+    /// endpoint's `Host`, the exchange, the endpoint's verdict (success or
+    /// failure, for ejection), and whether the request goes again.
+    #[allow(clippy::manual_async_fn)] // See `forward`: not an `async fn` on purpose.
+    fn attempt<'a>(
+        &'a self,
+        mut req: Request<SendBody>,
+        mut attempt: Attempt,
+        tries: &'a mut Tries,
+        target: &'a ProxyTarget,
+        cx: &'a RequestLog<'_>,
+        deadline: Instant,
+    ) -> impl Future<Output = Tried> + 'a {
+        async move {
+            let endpoint = attempt.endpoint().clone();
+            let (retry_on, may_retry) = (target.retry_on, tries.left > 0);
+            // On the last attempt the client's Host is moved, not cloned:
+            // its value is a slice of the client connection's read buffer,
+            // which it would keep alive until the response (see `HeadCopy`).
+            let preserved = if may_retry { tries.client_host.clone() } else { tries.client_host.take() };
+            let host = match (target.host, preserved) {
+                // An empty Host (allowed when the target has no authority)
+                // gets the upstream's own.
+                (HostMode::Preserve, Some(h)) if !h.is_empty() => h,
+                _ => endpoint.host.clone(),
+            };
+            req.headers_mut().insert(header::HOST, host);
+            let copy = (may_retry && tries.plan.retryable && (retry_on.reset || retry_on.unavailable))
+                .then(|| HeadCopy::of(&req));
+            let started = Instant::now();
+            let timing = cx.timing.as_deref();
+            let exchanged = exchange(&endpoint.pool, req, tries.plan, &self.retries, timing);
+            let (response, conn) = match tokio::time::timeout_at(deadline, exchanged).await {
+                Err(_) => {
+                    attempt.failure();
+                    let after = target.timeout;
+                    return Tried::Failed(GatewayError::UpstreamTimeout { upstream: self.config.name.clone(), after });
+                }
+                Ok(Ok(answered)) => answered,
+                Ok(Err(failure)) => return self.failed(failure, attempt, copy, tries, retry_on, &endpoint),
+            };
+            let status = response.status().as_u16();
+            if let Err(e) = proxy::check_status(status, &self.config.name, tries.asked.is_some()) {
+                attempt.failure();
+                return Tried::Failed(e);
+            }
+            self.metrics.record(status, started.elapsed());
+            if let Some(admission) = &self.admission {
+                admission.observed(started.elapsed());
+            }
+            if let Some(t) = timing {
+                t.set_header(started.elapsed(), &endpoint.config.url);
+            }
+            if matches!(status, 502..=504) {
+                attempt.failure()
+            } else {
+                attempt.success()
+            }
+            if should_retry(Outcome::Status(status), retry_on, tries.left, copy.is_some())
+                && let Some(again) = copy.and_then(HeadCopy::into_request)
+                && self.within_budget()
+            {
+                return Tried::Again(again);
+            }
+            if status == 101
+                && let Some(asked) = &tries.asked
+            {
+                let answered = response.headers().get(header::UPGRADE);
+                if !headers::upgrade_accepted(asked, answered) {
+                    attempt.failure();
+                    let switched = answered.map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+                    return Tried::Failed(GatewayError::UpstreamProtocol {
+                        upstream: self.config.name.clone(),
+                        detail: format!("101 switched to {switched:?}, not to what was asked ({asked:?})"),
+                    });
+                }
+            }
+            Tried::Answered(response, conn, attempt)
+        }
+    }
+
+    /// An exchange that failed before a response head: the client's own
+    /// body's failure (its answer, no verdict on the endpoint), or the
+    /// endpoint's, retried when the route and the budget allow.
+    fn failed(
+        &self,
+        failure: Failure,
+        mut attempt: Attempt,
+        copy: Option<HeadCopy>,
+        tries: &Tries,
+        retry_on: RetryOn,
+        endpoint: &Endpoint,
+    ) -> Tried {
+        // Over HTTP/2 the upstream error is only a stream reset, so the
+        // body's own note is what tells.
+        if let Some(fault) = tries.fault.as_ref().and_then(|f| f.get()) {
+            return Tried::Failed(fault.to_error());
+        }
+        // A failure of the client's own body (too large, stalled, cut)
+        // says nothing about the endpoint: no verdict, or any client could
+        // get an upstream ejected.
+        if !failure.is_clients() {
+            attempt.failure();
+        }
+        let outcome = match &failure {
+            Failure::Connect(..) => Outcome::Connect,
+            Failure::Send(_) if failure.is_reset() => Outcome::Reset,
+            Failure::Send(_) => Outcome::Other,
+        };
+        if should_retry(outcome, retry_on, tries.left, copy.is_some()) && self.within_budget() {
+            match (failure, copy.and_then(HeadCopy::into_request)) {
+                (Failure::Connect(_, unsent), _) => return Tried::Again(*unsent),
+                (_, Some(again)) => return Tried::Again(again),
+                (failure @ Failure::Send(_), None) => {
+                    return Tried::Failed(failure.classify(&self.config.name, &endpoint.config.address));
+                }
+            }
+        }
+        Tried::Failed(failure.classify(&self.config.name, &endpoint.config.address))
     }
 
     /// The upstream's response, with the header rules applied and its body
@@ -309,7 +351,7 @@ impl Upstream {
             self.metrics.body_failed.clone(),
             self.metrics.body_stalled.clone(),
         );
-        Response::from_parts(parts, Body::Upstream(Box::new(body)))
+        Response::from_parts(parts, Body::Upstream(Box::pin(body)))
     }
 
     /// A retry is about to be made: whether the retry budget allows it.

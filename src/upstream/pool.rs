@@ -12,19 +12,11 @@
 //! of connections opened. Keep the idle timeout below the upstream's own
 //! keep-alive timeout.
 //!
-//! Each connection's socket is an [`UpstreamIo`]: a write that makes no
-//! progress for the exchange's body timeout fails (an upstream that stopped
-//! reading a request body cannot pin the connection), and a connection
-//! dropped in the middle of an exchange is closed with a TCP reset, so an
-//! upstream that was still receiving a request body sees an aborted message,
-//! never a shorter body that looks complete.
+//! A connection is opened by `connect` and runs over `io`'s [`UpstreamIo`]
+//! (send timeout, reset when dropped mid-exchange).
 
-use std::future::Future;
-use std::io;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, Once, Weak};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -34,13 +26,10 @@ use hyper::client::conn::http2;
 use hyper_util::rt::TokioIo;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use metrics::Counter;
-use rustls_pki_types::ServerName;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpStream, UnixStream};
-use tokio::time::{Instant, Sleep};
-use tokio_rustls::TlsConnector;
-use tokio_rustls::client::TlsStream;
+use tokio::time::Instant;
 
+use super::connect::{ConnectError, TlsTarget, connect_stream};
+use super::io::{IoShared, UpstreamIo};
 use crate::body::RequestBody;
 use crate::config::{Address, EndpointConfig, Protocol, UpstreamConfig};
 
@@ -51,36 +40,6 @@ use crate::config::{Address, EndpointConfig, Protocol, UpstreamConfig};
 /// upstream connection, and unboxed the body made each block 11.3 KB
 /// instead of 8.4 KB. Bodiless requests (most) allocate nothing for it.
 pub type SendBody = Either<Box<RequestBody>, Empty<Bytes>>;
-
-/// Why a new connection could not be made.
-#[derive(Debug, thiserror::Error)]
-pub enum ConnectError {
-    #[error("connect timed out after {}", humantime::format_duration(*.0))]
-    Timeout(Duration),
-    #[error("{0}")]
-    Io(#[from] std::io::Error),
-    #[error("handshake: {0}")]
-    Handshake(#[from] hyper::Error),
-    /// The TLS handshake failed (certificate, protocol, refused).
-    #[error("TLS: {}", crate::tls::describe_failure(.0))]
-    Tls(std::io::Error),
-}
-
-/// How an `https://` endpoint's connections are secured.
-#[derive(Clone)]
-pub struct TlsTarget {
-    connector: TlsConnector,
-    name: ServerName<'static>,
-}
-
-impl TlsTarget {
-    /// The endpoint's TLS settings, if it is an `https://` one.
-    pub fn new(endpoint: &EndpointConfig, config: &UpstreamConfig) -> Option<TlsTarget> {
-        let client = config.tls.clone()?;
-        let name = endpoint.tls_name.clone()?;
-        Some(TlsTarget { connector: TlsConnector::from(client), name })
-    }
-}
 
 /// The idle connections of one upstream.
 pub struct Pool {
@@ -278,15 +237,10 @@ impl Pool {
         let stream = connect_stream(&inner.address, inner.tls.as_ref(), inner.connect_timeout).await?;
         let auto = inner.configured == Protocol::Auto;
         let h2 = if auto { stream.alpn_h2() } else { self.h2_prior_knowledge() };
-        let io = Arc::new(IoShared {
-            // An HTTP/2 connection is shared: requests end with their own
-            // stream's reset, and the connection closes cleanly.
-            clean: AtomicBool::new(h2),
-            send_timeout_ms: AtomicU64::new(0),
-            large_request: AtomicBool::new(false),
-        });
-        let upstream_io =
-            UpstreamIo { inner: stream, shared: io.clone(), stall: None, stalled: false, limits_unsent: false };
+        // An HTTP/2 connection is shared: requests end with their own
+        // stream's reset, and the connection closes cleanly.
+        let io = Arc::new(IoShared::new(h2));
+        let upstream_io = UpstreamIo::new(stream, io.clone());
         if h2 {
             let (sender, connection) = http2::Builder::new(TokioExecutor::new())
                 .timer(TokioTimer::new())
@@ -382,194 +336,5 @@ impl Conn {
     /// pooling it (its framing could not be trusted).
     pub fn close(self) {
         self.io.clean.store(true, Relaxed);
-    }
-}
-
-/// Opens a socket to `address` and, for an `https://` endpoint, completes
-/// the TLS handshake, all within `timeout`.
-pub async fn connect_stream(
-    address: &Address,
-    tls: Option<&TlsTarget>,
-    timeout: Duration,
-) -> Result<Stream, ConnectError> {
-    let connect = async {
-        match address {
-            Address::Tcp(addr) => {
-                let stream = TcpStream::connect(addr.as_str()).await?;
-                stream.set_nodelay(true)?;
-                match tls {
-                    None => Ok(Stream::Tcp(stream)),
-                    Some(t) => {
-                        let secured = t.connector.connect(t.name.clone(), stream).await.map_err(ConnectError::Tls)?;
-                        Ok(Stream::Tls(Box::new(secured)))
-                    }
-                }
-            }
-            Address::Unix(path) => Ok(Stream::Unix(UnixStream::connect(path).await?)),
-        }
-    };
-    tokio::time::timeout(timeout, connect).await.map_err(|_| ConnectError::Timeout(timeout))?
-}
-
-/// An upstream socket: TCP, TLS over TCP, or Unix.
-pub enum Stream {
-    Tcp(TcpStream),
-    Tls(Box<TlsStream<TcpStream>>),
-    Unix(UnixStream),
-}
-
-impl Stream {
-    /// The TLS handshake chose HTTP/2 by ALPN.
-    pub fn alpn_h2(&self) -> bool {
-        matches!(self, Stream::Tls(s) if s.get_ref().1.alpn_protocol() == Some(b"h2"))
-    }
-
-    fn tcp(&self) -> Option<&TcpStream> {
-        match self {
-            Stream::Tcp(s) => Some(s),
-            Stream::Tls(s) => Some(s.get_ref().0),
-            Stream::Unix(_) => None,
-        }
-    }
-}
-
-impl AsyncRead for Stream {
-    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
-            Stream::Unix(s) => Pin::new(s).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for Stream {
-    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Stream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
-            Stream::Unix(s) => Pin::new(s).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Tcp(s) => Pin::new(s).poll_flush(cx),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
-            Stream::Unix(s) => Pin::new(s).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
-            Stream::Unix(s) => Pin::new(s).poll_shutdown(cx),
-        }
-    }
-}
-
-/// What a connection's socket and its [`Conn`] share.
-struct IoShared {
-    /// No exchange is under way: a close is a clean one (FIN, not RST).
-    clean: AtomicBool,
-    /// The current exchange's send timeout, in milliseconds (0: none yet).
-    send_timeout_ms: AtomicU64,
-    /// A request body that may pass [`crate::listener::NOTSENT_LOWAT`] is
-    /// being sent: limit the unsent bytes before writing it, as on client
-    /// sockets, so write progress shows every 64 KiB the upstream reads.
-    large_request: AtomicBool,
-}
-
-/// A write to the upstream made no progress for the exchange's body timeout:
-/// the upstream stopped reading the request body.
-#[derive(Debug, thiserror::Error)]
-#[error("upstream accepted no request body bytes for {}", humantime::format_duration(*.0))]
-pub struct SendStalled(pub Duration);
-
-/// An upstream connection's socket: fails writes that stall past the send
-/// timeout, and resets the connection when dropped mid-exchange.
-struct UpstreamIo {
-    inner: Stream,
-    shared: Arc<IoShared>,
-    /// Created the first time a write has to wait.
-    stall: Option<Pin<Box<Sleep>>>,
-    /// A write is waiting and `stall` is set for it.
-    stalled: bool,
-    /// [`crate::listener::NOTSENT_LOWAT`] is set on the socket.
-    limits_unsent: bool,
-}
-
-impl UpstreamIo {
-    fn check_stall(&mut self, cx: &mut Context<'_>, poll: Poll<io::Result<usize>>) -> Poll<io::Result<usize>> {
-        match poll {
-            Poll::Pending => {
-                let ms = self.shared.send_timeout_ms.load(Relaxed);
-                if ms == 0 {
-                    return Poll::Pending;
-                }
-                let after = Duration::from_millis(ms);
-                let sleep = self.stall.get_or_insert_with(|| Box::pin(tokio::time::sleep(after)));
-                if !self.stalled {
-                    self.stalled = true;
-                    sleep.as_mut().reset(Instant::now() + after);
-                }
-                match sleep.as_mut().poll(cx) {
-                    Poll::Ready(()) => Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, SendStalled(after)))),
-                    Poll::Pending => Poll::Pending,
-                }
-            }
-            ready => {
-                self.stalled = false;
-                ready
-            }
-        }
-    }
-}
-
-impl Drop for UpstreamIo {
-    fn drop(&mut self) {
-        if !self.shared.clean.load(Relaxed)
-            && let Some(tcp) = self.inner.tcp()
-        {
-            // SO_LINGER 0: close() sends RST, not FIN. (A Unix socket has no
-            // reset: its peer reads the end of the stream, before the end
-            // its message's framing declared.)
-            let _ = socket2::SockRef::from(tcp).set_linger(Some(Duration::ZERO));
-        }
-    }
-}
-
-impl AsyncRead for UpstreamIo {
-    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for UpstreamIo {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        if !self.limits_unsent && self.shared.large_request.load(Relaxed) {
-            self.limits_unsent = true;
-            if let Some(tcp) = self.inner.tcp() {
-                crate::listener::limit_unsent(tcp);
-            }
-        }
-        let poll = Pin::new(&mut self.inner).poll_write(cx, buf);
-        self.check_stall(cx, poll)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        if !self.shared.clean.load(Relaxed) {
-            // hyper shuts the write side down when it gives up on an
-            // exchange (a failed request body, say): a FIN there would let
-            // the upstream read a clean end before the reset that follows
-            // on drop. Skip it; the drop resets.
-            return Poll::Ready(Ok(()));
-        }
-        Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }

@@ -98,7 +98,7 @@ impl TestUpstream {
     {
         // A deep backlog, as a real server has: std's 128 drops SYNs when a
         // test opens hundreds of connections at once.
-        let listener = gateway::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let listener = gateway::net::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let connections = Arc::new(AtomicUsize::new(0));
         let count = connections.clone();
@@ -189,7 +189,7 @@ where
     F: Fn(tokio::net::TcpStream) -> Fut + Send + 'static,
     Fut: Future<Output = ()> + Send + 'static,
 {
-    let listener = gateway::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let listener = gateway::net::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {

@@ -12,7 +12,7 @@ use http::header::{HeaderName, HeaderValue};
 use http::{Method, StatusCode, Uri};
 use ipnet::IpNet;
 
-use crate::layers::rules::HeaderRules;
+use crate::headers::rules::HeaderRules;
 
 use super::raw::{RawConfig, RawHeaderRules, RawMetrics, RawRoute, RawServer, RawServerTls, RawSize, RawTracing};
 use super::{
@@ -226,11 +226,11 @@ fn route(
     }
     let mut switched = Vec::new();
     if server.request_id {
-        switched.push((crate::layers::request_id::X_REQUEST_ID, "server.request_id"));
+        switched.push((crate::headers::X_REQUEST_ID, "server.request_id"));
     }
     let response_switched = switched.clone();
     if server.trace_context {
-        switched.push((crate::layers::trace::TRACEPARENT, "server.trace_context"));
+        switched.push((crate::headers::TRACEPARENT, "server.trace_context"));
     }
     let request_headers = header_rules(r.request_headers.as_ref(), &key("request_headers"), &switched)?;
     let response_headers = header_rules(r.response_headers.as_ref(), &key("response_headers"), &response_switched)?;

@@ -28,10 +28,10 @@ use metrics::{Gauge, gauge};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 
+use super::pool::Conn;
+use super::proxy;
 use crate::body::Body;
 use crate::metrics::UPGRADED_ACTIVE;
-use crate::proxy;
-use crate::upstream::pool::Conn;
 
 /// A tunnel waiting for the 101 to reach the client. It travels to the
 /// client connection in the response's extensions (which must be `Clone`,

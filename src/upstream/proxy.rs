@@ -12,14 +12,14 @@ use http_body_util::{Either, Empty};
 use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
 
+use super::exchange::{Plan, is_idempotent};
+use super::pool::SendBody;
 use crate::body::{ClientFault, RequestBody};
 use crate::config::ProxyTarget;
 use crate::error::GatewayError;
 use crate::headers;
+use crate::request::Peer;
 use crate::router::rewrite_path;
-use crate::server::Peer;
-use crate::upstream::exchange::{Plan, is_idempotent};
-use crate::upstream::pool::SendBody;
 
 /// A request ready for an upstream, but for its `Host` (which depends on
 /// the endpoint when the route sends the upstream's own).
@@ -100,8 +100,8 @@ pub fn prepare_request(
         // silently drop its body.
         parts.headers.insert(header::TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
     }
-    let large_body = has_body
-        && http_body::Body::size_hint(&body).upper().is_none_or(|n| n > u64::from(crate::listener::NOTSENT_LOWAT));
+    let large_body =
+        has_body && http_body::Body::size_hint(&body).upper().is_none_or(|n| n > u64::from(crate::net::NOTSENT_LOWAT));
     let (body, fault) = if has_body {
         let body = RequestBody::new(body, max_body, target.body_timeout, from_http2, counted);
         let fault = body.fault();

@@ -1,0 +1,233 @@
+//! Table tests of the header rules in `headers`.
+
+use super::*;
+
+type Pairs<'a> = &'a [(&'a str, &'a str)];
+
+fn map(pairs: Pairs) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    for (k, v) in pairs {
+        h.append(HeaderName::from_bytes(k.as_bytes()).unwrap(), HeaderValue::from_str(v).unwrap());
+    }
+    h
+}
+
+fn names(h: &HeaderMap) -> Vec<String> {
+    let mut n: Vec<String> = h.keys().map(|k| k.to_string()).collect();
+    n.sort();
+    n
+}
+
+#[test]
+fn strips_fixed_and_connection_named_headers() {
+    let cases: &[(Pairs, &[&str])] = &[
+        (&[("connection", "close"), ("content-type", "text/plain")], &["content-type"]),
+        (
+            &[("connection", "X-Secret, keep-alive"), ("x-secret", "1"), ("keep-alive", "timeout=5"), ("x-ok", "1")],
+            &["x-ok"],
+        ),
+        (&[("connection", "x-a"), ("connection", "X-B"), ("x-a", "1"), ("x-b", "2"), ("x-c", "3")], &["x-c"]),
+        (
+            &[
+                ("te", "gzip"),
+                ("transfer-encoding", "chunked"),
+                ("upgrade", "websocket"),
+                ("proxy-authorization", "Basic x"),
+                ("proxy-authenticate", "Basic"),
+                ("proxy-connection", "keep-alive"),
+                ("host", "h"),
+            ],
+            &["host"],
+        ),
+        // Trailer is end-to-end; TE keeps only its `trailers` member.
+        (&[("te", "gzip, Trailers;q=0.5"), ("trailer", "x-sum")], &["te", "trailer"]),
+        (&[("te", "gzip"), ("te", "trailers")], &["te"]),
+        (&[("connection", "bad header name!, x-a"), ("x-a", "1")], &[]),
+        (&[("connection", "Host, x-a"), ("host", "h"), ("x-a", "1")], &["host"]),
+        (&[("x-forwarded-for", "1.2.3.4")], &["x-forwarded-for"]),
+    ];
+    for (input, want) in cases {
+        let mut h = map(input);
+        strip_hop_by_hop(&mut h);
+        assert_eq!(names(&h), *want, "{input:?}");
+        if let Some(te) = h.get(header::TE) {
+            assert_eq!(te, "trailers");
+        }
+    }
+}
+
+#[test]
+fn upgrade_is_requested_only_with_connection_upgrade_and_never_h2c() {
+    let cases: &[(Pairs, Option<&str>)] = &[
+        (&[("connection", "Upgrade"), ("upgrade", "websocket")], Some("websocket")),
+        (&[("connection", "keep-alive, upgrade"), ("upgrade", "WebSocket")], Some("WebSocket")),
+        (&[("connection", "x-a"), ("connection", "UPGRADE"), ("upgrade", "foo/2")], Some("foo/2")),
+        // Upgrade alone is not a request to upgrade (RFC 9110 §7.8).
+        (&[("upgrade", "websocket")], None),
+        (&[("connection", "keep-alive"), ("upgrade", "websocket")], None),
+        (&[("connection", "upgrade")], None),
+        (&[("connection", "upgrade"), ("upgrade", "")], None),
+        (&[("connection", "upgrade"), ("upgrade", "websocket"), ("upgrade", "x")], None),
+        (&[("connection", "upgrade"), ("upgrade", "h2c")], None),
+        (&[("connection", "upgrade"), ("upgrade", "websocket, H2C")], None),
+        (&[("connection", "upgrade"), ("upgrade", "h2c/1")], None),
+    ];
+    for (input, want) in cases {
+        let got = upgrade_requested(&map(input));
+        assert_eq!(got.as_ref().map(|v| v.to_str().unwrap()), *want, "{input:?}");
+    }
+}
+
+#[test]
+fn a_101_may_switch_only_to_a_protocol_asked_for() {
+    let cases: &[(&str, Option<&str>, bool)] = &[
+        ("websocket", Some("websocket"), true),
+        ("websocket", Some("WebSocket"), true),
+        ("foo/2, websocket", Some("websocket"), true),
+        ("websocket", Some("h2c"), false),
+        ("websocket", Some("websocket, h2c"), false),
+        ("websocket", Some(""), false),
+        ("websocket", None, false),
+        ("foo/2", Some("foo"), false),
+    ];
+    for (asked, answered, want) in cases {
+        let answered = answered.map(HeaderValue::from_static);
+        assert_eq!(
+            upgrade_accepted(&HeaderValue::from_static(asked), answered.as_ref()),
+            *want,
+            "{asked} / {answered:?}"
+        );
+    }
+}
+
+#[test]
+fn hosts_are_host_and_port_characters_only() {
+    for ok in ["example.com", "example.com:8080", "127.0.0.1:1", "[::1]:80", "xn--bcher-kva.example", "a_b"] {
+        assert!(valid_host(ok.as_bytes()), "{ok}");
+    }
+    for bad in ["a b", "a/b", "a?b", "a#b", "user@host", "h\\x", "h\"q", "caf\u{e9}.example", "a\tb"] {
+        assert!(!valid_host(bad.as_bytes()), "{bad}");
+    }
+}
+
+#[test]
+fn cookies_join_into_one_field() {
+    let cases: &[(Pairs, Option<&str>)] = &[
+        (&[], None),
+        (&[("cookie", "a=1")], Some("a=1")),
+        (&[("cookie", "a=1"), ("cookie", "b=2"), ("cookie", "c=3")], Some("a=1; b=2; c=3")),
+    ];
+    for (input, want) in cases {
+        let mut h = map(input);
+        join_cookies(&mut h);
+        assert!(h.get_all(header::COOKIE).iter().count() <= 1);
+        assert_eq!(h.get(header::COOKIE).map(|v| v.to_str().unwrap()), *want, "{input:?}");
+    }
+}
+
+#[test]
+fn forwarding_headers_append_and_set() {
+    // (input, client Host, version, trusted, want XFF, XFP, XFH, Forwarded, Via)
+    type Case<'a> = (Pairs<'a>, Option<&'a str>, Version, bool, [Option<&'a str>; 5]);
+    let cases: &[Case] = &[
+        (
+            &[],
+            Some("example.com"),
+            Version::HTTP_11,
+            false,
+            [Some("10.0.0.1"), Some("http"), Some("example.com"), None, Some("1.1 gateway")],
+        ),
+        (
+            &[("x-forwarded-for", "1.1.1.1"), ("via", "1.0 edge")],
+            Some("h:8080"),
+            Version::HTTP_10,
+            false,
+            [Some("1.1.1.1, 10.0.0.1"), Some("http"), Some("h:8080"), None, Some("1.0 edge, 1.0 gateway")],
+        ),
+        (
+            &[
+                ("x-forwarded-for", "1.1.1.1"),
+                ("x-forwarded-for", "2.2.2.2"),
+                ("x-forwarded-host", "spoofed"),
+                ("x-forwarded-proto", "https"),
+                ("forwarded", "for=6.6.6.6"),
+            ],
+            None,
+            Version::HTTP_2,
+            false,
+            [
+                Some("1.1.1.1, 2.2.2.2, 10.0.0.1"),
+                Some("http"),
+                None,
+                Some("for=10.0.0.1;proto=http"),
+                Some("2 gateway"),
+            ],
+        ),
+        (
+            &[("x-forwarded-host", "public.example"), ("x-forwarded-proto", "https"), ("forwarded", "for=6.6.6.6")],
+            Some("app:8080"),
+            Version::HTTP_11,
+            true,
+            [
+                Some("10.0.0.1"),
+                Some("https"),
+                Some("public.example"),
+                Some("for=6.6.6.6, for=10.0.0.1;proto=http;host=\"app:8080\""),
+                Some("1.1 gateway"),
+            ],
+        ),
+        // Trusted, but nothing to keep: this hop's own values.
+        (
+            &[],
+            Some("app"),
+            Version::HTTP_11,
+            true,
+            [Some("10.0.0.1"), Some("http"), Some("app"), None, Some("1.1 gateway")],
+        ),
+    ];
+    for (input, host, version, trusted, want) in cases {
+        let mut h = map(input);
+        let host = host.map(HeaderValue::from_static);
+        let ip = forwarded_for("10.0.0.1".parse().unwrap());
+        add_forwarding(&mut h, &ip, host.as_ref(), *version, *trusted, false);
+        let got = [X_FORWARDED_FOR, X_FORWARDED_PROTO, X_FORWARDED_HOST, FORWARDED, header::VIA].map(|n| {
+            assert!(h.get_all(&n).iter().count() <= 1, "{n} repeated");
+            h.get(&n).map(|v| v.to_str().unwrap().to_owned())
+        });
+        assert_eq!(got.each_ref().map(|v| v.as_deref()), *want, "{input:?} trusted={trusted}");
+    }
+}
+
+#[test]
+fn underscore_spellings_of_the_forwarding_headers_are_dropped() {
+    let ip = forwarded_for("10.0.0.1".parse().unwrap());
+    for trusted in [false, true] {
+        let mut h = map(&[
+            ("accept", "*/*"),
+            ("x_forwarded_proto", "https"),
+            ("x_forwarded_for", "6.6.6.6"),
+            ("x_forwarded_host", "evil.example"),
+        ]);
+        add_forwarding(&mut h, &ip, None, Version::HTTP_11, trusted, false);
+        let names: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
+        assert!(!names.iter().any(|n| n.contains('_')), "trusted={trusted}: {names:?}");
+        assert_eq!(h.get(header::ACCEPT).unwrap(), "*/*");
+    }
+}
+
+#[test]
+fn a_client_on_tls_is_forwarded_as_https() {
+    let ip = forwarded_for("10.0.0.1".parse().unwrap());
+    // Untrusted: its own claim is replaced by this hop's https.
+    let mut h = map(&[("x-forwarded-proto", "http"), ("forwarded", "for=1.1.1.1;proto=http")]);
+    add_forwarding(&mut h, &ip, None, Version::HTTP_11, false, true);
+    assert_eq!(h.get(X_FORWARDED_PROTO).unwrap(), "https");
+    assert_eq!(h.get(FORWARDED).unwrap(), "for=10.0.0.1;proto=https");
+}
+
+#[test]
+fn forwarded_element_quotes_ipv6_and_ports() {
+    let v6 = forwarded_for("2001:db8::1".parse().unwrap());
+    let host = HeaderValue::from_static("[::1]:8080");
+    assert_eq!(forwarded_element(&v6, Some(&host), false), "for=\"[2001:db8::1]\";proto=http;host=\"[::1]:8080\"");
+}

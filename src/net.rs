@@ -1,0 +1,49 @@
+//! Sockets: binding and accepting listeners, and the send-buffer limit that
+//! lets client and upstream sockets show write progress. A leaf: the
+//! listeners and the upstream pool both use it, and it uses neither.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::net::{TcpListener, TcpStream};
+
+/// Binds a TCP listener with a backlog large enough for load tests
+/// (std's default of 128 drops connections under bursts).
+pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(4096)
+}
+
+/// Accepts the next connection. On errors such as EMFILE it logs and backs
+/// off for a moment instead of spinning.
+pub async fn accept(listener: &TcpListener) -> (TcpStream, SocketAddr) {
+    loop {
+        match listener.accept().await {
+            Ok(accepted) => return accepted,
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// Unsent bytes the kernel may hold for a socket before it stops accepting
+/// writes (`TCP_NOTSENT_LOWAT`). Without it a socket becomes writable again
+/// only after a third of its (auto-tuned, up to 4 MiB) send buffer drains,
+/// so a client reading steadily but slowly looked stopped to the send
+/// timeout; with it, writes make progress every 64 KiB the client takes.
+/// Set on a socket just before its first large write (a body that may pass
+/// 64 KiB), not at accept: on a socket that has it, every ACK signals write
+/// space, which makes every small request dearer (see benches/README.md);
+/// and set once the buffer is already full it is too late to help.
+pub const NOTSENT_LOWAT: u32 = 64 * 1024;
+
+/// Sets [`NOTSENT_LOWAT`] on `stream`.
+pub fn limit_unsent(stream: &TcpStream) {
+    if let Err(e) = socket2::SockRef::from(stream).set_tcp_notsent_lowat(NOTSENT_LOWAT) {
+        tracing::debug!(error = %e, "cannot set TCP_NOTSENT_LOWAT");
+    }
+}

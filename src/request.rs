@@ -1,0 +1,154 @@
+//! What one request carries through the gateway besides itself: who sent
+//! it ([`Peer`]) and what its logs, trace and upstream need to know about it
+//! ([`RequestLog`]). A leaf below the server, the listeners and the
+//! upstreams, which all use it.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use std::time::Duration;
+
+use http::Request;
+use http::header::{self, HeaderValue};
+use hyper::body::Incoming;
+use tokio::time::Instant;
+
+use crate::access::{AccessLine, UpstreamTiming};
+use crate::config::AccessLogFormat;
+use crate::layers::request_id::RequestId;
+use crate::layers::trace::TraceContext;
+
+/// Who is on the other end of a client connection.
+pub struct Peer {
+    /// The client's IP as an `X-Forwarded-For` item, formatted once per
+    /// connection.
+    pub forwarded_for: HeaderValue,
+    /// The client is a trusted proxy (`server.trusted_proxies`).
+    pub trusted: bool,
+    /// The client connected over TLS (`X-Forwarded-Proto: https`).
+    pub tls: bool,
+}
+
+impl Peer {
+    pub fn new(ip: IpAddr, trusted: bool, tls: bool) -> Self {
+        Peer { forwarded_for: crate::headers::forwarded_for(ip), trusted, tls }
+    }
+}
+
+/// What the upstream and the logs of one request need to know about it.
+pub struct RequestLog<'a> {
+    /// Its ID, when request IDs are on.
+    pub id: Option<&'a RequestId>,
+    /// Its trace, when trace context is on or spans are exported.
+    pub trace: Option<TraceContext>,
+    /// Whether the upstream gets the trace (trace context is on).
+    pub propagate_trace: bool,
+    /// What the proxy learns of the upstream, when the access log is on.
+    pub timing: Option<Arc<UpstreamTiming>>,
+    /// The access log line, when the access log is on.
+    pub(crate) access: Option<Box<AccessLine>>,
+    /// What the exported span needs, when spans are exported.
+    pub(crate) span: Option<Box<SpanStart>>,
+    recording: Recording,
+}
+
+/// What is recorded of every request besides its metrics: chosen once, from
+/// the configuration, when the application is built.
+#[derive(Debug, Clone, Copy)]
+pub struct Recording {
+    /// W3C trace context is continued and passed on (`server.trace_context`).
+    pub trace_context: bool,
+    /// Spans are exported (`[tracing] otlp_endpoint`).
+    pub spans: bool,
+    /// The access log's format, when it is on (`server.access_log`).
+    pub access: Option<AccessLogFormat>,
+}
+
+/// The parts of a request its span needs, taken at its start.
+pub(crate) struct SpanStart {
+    pub(crate) path: String,
+    pub(crate) host: Option<String>,
+    pub(crate) client: String,
+}
+
+impl<'a> RequestLog<'a> {
+    /// A request as it arrived. Its trace (continued when trace context is
+    /// on, else a new one when spans are exported) is read as the client sent
+    /// it, before hop-by-hop stripping and the route's header rules, when a
+    /// span or the access log shows it; when only a proxied request would
+    /// use it, it is left to [`RequestLog::route_found`].
+    pub(crate) fn new(req: &Request<Incoming>, id: Option<&'a RequestId>, recording: Recording) -> Self {
+        let Recording { trace_context, spans, access } = recording;
+        let trace = if trace_context && (spans || access.is_some()) {
+            Some(TraceContext::from_headers(req.headers()))
+        } else {
+            spans.then(TraceContext::root)
+        };
+        RequestLog { id, trace, propagate_trace: trace_context, timing: None, access: None, span: None, recording }
+    }
+
+    /// What the span and the access log keep of the request (its path as
+    /// normalised), when they are on.
+    pub(crate) fn describe(&mut self, req: &Request<Incoming>, peer: &Peer, start: Instant) {
+        if self.recording.spans {
+            let host = req.headers().get(header::HOST).and_then(|h| h.to_str().ok()).map(str::to_owned);
+            let host = host.or_else(|| req.uri().authority().map(|a| a.as_str().to_owned()));
+            let path = req.uri().path().to_owned();
+            let client = peer.forwarded_for.to_str().unwrap_or("-").to_owned();
+            self.span = Some(Box::new(SpanStart { path, host, client }));
+        }
+        if let Some(format) = self.recording.access {
+            self.timing = Some(Arc::default());
+            self.access = Some(self.access_line(format, req, peer, start));
+        }
+    }
+
+    /// The route is known: a request that will be proxied gets the trace it
+    /// passes on, if it has none yet. Other routes skip it (about 90
+    /// instructions a request, `benches/callgrind /hello`) when nothing
+    /// else shows it. The route's header rules have not run yet, so the
+    /// trace is still the one the client sent.
+    pub(crate) fn route_found(&mut self, req: &Request<Incoming>, proxied: bool) {
+        if proxied && self.propagate_trace && self.trace.is_none() {
+            self.trace = Some(TraceContext::from_headers(req.headers()));
+        }
+    }
+
+    /// The access log line of a request, all but what its outcome tells.
+    fn access_line(
+        &self,
+        format: AccessLogFormat,
+        req: &Request<Incoming>,
+        peer: &Peer,
+        start: Instant,
+    ) -> Box<AccessLine> {
+        // Lossy, not `to_str`: a value with bytes beyond ASCII is logged
+        // (escaped), not dropped.
+        let header =
+            |name| req.headers().get(name).map(|v: &HeaderValue| String::from_utf8_lossy(v.as_bytes()).into_owned());
+        Box::new(AccessLine {
+            format,
+            time: std::time::SystemTime::now(),
+            client: peer.forwarded_for.to_str().unwrap_or("-").to_owned(),
+            method: req.method().clone(),
+            path: req.uri().path_and_query().map_or("/", |pq| pq.as_str()).to_owned(),
+            version: req.version(),
+            route: String::new(),
+            status: 0,
+            upstream: None,
+            request_id: self.id.map(|id| id.as_str().to_owned()),
+            trace_id: self.trace.map(|t| t.trace_id_hex()),
+            user_agent: header(header::USER_AGENT),
+            referer: header(header::REFERER),
+            duration: Duration::ZERO,
+            timing: self.timing.clone(),
+            bytes_out: 0,
+            started: start,
+        })
+    }
+
+    /// The request ID for a log line (`-` without one).
+    pub fn request_id(&self) -> &str {
+        self.id.map_or("-", RequestId::as_str)
+    }
+}

@@ -1,0 +1,70 @@
+//! The built-in endpoints: `/healthz`, `/readyz` and the metrics path
+//! (answered before routes, on the main listener unless an admin listener
+//! is configured), and the admin listener's own `POST /-/reload`.
+
+use std::sync::atomic::Ordering;
+
+use http::header::{self, HeaderValue};
+use http::{Method, Request, Response, StatusCode};
+use hyper::body::Incoming;
+
+use super::{App, error_response};
+use crate::body::Body;
+use crate::error::GatewayError;
+
+impl App {
+    /// The admin listener's service: the built-ins, `POST /-/reload`
+    /// (the configuration loaded again, as on SIGHUP: 200, or 500 with the
+    /// reason and nothing changed), else 404.
+    pub fn admin(&self, req: &Request<Incoming>) -> Response<Body> {
+        if req.uri().path() == "/-/reload" {
+            if req.method() != Method::POST {
+                return error_response(&GatewayError::MethodNotAllowed { allow: "POST".into() });
+            }
+            let (status, body) = match self.reload() {
+                Ok(kept) if kept.is_empty() => (StatusCode::OK, "reloaded\n".to_owned()),
+                Ok(kept) => {
+                    let sections = kept.join(", ");
+                    (StatusCode::OK, format!("reloaded; changes in {sections} need a restart and were not applied\n"))
+                }
+                Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("reload failed, nothing changed: {e}\n")),
+            };
+            let mut response = Response::new(Body::full(body));
+            *response.status_mut() = status;
+            response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+            return response;
+        }
+        self.builtin(req.uri().path()).unwrap_or_else(|| error_response(&GatewayError::NotFound))
+    }
+
+    /// `/healthz`, `/readyz` and the metrics path.
+    pub(super) fn builtin(&self, path: &str) -> Option<Response<Body>> {
+        let (status, content_type, body) = if path == "/healthz" {
+            (StatusCode::OK, "text/plain; charset=utf-8", "ok\n".to_owned())
+        } else if path == "/readyz" {
+            let table = self.table.load();
+            let down: Vec<&str> =
+                table.upstreams.iter().filter(|u| !u.ready()).map(|u| u.config.name.as_str()).collect();
+            if self.draining.load(Ordering::Relaxed) {
+                (StatusCode::SERVICE_UNAVAILABLE, "text/plain; charset=utf-8", "draining\n".to_owned())
+            } else if !down.is_empty() {
+                let body = format!("not ready: no healthy endpoint in upstream {}\n", down.join(", "));
+                (StatusCode::SERVICE_UNAVAILABLE, "text/plain; charset=utf-8", body)
+            } else {
+                (StatusCode::OK, "text/plain; charset=utf-8", "ready\n".to_owned())
+            }
+        } else if path == self.config.metrics.path {
+            (StatusCode::OK, "text/plain; version=0.0.4; charset=utf-8", self.metrics_exporter.render())
+        } else {
+            return None;
+        };
+        Some(
+            Response::builder()
+                .status(status)
+                .header(header::CONTENT_TYPE, content_type)
+                .header(header::CACHE_CONTROL, "no-store")
+                .body(Body::full(body))
+                .expect("valid response"),
+        )
+    }
+}

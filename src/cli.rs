@@ -66,7 +66,10 @@ pub fn main() -> ExitCode {
 
 fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"))
+        // The access log is switched by `server.access_log`, not by the log
+        // level: its lines (INFO, target `access`) pass whatever RUST_LOG says.
+        .add_directive("access=info".parse().expect("a valid directive"));
     // Colour only on a terminal: container and journald logs get plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
@@ -147,7 +150,7 @@ async fn reload_on_sighup(app: std::sync::Arc<crate::server::App>) {
     };
     while hup.recv().await.is_some() {
         tracing::info!("SIGHUP received: reloading the configuration");
-        let _ = app.reload();
+        let _ = app.reload_off_runtime().await;
     }
 }
 

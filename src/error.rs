@@ -35,6 +35,10 @@ pub enum GatewayError {
     /// The client paused sending its body longer than the route's `body_timeout`.
     #[error("request body stalled for {}", humantime::format_duration(*.after))]
     BodyTimeout { after: Duration },
+    /// The route's timeout passed while the gateway still waited for the
+    /// client's request body: the client's fault, not the upstream's.
+    #[error("request body not complete within the route timeout of {}", humantime::format_duration(*.after))]
+    BodyNotInTime { after: Duration },
     /// The client's body failed (it disconnected mid-upload).
     #[error("client request body failed: {0}")]
     ClientBody(String),
@@ -92,7 +96,7 @@ impl GatewayError {
             }
             GatewayError::UriTooLong { .. } => StatusCode::URI_TOO_LONG,
             GatewayError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            GatewayError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
+            GatewayError::BodyTimeout { .. } | GatewayError::BodyNotInTime { .. } => StatusCode::REQUEST_TIMEOUT,
             GatewayError::Overloaded { .. }
             | GatewayError::QueueFull { .. }
             | GatewayError::QueueTimeout { .. }
@@ -128,7 +132,7 @@ impl GatewayError {
             GatewayError::BadRequest(_) => Some("bad_request"),
             GatewayError::UriTooLong { .. } => Some("uri_too_long"),
             GatewayError::BodyTooLarge { .. } => Some("body_too_large"),
-            GatewayError::BodyTimeout { .. } => Some("body_timeout"),
+            GatewayError::BodyTimeout { .. } | GatewayError::BodyNotInTime { .. } => Some("body_timeout"),
             GatewayError::Overloaded { .. } => Some("max_concurrent"),
             GatewayError::QueueFull { .. } => Some("queue_full"),
             GatewayError::QueueTimeout { .. } | GatewayError::QueuedPastRouteTimeout { .. } => Some("queue_timeout"),
@@ -145,6 +149,7 @@ impl GatewayError {
             GatewayError::BadRequest(_)
                 | GatewayError::BodyTooLarge { .. }
                 | GatewayError::BodyTimeout { .. }
+                | GatewayError::BodyNotInTime { .. }
                 | GatewayError::ClientBody(_)
         )
     }
@@ -171,7 +176,7 @@ impl GatewayError {
             GatewayError::BadRequest(_) | GatewayError::ClientBody(_) => "bad request\n",
             GatewayError::UriTooLong { .. } => "request target too long\n",
             GatewayError::BodyTooLarge { .. } => "request body too large\n",
-            GatewayError::BodyTimeout { .. } => "request body timed out\n",
+            GatewayError::BodyTimeout { .. } | GatewayError::BodyNotInTime { .. } => "request body timed out\n",
             GatewayError::Overloaded { .. } => "service unavailable: route at its concurrency limit, retry later\n",
             GatewayError::QueueFull { .. } | GatewayError::QueueTimeout { .. } => {
                 "service unavailable: upstream busy, retry later\n"
@@ -217,6 +222,7 @@ mod tests {
             (GatewayError::UriTooLong { limit: 1 }, 414, None),
             (GatewayError::BodyTooLarge { limit: 1 }, 413, None),
             (GatewayError::BodyTimeout { after: Duration::from_secs(1) }, 408, None),
+            (GatewayError::BodyNotInTime { after: Duration::from_secs(1) }, 408, None),
             (GatewayError::Overloaded { limit: 1 }, 503, None),
             (GatewayError::QueueFull { upstream: up(), queue: 1 }, 503, None),
             (GatewayError::QueueTimeout { upstream: up(), after: Duration::from_secs(1) }, 503, None),
@@ -256,6 +262,7 @@ mod tests {
             (GatewayError::UriTooLong { limit: 1 }, Some("uri_too_long"), false),
             (GatewayError::BodyTooLarge { limit: 1 }, Some("body_too_large"), true),
             (GatewayError::BodyTimeout { after: Duration::from_secs(1) }, Some("body_timeout"), true),
+            (GatewayError::BodyNotInTime { after: Duration::from_secs(1) }, Some("body_timeout"), true),
             (GatewayError::Overloaded { limit: 1 }, Some("max_concurrent"), false),
             (GatewayError::QueueFull { upstream: "a".into(), queue: 1 }, Some("queue_full"), false),
             (

@@ -55,8 +55,8 @@ pub fn screen(
         return Err(GatewayError::BadRequest("CONNECT is not supported"));
     }
     // What the checks below need of the headers, in one pass over them
-    // rather than four lookups, each of which hashes its name: 225
-    // instructions less a request (`benches/callgrind /hello`).
+    // rather than four lookups, each of which hashes its name (see
+    // benches/README.md, Decisions).
     let (mut hosts, mut host, mut chunked, mut declared) = (0usize, None, false, None);
     for (name, value) in headers {
         if *name == header::HOST {

@@ -104,10 +104,10 @@ impl<'a> RequestLog<'a> {
     }
 
     /// The route is known: a request that will be proxied gets the trace it
-    /// passes on, if it has none yet. Other routes skip it (about 90
-    /// instructions a request, `benches/callgrind /hello`) when nothing
-    /// else shows it. The route's header rules have not run yet, so the
-    /// trace is still the one the client sent.
+    /// passes on, if it has none yet. Other routes skip it when nothing
+    /// else shows it, to save its cost on every request (see
+    /// benches/README.md, Decisions). The route's header rules have not run
+    /// yet, so the trace is still the one the client sent.
     pub(crate) fn route_found(&mut self, req: &Request<Incoming>, proxied: bool) {
         if proxied && self.propagate_trace && self.trace.is_none() {
             self.trace = Some(TraceContext::from_headers(req.headers()));

@@ -368,7 +368,8 @@ async fn an_http2_upload_reset_by_the_client_never_looks_complete_upstream() {
         }
     })
     .await;
-    let gw = TestGateway::from_toml(&route_toml(addr, "h2reset", "timeout = \"10s\"")).await;
+    // Streamed, not read ahead: what the upstream sees of a cut upload.
+    let gw = TestGateway::from_toml(&route_toml(addr, "h2reset", "timeout = \"10s\"\nrequest_buffer = \"0\"")).await;
     for reason in [h2::Reason::NO_ERROR, h2::Reason::CANCEL] {
         let (mut client, _ping) = raw_h2(gw.addr, 65535).await;
         let req = Request::post(gw.url("/h2reset")).body(()).unwrap();

@@ -1,4 +1,4 @@
-//! gRPC through the gateway end to end (issue 11, item 5): a real gRPC
+//! gRPC through the gateway end to end: a real gRPC
 //! server and client (Python grpcio, installed by the test into
 //! `target/grpc-venv` on first use) talk over h2c through a proxy route
 //! with `protocol = "h2c"`: a unary call, a server-streaming call, a

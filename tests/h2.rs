@@ -1,4 +1,4 @@
-//! HTTP/2 to upstreams (issue 11, item 5): `protocol = "h2c"` multiplexes
+//! HTTP/2 to upstreams: `protocol = "h2c"` multiplexes
 //! requests on `max_connections` shared connections; trailers pass both
 //! ways; health checks speak HTTP/2; the settings are checked at load.
 

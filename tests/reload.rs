@@ -1,4 +1,4 @@
-//! Config reload (issue 11, item 6): a valid file takes effect for new
+//! Config reload: a valid file takes effect for new
 //! requests at once, under load, without dropping any; unchanged upstreams
 //! keep their pools, removed ones close their idle connections; an invalid
 //! file changes nothing; SIGHUP and the admin listener's `POST /-/reload`.
@@ -277,4 +277,101 @@ async fn a_reload_keeps_counting_a_routes_max_concurrent() {
 
 async fn get_owned(url: String) -> u16 {
     get(&url).await.0.status.as_u16()
+}
+
+/// An upstream that counts requests in flight and notes the most it saw at
+/// once; each request takes `hold`.
+async fn concurrency_upstream(hold: Duration) -> (TestUpstream, Arc<AtomicUsize>, Arc<AtomicUsize>) {
+    let (now, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (n, m) = (now.clone(), most.clone());
+    let up = TestUpstream::start(move |_req: Request<Incoming>| {
+        let (n, m) = (n.clone(), m.clone());
+        async move {
+            let at_once = n.fetch_add(1, Ordering::SeqCst) + 1;
+            m.fetch_max(at_once, Ordering::SeqCst);
+            tokio::time::sleep(hold).await;
+            n.fetch_sub(1, Ordering::SeqCst);
+            Response::new(full("held"))
+        }
+    })
+    .await;
+    (up, now, most)
+}
+
+/// Reloads that change the upstream's settings while requests are in
+/// flight and queued keep one admission: never more than `max_requests` at
+/// once, and every queued request is served in its turn.
+#[tokio::test]
+async fn reloads_under_load_never_let_more_than_max_requests_through() {
+    let _serial = SERIAL.lock().await;
+    let (up, _, most) = concurrency_upstream(Duration::from_millis(300)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let toml = |queue_timeout: &str| {
+        format!(
+            "{SERVER}[upstreams.rl_adm]\nurl = \"http://{}\"\nmax_requests = 2\nqueue = 20\nqueue_timeout = \"{queue_timeout}\"\n\
+             [[routes]]\nname = \"rl_adm\"\nprefix = \"/adm\"\nupstream = \"rl_adm\"\ntimeout = \"10s\"\n",
+            up.addr
+        )
+    };
+    let gw = from_file(dir.path(), &toml("5s")).await;
+    // Requests keep arriving: some in flight and queued on the upstream as
+    // it was, some after each reload.
+    let mut requests: Vec<_> = (0..4).map(|_| tokio::spawn(get_status_of(gw.url("/adm/x")))).collect();
+    for timeout in ["6s", "7s", "8s"] {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        rewrite(dir.path(), &toml(timeout));
+        gw.app.reload().expect("reload");
+        requests.extend((0..3).map(|_| tokio::spawn(get_status_of(gw.url("/adm/x")))));
+    }
+    for r in requests {
+        assert_eq!(r.await.unwrap(), 200, "a queued request lost its place across a reload");
+    }
+    assert_eq!(most.load(Ordering::SeqCst), 2, "more than max_requests reached the upstream across reloads");
+    // A lower max_requests takes effect on the shared count.
+    rewrite(dir.path(), &toml("8s").replace("max_requests = 2", "max_requests = 1"));
+    gw.app.reload().expect("reload");
+    most.store(0, Ordering::SeqCst);
+    let requests: Vec<_> = (0..4).map(|_| tokio::spawn(get_status_of(gw.url("/adm/x")))).collect();
+    for r in requests {
+        assert_eq!(r.await.unwrap(), 200);
+    }
+    assert_eq!(most.load(Ordering::SeqCst), 1, "the lowered max_requests was not applied");
+}
+
+async fn get_status_of(url: String) -> u16 {
+    get(&url).await.0.status.as_u16()
+}
+
+/// An ejected endpoint stays ejected across a reload that changes its
+/// upstream's settings.
+#[tokio::test]
+async fn an_ejection_outlives_a_reload_that_changes_the_upstream() {
+    let _serial = SERIAL.lock().await;
+    let seen = Arc::new(AtomicUsize::new(0));
+    let s = seen.clone();
+    let up = TestUpstream::start(move |_req: Request<Incoming>| {
+        s.fetch_add(1, Ordering::SeqCst);
+        async {
+            let mut r = Response::new(full("down"));
+            *r.status_mut() = http::StatusCode::BAD_GATEWAY;
+            r
+        }
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let toml = |connect: &str| {
+        format!(
+            "{SERVER}[upstreams.rl_ej]\nurl = \"http://{}\"\nconnect_timeout = \"{connect}\"\n\
+             outlier = {{ consecutive_failures = 1, ejection_time = \"60s\" }}\n\
+             [[routes]]\nname = \"rl_ej\"\nprefix = \"/ej\"\nupstream = \"rl_ej\"\n",
+            up.addr
+        )
+    };
+    let gw = from_file(dir.path(), &toml("1s")).await;
+    assert_eq!(get(&gw.url("/ej/x")).await.0.status, 502);
+    assert_eq!(get(&gw.url("/ej/x")).await.0.status, 503, "ejected");
+    rewrite(dir.path(), &toml("2s"));
+    gw.app.reload().expect("reload");
+    assert_eq!(get(&gw.url("/ej/x")).await.0.status, 503, "the reload let an ejected endpoint take traffic");
+    assert_eq!(seen.load(Ordering::SeqCst), 1, "the ejected endpoint was sent a request");
 }

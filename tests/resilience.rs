@@ -425,3 +425,66 @@ async fn a_client_whose_body_is_too_large_does_not_get_the_upstream_ejected() {
     let m = metrics_text(gw.addr).await;
     assert_eq!(sample(&m, "gateway_upstream_ejections_total", &[("upstream", "cb")]), Some(0.0));
 }
+
+/// An upstream that answers requests with `ok` on kept-alive connections
+/// until `failing` is set; then it resets each connection as soon as it has
+/// read a request head (a crashing worker). Counts the heads it read.
+async fn resetting_upstream(failing: Arc<AtomicBool>) -> (SocketAddr, Arc<AtomicUsize>) {
+    let heads = Arc::new(AtomicUsize::new(0));
+    let h = heads.clone();
+    let addr = raw_upstream(move |mut s: TcpStream| {
+        let (failing, heads) = (failing.clone(), h.clone());
+        async move {
+            use tokio::io::AsyncReadExt;
+            let mut buf = [0u8; 4096];
+            loop {
+                let mut head = Vec::new();
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                heads.fetch_add(1, Ordering::SeqCst);
+                if failing.load(Ordering::SeqCst) {
+                    let _ = socket2::SockRef::from(&s).set_linger(Some(Duration::ZERO));
+                    return;
+                }
+                if s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await.is_err() {
+                    return;
+                }
+            }
+        }
+    })
+    .await;
+    (addr, heads)
+}
+
+/// The resend after a stale pooled connection is a retry like any other:
+/// a request reaches the upstreams at most `1 + retries` times, plus one
+/// resend for a pooled connection that failed before any response byte.
+#[tokio::test]
+async fn a_stale_connection_resend_counts_toward_retries() {
+    let failing = Arc::new(AtomicBool::new(false));
+    let ((a, a_heads), (b, b_heads)) =
+        (resetting_upstream(failing.clone()).await, resetting_upstream(failing.clone()).await);
+    let toml = endpoints_toml(
+        "rstale",
+        &[a, b],
+        "balance = \"round_robin\"",
+        "retries = 1\nretry_on = [\"connect\", \"reset\", \"503\"]",
+    );
+    let gw = TestGateway::from_toml(&toml).await;
+    // One idle pooled connection to each endpoint.
+    for _ in 0..2 {
+        assert_eq!(status_of(gw.url("/rstale/x")).await.0, 200);
+    }
+    let warm = a_heads.load(Ordering::SeqCst) + b_heads.load(Ordering::SeqCst);
+    assert_eq!(warm, 2);
+    failing.store(true, Ordering::SeqCst);
+    assert_eq!(status_of(gw.url("/rstale/x")).await.0, 502);
+    let reached = a_heads.load(Ordering::SeqCst) + b_heads.load(Ordering::SeqCst) - warm;
+    assert_eq!(reached, 3, "one GET reached the upstreams {reached} times with retries = 1");
+    let m = metrics_text(gw.addr).await;
+    assert_eq!(sample(&m, "gateway_upstream_retries_total", &[("upstream", "rstale")]), Some(2.0));
+}

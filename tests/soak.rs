@@ -1,4 +1,4 @@
-//! The soak (issue 4, "Shutdown and stability"): `scripts/soak.py` drives a
+//! The shutdown and stability soak: `scripts/soak.py` drives a
 //! minute of mixed load with misbehaving upstreams through the gateway, then
 //! checks that resident memory, open fds and live tasks return to within a
 //! small margin of their level before the load. It takes well over a minute

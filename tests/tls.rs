@@ -1,4 +1,4 @@
-//! TLS both ways (issue 11, items 3 and 4), with certificates made in the
+//! TLS both ways, with certificates made in the
 //! test (rcgen): `https://` upstreams (private CA, SNI override, mutual TLS,
 //! resumed sessions, each certificate failure a 502 `kind="tls"` that says
 //! what failed) and `[server.tls]` on the listener (HTTP/1.1 and h2 by ALPN,
@@ -668,4 +668,26 @@ async fn a_reload_does_not_turn_listener_tls_off() {
     let not_applied = gw.app.reload().unwrap();
     assert!(not_applied.iter().any(|s| s.starts_with("server.tls")), "{not_applied:?}");
     assert!(tls_connect(&pki, gw.addr, b"http/1.1", None).await.is_ok(), "still TLS until a restart");
+}
+
+/// A reload that reads the same certificate files keeps the `https://`
+/// upstream as it is: its pool (no new handshake) and so its admission and
+/// health state.
+#[tokio::test]
+async fn a_reload_of_unchanged_certificate_files_keeps_the_https_upstream() {
+    let pki = Pki::new();
+    pki.issue("server", &["127.0.0.1"], false);
+    let (up, seen) = tls_upstream(&pki, "server", false).await;
+    let toml = format!(
+        "[server]\n[upstreams.tls_kept]\nurl = \"https://{up}\"\ntls_ca_file = \"ca.pem\"\n\
+         [[routes]]\nname = \"tls_kept\"\nprefix = \"/app\"\nupstream = \"tls_kept\"\n"
+    );
+    let gw = TestGateway::start(config(&toml, pki.dir.path())).await;
+    assert_eq!(get(&gw.url("/app/x")).await.0.status, 200);
+    gw.app.reload().expect("reload");
+    assert_eq!(get(&gw.url("/app/y")).await.0.status, 200);
+    let text = metrics_text(gw.addr).await;
+    let opened = sample(&text, "gateway_upstream_connections_opened_total", &[("upstream", "tls_kept")]);
+    assert_eq!(opened, Some(1.0), "the reload rebuilt the upstream and its pool");
+    assert_eq!(seen.lock().unwrap().handshakes.len(), 1);
 }

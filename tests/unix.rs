@@ -1,4 +1,4 @@
-//! Unix-socket upstreams (issue 11, item 2): `url = "unix:PATH"`, pooled
+//! Unix-socket upstreams: `url = "unix:PATH"`, pooled
 //! like TCP, the socket may appear after the gateway starts, relative paths
 //! resolve against the config file's folder, health checks reach it too.
 

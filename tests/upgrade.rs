@@ -1,4 +1,4 @@
-//! HTTP/1.1 upgrades on proxy routes (issue 11, item 1): a real WebSocket
+//! HTTP/1.1 upgrades on proxy routes: a real WebSocket
 //! client and server (tokio-tungstenite) talk through the gateway; refused
 //! and forbidden upgrades; the idle timeout; shutdown.
 

@@ -7,7 +7,8 @@
 //! so `gateway` can print it and exit with status 64 (EX_USAGE).
 //!
 //! `raw` holds the serde shape of the file, `validate` turns it into the
-//! runtime types below, one function per section.
+//! runtime types below (an upstream's in `upstream`), one function per
+//! section.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -15,10 +16,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::uri::{Authority, Scheme};
 use http::{Method, StatusCode};
 use ipnet::IpNet;
-use rustls_pki_types::ServerName;
 
 use crate::headers::rules::HeaderRules;
 
@@ -33,6 +32,9 @@ pub const DEFAULT_ROUTE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Body idle timeout when a proxy route does not set one (as nginx's
 /// `proxy_read_timeout` and `client_body_timeout`).
 pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(60);
+/// Request body bytes read ahead before a proxied request takes an
+/// upstream slot, when the route does not say (see `body::request`).
+pub const DEFAULT_REQUEST_BUFFER: usize = 64 * 1024;
 /// A tunnel (an upgraded connection) silent both ways for this long is
 /// closed (as nginx's `proxy_read_timeout` does to a WebSocket, but longer:
 /// WebSocket apps often ping only every minute or so).
@@ -86,7 +88,13 @@ impl Source {
 }
 
 mod raw;
+mod upstream;
 mod validate;
+
+pub use upstream::{
+    Address, Admission, Balance, EndpointConfig, HealthConfig, OutlierConfig, Protocol, RetryBudget, UpstreamConfig,
+    UpstreamTls,
+};
 
 use raw::RawConfig;
 
@@ -143,6 +151,13 @@ pub struct ServerConfig {
     pub max_uri_length: u64,
     /// Default request body limit for routes; past it, 413.
     pub max_body: u64,
+    /// Bytes of request bodies read ahead by all requests at once (see
+    /// `ProxyTarget::request_buffer`); past it, bodies stream.
+    pub request_buffer_total: u64,
+    /// Request headers whose names hold `_` are dropped (nginx's
+    /// `underscores_in_headers off`), instead of being treated as the
+    /// `-` spelling by the header rules.
+    pub drop_underscore_headers: bool,
     /// Repeated slashes in request paths are merged before routing.
     pub merge_slashes: bool,
     /// Paths with an encoded `/` or `\` (`%2F`, `%5C`) are refused with 400.
@@ -197,128 +212,6 @@ pub struct MetricsConfig {
     pub listen: Option<SocketAddr>,
     /// Connections the admin listener serves at once.
     pub max_connections: usize,
-}
-
-/// `[upstreams.NAME]`.
-#[derive(Debug, Clone)]
-pub struct UpstreamConfig {
-    pub name: String,
-    /// Where requests go: `url`, or each of `endpoints`.
-    pub endpoints: Vec<EndpointConfig>,
-    pub balance: Balance,
-    /// Time allowed to establish a TCP connection.
-    pub connect_timeout: Duration,
-    /// Idle keep-alive connections kept per endpoint.
-    pub pool_max_idle_per_host: usize,
-    /// How long an idle pooled connection is kept; keep it below the
-    /// upstream's own keep-alive timeout.
-    pub pool_idle_timeout: Duration,
-    /// Requests in flight to the upstream (all endpoints) and its queue.
-    pub admission: Option<Admission>,
-    pub health: Option<HealthConfig>,
-    pub outlier: Option<OutlierConfig>,
-    pub retry_budget: RetryBudget,
-    /// The TLS client config of its `https://` endpoints.
-    pub tls: Option<Arc<rustls::ClientConfig>>,
-    /// How requests go to it: HTTP/1.1 or HTTP/2.
-    pub protocol: Protocol,
-    /// HTTP/2: connections per endpoint, each multiplexing many requests.
-    pub max_connections: usize,
-}
-
-/// The protocol spoken to an upstream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Protocol {
-    /// HTTP/1.1, a request at a time per pooled connection.
-    Http1,
-    /// HTTP/2 with prior knowledge (cleartext, or over TLS without ALPN
-    /// negotiation).
-    H2c,
-    /// Over TLS: HTTP/2 when the upstream offers `h2` by ALPN, else
-    /// HTTP/1.1.
-    Auto,
-}
-
-/// One endpoint of an upstream.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EndpointConfig {
-    /// As configured: the `endpoint` label of its metrics.
-    pub url: String,
-    /// Always `http`.
-    pub scheme: Scheme,
-    /// The `Host` the upstream sees when the route sends the upstream's own
-    /// (`localhost` for a Unix socket).
-    pub authority: Authority,
-    /// Where connections go.
-    pub address: Address,
-    /// For an `https://` endpoint: the name its certificate must carry, sent
-    /// as SNI (the URL's host, or `tls_server_name`).
-    pub tls_name: Option<ServerName<'static>>,
-}
-
-/// Where an endpoint's connections go.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Address {
-    /// `host:port`, resolved at each connect.
-    Tcp(String),
-    /// A Unix stream socket (`unix:PATH`; a relative path is resolved
-    /// against the config file's folder at load).
-    Unix(PathBuf),
-}
-
-impl std::fmt::Display for Address {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Address::Tcp(addr) => f.write_str(addr),
-            Address::Unix(path) => write!(f, "unix:{}", path.display()),
-        }
-    }
-}
-
-/// How an upstream spreads requests over its endpoints.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Balance {
-    /// The fewer in flight of two endpoints picked at random.
-    LeastRequest,
-    /// Strict rotation over the endpoints that may take traffic.
-    RoundRobin,
-}
-
-/// `max_requests` and its FIFO queue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Admission {
-    pub max_requests: usize,
-    /// Requests that may wait; past it, 503 at once.
-    pub queue: usize,
-    /// Longest wait in the queue; past it, 503.
-    pub queue_timeout: Duration,
-}
-
-/// `[upstreams.NAME.health]`: active checks of each endpoint.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HealthConfig {
-    /// `GET` this; a 2xx within `timeout` is a pass.
-    pub path: String,
-    pub interval: Duration,
-    pub timeout: Duration,
-    /// Consecutive failed checks that mark an endpoint unhealthy.
-    pub unhealthy_after: u32,
-    /// Consecutive passed checks that mark it healthy again.
-    pub healthy_after: u32,
-}
-
-/// `[upstreams.NAME.outlier]`: passive ejection after failures.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct OutlierConfig {
-    pub consecutive_failures: u32,
-    pub ejection_time: Duration,
-}
-
-/// Retries allowed beyond `min_per_second` as a share of recent requests.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct RetryBudget {
-    pub ratio: f32,
-    pub min_per_second: u32,
 }
 
 /// Failures a route may retry on (`retry_on`).
@@ -382,6 +275,12 @@ pub struct ProxyTarget {
     pub timeout: Duration,
     /// Longest pause allowed while streaming a request or response body.
     pub body_timeout: Duration,
+    /// Bytes of the request body read before the request takes an upstream
+    /// slot (0: none; the body streams from the start).
+    pub request_buffer: usize,
+    /// `server.drop_underscore_headers`: request headers whose names hold
+    /// `_` do not reach the upstream.
+    pub drop_underscore_headers: bool,
     pub host: HostMode,
     /// Attempts after the first, on another endpoint where there is one.
     pub retries: u32,
@@ -438,6 +337,7 @@ const DEFAULTS: &[(&str, &str)] = &[
     ("server.max_header_size", "64KiB"),
     ("server.max_uri_length", "8KiB"),
     ("server.max_body", "10MiB"),
+    ("server.request_buffer_total", "32MiB"),
 ];
 
 /// Loads `source`, applies environment overrides, and validates.
@@ -453,6 +353,7 @@ pub fn load(source: &Source) -> Result<Config, ConfigError> {
         .and_then(|b| b.set_default("server.max_connections", 10_000))
         .and_then(|b| b.set_default("server.access_log", false))
         .and_then(|b| b.set_default("server.merge_slashes", true))
+        .and_then(|b| b.set_default("server.drop_underscore_headers", false))
         .and_then(|b| b.set_default("server.reject_encoded_slash", false))
         .and_then(|b| b.set_default("metrics.max_connections", 64))
         .and_then(|b| b.set_default("server.request_id", true))

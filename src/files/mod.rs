@@ -85,9 +85,8 @@ struct Entry {
     /// file: cloning them is cheaper than inserting five headers each time.
     /// With request IDs on, they hold a placeholder `X-Request-Id` that
     /// [`crate::server::App::handle`] replaces: a clone has no spare room,
-    /// and adding a sixth header to it reallocated the map (about 650
-    /// instructions a request, `benches/callgrind /file`), where replacing
-    /// a value does not.
+    /// and adding a sixth header to it reallocates the map, where replacing
+    /// a value does not (see benches/README.md, Decisions).
     full_headers: HeaderMap,
     /// Compressed forms, for routes that compress.
     variants: Variants,
@@ -156,8 +155,8 @@ pub struct FileServer {
 #[derive(Default)]
 struct Cache {
     /// Keyed by the path's bytes: hashing a `Path` walks its components.
-    /// Hashed with foldhash, not SipHash (about 230 instructions less a
-    /// lookup, `benches/callgrind /file`): only files that exist under a
+    /// Hashed with foldhash, not SipHash, for cheaper lookups (see
+    /// benches/README.md, Decisions): only files that exist under a
     /// configured root become keys, so a client cannot fill it with
     /// colliding ones; foldhash is seeded per process.
     entries: foldhash::HashMap<OsString, Arc<Entry>>,

@@ -50,12 +50,41 @@ pub const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-ho
 /// `Forwarded` (RFC 7239).
 pub const FORWARDED: HeaderName = HeaderName::from_static("forwarded");
 
-/// Underscore spellings of the forwarding headers. Stacks that map headers
-/// to CGI-style names (WSGI's `HTTP_X_FORWARDED_PROTO`, Werkzeug's
-/// ProxyFix) read them as the real ones, so a client could spoof through
-/// them what the gateway sets; they are dropped (nginx drops every header
-/// with an underscore by default).
-const UNDERSCORE_FORWARDING: [&str; 3] = ["x_forwarded_for", "x_forwarded_proto", "x_forwarded_host"];
+/// The request headers the gateway sets itself on the way upstream. Stacks
+/// that map header names to CGI-style variables (PEP 3333's `HTTP_X_...`,
+/// CGI, Werkzeug's ProxyFix) read `X_Forwarded_Proto` as `X-Forwarded-Proto`,
+/// so a client could spoof through an underscore spelling what the gateway
+/// sets; such spellings are removed (see [`same_cgi_name`]).
+const SET_BY_POLICY: [HeaderName; 4] = [X_FORWARDED_FOR, X_FORWARDED_PROTO, X_FORWARDED_HOST, X_REQUEST_ID];
+
+/// Whether two header names are one CGI variable: they differ, but only
+/// where one has `-` and the other `_` (CGI and WSGI map both to `_`).
+/// Header names are lower-case already.
+pub fn same_cgi_name(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a != b
+        && a.bytes().zip(b.bytes()).all(|(x, y)| x == y || matches!((x, y), (b'-', b'_') | (b'_', b'-')))
+}
+
+/// Removes every header whose name is one of `names` in another spelling
+/// of `-` and `_` (see [`same_cgi_name`]); with `all`, every name holding
+/// `_` too (nginx's `underscores_in_headers off`).
+pub fn remove_other_spellings<'a>(
+    headers: &mut HeaderMap,
+    names: impl Iterator<Item = &'a HeaderName> + Clone,
+    all: bool,
+) {
+    let spelled: Vec<HeaderName> = headers
+        .keys()
+        .filter(|n| {
+            (all && n.as_str().contains('_')) || names.clone().any(|want| same_cgi_name(n.as_str(), want.as_str()))
+        })
+        .cloned()
+        .collect();
+    for name in spelled {
+        headers.remove(name);
+    }
+}
 
 /// Whether `name` is always hop-by-hop (`Upgrade` included).
 pub fn is_hop_by_hop(name: &HeaderName) -> bool {
@@ -142,7 +171,8 @@ pub fn upgrade_accepted(asked: &HeaderValue, answered: Option<&HeaderValue>) -> 
 /// Whether a `Host` value is made only of what `host[:port]` may hold
 /// (RFC 3986 §3.2.2: reg-name characters, an IP literal's brackets, the
 /// port's colon). A byte scan: `http::uri::Authority`'s parser copies the
-/// value first, which cost ~400 instructions on every proxied request.
+/// value first, a cost on every proxied request (see benches/README.md,
+/// Decisions).
 pub fn valid_host(value: &[u8]) -> bool {
     value.iter().all(|&b| HOST_BYTES[b as usize])
 }
@@ -254,8 +284,8 @@ pub fn add_forwarding(
 ) {
     // Which of the names below the request has, in one pass over its
     // names rather than a lookup each: a lookup hashes the name (a custom
-    // one byte by byte), and most requests carry none of them
-    // (`benches/callgrind /b`: 34,132 -> 33,689 instructions a request).
+    // one byte by byte), and most requests carry none of them (see
+    // benches/README.md, Decisions).
     let (mut underscore, mut xff, mut xfp, mut xfh, mut forwarded, mut via) =
         (false, false, false, false, false, false);
     for name in headers.keys() {
@@ -269,14 +299,12 @@ pub fn add_forwarding(
             forwarded = true;
         } else if *name == header::VIA {
             via = true;
-        } else if name.as_str().starts_with("x_forwarded_") {
+        } else if name.as_str().contains('_') {
             underscore = true;
         }
     }
     if underscore {
-        for name in UNDERSCORE_FORWARDING {
-            headers.remove(name);
-        }
+        remove_other_spellings(headers, SET_BY_POLICY.iter(), false);
     }
     add_to_list(headers, X_FORWARDED_FOR, xff, client_ip.clone());
     if !(trusted && xfp) {

@@ -24,8 +24,13 @@ impl HeaderRules {
         self.set.is_empty() && self.remove.is_empty()
     }
 
-    /// Removes, then sets.
+    /// Removes, then sets. A name's other spellings of `-` and `_` go too
+    /// (`X_Internal_User` for `x-internal-user`): CGI and WSGI upstreams
+    /// read them as one header, so a client could otherwise slip past a
+    /// rule that removes or sets it.
     pub fn apply(&self, headers: &mut HeaderMap) {
+        let named = self.remove.iter().chain(self.set.iter().map(|(n, _)| n));
+        crate::headers::remove_other_spellings(headers, named, false);
         for name in &self.remove {
             headers.remove(name);
         }

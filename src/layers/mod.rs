@@ -3,7 +3,7 @@
 //! - Server-wide, around every request ([`crate::server::App::handle`]):
 //!   request IDs (`request_id`), panic isolation (`panic`) and trace context
 //!   (`trace`). They are always on (unless switched off), so they are done
-//!   in place, measured: see `App::handle` for why not tower-http's layers.
+//!   in place: see `App::handle` for why not tower-http's layers.
 //! - Per route ([`RouteLayers`]): header rules (`crate::headers::rules`)
 //!   and compression (`compress`). A route that enables none has no `RouteLayers` and calls
 //!   its target directly, so it pays nothing for them.

@@ -33,9 +33,9 @@ pub fn panic_response(panic: Box<dyn Any + Send + 'static>, request_id: Option<&
 }
 
 /// Polls a pinned future, catching a panic. `futures_util`'s `catch_unwind`
-/// takes the future by value, which copied the data path's future once more
-/// per request (measured: ~450 instructions per fixed response); this one
-/// borrows it where it already lives.
+/// takes the future by value, which copies the data path's future once more
+/// per request (see benches/README.md, Decisions); this one borrows it
+/// where it already lives.
 pub struct CatchUnwindRef<'a, F>(pub Pin<&'a mut F>);
 
 impl<F: Future> Future for CatchUnwindRef<'_, F> {

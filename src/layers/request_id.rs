@@ -89,12 +89,12 @@ impl RequestId {
 /// The copies are cut from a per-thread block of 512 bytes rather than
 /// allocated one by one: a made ID and a `traceparent` are two small values
 /// every request, and `Bytes::from_owner` or `Bytes::from(Vec)` cost an
-/// allocation and a free each (about 150 instructions a value, counted by
-/// `benches/callgrind`), where a cut costs a reference count. A block is
-/// freed when the last value cut from it is dropped, so one long request
-/// (a long poll, a slow upstream) keeps its block, 512 bytes, alive after
-/// the five or so short ones that shared it are gone: small blocks bound
-/// that, at one allocation per few requests.
+/// allocation and a free each (see benches/README.md, Decisions), where a
+/// cut costs a reference count. A block is freed when the last value cut
+/// from it is dropped, so one long request (a long poll, a slow upstream)
+/// keeps its block, 512 bytes, alive after the five or so short ones that
+/// shared it are gone: small blocks bound that, at one allocation per few
+/// requests.
 pub fn copied_value(bytes: &[u8]) -> Option<HeaderValue> {
     const BLOCK: usize = 512;
     thread_local! {

@@ -121,8 +121,8 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, kind: Kind, stop: Cance
         };
         let (shared, for_conn) = (builders.clone(), app.clone());
         // The connection's future is made inside the task's: made outside
-        // and moved in, it was kept twice (once as the captured value, once
-        // as the value awaited), 7,000 bytes a connection instead of 2,800.
+        // and moved in, it is kept twice (once as the captured value, once
+        // as the value awaited; see benches/README.md, Decisions).
         tracker.spawn(async move {
             let _permit = permit;
             connection(shared, stream, addr, for_conn, kind, timeouts, stops, tls).await;
@@ -230,10 +230,9 @@ const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 ///
 /// Why not `auto` for every connection: it reads those first bytes itself
 /// and hands them to hyper's HTTP/1 connection in front of the socket, so
-/// a request head arrives in two reads, and the second one's reserve made
-/// hyper's read buffer 16 KiB instead of 8 KiB for the connection's life
-/// (valgrind's massif, slow-upstream at 1,000 connections: 16 MB of
-/// 75 MB). Peeking costs one `recv` per connection, and serving HTTP/1
+/// a request head arrives in two reads, and the second one's reserve grows
+/// hyper's read buffer for the connection's life (see benches/README.md,
+/// Decisions). Peeking costs one `recv` per connection, and serving HTTP/1
 /// directly skips `auto`'s layer on every poll.
 async fn sniff(stream: &TcpStream) -> Http {
     let mut first = [0u8; H2_PREFACE.len()];
@@ -360,7 +359,7 @@ where
         async move {
             let mut response = match kind {
                 Kind::Main => app.handle(req, in_flight.peer()).await,
-                Kind::Admin => app.admin(&req),
+                Kind::Admin => app.admin(&req).await,
             };
             if response.status() == StatusCode::SWITCHING_PROTOCOLS
                 && let Some(tunnel) = response.extensions_mut().remove::<PendingTunnel>().and_then(|t| t.take())

@@ -2,6 +2,7 @@
 //! (answered before routes, on the main listener unless an admin listener
 //! is configured), and the admin listener's own `POST /-/reload`.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use http::header::{self, HeaderValue};
@@ -13,15 +14,29 @@ use crate::body::Body;
 use crate::error::GatewayError;
 
 impl App {
+    /// [`App::reload`] on the blocking pool: it reads files and waits for a
+    /// lock, which on a runtime worker (with `worker_threads = 1`, the only
+    /// one) would hold up every connection meanwhile.
+    pub async fn reload_off_runtime(self: &Arc<Self>) -> Result<Vec<&'static str>, crate::config::ConfigError> {
+        let app = self.clone();
+        tokio::task::spawn_blocking(move || app.reload()).await.unwrap_or_else(|e| {
+            Err(crate::config::ConfigError {
+                source_name: self.config.source_name.clone(),
+                key: "-".into(),
+                message: format!("the reload did not finish: {e}"),
+            })
+        })
+    }
+
     /// The admin listener's service: the built-ins, `POST /-/reload`
     /// (the configuration loaded again, as on SIGHUP: 200, or 500 with the
     /// reason and nothing changed), else 404.
-    pub fn admin(&self, req: &Request<Incoming>) -> Response<Body> {
+    pub async fn admin(self: &Arc<Self>, req: &Request<Incoming>) -> Response<Body> {
         if req.uri().path() == "/-/reload" {
             if req.method() != Method::POST {
                 return error_response(&GatewayError::MethodNotAllowed { allow: "POST".into() });
             }
-            let (status, body) = match self.reload() {
+            let (status, body) = match self.reload_off_runtime().await {
                 Ok(kept) if kept.is_empty() => (StatusCode::OK, "reloaded\n".to_owned()),
                 Ok(kept) => {
                     let sections = kept.join(", ");

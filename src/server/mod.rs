@@ -11,6 +11,7 @@
 
 use std::borrow::Cow;
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use arc_swap::{ArcSwap, ArcSwapOption};
@@ -20,7 +21,7 @@ use http::{Method, Request, Response, StatusCode, Uri};
 use hyper::body::Incoming;
 use tokio::time::Instant;
 
-use crate::body::Body;
+use crate::body::{Body, ReadAhead};
 use crate::config::{AccessLogFormat, Config, Target};
 use crate::error::GatewayError;
 use crate::files::FileServer;
@@ -64,6 +65,8 @@ pub struct App {
     exporter: Option<Exporter>,
     /// What is recorded of each request besides its metrics.
     recording: Recording,
+    /// The bound on request body bytes read ahead (`request_buffer_total`).
+    read_ahead: Arc<ReadAhead>,
     /// Whether /metrics, /healthz and /readyz answer on the main listener.
     builtins_on_main: bool,
     path_options: path::Options,
@@ -80,6 +83,8 @@ impl App {
             reject_encoded_slash: config.server.reject_encoded_slash,
         };
         let exporter_spans = Exporter::start(&config.tracing);
+        let read_ahead =
+            Arc::new(ReadAhead::new(usize::try_from(config.server.request_buffer_total).unwrap_or(usize::MAX)));
         let recording = Recording {
             trace_context: config.server.trace_context,
             spans: exporter_spans.is_some(),
@@ -89,7 +94,8 @@ impl App {
             recording,
             path_options,
             builtins_on_main: config.metrics.listen.is_none(),
-            table: ArcSwap::from_pointee(Table::new(&config, None)),
+            table: ArcSwap::from_pointee(Table::new(&config, None, &read_ahead)),
+            read_ahead,
             tls: ArcSwapOption::new(config.server.tls.as_ref().map(|t| t.config.clone())),
             reloading: std::sync::Mutex::new(()),
             unmatched: RouteMetrics::new("unmatched"),
@@ -137,20 +143,20 @@ impl App {
     /// logged, and the connection keeps serving), and [`App::serve`].
     ///
     /// Both are done here in place rather than with tower-http's
-    /// `SetRequestIdLayer`/`PropagateRequestIdLayer` and `CatchPanicLayer`,
-    /// which were tried first: with them a fixed response cost 19,295
-    /// instructions instead of 10,146 (`benches/callgrind /hello`). They keep
-    /// the ID in request and response extensions (two allocations), the
-    /// panic layer boxes every response body, and the 5 KiB data-path future
-    /// was copied at each layer it passed. Per-route behaviour, which is
-    /// optional, does use tower layers ([`crate::layers::RouteLayers`]).
+    /// `SetRequestIdLayer`/`PropagateRequestIdLayer` and `CatchPanicLayer`:
+    /// they nearly doubled a fixed response's cost (see benches/README.md,
+    /// Decisions). They keep the ID in request and response extensions (two
+    /// allocations), the panic layer boxes every response body, and each
+    /// layer copies the data-path future it wraps. Per-route behaviour,
+    /// which is optional, does use tower layers
+    /// ([`crate::layers::RouteLayers`]).
     ///
     /// This, [`App::serve`] and `dispatch` are `async move` blocks rather
     /// than `async fn`s: an `async fn` moves each argument into a local of
-    /// its own on its first poll, which for the request is a 264-byte copy
-    /// (`memcpy`) at each level; a block uses what it captured in place
-    /// (`benches/callgrind`: /hello 11,214 -> 11,002 instructions, /b
-    /// 34,561 -> 34,281 with `Upstream::forward` done the same way).
+    /// its own on its first poll, which for the request is a copy (`memcpy`)
+    /// at each level; a block uses what it captured in place.
+    /// `Upstream::forward` is done the same way (see benches/README.md,
+    /// Decisions).
     #[allow(clippy::manual_async_fn)] // See above: not an `async fn` on purpose.
     pub fn handle<'a>(&'a self, req: Request<Incoming>, peer: &'a Peer) -> impl Future<Output = Response<Body>> + 'a {
         async move {
@@ -218,7 +224,8 @@ impl App {
                             |req| async { respond(self.dispatch(route, upstream, req, peer, start, cx).await) };
                         // Boxed: only routes with layers take this way, and its
                         // future (the layers' around the data path's) would
-                        // otherwise make every request's 1 KiB larger.
+                        // otherwise make every request's future larger (see
+                        // benches/README.md, Decisions).
                         Box::pin(layers.call(req, dispatch)).await
                     }
                 },
@@ -254,7 +261,8 @@ impl App {
                     let deadline = start + p.timeout;
                     // Not boxed: boxing it made the fixed and file paths' future
                     // smaller but cost the proxy path a copy of its state and an
-                    // allocation, 790 instructions a request (benches/callgrind).
+                    // allocation on every request (see benches/README.md,
+                    // Decisions).
                     let mut response =
                         upstream.forward(p, prefix, route.config.max_body, req, peer, cx, deadline).await?;
                     if response.status() == StatusCode::SWITCHING_PROTOCOLS

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use http::Method;
 
 use super::App;
+use crate::body::ReadAhead;
 use crate::config::{Config, ConfigError, RouteConfig, Target};
 use crate::layers::RouteLayers;
 use crate::limits::ConcurrencyLimit;
@@ -78,7 +79,7 @@ impl App {
             new.server.access_log_format = self.config.server.access_log_format;
         }
         let old = self.table.load();
-        let table = Table::new(&new, Some(&old));
+        let table = Table::new(&new, Some(&old), &self.read_ahead);
         let kept = table.upstreams.iter().filter(|u| old.upstreams.iter().any(|o| Arc::ptr_eq(o, u))).count();
         self.table.store(Arc::new(table));
         let mut needs_restart = restart_sections(&self.config, &new);
@@ -137,9 +138,11 @@ fn restart_sections(old: &Config, new: &Config) -> Vec<&'static str> {
 impl Table {
     /// Builds the routes and upstreams of `config`, taking over from
     /// `running` every upstream whose settings are unchanged (with its pools
-    /// and health state). An upstream with TLS is always built anew, so its
-    /// certificate files are read again.
-    pub(super) fn new(config: &Config, running: Option<&Table>) -> Table {
+    /// and health state; certificate files that hold the same bytes are
+    /// unchanged), and from an upstream of the same name whose settings
+    /// changed, its admission and its endpoints' state (see
+    /// [`Upstream::new`]).
+    pub(super) fn new(config: &Config, running: Option<&Table>, read_ahead: &Arc<ReadAhead>) -> Table {
         let running_upstreams = running.map_or(&[][..], |t| &t.upstreams[..]);
         let retried = |i: usize| {
             config.routes.iter().any(|r| matches!(&r.target, Target::Proxy(p) if p.upstream == i && p.retries > 0))
@@ -148,12 +151,9 @@ impl Table {
             .upstreams
             .iter()
             .enumerate()
-            .map(|(i, u)| {
-                let same = |o: &&Arc<Upstream>| u.tls.is_none() && o.same_settings(u, retried(i));
-                match running_upstreams.iter().find(same) {
-                    Some(kept) => kept.clone(),
-                    None => Arc::new(Upstream::new(u.clone(), retried(i))),
-                }
+            .map(|(i, u)| match running_upstreams.iter().find(|o| o.config.name == u.name) {
+                Some(kept) if kept.same_settings(u, retried(i)) => kept.clone(),
+                before => Arc::new(Upstream::new(u.clone(), retried(i), read_ahead.clone(), before.map(|b| &**b))),
             })
             .collect();
         let routes: Vec<Route> = config

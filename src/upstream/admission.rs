@@ -7,9 +7,13 @@
 //! tokio's semaphore is fair (first come, first served) and a waiter that is
 //! dropped (its client went away) leaves the queue: the upstream never sees
 //! that request.
+//!
+//! A reload keeps an upstream's admission ([`Admission::reconfigure`]): the
+//! requests in flight keep their slots and the queued ones their places, in
+//! order, so a reload can never let more than `max_requests` through.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
 
 use metrics::{Gauge, Histogram, gauge, histogram};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -21,7 +25,10 @@ use crate::metrics::{UPSTREAM_MAX_REQUESTS, UPSTREAM_QUEUE_DEPTH, UPSTREAM_QUEUE
 
 /// An upstream's slots and queue.
 pub struct Admission {
-    config: AdmissionConfig,
+    /// As configured now (a reload may change it).
+    config: Mutex<AdmissionConfig>,
+    /// `config.queue`, read by every request that has to wait.
+    queue: AtomicUsize,
     upstream: String,
     slots: Arc<Semaphore>,
     waiting: AtomicUsize,
@@ -37,13 +44,38 @@ impl Admission {
         gauge!(UPSTREAM_MAX_REQUESTS, "upstream" => upstream.to_owned()).set(config.max_requests as f64);
         gauge!(UPSTREAM_QUEUE_SIZE, "upstream" => upstream.to_owned()).set(config.queue as f64);
         Admission {
-            config,
+            queue: AtomicUsize::new(config.queue),
+            config: Mutex::new(config),
             upstream: upstream.to_owned(),
             slots: Arc::new(Semaphore::new(config.max_requests)),
             waiting: AtomicUsize::new(0),
             typical_us: AtomicU64::new(0),
             depth: gauge!(UPSTREAM_QUEUE_DEPTH, "upstream" => upstream.to_owned()),
             wait: histogram!(UPSTREAM_QUEUE_WAIT, "upstream" => upstream.to_owned()),
+        }
+    }
+
+    /// Applies a reload's settings to the slots and queue in use. More slots
+    /// are free at once; fewer are taken back as requests in flight finish
+    /// (the slots held now stay held), queued requests keeping their order.
+    pub fn reconfigure(&self, new: AdmissionConfig) {
+        let mut config = self.config.lock().expect("admission lock");
+        let old = std::mem::replace(&mut *config, new);
+        self.queue.store(new.queue, Relaxed);
+        gauge!(UPSTREAM_MAX_REQUESTS, "upstream" => self.upstream.clone()).set(new.max_requests as f64);
+        gauge!(UPSTREAM_QUEUE_SIZE, "upstream" => self.upstream.clone()).set(new.queue as f64);
+        if new.max_requests > old.max_requests {
+            self.slots.add_permits(new.max_requests - old.max_requests);
+        } else if new.max_requests < old.max_requests {
+            // Taken in the queue's order, like a request's slot, and never
+            // given back.
+            let fewer = u32::try_from(old.max_requests - new.max_requests).unwrap_or(u32::MAX);
+            let slots = self.slots.clone();
+            tokio::spawn(async move {
+                if let Ok(taken) = slots.acquire_many_owned(fewer).await {
+                    taken.forget();
+                }
+            });
         }
     }
 
@@ -60,9 +92,8 @@ impl Admission {
     /// route's: past it the request gets 504 as any route timeout. A
     /// request that waited and has less time left than the upstream
     /// typically takes is not sent: it would time out anyway, after taking
-    /// a slot and a worker of the upstream for nothing (measured with a
-    /// queue longer than the route timeout: goodput fell to zero, every
-    /// admitted request timing out). It gets 503 with Retry-After instead.
+    /// a slot and a worker of the upstream for nothing (see
+    /// benches/README.md, Decisions). It gets 503 with Retry-After instead.
     pub async fn admit(
         &self,
         deadline: Instant,
@@ -73,13 +104,15 @@ impl Admission {
             return Ok(permit);
         }
         // Claim a place in the queue, or be turned away at once.
-        if self.waiting.fetch_add(1, Relaxed) >= self.config.queue {
+        let queue = self.queue.load(Relaxed);
+        if self.waiting.fetch_add(1, Relaxed) >= queue {
             self.waiting.fetch_sub(1, Relaxed);
-            return Err(GatewayError::QueueFull { upstream: self.upstream.clone(), queue: self.config.queue });
+            return Err(GatewayError::QueueFull { upstream: self.upstream.clone(), queue });
         }
         let _place = Place::new(self);
         let started = Instant::now();
-        let queue_deadline = started + self.config.queue_timeout;
+        let queue_timeout = self.config.lock().expect("admission lock").queue_timeout;
+        let queue_deadline = started + queue_timeout;
         let acquire = self.slots.clone().acquire_owned();
         match tokio::time::timeout_at(queue_deadline.min(deadline), acquire).await {
             // A slot that frees just as the route's time runs out is no use:
@@ -103,9 +136,7 @@ impl Admission {
             Err(_) if deadline <= queue_deadline => {
                 Err(GatewayError::QueuedPastRouteTimeout { upstream: self.upstream.clone(), after: route_timeout })
             }
-            Err(_) => {
-                Err(GatewayError::QueueTimeout { upstream: self.upstream.clone(), after: self.config.queue_timeout })
-            }
+            Err(_) => Err(GatewayError::QueueTimeout { upstream: self.upstream.clone(), after: queue_timeout }),
         }
     }
 }

@@ -39,7 +39,7 @@ pub struct TlsTarget {
 impl TlsTarget {
     /// The endpoint's TLS settings, if it is an `https://` one.
     pub fn new(endpoint: &EndpointConfig, config: &UpstreamConfig) -> Option<TlsTarget> {
-        let client = config.tls.clone()?;
+        let client = config.tls.as_ref()?.config.clone();
         let name = endpoint.tls_name.clone()?;
         Some(TlsTarget { connector: TlsConnector::from(client), name })
     }

@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use super::connect::TlsTarget;
 use super::pool::Pool;
-use crate::config::{Balance, EndpointConfig, OutlierConfig, UpstreamConfig};
+use crate::config::{Balance, EndpointConfig, HealthConfig, OutlierConfig, Protocol, UpstreamConfig, UpstreamTls};
 use crate::metrics::{ENDPOINT_EJECTED, ENDPOINT_EJECTIONS, ENDPOINT_HEALTHY, UPSTREAM_CONNECTIONS_OPENED};
 
 /// Milliseconds since the first call, plus one: 0 means "never".
@@ -36,16 +36,22 @@ pub struct Endpoint {
     /// For an `https://` endpoint (health checks use it too).
     pub tls: Option<TlsTarget>,
     upstream: String,
+    outlier: Option<OutlierConfig>,
+    /// What a reload that changes the endpoint's settings hands on to the
+    /// endpoint that replaces it (see [`Endpoint::new`]).
+    state: Arc<State>,
+    /// The upstream's settings this endpoint was built with.
+    settings: Settings,
+}
+
+/// An endpoint's counts, health and ejection: carried across a reload, so
+/// a changed setting neither forgets an ejection nor lets more requests in
+/// than are in flight.
+struct State {
     in_flight: AtomicUsize,
     /// Passes its health checks (always, without them).
     healthy: AtomicBool,
     healthy_gauge: Gauge,
-    outlier: Option<Outlier>,
-}
-
-/// Passive ejection state.
-struct Outlier {
-    config: OutlierConfig,
     failures: AtomicU32,
     /// Ejected until then (in [`now_ms`]); 0 when not ejected.
     ejected_until: AtomicU64,
@@ -54,6 +60,36 @@ struct Outlier {
     ejections: Counter,
     /// `gateway_upstream_endpoint_ejected`.
     ejected: Gauge,
+}
+
+/// The upstream's settings an endpoint is built from: a reload that leaves
+/// them (and the endpoint's own) as they were keeps the endpoint whole, its
+/// pool and health checks included.
+#[derive(Debug, Clone, PartialEq)]
+struct Settings {
+    connect_timeout: Duration,
+    pool_idle_timeout: Duration,
+    pool_max_idle_per_host: usize,
+    health: Option<HealthConfig>,
+    outlier: Option<OutlierConfig>,
+    tls: Option<UpstreamTls>,
+    protocol: Protocol,
+    max_connections: usize,
+}
+
+impl Settings {
+    fn of(u: &UpstreamConfig) -> Settings {
+        Settings {
+            connect_timeout: u.connect_timeout,
+            pool_idle_timeout: u.pool_idle_timeout,
+            pool_max_idle_per_host: u.pool_max_idle_per_host,
+            health: u.health.clone(),
+            outlier: u.outlier,
+            tls: u.tls.clone(),
+            protocol: u.protocol,
+            max_connections: u.max_connections,
+        }
+    }
 }
 
 /// Whether an endpoint may take a request now.
@@ -69,19 +105,28 @@ pub enum Availability {
 }
 
 impl Endpoint {
-    pub fn new(config: EndpointConfig, upstream: &UpstreamConfig) -> Endpoint {
+    /// Builds the endpoint. `before` is the endpoint of the same URL that
+    /// a reload replaces: its counts, health and ejection go on here.
+    pub fn new(config: EndpointConfig, upstream: &UpstreamConfig, before: Option<&Endpoint>) -> Endpoint {
         let labels = [("upstream", upstream.name.clone()), ("endpoint", config.url.clone())];
         let pool = Pool::new(&config, upstream, counter!(UPSTREAM_CONNECTIONS_OPENED, &labels));
-        let healthy_gauge = gauge!(ENDPOINT_HEALTHY, &labels);
-        healthy_gauge.set(1.0);
-        let outlier = upstream.outlier.map(|config| Outlier {
-            config,
-            failures: AtomicU32::new(0),
-            ejected_until: AtomicU64::new(0),
-            trial: AtomicBool::new(false),
-            ejections: counter!(ENDPOINT_EJECTIONS, &labels),
-            ejected: gauge!(ENDPOINT_EJECTED, &labels),
-        });
+        let state = match before {
+            Some(b) => b.state.clone(),
+            None => {
+                let healthy_gauge = gauge!(ENDPOINT_HEALTHY, &labels);
+                healthy_gauge.set(1.0);
+                Arc::new(State {
+                    in_flight: AtomicUsize::new(0),
+                    healthy: AtomicBool::new(true),
+                    healthy_gauge,
+                    failures: AtomicU32::new(0),
+                    ejected_until: AtomicU64::new(0),
+                    trial: AtomicBool::new(false),
+                    ejections: counter!(ENDPOINT_EJECTIONS, &labels),
+                    ejected: gauge!(ENDPOINT_EJECTED, &labels),
+                })
+            }
+        };
         let host = HeaderValue::from_str(config.authority.as_str()).expect("an authority is a valid header");
         Endpoint {
             tls: TlsTarget::new(&config, upstream),
@@ -89,18 +134,23 @@ impl Endpoint {
             pool,
             host,
             upstream: upstream.name.clone(),
-            in_flight: AtomicUsize::new(0),
-            healthy: AtomicBool::new(true),
-            healthy_gauge,
-            outlier,
+            outlier: upstream.outlier,
+            state,
+            settings: Settings::of(upstream),
         }
     }
 
+    /// Whether a reload to `config` (an endpoint of `upstream`) may keep
+    /// this endpoint as it is, pool and health checks included.
+    pub fn unchanged(&self, config: &EndpointConfig, upstream: &UpstreamConfig) -> bool {
+        self.config == *config && self.settings == Settings::of(upstream)
+    }
+
     pub fn availability(&self) -> Availability {
-        if !self.healthy.load(Relaxed) {
+        if !self.state.healthy.load(Relaxed) {
             return Availability::Closed;
         }
-        let Some(o) = &self.outlier else { return Availability::Open };
+        let (Some(_), o) = (&self.outlier, &self.state) else { return Availability::Open };
         match o.ejected_until.load(Relaxed) {
             0 => Availability::Open,
             until if now_ms() < until || o.trial.load(Relaxed) => Availability::Closed,
@@ -109,24 +159,25 @@ impl Endpoint {
     }
 
     pub fn in_flight(&self) -> usize {
-        self.in_flight.load(Relaxed)
+        self.state.in_flight.load(Relaxed)
     }
 
     pub fn is_healthy(&self) -> bool {
-        self.healthy.load(Relaxed)
+        self.state.healthy.load(Relaxed)
     }
 
     /// How long until an ejection ends, if the endpoint is ejected.
     pub fn ejected_for(&self) -> Option<Duration> {
-        let until = self.outlier.as_ref()?.ejected_until.load(Relaxed);
+        self.outlier.as_ref()?;
+        let until = self.state.ejected_until.load(Relaxed);
         (until != 0).then(|| Duration::from_millis(until.saturating_sub(now_ms())))
     }
 
     /// Records a health check result (see `health`); logs a change, with
     /// why the last check failed.
     pub fn set_healthy(&self, healthy: bool, failure: &str) {
-        if self.healthy.swap(healthy, Relaxed) != healthy {
-            self.healthy_gauge.set(if healthy { 1.0 } else { 0.0 });
+        if self.state.healthy.swap(healthy, Relaxed) != healthy {
+            self.state.healthy_gauge.set(if healthy { 1.0 } else { 0.0 });
             if healthy {
                 tracing::info!(upstream = %self.upstream, endpoint = %self.config.url, "endpoint healthy again");
             } else {
@@ -139,17 +190,18 @@ impl Endpoint {
     /// trial; `None` if another request claimed it first.
     pub fn begin(self: &Arc<Self>, trial: bool) -> Option<Attempt> {
         if trial {
-            let o = self.outlier.as_ref()?;
-            o.trial.compare_exchange(false, true, Relaxed, Relaxed).ok()?;
+            self.outlier.as_ref()?;
+            self.state.trial.compare_exchange(false, true, Relaxed, Relaxed).ok()?;
         }
-        self.in_flight.fetch_add(1, Relaxed);
+        self.state.in_flight.fetch_add(1, Relaxed);
         Some(Attempt { endpoint: self.clone(), trial, decided: false })
     }
 
     /// Ejects the endpoint, if its ejection state is still `current` (two
     /// failures at once eject, and count, once).
-    fn eject(&self, o: &Outlier, current: u64) {
-        let until = now_ms() + o.config.ejection_time.as_millis() as u64;
+    fn eject(&self, config: &OutlierConfig, current: u64) {
+        let o = &self.state;
+        let until = now_ms() + config.ejection_time.as_millis() as u64;
         if o.ejected_until.compare_exchange(current, until, Relaxed, Relaxed).is_err() {
             return;
         }
@@ -159,7 +211,7 @@ impl Endpoint {
         tracing::warn!(
             upstream = %self.upstream,
             endpoint = %self.config.url,
-            for_ = %humantime::format_duration(o.config.ejection_time),
+            for_ = %humantime::format_duration(config.ejection_time),
             "endpoint ejected after consecutive failures"
         );
     }
@@ -181,7 +233,10 @@ impl Attempt {
     /// The exchange succeeded: a trial brings the endpoint back.
     pub fn success(&mut self) {
         self.decided = true;
-        let Some(o) = &self.endpoint.outlier else { return };
+        if self.endpoint.outlier.is_none() {
+            return;
+        }
+        let o = &self.endpoint.state;
         if o.failures.load(Relaxed) != 0 {
             o.failures.store(0, Relaxed);
         }
@@ -196,28 +251,26 @@ impl Attempt {
     /// The exchange failed (connect, reset, protocol, timeout, 502/503/504).
     pub fn failure(&mut self) {
         self.decided = true;
-        let Some(o) = &self.endpoint.outlier else { return };
+        let Some(config) = &self.endpoint.outlier else { return };
+        let o = &self.endpoint.state;
         if self.trial {
             // Ejected again before the trial is released, so no request in
             // between can take a second trial.
-            self.endpoint.eject(o, o.ejected_until.load(Relaxed));
+            self.endpoint.eject(config, o.ejected_until.load(Relaxed));
             o.trial.store(false, Relaxed);
-        } else if o.failures.fetch_add(1, Relaxed) + 1 >= o.config.consecutive_failures {
-            self.endpoint.eject(o, 0);
+        } else if o.failures.fetch_add(1, Relaxed) + 1 >= config.consecutive_failures {
+            self.endpoint.eject(config, 0);
         }
     }
 }
 
 impl Drop for Attempt {
     fn drop(&mut self) {
-        self.endpoint.in_flight.fetch_sub(1, Relaxed);
+        self.endpoint.state.in_flight.fetch_sub(1, Relaxed);
         // Abandoned without an outcome (the client went away): no verdict,
         // and the trial is free for the next request.
-        if self.trial
-            && !self.decided
-            && let Some(o) = &self.endpoint.outlier
-        {
-            o.trial.store(false, Relaxed);
+        if self.trial && !self.decided && self.endpoint.outlier.is_some() {
+            self.endpoint.state.trial.store(false, Relaxed);
         }
     }
 }

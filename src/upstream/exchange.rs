@@ -19,6 +19,10 @@ use crate::body::{BodyIdle, BodyTooLarge, ClientBodyFailed};
 use crate::config::Address;
 use crate::error::{GatewayError, find_source};
 
+/// What an exchange comes to: the response head (with its HTTP/1.1
+/// connection, held until the body is done), or how it failed.
+pub type Exchanged = Result<(Response<Incoming>, Option<Conn>), Failure>;
+
 /// How an exchange failed.
 pub enum Failure {
     /// No connection could be made; the request, never sent, comes back.
@@ -117,14 +121,19 @@ pub struct Plan {
     pub send_timeout: Duration,
     /// The body may pass 64 KiB (see `Conn::prepare`).
     pub large_body: bool,
+    /// The request has not been resent after a stale pooled connection yet
+    /// (that happens once a request at most).
+    pub may_resend: bool,
 }
 
 /// Sends `req` on an idle pooled connection of `pool`, or a new one. A
 /// request that was not written because its connection had closed goes to
-/// the next one. A retryable request that failed after being written on a
-/// pooled connection (the upstream closed it just as the request went out,
-/// or left stray bytes on it) is sent once more, on a new connection, so the
-/// resend can never land on another stale one.
+/// the next one (the upstream never saw it). A retryable request that
+/// failed after being written on a pooled connection, before any response
+/// byte (the upstream closed it just as the request went out, or left stray
+/// bytes on it), is sent once more, on a new connection so the resend can
+/// never land on another stale one, when `resend` allows: once a request,
+/// and within the retry budget, since the upstream may have seen it.
 ///
 /// An `async move` block, not an `async fn`: an `async fn` moves the
 /// request into a local of its own, and the future keeps room for both
@@ -135,23 +144,23 @@ pub fn exchange<'a>(
     mut req: Request<SendBody>,
     plan: Plan,
     resends: &'a Counter,
+    resend: &'a (dyn Fn() -> bool + Sync),
     timing: Option<&'a UpstreamTiming>,
-) -> impl Future<Output = Result<(Response<Incoming>, Option<Conn>), Failure>> + 'a {
+) -> impl Future<Output = Exchanged> + 'a {
     async move {
         if pool.speaks_h2() {
             // Boxed: its state would otherwise grow every HTTP/1.1 exchange's
-            // future (measured: ~140 instructions a request, in copies).
+            // future, and the copies of it (see benches/README.md, Decisions).
             return Box::pin(exchange_h2(pool, req, plan, resends, timing)).await;
         }
         while let Some(mut conn) = pool.take_idle() {
             conn.prepare(plan.send_timeout, plan.large_body);
-            let copy = plan.retryable.then(|| HeadCopy::of(&req));
+            let copy = (plan.retryable && plan.may_resend).then(|| HeadCopy::of(&req));
             match conn.sender.try_send_request(req).await {
                 Ok(response) => return Ok((response, Some(conn))),
                 Err(mut e) => match (e.take_message(), copy.and_then(HeadCopy::into_request)) {
                     (Some(unsent), _) => req = unsent,
-                    (None, Some(copy)) if is_stale_connection(e.error()) => {
-                        resends.increment(1);
+                    (None, Some(copy)) if is_stale_connection(e.error()) && resend() => {
                         tracing::debug!(error = %e.error(), "resending on a new connection");
                         req = copy;
                         break;
@@ -161,8 +170,8 @@ pub fn exchange<'a>(
             }
         }
         // Boxed: connecting (TCP, maybe TLS) is a rare state, and unboxed it
-        // made every exchange's future 700 bytes larger, for each request in
-        // flight.
+        // makes every exchange's future larger, for each request in flight
+        // (see benches/README.md, Decisions).
         let conn = match Box::pin(open(pool, timing)).await {
             Ok(Connected::Http1(conn)) => conn,
             // An `auto` upstream that chose HTTP/2 by ALPN.

@@ -2,14 +2,19 @@
 //! them.
 //!
 //! - [`Upstream::forward`] is the proxy's data path: the request's header
-//!   rules (`proxy`), admission (`admission`: `max_requests` and its
-//!   queue), the choice of an endpoint (`endpoint`: balance, health,
-//!   ejection), the exchange on that endpoint's pool (`exchange`, `pool`),
-//!   retries within the retry budget, and the response's header rules.
-//! - `health` runs the active checks; `endpoint` keeps each endpoint's
-//!   state and picks one.
+//!   rules (`proxy`), its body read ahead (`crate::body`), admission
+//!   (`admission`: `max_requests` and its queue), the choice of an endpoint
+//!   (`endpoint`: balance, health, ejection), one attempt after another
+//!   (`attempt`) with the exchange on that endpoint's pool (`exchange`,
+//!   `pool`) and the retry decision (`retry`, within the retry budget), and
+//!   the response's header rules, its body streaming back (`body`).
+//! - `pool` keeps idle connections; `connect` opens them (TCP, TLS, Unix)
+//!   and `io` is their socket as hyper sees it.
+//! - `health` runs the active checks; `tunnel` carries an upgraded
+//!   connection after a 101.
 
 pub mod admission;
+mod attempt;
 pub mod body;
 pub mod connect;
 pub mod endpoint;
@@ -21,31 +26,32 @@ pub mod proxy;
 pub mod retry;
 pub mod tunnel;
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
-use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use http::header::{self, HeaderValue};
+use http::header;
 use http::{Request, Response, StatusCode};
+use http_body_util::Either;
 use hyper::body::Incoming;
+use hyper::upgrade::OnUpgrade;
 use metrics::{Counter, Gauge, counter, gauge};
 use tokio::time::Instant;
 use tower::retry::budget::{Budget, TpsBudget};
 
-use crate::body::{Body, ClientFault};
-use crate::config::{Balance, HostMode, ProxyTarget, RetryOn, UpstreamConfig};
+use crate::body::{Body, ReadAhead};
+use crate::config::{Balance, ProxyTarget, UpstreamConfig};
 use crate::error::GatewayError;
-use crate::headers;
 use crate::headers::X_REQUEST_ID;
 use crate::metrics::{UPSTREAM_IN_FLIGHT, UPSTREAM_RETRIES, UPSTREAM_RETRIES_SKIPPED, UpstreamMetrics};
 use crate::request::{Peer, RequestLog};
 use admission::Admission;
+use attempt::{Tried, Tries};
 use body::{InFlight, Lease, UpstreamBody};
 use endpoint::{Attempt, Availability, Candidate, Endpoint};
-use exchange::{Failure, Plan, exchange};
+use exchange::{Plan, exchange};
 use pool::{Conn, SendBody};
 use proxy::Prepared;
-use retry::{HeadCopy, Outcome, should_retry};
 
 /// One configured upstream: its endpoints, admission, retry budget and
 /// metrics.
@@ -53,10 +59,14 @@ pub struct Upstream {
     pub config: UpstreamConfig,
     pub metrics: UpstreamMetrics,
     endpoints: Vec<Arc<Endpoint>>,
-    admission: Option<Admission>,
+    /// Shared with the upstream of the same name that a reload replaces, so
+    /// requests in flight and queued on either count against one limit.
+    admission: Option<Arc<Admission>>,
     /// Only when a route retries through this upstream: depositing costs a
     /// clock read per request.
-    budget: Option<TpsBudget>,
+    budget: Option<Arc<TpsBudget>>,
+    /// The bound on request body bytes read ahead, the gateway's.
+    read_ahead: Arc<ReadAhead>,
     /// Round-robin position.
     next: AtomicUsize,
     /// No endpoint could take the last request (logged once per change).
@@ -66,53 +76,56 @@ pub struct Upstream {
     retries_skipped: Counter,
 }
 
-/// What [`Upstream::forward`] keeps of a request from one attempt to the
-/// next.
-struct Tries {
-    plan: Plan,
-    /// The client's `Host`, for routes that preserve it.
-    client_host: Option<HeaderValue>,
-    /// The protocol an upgrade asked for, when the route tunnels it.
-    asked: Option<HeaderValue>,
-    /// Where the request body notes its own failure.
-    fault: Option<Arc<OnceLock<ClientFault>>>,
-    /// Retries left.
-    left: u32,
-    /// The endpoints tried so far (by index).
-    tried: Vec<usize>,
-}
-
-/// What one attempt came to.
-enum Tried {
-    /// A response head the client gets (a 101 to be switched included).
-    Answered(Response<Incoming>, Option<Conn>, Attempt),
-    /// Try again with this request, on another endpoint where there is one.
-    Again(Request<SendBody>),
-    /// The answer is this error.
-    Failed(GatewayError),
-}
-
 impl Upstream {
     /// Builds the upstream; starts health checks when configured. `retried`
-    /// says whether any route retries through it.
-    pub fn new(config: UpstreamConfig, retried: bool) -> Self {
+    /// says whether any route retries through it. `before` is the upstream
+    /// of the same name that a reload replaces: its admission (requests in
+    /// flight and queued, in their order), retry budget and endpoints'
+    /// health and ejection go on here, and endpoints whose settings did not
+    /// change are kept whole, pools included.
+    pub fn new(config: UpstreamConfig, retried: bool, read_ahead: Arc<ReadAhead>, before: Option<&Upstream>) -> Self {
         let metrics = UpstreamMetrics::new(&config.name);
-        let endpoints: Vec<Arc<Endpoint>> =
-            config.endpoints.iter().map(|e| Arc::new(Endpoint::new(e.clone(), &config))).collect();
+        let mut started = Vec::new();
+        let endpoints: Vec<Arc<Endpoint>> = config
+            .endpoints
+            .iter()
+            .map(|e| {
+                let old = before.and_then(|b| b.endpoints.iter().find(|o| o.config.url == e.url));
+                match old {
+                    Some(old) if old.unchanged(e, &config) => old.clone(),
+                    old => {
+                        let endpoint = Arc::new(Endpoint::new(e.clone(), &config, old.map(|o| &**o)));
+                        started.push(endpoint.clone());
+                        endpoint
+                    }
+                }
+            })
+            .collect();
         if let Some(health) = &config.health {
-            endpoints.iter().for_each(|e| health::spawn(e, health.clone()));
+            started.iter().for_each(|e| health::spawn(e, health.clone()));
         }
         let name = config.name.clone();
-        let budget = retried.then(|| {
-            let b = config.retry_budget;
-            TpsBudget::new(Duration::from_secs(10), b.min_per_second, b.ratio)
+        let budget = retried.then(|| match before.and_then(|b| b.budget.clone()) {
+            Some(kept) => kept,
+            None => {
+                let b = config.retry_budget;
+                Arc::new(TpsBudget::new(Duration::from_secs(10), b.min_per_second, b.ratio))
+            }
+        });
+        let admission = config.admission.map(|a| match before.and_then(|b| b.admission.clone()) {
+            Some(kept) => {
+                kept.reconfigure(a);
+                kept
+            }
+            None => Arc::new(Admission::new(a, &name)),
         });
         Upstream {
-            admission: config.admission.map(|a| Admission::new(a, &name)),
+            admission,
             budget,
+            read_ahead,
             endpoints,
             next: AtomicUsize::new(0),
-            down: AtomicBool::new(false),
+            down: AtomicBool::new(before.is_some_and(|b| b.down.load(Relaxed))),
             in_flight: gauge!(UPSTREAM_IN_FLIGHT, "upstream" => name.clone()),
             retries: counter!(UPSTREAM_RETRIES, "upstream" => name.clone()),
             retries_skipped: counter!(UPSTREAM_RETRIES_SKIPPED, "upstream" => name),
@@ -122,9 +135,10 @@ impl Upstream {
     }
 
     /// Whether it was built from `config` with a retry budget as
-    /// `retried` asks: a reload keeps it (pools, health, ejections) then.
+    /// `retried` asks: a reload keeps it whole (pools, health, ejections)
+    /// then.
     pub fn same_settings(&self, config: &UpstreamConfig, retried: bool) -> bool {
-        self.budget.is_some() == retried && format!("{:?}", self.config) == format!("{config:?}")
+        self.budget.is_some() == retried && self.config == *config
     }
 
     /// False while the upstream has health checks and no endpoint passes
@@ -138,12 +152,17 @@ impl Upstream {
     /// streaming. `deadline` is the request's arrival plus the route's
     /// timeout; time spent queueing and retrying counts toward it.
     ///
-    /// Prepares the request, takes a `max_requests` slot, then makes one
-    /// [`Upstream::attempt`] after another on the endpoints [`Upstream::choose`]
-    /// picks, for as long as [`retry::should_retry`] and the budget allow.
+    /// The request is prepared ([`Upstream::prepare`]), its body's first
+    /// bytes read ahead, a `max_requests` slot taken; then one attempt after
+    /// another on the endpoints [`Upstream::choose`] picks: the endpoint's
+    /// `Host` ([`Upstream::address`]), the exchange within the deadline, and
+    /// what came of it ([`Upstream::outcome`]), for as long as
+    /// [`retry::should_retry`] and the budget allow.
     ///
     /// An `async move` block, not an `async fn`, so that the request is not
     /// copied again on the first poll (see [`crate::server::App::handle`]).
+    /// The attempt's steps around the exchange are plain functions, so the
+    /// exchange's future is this one's, not one nested in another.
     #[allow(clippy::too_many_arguments, clippy::manual_async_fn)]
     pub fn forward<'a>(
         &'a self,
@@ -156,22 +175,19 @@ impl Upstream {
         deadline: Instant,
     ) -> impl Future<Output = Result<Response<Body>, GatewayError>> + 'a {
         async move {
-            let counted = cx.timing.as_ref().map(|t| t.bytes_in.clone());
-            let Prepared { parts, body, plan, client_host, upgrade, fault } =
-                proxy::prepare_request(req, target, prefix, max_body, peer, counted)?;
-            // Made at once, and the parts never borrowed: rustc keeps room in
-            // the future, for every request in flight, for any local that was
-            // borrowed before an `.await`, even once it is moved out.
-            let mut req = Request::from_parts(parts, body);
-            if let Some(id) = cx.id {
-                req.headers_mut().insert(X_REQUEST_ID, id.header_value());
-            }
-            // What the upgrade asked for, to hold the 101 to it.
-            let asked = upgrade.as_ref().and_then(|_| req.headers().get(header::UPGRADE).cloned());
-            if let Some(trace) = &cx.trace
-                && cx.propagate_trace
+            let (mut req, mut tries, mut upgrade) = self.prepare(req, target, prefix, max_body, peer, cx)?;
+            // The body's first bytes (all of a small one) before a slot: a
+            // client that trickles its body holds none meanwhile.
+            if let Either::Left(body) = req.body_mut()
+                && target.request_buffer > 0
             {
-                trace.propagate(req.headers_mut());
+                // Boxed: only requests with a body wait here.
+                let ahead = body.read_ahead(target.request_buffer, &self.read_ahead);
+                match Box::pin(tokio::time::timeout_at(deadline, ahead)).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(fault)) => return Err(fault.to_error()),
+                    Err(_) => return Err(GatewayError::BodyNotInTime { after: target.timeout }),
+                }
             }
             let slot = match &self.admission {
                 Some(admission) => Some(admission.admit(deadline, target.timeout).await?),
@@ -182,19 +198,39 @@ impl Upstream {
                 budget.deposit();
             }
             let in_flight = InFlight::new(&self.in_flight);
-            let mut tries = Tries { plan, client_host, asked, fault, left: target.retries, tried: Vec::new() };
-            let mut upgrade = upgrade;
+            let timing = cx.timing.as_deref();
             loop {
                 let (index, attempt) = self.choose(&tries.tried)?;
-                let (response, conn, attempt) = match self.attempt(req, attempt, &mut tries, target, cx, deadline).await
-                {
-                    Tried::Answered(response, conn, attempt) => (response, conn, attempt),
-                    Tried::Again(again) => {
+                let endpoint = attempt.endpoint().clone();
+                let copy = self.address(&mut req, &mut tries, &endpoint, target);
+                let started = Instant::now();
+                let plan = Plan { may_resend: !tries.resent.load(Relaxed), ..tries.plan };
+                // A resend after a stale pooled connection: once a request,
+                // and a retry like any other for the budget.
+                let resend = || !tries.resent.swap(true, Relaxed) && self.within_budget();
+                let exchanged = exchange(&endpoint.pool, req, plan, &self.retries, &resend, timing);
+                // The response stays here while it is judged: moved through the
+                // judging functions it would be copied at each.
+                let mut attempt = attempt;
+                let tried = match tokio::time::timeout_at(deadline, exchanged).await {
+                    Ok(Ok((response, conn))) => match self.judge(&response, &mut attempt, copy, &tries, target) {
+                        None => {
+                            self.answered(&response, &attempt, timing, started);
+                            Ok((response, conn, attempt))
+                        }
+                        Some(tried) => Err(tried),
+                    },
+                    Ok(Err(failure)) => Err(self.failed(failure, attempt, copy, &tries, target.retry_on)),
+                    Err(_) => Err(self.timed_out(attempt, &tries, target)),
+                };
+                let (response, conn, attempt) = match tried {
+                    Ok(answered) => answered,
+                    Err(Tried::Again(again)) => {
                         (req, tries.left) = (again, tries.left - 1);
                         tries.tried.push(index);
                         continue;
                     }
-                    Tried::Failed(e) => return Err(e),
+                    Err(Tried::Failed(e)) => return Err(e),
                 };
                 if response.status() == StatusCode::SWITCHING_PROTOCOLS
                     && let (Some(client), Some(idle)) = (upgrade.take(), target.upgrade)
@@ -210,125 +246,46 @@ impl Upstream {
         }
     }
 
-    /// One attempt on one endpoint, within the route's deadline: the
-    /// endpoint's `Host`, the exchange, the endpoint's verdict (success or
-    /// failure, for ejection), and whether the request goes again.
-    #[allow(clippy::manual_async_fn)] // See `forward`: not an `async fn` on purpose.
-    fn attempt<'a>(
-        &'a self,
-        mut req: Request<SendBody>,
-        mut attempt: Attempt,
-        tries: &'a mut Tries,
-        target: &'a ProxyTarget,
-        cx: &'a RequestLog<'_>,
-        deadline: Instant,
-    ) -> impl Future<Output = Tried> + 'a {
-        async move {
-            let endpoint = attempt.endpoint().clone();
-            let (retry_on, may_retry) = (target.retry_on, tries.left > 0);
-            // On the last attempt the client's Host is moved, not cloned:
-            // its value is a slice of the client connection's read buffer,
-            // which it would keep alive until the response (see `HeadCopy`).
-            let preserved = if may_retry { tries.client_host.clone() } else { tries.client_host.take() };
-            let host = match (target.host, preserved) {
-                // An empty Host (allowed when the target has no authority)
-                // gets the upstream's own.
-                (HostMode::Preserve, Some(h)) if !h.is_empty() => h,
-                _ => endpoint.host.clone(),
-            };
-            req.headers_mut().insert(header::HOST, host);
-            let copy = (may_retry && tries.plan.retryable && (retry_on.reset || retry_on.unavailable))
-                .then(|| HeadCopy::of(&req));
-            let started = Instant::now();
-            let timing = cx.timing.as_deref();
-            let exchanged = exchange(&endpoint.pool, req, tries.plan, &self.retries, timing);
-            let (response, conn) = match tokio::time::timeout_at(deadline, exchanged).await {
-                Err(_) => {
-                    attempt.failure();
-                    let after = target.timeout;
-                    return Tried::Failed(GatewayError::UpstreamTimeout { upstream: self.config.name.clone(), after });
-                }
-                Ok(Ok(answered)) => answered,
-                Ok(Err(failure)) => return self.failed(failure, attempt, copy, tries, retry_on, &endpoint),
-            };
-            let status = response.status().as_u16();
-            if let Err(e) = proxy::check_status(status, &self.config.name, tries.asked.is_some()) {
-                attempt.failure();
-                return Tried::Failed(e);
-            }
-            self.metrics.record(status, started.elapsed());
-            if let Some(admission) = &self.admission {
-                admission.observed(started.elapsed());
-            }
-            if let Some(t) = timing {
-                t.set_header(started.elapsed(), &endpoint.config.url);
-            }
-            if matches!(status, 502..=504) {
-                attempt.failure()
-            } else {
-                attempt.success()
-            }
-            if should_retry(Outcome::Status(status), retry_on, tries.left, copy.is_some())
-                && let Some(again) = copy.and_then(HeadCopy::into_request)
-                && self.within_budget()
-            {
-                return Tried::Again(again);
-            }
-            if status == 101
-                && let Some(asked) = &tries.asked
-            {
-                let answered = response.headers().get(header::UPGRADE);
-                if !headers::upgrade_accepted(asked, answered) {
-                    attempt.failure();
-                    let switched = answered.map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
-                    return Tried::Failed(GatewayError::UpstreamProtocol {
-                        upstream: self.config.name.clone(),
-                        detail: format!("101 switched to {switched:?}, not to what was asked ({asked:?})"),
-                    });
-                }
-            }
-            Tried::Answered(response, conn, attempt)
-        }
-    }
-
-    /// An exchange that failed before a response head: the client's own
-    /// body's failure (its answer, no verdict on the endpoint), or the
-    /// endpoint's, retried when the route and the budget allow.
-    fn failed(
+    /// The request as the upstream gets it (see [`proxy::prepare_request`]),
+    /// with its request ID and trace context, what the attempts keep of it,
+    /// and the client's side of an upgrade the route tunnels.
+    #[allow(clippy::type_complexity)]
+    fn prepare(
         &self,
-        failure: Failure,
-        mut attempt: Attempt,
-        copy: Option<HeadCopy>,
-        tries: &Tries,
-        retry_on: RetryOn,
-        endpoint: &Endpoint,
-    ) -> Tried {
-        // Over HTTP/2 the upstream error is only a stream reset, so the
-        // body's own note is what tells.
-        if let Some(fault) = tries.fault.as_ref().and_then(|f| f.get()) {
-            return Tried::Failed(fault.to_error());
+        req: Request<Incoming>,
+        target: &ProxyTarget,
+        prefix: &str,
+        max_body: u64,
+        peer: &Peer,
+        cx: &RequestLog<'_>,
+    ) -> Result<(Request<SendBody>, Tries, Option<OnUpgrade>), GatewayError> {
+        let counted = cx.timing.as_ref().map(|t| t.bytes_in.clone());
+        let Prepared { parts, body, plan, client_host, upgrade, body_state } =
+            proxy::prepare_request(req, target, prefix, max_body, peer, counted)?;
+        // Made at once, and the parts never borrowed: rustc keeps room in
+        // the future, for every request in flight, for any local that was
+        // borrowed before an `.await`, even once it is moved out.
+        let mut req = Request::from_parts(parts, body);
+        if let Some(id) = cx.id {
+            req.headers_mut().insert(X_REQUEST_ID, id.header_value());
         }
-        // A failure of the client's own body (too large, stalled, cut)
-        // says nothing about the endpoint: no verdict, or any client could
-        // get an upstream ejected.
-        if !failure.is_clients() {
-            attempt.failure();
+        // What the upgrade asked for, to hold the 101 to it.
+        let asked = upgrade.as_ref().and_then(|_| req.headers().get(header::UPGRADE).cloned());
+        if let Some(trace) = &cx.trace
+            && cx.propagate_trace
+        {
+            trace.propagate(req.headers_mut());
         }
-        let outcome = match &failure {
-            Failure::Connect(..) => Outcome::Connect,
-            Failure::Send(_) if failure.is_reset() => Outcome::Reset,
-            Failure::Send(_) => Outcome::Other,
+        let tries = Tries {
+            plan,
+            client_host,
+            asked,
+            body_state,
+            left: target.retries,
+            tried: Vec::new(),
+            resent: AtomicBool::new(false),
         };
-        if should_retry(outcome, retry_on, tries.left, copy.is_some()) && self.within_budget() {
-            match (failure, copy.and_then(HeadCopy::into_request)) {
-                (Failure::Connect(_, unsent), _) => return Tried::Again(*unsent),
-                (_, Some(again)) => return Tried::Again(again),
-                (failure @ Failure::Send(_), None) => {
-                    return Tried::Failed(failure.classify(&self.config.name, &endpoint.config.address));
-                }
-            }
-        }
-        Tried::Failed(failure.classify(&self.config.name, &endpoint.config.address))
+        Ok((req, tries, upgrade))
     }
 
     /// The upstream's response, with the header rules applied and its body

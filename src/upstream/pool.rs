@@ -2,15 +2,14 @@
 //! Unix socket.
 //!
 //! Hand-written on hyper's connection-level client rather than taken from
-//! hyper-util's legacy `Client`: profiled with callgrind on the proxy path,
-//! the legacy client's pool (checkout, return, hashing its pool key, its
-//! connect race and the large futures those move) cost about 8,500
-//! instructions per proxied request, a fifth of the gateway's whole
-//! per-request cost. A sidecar needs much less: a last-in-first-out stack of
-//! idle connections per upstream, a cap on how many are kept, an idle timeout
-//! that a reaper task enforces (so idle connections really close), and a count
-//! of connections opened. Keep the idle timeout below the upstream's own
-//! keep-alive timeout.
+//! hyper-util's legacy `Client`: on the proxy path, the legacy client's pool
+//! (checkout, return, hashing its pool key, its connect race and the large
+//! futures those move) is a large share of the gateway's per-request cost
+//! (see benches/README.md, Decisions). A sidecar needs much less: a
+//! last-in-first-out stack of idle connections per upstream, a cap on how
+//! many are kept, an idle timeout that a reaper task enforces (so idle
+//! connections really close), and a count of connections opened. Keep the
+//! idle timeout below the upstream's own keep-alive timeout.
 //!
 //! A connection is opened by `connect` and runs over `io`'s [`UpstreamIo`]
 //! (send timeout, reset when dropped mid-exchange).
@@ -37,8 +36,9 @@ use crate::config::{Address, EndpointConfig, Protocol, UpstreamConfig};
 ///
 /// The client's body is boxed: hyper's HTTP/1 client queues requests in a
 /// channel whose blocks hold 32 of them, one block (at least) for each
-/// upstream connection, and unboxed the body made each block 11.3 KB
-/// instead of 8.4 KB. Bodiless requests (most) allocate nothing for it.
+/// upstream connection, and unboxed the body makes every block larger (see
+/// benches/README.md, Decisions). Bodiless requests (most) allocate nothing
+/// for it.
 pub type SendBody = Either<Box<RequestBody>, Empty<Bytes>>;
 
 /// The idle connections of one upstream.
@@ -227,10 +227,9 @@ impl Pool {
     }
 
     /// Opens a new connection. Every connection can switch protocols after
-    /// a 101 (`with_upgrades`): measured, an upgradeable connection costs
-    /// no more per request than a plain one, while keeping upgrade requests
-    /// off pooled connections cost ~130 instructions on every request
-    /// (`benches/callgrind /b`).
+    /// a 101 (`with_upgrades`): an upgradeable connection costs no more per
+    /// request than a plain one, while keeping upgrade requests off pooled
+    /// connections costs every request (see benches/README.md, Decisions).
     pub async fn connect(&self) -> Result<Connected, ConnectError> {
         self.start_reaper();
         let inner = &self.inner;

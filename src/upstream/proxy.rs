@@ -2,8 +2,8 @@
 //! upstream receives (rewrite, hop-by-hop headers, forwarding headers,
 //! framing), and how the upstream's response head becomes the client's.
 
+use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, OnceLock};
 
 use http::header::{self, HeaderValue};
 use http::uri::PathAndQuery;
@@ -14,7 +14,7 @@ use hyper::upgrade::OnUpgrade;
 
 use super::exchange::{Plan, is_idempotent};
 use super::pool::SendBody;
-use crate::body::{ClientFault, RequestBody};
+use crate::body::{BodyState, RequestBody};
 use crate::config::ProxyTarget;
 use crate::error::GatewayError;
 use crate::headers;
@@ -32,8 +32,8 @@ pub struct Prepared {
     /// The client's side of the connection, once switched, when the request
     /// asks for an upgrade the route tunnels.
     pub upgrade: Option<OnUpgrade>,
-    /// Where the request body notes its own failure (when there is a body).
-    pub fault: Option<Arc<OnceLock<ClientFault>>>,
+    /// What the request body tells of itself (when there is a body).
+    pub body_state: Option<Arc<BodyState>>,
 }
 
 /// Applies the route's rewrite and the header rules to a client request.
@@ -87,6 +87,9 @@ pub fn prepare_request(
     }
     let (forwarded_for, host) = (&peer.forwarded_for, client_host.as_ref());
     headers::add_forwarding(&mut parts.headers, forwarded_for, host, parts.version, peer.trusted, peer.tls);
+    if target.drop_underscore_headers {
+        headers::remove_other_spellings(&mut parts.headers, std::iter::empty(), true);
+    }
     // Origin-form on the wire (RFC 9112 §3.2.1); the connection already
     // names the upstream.
     parts.uri = Uri::from(path_and_query);
@@ -102,16 +105,16 @@ pub fn prepare_request(
     }
     let large_body =
         has_body && http_body::Body::size_hint(&body).upper().is_none_or(|n| n > u64::from(crate::net::NOTSENT_LOWAT));
-    let (body, fault) = if has_body {
+    let (body, body_state) = if has_body {
         let body = RequestBody::new(body, max_body, target.body_timeout, from_http2, counted);
-        let fault = body.fault();
-        (Either::Left(Box::new(body)), Some(fault))
+        let state = body.state();
+        (Either::Left(Box::new(body)), Some(state))
     } else {
         (Either::Right(Empty::new()), None)
     };
-    let plan =
-        Plan { retryable: !has_body && is_idempotent(&parts.method), send_timeout: target.body_timeout, large_body };
-    Ok(Prepared { parts, body, plan, client_host, upgrade, fault })
+    let retryable = !has_body && is_idempotent(&parts.method);
+    let plan = Plan { retryable, send_timeout: target.body_timeout, large_body, may_resend: true };
+    Ok(Prepared { parts, body, plan, client_host, upgrade, body_state })
 }
 
 /// Refuses a response status the gateway must not relay. `upgrading`: the

@@ -49,10 +49,9 @@ pub fn should_retry(outcome: Outcome, on: RetryOn, left: u32, resendable: bool) 
 ///
 /// Kept as bytes of its own, not as a clone of the request. A clone's
 /// header values and path are slices of the client connection's read
-/// buffer, and the copy, held until the response arrives, kept that buffer
-/// alive beside the one hyper reads the client's next bytes into: 4.3 KiB
-/// more per request in flight (slow-upstream at 4,000 connections peaked at
-/// 181 MiB instead of 164).
+/// buffer, and the copy, held until the response arrives, would keep that
+/// buffer alive beside the one hyper reads the client's next bytes into,
+/// for every request in flight (see benches/README.md, Decisions).
 ///
 /// One buffer holds it all: the path, then for each header a 9-byte entry
 /// (its name's length and its value's, as native `u32`s, and whether the
@@ -61,9 +60,8 @@ pub fn should_retry(outcome: Outcome, on: RetryOn, left: u32, resendable: bool) 
 /// copy is sent, which is rare. A copy is made for nearly every proxied
 /// request (each one sent on a pooled connection), so it is made for
 /// speed: one allocation, no per-header clone or drop. A list of
-/// `(HeaderName, end)` beside the bytes cost 1,515 instructions a request
-/// to make and drop, this about 1,050 (983 to make, then one free;
-/// `benches/callgrind /b 10000`); cloning the map cost more than either.
+/// `(HeaderName, end)` beside the bytes, or a clone of the map, costs more
+/// to make and drop (see benches/README.md, Decisions).
 pub struct HeadCopy {
     method: Method,
     version: Version,

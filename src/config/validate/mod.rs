@@ -16,8 +16,9 @@ use crate::headers::rules::HeaderRules;
 
 use super::raw::{RawConfig, RawHeaderRules, RawMetrics, RawRoute, RawServer, RawServerTls, RawSize, RawTracing};
 use super::{
-    AccessLogFormat, Config, DEFAULT_BODY_TIMEOUT, DEFAULT_ROUTE_TIMEOUT, DEFAULT_UPGRADE_IDLE_TIMEOUT, HostMode,
-    ListenerTls, MetricsConfig, ProxyTarget, RetryOn, RouteConfig, ServerConfig, Target, TracingConfig,
+    AccessLogFormat, Config, DEFAULT_BODY_TIMEOUT, DEFAULT_REQUEST_BUFFER, DEFAULT_ROUTE_TIMEOUT,
+    DEFAULT_UPGRADE_IDLE_TIMEOUT, HostMode, ListenerTls, MetricsConfig, ProxyTarget, RetryOn, RouteConfig,
+    ServerConfig, Target, TracingConfig,
 };
 
 mod upstream;
@@ -69,6 +70,8 @@ fn server(s: &RawServer, base_dir: &Path) -> Result<ServerConfig, Problem> {
         max_header_size: parse_size("server.max_header_size", &s.max_header_size)?,
         max_uri_length: parse_size("server.max_uri_length", &s.max_uri_length)?,
         max_body: parse_size("server.max_body", &s.max_body)?,
+        request_buffer_total: parse_size("server.request_buffer_total", &s.request_buffer_total)?,
+        drop_underscore_headers: s.drop_underscore_headers,
         merge_slashes: s.merge_slashes,
         reject_encoded_slash: s.reject_encoded_slash,
         trusted_proxies: s
@@ -219,7 +222,10 @@ fn route(
                 .collect::<Result<Vec<_>, _>>()
         })
         .transpose()?;
-    let target = target(&name, &r, &key, upstream_index, base_dir)?;
+    let mut target = target(&name, &r, &key, upstream_index, base_dir)?;
+    if let Target::Proxy(p) = &mut target {
+        p.drop_underscore_headers = server.drop_underscore_headers;
+    }
     let max_body = r.max_body.as_ref().map(|b| parse_size(&key("max_body"), b)).transpose()?.unwrap_or(server.max_body);
     if r.max_concurrent == Some(0) {
         return Err((key("max_concurrent"), "must be at least 1 (leave it out for no limit)".into()));
@@ -272,6 +278,7 @@ fn target(
         ("timeout", r.timeout.is_some()),
         ("host", r.host.is_some()),
         ("body_timeout", r.body_timeout.is_some()),
+        ("request_buffer", r.request_buffer.is_some()),
         ("retries", r.retries.is_some()),
         ("retry_on", r.retry_on.is_some()),
         ("upgrade", r.upgrade.is_some()),
@@ -357,7 +364,23 @@ fn proxy_target(
         return Err((key("upgrade_idle_timeout"), "has no effect with upgrade = false".into()));
     }
     let upgrade = r.upgrade.unwrap_or(true).then_some(upgrade_idle);
-    Ok(ProxyTarget { upstream, rewrite, timeout, body_timeout, host, retries, retry_on, upgrade })
+    let request_buffer = match &r.request_buffer {
+        Some(size) => usize::try_from(parse_size(&key("request_buffer"), size)?)
+            .map_err(|_| (key("request_buffer"), "too large".to_owned()))?,
+        None => DEFAULT_REQUEST_BUFFER,
+    };
+    Ok(ProxyTarget {
+        upstream,
+        rewrite,
+        timeout,
+        body_timeout,
+        request_buffer,
+        host,
+        retries,
+        retry_on,
+        upgrade,
+        drop_underscore_headers: false,
+    })
 }
 
 /// The longest duration any key takes: deadlines are instants, and an

@@ -2,7 +2,6 @@
 //! health checks, ejection and the retry budget.
 
 use std::path::Path;
-use std::sync::Arc;
 
 use http::Uri;
 use http::uri::{Authority, Scheme};
@@ -11,6 +10,7 @@ use rustls_pki_types::ServerName;
 use super::super::raw::{RawHealth, RawOutlier, RawRetryBudget, RawUpstream};
 use super::super::{
     Address, Admission, Balance, EndpointConfig, HealthConfig, OutlierConfig, Protocol, RetryBudget, UpstreamConfig,
+    UpstreamTls,
 };
 use super::{Problem, parse_duration, positive_duration};
 
@@ -26,7 +26,7 @@ fn upstream_tls(
     base_dir: &Path,
     key: &dyn Fn(&str) -> String,
     protocol: Protocol,
-) -> Result<Option<Arc<rustls::ClientConfig>>, Problem> {
+) -> Result<Option<UpstreamTls>, Problem> {
     let set = [
         ("tls_ca_file", up.tls_ca_file.is_some()),
         ("tls_server_name", up.tls_server_name.is_some()),
@@ -52,11 +52,25 @@ fn upstream_tls(
         Protocol::H2c => &[b"h2"],
         Protocol::Auto => &[b"h2", b"http/1.1"],
     };
-    crate::tls::client_config(ca.as_deref(), client_auth, alpn).map(Some).map_err(|(which, m)| match which {
+    let config = crate::tls::client_config(ca.as_deref(), client_auth, alpn).map_err(|(which, m)| match which {
         crate::tls::ClientKey::CaFile => (key("tls_ca_file"), m),
         crate::tls::ClientKey::ClientCert => (key("tls_client_cert"), m),
         crate::tls::ClientKey::ClientKey => (key("tls_client_key"), m),
-    })
+    })?;
+    // What it was made from, to tell a reload of unchanged files from a
+    // renewal; the files were just read, so they are there.
+    let mut source = Vec::new();
+    let files = [ca.as_deref(), client_auth.map(|(c, _)| c), client_auth.map(|(_, k)| k)];
+    for file in files {
+        let bytes = file.map(|f| std::fs::read(f).unwrap_or_default()).unwrap_or_default();
+        source.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+        source.extend_from_slice(&bytes);
+    }
+    for protocol in alpn {
+        source.extend_from_slice(protocol);
+        source.push(0);
+    }
+    Ok(Some(UpstreamTls { config, source }))
 }
 
 pub(super) fn upstream(name: &str, up: &RawUpstream, base_dir: &Path) -> Result<UpstreamConfig, Problem> {

@@ -1,0 +1,134 @@
+//! Body types: the response body (one enum over every way the gateway
+//! answers) and, in `request`, the client's request body on its way
+//! upstream (size limit, idle timeout, read-ahead). A leaf: the upstream's
+//! own response body lives with its connection in `upstream::body`, and
+//! comes here boxed.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::Stream;
+use http_body::{Frame, SizeHint};
+use tokio::io::Take;
+use tokio::time::{Instant, Sleep};
+use tokio_util::io::ReaderStream;
+use tower_http::compression::CompressionBody;
+
+mod request;
+pub use request::{BodyState, BodyTooLarge, ClientBodyFailed, ClientFault, ReadAhead, RequestBody};
+
+/// Errors a body can end with.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A response body.
+pub enum Body {
+    /// A body known in full (fixed responses, cached files, errors).
+    Full(Option<Bytes>),
+    /// An upstream's body, streamed through as it arrives. If the upstream
+    /// fails or stalls mid-body the error propagates, so hyper cuts the
+    /// client's response short instead of passing it off as complete.
+    ///
+    /// Boxed, like the file stream: a response is moved a dozen times on
+    /// its way out, and inline it would double every `Response<Body>`'s
+    /// size. A trait object, so that this module names nothing of the
+    /// upstream's connection (see benches/README.md for its cost).
+    Upstream(Pin<Box<dyn http_body::Body<Data = Bytes, Error = BoxError> + Send>>),
+    /// A file (or a range of one) too large for the cache, read in chunks.
+    File(Box<ReaderStream<Take<tokio::fs::File>>>),
+    /// Any of the above through a route's compression layer.
+    Compressed(Pin<Box<CompressionBody<Body>>>),
+}
+
+impl Body {
+    /// An empty body.
+    pub fn empty() -> Self {
+        Body::Full(None)
+    }
+
+    /// A body of `bytes`.
+    pub fn full(bytes: impl Into<Bytes>) -> Self {
+        let bytes = bytes.into();
+        Body::Full((!bytes.is_empty()).then_some(bytes))
+    }
+
+    /// A body through tower-http's compression.
+    pub fn compressed(body: CompressionBody<Body>) -> Self {
+        Body::Compressed(Box::pin(body))
+    }
+}
+
+impl http_body::Body for Body {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match &mut *self {
+            Body::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
+            Body::Upstream(b) => b.as_mut().poll_frame(cx),
+            Body::File(stream) => {
+                Pin::new(&mut **stream).poll_next(cx).map(|o| o.map(|r| r.map(Frame::data).map_err(Into::into)))
+            }
+            Body::Compressed(b) => b.as_mut().poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            Body::Full(b) => b.is_none(),
+            Body::Upstream(b) => b.is_end_stream(),
+            Body::File(_) => false,
+            Body::Compressed(b) => b.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            Body::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
+            Body::Upstream(b) => b.size_hint(),
+            Body::File(_) => SizeHint::default(),
+            Body::Compressed(b) => b.size_hint(),
+        }
+    }
+}
+
+/// Fires when a body makes no progress for a while. The timer is created
+/// only the first time the body has to wait, so bodies that arrive whole
+/// (most small responses) never allocate one.
+pub struct IdleTimer {
+    after: Duration,
+    sleep: Option<Pin<Box<Sleep>>>,
+}
+
+impl IdleTimer {
+    pub fn new(after: Duration) -> Self {
+        IdleTimer { after, sleep: None }
+    }
+
+    /// How long the body may make no progress.
+    pub fn after(&self) -> Duration {
+        self.after
+    }
+
+    /// The body made progress: restart the clock.
+    pub fn progress(&mut self) {
+        if let Some(sleep) = &mut self.sleep {
+            sleep.as_mut().reset(Instant::now() + self.after);
+        }
+    }
+
+    /// The body is waiting: true once it has waited `after` since the last
+    /// progress.
+    pub fn expired(&mut self, cx: &mut Context<'_>) -> bool {
+        let after = self.after;
+        let sleep = self.sleep.get_or_insert_with(|| Box::pin(tokio::time::sleep(after)));
+        sleep.as_mut().poll(cx).is_ready()
+    }
+}
+
+/// A body made no progress within its idle timeout.
+#[derive(Debug, thiserror::Error)]
+#[error("body made no progress for {}", humantime::format_duration(*.0))]
+pub struct BodyIdle(pub Duration);

@@ -1,0 +1,155 @@
+//! The runtime shape of `[upstreams.NAME]`: where its endpoints are, how
+//! they are spoken to, and how the gateway protects them.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::uri::{Authority, Scheme};
+use rustls_pki_types::ServerName;
+
+/// `[upstreams.NAME]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UpstreamConfig {
+    pub name: String,
+    /// Where requests go: `url`, or each of `endpoints`.
+    pub endpoints: Vec<EndpointConfig>,
+    pub balance: Balance,
+    /// Time allowed to establish a TCP connection.
+    pub connect_timeout: Duration,
+    /// Idle keep-alive connections kept per endpoint.
+    pub pool_max_idle_per_host: usize,
+    /// How long an idle pooled connection is kept; keep it below the
+    /// upstream's own keep-alive timeout.
+    pub pool_idle_timeout: Duration,
+    /// Requests in flight to the upstream (all endpoints) and its queue.
+    pub admission: Option<Admission>,
+    pub health: Option<HealthConfig>,
+    pub outlier: Option<OutlierConfig>,
+    pub retry_budget: RetryBudget,
+    /// The TLS client config of its `https://` endpoints.
+    pub tls: Option<UpstreamTls>,
+    /// How requests go to it: HTTP/1.1 or HTTP/2.
+    pub protocol: Protocol,
+    /// HTTP/2: connections per endpoint, each multiplexing many requests.
+    pub max_connections: usize,
+}
+
+/// The TLS client config of an upstream's `https://` endpoints, with the
+/// bytes it was made from: two are equal when their files held the same
+/// bytes, so a reload that reads unchanged certificate files keeps the
+/// upstream as it is.
+#[derive(Clone)]
+pub struct UpstreamTls {
+    pub config: Arc<rustls::ClientConfig>,
+    /// The CA file's, client certificate's and key's contents, and ALPN.
+    pub(crate) source: Vec<u8>,
+}
+
+impl PartialEq for UpstreamTls {
+    fn eq(&self, other: &Self) -> bool {
+        self.source == other.source
+    }
+}
+
+impl std::fmt::Debug for UpstreamTls {
+    /// Not the key's bytes.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpstreamTls").field("source_bytes", &self.source.len()).finish_non_exhaustive()
+    }
+}
+
+/// The protocol spoken to an upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// HTTP/1.1, a request at a time per pooled connection.
+    Http1,
+    /// HTTP/2 with prior knowledge (cleartext, or over TLS without ALPN
+    /// negotiation).
+    H2c,
+    /// Over TLS: HTTP/2 when the upstream offers `h2` by ALPN, else
+    /// HTTP/1.1.
+    Auto,
+}
+
+/// One endpoint of an upstream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndpointConfig {
+    /// As configured: the `endpoint` label of its metrics.
+    pub url: String,
+    /// Always `http`.
+    pub scheme: Scheme,
+    /// The `Host` the upstream sees when the route sends the upstream's own
+    /// (`localhost` for a Unix socket).
+    pub authority: Authority,
+    /// Where connections go.
+    pub address: Address,
+    /// For an `https://` endpoint: the name its certificate must carry, sent
+    /// as SNI (the URL's host, or `tls_server_name`).
+    pub tls_name: Option<ServerName<'static>>,
+}
+
+/// Where an endpoint's connections go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Address {
+    /// `host:port`, resolved at each connect.
+    Tcp(String),
+    /// A Unix stream socket (`unix:PATH`; a relative path is resolved
+    /// against the config file's folder at load).
+    Unix(PathBuf),
+}
+
+impl std::fmt::Display for Address {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Address::Tcp(addr) => f.write_str(addr),
+            Address::Unix(path) => write!(f, "unix:{}", path.display()),
+        }
+    }
+}
+
+/// How an upstream spreads requests over its endpoints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Balance {
+    /// The fewer in flight of two endpoints picked at random.
+    LeastRequest,
+    /// Strict rotation over the endpoints that may take traffic.
+    RoundRobin,
+}
+
+/// `max_requests` and its FIFO queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Admission {
+    pub max_requests: usize,
+    /// Requests that may wait; past it, 503 at once.
+    pub queue: usize,
+    /// Longest wait in the queue; past it, 503.
+    pub queue_timeout: Duration,
+}
+
+/// `[upstreams.NAME.health]`: active checks of each endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthConfig {
+    /// `GET` this; a 2xx within `timeout` is a pass.
+    pub path: String,
+    pub interval: Duration,
+    pub timeout: Duration,
+    /// Consecutive failed checks that mark an endpoint unhealthy.
+    pub unhealthy_after: u32,
+    /// Consecutive passed checks that mark it healthy again.
+    pub healthy_after: u32,
+}
+
+/// `[upstreams.NAME.outlier]`: passive ejection after failures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutlierConfig {
+    pub consecutive_failures: u32,
+    pub ejection_time: Duration,
+}
+
+/// Retries allowed beyond `min_per_second` as a share of recent requests.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RetryBudget {
+    pub ratio: f32,
+    pub min_per_second: u32,
+}

@@ -39,6 +39,11 @@ pub enum GatewayError {
     /// client's request body: the client's fault, not the upstream's.
     #[error("request body not complete within the route timeout of {}", humantime::format_duration(*.after))]
     BodyNotInTime { after: Duration },
+    /// The upstream ended the exchange while the gateway was still waiting
+    /// for the client's request body: the client's slowness, not the
+    /// upstream's failure.
+    #[error("request body not complete when the upstream ended the exchange: {detail}")]
+    BodyIncomplete { detail: String },
     /// The client's body failed (it disconnected mid-upload).
     #[error("client request body failed: {0}")]
     ClientBody(String),
@@ -96,7 +101,9 @@ impl GatewayError {
             }
             GatewayError::UriTooLong { .. } => StatusCode::URI_TOO_LONG,
             GatewayError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            GatewayError::BodyTimeout { .. } | GatewayError::BodyNotInTime { .. } => StatusCode::REQUEST_TIMEOUT,
+            GatewayError::BodyTimeout { .. }
+            | GatewayError::BodyNotInTime { .. }
+            | GatewayError::BodyIncomplete { .. } => StatusCode::REQUEST_TIMEOUT,
             GatewayError::Overloaded { .. }
             | GatewayError::QueueFull { .. }
             | GatewayError::QueueTimeout { .. }
@@ -132,7 +139,9 @@ impl GatewayError {
             GatewayError::BadRequest(_) => Some("bad_request"),
             GatewayError::UriTooLong { .. } => Some("uri_too_long"),
             GatewayError::BodyTooLarge { .. } => Some("body_too_large"),
-            GatewayError::BodyTimeout { .. } | GatewayError::BodyNotInTime { .. } => Some("body_timeout"),
+            GatewayError::BodyTimeout { .. }
+            | GatewayError::BodyNotInTime { .. }
+            | GatewayError::BodyIncomplete { .. } => Some("body_timeout"),
             GatewayError::Overloaded { .. } => Some("max_concurrent"),
             GatewayError::QueueFull { .. } => Some("queue_full"),
             GatewayError::QueueTimeout { .. } | GatewayError::QueuedPastRouteTimeout { .. } => Some("queue_timeout"),
@@ -150,6 +159,7 @@ impl GatewayError {
                 | GatewayError::BodyTooLarge { .. }
                 | GatewayError::BodyTimeout { .. }
                 | GatewayError::BodyNotInTime { .. }
+                | GatewayError::BodyIncomplete { .. }
                 | GatewayError::ClientBody(_)
         )
     }
@@ -176,7 +186,9 @@ impl GatewayError {
             GatewayError::BadRequest(_) | GatewayError::ClientBody(_) => "bad request\n",
             GatewayError::UriTooLong { .. } => "request target too long\n",
             GatewayError::BodyTooLarge { .. } => "request body too large\n",
-            GatewayError::BodyTimeout { .. } | GatewayError::BodyNotInTime { .. } => "request body timed out\n",
+            GatewayError::BodyTimeout { .. }
+            | GatewayError::BodyNotInTime { .. }
+            | GatewayError::BodyIncomplete { .. } => "request body timed out\n",
             GatewayError::Overloaded { .. } => "service unavailable: route at its concurrency limit, retry later\n",
             GatewayError::QueueFull { .. } | GatewayError::QueueTimeout { .. } => {
                 "service unavailable: upstream busy, retry later\n"
@@ -223,6 +235,7 @@ mod tests {
             (GatewayError::BodyTooLarge { limit: 1 }, 413, None),
             (GatewayError::BodyTimeout { after: Duration::from_secs(1) }, 408, None),
             (GatewayError::BodyNotInTime { after: Duration::from_secs(1) }, 408, None),
+            (GatewayError::BodyIncomplete { detail: "reset".into() }, 408, None),
             (GatewayError::Overloaded { limit: 1 }, 503, None),
             (GatewayError::QueueFull { upstream: up(), queue: 1 }, 503, None),
             (GatewayError::QueueTimeout { upstream: up(), after: Duration::from_secs(1) }, 503, None),
@@ -263,6 +276,7 @@ mod tests {
             (GatewayError::BodyTooLarge { limit: 1 }, Some("body_too_large"), true),
             (GatewayError::BodyTimeout { after: Duration::from_secs(1) }, Some("body_timeout"), true),
             (GatewayError::BodyNotInTime { after: Duration::from_secs(1) }, Some("body_timeout"), true),
+            (GatewayError::BodyIncomplete { detail: "reset".into() }, Some("body_timeout"), true),
             (GatewayError::Overloaded { limit: 1 }, Some("max_concurrent"), false),
             (GatewayError::QueueFull { upstream: "a".into(), queue: 1 }, Some("queue_full"), false),
             (

@@ -277,3 +277,37 @@ async fn requests_waiting_for_a_failed_connect_share_its_failure() {
     assert!(statuses.iter().all(|s| *s == 502), "{statuses:?}");
     drop(socket);
 }
+
+/// An HTTP/2 upstream that refuses every stream (REFUSED_STREAM): the
+/// resend of a refused request is a retry like the others, so one request
+/// reaches it at most 1 + retries + 1 times.
+#[tokio::test]
+async fn refused_streams_are_resent_once_a_request_within_its_retries() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let up = listener.local_addr().unwrap();
+    let streams = Arc::new(AtomicUsize::new(0));
+    let count = streams.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let count = count.clone();
+            tokio::spawn(async move {
+                let Ok(mut conn) = h2::server::handshake(stream).await else { return };
+                while let Some(Ok((_req, mut respond))) = conn.accept().await {
+                    count.fetch_add(1, Ordering::SeqCst);
+                    respond.send_reset(h2::Reason::REFUSED_STREAM);
+                }
+            });
+        }
+    });
+    let toml = h2_toml(up, "")
+        .replace(
+            "upstream = \"grpc\"\n",
+            "upstream = \"grpc\"\nretries = 1\nretry_on = [\"connect\", \"reset\", \"503\"]\n",
+        )
+        .replace("[upstreams.grpc]", "[upstreams.h2refused]")
+        .replace("upstream = \"grpc\"", "upstream = \"h2refused\"");
+    let gw = TestGateway::from_toml(&toml).await;
+    assert_eq!(get(&gw.url("/svc/x")).await.0.status, 502);
+    let reached = streams.load(Ordering::SeqCst);
+    assert!(reached <= 3, "one GET reached the upstream {reached} times with retries = 1");
+}

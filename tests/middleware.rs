@@ -247,7 +247,8 @@ async fn a_compressed_response_has_a_weak_etag_and_every_form_says_vary() {
     let cases = [
         ("identity GET", "\"v1\"", get(&gw.url("/v")).await.0),
         ("gzip GET", "W/\"v1\"", get_with(&gw.url("/v"), &[("accept-encoding", "gzip")]).await.0),
-        ("HEAD", "\"v1\"", send(head).await.0),
+        // A HEAD answers the GET's headers: the same coding, so the same tag.
+        ("HEAD", "W/\"v1\"", send(head).await.0),
         (
             "304",
             "\"v1\"",
@@ -268,6 +269,41 @@ async fn a_compressed_response_has_a_weak_etag_and_every_form_says_vary() {
     assert!(parts.headers.get("content-encoding").is_none());
     assert_eq!(&body[..], text.as_bytes());
     assert_eq!(parts.headers["etag"], "\"v1\"");
+}
+
+/// A HEAD on a compressing route answers the headers its GET would
+/// (RFC 9110 §9.3.2): the coding, the tag, no identity Content-Length.
+#[tokio::test]
+async fn a_head_answers_the_headers_of_its_compressed_get() {
+    let text: &'static str = Box::leak(TEXT.repeat(100).into_boxed_str());
+    let (up, _) = recording(text, "text/html; charset=utf-8", &[("etag", "\"h1\"")]).await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("page.html"), TEXT.repeat(200)).unwrap();
+    let toml = format!(
+        "{}[[routes]]\nname = \"hf\"\nprefix = \"/hf\"\ndir = \".\"\ncompress = true\n",
+        route(up.addr, "hd", "compress = true")
+    );
+    let gw = TestGateway::start(config(&toml, dir.path())).await;
+    // The file's gzip form is made on first demand: ask until it is there.
+    for _ in 0..200 {
+        let (parts, _) = get_with(&gw.url("/hf/page.html"), &[("accept-encoding", "gzip")]).await;
+        if parts.headers.contains_key("content-encoding") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for path in ["/hd", "/hf/page.html"] {
+        let (got, body) = get_with(&gw.url(path), &[("accept-encoding", "gzip")]).await;
+        assert_eq!(got.headers["content-encoding"], "gzip", "{path}");
+        let head = Request::head(gw.url(path)).header("accept-encoding", "gzip").body(full(Bytes::new())).unwrap();
+        let (headed, empty) = send(head).await;
+        assert!(empty.is_empty(), "{path}: a HEAD has no body");
+        for name in ["content-encoding", "etag", "vary", "content-type"] {
+            assert_eq!(headed.headers.get(name), got.headers.get(name), "{path}: {name}");
+        }
+        let length = |p: &http::response::Parts| p.headers.get("content-length").cloned();
+        assert_eq!(length(&headed), length(&got), "{path}: content-length (GET body {} bytes)", body.len());
+    }
 }
 
 #[tokio::test]
@@ -318,6 +354,9 @@ async fn cached_files_are_compressed_once_with_an_etag_per_encoding() {
     std::fs::write(dir.path().join("logo.png"), vec![7u8; 20_000]).unwrap();
     let toml = "[[routes]]\nname = \"site\"\nprefix = \"/site\"\ndir = \".\"\ncompress = true\n";
     let gw = TestGateway::start(config(toml, dir.path())).await;
+    // The counter is the process's: other tests here compress files too.
+    let made = |m: &str, enc: &str| sample(m, "gateway_file_compressions_total", &[("coding", enc)]).unwrap_or(0.0);
+    let before = metrics_text(gw.addr).await;
     let (plain, plain_body) = get(&gw.url("/site/page.html")).await;
     assert_eq!(&plain_body[..], text.as_bytes());
     let plain_etag = plain.headers["etag"].to_str().unwrap().to_owned();
@@ -352,7 +391,7 @@ async fn cached_files_are_compressed_once_with_an_etag_per_encoding() {
     // Made once per coding, however many asked.
     let m = metrics_text(gw.addr).await;
     for enc in ["gzip", "br", "zstd"] {
-        assert_eq!(sample(&m, "gateway_file_compressions_total", &[("coding", enc)]), Some(1.0), "{enc}");
+        assert_eq!(made(&m, enc) - made(&before, enc), 1.0, "{enc}");
     }
     // Clients that ask and leave at once do not make the work start over.
     // (Words in a pseudo-random order, near the cache's size limit: slow
@@ -393,13 +432,13 @@ async fn cached_files_are_compressed_once_with_an_etag_per_encoding() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let m = metrics_text(gw.addr).await;
-    assert_eq!(sample(&m, "gateway_file_compressions_total", &[("coding", "br")]), Some(2.0));
+    assert_eq!(made(&m, "br") - made(&before, "br"), 2.0);
     // A file asked for once (a crawl, a churning cache) is not compressed.
     std::fs::write(dir.path().join("once.html"), TEXT.repeat(300)).unwrap();
     get_with(&gw.url("/site/once.html"), &[("accept-encoding", "br")]).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     let m = metrics_text(gw.addr).await;
-    assert_eq!(sample(&m, "gateway_file_compressions_total", &[("coding", "br")]), Some(2.0));
+    assert_eq!(made(&m, "br") - made(&before, "br"), 2.0);
     // A client holding a form is answered 304 by a gateway that has not
     // made that form yet (here: a new one).
     let gzip_etag = etags[1].clone();

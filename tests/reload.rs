@@ -375,3 +375,63 @@ async fn an_ejection_outlives_a_reload_that_changes_the_upstream() {
     assert_eq!(get(&gw.url("/ej/x")).await.0.status, 503, "the reload let an ejected endpoint take traffic");
     assert_eq!(seen.load(Ordering::SeqCst), 1, "the ejected endpoint was sent a request");
 }
+
+/// A lower `max_requests` takes effect as requests in flight finish, ahead
+/// of the queue: it does not wait for the queue to drain.
+#[tokio::test]
+async fn a_lower_max_requests_applies_before_the_queue_drains() {
+    let _serial = SERIAL.lock().await;
+    let (up, now, most) = concurrency_upstream(Duration::from_millis(300)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let toml = |max: usize| {
+        format!(
+            "{SERVER}[upstreams.rl_lower]\nurl = \"http://{}\"\nmax_requests = {max}\nqueue = 100\nqueue_timeout = \"20s\"\n\
+             [[routes]]\nname = \"rl_lower\"\nprefix = \"/lower\"\nupstream = \"rl_lower\"\ntimeout = \"30s\"\n",
+            up.addr
+        )
+    };
+    let gw = from_file(dir.path(), &toml(4)).await;
+    let requests: Vec<_> = (0..16).map(|_| tokio::spawn(get_status_of(gw.url("/lower/x")))).collect();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(now.load(Ordering::SeqCst), 4);
+    rewrite(dir.path(), &toml(2));
+    gw.app.reload().expect("reload");
+    // Once the four in flight are done, at most two at a time, although
+    // twelve were queued when the limit went down.
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    most.store(0, Ordering::SeqCst);
+    for r in requests {
+        assert_eq!(r.await.unwrap(), 200);
+    }
+    assert_eq!(most.load(Ordering::SeqCst), 2, "the lower max_requests waited for the queue to drain");
+}
+
+/// A reload that removes an upstream's health checks while an endpoint is
+/// unhealthy makes it take traffic again: without checks, it is healthy.
+#[tokio::test]
+async fn removing_health_checks_frees_an_unhealthy_endpoint() {
+    let _serial = SERIAL.lock().await;
+    let up = TestUpstream::start(|req: Request<Incoming>| async move {
+        let mut r = Response::new(full("up"));
+        if req.uri().path() == "/hz" {
+            *r.status_mut() = http::StatusCode::INTERNAL_SERVER_ERROR;
+        }
+        r
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let base = format!(
+        "{SERVER}[upstreams.rl_hc]\nurl = \"http://{}\"\n\
+         [[routes]]\nname = \"rl_hc\"\nprefix = \"/hc\"\nupstream = \"rl_hc\"\n",
+        up.addr
+    );
+    let checked = format!(
+        "{base}[upstreams.rl_hc.health]\npath = \"/hz\"\ninterval = \"100ms\"\ntimeout = \"100ms\"\nunhealthy_after = 1\nhealthy_after = 1\n"
+    );
+    let gw = from_file(dir.path(), &checked).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(get(&gw.url("/hc/x")).await.0.status, 503, "unhealthy");
+    rewrite(dir.path(), &base);
+    gw.app.reload().expect("reload");
+    assert_eq!(get(&gw.url("/hc/x")).await.0.status, 200, "without checks the endpoint is healthy");
+}

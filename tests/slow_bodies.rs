@@ -271,3 +271,29 @@ async fn a_body_past_the_buffer_streams_whole_once_its_first_bytes_are_in() {
         assert!(r.text.contains(&"c".repeat(n)), "chunked body of {n} bytes not echoed whole");
     }
 }
+
+/// An upstream that gives up on a body the client is still trickling (its
+/// own body timeout) is not charged with it: the client gets its 408.
+#[tokio::test]
+async fn an_upstream_that_gives_up_on_a_trickling_body_is_not_charged() {
+    let addr = raw_upstream(|mut s| async move {
+        use tokio::io::AsyncReadExt;
+        let mut buf = [0u8; 4096];
+        let _ = s.read(&mut buf).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    })
+    .await;
+    let toml = format!(
+        "[upstreams.sb_gaveup]\nurl = \"http://{addr}\"\noutlier = {{ consecutive_failures = 1, ejection_time = \"30s\" }}\n\
+         [[routes]]\nname = \"sb_gaveup\"\nprefix = \"/g\"\nupstream = \"sb_gaveup\"\ntimeout = \"5s\"\nrequest_buffer = \"0\"\n"
+    );
+    let gw = TestGateway::from_toml(&toml).await;
+    for client in [Client::Length, Client::Chunked] {
+        assert_eq!(slow_request(gw.addr, "/g/up", client, Duration::from_secs(3)).await, 408, "{client:?}");
+    }
+    let m = metrics_text(gw.addr).await;
+    let reset = sample(&m, "gateway_upstream_errors_total", &[("upstream", "sb_gaveup"), ("kind", "reset")]);
+    assert_eq!(reset.unwrap_or(0.0), 0.0, "counted as the upstream's reset");
+    assert_eq!(sample(&m, "gateway_upstream_ejections_total", &[("upstream", "sb_gaveup")]).unwrap_or(0.0), 0.0);
+    assert_eq!(rejected(&m, "sb_gaveup", "body_timeout"), 2.0);
+}

@@ -326,7 +326,8 @@ async fn respond_compressed(
         }
         return Ok(response);
     };
-    let coding = (method == Method::GET && !headers.contains_key(header::RANGE))
+    // A HEAD gets the headers of the GET, coding included (RFC 9110 §9.3.2).
+    let coding = ((method == Method::GET || method == Method::HEAD) && !headers.contains_key(header::RANGE))
         .then(|| negotiate(headers.get(header::ACCEPT_ENCODING)))
         .flatten();
     let variant = match coding {
@@ -343,7 +344,8 @@ async fn respond_compressed(
                 .body(Body::empty())
                 .expect("valid response"),
             _ => {
-                let mut response = Response::new(Body::full(v.bytes.clone()));
+                let body = if method == Method::HEAD { Body::empty() } else { Body::full(v.bytes.clone()) };
+                let mut response = Response::new(body);
                 *response.headers_mut() = v.headers.clone();
                 response
             }

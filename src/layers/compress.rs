@@ -26,6 +26,12 @@ pub const MIN_SIZE: u64 = 256;
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Compressible;
 
+/// Marks the response to a `HEAD` request: its body is empty, but the
+/// compression layer must choose as it would for the `GET` (RFC 9110
+/// §9.3.2: the same header fields), so its size is its `Content-Length`.
+#[derive(Debug, Clone, Copy)]
+pub struct ForHead;
+
 /// Marks a response whose coding was already chosen (a cached file, sent
 /// in a stored form or as it is): the compression layer leaves it alone.
 #[derive(Debug, Clone, Copy)]
@@ -43,9 +49,10 @@ impl Predicate for Compressible {
         {
             return false;
         }
+        let for_head = response.extensions().get::<ForHead>().is_some();
         let big_enough = match response.body().size_hint().exact() {
-            Some(n) => n >= MIN_SIZE,
-            None => response
+            Some(n) if !for_head => n >= MIN_SIZE,
+            _ => response
                 .headers()
                 .get(header::CONTENT_LENGTH)
                 .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())

@@ -22,7 +22,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use http::header::{self, HeaderValue};
-use http::{Request, Response, Version};
+use http::{Method, Request, Response, Version};
 use hyper::body::Incoming;
 use tower::ServiceBuilder;
 use tower::ServiceExt;
@@ -75,11 +75,22 @@ impl RouteLayers {
             let call = inner.take().expect("called once");
             async move { Ok::<_, Infallible>(call(req).await) }
         });
+        let head = req.method() == Method::HEAD;
         let compression = self.compress.then(|| {
             ServiceBuilder::new()
-                .layer(MapResponseLayer::new(|r: Response<_>| compress::settle_validators(r).map(Body::compressed)))
+                .layer(MapResponseLayer::new(move |r: Response<_>| {
+                    let r = compress::settle_validators(r).map(Body::compressed);
+                    // A HEAD answers the GET's headers, coding included, and
+                    // no body (what the encoder made of nothing is dropped).
+                    if head { r.map(|_| Body::empty()) } else { r }
+                }))
                 .layer(CompressionLayer::new().compress_when(Compressible))
-                .layer(MapResponseLayer::new(compress::mark_encoded))
+                .layer(MapResponseLayer::new(move |mut r: Response<Body>| {
+                    if head {
+                        r.extensions_mut().insert(compress::ForHead);
+                    }
+                    compress::mark_encoded(r)
+                }))
         });
         let upgrades = self.upgrades;
         let request = self.request.clone().map(|rules| {

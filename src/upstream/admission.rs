@@ -23,8 +23,31 @@ use crate::config::Admission as AdmissionConfig;
 use crate::error::GatewayError;
 use crate::metrics::{UPSTREAM_MAX_REQUESTS, UPSTREAM_QUEUE_DEPTH, UPSTREAM_QUEUE_SIZE, UPSTREAM_QUEUE_WAIT};
 
+/// A request's `max_requests` slot, given back when dropped, unless a lower
+/// `max_requests` still has slots to take back (see
+/// [`Admission::reconfigure`]).
+pub struct Slot {
+    permit: Option<OwnedSemaphorePermit>,
+    admission: Arc<Admission>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let owed = &self.admission.owed;
+        if owed.load(Relaxed) > 0
+            && owed.fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1)).is_ok()
+            && let Some(permit) = self.permit.take()
+        {
+            permit.forget();
+        }
+    }
+}
+
 /// An upstream's slots and queue.
 pub struct Admission {
+    /// Slots a lower `max_requests` still has to take back from requests in
+    /// flight, as they finish.
+    owed: AtomicUsize,
     /// As configured now (a reload may change it).
     config: Mutex<AdmissionConfig>,
     /// `config.queue`, read by every request that has to wait.
@@ -44,6 +67,7 @@ impl Admission {
         gauge!(UPSTREAM_MAX_REQUESTS, "upstream" => upstream.to_owned()).set(config.max_requests as f64);
         gauge!(UPSTREAM_QUEUE_SIZE, "upstream" => upstream.to_owned()).set(config.queue as f64);
         Admission {
+            owed: AtomicUsize::new(0),
             queue: AtomicUsize::new(config.queue),
             config: Mutex::new(config),
             upstream: upstream.to_owned(),
@@ -56,8 +80,9 @@ impl Admission {
     }
 
     /// Applies a reload's settings to the slots and queue in use. More slots
-    /// are free at once; fewer are taken back as requests in flight finish
-    /// (the slots held now stay held), queued requests keeping their order.
+    /// are free at once; fewer are taken back at once from the free ones and
+    /// then from requests in flight as they finish (ahead of the queue, whose
+    /// requests keep their order).
     pub fn reconfigure(&self, new: AdmissionConfig) {
         let mut config = self.config.lock().expect("admission lock");
         let old = std::mem::replace(&mut *config, new);
@@ -65,17 +90,18 @@ impl Admission {
         gauge!(UPSTREAM_MAX_REQUESTS, "upstream" => self.upstream.clone()).set(new.max_requests as f64);
         gauge!(UPSTREAM_QUEUE_SIZE, "upstream" => self.upstream.clone()).set(new.queue as f64);
         if new.max_requests > old.max_requests {
-            self.slots.add_permits(new.max_requests - old.max_requests);
-        } else if new.max_requests < old.max_requests {
-            // Taken in the queue's order, like a request's slot, and never
-            // given back.
-            let fewer = u32::try_from(old.max_requests - new.max_requests).unwrap_or(u32::MAX);
-            let slots = self.slots.clone();
-            tokio::spawn(async move {
-                if let Ok(taken) = slots.acquire_many_owned(fewer).await {
-                    taken.forget();
-                }
+            // Slots still owed from a lower limit are forgiven first.
+            let mut more = new.max_requests - old.max_requests;
+            let _ = self.owed.fetch_update(Relaxed, Relaxed, |owed| {
+                let forgiven = owed.min(more);
+                more -= forgiven;
+                Some(owed - forgiven)
             });
+            self.slots.add_permits(more);
+        } else if new.max_requests < old.max_requests {
+            let fewer = old.max_requests - new.max_requests;
+            let taken = self.slots.forget_permits(fewer);
+            self.owed.fetch_add(fewer - taken, Relaxed);
         }
     }
 
@@ -95,13 +121,14 @@ impl Admission {
     /// a slot and a worker of the upstream for nothing (see
     /// benches/README.md, Decisions). It gets 503 with Retry-After instead.
     pub async fn admit(
-        &self,
+        self: &Arc<Self>,
         deadline: Instant,
         route_timeout: std::time::Duration,
-    ) -> Result<OwnedSemaphorePermit, GatewayError> {
+    ) -> Result<Slot, GatewayError> {
+        let slot = |permit| Slot { permit: Some(permit), admission: self.clone() };
         if let Ok(permit) = self.slots.clone().try_acquire_owned() {
             self.wait.record(0.0);
-            return Ok(permit);
+            return Ok(slot(permit));
         }
         // Claim a place in the queue, or be turned away at once.
         let queue = self.queue.load(Relaxed);
@@ -128,7 +155,7 @@ impl Admission {
             }
             Ok(permit) => {
                 self.wait.record(started.elapsed().as_secs_f64());
-                Ok(permit.expect("the semaphore is never closed"))
+                Ok(slot(permit.expect("the semaphore is never closed")))
             }
             // The route's timeout came first: 504 as any route timeout, but
             // counted as a queue wait, not as the upstream's failure (it

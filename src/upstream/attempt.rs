@@ -173,8 +173,11 @@ impl Upstream {
         // get an upstream ejected. Nor does an upstream that gave up while
         // the gateway still waited for the client's body (its own body
         // timeout, say).
-        let awaiting_client = tries.body_state.as_ref().is_some_and(|b| b.awaiting_client());
-        if !failure.is_clients() && !awaiting_client {
+        if !failure.is_clients() {
+            if tries.body_state.as_ref().is_some_and(|b| b.awaiting_client()) {
+                let detail = failure.classify(&self.config.name, &attempt.endpoint().config.address).to_string();
+                return Tried::Failed(GatewayError::BodyIncomplete { detail });
+            }
             attempt.failure();
         }
         let outcome = match &failure {

@@ -10,8 +10,8 @@ use bytes::Bytes;
 use http_body::{Frame, SizeHint};
 use hyper::body::Incoming;
 use metrics::{Counter, Gauge};
-use tokio::sync::OwnedSemaphorePermit;
 
+use super::admission::Slot;
 use super::endpoint::Attempt;
 use super::pool::Conn;
 use crate::body::{BodyIdle, BoxError, IdleTimer};
@@ -21,12 +21,12 @@ use crate::body::{BodyIdle, BoxError, IdleTimer};
 /// place in the in-flight gauge.
 pub struct Lease {
     _attempt: Attempt,
-    _slot: Option<OwnedSemaphorePermit>,
+    _slot: Option<Slot>,
     _in_flight: InFlight,
 }
 
 impl Lease {
-    pub fn new(attempt: Attempt, slot: Option<OwnedSemaphorePermit>, in_flight: InFlight) -> Self {
+    pub fn new(attempt: Attempt, slot: Option<Slot>, in_flight: InFlight) -> Self {
         Lease { _attempt: attempt, _slot: slot, _in_flight: in_flight }
     }
 }

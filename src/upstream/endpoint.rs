@@ -111,6 +111,12 @@ impl Endpoint {
         let labels = [("upstream", upstream.name.clone()), ("endpoint", config.url.clone())];
         let pool = Pool::new(&config, upstream, counter!(UPSTREAM_CONNECTIONS_OPENED, &labels));
         let state = match before {
+            // Health is the checks' to say: without them an endpoint is
+            // healthy, whatever the checks it had before said.
+            Some(b) if upstream.health.is_none() => {
+                b.set_healthy(true, "");
+                b.state.clone()
+            }
             Some(b) => b.state.clone(),
             None => {
                 let healthy_gauge = gauge!(ENDPOINT_HEALTHY, &labels);

@@ -8,7 +8,6 @@ use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{Method, Request, Response, Uri, Version, header};
 use hyper::body::Incoming;
 use hyper::client::conn::http2;
-use metrics::Counter;
 
 use super::connect::ConnectError;
 use super::io::SendStalled;
@@ -143,7 +142,6 @@ pub fn exchange<'a>(
     pool: &'a Pool,
     mut req: Request<SendBody>,
     plan: Plan,
-    resends: &'a Counter,
     resend: &'a (dyn Fn() -> bool + Sync),
     timing: Option<&'a UpstreamTiming>,
 ) -> impl Future<Output = Exchanged> + 'a {
@@ -151,7 +149,7 @@ pub fn exchange<'a>(
         if pool.speaks_h2() {
             // Boxed: its state would otherwise grow every HTTP/1.1 exchange's
             // future, and the copies of it (see benches/README.md, Decisions).
-            return Box::pin(exchange_h2(pool, req, plan, resends, timing)).await;
+            return Box::pin(exchange_h2(pool, req, plan, resend, timing)).await;
         }
         while let Some(mut conn) = pool.take_idle() {
             conn.prepare(plan.send_timeout, plan.large_body);
@@ -202,10 +200,9 @@ async fn exchange_h2(
     pool: &Pool,
     mut req: Request<SendBody>,
     plan: Plan,
-    resends: &Counter,
+    resend: &(dyn Fn() -> bool + Sync),
     timing: Option<&UpstreamTiming>,
 ) -> Result<(Response<Incoming>, Option<Conn>), Failure> {
-    let mut resent = false;
     loop {
         let mut sender = match h2_connection(pool, timing).await {
             Ok(Connected::Http2(sender)) => sender,
@@ -221,18 +218,19 @@ async fn exchange_h2(
             continue;
         }
         to_h2(&mut req, pool.scheme(), pool.authority());
-        let copy = (plan.retryable && !resent).then(|| HeadCopy::of(&req));
+        let copy = (plan.retryable && plan.may_resend).then(|| HeadCopy::of(&req));
         match sender.try_send_request(req).await {
             Ok(response) => return Ok((response, None)),
             Err(mut e) => match (e.take_message(), copy.and_then(HeadCopy::into_request)) {
                 (Some(unsent), _) => req = unsent,
                 // Refused before any processing (RFC 9113 §8.7): a GOAWAY
                 // whose last stream ID is below this one, or REFUSED_STREAM.
-                // A bodiless idempotent request goes once more.
-                (None, Some(copy)) if not_processed(e.error()) => {
-                    resends.increment(1);
+                // A bodiless idempotent request goes once more, as the HTTP/1
+                // resend does: once a request, within the retry budget.
+                (None, Some(copy)) if not_processed(e.error()) && resend() => {
                     tracing::debug!(error = %e.error(), "HTTP/2 stream not processed; sending it again");
-                    (req, resent) = (copy, true);
+                    let once = Plan { may_resend: false, ..plan };
+                    return Box::pin(exchange_h2(pool, copy, once, &|| false, timing)).await;
                 }
                 (None, _) => return Err(Failure::Send(e.into_error())),
             },

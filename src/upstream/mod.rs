@@ -208,40 +208,37 @@ impl Upstream {
                 // A resend after a stale pooled connection: once a request,
                 // and a retry like any other for the budget.
                 let resend = || !tries.resent.swap(true, Relaxed) && self.within_budget();
-                let exchanged = exchange(&endpoint.pool, req, plan, &self.retries, &resend, timing);
-                // The response stays here while it is judged: moved through the
-                // judging functions it would be copied at each.
+                let exchanged = exchange(&endpoint.pool, req, plan, &resend, timing);
+                // The response is answered from inside the match: moved out
+                // of it first, it would be copied on its way.
                 let mut attempt = attempt;
                 let tried = match tokio::time::timeout_at(deadline, exchanged).await {
                     Ok(Ok((response, conn))) => match self.judge(&response, &mut attempt, copy, &tries, target) {
+                        Some(tried) => tried,
                         None => {
                             self.answered(&response, &attempt, timing, started);
-                            Ok((response, conn, attempt))
+                            if response.status() == StatusCode::SWITCHING_PROTOCOLS
+                                && let (Some(client), Some(idle)) = (upgrade.take(), target.upgrade)
+                            {
+                                // The tunnel holds no slot (see `tunnel`). A 101
+                                // comes only over HTTP/1.1, on its own connection.
+                                let conn = conn.expect("an HTTP/1.1 exchange has its connection");
+                                return Ok(tunnel::switch(response, conn, client, idle));
+                            }
+                            let lease = Lease::new(attempt, slot, in_flight);
+                            return Ok(self.respond(response, conn, lease, target));
                         }
-                        Some(tried) => Err(tried),
                     },
-                    Ok(Err(failure)) => Err(self.failed(failure, attempt, copy, &tries, target.retry_on)),
-                    Err(_) => Err(self.timed_out(attempt, &tries, target)),
+                    Ok(Err(failure)) => self.failed(failure, attempt, copy, &tries, target.retry_on),
+                    Err(_) => self.timed_out(attempt, &tries, target),
                 };
-                let (response, conn, attempt) = match tried {
-                    Ok(answered) => answered,
-                    Err(Tried::Again(again)) => {
+                match tried {
+                    Tried::Again(again) => {
                         (req, tries.left) = (again, tries.left - 1);
                         tries.tried.push(index);
-                        continue;
                     }
-                    Err(Tried::Failed(e)) => return Err(e),
-                };
-                if response.status() == StatusCode::SWITCHING_PROTOCOLS
-                    && let (Some(client), Some(idle)) = (upgrade.take(), target.upgrade)
-                {
-                    // The tunnel holds no slot (see `tunnel`). A 101 comes
-                    // only over HTTP/1.1, on its own connection.
-                    let conn = conn.expect("an HTTP/1.1 exchange has its connection");
-                    return Ok(tunnel::switch(response, conn, client, idle));
+                    Tried::Failed(e) => return Err(e),
                 }
-                let lease = Lease::new(attempt, slot, in_flight);
-                return Ok(self.respond(response, conn, lease, target));
             }
         }
     }
@@ -250,6 +247,7 @@ impl Upstream {
     /// with its request ID and trace context, what the attempts keep of it,
     /// and the client's side of an upgrade the route tunnels.
     #[allow(clippy::type_complexity)]
+    #[inline(always)]
     fn prepare(
         &self,
         req: Request<Incoming>,

@@ -124,16 +124,53 @@ impl ReadAhead {
 }
 
 /// What a request body has read ahead and not yet passed on, with its
-/// share of the [`ReadAhead`] bound.
+/// share of the [`ReadAhead`] bound. Kept in the body itself (the body is
+/// boxed already), filled as frames arrive, so reading ahead can stop and
+/// go on at any await without losing a frame.
+#[derive(Default)]
 struct Ahead {
     frames: VecDeque<Frame<Bytes>>,
-    bytes: usize,
-    bound: Arc<ReadAhead>,
+    /// Data bytes held in `frames`.
+    held: usize,
+    /// Of them, the bytes taken from the bound (the last frame may be held
+    /// past it, uncounted).
+    counted: usize,
+    bound: Option<Arc<ReadAhead>>,
+    /// The bound ran out: the rest of the body streams.
+    full: bool,
+}
+
+impl Ahead {
+    fn push(&mut self, frame: Frame<Bytes>, bound: &Arc<ReadAhead>) {
+        let n = frame.data_ref().map_or(0, Bytes::len);
+        if bound.take(n) {
+            self.counted += n;
+            self.bound.get_or_insert_with(|| bound.clone());
+        } else {
+            self.full = true;
+        }
+        self.held += n;
+        self.frames.push_back(frame);
+    }
+
+    fn pop(&mut self) -> Option<Frame<Bytes>> {
+        let frame = self.frames.pop_front()?;
+        let n = frame.data_ref().map_or(0, Bytes::len);
+        self.held -= n;
+        let back = n.min(self.counted);
+        self.counted -= back;
+        if let Some(bound) = &self.bound {
+            bound.give_back(back);
+        }
+        Some(frame)
+    }
 }
 
 impl Drop for Ahead {
     fn drop(&mut self) {
-        self.bound.give_back(self.bytes);
+        if let Some(bound) = &self.bound {
+            bound.give_back(self.counted);
+        }
     }
 }
 
@@ -150,7 +187,7 @@ pub struct RequestBody {
     counted: Option<Arc<AtomicU64>>,
     state: Arc<BodyState>,
     /// Frames read ahead (see [`RequestBody::read_ahead`]), passed on first.
-    ahead: Option<Box<Ahead>>,
+    ahead: Ahead,
 }
 
 impl RequestBody {
@@ -162,7 +199,7 @@ impl RequestBody {
         counted: Option<Arc<AtomicU64>>,
     ) -> Self {
         let (idle, state) = (IdleTimer::new(idle_timeout), Arc::default());
-        RequestBody { inner, limit, seen: 0, idle, http2, counted, state, ahead: None }
+        RequestBody { inner, limit, seen: 0, idle, http2, counted, state, ahead: Ahead::default() }
     }
 
     /// What the body tells of itself as it streams.
@@ -174,35 +211,17 @@ impl RequestBody {
     /// once the body has ended, `up_to` bytes are in, or the bound is used
     /// up (the rest then streams). A client's failure on the way (too
     /// large, stalled past `body_timeout`, gone) is returned, and noted.
+    /// Cancel-safe: dropped at an await, it loses nothing, and a later call
+    /// goes on from there.
     pub async fn read_ahead(&mut self, up_to: usize, bound: &Arc<ReadAhead>) -> Result<(), ClientFault> {
-        let mut ahead = Box::new(Ahead { frames: VecDeque::new(), bytes: 0, bound: bound.clone() });
-        let outcome = loop {
-            if ahead.bytes >= up_to || http_body::Body::is_end_stream(&self.inner) {
-                break Ok(());
+        while self.ahead.held < up_to && !self.ahead.full && !http_body::Body::is_end_stream(&self.inner) {
+            match std::future::poll_fn(|cx| self.poll_client(cx)).await {
+                None => break,
+                Some(Err(_)) => return Err(self.state.fault().cloned().expect("a failed poll notes its fault")),
+                Some(Ok(frame)) => self.ahead.push(frame, bound),
             }
-            let next = std::future::poll_fn(|cx| self.poll_client(cx)).await;
-            match next {
-                None => break Ok(()),
-                Some(Err(_)) => break Err(self.state.fault().cloned().expect("a failed poll notes its fault")),
-                Some(Ok(frame)) => {
-                    let n = frame.data_ref().map_or(0, Bytes::len);
-                    let fits = bound.take(n);
-                    if fits {
-                        ahead.bytes += n;
-                    }
-                    ahead.frames.push_back(frame);
-                    if !fits {
-                        // Past the bound this frame is held uncounted, and
-                        // the rest of the body streams.
-                        break Ok(());
-                    }
-                }
-            }
-        };
-        if !ahead.frames.is_empty() {
-            self.ahead = Some(ahead);
         }
-        outcome
+        Ok(())
     }
 
     fn failed(&self, fault: ClientFault, e: BoxError) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
@@ -259,26 +278,22 @@ impl http_body::Body for RequestBody {
 
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
-        if let Some(ahead) = &mut this.ahead {
-            if let Some(frame) = ahead.frames.pop_front() {
-                let n = frame.data_ref().map_or(0, Bytes::len).min(ahead.bytes);
-                ahead.bytes -= n;
-                ahead.bound.give_back(n);
-                return Poll::Ready(Some(Ok(frame)));
-            }
-            this.ahead = None;
+        if let Some(frame) = this.ahead.pop() {
+            return Poll::Ready(Some(Ok(frame)));
         }
         this.poll_client(cx)
     }
 
     fn is_end_stream(&self) -> bool {
-        self.ahead.as_ref().is_none_or(|a| a.frames.is_empty()) && http_body::Body::is_end_stream(&self.inner)
+        self.ahead.frames.is_empty() && http_body::Body::is_end_stream(&self.inner)
     }
 
     fn size_hint(&self) -> SizeHint {
         let inner = http_body::Body::size_hint(&self.inner);
-        let Some(ahead) = &self.ahead else { return inner };
-        let held: u64 = ahead.frames.iter().map(|f| f.data_ref().map_or(0, |d| d.len() as u64)).sum();
+        if self.ahead.frames.is_empty() {
+            return inner;
+        }
+        let held = self.ahead.held as u64;
         let mut hint = SizeHint::new();
         hint.set_lower(inner.lower() + held);
         if let Some(upper) = inner.upper() {

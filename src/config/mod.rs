@@ -118,7 +118,7 @@ pub struct Config {
 }
 
 /// `[server]`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ServerConfig {
     /// Address of the main listener.
     pub listen: SocketAddr,
@@ -184,6 +184,13 @@ pub struct ListenerTls {
     pub client_ca: Option<PathBuf>,
 }
 
+impl PartialEq for ListenerTls {
+    /// By the files named: what they hold is read again on every reload.
+    fn eq(&self, other: &Self) -> bool {
+        self.cert == other.cert && self.client_ca == other.client_ca
+    }
+}
+
 /// How access log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AccessLogFormat {
@@ -203,7 +210,7 @@ pub struct TracingConfig {
 }
 
 /// `[metrics]`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct MetricsConfig {
     /// Path the Prometheus text is served at.
     pub path: String,

@@ -7,7 +7,7 @@ use http::Method;
 
 use super::App;
 use crate::body::ReadAhead;
-use crate::config::{Config, ConfigError, RouteConfig, Target};
+use crate::config::{Config, ConfigError, RouteConfig, ServerConfig, Target};
 use crate::layers::RouteLayers;
 use crate::limits::ConcurrencyLimit;
 use crate::metrics::{self, RouteMetrics};
@@ -117,19 +117,16 @@ impl App {
 
 /// Which of the sections a reload cannot apply changed.
 fn restart_sections(old: &Config, new: &Config) -> Vec<&'static str> {
-    let server = |c: &Config| {
-        let mut s = c.server.clone();
-        s.tls = None;
-        format!("{s:?}")
-    };
+    // `[server.tls]` is compared apart (see `App::reload`).
+    let server = |c: &Config| ServerConfig { tls: None, ..c.server.clone() };
     let mut changed = Vec::new();
     if server(old) != server(new) {
         changed.push("server");
     }
-    if format!("{:?}", old.metrics) != format!("{:?}", new.metrics) {
+    if old.metrics != new.metrics {
         changed.push("metrics");
     }
-    if format!("{:?}", old.tracing) != format!("{:?}", new.tracing) {
+    if old.tracing != new.tracing {
         changed.push("tracing");
     }
     changed

@@ -50,6 +50,18 @@ pub(super) enum Tried {
     Failed(GatewayError),
 }
 
+impl Tries {
+    pub(super) fn new(
+        plan: Plan,
+        client_host: Option<HeaderValue>,
+        asked: Option<HeaderValue>,
+        body_state: Option<Arc<BodyState>>,
+        retries: u32,
+    ) -> Tries {
+        Tries { plan, client_host, asked, body_state, left: retries, tried: Vec::new(), resent: AtomicBool::new(false) }
+    }
+}
+
 impl Upstream {
     /// Addresses the request to `endpoint` (its `Host`, when the route does
     /// not preserve the client's), and keeps its head when it may be sent

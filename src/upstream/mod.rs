@@ -30,16 +30,17 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
 
-use http::header;
+use futures_util::FutureExt;
+use http::header::{self, HeaderValue};
 use http::{Request, Response, StatusCode};
 use http_body_util::Either;
 use hyper::body::Incoming;
-use hyper::upgrade::OnUpgrade;
+
 use metrics::{Counter, Gauge, counter, gauge};
 use tokio::time::Instant;
 use tower::retry::budget::{Budget, TpsBudget};
 
-use crate::body::{Body, ReadAhead};
+use crate::body::{Body, ReadAhead, RequestBody};
 use crate::config::{Balance, ProxyTarget, UpstreamConfig};
 use crate::error::GatewayError;
 use crate::headers::X_REQUEST_ID;
@@ -175,19 +176,21 @@ impl Upstream {
         deadline: Instant,
     ) -> impl Future<Output = Result<Response<Body>, GatewayError>> + 'a {
         async move {
-            let (mut req, mut tries, mut upgrade) = self.prepare(req, target, prefix, max_body, peer, cx)?;
+            let counted = cx.timing.as_ref().map(|t| t.bytes_in.clone());
+            let Prepared { parts, body, plan, client_host, mut upgrade, body_state } =
+                proxy::prepare_request(req, target, prefix, max_body, peer, counted)?;
+            // Made here, not returned from a helper (each move of it is a
+            // copy), and its parts never borrowed: rustc keeps room in the
+            // future for any local borrowed before an `.await`.
+            let mut req = Request::from_parts(parts, body);
+            let asked = stamp(&mut req, upgrade.is_some(), cx);
+            let mut tries = Tries::new(plan, client_host, asked, body_state, target.retries);
             // The body's first bytes (all of a small one) before a slot: a
             // client that trickles its body holds none meanwhile.
             if let Either::Left(body) = req.body_mut()
                 && target.request_buffer > 0
             {
-                // Boxed: only requests with a body wait here.
-                let ahead = body.read_ahead(target.request_buffer, &self.read_ahead);
-                match Box::pin(tokio::time::timeout_at(deadline, ahead)).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(fault)) => return Err(fault.to_error()),
-                    Err(_) => return Err(GatewayError::BodyNotInTime { after: target.timeout }),
-                }
+                read_ahead(body, target, &self.read_ahead, deadline).await?;
             }
             let slot = match &self.admission {
                 Some(admission) => Some(admission.admit(deadline, target.timeout).await?),
@@ -241,49 +244,6 @@ impl Upstream {
                 }
             }
         }
-    }
-
-    /// The request as the upstream gets it (see [`proxy::prepare_request`]),
-    /// with its request ID and trace context, what the attempts keep of it,
-    /// and the client's side of an upgrade the route tunnels.
-    #[allow(clippy::type_complexity)]
-    #[inline(always)]
-    fn prepare(
-        &self,
-        req: Request<Incoming>,
-        target: &ProxyTarget,
-        prefix: &str,
-        max_body: u64,
-        peer: &Peer,
-        cx: &RequestLog<'_>,
-    ) -> Result<(Request<SendBody>, Tries, Option<OnUpgrade>), GatewayError> {
-        let counted = cx.timing.as_ref().map(|t| t.bytes_in.clone());
-        let Prepared { parts, body, plan, client_host, upgrade, body_state } =
-            proxy::prepare_request(req, target, prefix, max_body, peer, counted)?;
-        // Made at once, and the parts never borrowed: rustc keeps room in
-        // the future, for every request in flight, for any local that was
-        // borrowed before an `.await`, even once it is moved out.
-        let mut req = Request::from_parts(parts, body);
-        if let Some(id) = cx.id {
-            req.headers_mut().insert(X_REQUEST_ID, id.header_value());
-        }
-        // What the upgrade asked for, to hold the 101 to it.
-        let asked = upgrade.as_ref().and_then(|_| req.headers().get(header::UPGRADE).cloned());
-        if let Some(trace) = &cx.trace
-            && cx.propagate_trace
-        {
-            trace.propagate(req.headers_mut());
-        }
-        let tries = Tries {
-            plan,
-            client_host,
-            asked,
-            body_state,
-            left: target.retries,
-            tried: Vec::new(),
-            resent: AtomicBool::new(false),
-        };
-        Ok((req, tries, upgrade))
     }
 
     /// The upstream's response, with the header rules applied and its body
@@ -376,4 +336,40 @@ impl Upstream {
         let seconds = wait.as_millis().div_ceil(1000).max(1) as u64;
         GatewayError::Unavailable { upstream: self.config.name.clone(), retry_after: seconds }
     }
+}
+
+/// The request's ID and trace context for the upstream; returns the
+/// protocol an upgrade asked for (`upgrading`: the route tunnels it), to hold
+/// the 101 to it.
+fn stamp(req: &mut Request<SendBody>, upgrading: bool, cx: &RequestLog<'_>) -> Option<HeaderValue> {
+    if let Some(id) = cx.id {
+        req.headers_mut().insert(X_REQUEST_ID, id.header_value());
+    }
+    let asked = upgrading.then(|| req.headers().get(header::UPGRADE).cloned()).flatten();
+    if let Some(trace) = &cx.trace
+        && cx.propagate_trace
+    {
+        trace.propagate(req.headers_mut());
+    }
+    asked
+}
+
+/// Reads the first `request_buffer` bytes of a request's body (all of a
+/// small one) within the route's deadline. Most bodies are in already: only
+/// one that is not waits (boxed: only such requests pay for its timer).
+async fn read_ahead(
+    body: &mut RequestBody,
+    target: &ProxyTarget,
+    bound: &Arc<ReadAhead>,
+    deadline: Instant,
+) -> Result<(), GatewayError> {
+    let n = target.request_buffer;
+    let ahead = match body.read_ahead(n, bound).now_or_never() {
+        Some(done) => done,
+        None => match Box::pin(tokio::time::timeout_at(deadline, body.read_ahead(n, bound))).await {
+            Ok(done) => done,
+            Err(_) => return Err(GatewayError::BodyNotInTime { after: target.timeout }),
+        },
+    };
+    ahead.map_err(|fault| fault.to_error())
 }

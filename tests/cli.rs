@@ -207,3 +207,33 @@ fn the_binary_runs_the_embedded_default_from_anywhere() {
     assert!(!demo_dir.starts_with(env!("CARGO_MANIFEST_DIR")), "served from the source tree: {demo_dir}");
     assert!(!Path::new(demo_dir).exists(), "{demo_dir} is left behind");
 }
+
+/// The access log is switched by `server.access_log`, not by the log
+/// level: under `RUST_LOG=warn` its lines are still written.
+#[test]
+fn the_access_log_follows_its_key_not_the_log_level() {
+    let dir = tempfile::tempdir().unwrap();
+    let probe = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = probe.local_addr().unwrap().to_string();
+    drop(probe);
+    let path = write_config(
+        dir.path(),
+        &format!(
+            "[server]\nlisten = \"{addr}\"\naccess_log = true\n[[routes]]\nname = 'al'\nprefix = '/al'\nrespond = {{ status = 200 }}\n"
+        ),
+    );
+    let mut gw = Command::new(BIN)
+        .args(["--config", path.to_str().unwrap()])
+        .env("RUST_LOG", "warn")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for(&addr);
+    assert!(http_get(&addr, "/al/logged").starts_with("HTTP/1.1 200"));
+    Command::new("kill").args(["-TERM", &gw.id().to_string()]).status().unwrap();
+    assert_eq!(gw.wait().unwrap().code(), Some(0));
+    let mut stderr = String::new();
+    gw.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    assert!(stderr.contains("/al/logged"), "no access line under RUST_LOG=warn:\n{stderr}");
+    assert!(!stderr.contains("gateway listening"), "RUST_LOG=warn still holds for the rest:\n{stderr}");
+}

@@ -109,3 +109,29 @@ async fn drop_underscore_headers_drops_every_name_with_an_underscore() {
     assert_eq!(var(&vars, "HTTP_X_CUSTOM"), None, "{vars:?}");
     assert_eq!(var(&vars, "HTTP_X_OTHER"), Some("2"), "{vars:?}");
 }
+
+/// A client's request trailers cannot carry what the route's rules set or
+/// remove, nor what the gateway sets, in any spelling: an upstream that
+/// merges trailers into headers would take them from the client.
+#[tokio::test]
+async fn request_trailers_cannot_carry_ruled_or_gateway_headers() {
+    let up = TestUpstream::start(|req: Request<Incoming>| async move {
+        let collected = http_body_util::BodyExt::collect(req.into_body()).await.unwrap();
+        let mut names: Vec<String> =
+            collected.trailers().map(|t| t.keys().map(|k| k.as_str().to_owned()).collect()).unwrap_or_default();
+        names.sort();
+        Response::new(full(names.join(",")))
+    })
+    .await;
+    let gw = TestGateway::from_toml(&format!(
+        "[upstreams.ut]\nurl = \"http://{}\"\n[[routes]]\nname = \"ut\"\nprefix = \"/t\"\nupstream = \"ut\"\n\
+         request_headers = {{ set = {{ \"x-user\" = \"gateway-set\" }}, remove = [\"x-debug\"] }}\n",
+        up.addr
+    ))
+    .await;
+    let chunked = "POST /t/x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nTrailer: x-user, x-debug, x-forwarded-for, x-checksum\r\nConnection: close\r\n\r\n\
+                   4\r\nbody\r\n0\r\nx-user: evil\r\nX_Debug: 1\r\nX-Forwarded-For: 7.7.7.7\r\nx-checksum: ok\r\n\r\n";
+    let r = raw(gw.addr, chunked.as_bytes(), std::time::Duration::from_secs(3)).await;
+    assert_eq!(r.status(), 200, "{}", r.text);
+    assert!(r.text.ends_with("\r\n\r\nx-checksum"), "only the client's own trailer passes: {:?}", r.text);
+}

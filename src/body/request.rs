@@ -24,6 +24,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
+use http::HeaderName;
 use http_body::{Frame, SizeHint};
 use hyper::body::Incoming;
 
@@ -188,6 +189,9 @@ pub struct RequestBody {
     state: Arc<BodyState>,
     /// Frames read ahead (see [`RequestBody::read_ahead`]), passed on first.
     ahead: Ahead,
+    /// Names removed from the body's trailers, in every spelling (see
+    /// `ProxyTarget::guarded_trailers`).
+    guarded: Arc<[HeaderName]>,
 }
 
 impl RequestBody {
@@ -197,9 +201,10 @@ impl RequestBody {
         idle_timeout: Duration,
         http2: bool,
         counted: Option<Arc<AtomicU64>>,
+        guarded: Arc<[HeaderName]>,
     ) -> Self {
         let (idle, state) = (IdleTimer::new(idle_timeout), Arc::default());
-        RequestBody { inner, limit, seen: 0, idle, http2, counted, state, ahead: Ahead::default() }
+        RequestBody { inner, limit, seen: 0, idle, http2, counted, state, ahead: Ahead::default(), guarded }
     }
 
     /// What the body tells of itself as it streams.
@@ -249,6 +254,16 @@ impl RequestBody {
                 if http_body::Body::is_end_stream(&self.inner) {
                     self.state.complete.store(true, Ordering::Relaxed);
                 }
+                let frame = match frame.into_trailers() {
+                    Ok(mut trailers) => {
+                        for name in self.guarded.iter() {
+                            trailers.remove(name);
+                        }
+                        crate::headers::remove_other_spellings(&mut trailers, self.guarded.iter(), false);
+                        Frame::trailers(trailers)
+                    }
+                    Err(frame) => frame,
+                };
                 Poll::Ready(Some(Ok(frame)))
             }
             Poll::Ready(Some(Err(e))) => {

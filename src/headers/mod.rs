@@ -57,6 +57,20 @@ pub const FORWARDED: HeaderName = HeaderName::from_static("forwarded");
 /// sets; such spellings are removed (see [`same_cgi_name`]).
 const SET_BY_POLICY: [HeaderName; 4] = [X_FORWARDED_FOR, X_FORWARDED_PROTO, X_FORWARDED_HOST, X_REQUEST_ID];
 
+/// Every request header the gateway sets itself: what a client may not
+/// supply in its request trailers either.
+pub const SET_BY_GATEWAY: [HeaderName; 9] = [
+    X_FORWARDED_FOR,
+    X_FORWARDED_PROTO,
+    X_FORWARDED_HOST,
+    X_REQUEST_ID,
+    FORWARDED,
+    header::VIA,
+    header::HOST,
+    TRACEPARENT,
+    TRACESTATE,
+];
+
 /// Whether two header names are one CGI variable: they differ, but only
 /// where one has `-` and the other `_` (CGI and WSGI map both to `_`).
 /// Header names are lower-case already.

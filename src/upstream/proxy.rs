@@ -106,7 +106,8 @@ pub fn prepare_request(
     let large_body =
         has_body && http_body::Body::size_hint(&body).upper().is_none_or(|n| n > u64::from(crate::net::NOTSENT_LOWAT));
     let (body, body_state) = if has_body {
-        let body = RequestBody::new(body, max_body, target.body_timeout, from_http2, counted);
+        let guarded = target.guarded_trailers.clone();
+        let body = RequestBody::new(body, max_body, target.body_timeout, from_http2, counted, guarded);
         let state = body.state();
         (Either::Left(Box::new(body)), Some(state))
     } else {

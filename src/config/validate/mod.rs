@@ -223,9 +223,6 @@ fn route(
         })
         .transpose()?;
     let mut target = target(&name, &r, &key, upstream_index, base_dir)?;
-    if let Target::Proxy(p) = &mut target {
-        p.drop_underscore_headers = server.drop_underscore_headers;
-    }
     let max_body = r.max_body.as_ref().map(|b| parse_size(&key("max_body"), b)).transpose()?.unwrap_or(server.max_body);
     if r.max_concurrent == Some(0) {
         return Err((key("max_concurrent"), "must be at least 1 (leave it out for no limit)".into()));
@@ -240,6 +237,11 @@ fn route(
     }
     let request_headers = header_rules(r.request_headers.as_ref(), &key("request_headers"), &switched)?;
     let response_headers = header_rules(r.response_headers.as_ref(), &key("response_headers"), &response_switched)?;
+    if let Target::Proxy(p) = &mut target {
+        p.drop_underscore_headers = server.drop_underscore_headers;
+        let ruled = request_headers.remove.iter().chain(request_headers.set.iter().map(|(n, _)| n));
+        p.guarded_trailers = crate::headers::SET_BY_GATEWAY.iter().chain(ruled).cloned().collect();
+    }
     if r.panic.is_some() && !cfg!(debug_assertions) {
         return Err((key("panic"), "only in debug builds, for the gateway's own tests".into()));
     }
@@ -380,6 +382,7 @@ fn proxy_target(
         retry_on,
         upgrade,
         drop_underscore_headers: false,
+        guarded_trailers: std::sync::Arc::from([]),
     })
 }
 

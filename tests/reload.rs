@@ -435,3 +435,89 @@ async fn removing_health_checks_frees_an_unhealthy_endpoint() {
     gw.app.reload().expect("reload");
     assert_eq!(get(&gw.url("/hc/x")).await.0.status, 200, "without checks the endpoint is healthy");
 }
+
+/// The health checks of an endpoint a reload replaced stop, even while a
+/// request still holds the old endpoint: without checks configured, a
+/// failing check path cannot turn the endpoint unhealthy.
+#[tokio::test]
+async fn the_checks_of_a_replaced_endpoint_stop_while_its_requests_finish() {
+    let _serial = SERIAL.lock().await;
+    let failing = Arc::new(AtomicBool::new(false));
+    let f = failing.clone();
+    let up = TestUpstream::start(move |req: Request<Incoming>| {
+        let f = f.clone();
+        async move {
+            if req.uri().path() == "/slow" {
+                tokio::time::sleep(Duration::from_millis(1500)).await;
+            }
+            let mut r = Response::new(full("up"));
+            if req.uri().path() == "/hz" && f.load(Ordering::SeqCst) {
+                *r.status_mut() = http::StatusCode::INTERNAL_SERVER_ERROR;
+            }
+            r
+        }
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let base = format!(
+        "{SERVER}[upstreams.rl_hc2]\nurl = \"http://{}\"\n\
+         [[routes]]\nname = \"rl_hc2\"\nprefix = \"/\"\nupstream = \"rl_hc2\"\n",
+        up.addr
+    );
+    let checked = format!(
+        "{base}[upstreams.rl_hc2.health]\npath = \"/hz\"\ninterval = \"100ms\"\ntimeout = \"100ms\"\nunhealthy_after = 1\nhealthy_after = 1\n"
+    );
+    let gw = from_file(dir.path(), &checked).await;
+    let slow = tokio::spawn(get_status_of(gw.url("/slow")));
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    rewrite(dir.path(), &base);
+    gw.app.reload().expect("reload");
+    failing.store(true, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(get(&gw.url("/x")).await.0.status, 200, "a check of the replaced endpoint marked it unhealthy");
+    assert_eq!(slow.await.unwrap(), 200);
+    assert_eq!(get(&gw.url("/x")).await.0.status, 200);
+}
+
+/// Removing `outlier` clears an ejection: re-added later, it starts from
+/// nothing, not from a trial of an endpoint that was serving fine.
+#[tokio::test]
+async fn removing_outlier_detection_clears_the_ejection() {
+    let _serial = SERIAL.lock().await;
+    let failing = Arc::new(AtomicBool::new(true));
+    let f = failing.clone();
+    let up = TestUpstream::start(move |_req: Request<Incoming>| {
+        let f = f.clone();
+        async move {
+            let mut r = Response::new(full("up"));
+            if f.load(Ordering::SeqCst) {
+                *r.status_mut() = http::StatusCode::BAD_GATEWAY;
+            }
+            r
+        }
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let base = format!(
+        "{SERVER}[upstreams.rl_out]\nurl = \"http://{}\"\n\
+         [[routes]]\nname = \"rl_out\"\nprefix = \"/\"\nupstream = \"rl_out\"\n",
+        up.addr
+    );
+    let with_outlier =
+        format!("{base}[upstreams.rl_out.outlier]\nconsecutive_failures = 1\nejection_time = \"300ms\"\n");
+    let gw = from_file(dir.path(), &with_outlier).await;
+    assert_eq!(get(&gw.url("/x")).await.0.status, 502);
+    assert_eq!(get(&gw.url("/x")).await.0.status, 503, "ejected");
+    failing.store(false, Ordering::SeqCst);
+    rewrite(dir.path(), &base);
+    gw.app.reload().expect("reload");
+    let m = metrics_text(gw.addr).await;
+    assert_eq!(metric(&m, "gateway_upstream_endpoint_ejected", &[("upstream", "rl_out")]), 0.0);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    rewrite(dir.path(), &with_outlier);
+    gw.app.reload().expect("reload");
+    let at_once: Vec<_> = (0..4).map(|_| tokio::spawn(get_status_of(gw.url("/x")))).collect();
+    for r in at_once {
+        assert_eq!(r.await.unwrap(), 200, "the old ejection came back as a trial");
+    }
+}

@@ -297,3 +297,50 @@ async fn an_upstream_that_gives_up_on_a_trickling_body_is_not_charged() {
     assert_eq!(sample(&m, "gateway_upstream_ejections_total", &[("upstream", "sb_gaveup")]).unwrap_or(0.0), 0.0);
     assert_eq!(rejected(&m, "sb_gaveup", "body_timeout"), 2.0);
 }
+
+/// An upstream that resets while a client sends its body at full speed
+/// failed on its own: 502 and its reset, not the client's 408.
+#[tokio::test]
+async fn an_upstream_that_resets_a_fast_upload_is_charged_with_it() {
+    let addr = raw_upstream(|mut s| async move {
+        use tokio::io::AsyncReadExt;
+        let mut buf = vec![0u8; 16384];
+        let mut got = 0usize;
+        while got < 100_000 {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => got += n,
+            }
+        }
+        let _ = socket2::SockRef::from(&s).set_linger(Some(Duration::ZERO));
+    })
+    .await;
+    let toml = format!(
+        "[upstreams.sb_fast]\nurl = \"http://{addr}\"\n\
+         [[routes]]\nname = \"sb_fast\"\nprefix = \"/f\"\nupstream = \"sb_fast\"\ntimeout = \"5s\"\n"
+    );
+    let gw = TestGateway::from_toml(&toml).await;
+    // Clients on threads of their own, writing as fast as the socket takes
+    // it, as a real uploader does (not interleaved with the gateway's task).
+    let addr = gw.addr;
+    let statuses = tokio::task::spawn_blocking(move || {
+        (0..20)
+            .map(|_| {
+                use std::io::{Read, Write};
+                let mut s = std::net::TcpStream::connect(addr).unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+                let mut request = b"POST /f/up HTTP/1.1\r\nHost: x\r\nContent-Length: 900000\r\n\r\n".to_vec();
+                request.extend(std::iter::repeat_n(b'u', 900_000));
+                let _ = s.write_all(&request);
+                let mut head = [0u8; 12];
+                let _ = s.read_exact(&mut head);
+                String::from_utf8_lossy(&head[9..12]).into_owned()
+            })
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap();
+    assert!(!statuses.iter().any(|s| s == "408"), "a fast client was blamed for the upstream's reset: {statuses:?}");
+    let m = metrics_text(gw.addr).await;
+    assert_eq!(rejected(&m, "sb_fast", "body_timeout"), 0.0);
+}

@@ -78,6 +78,10 @@ pub struct BodyState {
     waiting: AtomicBool,
     /// The whole body has arrived.
     complete: AtomicBool,
+    /// When the client last sent body bytes (or the body started), in
+    /// milliseconds of [`tokio::time::Instant`] since `started`.
+    progress_ms: AtomicU64,
+    started: OnceLock<tokio::time::Instant>,
 }
 
 impl BodyState {
@@ -91,6 +95,21 @@ impl BodyState {
     /// sent (not for room the upstream has not made).
     pub fn awaiting_client(&self) -> bool {
         !self.complete.load(Ordering::Relaxed) && self.waiting.load(Ordering::Relaxed)
+    }
+
+    /// [`BodyState::awaiting_client`], and the client has sent nothing for
+    /// at least `quiet`: a client sending at full speed is often caught
+    /// between two reads, which says nothing of whose fault a failure is.
+    pub fn awaiting_quiet_client(&self, quiet: Duration) -> bool {
+        let Some(started) = self.started.get() else { return false };
+        let since = started.elapsed().as_millis() as u64;
+        self.awaiting_client()
+            && since.saturating_sub(self.progress_ms.load(Ordering::Relaxed)) >= quiet.as_millis() as u64
+    }
+
+    fn progressed(&self) {
+        let started = self.started.get_or_init(tokio::time::Instant::now);
+        self.progress_ms.store(started.elapsed().as_millis() as u64, Ordering::Relaxed);
     }
 }
 
@@ -203,7 +222,8 @@ impl RequestBody {
         counted: Option<Arc<AtomicU64>>,
         guarded: Arc<[HeaderName]>,
     ) -> Self {
-        let (idle, state) = (IdleTimer::new(idle_timeout), Arc::default());
+        let (idle, state) = (IdleTimer::new(idle_timeout), Arc::<BodyState>::default());
+        state.progressed();
         RequestBody { inner, limit, seen: 0, idle, http2, counted, state, ahead: Ahead::default(), guarded }
     }
 
@@ -251,6 +271,7 @@ impl RequestBody {
                     }
                 }
                 self.idle.progress();
+                self.state.progressed();
                 if http_body::Body::is_end_stream(&self.inner) {
                     self.state.complete.store(true, Ordering::Relaxed);
                 }

@@ -50,6 +50,11 @@ pub(super) enum Tried {
     Failed(GatewayError),
 }
 
+/// How long a client must have sent nothing of its body for an upstream
+/// that ends the exchange meanwhile to be waiting for the client, not
+/// failing on its own.
+const CLIENT_QUIET: std::time::Duration = std::time::Duration::from_millis(100);
+
 impl Tries {
     pub(super) fn new(
         plan: Plan,
@@ -186,7 +191,7 @@ impl Upstream {
         // the gateway still waited for the client's body (its own body
         // timeout, say).
         if !failure.is_clients() {
-            if tries.body_state.as_ref().is_some_and(|b| b.awaiting_client()) {
+            if tries.body_state.as_ref().is_some_and(|b| b.awaiting_quiet_client(CLIENT_QUIET)) {
                 let detail = failure.classify(&self.config.name, &attempt.endpoint().config.address).to_string();
                 return Tried::Failed(GatewayError::BodyIncomplete { detail });
             }

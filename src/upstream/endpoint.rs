@@ -60,6 +60,9 @@ struct State {
     ejections: Counter,
     /// `gateway_upstream_endpoint_ejected`.
     ejected: Gauge,
+    /// Which endpoint's health checks may set `healthy`: bumped when a
+    /// reload replaces the endpoint, so the old one's checks stop.
+    checks: AtomicU64,
 }
 
 /// The upstream's settings an endpoint is built from: a reload that leaves
@@ -113,11 +116,25 @@ impl Endpoint {
         let state = match before {
             // Health is the checks' to say: without them an endpoint is
             // healthy, whatever the checks it had before said.
-            Some(b) if upstream.health.is_none() => {
-                b.set_healthy(true, "");
+            Some(b) => {
+                // The checks of the endpoint replaced stop: only this one's
+                // (if any) speak for the state from now on.
+                b.state.checks.fetch_add(1, Relaxed);
+                // Health is the checks' to say, ejection the outlier
+                // detection's: without them an endpoint is healthy and not
+                // ejected, whatever they said before.
+                if upstream.health.is_none() {
+                    b.set_healthy(true, "");
+                }
+                if upstream.outlier.is_none() {
+                    let o = &b.state;
+                    o.ejected_until.store(0, Relaxed);
+                    o.failures.store(0, Relaxed);
+                    o.trial.store(false, Relaxed);
+                    o.ejected.set(0.0);
+                }
                 b.state.clone()
             }
-            Some(b) => b.state.clone(),
             None => {
                 let healthy_gauge = gauge!(ENDPOINT_HEALTHY, &labels);
                 healthy_gauge.set(1.0);
@@ -130,6 +147,7 @@ impl Endpoint {
                     trial: AtomicBool::new(false),
                     ejections: counter!(ENDPOINT_EJECTIONS, &labels),
                     ejected: gauge!(ENDPOINT_EJECTED, &labels),
+                    checks: AtomicU64::new(0),
                 })
             }
         };
@@ -177,6 +195,12 @@ impl Endpoint {
         self.outlier.as_ref()?;
         let until = self.state.ejected_until.load(Relaxed);
         (until != 0).then(|| Duration::from_millis(until.saturating_sub(now_ms())))
+    }
+
+    /// The generation of health checks that speak for this endpoint now
+    /// (see `health`).
+    pub fn checks(&self) -> u64 {
+        self.state.checks.load(Relaxed)
     }
 
     /// Records a health check result (see `health`); logs a change, with

@@ -27,6 +27,9 @@ pub fn spawn(endpoint: &Arc<Endpoint>, config: HealthConfig) {
 async fn run(endpoint: Weak<Endpoint>, config: HealthConfig) {
     let (mut passes, mut failures) = (0u32, 0u32);
     let mut first = true;
+    // A reload that replaces the endpoint ends these checks (its state goes
+    // on with the new endpoint's own, if it has any).
+    let generation = endpoint.upgrade().map(|e| e.checks());
     loop {
         let Some(e) = endpoint.upgrade() else { return };
         let address = e.config.address.clone();
@@ -47,6 +50,9 @@ async fn run(endpoint: Weak<Endpoint>, config: HealthConfig) {
             Err(_) => (false, format!("no answer within {}", humantime::format_duration(config.timeout))),
         };
         let Some(e) = endpoint.upgrade() else { return };
+        if Some(e.checks()) != generation {
+            return;
+        }
         if passed {
             (passes, failures) = (passes + 1, 0);
         } else {

@@ -3,7 +3,7 @@
 //! pooled keep-alive client, serves files with async reads, bounds each route
 //! with its own timeout, and exposes Prometheus metrics.
 //!
-//! The data path is [`server::App::handle`]; [`run`] wires a validated
+//! The data path is [`server::App::handle`]; [`Gateway`] wires a validated
 //! [`config::Config`] to listeners and signals.
 #![forbid(unsafe_code)]
 

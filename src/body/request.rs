@@ -68,7 +68,7 @@ impl ClientFault {
 }
 
 /// What the proxy learns from a request body while it streams.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct BodyState {
     /// Why the body failed. An HTTP/2 upstream connection turns a body
     /// error into a stream reset, which says nothing of whose fault it was.
@@ -79,12 +79,22 @@ pub struct BodyState {
     /// The whole body has arrived.
     complete: AtomicBool,
     /// When the client last sent body bytes (or the body started), in
-    /// milliseconds of [`tokio::time::Instant`] since `started`.
+    /// milliseconds since `started`.
     progress_ms: AtomicU64,
-    started: OnceLock<tokio::time::Instant>,
+    started: tokio::time::Instant,
 }
 
 impl BodyState {
+    fn new() -> Self {
+        BodyState {
+            fault: OnceLock::new(),
+            waiting: AtomicBool::new(false),
+            complete: AtomicBool::new(false),
+            progress_ms: AtomicU64::new(0),
+            started: tokio::time::Instant::now(),
+        }
+    }
+
     /// Why the body failed, if it did.
     pub fn fault(&self) -> Option<&ClientFault> {
         self.fault.get()
@@ -101,15 +111,13 @@ impl BodyState {
     /// at least `quiet`: a client sending at full speed is often caught
     /// between two reads, which says nothing of whose fault a failure is.
     pub fn awaiting_quiet_client(&self, quiet: Duration) -> bool {
-        let Some(started) = self.started.get() else { return false };
-        let since = started.elapsed().as_millis() as u64;
+        let since = self.started.elapsed().as_millis() as u64;
         self.awaiting_client()
             && since.saturating_sub(self.progress_ms.load(Ordering::Relaxed)) >= quiet.as_millis() as u64
     }
 
     fn progressed(&self) {
-        let started = self.started.get_or_init(tokio::time::Instant::now);
-        self.progress_ms.store(started.elapsed().as_millis() as u64, Ordering::Relaxed);
+        self.progress_ms.store(self.started.elapsed().as_millis() as u64, Ordering::Relaxed);
     }
 }
 
@@ -135,11 +143,6 @@ impl ReadAhead {
 
     fn give_back(&self, n: usize) {
         self.used.fetch_sub(n, Ordering::Relaxed);
-    }
-
-    /// Bytes read ahead by all requests now.
-    pub fn used(&self) -> usize {
-        self.used.load(Ordering::Relaxed)
     }
 }
 
@@ -222,8 +225,7 @@ impl RequestBody {
         counted: Option<Arc<AtomicU64>>,
         guarded: Arc<[HeaderName]>,
     ) -> Self {
-        let (idle, state) = (IdleTimer::new(idle_timeout), Arc::<BodyState>::default());
-        state.progressed();
+        let (idle, state) = (IdleTimer::new(idle_timeout), Arc::new(BodyState::new()));
         RequestBody { inner, limit, seen: 0, idle, http2, counted, state, ahead: Ahead::default(), guarded }
     }
 

@@ -19,7 +19,7 @@ use tokio::time::{Instant, Sleep};
 
 use super::connect::Stream;
 
-/// What a connection's socket and its [`Conn`] share.
+/// What a connection's socket and its [`Conn`](super::pool::Conn) share.
 pub struct IoShared {
     /// No exchange is under way: a close is a clean one (FIN, not RST).
     pub clean: AtomicBool,

@@ -153,12 +153,14 @@ impl Upstream {
     /// streaming. `deadline` is the request's arrival plus the route's
     /// timeout; time spent queueing and retrying counts toward it.
     ///
-    /// The request is prepared ([`Upstream::prepare`]), its body's first
-    /// bytes read ahead, a `max_requests` slot taken; then one attempt after
-    /// another on the endpoints [`Upstream::choose`] picks: the endpoint's
-    /// `Host` ([`Upstream::address`]), the exchange within the deadline, and
-    /// what came of it ([`Upstream::outcome`]), for as long as
-    /// [`retry::should_retry`] and the budget allow.
+    /// The request is prepared ([`proxy::prepare_request`], then `stamp`),
+    /// its body's first bytes read ahead (`read_ahead`), a `max_requests`
+    /// slot taken; then one attempt after another on the endpoints
+    /// `Upstream::choose` picks: the endpoint's `Host`
+    /// (`Upstream::address`), the exchange within the deadline, and what
+    /// came of it (`Upstream::judge`, `Upstream::failed`,
+    /// `Upstream::timed_out`), for as long as [`retry::should_retry`] and
+    /// the budget allow.
     ///
     /// An `async move` block, not an `async fn`, so that the request is not
     /// copied again on the first poll (see [`crate::server::App::handle`]).
@@ -203,7 +205,7 @@ impl Upstream {
             let in_flight = InFlight::new(&self.in_flight);
             let timing = cx.timing.as_deref();
             loop {
-                let (index, attempt) = self.choose(&tries.tried)?;
+                let (index, mut attempt) = self.choose(&tries.tried)?;
                 let endpoint = attempt.endpoint().clone();
                 let copy = self.address(&mut req, &mut tries, &endpoint, target);
                 let started = Instant::now();
@@ -214,7 +216,6 @@ impl Upstream {
                 let exchanged = exchange(&endpoint.pool, req, plan, &resend, timing);
                 // The response is answered from inside the match: moved out
                 // of it first, it would be copied on its way.
-                let mut attempt = attempt;
                 let tried = match tokio::time::timeout_at(deadline, exchanged).await {
                     Ok(Ok((response, conn))) => match self.judge(&response, &mut attempt, copy, &tries, target) {
                         Some(tried) => tried,

@@ -41,6 +41,8 @@ pub(super) struct Table {
     pub(super) router: Router,
     pub(super) routes: Vec<Route>,
     pub(super) upstreams: Vec<Arc<Upstream>>,
+    /// The configuration these were built from, as `/-/config` shows it.
+    pub(super) effective: Arc<serde_json::Value>,
 }
 
 /// Methods file routes answer unless the route says otherwise.
@@ -187,6 +189,6 @@ impl Table {
             })
             .collect();
         let router = Router::new(config.routes.iter().map(|r| r.prefix.as_str()));
-        Table { router, routes, upstreams }
+        Table { router, routes, upstreams, effective: config.effective.clone() }
     }
 }

@@ -52,7 +52,16 @@ pub(super) fn config(raw: RawConfig, base_dir: &Path) -> Result<Config, Problem>
         }
         routes.push(route);
     }
-    Ok(Config { source_name: String::new(), source: None, server, metrics, tracing, upstreams, routes })
+    Ok(Config {
+        source_name: String::new(),
+        source: None,
+        server,
+        metrics,
+        tracing,
+        upstreams,
+        routes,
+        effective: Default::default(),
+    })
 }
 
 fn server(s: &RawServer, base_dir: &Path) -> Result<ServerConfig, Problem> {

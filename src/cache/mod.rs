@@ -140,7 +140,12 @@ impl RouteCache {
         deadline: Instant,
     ) -> Result<Response<Body>, GatewayError> {
         let method = req.method().clone();
-        if (method != Method::GET && method != Method::HEAD) || !http_body::Body::is_end_stream(req.body()) {
+        // Only a bodiless GET or HEAD is the cache's; an upgrade (WebSocket)
+        // goes straight through.
+        if (method != Method::GET && method != Method::HEAD)
+            || !http_body::Body::is_end_stream(req.body())
+            || req.headers().contains_key(header::UPGRADE)
+        {
             return self.pass(req, peer, cx, deadline).await;
         }
         let key = self.key(&req)?;
@@ -282,6 +287,9 @@ impl RouteCache {
         *head.uri_mut() = req.uri().clone();
         *head.headers_mut() = req.headers().clone();
         let (head, ()) = head.into_parts();
+        // What is stored is a GET's answer: a HEAD refreshing a stale
+        // entry in the background asks for the whole of it.
+        *req.method_mut() = Method::GET;
         // The fill outlives the request's log: its ID travels as a header.
         if let Some(id) = cx.id {
             req.headers_mut().insert(X_REQUEST_ID, id.header_value());

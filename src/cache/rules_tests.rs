@@ -126,6 +126,7 @@ fn expected(
     status: u16,
     max_age: Option<u64>,
     s_maxage: Option<u64>,
+    expires: Option<u64>,
     no_store: bool,
     private: bool,
     cookie: bool,
@@ -133,8 +134,8 @@ fn expected(
     public: bool,
     default_ttl: u64,
 ) -> (bool, Option<u64>) {
-    let life = s_maxage.or(max_age).or((default_ttl > 0).then_some(default_ttl));
-    let explicit = max_age.is_some() || s_maxage.is_some();
+    let life = s_maxage.or(max_age).or(expires).or((default_ttl > 0).then_some(default_ttl));
+    let explicit = max_age.is_some() || s_maxage.is_some() || expires.is_some();
     let status_ok = [200, 203, 204, 300, 301, 308, 404, 405, 410, 414, 501].contains(&status)
         || (explicit && [302, 303, 307].contains(&status));
     let auth_ok = !auth || public || s_maxage.is_some();
@@ -148,6 +149,7 @@ proptest! {
         status in prop::sample::select(vec![200u16, 203, 204, 206, 300, 301, 302, 303, 307, 308, 404, 405, 410, 414, 500, 501, 503]),
         max_age in prop::option::of(0u64..100_000),
         s_maxage in prop::option::of(0u64..100_000),
+        expires in prop::option::of(0u64..100_000),
         no_store: bool, private: bool, cookie: bool, auth: bool, public: bool,
         default_ttl in prop::sample::select(vec![0u64, 30]),
     ) {
@@ -161,8 +163,13 @@ proptest! {
         let mut res: Vec<(&str, &str)> = Vec::new();
         if !cc.is_empty() { res.push(("cache-control", &cc)); }
         if cookie { res.push(("set-cookie", "a=b")); }
+        // Expires - Date, with the Date in the future so that the clock
+        // plays no part.
+        let date = std::time::UNIX_EPOCH + Duration::from_secs(4_070_908_800);
+        let (date_text, expires_text) = (httpdate::fmt_http_date(date), expires.map(|e| httpdate::fmt_http_date(date + Duration::from_secs(e))));
+        if let Some(e) = &expires_text { res.push(("expires", e)); res.push(("date", &date_text)); }
         let req: Vec<(&str, &str)> = if auth { vec![("authorization", "Basic x")] } else { vec![] };
-        let (ok, life) = expected(status, max_age, s_maxage, no_store, private, cookie, auth, public, default_ttl);
+        let (ok, life) = expected(status, max_age, s_maxage, expires, no_store, private, cookie, auth, public, default_ttl);
         prop_assert_eq!(is_storable(&req, status, &res, default_ttl), ok);
         let h = head(&res);
         let got = lifetime(&h, &Directives::of(&h), Duration::from_secs(default_ttl));

@@ -81,6 +81,13 @@ async fn a_fresh_answer_is_stored_and_served_with_age_and_cache_status() {
     // Another path is another key.
     get(&gw.url("/c/b")).await;
     assert_eq!(seen(&seen_), 2);
+    // The time an entry has been held counts in its Age.
+    let (gw, _) = cached("", fixed(200, &[("cache-control", "max-age=60")])).await;
+    get(&gw.url("/c/a")).await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let (parts, _) = get(&gw.url("/c/a")).await;
+    assert_eq!(parts.headers["age"], "1");
+    assert!(cache_status(&parts).starts_with("gateway; hit; ttl=5"), "{}", cache_status(&parts));
 }
 
 #[tokio::test]
@@ -436,6 +443,42 @@ async fn concurrent_misses_make_one_upstream_request() {
     let m = metrics_text(gw.addr).await;
     let coalesced = sample(&m, "gateway_cache_requests_total", &[("route", "c"), ("result", "coalesced")]).unwrap();
     assert_eq!(coalesced, 99.0);
+}
+
+#[tokio::test]
+async fn a_waiter_that_varies_differently_goes_upstream_itself() {
+    let n = Arc::new(AtomicUsize::new(0));
+    let handler = move |req: Request<Incoming>| {
+        n.fetch_add(1, Ordering::SeqCst);
+        let lang = req.headers().get("accept-language").map(|v| v.to_str().unwrap().to_owned()).unwrap_or_default();
+        async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            answer(200, &[("cache-control", "max-age=60"), ("vary", "accept-language")], lang)
+        }
+    };
+    let (gw, seen_) = cached("", handler).await;
+    let url = gw.url("/c/x");
+    let en = tokio::spawn({
+        let url = url.clone();
+        async move { get_with(&url, &[("accept-language", "en")]).await.1 }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let (_, fr) = get_with(&url, &[("accept-language", "fr")]).await;
+    assert_eq!((&en.await.unwrap()[..], &fr[..]), (&b"en"[..], &b"fr"[..]));
+    assert_eq!(seen(&seen_), 2);
+}
+
+#[tokio::test]
+async fn without_coalescing_each_miss_goes_upstream() {
+    let (gw, seen_) =
+        cached("coalesce = false", slow(Duration::from_millis(300), &[("cache-control", "max-age=60")])).await;
+    let url = gw.url("/c/x");
+    let all = (0..5).map(|_| {
+        let url = url.clone();
+        tokio::spawn(async move { get(&url).await })
+    });
+    futures_util::future::join_all(all).await;
+    assert_eq!(seen(&seen_), 5);
 }
 
 #[tokio::test]

@@ -71,7 +71,7 @@ async fn a_fresh_answer_is_stored_and_served_with_age_and_cache_status() {
     let (gw, seen_) = cached("", fixed(200, &[("cache-control", "max-age=60"), ("age", "5")])).await;
     let (first, body) = get(&gw.url("/c/a")).await;
     assert_eq!((first.status.as_u16(), &body[..]), (200, &b"body"[..]));
-    assert_eq!(cache_status(&first), "gateway; fwd=miss; stored");
+    assert_eq!(cache_status(&first), "gateway; fwd=miss; stored; ttl=55", "the upstream's Age counts");
     let (second, body) = get(&gw.url("/c/a")).await;
     assert_eq!(&body[..], b"body");
     assert_eq!(seen(&seen_), 1, "the second request is answered from the cache");
@@ -286,7 +286,7 @@ async fn request_directives_bypass_or_answer_504() {
     let (parts, _) = get_with(&gw.url("/c/x"), &[("cache-control", "only-if-cached")]).await;
     assert_eq!(parts.status, 200);
     let (parts, _) = get_with(&gw.url("/c/x"), &[("pragma", "no-cache")]).await;
-    assert_eq!(cache_status(&parts), "gateway; fwd=request; stored", "no validator: fetched again");
+    assert_eq!(cache_status(&parts), "gateway; fwd=request; stored; ttl=60", "no validator: fetched again");
     assert_eq!(seen(&seen_), 3);
 }
 

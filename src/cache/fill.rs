@@ -9,7 +9,7 @@
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use bytes::{Bytes, BytesMut};
 use http::{Request, Response, StatusCode, header, request, response};
@@ -29,8 +29,9 @@ use crate::request::{Peer, RequestLog};
 
 /// What the first client of a fill is answered with.
 pub enum Answer {
-    /// The upstream's answer (streaming); `stored`: it is being stored.
-    Upstream(Response<Body>, bool),
+    /// The upstream's answer (streaming); `Some` with its freshness left
+    /// when it is being stored.
+    Upstream(Response<Body>, Option<Duration>),
     /// A stored entry: refreshed by a 304 (`Some(304)`), or served stale
     /// because the upstream failed (`None`).
     Entry(Arc<Entry>, Option<u16>),
@@ -99,7 +100,7 @@ impl Fill {
         }
         let (parts, body) = response.into_parts();
         let Some(entry) = judge(&cache, &head, &parts, now) else {
-            return send(tx, Answer::Upstream(Response::from_parts(parts, body), false));
+            return send(tx, Answer::Upstream(Response::from_parts(parts, body), None));
         };
         guard.publish(Filled::Streaming);
         let (chunks_tx, chunks) = mpsc::unbounded_channel();
@@ -110,7 +111,7 @@ impl Fill {
         );
         let mut to_client = Some(chunks_tx);
         if let Some(tx) = tx
-            && tx.send(Answer::Upstream(client, true)).is_err()
+            && tx.send(Answer::Upstream(client, Some(entry.lifetime.saturating_sub(entry.age(now))))).is_err()
         {
             to_client = None;
         }

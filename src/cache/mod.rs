@@ -251,10 +251,10 @@ impl RouteCache {
         let (fill, client) = self.prepare(guard, key, req, peer, cx, deadline, stale);
         let answer = fill::spawn(fill).await.map_err(|_| std::io::Error::other("cache fill task failed"))?;
         match answer {
-            Answer::Upstream(response, stored) => {
-                let counter = if stored { &self.metrics.miss } else { &self.metrics.uncacheable };
+            Answer::Upstream(response, ttl) => {
+                let counter = if ttl.is_some() { &self.metrics.miss } else { &self.metrics.uncacheable };
                 counter.increment(1);
-                Ok(with_status(response, Status { stored, ..Status::fwd(fwd) }))
+                Ok(with_status(response, Status { stored: ttl.is_some(), ttl, ..Status::fwd(fwd) }))
             }
             Answer::Entry(e, Some(code)) => {
                 self.metrics.revalidated.increment(1);

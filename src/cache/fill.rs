@@ -174,13 +174,14 @@ pub fn entry_of(
     if !rules::storable(&policy, parts.status, &parts.headers, lifetime) {
         return None;
     }
+    // A Vary name that is not a header name cannot be matched: not stored.
     let vary = rules::vary_names(&parts.headers)
-        .filter_map(|n| http::HeaderName::from_bytes(n.as_bytes()).ok())
         .map(|n| {
-            let value = rules::vary_value(&head.headers, &n);
-            (n, value)
+            let name = http::HeaderName::from_bytes(n.as_bytes()).ok()?;
+            let value = rules::vary_value(&head.headers, &name);
+            Some((name, value))
         })
-        .collect();
+        .collect::<Option<Vec<_>>>()?;
     Some(Entry {
         policy,
         status: parts.status,

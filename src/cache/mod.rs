@@ -149,13 +149,19 @@ impl RouteCache {
             return self.pass(req, peer, cx, deadline).await;
         }
         let key = self.key(&req)?;
-        let (ask, only_if_cached) = rules::ask(req.headers());
+        let (mut ask, only_if_cached, max_age) = rules::ask(req.headers());
         if ask == Ask::Bypass {
             self.metrics.bypass.increment(1);
             return self.direct(req, peer, cx, deadline, Status::fwd("bypass")).await;
         }
         let now = SystemTime::now();
         let entry = self.store.get(&key, req.headers()).await;
+        // The client's max-age: an older entry is revalidated (§5.2.1.1).
+        if let (Some(e), Some(max)) = (&entry, max_age)
+            && e.age(now) > Duration::from_secs(max)
+        {
+            ask = Ask::Revalidate;
+        }
         if let Some(e) = &entry
             && ask == Ask::Normal
         {

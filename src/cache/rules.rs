@@ -89,8 +89,9 @@ pub enum Ask {
     Bypass,
 }
 
-/// The request's ask, and whether it said `only-if-cached`.
-pub fn ask(request: &HeaderMap) -> (Ask, bool) {
+/// The request's ask, whether it said `only-if-cached`, and its `max-age`
+/// (the oldest answer it takes).
+pub fn ask(request: &HeaderMap) -> (Ask, bool, Option<u64>) {
     let d = Directives::of(request);
     let ask = if d.no_store {
         Ask::Bypass
@@ -99,7 +100,7 @@ pub fn ask(request: &HeaderMap) -> (Ask, bool) {
     } else {
         Ask::Normal
     };
-    (ask, d.only_if_cached)
+    (ask, d.only_if_cached, d.max_age)
 }
 
 /// The crate's policy for a response to a `GET` with `request`'s headers,

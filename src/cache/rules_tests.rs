@@ -74,13 +74,13 @@ fn lifetime_order() {
 
 #[test]
 fn request_directives() {
-    assert_eq!(ask(&head(&[])), (Ask::Normal, false));
-    assert_eq!(ask(&head(&[("cache-control", "no-cache")])), (Ask::Revalidate, false));
-    assert_eq!(ask(&head(&[("pragma", "no-cache")])), (Ask::Revalidate, false));
-    assert_eq!(ask(&head(&[("cache-control", "max-age=0")])), (Ask::Revalidate, false));
-    assert_eq!(ask(&head(&[("cache-control", "max-age=5")])), (Ask::Normal, false));
-    assert_eq!(ask(&head(&[("cache-control", "no-store")])), (Ask::Bypass, false));
-    assert_eq!(ask(&head(&[("cache-control", "only-if-cached")])), (Ask::Normal, true));
+    assert_eq!(ask(&head(&[])), (Ask::Normal, false, None));
+    assert_eq!(ask(&head(&[("cache-control", "no-cache")])), (Ask::Revalidate, false, None));
+    assert_eq!(ask(&head(&[("pragma", "no-cache")])), (Ask::Revalidate, false, None));
+    assert_eq!(ask(&head(&[("cache-control", "max-age=0")])), (Ask::Revalidate, false, Some(0)));
+    assert_eq!(ask(&head(&[("cache-control", "max-age=5")])), (Ask::Normal, false, Some(5)));
+    assert_eq!(ask(&head(&[("cache-control", "no-store")])), (Ask::Bypass, false, None));
+    assert_eq!(ask(&head(&[("cache-control", "only-if-cached")])), (Ask::Normal, true, None));
 }
 
 #[test]

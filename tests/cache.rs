@@ -250,21 +250,23 @@ async fn request_directives_bypass_or_answer_504() {
 #[tokio::test]
 async fn entries_are_evicted_by_size() {
     let handler = |_| std::future::ready(answer(200, &[("cache-control", "max-age=60")], vec![b'x'; 1500]));
-    let (gw, seen_) = cached("max_size = \"8KiB\", max_entry = \"2KiB\"", handler).await;
+    let (gw, seen_) = cached_as("evicted", "max_size = \"8KiB\", max_entry = \"2KiB\"", handler).await;
     for i in 0..30 {
-        get(&gw.url(&format!("/c/{i}"))).await;
+        get(&gw.url(&format!("/evicted/{i}"))).await;
     }
     // moka applies its bound in its housekeeping, which reads and writes drive.
     for _ in 0..3 {
         for i in 0..30 {
-            get(&gw.url(&format!("/c/{i}"))).await;
+            get(&gw.url(&format!("/evicted/{i}"))).await;
         }
     }
     assert!(seen(&seen_) > 30, "not everything fits: {}", seen(&seen_));
     let m = metrics_text(gw.addr).await;
-    let evicted = sample(&m, "gateway_cache_evictions_total", &[("cache", "c")]).unwrap_or(0.0);
-    let bytes = sample(&m, "gateway_cache_bytes", &[("cache", "c")]).unwrap();
+    let evicted = sample(&m, "gateway_cache_evictions_total", &[("cache", "evicted")]).unwrap_or(0.0);
+    let bytes = sample(&m, "gateway_cache_bytes", &[("cache", "evicted")]).unwrap();
     assert!(evicted > 0.0, "{m}");
+    let entries = sample(&m, "gateway_cache_entries", &[("cache", "evicted")]).unwrap();
+    assert!((1.0..=6.0).contains(&entries), "entries held: {entries}");
     assert!(bytes <= 8192.0 + 2048.0, "bytes held: {bytes}");
 }
 

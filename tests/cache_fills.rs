@@ -18,8 +18,9 @@ use hyper::body::Incoming;
 
 #[tokio::test]
 async fn concurrent_misses_make_one_upstream_request() {
-    let (gw, seen_) = cached("", slow(Duration::from_millis(300), &[("cache-control", "max-age=60")])).await;
-    let url = gw.url("/c/x");
+    let (gw, seen_) =
+        cached_as("coalesced", "", slow(Duration::from_millis(300), &[("cache-control", "max-age=60")])).await;
+    let url = gw.url("/coalesced/x");
     let all = (0..100).map(|_| {
         let url = url.clone();
         tokio::spawn(async move { get(&url).await })
@@ -31,7 +32,8 @@ async fn concurrent_misses_make_one_upstream_request() {
     }
     assert_eq!(seen(&seen_), 1, "exactly one upstream request");
     let m = metrics_text(gw.addr).await;
-    let coalesced = sample(&m, "gateway_cache_requests_total", &[("route", "c"), ("result", "coalesced")]).unwrap();
+    let coalesced =
+        sample(&m, "gateway_cache_requests_total", &[("route", "coalesced"), ("result", "coalesced")]).unwrap();
     assert_eq!(coalesced, 99.0);
 }
 

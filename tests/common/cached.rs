@@ -19,6 +19,17 @@ where
     F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Response<TestBody>> + Send + 'static,
 {
+    cached_as("c", cache, handler).await
+}
+
+/// As [`cached`], the route (and its prefix) named `name`: a test that reads
+/// the route's metrics needs a name no other test in its binary uses (the
+/// metrics are the process's).
+pub async fn cached_as<F, Fut>(name: &str, cache: &str, handler: F) -> (TestGateway, Arc<AtomicUsize>)
+where
+    F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Response<TestBody>> + Send + 'static,
+{
     let seen = Arc::new(AtomicUsize::new(0));
     let s = seen.clone();
     let up = TestUpstream::start(move |req| {
@@ -26,7 +37,7 @@ where
         handler(req)
     })
     .await;
-    let toml = proxy_toml(up.addr, "c", &format!("cache = {{ {cache} }}"), "");
+    let toml = proxy_toml(up.addr, name, &format!("cache = {{ {cache} }}"), "");
     (TestGateway::from_toml(&toml).await, seen)
 }
 

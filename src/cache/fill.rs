@@ -194,8 +194,10 @@ pub fn entry_of(
     })
 }
 
-/// A 304's head merged into the stored one (RFC 9111 §4.3.4, by the crate),
-/// fresh again from now.
+/// A 304's head merged into the stored one (RFC 9111 §4.3.4), fresh again
+/// from now. The crate makes the new policy; the head is merged here, as
+/// the crate's merged head comes with an `Age` and `Date` of its making,
+/// which must not be stored.
 fn refresh(old: &Entry, head: &request::Parts, not_modified: &response::Parts, now: SystemTime) -> Entry {
     let policy = match old.policy.after_response(head, not_modified, now) {
         AfterResponse::NotModified(p, _) | AfterResponse::Modified(p, _) => p,

@@ -173,11 +173,17 @@ pub fn vary_value(request: &HeaderMap, name: &HeaderName) -> Option<String> {
 /// (the route's) or the response's own directive, whichever is longer,
 /// and not at all when the response forbids serving it stale
 /// (`must-revalidate`, `proxy-revalidate`, `no-cache`; §4.2.4, §5.2.2).
+/// `s-maxage` means `proxy-revalidate` to a shared cache (§5.2.2.10): only
+/// the response's own window (RFC 5861, its origin's say) applies then.
 pub fn stale_window(d: &Directives, own: Option<u64>, window: Duration) -> Duration {
     if d.must_revalidate || d.proxy_revalidate || d.no_cache {
         return Duration::ZERO;
     }
-    window.max(Duration::from_secs(own.unwrap_or(0)))
+    let own = Duration::from_secs(own.unwrap_or(0));
+    if d.s_maxage.is_some() {
+        return own;
+    }
+    window.max(own)
 }
 
 /// A client's `If-None-Match` / `If-Modified-Since` against a stored head

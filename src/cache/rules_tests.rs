@@ -118,6 +118,11 @@ fn stale_windows() {
         Duration::from_secs(9)
     );
     assert_eq!(stale_window(&d("max-age=1, must-revalidate"), None, Duration::from_secs(5)), Duration::ZERO);
+    assert_eq!(stale_window(&d("s-maxage=1"), None, Duration::from_secs(5)), Duration::ZERO);
+    assert_eq!(
+        stale_window(&d("s-maxage=1, stale-if-error=7"), Some(7), Duration::from_secs(5)),
+        Duration::from_secs(7)
+    );
 }
 
 /// The RFC's rules, written out apart from the code under test.

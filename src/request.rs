@@ -148,14 +148,15 @@ impl<'a> RequestLog<'a> {
     }
 
     /// What a request made on this one's behalf but outliving it (a cache
-    /// fill, a background refresh) passes on: its trace, none of its
-    /// logging (the request's ID travels in its headers).
+    /// fill, a background refresh) passes on: its trace and what its access
+    /// line learns of the upstream, none of the rest of its logging (the
+    /// request's ID travels in its headers).
     pub fn detached(&self) -> RequestLog<'static> {
         RequestLog {
             id: None,
             trace: self.trace,
             propagate_trace: self.propagate_trace,
-            timing: None,
+            timing: self.timing.clone(),
             access: None,
             span: None,
             recording: self.recording,

@@ -301,11 +301,38 @@ pub struct ProxyTarget {
     /// Attempts after the first, on another endpoint where there is one.
     pub retries: u32,
     pub retry_on: RetryOn,
+    /// The route's response cache (`cache = { ... }`); `None`: off.
+    pub cache: Option<CacheConfig>,
     /// HTTP/1.1 upgrades (WebSocket) are tunnelled, closed after this long
     /// with no byte either way; `None` (`upgrade = false`) strips the
     /// upgrade headers.
     pub upgrade: Option<Duration>,
 }
+
+/// A proxy route's response cache: its own store, sized in bytes (head +
+/// body), and the windows the gateway applies itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheConfig {
+    /// Bytes the store holds at most (heads and bodies).
+    pub max_size: u64,
+    /// The largest response stored; a larger one streams through unbuffered.
+    pub max_entry: u64,
+    /// Freshness of a storable response that states none; zero: such a
+    /// response is not stored.
+    pub default_ttl: Duration,
+    /// Concurrent misses for one key wait for the first one's response.
+    pub coalesce: bool,
+    /// How long past its freshness an entry is served while it is refreshed
+    /// in the background.
+    pub stale_while_revalidate: Duration,
+    /// How long past its freshness an entry is served when the upstream fails.
+    pub stale_if_error: Duration,
+}
+
+/// `cache.max_size` when not set.
+pub const DEFAULT_CACHE_MAX_SIZE: u64 = 64 << 20;
+/// `cache.max_entry` when not set.
+pub const DEFAULT_CACHE_MAX_ENTRY: u64 = 1 << 20;
 
 /// Which `Host` the upstream sees.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

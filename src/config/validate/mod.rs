@@ -21,6 +21,7 @@ use super::{
     ServerConfig, Target, TracingConfig,
 };
 
+mod cache;
 mod upstream;
 
 use upstream::upstream;
@@ -294,6 +295,7 @@ fn target(
         ("retry_on", r.retry_on.is_some()),
         ("upgrade", r.upgrade.is_some()),
         ("upgrade_idle_timeout", r.upgrade_idle_timeout.is_some()),
+        ("cache", r.cache.is_some()),
     ];
     if r.upstream.is_none()
         && let Some((k, _)) = only_for_proxy.iter().find(|(_, set)| *set)
@@ -375,6 +377,7 @@ fn proxy_target(
         return Err((key("upgrade_idle_timeout"), "has no effect with upgrade = false".into()));
     }
     let upgrade = r.upgrade.unwrap_or(true).then_some(upgrade_idle);
+    let cache = r.cache.as_ref().map(|c| cache::cache(c, key)).transpose()?;
     let request_buffer = match &r.request_buffer {
         Some(size) => usize::try_from(parse_size(&key("request_buffer"), size)?)
             .map_err(|_| (key("request_buffer"), "too large".to_owned()))?,
@@ -390,6 +393,7 @@ fn proxy_target(
         retries,
         retry_on,
         upgrade,
+        cache,
         drop_underscore_headers: false,
         guarded_trailers: std::sync::Arc::from([]),
     })

@@ -183,6 +183,7 @@ pub fn entry_of(
         })
         .collect::<Option<Vec<_>>>()?;
     Some(Entry {
+        born: Entry::born(&policy, now),
         policy,
         status: parts.status,
         headers: parts.headers.clone(),
@@ -213,6 +214,7 @@ fn refresh(old: &Entry, head: &request::Parts, not_modified: &response::Parts, n
     let d = Directives::of(&headers);
     let lifetime = rules::lifetime(&headers, &d, old.lifetime).unwrap_or(old.lifetime);
     Entry {
+        born: Entry::born(&policy, now),
         policy,
         status: old.status,
         headers,
@@ -227,6 +229,7 @@ fn refresh(old: &Entry, head: &request::Parts, not_modified: &response::Parts, n
 impl Entry {
     fn clone_entry(&self) -> Entry {
         Entry {
+            born: self.born,
             policy: self.policy.clone(),
             status: self.status,
             headers: self.headers.clone(),

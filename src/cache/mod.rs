@@ -22,6 +22,8 @@ mod store;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use bytes::Bytes;
+
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Uri};
 use hyper::body::Incoming;
@@ -80,7 +82,9 @@ impl Status {
     }
 
     fn value(&self) -> HeaderValue {
-        let mut v = String::from("gateway");
+        // Built by hand, not with `format!`: it is made for every hit.
+        let mut v = String::with_capacity(64);
+        v.push_str("gateway");
         if self.hit {
             v.push_str("; hit");
         }
@@ -89,19 +93,37 @@ impl Status {
             v.push_str(fwd);
         }
         if let Some(s) = self.fwd_status {
-            v.push_str(&format!("; fwd-status={s}"));
+            v.push_str("; fwd-status=");
+            push_number(&mut v, u64::from(s));
         }
         if self.stored {
             v.push_str("; stored");
         }
         if let Some(ttl) = self.ttl {
-            v.push_str(&format!("; ttl={}", ttl.as_secs()));
+            v.push_str("; ttl=");
+            push_number(&mut v, ttl.as_secs());
         }
         if self.stale {
             v.push_str("; detail=stale");
         }
-        HeaderValue::from_str(&v).expect("ASCII")
+        HeaderValue::from_maybe_shared(Bytes::from(v)).expect("ASCII")
     }
+}
+
+/// Appends `n` in decimal.
+fn push_number(s: &mut String, n: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    let mut n = n;
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    s.push_str(std::str::from_utf8(&digits[i..]).expect("digits"));
 }
 
 impl RouteCache {
@@ -349,7 +371,7 @@ impl RouteCache {
         self.metrics.bypass.increment(1);
         let unsafe_method = !req.method().is_safe();
         let key = unsafe_method.then(|| self.key(&req)).transpose()?;
-        let host = self.host_of(&req);
+        let host = self.host_of(&req).to_owned();
         let client_host = client_host(&req).map(str::to_owned);
         let response = self.direct(req, peer, cx, deadline, Status::fwd("bypass")).await?;
         let status = response.status();
@@ -371,19 +393,29 @@ impl RouteCache {
     /// and query it is sent (after `rewrite`).
     fn key(&self, req: &Request<Incoming>) -> Result<Arc<str>, GatewayError> {
         let path = upstream_path(req.uri(), &self.target, &self.prefix)?;
-        Ok(self.key_for(&self.host_of(req), path.as_str()))
+        Ok(self.key_for(self.host_of(req), path.as_str()))
     }
 
+    /// `upstream \n host \n path`, the host lowercased. Built by hand, not
+    /// with `format!`: it is made for every request.
     fn key_for(&self, host: &str, path: &str) -> Arc<str> {
-        Arc::from(format!("{}\n{host}\n{path}", self.upstream.config.name))
+        let name = &self.upstream.config.name;
+        let mut key = String::with_capacity(name.len() + host.len() + path.len() + 2);
+        key.push_str(name);
+        key.push('\n');
+        key.extend(host.chars().map(|c| c.to_ascii_lowercase()));
+        key.push('\n');
+        key.push_str(path);
+        Arc::from(key)
     }
 
-    /// The `Host` the upstream sees, as the key has it: the client's, or
-    /// empty for the upstream's own (the same for every request).
-    fn host_of(&self, req: &Request<Incoming>) -> String {
+    /// The `Host` the upstream sees, as the key has it (before
+    /// lowercasing): the client's, or empty for the upstream's own (the
+    /// same for every request).
+    fn host_of<'r>(&self, req: &'r Request<Incoming>) -> &'r str {
         match self.target.host {
-            HostMode::Upstream => String::new(),
-            HostMode::Preserve => client_host(req).unwrap_or("").to_ascii_lowercase(),
+            HostMode::Upstream => "",
+            HostMode::Preserve => client_host(req).unwrap_or(""),
         }
     }
 }
@@ -433,4 +465,31 @@ fn from_entry(e: &Entry, method: &Method, client: &HeaderMap, status: Status) ->
 fn with_status(mut response: Response<Body>, status: Status) -> Response<Body> {
     response.headers_mut().insert(CACHE_STATUS, status.value());
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cache_status_values() {
+        let secs = |s| Some(Duration::from_secs(s));
+        let cases = [
+            (Status::hit(secs(0)), "gateway; hit; ttl=0"),
+            (Status::hit(secs(18_446_744_073_709_551_615)), "gateway; hit; ttl=18446744073709551615"),
+            (Status::stale(), "gateway; hit; detail=stale"),
+            (Status::fwd("bypass"), "gateway; fwd=bypass"),
+            (
+                Status { fwd: Some("stale"), fwd_status: Some(304), ttl: secs(42), ..Status::default() },
+                "gateway; fwd=stale; fwd-status=304; ttl=42",
+            ),
+            (
+                Status { fwd: Some("miss"), stored: true, ttl: secs(7), ..Status::default() },
+                "gateway; fwd=miss; stored; ttl=7",
+            ),
+        ];
+        for (status, want) in cases {
+            assert_eq!(status.value(), want);
+        }
+    }
 }

@@ -29,8 +29,12 @@ const KEEP_TO_REVALIDATE: Duration = Duration::from_secs(60);
 
 /// One stored answer.
 pub struct Entry {
-    /// The crate's view of it: storability was judged and age is told by it.
+    /// The crate's view of it: storability was judged by it, and its age
+    /// is the crate's (see [`Entry::born`]).
     pub policy: CachePolicy,
+    /// When its age was zero: the crate's age grows with the clock from the
+    /// moment it is judged, so it is read once, not on every hit.
+    pub born: SystemTime,
     pub status: StatusCode,
     /// The head as the client gets it, less `Age` and `Cache-Status`.
     pub headers: HeaderMap,
@@ -46,9 +50,14 @@ pub struct Entry {
 }
 
 impl Entry {
+    /// When an entry whose policy is `policy` had age zero, as of `now`.
+    pub fn born(policy: &CachePolicy, now: SystemTime) -> SystemTime {
+        now.checked_sub(policy.age(now)).unwrap_or(SystemTime::UNIX_EPOCH)
+    }
+
     /// Its age now (the upstream's `Age` counts).
     pub fn age(&self, now: SystemTime) -> Duration {
-        self.policy.age(now)
+        now.duration_since(self.born).unwrap_or_default()
     }
 
     /// Seconds of freshness left; `None` once stale.
@@ -76,7 +85,7 @@ impl Entry {
     /// one with a validator at least as long again (at least a minute), to
     /// be revalidated rather than fetched whole.
     fn keep(&self) -> Duration {
-        let fresh = self.lifetime.saturating_sub(self.policy.age(SystemTime::now()));
+        let fresh = self.lifetime.saturating_sub(self.age(SystemTime::now()));
         let revalidate =
             if rules::has_validator(&self.headers) { self.lifetime.max(KEEP_TO_REVALIDATE) } else { Duration::ZERO };
         fresh + self.while_revalidate.max(self.if_error).max(revalidate)

@@ -48,6 +48,12 @@ pub const UPSTREAM_QUEUE_SIZE: &str = "gateway_upstream_queue_size";
 pub const UPGRADED_ACTIVE: &str = "gateway_upgraded_connections_active";
 pub const CONFIG_RELOADS: &str = "gateway_config_reloads_total";
 pub const CONFIG_LAST_RELOAD: &str = "gateway_config_last_reload_success_timestamp_seconds";
+pub const RATE_LIMITED: &str = "gateway_rate_limited_total";
+pub const RATE_LIMIT_DECISIONS: &str = "gateway_rate_limit_decisions_total";
+pub const RATE_LIMIT_STORE_ERRORS: &str = "gateway_rate_limit_store_errors_total";
+pub const RATE_LIMIT_STORE_DURATION: &str = "gateway_rate_limit_store_duration_seconds";
+pub const RATE_LIMIT_KEYS: &str = "gateway_rate_limit_keys";
+pub const RATE_LIMIT_KEYS_DROPPED: &str = "gateway_rate_limit_keys_dropped_total";
 
 /// Upstream error kinds, the `kind` label values.
 pub const UPSTREAM_ERROR_KINDS: &[&str] =
@@ -132,6 +138,28 @@ fn describe() {
     describe_counter!(
         FILE_COMPRESSIONS,
         "Compressed forms of cached files made, by coding (once per file version and coding)."
+    );
+    describe_counter!(RATE_LIMITED, "Requests refused with 429 by the route's rate limit.");
+    describe_counter!(
+        RATE_LIMIT_DECISIONS,
+        "Rate limit decisions by route, store (local, redis, on_error: the store's on_error allow or deny) and result (allowed, refused)."
+    );
+    describe_counter!(
+        RATE_LIMIT_STORE_ERRORS,
+        "Rate limit decisions Redis did not give, by kind: timeout, connection, reply, down (not asked while it fails)."
+    );
+    describe_histogram!(
+        RATE_LIMIT_STORE_DURATION,
+        metrics::Unit::Seconds,
+        "Time a shared rate limit decision took in Redis (up to the store's timeout)."
+    );
+    describe_gauge!(
+        RATE_LIMIT_KEYS,
+        "Keys (clients, header values) the route's local rate limiter holds, as of its last sweep."
+    );
+    describe_counter!(
+        RATE_LIMIT_KEYS_DROPPED,
+        "Keys the route's local rate limiter dropped because their bucket was full again."
     );
     describe_counter!(PANICS, "Requests whose handling panicked (answered 500; the process keeps serving).");
 }
@@ -332,6 +360,54 @@ pub fn set_route_timeout(route: &str, timeout: Duration) {
 /// Counts a rejection; `route` is empty for connection-level ones.
 pub fn rejected(route: &str, reason: &'static str) {
     counter!(REJECTED, "route" => route.to_owned(), "reason" => reason).increment(1);
+}
+
+/// Counts a request refused by the route's rate limit.
+pub fn rate_limited(route: &str) {
+    counter!(RATE_LIMITED, "route" => route.to_owned()).increment(1);
+}
+
+/// Records how long a Redis rate limit decision took.
+pub fn rate_limit_store_duration(elapsed: Duration) {
+    histogram!(RATE_LIMIT_STORE_DURATION).record(elapsed.as_secs_f64());
+}
+
+/// Counts a rate limit decision Redis did not give.
+pub fn rate_limit_store_error(kind: &'static str) {
+    counter!(RATE_LIMIT_STORE_ERRORS, "kind" => kind).increment(1);
+}
+
+/// A rate-limited route's handles, registered once per route.
+pub struct LimiterMetrics {
+    /// `(store, allowed)` -> `gateway_rate_limit_decisions_total`.
+    decisions: [(&'static str, [Counter; 2]); 3],
+    keys: Gauge,
+    dropped: Counter,
+}
+
+impl LimiterMetrics {
+    pub fn new(route: &str) -> Self {
+        let decision = |store: &'static str, result: &'static str| counter!(RATE_LIMIT_DECISIONS, "route" => route.to_owned(), "store" => store, "result" => result);
+        let pair = |store| (store, [decision(store, "refused"), decision(store, "allowed")]);
+        LimiterMetrics {
+            decisions: [pair("local"), pair("redis"), pair("on_error")],
+            keys: gauge!(RATE_LIMIT_KEYS, "route" => route.to_owned()),
+            dropped: counter!(RATE_LIMIT_KEYS_DROPPED, "route" => route.to_owned()),
+        }
+    }
+
+    /// Counts a decision by `store` (`local`, `redis` or `on_error`).
+    pub fn decided(&self, store: &str, allowed: bool) {
+        if let Some((_, counters)) = self.decisions.iter().find(|(s, _)| *s == store) {
+            counters[usize::from(allowed)].increment(1);
+        }
+    }
+
+    /// A sweep dropped `dropped` keys and left `left`.
+    pub fn swept(&self, dropped: usize, left: usize) {
+        self.dropped.increment(dropped as u64);
+        self.keys.set(left as f64);
+    }
 }
 
 /// Counts a request whose handling panicked.

@@ -11,6 +11,7 @@ use crate::config::{Config, ConfigError, RouteConfig, ServerConfig, Target};
 use crate::layers::RouteLayers;
 use crate::limits::ConcurrencyLimit;
 use crate::metrics::{self, RouteMetrics};
+use crate::ratelimit::{RedisStore, RouteLimiter};
 use crate::router::Router;
 use crate::upstream::Upstream;
 
@@ -26,6 +27,9 @@ pub(super) struct Route {
     /// The route's `max_concurrent`, if set (shared with the route of the
     /// same name after a reload).
     pub(super) limit: Option<Arc<ConcurrencyLimit>>,
+    /// The route's `rate_limit`, if set (kept, with its buckets, by a reload
+    /// that leaves it unchanged).
+    pub(super) rate_limit: Option<Arc<RouteLimiter>>,
 }
 
 impl Route {
@@ -41,6 +45,9 @@ pub(super) struct Table {
     pub(super) router: Router,
     pub(super) routes: Vec<Route>,
     pub(super) upstreams: Vec<Arc<Upstream>>,
+    /// `[rate_limit_store]`'s connection (kept by a reload that leaves it
+    /// unchanged).
+    pub(super) rate_limit_store: Option<Arc<RedisStore>>,
 }
 
 /// Methods file routes answer unless the route says otherwise.
@@ -153,6 +160,7 @@ impl Table {
                 before => Arc::new(Upstream::new(u.clone(), retried(i), read_ahead.clone(), before.map(|b| &**b))),
             })
             .collect();
+        let rate_limit_store = rate_limit_store(config, running);
         let routes: Vec<Route> = config
             .routes
             .iter()
@@ -169,7 +177,13 @@ impl Table {
                     let allow = ms.iter().map(Method::as_str).collect::<Vec<_>>().join(", ");
                     (ms, allow)
                 });
+                let old = running.and_then(|t| t.routes.iter().find(|o| o.config.name == r.name));
+                let rate_limit = r.rate_limit.as_ref().map(|rl| match old.and_then(|o| o.rate_limit.as_ref()) {
+                    Some(kept) if kept.same_settings(rl, rate_limit_store.as_ref()) => kept.clone(),
+                    _ => RouteLimiter::new(&r.name, rl, rate_limit_store.clone()),
+                });
                 Route {
+                    rate_limit,
                     layers: RouteLayers::new(r),
                     config: r.clone(),
                     metrics: RouteMetrics::new(&r.name),
@@ -187,6 +201,23 @@ impl Table {
             })
             .collect();
         let router = Router::new(config.routes.iter().map(|r| r.prefix.as_str()));
-        Table { router, routes, upstreams }
+        Table { router, routes, upstreams, rate_limit_store }
+    }
+}
+
+/// `[rate_limit_store]`'s connection: the running one if its settings did
+/// not change. A store that cannot be made (a URL the `redis` crate refuses)
+/// leaves shared routes to `on_error`'s local limiter, with an error logged.
+fn rate_limit_store(config: &Config, running: Option<&Table>) -> Option<Arc<RedisStore>> {
+    let wanted = config.rate_limit_store.as_ref()?;
+    if let Some(kept) = running.and_then(|t| t.rate_limit_store.as_ref()).filter(|s| s.config == *wanted) {
+        return Some(kept.clone());
+    }
+    match RedisStore::new(wanted) {
+        Ok(store) => Some(store),
+        Err(e) => {
+            tracing::error!(error = %e, "rate limit store not usable; shared limits are kept by each gateway");
+            None
+        }
     }
 }

@@ -21,6 +21,7 @@ use super::{
     ServerConfig, Target, TracingConfig,
 };
 
+mod ratelimit;
 mod upstream;
 
 use upstream::upstream;
@@ -32,6 +33,8 @@ pub(super) fn config(raw: RawConfig, base_dir: &Path) -> Result<Config, Problem>
     let server = server(&raw.server, base_dir)?;
     let tracing = tracing(&raw.tracing)?;
     let metrics = metrics(&raw.metrics)?;
+    let rate_limit_store =
+        raw.rate_limit_store.as_ref().map(|s| ratelimit::store(s, |v| std::env::var(v).ok())).transpose()?;
     let mut upstreams = Vec::new();
     let mut upstream_index = HashMap::new();
     for (name, up) in &raw.upstreams {
@@ -42,7 +45,12 @@ pub(super) fn config(raw: RawConfig, base_dir: &Path) -> Result<Config, Problem>
     let mut seen_names = HashMap::new();
     let mut seen_prefixes: HashMap<String, String> = HashMap::new();
     for (i, r) in raw.routes.into_iter().enumerate() {
-        let route = route(i, r, &server, &upstream_index, base_dir)?;
+        let rate_limit = r
+            .rate_limit
+            .as_ref()
+            .map(|rl| ratelimit::rate_limit(rl, &format!("routes[{i}].rate_limit"), rate_limit_store.as_ref()))
+            .transpose()?;
+        let route = RouteConfig { rate_limit, ..route(i, r, &server, &upstream_index, base_dir)? };
         let key = |k: &str| format!("routes[{i}].{k}");
         if let Some(prev) = seen_names.insert(route.name.clone(), i) {
             return Err((key("name"), format!("duplicate route name {:?} (also routes[{prev}])", route.name)));
@@ -52,7 +60,16 @@ pub(super) fn config(raw: RawConfig, base_dir: &Path) -> Result<Config, Problem>
         }
         routes.push(route);
     }
-    Ok(Config { source_name: String::new(), source: None, server, metrics, tracing, upstreams, routes })
+    Ok(Config {
+        source_name: String::new(),
+        source: None,
+        server,
+        metrics,
+        tracing,
+        upstreams,
+        routes,
+        rate_limit_store,
+    })
 }
 
 fn server(s: &RawServer, base_dir: &Path) -> Result<ServerConfig, Problem> {
@@ -255,6 +272,7 @@ fn route(
         request_headers,
         response_headers,
         compress: r.compress.unwrap_or(false),
+        rate_limit: None,
         panic: r.panic,
     })
 }

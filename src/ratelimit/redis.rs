@@ -95,7 +95,9 @@ impl RedisStore {
             .set_number_of_retries(1)
             .set_min_delay(Duration::from_millis(10))
             .set_max_delay(Duration::from_millis(100))
-            .set_connection_timeout(Some(config.timeout.max(Duration::from_millis(500))));
+            .set_connection_timeout(Some(config.timeout.max(Duration::from_millis(500))))
+            // The crate's default (500 ms) would cut a longer `timeout` short.
+            .set_response_timeout(Some(config.timeout));
         let conn = ConnectionManager::new_lazy_with_config(client, manager).map_err(|e| e.to_string())?;
         let store =
             Arc::new(RedisStore { config: config.clone(), conn, script: Script::new(GCRA), up: AtomicBool::new(true) });
@@ -118,6 +120,7 @@ impl RedisStore {
         metrics::rate_limit_store_duration(start.elapsed());
         let reply = match result {
             Err(_) => Err(StoreError::Timeout),
+            Ok(Err(e)) if e.is_timeout() => Err(StoreError::Timeout),
             Ok(Err(e)) if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() => {
                 Err(StoreError::Connection)
             }

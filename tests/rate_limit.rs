@@ -436,3 +436,33 @@ async fn decisions_resume_after_the_scripts_are_flushed_and_after_redis_restarts
         "kept in the new Redis"
     );
 }
+
+/// The commented examples in config/gateway.toml, uncommented, load.
+#[test]
+fn the_documented_examples_load() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("config");
+    let text = std::fs::read_to_string(dir.join("gateway.toml")).unwrap();
+    // The rate_limit line, and [rate_limit_store] with the four keys under it.
+    let (mut store_lines, mut uncommented) = (0usize, 0);
+    let text: String = text
+        .lines()
+        .map(|line| {
+            if line == "# [rate_limit_store]" {
+                store_lines = 5;
+            }
+            if store_lines > 0 || line.starts_with("# rate_limit = ") {
+                store_lines = store_lines.saturating_sub(1);
+                uncommented += 1;
+                // A variable every test process has stands in for the password's.
+                return format!("{}\n", line[2..].replace("REDIS_PASSWORD", "PATH"));
+            }
+            format!("{line}\n")
+        })
+        .collect();
+    assert_eq!(uncommented, 6, "the examples are where this test looks for them");
+    let c = config::load(&Source::Inline { text, base_dir: dir }).unwrap_or_else(|e| panic!("{e}"));
+    let store = c.rate_limit_store.expect("[rate_limit_store]");
+    assert_eq!((store.timeout, store.on_error), (Duration::from_millis(50), config::OnStoreError::Local));
+    let limited = c.routes.iter().find_map(|r| r.rate_limit.as_ref()).expect("a route with rate_limit");
+    assert_eq!((limited.rate.count, limited.burst, limited.key.clone()), (100, 50, config::RateLimitKey::Client));
+}

@@ -197,12 +197,18 @@ fn bad_rate_limits_are_refused_at_load_naming_the_key() {
 struct Redis {
     port: u16,
     child: Option<Child>,
+    /// `--requirepass`, when set.
+    password: Option<String>,
 }
 
 impl Redis {
     /// Starts one; `None` (the test is skipped, said on stderr) when the
     /// binary is absent outside CI. Under `CI=true` its absence fails.
     fn start() -> Option<Redis> {
+        Redis::start_with(None)
+    }
+
+    fn start_with(password: Option<String>) -> Option<Redis> {
         let found = Command::new("redis-server").arg("--version").stdout(Stdio::null()).status().is_ok();
         if !found {
             assert!(
@@ -213,17 +219,18 @@ impl Redis {
             return None;
         }
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let mut redis = Redis { port, child: None };
+        let mut redis = Redis { port, child: None, password };
         redis.spawn();
         Some(redis)
     }
 
     fn spawn(&mut self) {
-        let child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("start redis-server");
+        let mut args = vec!["--port".to_owned(), self.port.to_string()];
+        args.extend(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"].map(str::to_owned));
+        if let Some(pw) = &self.password {
+            args.extend(["--requirepass".to_owned(), pw.clone()]);
+        }
+        let child = Command::new("redis-server").args(&args).stdout(Stdio::null()).spawn().expect("start redis-server");
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
         while self.cmd(&["PING"]).is_none() {
@@ -236,9 +243,17 @@ impl Redis {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
+    /// The URL with the password, for the test's own commands.
+    fn admin_url(&self) -> String {
+        match &self.password {
+            Some(pw) => format!("redis://:{}@127.0.0.1:{}", percent(pw), self.port),
+            None => self.url(),
+        }
+    }
+
     /// One command, with a short-lived connection of its own.
     fn cmd(&self, args: &[&str]) -> Option<redis::Value> {
-        let client = redis::Client::open(self.url()).ok()?;
+        let client = redis::Client::open(self.admin_url()).ok()?;
         let mut conn = client.get_connection_with_timeout(Duration::from_millis(500)).ok()?;
         let mut cmd = redis::cmd(args[0]);
         for a in &args[1..] {
@@ -269,6 +284,11 @@ impl Drop for Redis {
         }
         self.kill();
     }
+}
+
+/// Every byte but unreserved ones percent-encoded, for a password in a URL.
+fn percent(s: &str) -> String {
+    s.bytes().map(|b| if b.is_ascii_alphanumeric() { (b as char).to_string() } else { format!("%{b:02X}") }).collect()
 }
 
 fn shared_toml(route: &str, limit: &str, redis: &str, store: &str) -> String {
@@ -465,4 +485,35 @@ fn the_documented_examples_load() {
     assert_eq!((store.timeout, store.on_error), (Duration::from_millis(50), config::OnStoreError::Local));
     let limited = c.routes.iter().find_map(|r| r.rate_limit.as_ref()).expect("a route with rate_limit");
     assert_eq!((limited.rate.count, limited.burst, limited.key.clone()), (100, 50, config::RateLimitKey::Client));
+}
+
+/// `password_env`: the password comes from the environment. `PATH`, which
+/// every test process has, stands in for a real secret's variable (setting
+/// one here would race the other tests' threads).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_password_from_the_environment_opens_a_redis_that_requires_one() {
+    let password = std::env::var("PATH").expect("PATH is set");
+    let Some(redis) = Redis::start_with(Some(password)) else { return };
+    let limit = "rate = \"1/m\", burst = 1, key = \"route\"";
+    let with = |route: &str, env: &str| {
+        shared_toml(route, limit, &redis.url(), &format!("timeout = \"500ms\"\npassword_env = \"{env}\""))
+    };
+    let gw = TestGateway::from_toml(&with("rl_pw", "PATH")).await;
+    assert_eq!(get_with(&gw.url("/"), &[]).await.0, 200);
+    assert_eq!(get_with(&gw.url("/"), &[]).await.0, 429);
+    let m = metrics_text(gw.addr).await;
+    let by_redis = |m: &str, route: &str| {
+        metric(m, "gateway_rate_limit_decisions_total", &[("route", route), ("store", "redis"), ("result", "allowed")])
+            + metric(
+                m,
+                "gateway_rate_limit_decisions_total",
+                &[("route", route), ("store", "redis"), ("result", "refused")],
+            )
+    };
+    assert_eq!(by_redis(&m, "rl_pw"), 2.0, "both decided by Redis, authenticated");
+    // Another variable: the wrong password; on_error (local) decides.
+    let wrong = TestGateway::from_toml(&with("rl_pw_wrong", "CARGO_PKG_NAME")).await;
+    assert_eq!(get_with(&wrong.url("/"), &[]).await.0, 200);
+    let m = metrics_text(wrong.addr).await;
+    assert_eq!(by_redis(&m, "rl_pw_wrong"), 0.0, "a refused login decides nothing");
 }

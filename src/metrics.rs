@@ -54,6 +54,7 @@ pub const RATE_LIMIT_STORE_ERRORS: &str = "gateway_rate_limit_store_errors_total
 pub const RATE_LIMIT_STORE_DURATION: &str = "gateway_rate_limit_store_duration_seconds";
 pub const RATE_LIMIT_KEYS: &str = "gateway_rate_limit_keys";
 pub const RATE_LIMIT_KEYS_DROPPED: &str = "gateway_rate_limit_keys_dropped_total";
+pub const RATE_LIMIT_OVERFLOW: &str = "gateway_rate_limit_overflow_total";
 
 /// Upstream error kinds, the `kind` label values.
 pub const UPSTREAM_ERROR_KINDS: &[&str] =
@@ -160,6 +161,10 @@ fn describe() {
     describe_counter!(
         RATE_LIMIT_KEYS_DROPPED,
         "Keys the route's local rate limiter dropped because their bucket was full again."
+    );
+    describe_counter!(
+        RATE_LIMIT_OVERFLOW,
+        "Requests counted in the route's one overflow bucket because its local rate limiter held max_keys keys."
     );
     describe_counter!(PANICS, "Requests whose handling panicked (answered 500; the process keeps serving).");
 }
@@ -383,6 +388,7 @@ pub struct LimiterMetrics {
     decisions: [(&'static str, [Counter; 2]); 3],
     keys: Gauge,
     dropped: Counter,
+    overflow: Counter,
 }
 
 impl LimiterMetrics {
@@ -393,6 +399,7 @@ impl LimiterMetrics {
             decisions: [pair("local"), pair("redis"), pair("on_error")],
             keys: gauge!(RATE_LIMIT_KEYS, "route" => route.to_owned()),
             dropped: counter!(RATE_LIMIT_KEYS_DROPPED, "route" => route.to_owned()),
+            overflow: counter!(RATE_LIMIT_OVERFLOW, "route" => route.to_owned()),
         }
     }
 
@@ -401,6 +408,11 @@ impl LimiterMetrics {
         if let Some((_, counters)) = self.decisions.iter().find(|(s, _)| *s == store) {
             counters[usize::from(allowed)].increment(1);
         }
+    }
+
+    /// A request went to the overflow bucket.
+    pub fn overflowed(&self) {
+        self.overflow.increment(1);
     }
 
     /// A sweep dropped `dropped` keys and left `left`.

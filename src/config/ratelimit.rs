@@ -20,6 +20,9 @@ pub struct RateLimitConfig {
     pub headers: bool,
     /// Where the buckets are kept.
     pub store: StoreKind,
+    /// Keys the local buckets hold at most; past it, new requests share one
+    /// overflow bucket until a sweep makes room.
+    pub max_keys: usize,
 }
 
 /// `count` requests per `period` (`"100/s"`, `"600/m"`, `"10/5s"`).
@@ -110,6 +113,7 @@ pub(super) struct RawRateLimit {
     pub missing_key: Option<String>,
     pub headers: Option<bool>,
     pub shared: Option<String>,
+    pub max_keys: Option<usize>,
 }
 
 /// The raw `[rate_limit_store]`.

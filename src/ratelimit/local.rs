@@ -1,11 +1,14 @@
 //! A route's buckets in this gateway's memory: governor's keyed GCRA
-//! limiter, swept of keys whose bucket is full again so that a flood of
-//! distinct clients cannot grow it without bound.
+//! limiter, swept of keys whose bucket is full again, and capped at
+//! `max_keys`, so that a flood of distinct clients cannot grow it without
+//! bound: past the cap, requests share one overflow bucket until a sweep
+//! makes room.
 
 use std::net::IpAddr;
 use std::num::NonZeroU32;
-use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
 
 use governor::clock::{Clock, DefaultClock};
 use governor::middleware::StateInformationMiddleware;
@@ -20,6 +23,13 @@ use crate::config::RateLimitConfig;
 /// last request) plus up to this long.
 pub const SWEEP_EVERY: Duration = Duration::from_secs(5);
 
+/// How many decisions pass between two looks at the number of keys (a look
+/// takes every shard's lock): the cap is overshot by at most this many.
+const COUNT_EVERY: u32 = 64;
+
+/// The least time between two sweeps made because the cap was reached.
+const EARLY_SWEEP_GAP: Duration = Duration::from_secs(1);
+
 /// What one bucket is kept for. Header values are kept as sent: they are
 /// bounded by `server.max_header_size`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -29,6 +39,8 @@ pub enum Key {
     /// Requests without the key's header, when they share one bucket; and a
     /// `key = "route"` limit's one bucket.
     Shared,
+    /// Every request while the buckets are at `max_keys`.
+    Overflow,
 }
 
 type Keyed = RateLimiter<Key, DefaultKeyedStateStore<Key>, DefaultClock, StateInformationMiddleware>;
@@ -37,6 +49,13 @@ type Keyed = RateLimiter<Key, DefaultKeyedStateStore<Key>, DefaultClock, StateIn
 pub struct Local {
     limiter: Keyed,
     interval: Duration,
+    max_keys: usize,
+    /// Decisions since the keys were last counted.
+    since_count: AtomicU32,
+    /// The keys were at `max_keys` when last counted.
+    full: AtomicBool,
+    /// When the cap last made a sweep.
+    early_sweep: Mutex<Option<Instant>>,
 }
 
 impl Local {
@@ -44,11 +63,47 @@ impl Local {
         let interval = config.rate.interval();
         let burst = NonZeroU32::new(config.burst).unwrap_or(NonZeroU32::MIN);
         let quota = Quota::with_period(interval).expect("validated: a non-zero interval").allow_burst(burst);
-        Local { limiter: RateLimiter::keyed(quota).with_middleware::<StateInformationMiddleware>(), interval }
+        Local {
+            limiter: RateLimiter::keyed(quota).with_middleware::<StateInformationMiddleware>(),
+            interval,
+            max_keys: config.max_keys,
+            since_count: AtomicU32::new(0),
+            full: AtomicBool::new(false),
+            early_sweep: Mutex::new(None),
+        }
     }
 
-    /// Takes one request's allowance from `key`'s bucket, if it has one.
-    pub fn decide(&self, key: &Key) -> Decision {
+    /// Takes one request's allowance from `key`'s bucket, if it has one;
+    /// from the overflow bucket while the buckets are at `max_keys` (which
+    /// cannot tell a known key from a new one without a lookup of its own).
+    /// Returns whether it was the overflow bucket.
+    pub fn decide(&self, key: &Key) -> (Decision, bool) {
+        let overflow = self.at_cap();
+        let key = if overflow { &Key::Overflow } else { key };
+        (self.decide_in(key), overflow)
+    }
+
+    /// Whether the buckets are at `max_keys`; counts them every
+    /// [`COUNT_EVERY`] decisions, and sweeps early (at most once per
+    /// [`EARLY_SWEEP_GAP`]) when they are.
+    fn at_cap(&self) -> bool {
+        if !self.since_count.fetch_add(1, Ordering::Relaxed).is_multiple_of(COUNT_EVERY) {
+            return self.full.load(Ordering::Relaxed);
+        }
+        let mut full = self.limiter.len() >= self.max_keys;
+        if full
+            && let Ok(mut last) = self.early_sweep.try_lock()
+            && last.is_none_or(|at| at.elapsed() >= EARLY_SWEEP_GAP)
+        {
+            *last = Some(Instant::now());
+            self.limiter.retain_recent();
+            full = self.limiter.len() >= self.max_keys;
+        }
+        self.full.store(full, Ordering::Relaxed);
+        full
+    }
+
+    fn decide_in(&self, key: &Key) -> Decision {
         match self.limiter.check_key(key) {
             Ok(snapshot) => {
                 let remaining = snapshot.remaining_burst_capacity();
@@ -68,7 +123,9 @@ impl Local {
         let before = self.limiter.len();
         self.limiter.retain_recent();
         self.limiter.shrink_to_fit();
-        before.saturating_sub(self.limiter.len())
+        let left = self.limiter.len();
+        self.full.store(left >= self.max_keys, Ordering::Relaxed);
+        before.saturating_sub(left)
     }
 
     /// Keys held now.
@@ -117,7 +174,24 @@ mod tests {
             key: RateLimitKey::Client,
             headers: false,
             store: StoreKind::Local,
+            max_keys: 1000,
         }
+    }
+
+    #[test]
+    fn past_max_keys_requests_share_the_overflow_bucket() {
+        let local = Local::new(&RateLimitConfig { max_keys: 2, ..config(1, 60, 1) });
+        let client = |i: u8| Key::Client([192, 0, 2, i].into());
+        // Counted on the first decision and every COUNT_EVERY after it.
+        let mut overflowed = Vec::new();
+        for i in 0..=COUNT_EVERY as u8 {
+            overflowed.push(local.decide(&client(i)).1);
+        }
+        assert!(!overflowed[..COUNT_EVERY as usize].iter().any(|o| *o), "under the cap when last counted");
+        assert!(overflowed[COUNT_EVERY as usize], "at the cap: the overflow bucket");
+        let (decision, overflow) = local.decide(&client(200));
+        assert!(overflow && !decision.allowed, "the overflow bucket (burst 1) is taken already");
+        assert!(local.len() <= 2 + COUNT_EVERY as usize + 1, "the cap is overshot by at most COUNT_EVERY");
     }
 
     #[test]
@@ -125,13 +199,13 @@ mod tests {
         let local = Local::new(&config(1, 10, 3));
         let a = Key::Client([192, 0, 2, 1].into());
         let remaining: Vec<u32> =
-            (0..3).map(|_| local.decide(&a)).inspect(|d| assert!(d.allowed)).map(|d| d.remaining).collect();
+            (0..3).map(|_| local.decide(&a).0).inspect(|d| assert!(d.allowed)).map(|d| d.remaining).collect();
         assert_eq!(remaining, [2, 1, 0]);
-        let refused = local.decide(&a);
+        let refused = local.decide(&a).0;
         assert!(!refused.allowed);
         assert!(refused.retry_after > Duration::from_secs(9) && refused.retry_after <= Duration::from_secs(10));
         // Another key has its own bucket.
-        assert!(local.decide(&Key::Client([192, 0, 2, 2].into())).allowed);
+        assert!(local.decide(&Key::Client([192, 0, 2, 2].into())).0.allowed);
         assert_eq!(local.len(), 2);
     }
 

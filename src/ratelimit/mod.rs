@@ -108,11 +108,7 @@ impl RouteLimiter {
             });
         };
         let decision = match &self.shared {
-            None => {
-                let d = self.local.decide(&key);
-                self.metrics.decided("local", d.allowed);
-                d
-            }
+            None => self.local_decision(&key),
             // Boxed: only shared routes pay for the future's size.
             Some(store) => Box::pin(self.shared(store, &key)).await,
         };
@@ -137,11 +133,7 @@ impl RouteLimiter {
             Err(e) => {
                 metrics::rate_limit_store_error(e.kind());
                 let d = match store.config.on_error {
-                    OnStoreError::Local => {
-                        let d = self.local.decide(key);
-                        self.metrics.decided("local", d.allowed);
-                        return d;
-                    }
+                    OnStoreError::Local => return self.local_decision(key),
                     OnStoreError::Allow => Decision {
                         allowed: true,
                         remaining: self.config.burst,
@@ -159,6 +151,15 @@ impl RouteLimiter {
                 d
             }
         }
+    }
+
+    fn local_decision(&self, key: &Key) -> Decision {
+        let (d, overflow) = self.local.decide(key);
+        self.metrics.decided("local", d.allowed);
+        if overflow {
+            self.metrics.overflowed();
+        }
+        d
     }
 
     /// The bucket of a request; `None` when it has no key and such requests
@@ -213,6 +214,7 @@ fn redis_key(route: &str, key: &Key) -> Vec<u8> {
             out.extend_from_slice(v);
         }
         Key::Shared => out.push(b'-'),
+        Key::Overflow => out.push(b'+'),
     }
     out
 }
@@ -233,6 +235,7 @@ mod tests {
             key,
             headers,
             store: StoreKind::Local,
+            max_keys: 100,
         };
         RouteLimiter::new("api", &config, None)
     }

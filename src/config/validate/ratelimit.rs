@@ -14,6 +14,10 @@ use super::{Problem, positive_duration};
 /// costs more than the limit saves.
 const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_millis(50);
 
+/// The default `max_keys`: a governor bucket is tens of bytes, so this
+/// bounds a route's local buckets to a few MiB.
+pub const DEFAULT_MAX_KEYS: usize = 100_000;
+
 /// A route's `rate_limit`; `key` is `routes[N].rate_limit`.
 pub(super) fn rate_limit(
     raw: &RawRateLimit,
@@ -57,7 +61,18 @@ pub(super) fn rate_limit(
         Some("redis") => StoreKind::Redis,
         Some(other) => return Err((k("shared"), format!("{other:?}: use \"redis\" or \"local\""))),
     };
-    Ok(RateLimitConfig { rate, burst, key: limit_key, headers: raw.headers.unwrap_or(false), store: store_kind })
+    let max_keys = raw.max_keys.unwrap_or(DEFAULT_MAX_KEYS);
+    if max_keys == 0 {
+        return Err((k("max_keys"), "must be at least 1".into()));
+    }
+    Ok(RateLimitConfig {
+        rate,
+        burst,
+        key: limit_key,
+        headers: raw.headers.unwrap_or(false),
+        store: store_kind,
+        max_keys,
+    })
 }
 
 /// `[rate_limit_store]`. `env` reads an environment variable (the password).
@@ -126,6 +141,7 @@ mod tests {
             missing_key: None,
             headers: None,
             shared: None,
+            max_keys: None,
         }
     }
 
@@ -172,6 +188,7 @@ mod tests {
         refused(RawRateLimit { shared: Some("redis".into()), ..raw("10/s", None) }, "shared");
         refused(RawRateLimit { shared: Some("memcached".into()), ..raw("10/s", None) }, "shared");
         refused(RawRateLimit { rate: None, ..raw("10/s", None) }, "rate");
+        refused(RawRateLimit { max_keys: Some(0), ..raw("10/s", None) }, "max_keys");
     }
 
     #[test]

@@ -24,14 +24,15 @@ use ipnet::IpNet;
 use crate::config::{MissingKey, OnStoreError, RateLimitConfig, RateLimitKey, StoreKind};
 use crate::error::GatewayError;
 use crate::headers::same_cgi_name;
-use crate::metrics::{self, LimiterMetrics};
 use crate::request::Peer;
 
 pub mod client;
 pub mod local;
+pub mod metrics;
 pub mod redis;
 
 use local::{Key, Local};
+use metrics::LimiterMetrics;
 pub use redis::RedisStore;
 
 /// `RateLimit-Policy` (draft-ietf-httpapi-ratelimit-headers-10 §3).

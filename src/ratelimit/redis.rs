@@ -18,8 +18,8 @@ use redis::{Client, IntoConnectionInfo, Script};
 use tokio::time::Instant;
 
 use super::Decision;
+use super::metrics;
 use crate::config::RateLimitStoreConfig;
-use crate::metrics;
 
 /// How often a down store is probed.
 pub const PROBE_EVERY: Duration = Duration::from_millis(250);

@@ -358,7 +358,7 @@ impl App {
         } else if let Some(reason) = e.rejection_reason() {
             metrics::rejected(route.name(), reason);
             if let GatewayError::RateLimited { .. } = e {
-                metrics::rate_limited(route.name());
+                crate::ratelimit::metrics::rate_limited(route.name());
             }
             tracing::debug!(route = route.name(), request_id, error = %e, "request rejected");
         } else if let GatewayError::Io(_) = e {

@@ -89,6 +89,7 @@ impl Source {
 
 mod ratelimit;
 mod raw;
+mod redact;
 mod upstream;
 mod validate;
 
@@ -119,6 +120,9 @@ pub struct Config {
     pub routes: Vec<RouteConfig>,
     /// `[rate_limit_store]`, for routes whose rate limit is shared.
     pub rate_limit_store: Option<RateLimitStoreConfig>,
+    /// The configuration as loaded, defaults included, with secrets
+    /// redacted (the admin listener's `/-/config`).
+    pub effective: std::sync::Arc<serde_json::Value>,
 }
 
 /// `[server]`.
@@ -389,7 +393,11 @@ pub fn load(source: &Source) -> Result<Config, ConfigError> {
     builder = builder.add_source(
         config::Environment::with_prefix("GATEWAY").prefix_separator("__").separator("__").try_parsing(true),
     );
-    let raw: RawConfig = builder.build().and_then(|c| c.try_deserialize()).map_err(|e| config_crate_error(&name, e))?;
+    let built = builder.build().map_err(|e| config_crate_error(&name, e))?;
+    // Read before validation consumes it; a tree that does not convert
+    // (it always does: TOML values are JSON values) is shown as null.
+    let effective = built.clone().try_deserialize::<serde_json::Value>().map(redact::redacted).unwrap_or_default();
+    let raw: RawConfig = built.try_deserialize().map_err(|e| config_crate_error(&name, e))?;
     let mut config = validate::config(raw, &source.base_dir()).map_err(|(key, message)| ConfigError {
         source_name: name.clone(),
         key,
@@ -397,6 +405,7 @@ pub fn load(source: &Source) -> Result<Config, ConfigError> {
     })?;
     config.source_name = name;
     config.source = Some(source.clone());
+    config.effective = std::sync::Arc::new(effective);
     Ok(config)
 }
 

@@ -36,6 +36,7 @@ use crate::upstream::Upstream;
 use crate::upstream::tunnel::PendingTunnel;
 
 mod builtin;
+mod status;
 mod table;
 mod unanswered;
 

@@ -48,6 +48,8 @@ pub(super) struct Table {
     /// `[rate_limit_store]`'s connection (kept by a reload that leaves it
     /// unchanged).
     pub(super) rate_limit_store: Option<Arc<RedisStore>>,
+    /// The configuration these were built from, as `/-/config` shows it.
+    pub(super) effective: Arc<serde_json::Value>,
 }
 
 /// Methods file routes answer unless the route says otherwise.
@@ -201,7 +203,7 @@ impl Table {
             })
             .collect();
         let router = Router::new(config.routes.iter().map(|r| r.prefix.as_str()));
-        Table { router, routes, upstreams, rate_limit_store }
+        Table { router, routes, upstreams, rate_limit_store, effective: config.effective.clone() }
     }
 }
 

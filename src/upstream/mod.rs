@@ -142,6 +142,17 @@ impl Upstream {
         self.budget.is_some() == retried && self.config == *config
     }
 
+    /// Its endpoints, as configured (for the status endpoints).
+    pub fn endpoints(&self) -> &[Arc<Endpoint>] {
+        &self.endpoints
+    }
+
+    /// Requests waiting in its queue and the queue's size, when it has
+    /// `max_requests`.
+    pub fn queued(&self) -> Option<(usize, usize)> {
+        self.admission.as_ref().map(|a| a.queued())
+    }
+
     /// False while the upstream has health checks and no endpoint passes
     /// them (`/readyz`).
     pub fn ready(&self) -> bool {

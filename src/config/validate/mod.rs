@@ -69,6 +69,7 @@ pub(super) fn config(raw: RawConfig, base_dir: &Path) -> Result<Config, Problem>
         upstreams,
         routes,
         rate_limit_store,
+        effective: Default::default(),
     })
 }
 

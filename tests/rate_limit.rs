@@ -453,7 +453,16 @@ async fn decisions_resume_after_the_scripts_are_flushed_and_after_redis_restarts
     assert_eq!(by_redis, 2.0, "both decided by Redis, the second after the flush");
     // A new process on the same port: no scripts, no buckets.
     redis.kill();
-    get_with(&url, &k).await;
+    let start = Instant::now();
+    assert_eq!(get_with(&url, &k).await.0, 200, "refused connections: on_error (local, a fresh bucket) decides");
+    assert!(start.elapsed() < Duration::from_millis(1500), "within the timeout: {:?}", start.elapsed());
+    let m = metrics_text(gw.addr).await;
+    let fallback = metric(
+        &m,
+        "gateway_rate_limit_decisions_total",
+        &[("route", "rl_restart"), ("store", "local"), ("result", "allowed")],
+    );
+    assert_eq!(fallback, 1.0, "decided by this gateway's own bucket");
     redis.spawn();
     assert!(wait_for_redis_decision(&gw, "rl_restart").await, "decisions by Redis resume after a restart");
     assert_eq!(get_with(&url, &k).await.0, 200, "a fresh bucket in the new Redis");

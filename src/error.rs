@@ -67,6 +67,11 @@ pub enum GatewayError {
     /// ejected); `retry_after` is a hint in seconds.
     #[error("upstream {upstream}: no endpoint may take traffic")]
     Unavailable { upstream: String, retry_after: u64 },
+    /// The route's rate limit refused the request; `retry_after` (seconds)
+    /// is `None` when waiting would not help (no key), `policy` and `state`
+    /// are the `RateLimit-Policy` and `RateLimit` values.
+    #[error("rate limited")]
+    RateLimited { retry_after: Option<u64>, policy: http::HeaderValue, state: http::HeaderValue },
     /// Nothing to serve at that path.
     #[error("not found")]
     NotFound,
@@ -112,6 +117,7 @@ impl GatewayError {
             | GatewayError::QueueFull { .. }
             | GatewayError::QueueTimeout { .. }
             | GatewayError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            GatewayError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             GatewayError::Io(_) => StatusCode::INTERNAL_SERVER_ERROR,
             GatewayError::UpstreamConnect { .. }
             | GatewayError::UpstreamTls { .. }
@@ -151,6 +157,7 @@ impl GatewayError {
             GatewayError::QueueFull { .. } => Some("queue_full"),
             GatewayError::QueueTimeout { .. } | GatewayError::QueuedPastRouteTimeout { .. } => Some("queue_timeout"),
             GatewayError::BadPath(_) => Some("bad_path"),
+            GatewayError::RateLimited { .. } => Some("rate_limited"),
             _ => None,
         }
     }
@@ -177,6 +184,7 @@ impl GatewayError {
                 Some(1)
             }
             GatewayError::Unavailable { retry_after, .. } => Some(*retry_after),
+            GatewayError::RateLimited { retry_after, .. } => *retry_after,
             _ => None,
         }
     }
@@ -199,6 +207,7 @@ impl GatewayError {
                 "service unavailable: upstream busy, retry later\n"
             }
             GatewayError::Unavailable { .. } => "service unavailable: upstream has no available endpoint\n",
+            GatewayError::RateLimited { .. } => "too many requests\n",
             GatewayError::Io(_) => "internal error\n",
             GatewayError::UpstreamConnect { .. } => "bad gateway: upstream unreachable\n",
             GatewayError::UpstreamTls { .. } => "bad gateway: upstream TLS handshake failed\n",
@@ -228,6 +237,17 @@ pub fn find_source<'a, T: std::error::Error + 'static>(e: &'a (dyn std::error::E
 mod tests {
     use super::*;
 
+    fn rate_limited(retry_after: Option<u64>) -> GatewayError {
+        let v = http::HeaderValue::from_static("\"r\";r=0;t=1");
+        GatewayError::RateLimited { retry_after, policy: v.clone(), state: v }
+    }
+
+    #[test]
+    fn a_rate_limit_refusal_says_when_to_come_back_only_when_waiting_helps() {
+        assert_eq!(rate_limited(Some(3)).retry_after(), Some(3));
+        assert_eq!(rate_limited(None).retry_after(), None);
+    }
+
     #[test]
     fn status_and_kind_per_error() {
         let up = || "a".to_owned();
@@ -249,6 +269,7 @@ mod tests {
             (GatewayError::Unavailable { upstream: up(), retry_after: 3 }, 503, Some("unavailable")),
             (GatewayError::QueuedPastRouteTimeout { upstream: up(), after: Duration::from_secs(1) }, 504, None),
             (GatewayError::Io(std::io::Error::other("x")), 500, None),
+            (rate_limited(Some(1)), 429, None),
             (
                 GatewayError::UpstreamConnect { upstream: up(), authority: "h:1".into(), detail: "refused".into() },
                 502,
@@ -294,6 +315,7 @@ mod tests {
             (GatewayError::NotFound, None, false),
             (GatewayError::BadPath("x"), Some("bad_path"), false),
             (GatewayError::ClientBody("eof".into()), None, true),
+            (rate_limited(Some(2)), Some("rate_limited"), false),
         ];
         for (err, reason, closes) in cases {
             assert_eq!(err.rejection_reason(), reason, "{err}");

@@ -23,6 +23,7 @@ pub mod metrics;
 pub mod net;
 pub mod otel;
 pub mod path;
+pub mod ratelimit;
 pub mod request;
 pub mod router;
 pub mod server;

@@ -52,6 +52,13 @@ pub const CACHE_ENTRIES: &str = "gateway_cache_entries";
 pub const CACHE_EVICTIONS: &str = "gateway_cache_evictions_total";
 pub const CONFIG_RELOADS: &str = "gateway_config_reloads_total";
 pub const CONFIG_LAST_RELOAD: &str = "gateway_config_last_reload_success_timestamp_seconds";
+pub const RATE_LIMITED: &str = "gateway_rate_limited_total";
+pub const RATE_LIMIT_DECISIONS: &str = "gateway_rate_limit_decisions_total";
+pub const RATE_LIMIT_STORE_ERRORS: &str = "gateway_rate_limit_store_errors_total";
+pub const RATE_LIMIT_STORE_DURATION: &str = "gateway_rate_limit_store_duration_seconds";
+pub const RATE_LIMIT_KEYS: &str = "gateway_rate_limit_keys";
+pub const RATE_LIMIT_KEYS_DROPPED: &str = "gateway_rate_limit_keys_dropped_total";
+pub const RATE_LIMIT_OVERFLOW: &str = "gateway_rate_limit_overflow_total";
 
 /// Upstream error kinds, the `kind` label values.
 pub const UPSTREAM_ERROR_KINDS: &[&str] =
@@ -143,6 +150,32 @@ fn describe() {
     describe_counter!(
         FILE_COMPRESSIONS,
         "Compressed forms of cached files made, by coding (once per file version and coding)."
+    );
+    describe_counter!(RATE_LIMITED, "Requests refused with 429 by the route's rate limit.");
+    describe_counter!(
+        RATE_LIMIT_DECISIONS,
+        "Rate limit decisions by route, store (local, redis, on_error: the store's on_error allow or deny) and result (allowed, refused)."
+    );
+    describe_counter!(
+        RATE_LIMIT_STORE_ERRORS,
+        "Rate limit decisions Redis did not give, by kind: timeout, connection, reply, down (not asked while it fails)."
+    );
+    describe_histogram!(
+        RATE_LIMIT_STORE_DURATION,
+        metrics::Unit::Seconds,
+        "Time a shared rate limit decision took in Redis (up to the store's timeout)."
+    );
+    describe_gauge!(
+        RATE_LIMIT_KEYS,
+        "Keys (clients, header values) the route's local rate limiter holds, as of its last sweep."
+    );
+    describe_counter!(
+        RATE_LIMIT_KEYS_DROPPED,
+        "Keys the route's local rate limiter dropped because their bucket was full again."
+    );
+    describe_counter!(
+        RATE_LIMIT_OVERFLOW,
+        "Requests counted in the route's one overflow bucket because its local rate limiter held max_keys keys."
     );
     describe_counter!(PANICS, "Requests whose handling panicked (answered 500; the process keeps serving).");
 }

@@ -20,6 +20,8 @@ use crate::layers::trace::TraceContext;
 
 /// Who is on the other end of a client connection.
 pub struct Peer {
+    /// The address the connection came from.
+    pub ip: IpAddr,
     /// The client's IP as an `X-Forwarded-For` item, formatted once per
     /// connection.
     pub forwarded_for: HeaderValue,
@@ -31,7 +33,7 @@ pub struct Peer {
 
 impl Peer {
     pub fn new(ip: IpAddr, trusted: bool, tls: bool) -> Self {
-        Peer { forwarded_for: crate::headers::forwarded_for(ip), trusted, tls }
+        Peer { ip, forwarded_for: crate::headers::forwarded_for(ip), trusted, tls }
     }
 }
 

@@ -322,7 +322,8 @@ impl RouteCache {
         if let Some(id) = cx.id {
             req.headers_mut().insert(X_REQUEST_ID, id.header_value());
         }
-        let peer = Peer { forwarded_for: peer.forwarded_for.clone(), trusted: peer.trusted, tls: peer.tls };
+        let peer =
+            Peer { ip: peer.ip, forwarded_for: peer.forwarded_for.clone(), trusted: peer.trusted, tls: peer.tls };
         let client = head.headers.clone();
         let log = cx.detached();
         (Fill { cache: self.clone(), guard, key, req, head, peer, log, deadline, stale }, client)

@@ -87,11 +87,13 @@ impl Source {
     }
 }
 
+mod ratelimit;
 mod raw;
 mod redact;
 mod upstream;
 mod validate;
 
+pub use ratelimit::{MissingKey, OnStoreError, Rate, RateLimitConfig, RateLimitKey, RateLimitStoreConfig, StoreKind};
 pub use upstream::{
     Address, Admission, Balance, EndpointConfig, HealthConfig, OutlierConfig, Protocol, RetryBudget, UpstreamConfig,
     UpstreamTls,
@@ -116,6 +118,8 @@ pub struct Config {
     pub upstreams: Vec<UpstreamConfig>,
     /// Routes, in file order.
     pub routes: Vec<RouteConfig>,
+    /// `[rate_limit_store]`, for routes whose rate limit is shared.
+    pub rate_limit_store: Option<RateLimitStoreConfig>,
     /// The configuration as loaded, defaults included, with secrets
     /// redacted (the admin listener's `/-/config`).
     pub effective: std::sync::Arc<serde_json::Value>,
@@ -256,6 +260,8 @@ pub struct RouteConfig {
     pub response_headers: HeaderRules,
     /// Compress responses (gzip, br, zstd) when the client accepts it.
     pub compress: bool,
+    /// Requests per client (or key) the route takes; `None` is unlimited.
+    pub rate_limit: Option<RateLimitConfig>,
     /// Debug builds only: panic with this message (tests of panic isolation).
     pub panic: Option<String>,
 }

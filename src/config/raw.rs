@@ -19,6 +19,7 @@ pub(super) struct RawConfig {
     pub upstreams: BTreeMap<String, RawUpstream>,
     #[serde(default)]
     pub routes: Vec<RawRoute>,
+    pub rate_limit_store: Option<super::ratelimit::RawRateLimitStore>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -163,6 +164,7 @@ pub(super) struct RawRoute {
     pub response_headers: Option<RawHeaderRules>,
     pub compress: Option<bool>,
     pub cache: Option<RawCache>,
+    pub rate_limit: Option<super::ratelimit::RawRateLimit>,
     /// Debug builds only: the route panics (for the panic-isolation tests).
     pub panic: Option<String>,
 }

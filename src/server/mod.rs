@@ -254,9 +254,15 @@ impl App {
                 let allow = route.methods.as_ref().map(|(_, allow)| allow.clone()).unwrap_or_default();
                 return Err(GatewayError::MethodNotAllowed { allow });
             }
+            // Before the concurrency slot and the upstream's queue: a refused
+            // request takes neither.
+            let rate_state = match &route.rate_limit {
+                None => None,
+                Some(rl) => rl.admit(req.headers(), peer, &self.config.server.trusted_proxies).await?,
+            };
             let _slot = route.limit.as_deref().map(ConcurrencyLimit::try_acquire).transpose()?;
             let prefix = &route.config.prefix;
-            match &route.config.target {
+            let mut response = match &route.config.target {
                 Target::Proxy(p) => {
                     let upstream = upstream.expect("a proxy route has its upstream");
                     let deadline = start + p.timeout;
@@ -301,7 +307,11 @@ impl App {
                     *response.headers_mut() = headers;
                     Ok(response)
                 }
+            }?;
+            if let Some(state) = rate_state {
+                response.headers_mut().insert(crate::ratelimit::RATELIMIT, state);
             }
+            Ok(response)
         }
     }
 
@@ -351,6 +361,9 @@ impl App {
             }
         } else if let Some(reason) = e.rejection_reason() {
             metrics::rejected(route.name(), reason);
+            if let GatewayError::RateLimited { .. } = e {
+                crate::ratelimit::metrics::rate_limited(route.name());
+            }
             tracing::debug!(route = route.name(), request_id, error = %e, "request rejected");
         } else if let GatewayError::Io(_) = e {
             tracing::error!(route = route.name(), request_id, error = %e, "request failed");
@@ -409,6 +422,9 @@ fn error_response(e: &GatewayError) -> Response<Body> {
         && let Ok(v) = HeaderValue::from_str(allow)
     {
         builder = builder.header(header::ALLOW, v);
+    }
+    if let GatewayError::RateLimited { policy, state, .. } = e {
+        builder = builder.header(crate::ratelimit::RATELIMIT_POLICY, policy).header(crate::ratelimit::RATELIMIT, state);
     }
     if let Some(seconds) = e.retry_after() {
         builder = builder.header(header::RETRY_AFTER, seconds);

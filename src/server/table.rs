@@ -12,6 +12,7 @@ use crate::config::{Config, ConfigError, RouteConfig, ServerConfig, Target};
 use crate::layers::RouteLayers;
 use crate::limits::ConcurrencyLimit;
 use crate::metrics::{self, RouteMetrics};
+use crate::ratelimit::{RedisStore, RouteLimiter};
 use crate::router::Router;
 use crate::upstream::Upstream;
 
@@ -29,6 +30,9 @@ pub(super) struct Route {
     pub(super) limit: Option<Arc<ConcurrencyLimit>>,
     /// The route's response cache, when it has `cache`.
     pub(super) cache: Option<Arc<RouteCache>>,
+    /// The route's `rate_limit`, if set (kept, with its buckets, by a reload
+    /// that leaves it unchanged).
+    pub(super) rate_limit: Option<Arc<RouteLimiter>>,
 }
 
 impl Route {
@@ -44,6 +48,9 @@ pub(super) struct Table {
     pub(super) router: Router,
     pub(super) routes: Vec<Route>,
     pub(super) upstreams: Vec<Arc<Upstream>>,
+    /// `[rate_limit_store]`'s connection (kept by a reload that leaves it
+    /// unchanged).
+    pub(super) rate_limit_store: Option<Arc<RedisStore>>,
     /// The configuration these were built from, as `/-/config` shows it.
     pub(super) effective: Arc<serde_json::Value>,
 }
@@ -158,6 +165,7 @@ impl Table {
                 before => Arc::new(Upstream::new(u.clone(), retried(i), read_ahead.clone(), before.map(|b| &**b))),
             })
             .collect();
+        let rate_limit_store = rate_limit_store(config, running);
         let routes: Vec<Route> = config
             .routes
             .iter()
@@ -185,8 +193,13 @@ impl Table {
                     }),
                     _ => None,
                 };
+                let rate_limit = r.rate_limit.as_ref().map(|rl| match old.and_then(|o| o.rate_limit.as_ref()) {
+                    Some(kept) if kept.same_settings(rl, rate_limit_store.as_ref()) => kept.clone(),
+                    _ => RouteLimiter::new(&r.name, rl, rate_limit_store.clone()),
+                });
                 Route {
                     cache,
+                    rate_limit,
                     layers: RouteLayers::new(r),
                     config: r.clone(),
                     metrics: RouteMetrics::new(&r.name),
@@ -201,6 +214,23 @@ impl Table {
             })
             .collect();
         let router = Router::new(config.routes.iter().map(|r| r.prefix.as_str()));
-        Table { router, routes, upstreams, effective: config.effective.clone() }
+        Table { router, routes, upstreams, rate_limit_store, effective: config.effective.clone() }
+    }
+}
+
+/// `[rate_limit_store]`'s connection: the running one if its settings did
+/// not change. A store that cannot be made (a URL the `redis` crate refuses)
+/// leaves shared routes to `on_error`'s local limiter, with an error logged.
+fn rate_limit_store(config: &Config, running: Option<&Table>) -> Option<Arc<RedisStore>> {
+    let wanted = config.rate_limit_store.as_ref()?;
+    if let Some(kept) = running.and_then(|t| t.rate_limit_store.as_ref()).filter(|s| s.config == *wanted) {
+        return Some(kept.clone());
+    }
+    match RedisStore::new(wanted) {
+        Ok(store) => Some(store),
+        Err(e) => {
+            tracing::error!(error = %e, "rate limit store not usable; shared limits are kept by each gateway");
+            None
+        }
     }
 }

@@ -22,6 +22,7 @@ use super::{
 };
 
 mod cache;
+mod ratelimit;
 mod upstream;
 
 use upstream::upstream;
@@ -33,6 +34,8 @@ pub(super) fn config(raw: RawConfig, base_dir: &Path) -> Result<Config, Problem>
     let server = server(&raw.server, base_dir)?;
     let tracing = tracing(&raw.tracing)?;
     let metrics = metrics(&raw.metrics)?;
+    let rate_limit_store =
+        raw.rate_limit_store.as_ref().map(|s| ratelimit::store(s, |v| std::env::var(v).ok())).transpose()?;
     let mut upstreams = Vec::new();
     let mut upstream_index = HashMap::new();
     for (name, up) in &raw.upstreams {
@@ -43,7 +46,12 @@ pub(super) fn config(raw: RawConfig, base_dir: &Path) -> Result<Config, Problem>
     let mut seen_names = HashMap::new();
     let mut seen_prefixes: HashMap<String, String> = HashMap::new();
     for (i, r) in raw.routes.into_iter().enumerate() {
-        let route = route(i, r, &server, &upstream_index, base_dir)?;
+        let rate_limit = r
+            .rate_limit
+            .as_ref()
+            .map(|rl| ratelimit::rate_limit(rl, &format!("routes[{i}].rate_limit"), rate_limit_store.as_ref()))
+            .transpose()?;
+        let route = RouteConfig { rate_limit, ..route(i, r, &server, &upstream_index, base_dir)? };
         let key = |k: &str| format!("routes[{i}].{k}");
         if let Some(prev) = seen_names.insert(route.name.clone(), i) {
             return Err((key("name"), format!("duplicate route name {:?} (also routes[{prev}])", route.name)));
@@ -61,6 +69,7 @@ pub(super) fn config(raw: RawConfig, base_dir: &Path) -> Result<Config, Problem>
         tracing,
         upstreams,
         routes,
+        rate_limit_store,
         effective: Default::default(),
     })
 }
@@ -265,6 +274,7 @@ fn route(
         request_headers,
         response_headers,
         compress: r.compress.unwrap_or(false),
+        rate_limit: None,
         panic: r.panic,
     })
 }

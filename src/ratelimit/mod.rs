@@ -1,0 +1,301 @@
+//! Per-route rate limits: how many requests each client (or API key, or the
+//! whole route) may send, decided before a request reaches the upstream, its
+//! queue or the route's concurrency limit.
+//!
+//! - `client`: the client address a `key = "client"` limit counts (the
+//!   `server.trusted_proxies` rule for `X-Forwarded-For`);
+//! - `local`: the buckets in this gateway's memory (governor's GCRA);
+//! - `redis`: the buckets shared through Redis, and what happens while
+//!   Redis cannot decide (`on_error`).
+//!
+//! A refusal is [`GatewayError::RateLimited`]: 429 with `Retry-After` and
+//! the `RateLimit-Policy` and `RateLimit` fields of
+//! draft-ietf-httpapi-ratelimit-headers-10 (structured fields: a policy
+//! named after the route, `q` requests per `w` seconds; `r` remaining and
+//! `t` seconds until the bucket is full again, or until the next request is
+//! allowed when `r` is 0).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{HeaderMap, HeaderName, HeaderValue};
+use ipnet::IpNet;
+
+use crate::config::{MissingKey, OnStoreError, RateLimitConfig, RateLimitKey, StoreKind};
+use crate::error::GatewayError;
+use crate::headers::same_cgi_name;
+use crate::request::Peer;
+
+pub mod client;
+pub mod local;
+pub mod metrics;
+pub mod redis;
+
+use local::{Key, Local};
+use metrics::LimiterMetrics;
+pub use redis::RedisStore;
+
+/// `RateLimit-Policy` (draft-ietf-httpapi-ratelimit-headers-10 §3).
+pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+/// `RateLimit` (draft-ietf-httpapi-ratelimit-headers-10 §4).
+pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+
+/// One decision on one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decision {
+    pub allowed: bool,
+    /// Requests the bucket would still allow at once.
+    pub remaining: u32,
+    /// For a refusal: until the next request would be allowed.
+    pub retry_after: Duration,
+    /// Until the bucket is full again.
+    pub reset: Duration,
+}
+
+/// A route's rate limit with its buckets.
+pub struct RouteLimiter {
+    pub config: RateLimitConfig,
+    route: String,
+    local: Local,
+    shared: Option<Arc<RedisStore>>,
+    /// The `RateLimit-Policy` value, the same on every answer.
+    policy: HeaderValue,
+    metrics: LimiterMetrics,
+}
+
+impl RouteLimiter {
+    /// The limiter of route `route`; `store` is the shared store, for a
+    /// `shared = "redis"` limit. Starts the sweep of its local buckets.
+    pub fn new(route: &str, config: &RateLimitConfig, store: Option<Arc<RedisStore>>) -> Arc<RouteLimiter> {
+        let shared = if config.store == StoreKind::Redis { store } else { None };
+        let policy = format!("\"{route}\";q={};w={}", config.rate.count, config.rate.period.as_secs());
+        let limiter = Arc::new(RouteLimiter {
+            config: config.clone(),
+            route: route.to_owned(),
+            local: Local::new(config),
+            shared,
+            policy: HeaderValue::from_str(&policy).expect("route names are tokens"),
+            metrics: LimiterMetrics::new(route),
+        });
+        local::spawn_sweeper(&limiter, |l: &RouteLimiter| &l.local, |l, dropped, left| l.metrics.swept(dropped, left));
+        limiter
+    }
+
+    /// Whether this limiter can go on serving `config` on the route of the
+    /// same name after a reload (its buckets are kept).
+    pub fn same_settings(&self, config: &RateLimitConfig, store: Option<&Arc<RedisStore>>) -> bool {
+        let same_store = match (&self.shared, store) {
+            (None, _) => config.store == StoreKind::Local,
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (Some(_), None) => false,
+        };
+        self.config == *config && same_store
+    }
+
+    /// Counts the request in its bucket: `Ok` with the `RateLimit` value for
+    /// the response when `headers = true`, or the refusal.
+    pub async fn admit(
+        &self,
+        headers: &HeaderMap,
+        peer: &Peer,
+        trusted: &[IpNet],
+    ) -> Result<Option<HeaderValue>, GatewayError> {
+        let Some(key) = self.key(headers, peer, trusted) else {
+            self.metrics.decided("local", false);
+            return Err(GatewayError::RateLimited {
+                retry_after: None,
+                policy: self.policy.clone(),
+                state: self.state(0, Duration::ZERO),
+            });
+        };
+        let decision = match &self.shared {
+            None => self.local_decision(&key),
+            // Boxed: only shared routes pay for the future's size.
+            Some(store) => Box::pin(self.shared(store, &key)).await,
+        };
+        if decision.allowed {
+            return Ok(self.config.headers.then(|| self.state(decision.remaining, decision.reset)));
+        }
+        Err(GatewayError::RateLimited {
+            retry_after: Some(ceil_secs(decision.retry_after).max(1)),
+            policy: self.policy.clone(),
+            state: self.state(0, decision.retry_after),
+        })
+    }
+
+    /// Redis's decision, or `on_error`'s while Redis cannot give one.
+    async fn shared(&self, store: &RedisStore, key: &Key) -> Decision {
+        let redis_key = redis_key(&self.route, key);
+        match store.decide(&redis_key, self.config.rate.interval(), self.config.burst).await {
+            Ok(d) => {
+                self.metrics.decided("redis", d.allowed);
+                d
+            }
+            Err(e) => {
+                metrics::rate_limit_store_error(e.kind());
+                let d = match store.config.on_error {
+                    OnStoreError::Local => return self.local_decision(key),
+                    OnStoreError::Allow => Decision {
+                        allowed: true,
+                        remaining: self.config.burst,
+                        retry_after: Duration::ZERO,
+                        reset: Duration::ZERO,
+                    },
+                    OnStoreError::Deny => Decision {
+                        allowed: false,
+                        remaining: 0,
+                        retry_after: redis::PROBE_EVERY,
+                        reset: redis::PROBE_EVERY,
+                    },
+                };
+                self.metrics.decided("on_error", d.allowed);
+                d
+            }
+        }
+    }
+
+    fn local_decision(&self, key: &Key) -> Decision {
+        let (d, overflow) = self.local.decide(key);
+        self.metrics.decided("local", d.allowed);
+        if overflow {
+            self.metrics.overflowed();
+        }
+        d
+    }
+
+    /// The bucket of a request; `None` when it has no key and such requests
+    /// are refused.
+    fn key(&self, headers: &HeaderMap, peer: &Peer, trusted: &[IpNet]) -> Option<Key> {
+        match &self.config.key {
+            RateLimitKey::Route => Some(Key::Shared),
+            RateLimitKey::Client => Some(Key::Client(client::client_addr(
+                peer.ip,
+                headers.get_all(crate::headers::X_FORWARDED_FOR).iter(),
+                trusted,
+            ))),
+            RateLimitKey::Header { name, missing } => match header_key(headers, name) {
+                Some(value) => Some(Key::Value(value.into_boxed_slice())),
+                None if *missing == MissingKey::Share => Some(Key::Shared),
+                None => None,
+            },
+        }
+    }
+
+    /// A `RateLimit` value.
+    fn state(&self, remaining: u32, reset: Duration) -> HeaderValue {
+        let value = format!("\"{}\";r={remaining};t={}", self.route, ceil_secs(reset));
+        HeaderValue::from_str(&value).expect("route names are tokens")
+    }
+}
+
+/// Every value of header `name`, in either spelling of `-` and `_` (an
+/// upstream reading CGI-style variables takes both for one), joined in the
+/// order received; `None` without one.
+fn header_key(headers: &HeaderMap, name: &HeaderName) -> Option<Vec<u8>> {
+    let mut key: Option<Vec<u8>> = None;
+    for (n, v) in headers {
+        if n == name || same_cgi_name(n.as_str(), name.as_str()) {
+            let key = key.get_or_insert_with(Vec::new);
+            if !key.is_empty() {
+                key.extend_from_slice(b", ");
+            }
+            key.extend_from_slice(v.as_bytes());
+        }
+    }
+    key
+}
+
+/// The Redis key of a bucket: the route's name and what it is kept for.
+fn redis_key(route: &str, key: &Key) -> Vec<u8> {
+    let mut out = format!("gateway:rl:{route}:").into_bytes();
+    match key {
+        Key::Client(ip) => out.extend_from_slice(format!("c:{ip}").as_bytes()),
+        Key::Value(v) => {
+            out.extend_from_slice(b"h:");
+            out.extend_from_slice(v);
+        }
+        Key::Shared => out.push(b'-'),
+        Key::Overflow => out.push(b'+'),
+    }
+    out
+}
+
+fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Rate;
+
+    fn limiter(key: RateLimitKey, headers: bool) -> Arc<RouteLimiter> {
+        let config = RateLimitConfig {
+            rate: Rate { count: 2, period: Duration::from_secs(10) },
+            burst: 2,
+            key,
+            headers,
+            store: StoreKind::Local,
+            max_keys: 100,
+        };
+        RouteLimiter::new("api", &config, None)
+    }
+
+    fn peer(ip: [u8; 4]) -> Peer {
+        Peer::new(ip.into(), false, false)
+    }
+
+    #[tokio::test]
+    async fn refusals_carry_the_fields_and_retry_after() {
+        let l = limiter(RateLimitKey::Client, true);
+        let h = HeaderMap::new();
+        let first = l.admit(&h, &peer([192, 0, 2, 1]), &[]).await.unwrap();
+        assert_eq!(first.unwrap(), "\"api\";r=1;t=5");
+        assert!(l.admit(&h, &peer([192, 0, 2, 1]), &[]).await.is_ok());
+        match l.admit(&h, &peer([192, 0, 2, 1]), &[]).await {
+            Err(GatewayError::RateLimited { retry_after: Some(5), policy, state }) => {
+                assert_eq!(policy, "\"api\";q=2;w=10");
+                assert_eq!(state, "\"api\";r=0;t=5");
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+        assert!(l.admit(&h, &peer([192, 0, 2, 2]), &[]).await.is_ok(), "another client has its own bucket");
+    }
+
+    #[test]
+    fn header_keys_take_every_spelling() {
+        let name = HeaderName::from_static("x-api-key");
+        let mut h = HeaderMap::new();
+        assert_eq!(header_key(&h, &name), None);
+        h.append("x-api-key", HeaderValue::from_static("a"));
+        assert_eq!(header_key(&h, &name).as_deref(), Some(&b"a"[..]));
+        h.append("x_api_key", HeaderValue::from_static("b"));
+        assert_eq!(header_key(&h, &name).as_deref(), Some(&b"a, b"[..]));
+        h.insert("x-api-keys", HeaderValue::from_static("c"));
+        assert_eq!(header_key(&h, &name).as_deref(), Some(&b"a, b"[..]), "another name is not the key");
+    }
+
+    #[tokio::test]
+    async fn requests_without_the_header_share_a_bucket_or_are_refused() {
+        let name = HeaderName::from_static("x-api-key");
+        let share = limiter(RateLimitKey::Header { name: name.clone(), missing: MissingKey::Share }, false);
+        let refuse = limiter(RateLimitKey::Header { name, missing: MissingKey::Refuse }, false);
+        let h = HeaderMap::new();
+        for ip in [[192, 0, 2, 1], [192, 0, 2, 2]] {
+            assert!(share.admit(&h, &peer(ip), &[]).await.is_ok());
+        }
+        assert!(share.admit(&h, &peer([192, 0, 2, 3]), &[]).await.is_err(), "one bucket for all without a key");
+        assert!(matches!(
+            refuse.admit(&h, &peer([192, 0, 2, 1]), &[]).await,
+            Err(GatewayError::RateLimited { retry_after: None, .. })
+        ));
+    }
+
+    #[test]
+    fn redis_keys() {
+        assert_eq!(redis_key("api", &Key::Client([192, 0, 2, 1].into())), b"gateway:rl:api:c:192.0.2.1");
+        assert_eq!(redis_key("api", &Key::Value(b"k1"[..].into())), b"gateway:rl:api:h:k1");
+        assert_eq!(redis_key("api", &Key::Shared), b"gateway:rl:api:-");
+        assert_eq!((ceil_secs(Duration::from_millis(1)), ceil_secs(Duration::from_secs(2))), (1, 2));
+    }
+}

@@ -46,6 +46,7 @@ pub const ENDPOINT_EJECTED: &str = "gateway_upstream_endpoint_ejected";
 pub const UPSTREAM_MAX_REQUESTS: &str = "gateway_upstream_max_requests";
 pub const UPSTREAM_QUEUE_SIZE: &str = "gateway_upstream_queue_size";
 pub const UPGRADED_ACTIVE: &str = "gateway_upgraded_connections_active";
+pub const AUTH_TOTAL: &str = "gateway_auth_total";
 pub const CONFIG_RELOADS: &str = "gateway_config_reloads_total";
 pub const CONFIG_LAST_RELOAD: &str = "gateway_config_last_reload_success_timestamp_seconds";
 
@@ -118,6 +119,10 @@ fn describe() {
     describe_gauge!(ENDPOINT_EJECTED, "1 while the endpoint is ejected (until a trial request succeeds), else 0.");
     describe_gauge!(UPSTREAM_MAX_REQUESTS, "The upstream's configured max_requests.");
     describe_gauge!(UPSTREAM_QUEUE_SIZE, "The upstream's configured queue places.");
+    describe_counter!(
+        AUTH_TOTAL,
+        "Access decisions, by route, kind (address, basic, jwt) and result (allowed, denied, error)."
+    );
     describe_counter!(CONFIG_RELOADS, "Configuration reloads, by result (ok, error).");
     describe_gauge!(
         CONFIG_LAST_RELOAD,
@@ -332,6 +337,11 @@ pub fn set_route_timeout(route: &str, timeout: Duration) {
 /// Counts a rejection; `route` is empty for connection-level ones.
 pub fn rejected(route: &str, reason: &'static str) {
     counter!(REJECTED, "route" => route.to_owned(), "reason" => reason).increment(1);
+}
+
+/// The `gateway_auth_total` counter of one route, kind and result.
+pub fn auth(route: &str, kind: &'static str, result: &'static str) -> Counter {
+    counter!(AUTH_TOTAL, "route" => route.to_owned(), "kind" => kind, "result" => result)
 }
 
 /// Counts a request whose handling panicked.

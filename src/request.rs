@@ -20,6 +20,8 @@ use crate::layers::trace::TraceContext;
 
 /// Who is on the other end of a client connection.
 pub struct Peer {
+    /// The client's IP (IPv4-mapped IPv6 as plain IPv4).
+    pub ip: IpAddr,
     /// The client's IP as an `X-Forwarded-For` item, formatted once per
     /// connection.
     pub forwarded_for: HeaderValue,
@@ -31,7 +33,7 @@ pub struct Peer {
 
 impl Peer {
     pub fn new(ip: IpAddr, trusted: bool, tls: bool) -> Self {
-        Peer { forwarded_for: crate::headers::forwarded_for(ip), trusted, tls }
+        Peer { ip, forwarded_for: crate::headers::forwarded_for(ip), trusted, tls }
     }
 }
 
@@ -140,11 +142,19 @@ impl<'a> RequestLog<'a> {
             trace_id: self.trace.map(|t| t.trace_id_hex()),
             user_agent: header(header::USER_AGENT),
             referer: header(header::REFERER),
+            user: None,
             duration: Duration::ZERO,
             timing: self.timing.clone(),
             bytes_out: 0,
             started: start,
         })
+    }
+
+    /// The authenticated user, for the access log (when it is on).
+    pub(crate) fn set_user(&mut self, user: Option<std::sync::Arc<str>>) {
+        if let (Some(line), Some(user)) = (self.access.as_mut(), user) {
+            line.user = Some(user);
+        }
     }
 
     /// The request ID for a log line (`-` without one).

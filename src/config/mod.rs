@@ -87,7 +87,9 @@ impl Source {
     }
 }
 
+pub mod access;
 mod raw;
+mod raw_access;
 mod upstream;
 mod validate;
 
@@ -219,6 +221,9 @@ pub struct MetricsConfig {
     pub listen: Option<SocketAddr>,
     /// Connections the admin listener serves at once.
     pub max_connections: usize,
+    /// With any entry, the admin listener answers only clients inside them
+    /// (403 to others).
+    pub allow: Vec<IpNet>,
 }
 
 /// Failures a route may retry on (`retry_on`).
@@ -254,6 +259,8 @@ pub struct RouteConfig {
     pub compress: bool,
     /// Debug builds only: panic with this message (tests of panic isolation).
     pub panic: Option<String>,
+    /// Who may come in (`allow`, `deny`, `auth`); `None` lets everyone.
+    pub access: Option<Arc<access::AccessConfig>>,
 }
 
 /// What a route does with a request.

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use http::Method;
 
 use super::App;
+use crate::auth::Guard;
 use crate::body::ReadAhead;
 use crate::config::{Config, ConfigError, RouteConfig, ServerConfig, Target};
 use crate::layers::RouteLayers;
@@ -26,6 +27,8 @@ pub(super) struct Route {
     /// The route's `max_concurrent`, if set (shared with the route of the
     /// same name after a reload).
     pub(super) limit: Option<Arc<ConcurrencyLimit>>,
+    /// The route's access control (`allow`, `deny`, `auth`), if any.
+    pub(super) guard: Option<Guard>,
 }
 
 impl Route {
@@ -170,6 +173,7 @@ impl Table {
                     (ms, allow)
                 });
                 Route {
+                    guard: r.access.as_ref().map(|a| Guard::new(&r.name, a, &config.server.trusted_proxies)),
                     layers: RouteLayers::new(r),
                     config: r.clone(),
                     metrics: RouteMetrics::new(&r.name),

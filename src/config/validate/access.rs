@@ -1,0 +1,193 @@
+//! A route's access keys (`allow`, `deny`, `auth`, `forward_credentials`),
+//! validated into [`AccessConfig`]: the htpasswd file and the JWKS are read
+//! and checked here, so a bad entry stops the load (exit 64) naming its line
+//! or key.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
+
+use http::HeaderName;
+use ipnet::IpNet;
+use jsonwebtoken::jwk::{AlgorithmParameters, JwkSet};
+use jsonwebtoken::{Algorithm, DecodingKey};
+
+use super::{Problem, parse_cidr, parse_duration};
+use crate::config::access::{AccessConfig, AuthConfig, BasicConfig, JwtConfig, TokenSource, parse_htpasswd};
+use crate::config::raw_access::{RawAuth, RawBasic, RawJwt};
+
+/// How long a successful Basic verification is remembered by default.
+const DEFAULT_REMEMBER: Duration = Duration::from_secs(60);
+/// The `exp`/`nbf` clock skew allowed by default.
+const DEFAULT_LEEWAY: Duration = Duration::from_secs(30);
+
+/// The route's raw access keys.
+pub(super) struct RawAccessKeys<'a> {
+    pub allow: Option<&'a [String]>,
+    pub deny: Option<&'a [String]>,
+    pub auth: Option<&'a RawAuth>,
+    pub forward_credentials: Option<bool>,
+}
+
+/// `None` when the route sets none of the keys.
+pub(super) fn access(
+    r: RawAccessKeys<'_>,
+    key: &dyn Fn(&str) -> String,
+    base_dir: &Path,
+) -> Result<Option<AccessConfig>, Problem> {
+    if r.allow.is_none() && r.deny.is_none() && r.auth.is_none() {
+        if r.forward_credentials.is_some() {
+            return Err((key("forward_credentials"), "only applies with auth".into()));
+        }
+        return Ok(None);
+    }
+    let allow = cidrs(r.allow, &key("allow"))?;
+    let deny = cidrs(r.deny, &key("deny"))?;
+    if r.allow.is_some_and(|a| a.is_empty()) {
+        return Err((key("allow"), "an empty list refuses every client; leave it out to allow all".into()));
+    }
+    let auth = r.auth.map(|a| auth(a, &key("auth"), base_dir)).transpose()?;
+    if auth.is_none() && r.forward_credentials.is_some() {
+        return Err((key("forward_credentials"), "only applies with auth".into()));
+    }
+    Ok(Some(AccessConfig { allow, deny, auth, forward_credentials: r.forward_credentials.unwrap_or(false) }))
+}
+
+/// An address list (also `metrics.allow`).
+pub(super) fn cidrs(list: Option<&[String]>, key: &str) -> Result<Vec<IpNet>, Problem> {
+    list.unwrap_or_default().iter().enumerate().map(|(i, c)| parse_cidr(&format!("{key}[{i}]"), c)).collect()
+}
+
+fn auth(a: &RawAuth, key: &str, base_dir: &Path) -> Result<AuthConfig, Problem> {
+    match (&a.basic, &a.jwt) {
+        (Some(b), None) => basic(b, &format!("{key}.basic"), base_dir).map(AuthConfig::Basic),
+        (None, Some(j)) => jwt(j, &format!("{key}.jwt"), base_dir).map(AuthConfig::Jwt),
+        _ => Err((key.to_owned(), "set exactly one of basic, jwt".into())),
+    }
+}
+
+fn basic(b: &RawBasic, key: &str, base_dir: &Path) -> Result<BasicConfig, Problem> {
+    let k = |s: &str| format!("{key}.{s}");
+    let file = b.htpasswd.as_deref().ok_or_else(|| (k("htpasswd"), "missing: an htpasswd file".into()))?;
+    let path = base_dir.join(file);
+    let text = std::fs::read_to_string(&path).map_err(|e| (k("htpasswd"), format!("{}: {e}", path.display())))?;
+    let users = parse_htpasswd(&text).map_err(|(n, m)| (k("htpasswd"), format!("{}:{n}: {m}", path.display())))?;
+    if users.is_empty() {
+        return Err((k("htpasswd"), format!("{}: no users", path.display())));
+    }
+    let realm = b.realm.clone().unwrap_or_else(|| "gateway".to_owned());
+    // Quoted in the challenge (RFC 9110 §11.2): no quote, backslash or control.
+    if realm.is_empty() || realm.chars().any(|c| c == '"' || c == '\\' || c.is_control()) {
+        return Err((k("realm"), format!("{realm:?}: use printable text without '\"' or '\\'")));
+    }
+    let remember = match &b.remember {
+        Some(r) => parse_duration(&k("remember"), r)?,
+        None => DEFAULT_REMEMBER,
+    };
+    Ok(BasicConfig { htpasswd: path, realm, remember, users })
+}
+
+fn jwt(j: &RawJwt, key: &str, base_dir: &Path) -> Result<JwtConfig, Problem> {
+    let k = |s: &str| format!("{key}.{s}");
+    if j.jwks_url.is_some() {
+        return Err((k("jwks_url"), "not supported yet: use jwks_file (re-read on reload)".into()));
+    }
+    let algorithms = algorithms(j.algorithms.as_deref(), &k("algorithms"))?;
+    let file = j.jwks_file.as_deref().ok_or_else(|| (k("jwks_file"), "missing: a JWKS file".into()))?;
+    let path = base_dir.join(file);
+    let keys = read_jwks(&path, &algorithms).map_err(|m| (k("jwks_file"), m))?;
+    if j.issuer.as_deref().is_some_and(str::is_empty) {
+        return Err((k("issuer"), "empty; leave it out to accept any".into()));
+    }
+    let leeway = match &j.leeway {
+        Some(l) => parse_duration(&k("leeway"), l)?,
+        None => DEFAULT_LEEWAY,
+    };
+    let from = match j.from.as_deref() {
+        None | Some("authorization") => TokenSource::Authorization,
+        Some(f) => match f.strip_prefix("cookie:") {
+            Some(name) if !name.is_empty() && name.bytes().all(|b| b.is_ascii_graphic() && !b"=;,\"".contains(&b)) => {
+                TokenSource::Cookie(name.to_owned())
+            }
+            _ => return Err((k("from"), format!("{f:?}: use \"authorization\" or \"cookie:NAME\""))),
+        },
+    };
+    let forward_claims = forward_claims(&j.forward_claims, &k("forward_claims"))?;
+    Ok(JwtConfig {
+        jwks_file: path,
+        keys,
+        issuer: j.issuer.clone(),
+        audiences: j.audiences.clone(),
+        algorithms,
+        leeway,
+        from,
+        forward_claims,
+    })
+}
+
+/// RFC 8725 §3.1–3.2: only asymmetric algorithms, named by the operator.
+fn algorithms(list: Option<&[String]>, key: &str) -> Result<Vec<Algorithm>, Problem> {
+    let list = list.ok_or_else(|| (key.to_owned(), "missing: e.g. [\"RS256\", \"ES256\", \"EdDSA\"]".into()))?;
+    if list.is_empty() {
+        return Err((key.to_owned(), "empty: name the algorithms your issuer signs with".into()));
+    }
+    list.iter()
+        .map(|name| match Algorithm::from_str(name) {
+            Ok(Algorithm::HS256 | Algorithm::HS384 | Algorithm::HS512) => Err((
+                key.to_owned(),
+                format!("{name}: HMAC needs a shared secret, not a public key set; refused (RFC 8725 §3.2)"),
+            )),
+            Ok(alg) => Ok(alg),
+            Err(_) => Err((key.to_owned(), format!("{name:?}: use RS256..RS512, PS256..PS512, ES256, ES384 or EdDSA"))),
+        })
+        .collect()
+}
+
+/// A JWKS whose every key has a `kid`, is a public key (no `oct`), and
+/// fits one of `algorithms` (its own `alg`, when set, listed).
+pub(crate) fn read_jwks(path: &Path, algorithms: &[Algorithm]) -> Result<JwkSet, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let set: JwkSet = serde_json::from_str(&text).map_err(|e| format!("{}: not a JWKS: {e}", path.display()))?;
+    if set.keys.is_empty() {
+        return Err(format!("{}: no keys", path.display()));
+    }
+    for (i, jwk) in set.keys.iter().enumerate() {
+        let at = |m: &str| format!("{}: keys[{i}]: {m}", path.display());
+        if jwk.common.key_id.as_deref().is_none_or(str::is_empty) {
+            return Err(at("no \"kid\": tokens choose their key by it"));
+        }
+        if matches!(jwk.algorithm, AlgorithmParameters::OctetKey(_)) {
+            return Err(at("a symmetric (\"oct\") key is refused (RFC 8725 §3.2)"));
+        }
+        DecodingKey::from_jwk(jwk).map_err(|e| at(&format!("unusable key: {e}")))?;
+        if let Some(alg) = jwk.common.key_algorithm {
+            let listed = algorithms.iter().any(|a| format!("{a:?}") == format!("{alg:?}"));
+            if !listed {
+                return Err(at(&format!("its \"alg\" {alg:?} is not in algorithms")));
+            }
+        }
+    }
+    Ok(set)
+}
+
+fn forward_claims(map: &BTreeMap<String, String>, key: &str) -> Result<Vec<(HeaderName, String)>, Problem> {
+    map.iter()
+        .map(|(header, claim)| {
+            let k = format!("{key}.{header}");
+            let name = HeaderName::from_bytes(header.as_bytes())
+                .map_err(|_| (k.clone(), format!("invalid header name {header:?}")))?;
+            let managed = crate::headers::is_hop_by_hop(&name)
+                || crate::headers::SET_BY_GATEWAY.contains(&name)
+                || name == http::header::AUTHORIZATION
+                || name == http::header::CONTENT_LENGTH;
+            if managed {
+                return Err((k, format!("{header:?} is managed by the gateway and cannot carry a claim")));
+            }
+            if claim.is_empty() {
+                return Err((k, "empty claim name".into()));
+            }
+            Ok((name, claim.clone()))
+        })
+        .collect()
+}

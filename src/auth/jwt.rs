@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use http::{HeaderMap, HeaderValue, header};
 use jsonwebtoken::errors::ErrorKind;
-use jsonwebtoken::{DecodingKey, Validation};
+use jsonwebtoken::{AlgorithmFamily, DecodingKey, Validation};
 use serde_json::{Map, Value};
 
 use crate::config::access::{JwtConfig, TokenSource};
@@ -21,7 +21,9 @@ const KIND: &str = "jwt";
 pub struct Jwt {
     /// By `kid`: the key, and the `alg` the JWKS pins it to, if any.
     keys: HashMap<String, (DecodingKey, Option<String>)>,
-    validation: Validation,
+    /// One per key family of the listed algorithms: jsonwebtoken wants a
+    /// validation's algorithms all of one family.
+    validations: Vec<(AlgorithmFamily, Validation)>,
     from: TokenSource,
     pub(super) forward_claims: Vec<(http::HeaderName, String)>,
 }
@@ -42,7 +44,6 @@ impl Jwt {
             })
             .collect();
         let mut validation = Validation::new(c.algorithms[0]);
-        validation.algorithms = c.algorithms.clone();
         validation.leeway = c.leeway.as_secs();
         validation.validate_nbf = true;
         let mut required = vec!["exp"];
@@ -57,7 +58,18 @@ impl Jwt {
             required.push("aud");
         }
         validation.set_required_spec_claims(&required);
-        Jwt { keys, validation, from: c.from.clone(), forward_claims: c.forward_claims.clone() }
+        let mut validations: Vec<(AlgorithmFamily, Validation)> = Vec::new();
+        for alg in &c.algorithms {
+            match validations.iter_mut().find(|(f, _)| *f == alg.family()) {
+                Some((_, v)) => v.algorithms.push(*alg),
+                None => {
+                    let mut v = validation.clone();
+                    v.algorithms = vec![*alg];
+                    validations.push((alg.family(), v));
+                }
+            }
+        }
+        Jwt { keys, validations, from: c.from.clone(), forward_claims: c.forward_claims.clone() }
     }
 
     /// Whether the token is read from `Authorization` (which is then removed
@@ -75,16 +87,16 @@ impl Jwt {
         let invalid = |reason| refuse(reason, HeaderValue::from_static("Bearer error=\"invalid_token\""));
         // `alg: none` and unknown algorithms fail to parse here.
         let head = jsonwebtoken::decode_header(token).map_err(|_| invalid("malformed token or unknown alg"))?;
-        if !self.validation.algorithms.contains(&head.alg) {
+        let Some((_, validation)) = self.validations.iter().find(|(_, v)| v.algorithms.contains(&head.alg)) else {
             return Err(invalid("alg not allowed"));
-        }
+        };
         let kid = head.kid.as_deref().ok_or_else(|| invalid("no kid"))?;
         let (key, pinned) = self.keys.get(kid).ok_or_else(|| invalid("unknown kid"))?;
         let pinned_other = pinned.as_deref().is_some_and(|p| p != format!("{:?}", head.alg));
         if key.family() != head.alg.family() || pinned_other {
             return Err(invalid("key does not fit alg"));
         }
-        match jsonwebtoken::decode::<Claims>(token, key, &self.validation) {
+        match jsonwebtoken::decode::<Claims>(token, key, validation) {
             Ok(data) => Ok(data.claims),
             Err(e) => Err(invalid(match e.kind() {
                 ErrorKind::ExpiredSignature => "expired",

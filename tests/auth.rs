@@ -203,3 +203,56 @@ fn weak_htpasswd_entries_exit_64_naming_the_line() {
         assert!(stderr.contains(says), "{stderr}");
     }
 }
+
+/// A raw HTTP/1.1 GET with one extra header line, answered in full.
+fn raw_get(addr: &str, path: &str, extra: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n{extra}\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+#[test]
+fn the_access_log_names_the_user_and_no_log_line_holds_a_credential() {
+    use std::io::Read;
+    let dir = tempfile::tempdir().unwrap();
+    htpasswd(dir.path(), 4);
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = probe.local_addr().unwrap().to_string();
+    drop(probe);
+    let toml = format!(
+        "[server]\nlisten = \"{addr}\"\naccess_log = true\naccess_log_format = 'json'\n\
+         [[routes]]\nname = 'logged'\nprefix = '/logged'\nrespond = {{ status = 200 }}\n\
+         auth = {{ basic = {{ htpasswd = 'users.htpasswd' }} }}\n"
+    );
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(&path, toml).unwrap();
+    let mut gw = std::process::Command::new(env!("CARGO_BIN_EXE_gateway"))
+        .args(["--config", path.to_str().unwrap(), "--log-format", "json"])
+        .env("RUST_LOG", "debug")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + std::time::Duration::from_secs(10);
+    while std::net::TcpStream::connect(&addr).is_err() {
+        assert!(Instant::now() < deadline, "the gateway never came up");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let good = basic("ann", "pw-ann");
+    let wrong = basic("ann", "hunter2-wrong");
+    assert!(raw_get(&addr, "/logged/in", &format!("authorization: {good}\r\n")).starts_with("HTTP/1.1 200"));
+    assert!(raw_get(&addr, "/logged/out", &format!("authorization: {wrong}\r\n")).starts_with("HTTP/1.1 401"));
+    std::process::Command::new("kill").args(["-TERM", &gw.id().to_string()]).status().unwrap();
+    assert_eq!(gw.wait().unwrap().code(), Some(0));
+    let mut log = String::new();
+    gw.stderr.take().unwrap().read_to_string(&mut log).unwrap();
+    let line = log.lines().find(|l| l.contains("/logged/in")).unwrap_or_else(|| panic!("no access line:\n{log}"));
+    assert!(line.contains("\"user\":\"ann\""), "{line}");
+    assert!(log.contains("wrong user or password"), "the refusal's reason is logged:\n{log}");
+    for secret in ["pw-ann", "hunter2", good.trim_start_matches("Basic "), wrong.trim_start_matches("Basic ")] {
+        assert!(!log.contains(secret), "{secret:?} in the log:\n{log}");
+    }
+}

@@ -75,6 +75,10 @@ pub enum GatewayError {
     /// `WWW-Authenticate` value. `reason` never holds a credential.
     #[error("{kind} credentials refused: {reason}")]
     Unauthorized { kind: &'static str, reason: &'static str, challenge: http::HeaderValue },
+    /// The forward auth service refused the request: its answer (status,
+    /// body and the headers a login flow needs) goes to the client as it is.
+    #[error("forward auth answered {}", .0.status)]
+    ForwardRefused(Box<RelayedAnswer>),
     /// As many verifications run as the gateway allows at once.
     #[error("{kind}: {limit} verifications already running")]
     AuthBusy { kind: &'static str, limit: usize },
@@ -105,6 +109,15 @@ pub enum GatewayError {
     UpstreamProtocol { upstream: String, detail: String },
 }
 
+/// An answer relayed to the client as it is (a forward auth refusal).
+#[derive(Debug)]
+pub struct RelayedAnswer {
+    pub status: StatusCode,
+    /// Only the headers meant for the client.
+    pub headers: http::HeaderMap,
+    pub body: bytes::Bytes,
+}
+
 impl GatewayError {
     /// The status code the client gets.
     pub fn status(&self) -> StatusCode {
@@ -113,6 +126,7 @@ impl GatewayError {
             GatewayError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             GatewayError::AddressDenied { .. } => StatusCode::FORBIDDEN,
             GatewayError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
+            GatewayError::ForwardRefused(answer) => answer.status,
             GatewayError::AuthBusy { .. } | GatewayError::AuthError { .. } => StatusCode::SERVICE_UNAVAILABLE,
             GatewayError::BadPath(_) | GatewayError::BadRequest(_) | GatewayError::ClientBody(_) => {
                 StatusCode::BAD_REQUEST
@@ -174,6 +188,7 @@ impl GatewayError {
         match self {
             GatewayError::AddressDenied { .. } => Some(("address", "denied")),
             GatewayError::Unauthorized { kind, .. } => Some((kind, "denied")),
+            GatewayError::ForwardRefused(_) => Some(("forward", "denied")),
             GatewayError::AuthBusy { kind, .. } | GatewayError::AuthError { kind, .. } => Some((kind, "error")),
             _ => None,
         }
@@ -214,6 +229,8 @@ impl GatewayError {
             GatewayError::MethodNotAllowed { .. } => "method not allowed\n",
             GatewayError::AddressDenied { .. } => "forbidden\n",
             GatewayError::Unauthorized { .. } => "unauthorized\n",
+            // Its own body is sent instead (see the server's error_response).
+            GatewayError::ForwardRefused(_) => "",
             GatewayError::AuthBusy { .. } => "service unavailable: too many logins at once, retry later\n",
             GatewayError::AuthError { .. } => "service unavailable: authentication failed\n",
             GatewayError::BadPath(_) => "bad request path\n",
@@ -274,6 +291,15 @@ mod tests {
                 None,
             ),
             (GatewayError::AuthBusy { kind: "basic", limit: 1 }, 503, None),
+            (
+                GatewayError::ForwardRefused(Box::new(RelayedAnswer {
+                    status: StatusCode::FOUND,
+                    headers: http::HeaderMap::new(),
+                    body: bytes::Bytes::from_static(b"login"),
+                })),
+                302,
+                None,
+            ),
             (GatewayError::AuthError { kind: "jwt", detail: "x".into() }, 503, None),
             (GatewayError::BadPath("x"), 400, None),
             (GatewayError::BadRequest("x"), 400, None),
@@ -310,7 +336,7 @@ mod tests {
         for (err, status, kind) in cases {
             assert_eq!(err.status().as_u16(), status, "{err}");
             assert_eq!(err.upstream_kind(), kind, "{err}");
-            assert!(!err.body().is_empty());
+            assert!(!err.body().is_empty() || matches!(err, GatewayError::ForwardRefused(_)));
         }
     }
 

@@ -47,6 +47,7 @@ pub const UPSTREAM_MAX_REQUESTS: &str = "gateway_upstream_max_requests";
 pub const UPSTREAM_QUEUE_SIZE: &str = "gateway_upstream_queue_size";
 pub const UPGRADED_ACTIVE: &str = "gateway_upgraded_connections_active";
 pub const AUTH_TOTAL: &str = "gateway_auth_total";
+pub const AUTH_FORWARD_DURATION: &str = "gateway_auth_forward_duration_seconds";
 pub const CONFIG_RELOADS: &str = "gateway_config_reloads_total";
 pub const CONFIG_LAST_RELOAD: &str = "gateway_config_last_reload_success_timestamp_seconds";
 
@@ -121,7 +122,12 @@ fn describe() {
     describe_gauge!(UPSTREAM_QUEUE_SIZE, "The upstream's configured queue places.");
     describe_counter!(
         AUTH_TOTAL,
-        "Access decisions, by route, kind (address, basic, jwt) and result (allowed, denied, error)."
+        "Access decisions, by route, kind (address, basic, jwt, forward) and result (allowed, denied, error)."
+    );
+    describe_histogram!(
+        AUTH_FORWARD_DURATION,
+        metrics::Unit::Seconds,
+        "Time the forward auth service took to answer (or to fail), by route."
     );
     describe_counter!(CONFIG_RELOADS, "Configuration reloads, by result (ok, error).");
     describe_gauge!(
@@ -342,6 +348,11 @@ pub fn rejected(route: &str, reason: &'static str) {
 /// The `gateway_auth_total` counter of one route, kind and result.
 pub fn auth(route: &str, kind: &'static str, result: &'static str) -> Counter {
     counter!(AUTH_TOTAL, "route" => route.to_owned(), "kind" => kind, "result" => result)
+}
+
+/// The forward auth service's answer times of one route.
+pub fn auth_forward_duration(route: &str) -> Histogram {
+    histogram!(AUTH_FORWARD_DURATION, "route" => route.to_owned())
 }
 
 /// Counts a request whose handling panicked.

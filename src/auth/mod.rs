@@ -7,7 +7,8 @@
 //! - `basic`: Basic credentials, verified on the blocking pool with a
 //!   process-wide bound and a short memory of successes;
 //! - `jwt`: bearer tokens checked against a JWKS, claims forwarded as
-//!   headers.
+//!   headers;
+//! - `forward`: an auth service asked about each request.
 //!
 //! A [`Guard`] is built once per route at load from its
 //! [`AccessConfig`]; a route without access keys has none and pays one
@@ -17,20 +18,23 @@
 
 pub mod address;
 pub mod basic;
+pub mod forward;
 pub mod jwt;
 
 use std::net::IpAddr;
 use std::sync::Arc;
 
 use http::header;
-use http::{HeaderMap, HeaderName};
+use http::{HeaderMap, HeaderName, Request};
 use ipnet::IpNet;
 use metrics::Counter;
 
 use crate::config::access::{AccessConfig, AuthConfig};
 use crate::error::GatewayError;
+use crate::request::Peer;
 use address::AddressList;
 use basic::Basic;
+use forward::Forward;
 use jwt::Jwt;
 
 /// A route's access control, built at load.
@@ -45,6 +49,8 @@ pub struct Guard {
 enum Auth {
     Basic(Basic),
     Jwt(Jwt),
+    /// Boxed: its client is larger than the other kinds.
+    Forward(Box<Forward>),
 }
 
 impl Guard {
@@ -54,6 +60,9 @@ impl Guard {
         let auth = c.auth.as_ref().map(|a| match a {
             AuthConfig::Basic(b) => (Auth::Basic(Basic::new(b)), crate::metrics::auth(route, "basic", "allowed")),
             AuthConfig::Jwt(j) => (Auth::Jwt(Jwt::new(j)), crate::metrics::auth(route, "jwt", "allowed")),
+            AuthConfig::Forward(f) => {
+                (Auth::Forward(Box::new(Forward::new(route, f))), crate::metrics::auth(route, "forward", "allowed"))
+            }
         });
         Guard { addresses, auth, trusted: trusted.into(), forward_credentials: c.forward_credentials }
     }
@@ -74,13 +83,15 @@ impl Guard {
         self.auth.is_some()
     }
 
-    /// Checks the request's credentials and readies it for the upstream:
+    /// Checks the request's credentials (or asks the forward auth service)
+    /// and readies it for the upstream:
     /// `Authorization` removed once consumed (unless `forward_credentials`),
     /// and a JWT's `forward_claims` set after every client copy of those
     /// headers (in any spelling of `-` and `_`) is removed. The user's name,
     /// when one is known, for the access log.
-    pub async fn authenticate(&self, headers: &mut HeaderMap) -> Result<Option<Arc<str>>, GatewayError> {
+    pub async fn authenticate<B>(&self, req: &mut Request<B>, peer: &Peer) -> Result<Option<Arc<str>>, GatewayError> {
         let Some((auth, allowed)) = &self.auth else { return Ok(None) };
+        let headers = req.headers_mut();
         let (user, consumed) = match auth {
             Auth::Basic(b) => (Some(b.verify(headers).await?), true),
             Auth::Jwt(j) => {
@@ -89,9 +100,11 @@ impl Guard {
                 let sub = claims.get("sub").and_then(|s| s.as_str()).map(Arc::from);
                 (sub, j.from_authorization())
             }
+            // The service's answer decides what the upstream gets.
+            Auth::Forward(f) => (f.check(req, peer).await.map(|()| None)?, false),
         };
         if consumed && !self.forward_credentials {
-            headers.remove(header::AUTHORIZATION);
+            req.headers_mut().remove(header::AUTHORIZATION);
         }
         allowed.increment(1);
         Ok(user)

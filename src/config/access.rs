@@ -30,6 +30,21 @@ pub struct AccessConfig {
 pub enum AuthConfig {
     Basic(BasicConfig),
     Jwt(JwtConfig),
+    Forward(ForwardConfig),
+}
+
+/// `auth.forward`: nginx `auth_request` / Traefik `ForwardAuth`.
+#[derive(Debug, Clone)]
+pub struct ForwardConfig {
+    /// An `http://` URL the gateway asks (`GET`, no body).
+    pub url: http::Uri,
+    /// Past it (or the service unreachable): 503.
+    pub timeout: Duration,
+    /// Client headers sent along to the auth service.
+    pub request_headers: Vec<HeaderName>,
+    /// Headers of a 2xx answer copied onto the request (replacing the
+    /// client's own).
+    pub response_headers: Vec<HeaderName>,
 }
 
 /// `auth.basic`.

@@ -6,12 +6,24 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-/// `auth = { basic = {...} }` or `auth = { jwt = {...} }`: exactly one.
+/// `auth = { basic | jwt | forward = {...} }`: exactly one.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawAuth {
     pub basic: Option<RawBasic>,
     pub jwt: Option<RawJwt>,
+    pub forward: Option<RawForward>,
+}
+
+/// `auth.forward`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawForward {
+    pub url: Option<String>,
+    pub timeout: Option<String>,
+    pub request_headers: Option<Vec<String>>,
+    #[serde(default)]
+    pub response_headers: Vec<String>,
 }
 
 /// `auth.basic`.

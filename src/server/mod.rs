@@ -326,7 +326,7 @@ impl App {
     ) -> Result<(), GatewayError> {
         guard.admit(peer.ip, peer.trusted, req.headers())?;
         if guard.authenticates() {
-            let user = Box::pin(guard.authenticate(req.headers_mut())).await?;
+            let user = Box::pin(guard.authenticate(req, peer)).await?;
             cx.set_user(user);
         }
         Ok(())
@@ -435,6 +435,12 @@ impl App {
 
 /// The client's view of an error.
 fn error_response(e: &GatewayError) -> Response<Body> {
+    if let GatewayError::ForwardRefused(answer) = e {
+        let mut response = Response::new(Body::full(answer.body.clone()));
+        *response.status_mut() = answer.status;
+        *response.headers_mut() = answer.headers.clone();
+        return response;
+    }
     let mut builder = Response::builder().status(e.status()).header(header::CONTENT_TYPE, "text/plain; charset=utf-8");
     if let GatewayError::MethodNotAllowed { allow } = e
         && let Ok(v) = HeaderValue::from_str(allow)

@@ -14,11 +14,16 @@ use jsonwebtoken::jwk::{AlgorithmParameters, JwkSet};
 use jsonwebtoken::{Algorithm, DecodingKey};
 
 use super::{Problem, parse_cidr, parse_duration};
-use crate::config::access::{AccessConfig, AuthConfig, BasicConfig, JwtConfig, TokenSource, parse_htpasswd};
-use crate::config::raw_access::{RawAuth, RawBasic, RawJwt};
+use crate::config::access::{
+    AccessConfig, AuthConfig, BasicConfig, ForwardConfig, JwtConfig, TokenSource, parse_htpasswd,
+};
+use crate::config::raw_access::{RawAuth, RawBasic, RawForward, RawJwt};
 
 /// How long a successful Basic verification is remembered by default.
 const DEFAULT_REMEMBER: Duration = Duration::from_secs(60);
+/// How long the forward auth service may take by default.
+const DEFAULT_FORWARD_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// The `exp`/`nbf` clock skew allowed by default.
 const DEFAULT_LEEWAY: Duration = Duration::from_secs(30);
 
@@ -60,10 +65,11 @@ pub(super) fn cidrs(list: Option<&[String]>, key: &str) -> Result<Vec<IpNet>, Pr
 }
 
 fn auth(a: &RawAuth, key: &str, base_dir: &Path) -> Result<AuthConfig, Problem> {
-    match (&a.basic, &a.jwt) {
-        (Some(b), None) => basic(b, &format!("{key}.basic"), base_dir).map(AuthConfig::Basic),
-        (None, Some(j)) => jwt(j, &format!("{key}.jwt"), base_dir).map(AuthConfig::Jwt),
-        _ => Err((key.to_owned(), "set exactly one of basic, jwt".into())),
+    match (&a.basic, &a.jwt, &a.forward) {
+        (Some(b), None, None) => basic(b, &format!("{key}.basic"), base_dir).map(AuthConfig::Basic),
+        (None, Some(j), None) => jwt(j, &format!("{key}.jwt"), base_dir).map(AuthConfig::Jwt),
+        (None, None, Some(f)) => forward(f, &format!("{key}.forward")).map(AuthConfig::Forward),
+        _ => Err((key.to_owned(), "set exactly one of basic, jwt, forward".into())),
     }
 }
 
@@ -190,4 +196,43 @@ fn forward_claims(map: &BTreeMap<String, String>, key: &str) -> Result<Vec<(Head
             Ok((name, claim.clone()))
         })
         .collect()
+}
+
+fn forward(f: &RawForward, key: &str) -> Result<ForwardConfig, Problem> {
+    let k = |s: &str| format!("{key}.{s}");
+    let url = f.url.as_deref().ok_or_else(|| (k("url"), "missing: e.g. \"http://auth:9091/verify\"".into()))?;
+    let uri: http::Uri = url.parse().map_err(|e| (k("url"), format!("invalid URL {url:?}: {e}")))?;
+    if uri.authority().is_some_and(|a| a.as_str().contains('@')) {
+        return Err((k("url"), "credentials in the URL are not supported (and would be logged)".into()));
+    }
+    if uri.scheme_str() != Some("http") || uri.authority().is_none() {
+        return Err((k("url"), format!("{url:?}: use an http:// URL (https is not supported yet)")));
+    }
+    let timeout = match &f.timeout {
+        Some(t) => parse_duration(&k("timeout"), t)?,
+        None => DEFAULT_FORWARD_TIMEOUT,
+    };
+    if timeout.is_zero() {
+        return Err((k("timeout"), "must be greater than zero".into()));
+    }
+    let names = |list: &[String], key: &str| -> Result<Vec<HeaderName>, Problem> {
+        list.iter()
+            .enumerate()
+            .map(|(i, n)| {
+                let name = HeaderName::from_bytes(n.as_bytes())
+                    .map_err(|_| (format!("{key}[{i}]"), format!("invalid header name {n:?}")))?;
+                if crate::headers::is_hop_by_hop(&name) || name == http::header::CONTENT_LENGTH {
+                    return Err((format!("{key}[{i}]"), format!("{n:?} is hop-by-hop or framing")));
+                }
+                Ok(name)
+            })
+            .collect()
+    };
+    let default_request = ["authorization".to_owned(), "cookie".to_owned()];
+    let request_headers = names(f.request_headers.as_deref().unwrap_or(&default_request), &k("request_headers"))?;
+    let response_headers = names(&f.response_headers, &k("response_headers"))?;
+    if let Some(n) = response_headers.iter().find(|n| crate::headers::SET_BY_GATEWAY.contains(n)) {
+        return Err((k("response_headers"), format!("{n} is set by the gateway itself")));
+    }
+    Ok(ForwardConfig { url: uri, timeout, request_headers, response_headers })
 }

@@ -48,6 +48,7 @@ pub const UPSTREAM_QUEUE_SIZE: &str = "gateway_upstream_queue_size";
 pub const UPGRADED_ACTIVE: &str = "gateway_upgraded_connections_active";
 pub const AUTH_TOTAL: &str = "gateway_auth_total";
 pub const AUTH_FORWARD_DURATION: &str = "gateway_auth_forward_duration_seconds";
+pub const AUTH_JWKS_REFRESH: &str = "gateway_auth_jwks_refresh_total";
 pub const CONFIG_RELOADS: &str = "gateway_config_reloads_total";
 pub const CONFIG_LAST_RELOAD: &str = "gateway_config_last_reload_success_timestamp_seconds";
 
@@ -124,6 +125,7 @@ fn describe() {
         AUTH_TOTAL,
         "Access decisions, by route, kind (address, basic, jwt, forward) and result (allowed, denied, error)."
     );
+    describe_counter!(AUTH_JWKS_REFRESH, "Fetches of JWT routes' jwks_url, by result (ok, error).");
     describe_histogram!(
         AUTH_FORWARD_DURATION,
         metrics::Unit::Seconds,

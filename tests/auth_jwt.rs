@@ -8,6 +8,8 @@ mod auth_common;
 mod common;
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use auth_common::*;
@@ -200,7 +202,8 @@ fn symmetric_algorithms_and_keys_are_refused_at_load() {
         ("jwks_file = 'nokid.json', algorithms = ['EdDSA']", "no \"kid\""),
         ("jwks_file = 'jwks.json', algorithms = ['ES256']", "not in algorithms"),
         ("jwks_file = 'jwks.json'", "routes[0].auth.jwt.algorithms: missing"),
-        ("jwks_url = 'https://id.test/jwks', algorithms = ['RS256']", "not supported yet"),
+        ("jwks_url = 'ftp://id.test/jwks', algorithms = ['RS256']", "use an https://"),
+        ("jwks_file = 'jwks.json', jwks_url = 'https://id.test/jwks', algorithms = ['RS256']", "exactly one of"),
         ("jwks_file = 'jwks.json', algorithms = ['RS256'], from = 'header'", "cookie:NAME"),
     ];
     for (jwt, says) in cases {
@@ -211,4 +214,82 @@ fn symmetric_algorithms_and_keys_are_refused_at_load() {
             .expect_err(jwt);
         assert!(e.to_string().contains(says), "{jwt}: {e}");
     }
+}
+
+/// A key server whose answer (status, JWKS) the test changes, counting fetches.
+async fn key_server(jwks: &str) -> (TestUpstream, Arc<Mutex<(u16, String)>>, Arc<AtomicUsize>) {
+    let state = Arc::new(Mutex::new((200, std::fs::read_to_string(fixture(jwks)).unwrap())));
+    let fetches = Arc::new(AtomicUsize::new(0));
+    let (s, f) = (state.clone(), fetches.clone());
+    let up = TestUpstream::start(move |_req: http::Request<hyper::body::Incoming>| {
+        let (status, body) = s.lock().unwrap().clone();
+        f.fetch_add(1, Ordering::SeqCst);
+        async move {
+            http::Response::builder()
+                .status(status)
+                .header("cache-control", "public, max-age=600")
+                .body(full(body))
+                .unwrap()
+        }
+    })
+    .await;
+    (up, state, fetches)
+}
+
+async fn url_gateway(up: std::net::SocketAddr, keys: std::net::SocketAddr, name: &str) -> TestGateway {
+    let jwt = format!("jwks_url = \"http://{keys}/jwks.json\", algorithms = [\"RS256\", \"ES256\", \"EdDSA\"]");
+    TestGateway::from_toml(&route(up, name, &format!("auth = {{ jwt = {{ {jwt} }} }}"))).await
+}
+
+/// Waits for the gateway's first fetch: the token passes.
+async fn until_passes(gw: &TestGateway, path: &str, token: &str) {
+    for _ in 0..100 {
+        if bearer(gw, path, token).await.0 == 200 {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    panic!("{path}: the token never passed");
+}
+
+#[tokio::test]
+async fn a_jwks_url_is_fetched_at_start_and_again_once_for_an_unknown_kid() {
+    let (up, _seen) = recording().await;
+    let (keys, state, fetches) = key_server("jwks.json").await;
+    let gw = url_gateway(up.addr, keys.addr, "jwt_url").await;
+    let good = claims(json!({}));
+    until_passes(&gw, "/jwt_url", &token(Algorithm::ES256, Some("ec1"), "ec", &good)).await;
+    assert_eq!(fetches.load(Ordering::SeqCst), 1, "fetched once at start (max-age 600)");
+    // The key server rotates; a token of the new key makes one fetch.
+    state.lock().unwrap().1 = std::fs::read_to_string(fixture("jwks-rotated.json")).unwrap();
+    let rotated = token(Algorithm::RS256, Some("rsa2"), "rsa2", &good);
+    assert_eq!(bearer(&gw, "/jwt_url", &rotated).await.0, 200);
+    assert_eq!(fetches.load(Ordering::SeqCst), 2);
+    // Made-up kids do not make the gateway fetch again within MIN_REFETCH.
+    for kid in ["nope-1", "nope-2", "nope-3"] {
+        let t = token(Algorithm::RS256, Some(kid), "rsa", &good);
+        assert_eq!(bearer(&gw, "/jwt_url", &t).await, (401, Some(INVALID.to_owned())), "{kid}");
+    }
+    assert_eq!(fetches.load(Ordering::SeqCst), 2, "refetches are rate-limited");
+}
+
+#[tokio::test]
+async fn a_failed_jwks_fetch_keeps_the_last_good_keys_and_no_keys_is_503() {
+    let (up, _seen) = recording().await;
+    let (keys, state, fetches) = key_server("jwks.json").await;
+    let gw = url_gateway(up.addr, keys.addr, "jwt_url_fail").await;
+    let good = claims(json!({}));
+    let rsa1 = token(Algorithm::RS256, Some("rsa1"), "rsa", &good);
+    until_passes(&gw, "/jwt_url_fail", &rsa1).await;
+    state.lock().unwrap().0 = 500;
+    let unknown = token(Algorithm::RS256, Some("rsa2"), "rsa2", &good);
+    assert_eq!(bearer(&gw, "/jwt_url_fail", &unknown).await.0, 401);
+    assert_eq!(fetches.load(Ordering::SeqCst), 2, "the refetch was made, and failed");
+    assert_eq!(bearer(&gw, "/jwt_url_fail", &rsa1).await.0, 200, "the last good keys are kept");
+    let text = metrics_text(gw.addr).await;
+    assert!(sample(&text, "gateway_auth_jwks_refresh_total", &[("result", "error")]).unwrap_or(0.0) >= 1.0);
+    // A key server that is not there: no keys, 503 (fail closed).
+    let gw = url_gateway(up.addr, refused_addr().await, "jwt_url_none").await;
+    let (status, _) = bearer(&gw, "/jwt_url_none", &rsa1).await;
+    assert_eq!(status, 503);
 }

@@ -5,22 +5,22 @@
 //! `aud` are checked with a small leeway. Verification is fast next to a
 //! password hash, so it runs in place.
 
-use std::collections::HashMap;
+use std::sync::Arc;
 
 use http::{HeaderMap, HeaderValue, header};
 use jsonwebtoken::errors::ErrorKind;
-use jsonwebtoken::{AlgorithmFamily, DecodingKey, Validation};
+use jsonwebtoken::{AlgorithmFamily, Validation};
 use serde_json::{Map, Value};
 
-use crate::config::access::{JwtConfig, TokenSource};
+use super::jwks::Jwks;
+use crate::config::access::{JwksSource, JwtConfig, TokenSource};
 use crate::error::GatewayError;
 
 const KIND: &str = "jwt";
 
 /// A route's JWT check, built at load from the JWKS file as read then.
 pub struct Jwt {
-    /// By `kid`: the key, and the `alg` the JWKS pins it to, if any.
-    keys: HashMap<String, (DecodingKey, Option<String>)>,
+    keys: Arc<Jwks>,
     /// One per key family of the listed algorithms: jsonwebtoken wants a
     /// validation's algorithms all of one family.
     validations: Vec<(AlgorithmFamily, Validation)>,
@@ -33,16 +33,10 @@ pub type Claims = Map<String, Value>;
 
 impl Jwt {
     pub fn new(c: &JwtConfig) -> Jwt {
-        let keys = c
-            .keys
-            .keys
-            .iter()
-            .filter_map(|jwk| {
-                let kid = jwk.common.key_id.clone()?;
-                let key = DecodingKey::from_jwk(jwk).ok()?;
-                Some((kid, (key, jwk.common.key_algorithm.map(|a| format!("{a:?}")))))
-            })
-            .collect();
+        let keys = match &c.source {
+            JwksSource::File { keys, .. } => Jwks::fixed(keys),
+            JwksSource::Url { url, refresh } => Jwks::remote(url, *refresh, &c.algorithms),
+        };
         let mut validation = Validation::new(c.algorithms[0]);
         validation.leeway = c.leeway.as_secs();
         validation.validate_nbf = true;
@@ -79,7 +73,7 @@ impl Jwt {
     }
 
     /// The token's claims, when it is valid.
-    pub fn verify(&self, headers: &HeaderMap) -> Result<Claims, GatewayError> {
+    pub async fn verify(&self, headers: &HeaderMap) -> Result<Claims, GatewayError> {
         let Some(token) = token(headers, &self.from) else {
             // RFC 6750 §3.1: a request without a token gets no error code.
             return Err(refuse("no token", HeaderValue::from_static("Bearer")));
@@ -91,7 +85,16 @@ impl Jwt {
             return Err(invalid("alg not allowed"));
         };
         let kid = head.kid.as_deref().ok_or_else(|| invalid("no kid"))?;
-        let (key, pinned) = self.keys.get(kid).ok_or_else(|| invalid("unknown kid"))?;
+        // None: a URL's first fetch has not succeeded (its task keeps trying).
+        let Some(mut keys) = self.keys.current() else {
+            return Err(GatewayError::AuthError { kind: KIND, detail: "no JWKS keys yet".into() });
+        };
+        if !keys.contains_key(kid)
+            && let Some(fetched) = self.keys.refetch().await
+        {
+            keys = fetched;
+        }
+        let (key, pinned) = keys.get(kid).ok_or_else(|| invalid("unknown kid"))?;
         let pinned_other = pinned.as_deref().is_some_and(|p| p != format!("{:?}", head.alg));
         if key.family() != head.alg.family() || pinned_other {
             return Err(invalid("key does not fit alg"));

@@ -6,8 +6,8 @@
 //!   untrusted `X-Forwarded-For` item behind a trusted proxy) and the lists;
 //! - `basic`: Basic credentials, verified on the blocking pool with a
 //!   process-wide bound and a short memory of successes;
-//! - `jwt`: bearer tokens checked against a JWKS, claims forwarded as
-//!   headers;
+//! - `jwt`: bearer tokens checked against a JWKS (`jwks`: from a file or
+//!   a URL kept fresh), claims forwarded as headers;
 //! - `forward`: an auth service asked about each request.
 //!
 //! A [`Guard`] is built once per route at load from its
@@ -19,6 +19,7 @@
 pub mod address;
 pub mod basic;
 pub mod forward;
+pub mod jwks;
 pub mod jwt;
 
 use std::net::IpAddr;
@@ -95,7 +96,7 @@ impl Guard {
         let (user, consumed) = match auth {
             Auth::Basic(b) => (Some(b.verify(headers).await?), true),
             Auth::Jwt(j) => {
-                let claims = j.verify(headers)?;
+                let claims = j.verify(headers).await?;
                 forward_claims(headers, &j.forward_claims, &claims);
                 let sub = claims.get("sub").and_then(|s| s.as_str()).map(Arc::from);
                 (sub, j.from_authorization())

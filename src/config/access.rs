@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use http::HeaderName;
 use ipnet::IpNet;
-use jsonwebtoken::Algorithm;
-use jsonwebtoken::jwk::JwkSet;
+use jsonwebtoken::jwk::{AlgorithmParameters, JwkSet};
+use jsonwebtoken::{Algorithm, DecodingKey};
 
 /// A route's `allow`, `deny`, `auth` and `forward_credentials`.
 #[derive(Debug, Clone)]
@@ -89,10 +89,8 @@ pub enum HashKind {
 /// `auth.jwt`.
 #[derive(Debug, Clone)]
 pub struct JwtConfig {
-    /// The file the keys were read from (for messages).
-    pub jwks_file: PathBuf,
-    /// Every key has a `kid` and a public key of a listed algorithm's family.
-    pub keys: JwkSet,
+    /// Where the keys come from.
+    pub source: JwksSource,
     /// The `iss` a token must carry, if set.
     pub issuer: Option<String>,
     /// A token's `aud` must hold one of these, if any.
@@ -104,6 +102,43 @@ pub struct JwtConfig {
     pub from: TokenSource,
     /// Request header to the upstream, and the claim whose value it carries.
     pub forward_claims: Vec<(HeaderName, String)>,
+}
+
+/// A route's JWKS: a file read at load (and reload), or a URL fetched at
+/// start and refreshed.
+#[derive(Debug, Clone)]
+pub enum JwksSource {
+    /// Every key checked by [`parse_jwks`].
+    File { path: PathBuf, keys: JwkSet },
+    /// Fetched again every `refresh`, or as its `Cache-Control: max-age` says.
+    Url { url: http::Uri, refresh: Duration },
+}
+
+/// A JWKS whose every key has a `kid`, is a public key (no `oct`: RFC 8725
+/// §3.2), and fits `algorithms` (its own `alg`, when set, listed). Used for
+/// the file at load and for what a `jwks_url` serves.
+pub fn parse_jwks(text: &str, algorithms: &[Algorithm]) -> Result<JwkSet, String> {
+    let set: JwkSet = serde_json::from_str(text).map_err(|e| format!("not a JWKS: {e}"))?;
+    if set.keys.is_empty() {
+        return Err("no keys".into());
+    }
+    for (i, jwk) in set.keys.iter().enumerate() {
+        let at = |m: &str| format!("keys[{i}]: {m}");
+        if jwk.common.key_id.as_deref().is_none_or(str::is_empty) {
+            return Err(at("no \"kid\": tokens choose their key by it"));
+        }
+        if matches!(jwk.algorithm, AlgorithmParameters::OctetKey(_)) {
+            return Err(at("a symmetric (\"oct\") key is refused (RFC 8725 §3.2)"));
+        }
+        DecodingKey::from_jwk(jwk).map_err(|e| at(&format!("unusable key: {e}")))?;
+        if let Some(alg) = jwk.common.key_algorithm {
+            let listed = algorithms.iter().any(|a| format!("{a:?}") == format!("{alg:?}"));
+            if !listed {
+                return Err(at(&format!("its \"alg\" {alg:?} is not in algorithms")));
+            }
+        }
+    }
+    Ok(set)
 }
 
 /// Where a bearer token is read from.

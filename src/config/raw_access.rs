@@ -42,6 +42,8 @@ pub(super) struct RawBasic {
 pub(super) struct RawJwt {
     pub jwks_file: Option<String>,
     pub jwks_url: Option<String>,
+    /// How often `jwks_url` is fetched again.
+    pub refresh: Option<String>,
     pub issuer: Option<String>,
     #[serde(default)]
     pub audiences: Vec<String>,

@@ -10,12 +10,13 @@ use std::time::Duration;
 
 use http::HeaderName;
 use ipnet::IpNet;
-use jsonwebtoken::jwk::{AlgorithmParameters, JwkSet};
-use jsonwebtoken::{Algorithm, DecodingKey};
+use jsonwebtoken::Algorithm;
+use jsonwebtoken::jwk::JwkSet;
 
 use super::{Problem, parse_cidr, parse_duration};
 use crate::config::access::{
-    AccessConfig, AuthConfig, BasicConfig, ForwardConfig, JwtConfig, TokenSource, parse_htpasswd,
+    AccessConfig, AuthConfig, BasicConfig, ForwardConfig, JwksSource, JwtConfig, TokenSource, parse_htpasswd,
+    parse_jwks,
 };
 use crate::config::raw_access::{RawAuth, RawBasic, RawForward, RawJwt};
 
@@ -24,6 +25,9 @@ const DEFAULT_REMEMBER: Duration = Duration::from_secs(60);
 /// How long the forward auth service may take by default.
 const DEFAULT_FORWARD_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// How often a `jwks_url` is fetched again by default (unless its
+/// `Cache-Control: max-age` says otherwise).
+const DEFAULT_JWKS_REFRESH: Duration = Duration::from_secs(300);
 /// The `exp`/`nbf` clock skew allowed by default.
 const DEFAULT_LEEWAY: Duration = Duration::from_secs(30);
 
@@ -96,13 +100,19 @@ fn basic(b: &RawBasic, key: &str, base_dir: &Path) -> Result<BasicConfig, Proble
 
 fn jwt(j: &RawJwt, key: &str, base_dir: &Path) -> Result<JwtConfig, Problem> {
     let k = |s: &str| format!("{key}.{s}");
-    if j.jwks_url.is_some() {
-        return Err((k("jwks_url"), "not supported yet: use jwks_file (re-read on reload)".into()));
-    }
     let algorithms = algorithms(j.algorithms.as_deref(), &k("algorithms"))?;
-    let file = j.jwks_file.as_deref().ok_or_else(|| (k("jwks_file"), "missing: a JWKS file".into()))?;
-    let path = base_dir.join(file);
-    let keys = read_jwks(&path, &algorithms).map_err(|m| (k("jwks_file"), m))?;
+    let source = match (&j.jwks_file, &j.jwks_url) {
+        (Some(file), None) => {
+            if j.refresh.is_some() {
+                return Err((k("refresh"), "only applies with jwks_url".into()));
+            }
+            let path = base_dir.join(file);
+            let keys = read_jwks(&path, &algorithms).map_err(|m| (k("jwks_file"), m))?;
+            JwksSource::File { path, keys }
+        }
+        (None, Some(url)) => jwks_url(url, j.refresh.as_deref(), &k)?,
+        _ => return Err((k("jwks_file"), "set exactly one of jwks_file, jwks_url".into())),
+    };
     if j.issuer.as_deref().is_some_and(str::is_empty) {
         return Err((k("issuer"), "empty; leave it out to accept any".into()));
     }
@@ -121,8 +131,7 @@ fn jwt(j: &RawJwt, key: &str, base_dir: &Path) -> Result<JwtConfig, Problem> {
     };
     let forward_claims = forward_claims(&j.forward_claims, &k("forward_claims"))?;
     Ok(JwtConfig {
-        jwks_file: path,
-        keys,
+        source,
         issuer: j.issuer.clone(),
         audiences: j.audiences.clone(),
         algorithms,
@@ -150,31 +159,10 @@ fn algorithms(list: Option<&[String]>, key: &str) -> Result<Vec<Algorithm>, Prob
         .collect()
 }
 
-/// A JWKS whose every key has a `kid`, is a public key (no `oct`), and
-/// fits one of `algorithms` (its own `alg`, when set, listed).
-pub(crate) fn read_jwks(path: &Path, algorithms: &[Algorithm]) -> Result<JwkSet, String> {
+/// The JWKS file, checked by [`parse_jwks`].
+fn read_jwks(path: &Path, algorithms: &[Algorithm]) -> Result<JwkSet, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let set: JwkSet = serde_json::from_str(&text).map_err(|e| format!("{}: not a JWKS: {e}", path.display()))?;
-    if set.keys.is_empty() {
-        return Err(format!("{}: no keys", path.display()));
-    }
-    for (i, jwk) in set.keys.iter().enumerate() {
-        let at = |m: &str| format!("{}: keys[{i}]: {m}", path.display());
-        if jwk.common.key_id.as_deref().is_none_or(str::is_empty) {
-            return Err(at("no \"kid\": tokens choose their key by it"));
-        }
-        if matches!(jwk.algorithm, AlgorithmParameters::OctetKey(_)) {
-            return Err(at("a symmetric (\"oct\") key is refused (RFC 8725 §3.2)"));
-        }
-        DecodingKey::from_jwk(jwk).map_err(|e| at(&format!("unusable key: {e}")))?;
-        if let Some(alg) = jwk.common.key_algorithm {
-            let listed = algorithms.iter().any(|a| format!("{a:?}") == format!("{alg:?}"));
-            if !listed {
-                return Err(at(&format!("its \"alg\" {alg:?} is not in algorithms")));
-            }
-        }
-    }
-    Ok(set)
+    parse_jwks(&text, algorithms).map_err(|m| format!("{}: {m}", path.display()))
 }
 
 fn forward_claims(map: &BTreeMap<String, String>, key: &str) -> Result<Vec<(HeaderName, String)>, Problem> {
@@ -235,4 +223,21 @@ fn forward(f: &RawForward, key: &str) -> Result<ForwardConfig, Problem> {
         return Err((k("response_headers"), format!("{n} is set by the gateway itself")));
     }
     Ok(ForwardConfig { url: uri, timeout, request_headers, response_headers })
+}
+
+/// `jwks_url` (`https://`, or `http://` for a service on the same host or
+/// network) and its `refresh` interval.
+fn jwks_url(url: &str, refresh: Option<&str>, k: &dyn Fn(&str) -> String) -> Result<JwksSource, Problem> {
+    let uri: http::Uri = url.parse().map_err(|e| (k("jwks_url"), format!("invalid URL {url:?}: {e}")))?;
+    if uri.authority().is_none_or(|a| a.as_str().contains('@')) || !matches!(uri.scheme_str(), Some("https" | "http")) {
+        return Err((k("jwks_url"), format!("{url:?}: use an https:// (or http://) URL without credentials")));
+    }
+    let refresh = match refresh {
+        Some(r) => parse_duration(&k("refresh"), r)?,
+        None => DEFAULT_JWKS_REFRESH,
+    };
+    if refresh < Duration::from_secs(1) {
+        return Err((k("refresh"), "must be at least 1s".into()));
+    }
+    Ok(JwksSource::Url { url: uri, refresh })
 }

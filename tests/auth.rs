@@ -202,6 +202,20 @@ fn weak_htpasswd_entries_exit_64_naming_the_line() {
         assert!(stderr.contains("users.htpasswd:3"), "names the line: {stderr}");
         assert!(stderr.contains(says), "{stderr}");
     }
+    // A good file: `gateway check` says what guards the route.
+    htpasswd(dir.path(), 4);
+    let toml = "[[routes]]\nname = 'r'\nprefix = '/r'\nrespond = { status = 200 }\nallow = ['10.0.0.0/8']\n\
+                auth = { basic = { htpasswd = 'users.htpasswd' } }\n";
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(&path, toml).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gateway"))
+        .args(["check", "--config", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("allow [\"10.0.0.0/8\"] auth basic"), "{stdout}");
+    assert!(stdout.contains("users.htpasswd (5 users)"), "{stdout}");
 }
 
 /// A raw HTTP/1.1 GET with one extra header line, answered in full.

@@ -25,6 +25,33 @@ pub struct AccessConfig {
     pub forward_credentials: bool,
 }
 
+impl AccessConfig {
+    /// For `gateway check`: ` allow [..] deny [..] auth basic FILE (N users)`.
+    pub fn describe(&self) -> String {
+        let mut out = String::new();
+        if !self.allow.is_empty() {
+            out += &format!(" allow {:?}", self.allow.iter().map(ToString::to_string).collect::<Vec<_>>());
+        }
+        if !self.deny.is_empty() {
+            out += &format!(" deny {:?}", self.deny.iter().map(ToString::to_string).collect::<Vec<_>>());
+        }
+        match &self.auth {
+            Some(AuthConfig::Basic(b)) => {
+                out += &format!(" auth basic {} ({} users)", b.htpasswd.display(), b.users.len());
+            }
+            Some(AuthConfig::Jwt(j)) => match &j.source {
+                JwksSource::File { path, keys } => {
+                    out += &format!(" auth jwt {} ({} keys)", path.display(), keys.keys.len());
+                }
+                JwksSource::Url { url, .. } => out += &format!(" auth jwt {url}"),
+            },
+            Some(AuthConfig::Forward(f)) => out += &format!(" auth forward {}", f.url),
+            None => {}
+        }
+        out
+    }
+}
+
 /// `auth`: one kind per route.
 #[derive(Debug, Clone)]
 pub enum AuthConfig {

@@ -58,6 +58,8 @@ pub struct AccessLine {
     pub trace_id: Option<String>,
     pub user_agent: Option<String>,
     pub referer: Option<String>,
+    /// The user the route's `auth` accepted, when one is known.
+    pub user: Option<Arc<str>>,
     /// Time to the response head.
     pub duration: Duration,
     pub timing: Option<Arc<UpstreamTiming>>,
@@ -99,12 +101,13 @@ impl AccessLine {
                 upstream_connect_ms = connect_ms,
                 upstream_header_ms = header_ms,
                 user_agent = self.user_agent.as_deref(),
+                user = self.user.as_deref(),
             ),
             AccessLogFormat::Combined => tracing::info!(target: "access", "{}", self.combined(total)),
         }
     }
 
-    /// `client - - [time] "METHOD path HTTP/x" status bytes "referer" "agent"
+    /// `client - user [time] "METHOD path HTTP/x" status bytes "referer" "agent"
     /// seconds request_id`.
     fn combined(&self, total: Duration) -> String {
         let time = apache_time(self.time);
@@ -112,8 +115,9 @@ impl AccessLine {
             v.as_deref().map_or(Cow::Borrowed("-"), escape)
         }
         format!(
-            "{} - - [{time}] \"{} {} {:?}\" {} {} \"{}\" \"{}\" {:.3} {}",
+            "{} - {} [{time}] \"{} {} {:?}\" {} {} \"{}\" \"{}\" {:.3} {}",
             self.client,
+            self.user.as_deref().map_or(Cow::Borrowed("-"), escape),
             escape(self.method.as_str()),
             escape(&self.path),
             self.version,
@@ -190,6 +194,7 @@ mod tests {
             trace_id: None,
             user_agent: Some("curl/8 \"quoted\"".into()),
             referer: None,
+            user: Some("ann".into()),
             duration: Duration::from_millis(12),
             timing: None,
             bytes_out: 42,
@@ -198,7 +203,7 @@ mod tests {
         let text = line.combined(Duration::from_millis(1500));
         assert_eq!(
             text,
-            "10.0.0.1 - - [14/Nov/2023:22:13:20 +0000] \"GET /b?x=1 HTTP/1.1\" 200 42 \"-\" \"curl/8 \\x22quoted\\x22\" 1.500 ab\\x22c"
+            "10.0.0.1 - ann [14/Nov/2023:22:13:20 +0000] \"GET /b?x=1 HTTP/1.1\" 200 42 \"-\" \"curl/8 \\x22quoted\\x22\" 1.500 ab\\x22c"
         );
     }
 }

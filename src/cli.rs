@@ -129,7 +129,8 @@ fn check(path: Option<PathBuf>) -> ExitCode {
     }
     for r in &config.routes {
         let methods = r.methods.as_ref().map(|m| format!(" methods {m:?}")).unwrap_or_default();
-        println!("route {:<16} {:<24} {}{methods}", r.name, r.prefix, r.target.describe(&config.upstreams));
+        let access = r.access.as_ref().map(|a| a.describe()).unwrap_or_default();
+        println!("route {:<16} {:<24} {}{methods}{access}", r.name, r.prefix, r.target.describe(&config.upstreams));
     }
     ExitCode::SUCCESS
 }

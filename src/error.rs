@@ -75,6 +75,25 @@ pub enum GatewayError {
     /// Nothing to serve at that path.
     #[error("not found")]
     NotFound,
+    /// The client's address is refused by the route's `allow`/`deny`
+    /// (`None`: it could not be told, e.g. a malformed `X-Forwarded-For`
+    /// from a trusted proxy).
+    #[error("client address {} refused by the address list", .client.map_or("unknown".to_owned(), |c| c.to_string()))]
+    AddressDenied { client: Option<std::net::IpAddr> },
+    /// No credentials, or ones not accepted; `challenge` is the
+    /// `WWW-Authenticate` value. `reason` never holds a credential.
+    #[error("{kind} credentials refused: {reason}")]
+    Unauthorized { kind: &'static str, reason: &'static str, challenge: http::HeaderValue },
+    /// The forward auth service refused the request: its answer (status,
+    /// body and the headers a login flow needs) goes to the client as it is.
+    #[error("forward auth answered {}", .0.status)]
+    ForwardRefused(Box<RelayedAnswer>),
+    /// As many verifications run as the gateway allows at once.
+    #[error("{kind}: {limit} verifications already running")]
+    AuthBusy { kind: &'static str, limit: usize },
+    /// The verification itself failed (not the credentials).
+    #[error("{kind}: verification failed: {detail}")]
+    AuthError { kind: &'static str, detail: String },
     /// A local I/O error other than not-found.
     #[error("i/o error: {0}")]
     Io(#[from] std::io::Error),
@@ -99,12 +118,25 @@ pub enum GatewayError {
     UpstreamProtocol { upstream: String, detail: String },
 }
 
+/// An answer relayed to the client as it is (a forward auth refusal).
+#[derive(Debug)]
+pub struct RelayedAnswer {
+    pub status: StatusCode,
+    /// Only the headers meant for the client.
+    pub headers: http::HeaderMap,
+    pub body: bytes::Bytes,
+}
+
 impl GatewayError {
     /// The status code the client gets.
     pub fn status(&self) -> StatusCode {
         match self {
             GatewayError::NoRoute | GatewayError::NotFound => StatusCode::NOT_FOUND,
             GatewayError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
+            GatewayError::AddressDenied { .. } => StatusCode::FORBIDDEN,
+            GatewayError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
+            GatewayError::ForwardRefused(answer) => answer.status,
+            GatewayError::AuthBusy { .. } | GatewayError::AuthError { .. } => StatusCode::SERVICE_UNAVAILABLE,
             GatewayError::BadPath(_) | GatewayError::BadRequest(_) | GatewayError::ClientBody(_) => {
                 StatusCode::BAD_REQUEST
             }
@@ -162,6 +194,18 @@ impl GatewayError {
         }
     }
 
+    /// The `kind` and `result` labels of `gateway_auth_total`, for requests
+    /// refused by the route's access control.
+    pub fn auth_outcome(&self) -> Option<(&'static str, &'static str)> {
+        match self {
+            GatewayError::AddressDenied { .. } => Some(("address", "denied")),
+            GatewayError::Unauthorized { kind, .. } => Some((kind, "denied")),
+            GatewayError::ForwardRefused(_) => Some(("forward", "denied")),
+            GatewayError::AuthBusy { kind, .. } | GatewayError::AuthError { kind, .. } => Some((kind, "error")),
+            _ => None,
+        }
+    }
+
     /// Whether the connection must close after this response: the request's
     /// framing is ambiguous or its body was left unread.
     pub fn closes_connection(&self) -> bool {
@@ -180,9 +224,10 @@ impl GatewayError {
     /// to come back.
     pub fn retry_after(&self) -> Option<u64> {
         match self {
-            GatewayError::Overloaded { .. } | GatewayError::QueueFull { .. } | GatewayError::QueueTimeout { .. } => {
-                Some(1)
-            }
+            GatewayError::Overloaded { .. }
+            | GatewayError::QueueFull { .. }
+            | GatewayError::QueueTimeout { .. }
+            | GatewayError::AuthBusy { .. } => Some(1),
             GatewayError::Unavailable { retry_after, .. } => Some(*retry_after),
             GatewayError::RateLimited { retry_after, .. } => *retry_after,
             _ => None,
@@ -195,6 +240,12 @@ impl GatewayError {
         match self {
             GatewayError::NoRoute | GatewayError::NotFound => "not found\n",
             GatewayError::MethodNotAllowed { .. } => "method not allowed\n",
+            GatewayError::AddressDenied { .. } => "forbidden\n",
+            GatewayError::Unauthorized { .. } => "unauthorized\n",
+            // Its own body is sent instead (see the server's error_response).
+            GatewayError::ForwardRefused(_) => "",
+            GatewayError::AuthBusy { .. } => "service unavailable: too many logins at once, retry later\n",
+            GatewayError::AuthError { .. } => "service unavailable: authentication failed\n",
             GatewayError::BadPath(_) => "bad request path\n",
             GatewayError::BadRequest(_) | GatewayError::ClientBody(_) => "bad request\n",
             GatewayError::UriTooLong { .. } => "request target too long\n",
@@ -256,6 +307,27 @@ mod tests {
             (GatewayError::NotFound, 404, None),
             (GatewayError::NotCached, 504, None),
             (GatewayError::MethodNotAllowed { allow: "GET".into() }, 405, None),
+            (GatewayError::AddressDenied { client: None }, 403, None),
+            (
+                GatewayError::Unauthorized {
+                    kind: "basic",
+                    reason: "x",
+                    challenge: http::HeaderValue::from_static("Basic"),
+                },
+                401,
+                None,
+            ),
+            (GatewayError::AuthBusy { kind: "basic", limit: 1 }, 503, None),
+            (
+                GatewayError::ForwardRefused(Box::new(RelayedAnswer {
+                    status: StatusCode::FOUND,
+                    headers: http::HeaderMap::new(),
+                    body: bytes::Bytes::from_static(b"login"),
+                })),
+                302,
+                None,
+            ),
+            (GatewayError::AuthError { kind: "jwt", detail: "x".into() }, 503, None),
             (GatewayError::BadPath("x"), 400, None),
             (GatewayError::BadRequest("x"), 400, None),
             (GatewayError::UriTooLong { limit: 1 }, 414, None),
@@ -292,7 +364,7 @@ mod tests {
         for (err, status, kind) in cases {
             assert_eq!(err.status().as_u16(), status, "{err}");
             assert_eq!(err.upstream_kind(), kind, "{err}");
-            assert!(!err.body().is_empty());
+            assert!(!err.body().is_empty() || matches!(err, GatewayError::ForwardRefused(_)));
         }
     }
 
@@ -321,6 +393,22 @@ mod tests {
             assert_eq!(err.rejection_reason(), reason, "{err}");
             assert_eq!(err.closes_connection(), closes, "{err}");
         }
+    }
+
+    #[test]
+    fn access_refusals_have_auth_labels() {
+        let challenge = http::HeaderValue::from_static("Bearer");
+        let cases: Vec<(GatewayError, Option<(&str, &str)>)> = vec![
+            (GatewayError::AddressDenied { client: Some([10, 0, 0, 1].into()) }, Some(("address", "denied"))),
+            (GatewayError::Unauthorized { kind: "jwt", reason: "expired", challenge }, Some(("jwt", "denied"))),
+            (GatewayError::AuthBusy { kind: "basic", limit: 1 }, Some(("basic", "error"))),
+            (GatewayError::AuthError { kind: "basic", detail: "panic".into() }, Some(("basic", "error"))),
+            (GatewayError::NotFound, None),
+        ];
+        for (err, want) in cases {
+            assert_eq!(err.auth_outcome(), want, "{err}");
+        }
+        assert_eq!(GatewayError::AuthBusy { kind: "basic", limit: 1 }.retry_after(), Some(1));
     }
 
     #[test]

@@ -8,6 +8,7 @@
 #![forbid(unsafe_code)]
 
 pub mod access;
+pub mod auth;
 pub mod body;
 pub mod cache;
 pub mod cli;

@@ -50,6 +50,9 @@ pub const CACHE_REQUESTS: &str = "gateway_cache_requests_total";
 pub const CACHE_BYTES: &str = "gateway_cache_bytes";
 pub const CACHE_ENTRIES: &str = "gateway_cache_entries";
 pub const CACHE_EVICTIONS: &str = "gateway_cache_evictions_total";
+pub const AUTH_TOTAL: &str = "gateway_auth_total";
+pub const AUTH_FORWARD_DURATION: &str = "gateway_auth_forward_duration_seconds";
+pub const AUTH_JWKS_REFRESH: &str = "gateway_auth_jwks_refresh_total";
 pub const CONFIG_RELOADS: &str = "gateway_config_reloads_total";
 pub const CONFIG_LAST_RELOAD: &str = "gateway_config_last_reload_success_timestamp_seconds";
 pub const RATE_LIMITED: &str = "gateway_rate_limited_total";
@@ -136,6 +139,16 @@ fn describe() {
     describe_gauge!(CACHE_BYTES, metrics::Unit::Bytes, "Bytes (heads and bodies) a route's cache holds.");
     describe_gauge!(CACHE_ENTRIES, "Answers a route's cache holds (each Vary variant counts).");
     describe_counter!(CACHE_EVICTIONS, "Answers a route's cache dropped to stay within max_size.");
+    describe_counter!(
+        AUTH_TOTAL,
+        "Access decisions, by route, kind (address, basic, jwt, forward) and result (allowed, denied, error)."
+    );
+    describe_counter!(AUTH_JWKS_REFRESH, "Fetches of JWT routes' jwks_url, by result (ok, error).");
+    describe_histogram!(
+        AUTH_FORWARD_DURATION,
+        metrics::Unit::Seconds,
+        "Time the forward auth service took to answer (or to fail), by route."
+    );
     describe_counter!(CONFIG_RELOADS, "Configuration reloads, by result (ok, error).");
     describe_gauge!(
         CONFIG_LAST_RELOAD,
@@ -376,6 +389,16 @@ pub fn set_route_timeout(route: &str, timeout: Duration) {
 /// Counts a rejection; `route` is empty for connection-level ones.
 pub fn rejected(route: &str, reason: &'static str) {
     counter!(REJECTED, "route" => route.to_owned(), "reason" => reason).increment(1);
+}
+
+/// The `gateway_auth_total` counter of one route, kind and result.
+pub fn auth(route: &str, kind: &'static str, result: &'static str) -> Counter {
+    counter!(AUTH_TOTAL, "route" => route.to_owned(), "kind" => kind, "result" => result)
+}
+
+/// The forward auth service's answer times of one route.
+pub fn auth_forward_duration(route: &str) -> Histogram {
+    histogram!(AUTH_FORWARD_DURATION, "route" => route.to_owned())
 }
 
 /// Counts a request whose handling panicked.

@@ -20,7 +20,7 @@ use crate::layers::trace::TraceContext;
 
 /// Who is on the other end of a client connection.
 pub struct Peer {
-    /// The address the connection came from.
+    /// The client's IP (IPv4-mapped IPv6 as plain IPv4).
     pub ip: IpAddr,
     /// The client's IP as an `X-Forwarded-For` item, formatted once per
     /// connection.
@@ -142,6 +142,7 @@ impl<'a> RequestLog<'a> {
             trace_id: self.trace.map(|t| t.trace_id_hex()),
             user_agent: header(header::USER_AGENT),
             referer: header(header::REFERER),
+            user: None,
             duration: Duration::ZERO,
             timing: self.timing.clone(),
             bytes_out: 0,
@@ -162,6 +163,13 @@ impl<'a> RequestLog<'a> {
             access: None,
             span: None,
             recording: self.recording,
+        }
+    }
+
+    /// The authenticated user, for the access log (when it is on).
+    pub(crate) fn set_user(&mut self, user: Option<std::sync::Arc<str>>) {
+        if let (Some(line), Some(user)) = (self.access.as_mut(), user) {
+            line.user = Some(user);
         }
     }
 

@@ -87,8 +87,10 @@ impl Source {
     }
 }
 
+pub mod access;
 mod ratelimit;
 mod raw;
+mod raw_access;
 mod redact;
 mod upstream;
 mod validate;
@@ -227,6 +229,9 @@ pub struct MetricsConfig {
     pub listen: Option<SocketAddr>,
     /// Connections the admin listener serves at once.
     pub max_connections: usize,
+    /// With any entry, the admin listener answers only clients inside them
+    /// (403 to others).
+    pub allow: Vec<IpNet>,
 }
 
 /// Failures a route may retry on (`retry_on`).
@@ -264,6 +269,8 @@ pub struct RouteConfig {
     pub rate_limit: Option<RateLimitConfig>,
     /// Debug builds only: panic with this message (tests of panic isolation).
     pub panic: Option<String>,
+    /// Who may come in (`allow`, `deny`, `auth`); `None` lets everyone.
+    pub access: Option<Arc<access::AccessConfig>>,
 }
 
 /// What a route does with a request.

@@ -90,6 +90,8 @@ pub(super) struct RawMetrics {
     pub path: String,
     pub listen: Option<String>,
     pub max_connections: usize,
+    /// The admin listener's client address list.
+    pub allow: Option<Vec<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -165,6 +167,11 @@ pub(super) struct RawRoute {
     pub compress: Option<bool>,
     pub cache: Option<RawCache>,
     pub rate_limit: Option<super::ratelimit::RawRateLimit>,
+    /// Access control (see `raw_access`).
+    pub allow: Option<Vec<String>>,
+    pub deny: Option<Vec<String>>,
+    pub auth: Option<super::raw_access::RawAuth>,
+    pub forward_credentials: Option<bool>,
     /// Debug builds only: the route panics (for the panic-isolation tests).
     pub panic: Option<String>,
 }

@@ -359,7 +359,7 @@ where
         async move {
             let mut response = match kind {
                 Kind::Main => app.handle(req, in_flight.peer()).await,
-                Kind::Admin => app.admin(&req).await,
+                Kind::Admin => app.admin(&req, in_flight.peer()).await,
             };
             if response.status() == StatusCode::SWITCHING_PROTOCOLS
                 && let Some(tunnel) = response.extensions_mut().remove::<PendingTunnel>().and_then(|t| t.take())

@@ -10,7 +10,7 @@ use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 
-use super::{App, error_response};
+use super::{App, Peer, error_response};
 use crate::body::Body;
 use crate::error::GatewayError;
 
@@ -31,8 +31,18 @@ impl App {
 
     /// The admin listener's service: the built-ins, `POST /-/reload`
     /// (the configuration loaded again, as on SIGHUP: 200, or 500 with the
-    /// reason and nothing changed), else 404.
-    pub async fn admin(self: &Arc<Self>, req: &Request<Incoming>) -> Response<Body> {
+    /// reason and nothing changed), else 404. With `metrics.allow`, a
+    /// client outside it gets 403 and nothing else.
+    pub async fn admin(self: &Arc<Self>, req: &Request<Incoming>, peer: &Peer) -> Response<Body> {
+        if let Some(list) = &self.admin_allow {
+            let trusted = &self.config.server.trusted_proxies;
+            let client = crate::auth::address::client_ip(peer.ip, peer.trusted, req.headers(), trusted);
+            if !list.admits(client) {
+                crate::metrics::auth("admin", "address", "denied").increment(1);
+                tracing::debug!(client = ?client, "admin request refused by metrics.allow");
+                return error_response(&GatewayError::AddressDenied { client });
+            }
+        }
         if req.uri().path() == "/-/reload" {
             if req.method() != Method::POST {
                 return error_response(&GatewayError::MethodNotAllowed { allow: "POST".into() });

@@ -21,6 +21,7 @@ use http::{Method, Request, Response, StatusCode, Uri};
 use hyper::body::Incoming;
 use tokio::time::Instant;
 
+use crate::auth::Guard;
 use crate::body::{Body, ReadAhead};
 use crate::config::{AccessLogFormat, Config, Target};
 use crate::error::GatewayError;
@@ -70,6 +71,8 @@ pub struct App {
     read_ahead: Arc<ReadAhead>,
     /// Whether /metrics, /healthz and /readyz answer on the main listener.
     builtins_on_main: bool,
+    /// The admin listener's `metrics.allow`, if set.
+    admin_allow: Option<crate::auth::address::AddressList>,
     path_options: path::Options,
 }
 
@@ -95,6 +98,7 @@ impl App {
             recording,
             path_options,
             builtins_on_main: config.metrics.listen.is_none(),
+            admin_allow: crate::auth::address::AddressList::new(&config.metrics.allow, &[]),
             table: ArcSwap::from_pointee(Table::new(&config, None, &read_ahead)),
             read_ahead,
             tls: ArcSwapOption::new(config.server.tls.as_ref().map(|t| t.config.clone())),
@@ -213,11 +217,20 @@ impl App {
             cx.route_found(&req, upstream.is_some());
             let mut pending =
                 Unanswered { app: self, route: route_metrics, upstream, method: &method, start, cx: Some(cx) };
+            // Address lists, then credentials, before anything else the route does.
+            let refused = match route.and_then(|r| r.guard.as_ref()) {
+                None => None,
+                Some(guard) => {
+                    let cx = pending.cx.as_mut().expect("just set");
+                    self.guard(guard, &mut req, peer, cx).await.err()
+                }
+            };
             let cx = pending.cx.as_ref().expect("just set");
             let respond = |result: Result<Response<Body>, GatewayError>| {
                 result.unwrap_or_else(|e| self.fail(route_metrics, upstream, cx, e))
             };
             let response = match route {
+                _ if refused.is_some() => respond(Err(refused.expect("checked"))),
                 Some(route) => match &route.layers {
                     None => respond(self.dispatch(route, upstream, req, peer, start, cx).await),
                     Some(layers) => {
@@ -315,6 +328,24 @@ impl App {
         }
     }
 
+    /// The route's access control: its address lists, then (boxed, as only
+    /// routes with `auth` take it) its credentials; the user it names goes
+    /// to the access log.
+    async fn guard(
+        &self,
+        guard: &Guard,
+        req: &mut Request<Incoming>,
+        peer: &Peer,
+        cx: &mut RequestLog<'_>,
+    ) -> Result<(), GatewayError> {
+        guard.admit(peer.ip, peer.trusted, req.headers())?;
+        if guard.authenticates() {
+            let user = Box::pin(guard.authenticate(req, peer)).await?;
+            cx.set_user(user);
+        }
+        Ok(())
+    }
+
     /// Replaces the request's path with its normal form (see [`path`]), so
     /// the route is chosen on it and the upstream receives it.
     fn normalize(&self, req: &mut Request<Incoming>) -> Result<(), GatewayError> {
@@ -365,6 +396,10 @@ impl App {
                 crate::ratelimit::metrics::rate_limited(route.name());
             }
             tracing::debug!(route = route.name(), request_id, error = %e, "request rejected");
+        } else if let Some((kind, result)) = e.auth_outcome() {
+            metrics::auth(route.name(), kind, result).increment(1);
+            // The reason only: never the credential or token itself.
+            tracing::debug!(route = route.name(), request_id, error = %e, "request refused by access control");
         } else if let GatewayError::Io(_) = e {
             tracing::error!(route = route.name(), request_id, error = %e, "request failed");
         }
@@ -417,6 +452,12 @@ impl App {
 
 /// The client's view of an error.
 fn error_response(e: &GatewayError) -> Response<Body> {
+    if let GatewayError::ForwardRefused(answer) = e {
+        let mut response = Response::new(Body::full(answer.body.clone()));
+        *response.status_mut() = answer.status;
+        *response.headers_mut() = answer.headers.clone();
+        return response;
+    }
     let mut builder = Response::builder().status(e.status()).header(header::CONTENT_TYPE, "text/plain; charset=utf-8");
     if let GatewayError::MethodNotAllowed { allow } = e
         && let Ok(v) = HeaderValue::from_str(allow)
@@ -425,6 +466,9 @@ fn error_response(e: &GatewayError) -> Response<Body> {
     }
     if let GatewayError::RateLimited { policy, state, .. } = e {
         builder = builder.header(crate::ratelimit::RATELIMIT_POLICY, policy).header(crate::ratelimit::RATELIMIT, state);
+    }
+    if let GatewayError::Unauthorized { challenge, .. } = e {
+        builder = builder.header(header::WWW_AUTHENTICATE, challenge.clone());
     }
     if let Some(seconds) = e.retry_after() {
         builder = builder.header(header::RETRY_AFTER, seconds);

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use http::Method;
 
 use super::App;
+use crate::auth::Guard;
 use crate::body::ReadAhead;
 use crate::cache::RouteCache;
 use crate::config::{Config, ConfigError, RouteConfig, ServerConfig, Target};
@@ -33,6 +34,8 @@ pub(super) struct Route {
     /// The route's `rate_limit`, if set (kept, with its buckets, by a reload
     /// that leaves it unchanged).
     pub(super) rate_limit: Option<Arc<RouteLimiter>>,
+    /// The route's access control (`allow`, `deny`, `auth`), if any.
+    pub(super) guard: Option<Guard>,
 }
 
 impl Route {
@@ -200,6 +203,7 @@ impl Table {
                 Route {
                     cache,
                     rate_limit,
+                    guard: r.access.as_ref().map(|a| Guard::new(&r.name, a, &config.server.trusted_proxies)),
                     layers: RouteLayers::new(r),
                     config: r.clone(),
                     metrics: RouteMetrics::new(&r.name),

@@ -21,10 +21,12 @@ use super::{
     ServerConfig, Target, TracingConfig,
 };
 
+mod access;
 mod cache;
 mod ratelimit;
 mod upstream;
 
+use access::{RawAccessKeys, access, cidrs};
 use upstream::upstream;
 
 /// A problem with one key: `(key, message)`.
@@ -209,6 +211,7 @@ fn metrics(m: &RawMetrics) -> Result<MetricsConfig, Problem> {
         path: m.path.clone(),
         listen: m.listen.as_deref().map(|l| parse_addr("metrics.listen", l)).transpose()?,
         max_connections: m.max_connections,
+        allow: cidrs(m.allow.as_deref(), "metrics.allow")?,
     })
 }
 
@@ -261,6 +264,13 @@ fn route(
         let ruled = request_headers.remove.iter().chain(request_headers.set.iter().map(|(n, _)| n));
         p.guarded_trailers = crate::headers::SET_BY_GATEWAY.iter().chain(ruled).cloned().collect();
     }
+    let keys = RawAccessKeys {
+        allow: r.allow.as_deref(),
+        deny: r.deny.as_deref(),
+        auth: r.auth.as_ref(),
+        forward_credentials: r.forward_credentials,
+    };
+    let access = access(keys, &key, base_dir)?.map(std::sync::Arc::new);
     if r.panic.is_some() && !cfg!(debug_assertions) {
         return Err((key("panic"), "only in debug builds, for the gateway's own tests".into()));
     }
@@ -276,6 +286,7 @@ fn route(
         compress: r.compress.unwrap_or(false),
         rate_limit: None,
         panic: r.panic,
+        access,
     })
 }
 

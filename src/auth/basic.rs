@@ -1,0 +1,234 @@
+//! HTTP Basic authentication (RFC 7617) against an htpasswd file.
+//!
+//! bcrypt and its kin are slow on purpose, so a stream of wrong passwords
+//! must not take the CPU from the proxy: each verification runs on the
+//! blocking pool, at most [`max_verifications`] at once in the whole
+//! process, with a few more waiting up to [`MAX_WAIT`] for a turn (past
+//! that: 503 with `Retry-After`), and a success is remembered
+//! for `remember`, keyed by a salted SHA-256 of the credentials (never the
+//! credentials themselves), so a valid client does not pay the hash on
+//! every request.
+
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::Duration;
+
+use base64::Engine;
+use http::{HeaderMap, HeaderValue, header};
+use sha2::{Digest, Sha256};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+
+use crate::config::access::{BasicConfig, HashKind};
+use crate::error::GatewayError;
+
+const KIND: &str = "basic";
+/// Successes remembered at most; past it, expired ones are dropped, and if
+/// none had expired, all are forgotten.
+const MAX_REMEMBERED: usize = 10_000;
+
+/// Verifications running at once, process-wide: half the CPUs, at least
+/// one, so the other half keeps proxying whatever the login traffic.
+pub fn max_verifications() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
+}
+
+/// A salted SHA-256 of `user`, 0, `password`: what is remembered instead
+/// of the credentials.
+type CredentialKey = [u8; 32];
+
+/// Verifications that may wait for a turn, per one that may run.
+const WAITING_PER_RUNNING: usize = 4;
+/// How long a verification waits for its turn before the request is
+/// answered 503.
+pub const MAX_WAIT: Duration = Duration::from_secs(1);
+
+static VERIFICATIONS: LazyLock<Arc<Semaphore>> = LazyLock::new(|| Arc::new(Semaphore::new(max_verifications())));
+static WAITING: AtomicUsize = AtomicUsize::new(0);
+
+/// A turn to verify, waited for a little when all are taken.
+async fn turn() -> Result<OwnedSemaphorePermit, GatewayError> {
+    let busy = || GatewayError::AuthBusy { kind: KIND, limit: max_verifications() };
+    if let Ok(permit) = VERIFICATIONS.clone().try_acquire_owned() {
+        return Ok(permit);
+    }
+    struct Waiting;
+    impl Drop for Waiting {
+        fn drop(&mut self) {
+            WAITING.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+    let waiting = Waiting;
+    if WAITING.fetch_add(1, Ordering::Relaxed) >= max_verifications() * WAITING_PER_RUNNING {
+        return Err(busy());
+    }
+    let permit = tokio::time::timeout(MAX_WAIT, VERIFICATIONS.clone().acquire_owned()).await;
+    drop(waiting);
+    permit.ok().and_then(Result::ok).ok_or_else(busy)
+}
+
+/// A route's Basic check, built at load (a reload builds it anew from the
+/// file as it is then, with nothing remembered).
+pub struct Basic {
+    challenge: HeaderValue,
+    users: HashMap<String, (Arc<str>, HashKind)>,
+    /// Verified for users not in the file, so that their refusal takes as
+    /// long as a known user's.
+    decoy: (Arc<str>, HashKind),
+    remember: Duration,
+    remembered: Mutex<HashMap<CredentialKey, (Arc<str>, Instant)>>,
+    /// Salts the keys of `remembered`.
+    salt: [u8; 16],
+}
+
+impl Basic {
+    pub fn new(c: &BasicConfig) -> Basic {
+        let challenge = HeaderValue::from_str(&format!("Basic realm=\"{}\", charset=\"UTF-8\"", c.realm))
+            .expect("the realm is checked at load");
+        let users: HashMap<_, _> =
+            c.users.iter().map(|u| (u.user.clone(), (Arc::from(u.hash.as_str()), u.kind))).collect();
+        let first = &c.users[0];
+        let mut salt = [0u8; 16];
+        salt.iter_mut().for_each(|b| *b = fastrand::u8(..));
+        Basic {
+            challenge,
+            users,
+            decoy: (Arc::from(first.hash.as_str()), first.kind),
+            remember: c.remember,
+            remembered: Mutex::new(HashMap::new()),
+            salt,
+        }
+    }
+
+    /// The user the request's credentials name, when they are right.
+    pub async fn verify(&self, headers: &HeaderMap) -> Result<Arc<str>, GatewayError> {
+        let (user, password) = credentials(headers).map_err(|reason| self.refuse(reason))?;
+        let key = self.key(&user, &password);
+        if let Some(user) = self.recall(&key) {
+            return Ok(user);
+        }
+        let known = self.users.get_key_value(user.as_str());
+        let (hash, kind) = known.map_or(&self.decoy, |(_, h)| h).clone();
+        let permit = turn().await?;
+        // The task keeps its permit to the end, even if the client leaves.
+        let matched = tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            verify_hash(kind, &hash, password.as_bytes())
+        })
+        .await
+        .map_err(|e| GatewayError::AuthError { kind: KIND, detail: e.to_string() })?;
+        match known {
+            Some((user, _)) if matched => {
+                let user: Arc<str> = Arc::from(user.as_str());
+                self.store(key, user.clone());
+                Ok(user)
+            }
+            _ => Err(self.refuse("wrong user or password")),
+        }
+    }
+
+    fn refuse(&self, reason: &'static str) -> GatewayError {
+        GatewayError::Unauthorized { kind: KIND, reason, challenge: self.challenge.clone() }
+    }
+
+    fn key(&self, user: &str, password: &str) -> CredentialKey {
+        let mut h = Sha256::new();
+        h.update(self.salt);
+        h.update(user.as_bytes());
+        h.update([0]);
+        h.update(password.as_bytes());
+        h.finalize().into()
+    }
+
+    fn recall(&self, key: &CredentialKey) -> Option<Arc<str>> {
+        let remembered = self.remembered.lock().unwrap_or_else(|e| e.into_inner());
+        remembered.get(key).filter(|(_, until)| *until > Instant::now()).map(|(user, _)| user.clone())
+    }
+
+    fn store(&self, key: CredentialKey, user: Arc<str>) {
+        if self.remember.is_zero() {
+            return;
+        }
+        let now = Instant::now();
+        let mut remembered = self.remembered.lock().unwrap_or_else(|e| e.into_inner());
+        if remembered.len() >= MAX_REMEMBERED {
+            remembered.retain(|_, (_, until)| *until > now);
+            if remembered.len() >= MAX_REMEMBERED {
+                remembered.clear();
+            }
+        }
+        remembered.insert(key, (user, now + self.remember));
+    }
+}
+
+/// `Authorization: Basic base64(user:password)` (RFC 7617 §2), UTF-8.
+fn credentials(headers: &HeaderMap) -> Result<(String, String), &'static str> {
+    let value = headers.get(header::AUTHORIZATION).ok_or("no credentials")?;
+    let value = value.to_str().map_err(|_| "malformed Authorization header")?;
+    let (scheme, encoded) = value.trim().split_once(' ').ok_or("malformed Authorization header")?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return Err("not Basic credentials");
+    }
+    let decoded =
+        base64::engine::general_purpose::STANDARD.decode(encoded.trim()).map_err(|_| "malformed Basic credentials")?;
+    let text = String::from_utf8(decoded).map_err(|_| "malformed Basic credentials")?;
+    let (user, password) = text.split_once(':').ok_or("malformed Basic credentials")?;
+    Ok((user.to_owned(), password.to_owned()))
+}
+
+/// Whether `password` matches `hash` (on the blocking pool: slow on purpose).
+fn verify_hash(kind: HashKind, hash: &str, password: &[u8]) -> bool {
+    use argon2::PasswordVerifier;
+    match kind {
+        HashKind::Bcrypt => bcrypt::verify(password, hash).unwrap_or(false),
+        HashKind::ShaCrypt => sha_crypt::ShaCrypt::default().verify_password(password, hash).is_ok(),
+        HashKind::Argon2 => argon2::Argon2::default().verify_password(password, hash).is_ok(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_from_the_header() {
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        type Case = (Option<String>, Result<(&'static str, &'static str), &'static str>);
+        let cases: Vec<Case> = vec![
+            (Some(format!("Basic {}", b64("ann:pw"))), Ok(("ann", "pw"))),
+            (Some(format!("basic {}", b64("ann:p:w"))), Ok(("ann", "p:w"))),
+            (Some(format!("Basic {}", b64("ann:"))), Ok(("ann", ""))),
+            (None, Err("no credentials")),
+            (Some("Bearer abc".into()), Err("not Basic credentials")),
+            (Some("Basic".into()), Err("malformed Authorization header")),
+            (Some("Basic !!!".into()), Err("malformed Basic credentials")),
+            (Some(format!("Basic {}", b64("nocolon"))), Err("malformed Basic credentials")),
+        ];
+        for (value, want) in cases {
+            let mut headers = HeaderMap::new();
+            if let Some(v) = &value {
+                headers.insert(header::AUTHORIZATION, v.parse().unwrap());
+            }
+            let got = credentials(&headers);
+            let got = got.as_ref().map(|(u, p)| (u.as_str(), p.as_str())).map_err(|e| *e);
+            assert_eq!(got, want, "{value:?}");
+        }
+    }
+
+    #[test]
+    fn each_hash_kind_verifies() {
+        let bcrypt = bcrypt::hash("pw", 4).unwrap();
+        // `openssl passwd -5 -salt saltsalt pw` and `-6`.
+        let sha256 = "$5$saltsalt$0rl.MZtoLLPP3X0Rdl8riRnphIcAXJY27/aOAyK2hB5";
+        let sha512 =
+            "$6$saltsalt$pauPrmdmG4BTE9h2HPmywiw152IFch6BJCEsaY6D.PLTfpV8sqvXwWdyfsgVgozkYH9B80bAip/08R2BPH2xk/";
+        for (kind, hash) in
+            [(HashKind::Bcrypt, bcrypt.as_str()), (HashKind::ShaCrypt, sha256), (HashKind::ShaCrypt, sha512)]
+        {
+            assert!(verify_hash(kind, hash, b"pw"), "{hash}");
+            assert!(!verify_hash(kind, hash, b"wrong"), "{hash}");
+        }
+    }
+}

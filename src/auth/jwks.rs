@@ -1,0 +1,205 @@
+//! The keys a JWT route verifies with, by `kid`: from a file (fixed until a
+//! reload) or from a URL, fetched at start and again every `refresh` (or as
+//! its `Cache-Control: max-age` says), keeping the last good keys when a
+//! fetch fails. A token naming an unknown `kid` makes one fetch at once,
+//! at most every [`MIN_REFETCH`], so a rotated key is picked up without
+//! letting made-up `kid`s hammer the key server. Until the first fetch
+//! succeeds, requests get 503.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use arc_swap::ArcSwapOption;
+use bytes::Bytes;
+use http::{Request, Uri, header};
+use http_body_util::{BodyExt, Empty, Limited};
+use hyper_util::rt::TokioIo;
+use jsonwebtoken::jwk::JwkSet;
+use jsonwebtoken::{Algorithm, DecodingKey};
+use metrics::Counter;
+use tokio::time::Instant;
+
+use crate::config::access::parse_jwks;
+
+/// Keys by `kid`, each with the `alg` its JWK pins it to, if any.
+pub type Keys = HashMap<String, (DecodingKey, Option<String>)>;
+
+/// Fetches for an unknown `kid` happen at most this often.
+pub const MIN_REFETCH: Duration = Duration::from_secs(10);
+/// A `max-age` shorter than this is read as this.
+const MIN_MAX_AGE: Duration = Duration::from_secs(10);
+/// A failed fetch is tried again after this (or `refresh`, if shorter).
+const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(30);
+/// A fetch (connect, TLS, answer) takes at most this.
+const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
+/// The largest JWKS read.
+const MAX_JWKS: usize = 1024 * 1024;
+
+/// A route's key set.
+pub struct Jwks {
+    keys: ArcSwapOption<Keys>,
+    remote: Option<Remote>,
+}
+
+struct Remote {
+    url: Uri,
+    refresh: Duration,
+    algorithms: Vec<Algorithm>,
+    tls: Option<Arc<rustls::ClientConfig>>,
+    /// One fetch at a time; when the last one for an unknown `kid` began.
+    refetched: tokio::sync::Mutex<Option<Instant>>,
+    ok: Counter,
+    failed: Counter,
+}
+
+/// The keys of a checked set.
+pub fn keys_of(set: &JwkSet) -> Keys {
+    set.keys
+        .iter()
+        .filter_map(|jwk| {
+            let kid = jwk.common.key_id.clone()?;
+            let key = DecodingKey::from_jwk(jwk).ok()?;
+            Some((kid, (key, jwk.common.key_algorithm.map(|a| format!("{a:?}")))))
+        })
+        .collect()
+}
+
+impl Jwks {
+    pub fn fixed(set: &JwkSet) -> Arc<Jwks> {
+        Arc::new(Jwks { keys: ArcSwapOption::from_pointee(keys_of(set)), remote: None })
+    }
+
+    /// Starts fetching `url` (in a task that ends when the set is dropped).
+    pub fn remote(url: &Uri, refresh: Duration, algorithms: &[Algorithm]) -> Arc<Jwks> {
+        let tls = (url.scheme_str() == Some("https"))
+            .then(|| crate::tls::client_config(None, None, &[b"http/1.1"]).ok())
+            .flatten();
+        let counter = |result| metrics::counter!(crate::metrics::AUTH_JWKS_REFRESH, "result" => result);
+        let remote = Remote {
+            url: url.clone(),
+            refresh,
+            algorithms: algorithms.to_vec(),
+            tls,
+            refetched: tokio::sync::Mutex::new(None),
+            ok: counter("ok"),
+            failed: counter("error"),
+        };
+        let jwks = Arc::new(Jwks { keys: ArcSwapOption::empty(), remote: Some(remote) });
+        tokio::spawn(refresh_loop(Arc::downgrade(&jwks)));
+        jwks
+    }
+
+    /// The keys as of now; `None` until a URL's first fetch succeeds.
+    pub fn current(&self) -> Option<Arc<Keys>> {
+        self.keys.load_full()
+    }
+
+    /// A token named a `kid` the keys lack: fetch again, unless that was
+    /// done within [`MIN_REFETCH`]. The keys after it.
+    pub async fn refetch(&self) -> Option<Arc<Keys>> {
+        let Some(remote) = &self.remote else { return self.current() };
+        let mut last = remote.refetched.lock().await;
+        if last.is_some_and(|at| at.elapsed() < MIN_REFETCH) {
+            return self.current();
+        }
+        *last = Some(Instant::now());
+        self.fetch(remote).await;
+        self.current()
+    }
+
+    /// One fetch; how long until the next.
+    async fn fetch(&self, remote: &Remote) -> Duration {
+        match tokio::time::timeout(FETCH_TIMEOUT, get(remote)).await.unwrap_or_else(|_| Err("timed out".into())) {
+            Ok((set, max_age)) => {
+                self.keys.store(Some(Arc::new(keys_of(&set))));
+                remote.ok.increment(1);
+                tracing::debug!(url = %remote.url, keys = set.keys.len(), "JWKS fetched");
+                max_age.map_or(remote.refresh, |age| age.max(MIN_MAX_AGE))
+            }
+            Err(e) => {
+                remote.failed.increment(1);
+                let kept = if self.current().is_some() { "keeping the last good keys" } else { "no keys yet: 503" };
+                tracing::warn!(url = %remote.url, error = %e, "JWKS fetch failed; {kept}");
+                remote.refresh.min(RETRY_AFTER_FAILURE)
+            }
+        }
+    }
+}
+
+async fn refresh_loop(jwks: Weak<Jwks>) {
+    loop {
+        let Some(j) = jwks.upgrade() else { return };
+        let Some(remote) = &j.remote else { return };
+        let wait = j.fetch(remote).await;
+        drop(j);
+        tokio::time::sleep(wait).await;
+    }
+}
+
+/// `GET url` on a connection of its own: the set, checked, and its max-age.
+async fn get(remote: &Remote) -> Result<(JwkSet, Option<Duration>), String> {
+    let authority = remote.url.authority().ok_or("no host")?;
+    let tls = remote.tls.as_ref();
+    let port = authority.port_u16().unwrap_or(if tls.is_some() { 443 } else { 80 });
+    let tcp = tokio::net::TcpStream::connect((authority.host(), port)).await.map_err(|e| e.to_string())?;
+    let path = remote.url.path_and_query().map_or("/", |pq| pq.as_str());
+    let request = Request::get(path)
+        .header(header::HOST, authority.as_str())
+        .header(header::ACCEPT, "application/json")
+        .header(header::USER_AGENT, "gateway-jwks")
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| e.to_string())?;
+    let response = match tls {
+        Some(config) => {
+            let name =
+                rustls_pki_types::ServerName::try_from(authority.host().to_owned()).map_err(|e| e.to_string())?;
+            let stream = tokio_rustls::TlsConnector::from(config.clone()).connect(name, tcp).await;
+            send(TokioIo::new(stream.map_err(|e| e.to_string())?), request).await?
+        }
+        None => send(TokioIo::new(tcp), request).await?,
+    };
+    if !response.status().is_success() {
+        return Err(format!("answered {}", response.status()));
+    }
+    let max_age = response.headers().get(header::CACHE_CONTROL).and_then(|v| max_age(v.to_str().ok()?));
+    let body = Limited::new(response.into_body(), MAX_JWKS).collect().await.map_err(|e| e.to_string())?.to_bytes();
+    let text = std::str::from_utf8(&body).map_err(|_| "not UTF-8".to_owned())?;
+    Ok((parse_jwks(text, &remote.algorithms)?, max_age))
+}
+
+async fn send<I>(io: I, request: Request<Empty<Bytes>>) -> Result<http::Response<hyper::body::Incoming>, String>
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(io).await.map_err(|e| e.to_string())?;
+    tokio::spawn(connection);
+    sender.send_request(request).await.map_err(|e| e.to_string())
+}
+
+/// `max-age=N` of a `Cache-Control` value (RFC 9111 §5.2.2.1).
+fn max_age(value: &str) -> Option<Duration> {
+    value
+        .split(',')
+        .find_map(|d| d.trim().strip_prefix("max-age=")?.trim_matches('"').parse().ok())
+        .map(Duration::from_secs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn max_age_of_cache_control() {
+        let cases = [
+            ("max-age=600", Some(600)),
+            ("public, max-age=60, must-revalidate", Some(60)),
+            ("max-age=\"30\"", Some(30)),
+            ("no-cache", None),
+            ("max-age=soon", None),
+        ];
+        for (value, want) in cases {
+            assert_eq!(max_age(value), want.map(Duration::from_secs), "{value}");
+        }
+    }
+}

@@ -1,0 +1,279 @@
+//! A route's access control as validated at load: who may come in by
+//! address (`allow`, `deny`) and by credential (`auth`). The files these
+//! keys name (an htpasswd file, a JWKS) are read here, at load and on every
+//! reload, so a bad entry is refused before anything binds, naming its line;
+//! `crate::auth` builds the checks the data path runs from them.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use http::HeaderName;
+use ipnet::IpNet;
+use jsonwebtoken::jwk::{AlgorithmParameters, JwkSet};
+use jsonwebtoken::{Algorithm, DecodingKey};
+
+/// A route's `allow`, `deny`, `auth` and `forward_credentials`.
+#[derive(Debug, Clone)]
+pub struct AccessConfig {
+    /// With any entry, a client address outside them all is refused.
+    pub allow: Vec<IpNet>,
+    /// A client address inside any of them is refused (before `allow`).
+    pub deny: Vec<IpNet>,
+    pub auth: Option<AuthConfig>,
+    /// `Authorization` reaches the upstream after Basic or JWT consumed it.
+    pub forward_credentials: bool,
+}
+
+impl AccessConfig {
+    /// For `gateway check`: ` allow [..] deny [..] auth basic FILE (N users)`.
+    pub fn describe(&self) -> String {
+        let mut out = String::new();
+        if !self.allow.is_empty() {
+            out += &format!(" allow {:?}", self.allow.iter().map(ToString::to_string).collect::<Vec<_>>());
+        }
+        if !self.deny.is_empty() {
+            out += &format!(" deny {:?}", self.deny.iter().map(ToString::to_string).collect::<Vec<_>>());
+        }
+        match &self.auth {
+            Some(AuthConfig::Basic(b)) => {
+                out += &format!(" auth basic {} ({} users)", b.htpasswd.display(), b.users.len());
+            }
+            Some(AuthConfig::Jwt(j)) => match &j.source {
+                JwksSource::File { path, keys } => {
+                    out += &format!(" auth jwt {} ({} keys)", path.display(), keys.keys.len());
+                }
+                JwksSource::Url { url, .. } => out += &format!(" auth jwt {url}"),
+            },
+            Some(AuthConfig::Forward(f)) => out += &format!(" auth forward {}", f.url),
+            None => {}
+        }
+        out
+    }
+}
+
+/// `auth`: one kind per route.
+#[derive(Debug, Clone)]
+pub enum AuthConfig {
+    Basic(BasicConfig),
+    Jwt(JwtConfig),
+    Forward(ForwardConfig),
+}
+
+/// `auth.forward`: nginx `auth_request` / Traefik `ForwardAuth`.
+#[derive(Debug, Clone)]
+pub struct ForwardConfig {
+    /// An `http://` URL the gateway asks (`GET`, no body).
+    pub url: http::Uri,
+    /// Past it (or the service unreachable): 503.
+    pub timeout: Duration,
+    /// Client headers sent along to the auth service.
+    pub request_headers: Vec<HeaderName>,
+    /// Headers of a 2xx answer copied onto the request (replacing the
+    /// client's own).
+    pub response_headers: Vec<HeaderName>,
+}
+
+/// `auth.basic`.
+#[derive(Debug, Clone)]
+pub struct BasicConfig {
+    /// The file the users were read from (for messages).
+    pub htpasswd: PathBuf,
+    /// The `realm` of the `WWW-Authenticate` challenge.
+    pub realm: String,
+    /// How long a successful verification is remembered (0: never).
+    pub remember: Duration,
+    pub users: Vec<HtpasswdEntry>,
+}
+
+/// One `user:hash` line of an htpasswd file.
+#[derive(Clone, PartialEq, Eq)]
+pub struct HtpasswdEntry {
+    pub user: String,
+    pub hash: String,
+    pub kind: HashKind,
+}
+
+impl fmt::Debug for HtpasswdEntry {
+    /// Without the hash: it is a secret too.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HtpasswdEntry").field("user", &self.user).field("kind", &self.kind).finish()
+    }
+}
+
+/// The password hashes accepted, each verified by a RustCrypto or
+/// well-kept crate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HashKind {
+    /// `$2y$`, `$2b$`, `$2a$` (the `bcrypt` crate).
+    Bcrypt,
+    /// `$5$` (SHA-256) and `$6$` (SHA-512) (the `sha-crypt` crate).
+    ShaCrypt,
+    /// `$argon2id$`, `$argon2i$`, `$argon2d$` (the `argon2` crate).
+    Argon2,
+}
+
+/// `auth.jwt`.
+#[derive(Debug, Clone)]
+pub struct JwtConfig {
+    /// Where the keys come from.
+    pub source: JwksSource,
+    /// The `iss` a token must carry, if set.
+    pub issuer: Option<String>,
+    /// A token's `aud` must hold one of these, if any.
+    pub audiences: Vec<String>,
+    /// Asymmetric algorithms only (RFC 8725 §3.1: HMAC with a public key).
+    pub algorithms: Vec<Algorithm>,
+    /// Clock skew allowed on `exp` and `nbf`.
+    pub leeway: Duration,
+    pub from: TokenSource,
+    /// Request header to the upstream, and the claim whose value it carries.
+    pub forward_claims: Vec<(HeaderName, String)>,
+}
+
+/// A route's JWKS: a file read at load (and reload), or a URL fetched at
+/// start and refreshed.
+#[derive(Debug, Clone)]
+pub enum JwksSource {
+    /// Every key checked by [`parse_jwks`].
+    File { path: PathBuf, keys: JwkSet },
+    /// Fetched again every `refresh`, or as its `Cache-Control: max-age` says.
+    Url { url: http::Uri, refresh: Duration },
+}
+
+/// A JWKS whose every key has a `kid`, is a public key (no `oct`: RFC 8725
+/// §3.2), and fits `algorithms` (its own `alg`, when set, listed). Used for
+/// the file at load and for what a `jwks_url` serves.
+pub fn parse_jwks(text: &str, algorithms: &[Algorithm]) -> Result<JwkSet, String> {
+    let set: JwkSet = serde_json::from_str(text).map_err(|e| format!("not a JWKS: {e}"))?;
+    if set.keys.is_empty() {
+        return Err("no keys".into());
+    }
+    for (i, jwk) in set.keys.iter().enumerate() {
+        let at = |m: &str| format!("keys[{i}]: {m}");
+        if jwk.common.key_id.as_deref().is_none_or(str::is_empty) {
+            return Err(at("no \"kid\": tokens choose their key by it"));
+        }
+        if matches!(jwk.algorithm, AlgorithmParameters::OctetKey(_)) {
+            return Err(at("a symmetric (\"oct\") key is refused (RFC 8725 §3.2)"));
+        }
+        DecodingKey::from_jwk(jwk).map_err(|e| at(&format!("unusable key: {e}")))?;
+        if let Some(alg) = jwk.common.key_algorithm {
+            let listed = algorithms.iter().any(|a| format!("{a:?}") == format!("{alg:?}"));
+            if !listed {
+                return Err(at(&format!("its \"alg\" {alg:?} is not in algorithms")));
+            }
+        }
+    }
+    Ok(set)
+}
+
+/// Where a bearer token is read from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenSource {
+    /// `Authorization: Bearer <token>` (RFC 6750 §2.1).
+    Authorization,
+    /// The cookie of this name.
+    Cookie(String),
+}
+
+/// The entries of an htpasswd file; an error names the line (1-based).
+/// Plain-text, crypt(3) DES, MD5-crypt (`$apr1$`, `$1$`) and SHA-1
+/// (`{SHA}`) entries are refused: they fall to an offline attack in hours.
+pub fn parse_htpasswd(text: &str) -> Result<Vec<HtpasswdEntry>, (usize, String)> {
+    let mut entries: Vec<HtpasswdEntry> = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let n = i + 1;
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let Some((user, hash)) = line.split_once(':') else {
+            return Err((n, "not a user:hash line".into()));
+        };
+        if user.is_empty() {
+            return Err((n, "empty user name".into()));
+        }
+        if entries.iter().any(|e| e.user == user) {
+            return Err((n, format!("user {user:?} is listed twice")));
+        }
+        let kind = hash_kind(hash).map_err(|m| (n, format!("user {user:?}: {m}")))?;
+        entries.push(HtpasswdEntry { user: user.to_owned(), hash: hash.to_owned(), kind });
+    }
+    Ok(entries)
+}
+
+/// Which accepted kind `hash` is, its form checked (not the password).
+fn hash_kind(hash: &str) -> Result<HashKind, String> {
+    const USE: &str = "use bcrypt (htpasswd -B), SHA-crypt ($5$/$6$) or Argon2";
+    if hash.starts_with("$apr1$") || hash.starts_with("$1$") {
+        return Err(format!("MD5-crypt is refused; {USE}"));
+    }
+    if hash.starts_with("{SHA}") {
+        return Err(format!("SHA-1 ({{SHA}}) is refused; {USE}"));
+    }
+    if !hash.starts_with('$') {
+        return Err(format!("plain-text or crypt(3) DES entry is refused; {USE}"));
+    }
+    let bcrypt = ["$2y$", "$2b$", "$2a$"].iter().any(|p| hash.starts_with(p));
+    if bcrypt {
+        let cost = hash.get(4..6).and_then(|c| c.parse::<u32>().ok());
+        let valid = hash.len() == 60 && hash.as_bytes()[6] == b'$' && cost.is_some_and(|c| (4..=31).contains(&c));
+        return if valid { Ok(HashKind::Bcrypt) } else { Err("malformed bcrypt hash".into()) };
+    }
+    if hash.starts_with("$5$") || hash.starts_with("$6$") {
+        return sha_crypt::PasswordHashRef::new(hash)
+            .map(|_| HashKind::ShaCrypt)
+            .map_err(|_| "malformed SHA-crypt hash".into());
+    }
+    if hash.starts_with("$argon2") {
+        return argon2::PasswordHash::new(hash)
+            .map(|_| HashKind::Argon2)
+            .map_err(|e| format!("malformed Argon2 hash: {e}"));
+    }
+    Err(format!("unknown hash scheme; {USE}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BCRYPT: &str = "$2y$05$9EVlwSB2NC6UXZ8IVpCCUOGmBqdEtn6PcW2ph08rsBE/GChz6Cbbq";
+
+    #[test]
+    fn htpasswd_lines_by_kind() {
+        let cases: Vec<(String, Result<HashKind, &str>)> = vec![
+            (format!("a:{BCRYPT}"), Ok(HashKind::Bcrypt)),
+            (format!("a:{}", BCRYPT.replace("$2y$", "$2b$")), Ok(HashKind::Bcrypt)),
+            ("a:$5$rounds=5000$saltsalt$Gbmxz7AL/7/V8CNyZQmvhPuqmpSPnEXyC8XiaEJI3sC".into(), Ok(HashKind::ShaCrypt)),
+            ("a:$argon2id$v=19$m=16,t=2,p=1$c2FsdHNhbHQ$L0Z9S3cvszSYv7jVqfIbTg".into(), Ok(HashKind::Argon2)),
+            ("a:secret".into(), Err("plain-text")),
+            ("a:$apr1$salt$hash".into(), Err("MD5-crypt")),
+            ("a:$1$salt$hash".into(), Err("MD5-crypt")),
+            ("a:{SHA}W6ph5Mm5Pz8GgiULbPgzG37mj9g=".into(), Err("SHA-1")),
+            ("a:$2y$05$short".into(), Err("malformed bcrypt")),
+            ("a:$2x$05$9EVlwSB2NC6UXZ8IVpCCUOGmBqdEtn6PcW2ph08rsBE/GChz6Cbbq".into(), Err("unknown")),
+            ("a:$9$x".into(), Err("unknown")),
+            ("nocolon".into(), Err("user:hash")),
+        ];
+        for (line, want) in cases {
+            let text = format!("# users\n\n{line}\n");
+            match (parse_htpasswd(&text), want) {
+                (Ok(entries), Ok(kind)) => assert_eq!(entries[0].kind, kind, "{line}"),
+                (Err((n, message)), Err(part)) => {
+                    assert_eq!(n, 3, "{line}");
+                    assert!(message.contains(part), "{line}: {message}");
+                }
+                (got, want) => panic!("{line}: got {got:?}, want {want:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn duplicate_users_are_refused_and_debug_hides_hashes() {
+        let text = format!("a:{BCRYPT}\na:{BCRYPT}\n");
+        assert_eq!(parse_htpasswd(&text).unwrap_err().0, 2);
+        let one = parse_htpasswd(&format!("a:{BCRYPT}")).unwrap();
+        assert!(!format!("{one:?}").contains("$2y$"));
+    }
+}

@@ -5,7 +5,8 @@
 //! [`RouteCache::serve`] stands where the route would call
 //! [`Upstream::forward`]: only routes with `cache` take it (a branch in
 //! `dispatch`, nothing else on other routes). It keys on what the upstream
-//! receives (the upstream, the `Host` it sees, the path and query after
+//! receives (the upstream, the client's `Host` it sees as `Host` or
+//! `X-Forwarded-Host`, the path and query after
 //! `rewrite`) and the request headers the stored answer's `Vary` names.
 //!
 //! - `rules`: the RFC's rules as pure functions (storable, fresh, stale
@@ -367,7 +368,7 @@ impl RouteCache {
         Ok(response)
     }
 
-    /// The key of a request: the upstream, the `Host` it sees and the path
+    /// The key of a request: the upstream, the client's `Host` and the path
     /// and query it is sent (after `rewrite`).
     fn key(&self, req: &Request<Incoming>) -> Result<Arc<str>, GatewayError> {
         let path = upstream_path(req.uri(), &self.target, &self.prefix)?;
@@ -378,13 +379,18 @@ impl RouteCache {
         Arc::from(format!("{}\n{host}\n{path}", self.upstream.config.name))
     }
 
-    /// The `Host` the upstream sees, as the key has it: the client's, or
-    /// empty for the upstream's own (the same for every request).
+    /// The client's `Host`, as the key has it. The upstream sees it as
+    /// `Host` (`host = "preserve"`) or, with its own `Host` (`host =
+    /// "upstream"`), as `X-Forwarded-Host` and `Forwarded: host=`, which
+    /// the gateway sets from it: keyed either way, or one client's `Host`
+    /// would choose what the others are served. The mode is in the key too
+    /// (a reload may change it and keep the store).
     fn host_of(&self, req: &Request<Incoming>) -> String {
-        match self.target.host {
-            HostMode::Upstream => String::new(),
-            HostMode::Preserve => client_host(req).unwrap_or("").to_ascii_lowercase(),
-        }
+        let mode = match self.target.host {
+            HostMode::Upstream => "u ",
+            HostMode::Preserve => "p ",
+        };
+        format!("{mode}{}", client_host(req).unwrap_or("").to_ascii_lowercase())
     }
 }
 
@@ -416,7 +422,9 @@ fn from_entry(e: &Entry, method: &Method, client: &HeaderMap, status: Status) ->
     let mut headers = e.headers.clone();
     headers.insert(header::AGE, HeaderValue::from(e.age(now).as_secs()));
     headers.insert(CACHE_STATUS, status.value());
-    let (code, body) = if rules::not_modified(method, client, &e.headers) {
+    // Conditionals apply only to an answer that would be 2xx (RFC 9110
+    // §13.2.1): a stored 404 stays a 404.
+    let (code, body) = if e.status.is_success() && rules::not_modified(method, client, &e.headers) {
         headers.remove(header::CONTENT_LENGTH);
         (StatusCode::NOT_MODIFIED, Body::empty())
     } else if method == Method::HEAD {

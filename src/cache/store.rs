@@ -66,10 +66,14 @@ impl Entry {
         self.vary.iter().all(|(name, value)| rules::vary_value(headers, name) == *value)
     }
 
-    /// Bytes it holds, as the store weighs it.
+    /// Bytes it holds, as the store weighs it: its head twice (the policy
+    /// keeps a copy), the request fields the policy and `Vary` keep, and
+    /// its body.
     fn weight(&self) -> u64 {
         let head: usize = self.headers.iter().map(|(n, v)| n.as_str().len() + v.len() + 32).sum();
-        (head + self.body.len() + 256) as u64
+        let vary: usize =
+            self.vary.iter().map(|(n, v)| 2 * (n.as_str().len() + v.as_ref().map_or(0, String::len) + 32)).sum();
+        (2 * head + vary + self.body.len() + 512) as u64
     }
 
     /// How long the store keeps it: fresh, then the longer stale window;

@@ -1,0 +1,239 @@
+//! A hostile review of the response cache (issue 23): each test shows a
+//! defect found on the `cache` branch, end to end on real sockets.
+
+mod common;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicIsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::cached::*;
+use common::*;
+use http::Request;
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+
+/// Counts the bytes live on the heap of this test binary (the gateway runs
+/// in it), so that a test can tell what the cache really holds.
+struct Counting;
+
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        LIVE.fetch_add(new_size as isize - layout.size() as isize, Ordering::Relaxed);
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+fn header<'a>(parts: &'a http::response::Parts, name: &str) -> Option<&'a str> {
+    parts.headers.get(name).map(|v| v.to_str().unwrap())
+}
+
+/// An upstream whose answer has validator `"v1"`: a 304 (with `on_304`'s
+/// headers) to `If-None-Match: "v1"`, else a 200 with `on_200`'s.
+fn validating(
+    on_200: &'static [(&'static str, &'static str)],
+    on_304: impl Fn(&Request<Incoming>) -> Vec<(String, String)> + Clone + Send + Sync + 'static,
+) -> impl Fn(Request<Incoming>) -> std::future::Ready<http::Response<TestBody>> + Clone + Send + Sync + 'static {
+    move |req| {
+        if req.headers().get("if-none-match").is_some_and(|v| v == "\"v1\"") {
+            let extra = on_304(&req);
+            let mut headers: Vec<(&str, &str)> = vec![("etag", "\"v1\"")];
+            headers.extend(extra.iter().map(|(n, v)| (n.as_str(), v.as_str())));
+            return std::future::ready(answer(304, &headers, ""));
+        }
+        let mut headers: Vec<(&str, &str)> = vec![("etag", "\"v1\"")];
+        headers.extend_from_slice(on_200);
+        std::future::ready(answer(200, &headers, "body"))
+    }
+}
+
+/// RFC 9111 §5.2.2.4: a response's `no-cache` (with or without `max-age`)
+/// means the stored answer must not be used without revalidating it on
+/// every request. The cache served it as a fresh hit for `max-age`.
+#[tokio::test]
+async fn a_no_cache_answer_is_revalidated_on_every_request() {
+    let (gw, seen_) = cached("", validating(&[("cache-control", "max-age=60, no-cache")], |_| vec![])).await;
+    let (first, _) = get(&gw.url("/c/x")).await;
+    assert_eq!(first.status, 200);
+    let (second, body) = get(&gw.url("/c/x")).await;
+    assert_eq!((second.status.as_u16(), &body[..]), (200, &b"body"[..]));
+    assert_eq!(seen(&seen_), 2, "no-cache: the second request is revalidated, not a hit ({})", cache_status(&second));
+    assert!(cache_status(&second).starts_with("gateway; fwd=stale; fwd-status=304"), "{}", cache_status(&second));
+    // With default_ttl too (no explicit freshness): never a plain hit.
+    let (gw, seen_) = cached("default_ttl = \"60s\"", validating(&[("cache-control", "no-cache")], |_| vec![])).await;
+    get(&gw.url("/c/x")).await;
+    let (third, _) = get(&gw.url("/c/x")).await;
+    assert_eq!(seen(&seen_), 2, "no-cache with default_ttl: revalidated ({})", cache_status(&third));
+}
+
+/// A 304 that revalidates an entry for one client may carry a `Set-Cookie`
+/// for that client: merged into the stored head (§4.3.4) it was served to
+/// every later client, the issue's "never with Set-Cookie" broken and one
+/// client's session handed to the others.
+#[tokio::test]
+async fn a_304_that_sets_a_cookie_is_not_stored_for_others() {
+    let on_304 = |req: &Request<Incoming>| {
+        let who = req.headers().get("cookie").map_or("nobody".to_owned(), |v| v.to_str().unwrap().to_owned());
+        vec![("cache-control".into(), "max-age=60".into()), ("set-cookie".into(), format!("session-of-{who}"))]
+    };
+    let (gw, seen_) = cached("", validating(&[("cache-control", "max-age=0")], on_304)).await;
+    let (first, _) = get(&gw.url("/c/x")).await;
+    assert!(cache_status(&first).contains("stored"), "{}", cache_status(&first));
+    // Alice's request revalidates the (stale) entry; her 304 sets her cookie.
+    let (alice, body) = get_with(&gw.url("/c/x"), &[("cookie", "alice")]).await;
+    assert_eq!((alice.status.as_u16(), &body[..]), (200, &b"body"[..]));
+    assert_eq!(header(&alice, "set-cookie"), Some("session-of-alice"), "her own answer carries her cookie");
+    assert_eq!(seen(&seen_), 2);
+    // Bob must never be given Alice's cookie.
+    let (bob, body) = get(&gw.url("/c/x")).await;
+    assert_eq!(&body[..], b"body");
+    assert_ne!(header(&bob, "set-cookie"), Some("session-of-alice"), "Alice's Set-Cookie served to Bob");
+}
+
+/// RFC 9111 §4.3.4: the stored head is updated with the 304's fields: a
+/// field the 304 repeats on several lines keeps every line, not the last.
+#[tokio::test]
+async fn a_304_keeps_every_line_of_a_repeated_header() {
+    let on_304 = |_: &Request<Incoming>| {
+        vec![
+            ("cache-control".into(), "max-age=60".into()),
+            ("link".into(), "</a.css>; rel=preload".into()),
+            ("link".into(), "</b.js>; rel=preload".into()),
+        ]
+    };
+    let (gw, seen_) = cached("", validating(&[("cache-control", "max-age=0")], on_304)).await;
+    get(&gw.url("/c/x")).await;
+    get(&gw.url("/c/x")).await;
+    let (hit, _) = get(&gw.url("/c/x")).await;
+    assert_eq!(seen(&seen_), 2, "{}", cache_status(&hit));
+    let links: Vec<_> = hit.headers.get_all("link").iter().map(|v| v.to_str().unwrap()).collect();
+    assert_eq!(links, ["</a.css>; rel=preload", "</b.js>; rel=preload"]);
+}
+
+/// Poisoning: with `host = "upstream"` the key has no Host, yet the
+/// upstream is sent `X-Forwarded-Host` (and `Forwarded: host=`) from the
+/// client's `Host`. An attacker's Host then chose what every other client
+/// was served (an upstream that builds absolute links from it, the classic
+/// case). docs/behaviour.md even says X-Forwarded-Host comes "from the Host
+/// in the key".
+#[tokio::test]
+async fn the_client_host_sent_as_x_forwarded_host_is_in_the_key_with_host_upstream() {
+    let up = TestUpstream::start(|req: Request<Incoming>| {
+        let xfh = req.headers().get("x-forwarded-host").map(|v| v.to_str().unwrap().to_owned()).unwrap_or_default();
+        std::future::ready(answer(200, &[("cache-control", "max-age=60")], format!("links to {xfh}")))
+    })
+    .await;
+    let gw = TestGateway::from_toml(&proxy_toml(up.addr, "c", "host = \"upstream\"\ncache = {}", "")).await;
+    let (_, attacker) = get_with(&gw.url("/c/x"), &[("host", "evil.example")]).await;
+    assert_eq!(&attacker[..], b"links to evil.example");
+    let (parts, victim) = get_with(&gw.url("/c/x"), &[("host", "site.example")]).await;
+    assert_eq!(
+        String::from_utf8_lossy(&victim),
+        "links to site.example",
+        "poisoned by another client's Host ({})",
+        cache_status(&parts)
+    );
+    // The same Host is still a hit.
+    let (parts, again) = get_with(&gw.url("/c/x"), &[("host", "SITE.example")]).await;
+    assert!(cache_status(&parts).contains("hit"), "{}", cache_status(&parts));
+    assert_eq!(&again[..], b"links to site.example");
+}
+
+/// RFC 9110 §13.2.1: conditionals are evaluated only when the answer would
+/// be 2xx. A stored 404 (or 410, 301, ...) with a Last-Modified / ETag
+/// was answered 304 to a client's If-Modified-Since / If-None-Match: *,
+/// turning "not found" into "your copy is still good".
+#[tokio::test]
+async fn a_stored_404_ignores_the_client_conditionals() {
+    let headers: &[(&str, &str)] =
+        &[("cache-control", "max-age=60"), ("last-modified", "Mon, 01 Jan 2024 00:00:00 GMT"), ("etag", "\"gone\"")];
+    let (gw, seen_) = cached("", fixed(404, headers)).await;
+    get(&gw.url("/c/x")).await;
+    let (ims, _) = get_with(&gw.url("/c/x"), &[("if-modified-since", "Tue, 02 Jan 2024 00:00:00 GMT")]).await;
+    assert_eq!(seen(&seen_), 1);
+    assert_eq!(ims.status, 404, "a 404 is not 'not modified' ({})", cache_status(&ims));
+    let (inm, _) = get_with(&gw.url("/c/x"), &[("if-none-match", "*")]).await;
+    assert_eq!(inm.status, 404, "If-None-Match: * on a 404 ({})", cache_status(&inm));
+}
+
+/// Memory bounds: `max_size` weighs an entry by its response head and body,
+/// but each entry also keeps (in its `CachePolicy`) a copy of the whole
+/// request head of the client that filled it. Requests with a large header
+/// (up to `max_header_size`, 64 KiB) on distinct URLs held ~100 times what
+/// `max_size` allows: here 300 requests with a 40 KiB header kept ~40 MB
+/// live under `max_size = "512KiB"` (the copy's values and URI are slices
+/// of the client connection's read buffer, which they keep whole).
+#[tokio::test]
+async fn max_size_bounds_what_entries_really_hold() {
+    let (gw, seen_) =
+        cached("max_size = \"512KiB\", max_entry = \"64KiB\"", fixed(200, &[("cache-control", "max-age=600")])).await;
+    let junk = "j".repeat(40 << 10);
+    // One client connection throughout: what grows is what the gateway keeps.
+    let c = client();
+    let get_junk = |path: String| {
+        let req = Request::get(gw.url(&path)).header("x-junk", &junk).body(full(Bytes::new())).unwrap();
+        let c = c.clone();
+        async move {
+            let resp = c.request(req).await.unwrap();
+            resp.into_body().collect().await.unwrap();
+        }
+    };
+    // Warm up (connection pools, buffers) before measuring.
+    for i in 0..20 {
+        get_junk(format!("/c/warm{i}")).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let before = LIVE.load(Ordering::Relaxed);
+    for i in 0..300 {
+        get_junk(format!("/c/{i}")).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let grown = LIVE.load(Ordering::Relaxed) - before;
+    assert_eq!(seen(&seen_), 320);
+    assert!(grown < 4 << 20, "a 512 KiB cache holds {} KiB more", grown >> 10);
+}
+
+/// The same with ordinary requests: each stored entry's URI and header
+/// values were slices of the connections' read buffers (the client's and
+/// the upstream's), keeping whole buffers alive for as long as the entry
+/// lives, many times its weight.
+#[tokio::test]
+async fn many_small_entries_stay_within_max_size() {
+    let (gw, seen_) =
+        cached("max_size = \"1MiB\", max_entry = \"64KiB\"", fixed(200, &[("cache-control", "max-age=600")])).await;
+    let c = client();
+    let get_one = |path: String| {
+        let req = Request::get(gw.url(&path)).body(full(Bytes::new())).unwrap();
+        let c = c.clone();
+        async move {
+            let resp = c.request(req).await.unwrap();
+            resp.into_body().collect().await.unwrap();
+        }
+    };
+    for i in 0..20 {
+        get_one(format!("/c/warm{i}")).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let before = LIVE.load(Ordering::Relaxed);
+    for i in 0..1500 {
+        get_one(format!("/c/{i}")).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let grown = LIVE.load(Ordering::Relaxed) - before;
+    assert_eq!(seen(&seen_), 1520);
+    assert!(grown < 3 << 20, "a 1 MiB cache holds {} KiB more", grown >> 10);
+}

@@ -237,3 +237,48 @@ async fn many_small_entries_stay_within_max_size() {
     assert_eq!(seen(&seen_), 1520);
     assert!(grown < 3 << 20, "a 1 MiB cache holds {} KiB more", grown >> 10);
 }
+
+/// RFC 9111 §4.4 with a route `rewrite`: the `Location` of a POST's answer
+/// names the URI the clients use (`/c/other`), but the key holds the path
+/// sent upstream (`/api/other`): the raw Location path was used as the
+/// key's, so the entry it names was never invalidated.
+#[tokio::test]
+async fn a_location_is_invalidated_through_the_route_rewrite() {
+    let up = TestUpstream::start(|req: Request<Incoming>| {
+        std::future::ready(if req.method() == http::Method::POST {
+            answer(201, &[("location", "/c/other")], "made")
+        } else {
+            answer(200, &[("cache-control", "max-age=60")], format!("at {}", req.uri()))
+        })
+    })
+    .await;
+    let gw = TestGateway::from_toml(&proxy_toml(up.addr, "c", "rewrite = \"/api\"\ncache = {}", "")).await;
+    let (_, body) = get(&gw.url("/c/other")).await;
+    assert_eq!(&body[..], b"at /api/other");
+    let (parts, _) = get(&gw.url("/c/other")).await;
+    assert!(cache_status(&parts).contains("hit"), "{}", cache_status(&parts));
+    let (parts, _) = send(Request::post(gw.url("/c/x")).body(full("new")).unwrap()).await;
+    assert_eq!(parts.status, 201);
+    let (parts, _) = get(&gw.url("/c/other")).await;
+    assert!(
+        cache_status(&parts).starts_with("gateway; fwd=miss"),
+        "Location not invalidated: {}",
+        cache_status(&parts)
+    );
+}
+
+/// RFC 9211 / the issue: `Cache-Status` on every response of a cache route,
+/// the gateway's own error answers included (`only-if-cached` on a miss, an
+/// upstream that is down).
+#[tokio::test]
+async fn error_answers_of_a_cache_route_say_cache_status() {
+    let (gw, _) = cached("", fixed(200, &[("cache-control", "max-age=60")])).await;
+    let (parts, _) = get_with(&gw.url("/c/x"), &[("cache-control", "only-if-cached")]).await;
+    assert_eq!(parts.status, 504);
+    assert!(cache_status(&parts).starts_with("gateway;"), "only-if-cached miss: {:?}", parts.headers);
+    let down = refused_addr().await;
+    let gw = TestGateway::from_toml(&proxy_toml(down, "c", "cache = {}", "")).await;
+    let (parts, _) = get(&gw.url("/c/x")).await;
+    assert_eq!(parts.status, 502);
+    assert!(cache_status(&parts).starts_with("gateway; fwd=miss"), "upstream down: {:?}", parts.headers);
+}

@@ -359,9 +359,15 @@ impl RouteCache {
         {
             self.store.invalidate(&key).await;
             for name in [header::LOCATION, header::CONTENT_LOCATION] {
-                let path = response.headers().get(name).and_then(|v| same_origin(v, client_host.as_deref()));
+                let uri = response.headers().get(name).and_then(|v| same_origin(v, client_host.as_deref()));
+                // The URI the clients use: under this route's prefix, its
+                // key has the path sent upstream (after `rewrite`); another
+                // route's is not in this store.
+                let path = uri
+                    .filter(|u| under_prefix(u.path(), &self.prefix))
+                    .and_then(|u| upstream_path(&u, &self.target, &self.prefix).ok());
                 if let Some(path) = path {
-                    self.store.invalidate(&self.key_for(&host, &path)).await;
+                    self.store.invalidate(&self.key_for(&host, path.as_str())).await;
                 }
             }
         }
@@ -404,15 +410,21 @@ fn client_host(req: &Request<Incoming>) -> Option<&str> {
 /// The path and query of a `Location` / `Content-Location` that names the
 /// request's own origin (a relative reference, or an absolute one to the
 /// same host).
-fn same_origin(value: &HeaderValue, host: Option<&str>) -> Option<String> {
+fn same_origin(value: &HeaderValue, host: Option<&str>) -> Option<Uri> {
     let uri: Uri = value.to_str().ok()?.parse().ok()?;
     if let Some(authority) = uri.authority()
         && !host.is_some_and(|h| h.eq_ignore_ascii_case(authority.as_str()))
     {
         return None;
     }
-    let path = uri.path_and_query()?.as_str();
-    path.starts_with('/').then(|| path.to_owned())
+    let path = uri.path_and_query()?.clone();
+    path.as_str().starts_with('/').then(|| Uri::from(path))
+}
+
+/// Whether `path` is the route's: its prefix, segment-aware.
+fn under_prefix(path: &str, prefix: &str) -> bool {
+    let prefix = prefix.trim_end_matches('/');
+    prefix.is_empty() || path.strip_prefix(prefix).is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
 }
 
 /// The client's answer from a stored entry: the full answer, its head (a
@@ -436,6 +448,15 @@ fn from_entry(e: &Entry, method: &Method, client: &HeaderMap, status: Status) ->
     *response.status_mut() = code;
     *response.headers_mut() = headers;
     response
+}
+
+/// `Cache-Status` of the gateway's own error answer on a cache route: an
+/// `only-if-cached` miss went nowhere; any other failed going upstream.
+pub fn error_status(e: &GatewayError) -> HeaderValue {
+    match e {
+        GatewayError::NotCached => HeaderValue::from_static("gateway; detail=not-cached"),
+        _ => HeaderValue::from_static("gateway; fwd=miss"),
+    }
 }
 
 fn with_status(mut response: Response<Body>, status: Status) -> Response<Body> {

@@ -282,3 +282,39 @@ async fn error_answers_of_a_cache_route_say_cache_status() {
     assert_eq!(parts.status, 502);
     assert!(cache_status(&parts).starts_with("gateway; fwd=miss"), "upstream down: {:?}", parts.headers);
 }
+
+/// stale-if-error with coalescing: when the fill fails and its client is
+/// served the stale entry, the clients that waited on it were told "not
+/// shared" and each went upstream itself: a failing (overloaded) service got
+/// one request per waiting client, just when the cache should shield it.
+#[tokio::test]
+async fn waiters_on_a_failed_fill_are_served_stale_without_going_upstream() {
+    let failing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let f = failing.clone();
+    let handler = move |_| {
+        let fail = f.load(Ordering::SeqCst);
+        Box::pin(async move {
+            if fail {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                answer(503, &[], "down")
+            } else {
+                answer(200, &[("cache-control", "max-age=1")], "good")
+            }
+        }) as std::pin::Pin<Box<dyn std::future::Future<Output = _> + Send>>
+    };
+    let (gw, seen_) = cached("stale_if_error = \"60s\"", handler).await;
+    get(&gw.url("/c/x")).await;
+    failing.store(true, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let clients: Vec<_> = (0..10)
+        .map(|_| {
+            let url = gw.url("/c/x");
+            tokio::spawn(async move { get(&url).await })
+        })
+        .collect();
+    for c in clients {
+        let (parts, body) = c.await.unwrap();
+        assert_eq!((parts.status.as_u16(), &body[..]), (200, &b"good"[..]), "{}", cache_status(&parts));
+    }
+    assert_eq!(seen(&seen_), 2, "one upstream request for the ten clients");
+}

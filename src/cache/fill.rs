@@ -78,7 +78,10 @@ impl Fill {
             Ok(r) => r,
             Err(e) => {
                 let answer = match stale.filter(|s| serves_on_error(s)) {
-                    Some(s) => Answer::Entry(s, None),
+                    Some(s) => {
+                        guard.publish(Filled::Failed);
+                        Answer::Entry(s, None)
+                    }
                     None => Answer::Failed(e),
                 };
                 return send(tx, answer);
@@ -102,6 +105,7 @@ impl Fill {
         if rules::ERROR_STATUSES.contains(&status.as_u16())
             && let Some(s) = stale.filter(|s| serves_on_error(s))
         {
+            guard.publish(Filled::Failed);
             return send(tx, Answer::Entry(s, None));
         }
         let (parts, body) = response.into_parts();
@@ -138,7 +142,7 @@ fn send(tx: Option<oneshot::Sender<Answer>>, answer: Answer) {
 }
 
 /// Whether a stale entry is within its `stale-if-error` window.
-fn serves_on_error(entry: &Entry) -> bool {
+pub fn serves_on_error(entry: &Entry) -> bool {
     entry.staleness(SystemTime::now()) < entry.if_error
 }
 

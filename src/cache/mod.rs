@@ -234,6 +234,15 @@ impl RouteCache {
             self.metrics.coalesced.increment(1);
             return Ok(from_entry(e, req.method(), req.headers(), Status::hit(Some(ttl))));
         }
+        // The upstream failed and the fill served the stale entry: so is
+        // this request, when the entry it matches may be served on error.
+        if filled == Filled::Failed
+            && let Some(e) = &entry
+            && fill::serves_on_error(e)
+        {
+            self.metrics.stale.increment(1);
+            return Ok(from_entry(e, req.method(), req.headers(), Status::stale()));
+        }
         // Never another client's uncacheable answer, nor one for other
         // Vary values: a fill of its own, not shared.
         let guard = self.store.solo(&key);

@@ -108,6 +108,10 @@ pub enum Filled {
     Stored,
     /// Not stored (uncacheable, too large, failed): go upstream yourself.
     NotShared,
+    /// The upstream failed and the fill's client was served the stale
+    /// entry (stale-if-error): serve it too, rather than each waiter
+    /// asking a failing upstream again.
+    Failed,
 }
 
 /// A fill's place in the map; dropped, it tells the waiters and frees the key.

@@ -92,8 +92,11 @@ impl Entry {
 pub struct Variants(pub Arc<[Arc<Entry>]>);
 
 impl Variants {
-    fn weight(&self) -> u32 {
-        u32::try_from(self.0.iter().map(|e| e.weight()).sum::<u64>()).unwrap_or(u32::MAX)
+    /// The variants' weights, with the key's bytes held once by the store
+    /// and once (as the URI) by each variant's policy.
+    fn weight(&self, key: &str) -> u32 {
+        let each = self.0.iter().map(|e| e.weight() + key.len() as u64).sum::<u64>();
+        u32::try_from(each + key.len() as u64).unwrap_or(u32::MAX)
     }
 }
 
@@ -201,13 +204,13 @@ impl Store {
         let listener = counts.clone();
         let cache = moka::future::Cache::builder()
             .max_capacity(config.max_size)
-            .weigher(|_: &Arc<str>, v: &Variants| v.weight())
+            .weigher(|k: &Arc<str>, v: &Variants| v.weight(k))
             .expire_after(KeepFor)
-            .eviction_listener(move |_, v: Variants, cause| {
+            .eviction_listener(move |k: Arc<Arc<str>>, v: Variants, cause| {
                 if cause == RemovalCause::Size {
                     listener.evictions.increment(1);
                 }
-                listener.add(-i64::from(v.weight()), -(v.0.len() as i64));
+                listener.add(-i64::from(v.weight(&k)), -(v.0.len() as i64));
             })
             .build();
         Arc::new(Store { config, cache, fills: Mutex::default(), counts })
@@ -225,7 +228,7 @@ impl Store {
         let old = self.cache.get(&**key).await.unwrap_or_default();
         let kept: Vec<_> = old.0.iter().filter(|e| e.vary != entry.vary).take(MAX_VARIANTS - 1).cloned().collect();
         let variants = Variants(std::iter::once(entry).chain(kept).collect());
-        self.counts.add(i64::from(variants.weight()), variants.0.len() as i64);
+        self.counts.add(i64::from(variants.weight(key)), variants.0.len() as i64);
         self.cache.insert(key.clone(), variants).await;
         // The size bound and the eviction counts applied now, not at moka's
         // next housekeeping: a miss (an upstream request) pays for it.

@@ -78,7 +78,10 @@ impl Fill {
             Ok(r) => r,
             Err(e) => {
                 let answer = match stale.filter(|s| serves_on_error(s)) {
-                    Some(s) => Answer::Entry(s, None),
+                    Some(s) => {
+                        guard.publish(Filled::Failed);
+                        Answer::Entry(s, None)
+                    }
                     None => Answer::Failed(e),
                 };
                 return send(tx, answer);
@@ -89,13 +92,20 @@ impl Fill {
         if let (StatusCode::NOT_MODIFIED, Some(old)) = (status, &stale) {
             let (parts, _) = response.into_parts();
             let refreshed = refresh(old, &head, &parts, now);
-            cache.store.put(&key, refreshed.clone_entry()).await;
-            guard.publish(Filled::Stored);
+            // The merged head is judged again: a 304 may bring what must not
+            // be stored (a `Set-Cookie` for the client that revalidated,
+            // `private`, `no-store`). Then only this client gets it; the
+            // others go upstream themselves.
+            if rules::storable(&refreshed.policy, refreshed.status, &refreshed.headers, Some(refreshed.lifetime)) {
+                cache.store.put(&key, refreshed.clone_entry()).await;
+                guard.publish(Filled::Stored);
+            }
             return send(tx, Answer::Entry(Arc::new(refreshed), Some(304)));
         }
         if rules::ERROR_STATUSES.contains(&status.as_u16())
             && let Some(s) = stale.filter(|s| serves_on_error(s))
         {
+            guard.publish(Filled::Failed);
             return send(tx, Answer::Entry(s, None));
         }
         let (parts, body) = response.into_parts();
@@ -132,7 +142,7 @@ fn send(tx: Option<oneshot::Sender<Answer>>, answer: Answer) {
 }
 
 /// Whether a stale entry is within its `stale-if-error` window.
-fn serves_on_error(entry: &Entry) -> bool {
+pub fn serves_on_error(entry: &Entry) -> bool {
     entry.staleness(SystemTime::now()) < entry.if_error
 }
 
@@ -168,7 +178,12 @@ pub fn entry_of(
     while_revalidate: std::time::Duration,
     if_error: std::time::Duration,
 ) -> Option<Entry> {
-    let policy = rules::policy(head, parts, now);
+    // What is kept is copied out of the connections' read buffers (a
+    // header value received is a slice of one, which it would keep
+    // alive), and of the request only what the policy reads: the store's
+    // weights are then what it really holds.
+    let parts = &detached_response(parts);
+    let policy = rules::policy(&policy_head(head, &parts.headers), parts, now);
     let d = Directives::of(&parts.headers);
     let lifetime = rules::lifetime(&parts.headers, &d, default_ttl);
     if !rules::storable(&policy, parts.status, &parts.headers, lifetime) {
@@ -200,16 +215,21 @@ pub fn entry_of(
 /// the crate's merged head comes with an `Age` and `Date` of its making,
 /// which must not be stored.
 fn refresh(old: &Entry, head: &request::Parts, not_modified: &response::Parts, now: SystemTime) -> Entry {
-    let policy = match old.policy.after_response(head, not_modified, now) {
+    let not_modified = &detached_response(not_modified);
+    let policy = match old.policy.after_response(&policy_head(head, &old.headers), not_modified, now) {
         AfterResponse::NotModified(p, _) | AfterResponse::Modified(p, _) => p,
     };
     let mut headers = old.headers.clone();
-    for (name, value) in &not_modified.headers {
-        if ![header::CONTENT_LENGTH, header::CONTENT_ENCODING, header::TRANSFER_ENCODING, header::CONTENT_RANGE]
-            .contains(name)
-        {
-            headers.insert(name.clone(), value.clone());
-        }
+    let updated = |name: &&header::HeaderName| {
+        ![header::CONTENT_LENGTH, header::CONTENT_ENCODING, header::TRANSFER_ENCODING, header::CONTENT_RANGE]
+            .contains(*name)
+    };
+    // Every line of a field the 304 has replaces every line stored.
+    for name in not_modified.headers.keys().filter(updated) {
+        headers.remove(name);
+    }
+    for (name, value) in not_modified.headers.iter().filter(|(n, _)| updated(n)) {
+        headers.append(name.clone(), value.clone());
     }
     let d = Directives::of(&headers);
     let lifetime = rules::lifetime(&headers, &d, old.lifetime).unwrap_or(old.lifetime);
@@ -224,6 +244,52 @@ fn refresh(old: &Entry, head: &request::Parts, not_modified: &response::Parts, n
         if_error: old.if_error,
         vary: old.vary.clone(),
     }
+}
+
+/// `headers` in allocations of their own.
+fn detached(headers: &http::HeaderMap) -> http::HeaderMap {
+    let mut out = http::HeaderMap::with_capacity(headers.len());
+    for (name, value) in headers {
+        let mut copy = http::HeaderValue::from_bytes(value.as_bytes()).expect("was a header value");
+        copy.set_sensitive(value.is_sensitive());
+        out.append(name.clone(), copy);
+    }
+    out
+}
+
+/// A response head with its headers detached (see [`detached`]).
+fn detached_response(parts: &response::Parts) -> response::Parts {
+    let mut r = Response::new(());
+    *r.status_mut() = parts.status;
+    *r.version_mut() = parts.version;
+    *r.headers_mut() = detached(&parts.headers);
+    r.into_parts().0
+}
+
+/// The part of a request head the crate's policy reads (its directives,
+/// `Authorization`, `Host`, and the fields the answer varies on), detached.
+/// The policy keeps the head it is made from: the whole of it would let a
+/// client's large headers (up to `max_header_size`, on every entry) outweigh
+/// what the store's weights count.
+fn policy_head(head: &request::Parts, response: &http::HeaderMap) -> request::Parts {
+    let mut r = Request::new(());
+    *r.method_mut() = head.method.clone();
+    // The URI too is a slice of the read buffer: copied.
+    *r.uri_mut() = http::Uri::try_from(head.uri.to_string()).unwrap_or_default();
+    *r.version_mut() = head.version;
+    let mut kept = http::HeaderMap::new();
+    let named = [header::CACHE_CONTROL, header::PRAGMA, header::AUTHORIZATION, header::HOST];
+    let varied = rules::vary_names(response).filter_map(|n| http::HeaderName::from_bytes(n.as_bytes()).ok());
+    for name in named.into_iter().chain(varied) {
+        if kept.contains_key(&name) {
+            continue;
+        }
+        for value in head.headers.get_all(&name) {
+            kept.append(name.clone(), http::HeaderValue::from_bytes(value.as_bytes()).expect("was a header value"));
+        }
+    }
+    *r.headers_mut() = kept;
+    r.into_parts().0
 }
 
 impl Entry {

@@ -5,7 +5,8 @@
 //! [`RouteCache::serve`] stands where the route would call
 //! [`Upstream::forward`]: only routes with `cache` take it (a branch in
 //! `dispatch`, nothing else on other routes). It keys on what the upstream
-//! receives (the upstream, the `Host` it sees, the path and query after
+//! receives (the upstream, the client's `Host` it sees as `Host` or
+//! `X-Forwarded-Host`, the path and query after
 //! `rewrite`) and the request headers the stored answer's `Vary` names.
 //!
 //! - `rules`: the RFC's rules as pure functions (storable, fresh, stale
@@ -255,6 +256,15 @@ impl RouteCache {
             self.metrics.coalesced.increment(1);
             return Ok(from_entry(e, req.method(), req.headers(), Status::hit(Some(ttl))));
         }
+        // The upstream failed and the fill served the stale entry: so is
+        // this request, when the entry it matches may be served on error.
+        if filled == Filled::Failed
+            && let Some(e) = &entry
+            && fill::serves_on_error(e)
+        {
+            self.metrics.stale.increment(1);
+            return Ok(from_entry(e, req.method(), req.headers(), Status::stale()));
+        }
         // Never another client's uncacheable answer, nor one for other
         // Vary values: a fill of its own, not shared.
         let guard = self.store.solo(&key);
@@ -381,43 +391,54 @@ impl RouteCache {
         {
             self.store.invalidate(&key).await;
             for name in [header::LOCATION, header::CONTENT_LOCATION] {
-                let path = response.headers().get(name).and_then(|v| same_origin(v, client_host.as_deref()));
+                let uri = response.headers().get(name).and_then(|v| same_origin(v, client_host.as_deref()));
+                // The URI the clients use: under this route's prefix, its
+                // key has the path sent upstream (after `rewrite`); another
+                // route's is not in this store.
+                let path = uri
+                    .filter(|u| under_prefix(u.path(), &self.prefix))
+                    .and_then(|u| upstream_path(&u, &self.target, &self.prefix).ok());
                 if let Some(path) = path {
-                    self.store.invalidate(&self.key_for(&host, &path)).await;
+                    self.store.invalidate(&self.key_for(&host, path.as_str())).await;
                 }
             }
         }
         Ok(response)
     }
 
-    /// The key of a request: the upstream, the `Host` it sees and the path
+    /// The key of a request: the upstream, the client's `Host` and the path
     /// and query it is sent (after `rewrite`).
     fn key(&self, req: &Request<Incoming>) -> Result<Arc<str>, GatewayError> {
         let path = upstream_path(req.uri(), &self.target, &self.prefix)?;
         Ok(self.key_for(self.host_of(req), path.as_str()))
     }
 
-    /// `upstream \n host \n path`, the host lowercased. Built by hand, not
-    /// with `format!`: it is made for every request.
+    /// `upstream \n mode host \n path`, the host lowercased; the host mode
+    /// is in the key too (a reload may change it and keep the store). Built
+    /// by hand, not with `format!`: it is made for every request.
     fn key_for(&self, host: &str, path: &str) -> Arc<str> {
         let name = &self.upstream.config.name;
-        let mut key = String::with_capacity(name.len() + host.len() + path.len() + 2);
+        let mode = match self.target.host {
+            HostMode::Upstream => "u ",
+            HostMode::Preserve => "p ",
+        };
+        let mut key = String::with_capacity(name.len() + mode.len() + host.len() + path.len() + 2);
         key.push_str(name);
         key.push('\n');
+        key.push_str(mode);
         key.extend(host.chars().map(|c| c.to_ascii_lowercase()));
         key.push('\n');
         key.push_str(path);
         Arc::from(key)
     }
 
-    /// The `Host` the upstream sees, as the key has it (before
-    /// lowercasing): the client's, or empty for the upstream's own (the
-    /// same for every request).
+    /// The client's `Host`, as the key has it (before lowercasing). The
+    /// upstream sees it as `Host` (`host = "preserve"`) or, with its own
+    /// `Host` (`host = "upstream"`), as `X-Forwarded-Host` and `Forwarded:
+    /// host=`, which the gateway sets from it: keyed either way, or one
+    /// client's `Host` would choose what the others are served.
     fn host_of<'r>(&self, req: &'r Request<Incoming>) -> &'r str {
-        match self.target.host {
-            HostMode::Upstream => "",
-            HostMode::Preserve => client_host(req).unwrap_or(""),
-        }
+        client_host(req).unwrap_or("")
     }
 }
 
@@ -431,15 +452,21 @@ fn client_host(req: &Request<Incoming>) -> Option<&str> {
 /// The path and query of a `Location` / `Content-Location` that names the
 /// request's own origin (a relative reference, or an absolute one to the
 /// same host).
-fn same_origin(value: &HeaderValue, host: Option<&str>) -> Option<String> {
+fn same_origin(value: &HeaderValue, host: Option<&str>) -> Option<Uri> {
     let uri: Uri = value.to_str().ok()?.parse().ok()?;
     if let Some(authority) = uri.authority()
         && !host.is_some_and(|h| h.eq_ignore_ascii_case(authority.as_str()))
     {
         return None;
     }
-    let path = uri.path_and_query()?.as_str();
-    path.starts_with('/').then(|| path.to_owned())
+    let path = uri.path_and_query()?.clone();
+    path.as_str().starts_with('/').then(|| Uri::from(path))
+}
+
+/// Whether `path` is the route's: its prefix, segment-aware.
+fn under_prefix(path: &str, prefix: &str) -> bool {
+    let prefix = prefix.trim_end_matches('/');
+    prefix.is_empty() || path.strip_prefix(prefix).is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
 }
 
 /// The client's answer from a stored entry: the full answer, its head (a
@@ -449,7 +476,9 @@ fn from_entry(e: &Entry, method: &Method, client: &HeaderMap, status: Status) ->
     let mut headers = e.headers.clone();
     headers.insert(header::AGE, HeaderValue::from(e.age(now).as_secs()));
     headers.insert(CACHE_STATUS, status.value());
-    let (code, body) = if rules::not_modified(method, client, &e.headers) {
+    // Conditionals apply only to an answer that would be 2xx (RFC 9110
+    // §13.2.1): a stored 404 stays a 404.
+    let (code, body) = if e.status.is_success() && rules::not_modified(method, client, &e.headers) {
         headers.remove(header::CONTENT_LENGTH);
         (StatusCode::NOT_MODIFIED, Body::empty())
     } else if method == Method::HEAD {
@@ -461,6 +490,15 @@ fn from_entry(e: &Entry, method: &Method, client: &HeaderMap, status: Status) ->
     *response.status_mut() = code;
     *response.headers_mut() = headers;
     response
+}
+
+/// `Cache-Status` of the gateway's own error answer on a cache route: an
+/// `only-if-cached` miss went nowhere; any other failed going upstream.
+pub fn error_status(e: &GatewayError) -> HeaderValue {
+    match e {
+        GatewayError::NotCached => HeaderValue::from_static("gateway; detail=not-cached"),
+        _ => HeaderValue::from_static("gateway; fwd=miss"),
+    }
 }
 
 fn with_status(mut response: Response<Body>, status: Status) -> Response<Body> {

@@ -112,8 +112,15 @@ pub fn policy(request: &http::request::Parts, response: &http::response::Parts, 
 
 /// How long a response is fresh from its generation (RFC 9111 §4.2.1):
 /// `s-maxage`, then `max-age`, then `Expires` − `Date`, then
-/// `default_ttl`. `None`: it states none and there is no default.
+/// `default_ttl`. `None`: it states none and there is no default. A
+/// response's `no-cache` (§5.2.2.4) may be stored but never used without
+/// revalidation: its lifetime is zero, whatever else it says.
 pub fn lifetime(response: &HeaderMap, d: &Directives, default_ttl: Duration) -> Option<Duration> {
+    let stated = stated_lifetime(response, d, default_ttl);
+    if d.no_cache { stated.map(|_| Duration::ZERO) } else { stated }
+}
+
+fn stated_lifetime(response: &HeaderMap, d: &Directives, default_ttl: Duration) -> Option<Duration> {
     if let Some(s) = d.s_maxage.or(d.max_age) {
         return Some(Duration::from_secs(s));
     }

@@ -75,10 +75,14 @@ impl Entry {
         self.vary.iter().all(|(name, value)| rules::vary_value(headers, name) == *value)
     }
 
-    /// Bytes it holds, as the store weighs it.
+    /// Bytes it holds, as the store weighs it: its head twice (the policy
+    /// keeps a copy), the request fields the policy and `Vary` keep, and
+    /// its body.
     fn weight(&self) -> u64 {
         let head: usize = self.headers.iter().map(|(n, v)| n.as_str().len() + v.len() + 32).sum();
-        (head + self.body.len() + 256) as u64
+        let vary: usize =
+            self.vary.iter().map(|(n, v)| 2 * (n.as_str().len() + v.as_ref().map_or(0, String::len) + 32)).sum();
+        (2 * head + vary + self.body.len() + 512) as u64
     }
 
     /// How long the store keeps it: fresh, then the longer stale window;
@@ -97,8 +101,11 @@ impl Entry {
 pub struct Variants(pub Arc<[Arc<Entry>]>);
 
 impl Variants {
-    fn weight(&self) -> u32 {
-        u32::try_from(self.0.iter().map(|e| e.weight()).sum::<u64>()).unwrap_or(u32::MAX)
+    /// The variants' weights, with the key's bytes held once by the store
+    /// and once (as the URI) by each variant's policy.
+    fn weight(&self, key: &str) -> u32 {
+        let each = self.0.iter().map(|e| e.weight() + key.len() as u64).sum::<u64>();
+        u32::try_from(each + key.len() as u64).unwrap_or(u32::MAX)
     }
 }
 
@@ -113,6 +120,10 @@ pub enum Filled {
     Stored,
     /// Not stored (uncacheable, too large, failed): go upstream yourself.
     NotShared,
+    /// The upstream failed and the fill's client was served the stale
+    /// entry (stale-if-error): serve it too, rather than each waiter
+    /// asking a failing upstream again.
+    Failed,
 }
 
 /// A fill's place in the map; dropped, it tells the waiters and frees the key.
@@ -202,13 +213,13 @@ impl Store {
         let listener = counts.clone();
         let cache = moka::future::Cache::builder()
             .max_capacity(config.max_size)
-            .weigher(|_: &Arc<str>, v: &Variants| v.weight())
+            .weigher(|k: &Arc<str>, v: &Variants| v.weight(k))
             .expire_after(KeepFor)
-            .eviction_listener(move |_, v: Variants, cause| {
+            .eviction_listener(move |k: Arc<Arc<str>>, v: Variants, cause| {
                 if cause == RemovalCause::Size {
                     listener.evictions.increment(1);
                 }
-                listener.add(-i64::from(v.weight()), -(v.0.len() as i64));
+                listener.add(-i64::from(v.weight(&k)), -(v.0.len() as i64));
             })
             .build();
         Arc::new(Store { config, cache, fills: Mutex::default(), counts })
@@ -226,7 +237,7 @@ impl Store {
         let old = self.cache.get(&**key).await.unwrap_or_default();
         let kept: Vec<_> = old.0.iter().filter(|e| e.vary != entry.vary).take(MAX_VARIANTS - 1).cloned().collect();
         let variants = Variants(std::iter::once(entry).chain(kept).collect());
-        self.counts.add(i64::from(variants.weight()), variants.0.len() as i64);
+        self.counts.add(i64::from(variants.weight(key)), variants.0.len() as i64);
         self.cache.insert(key.clone(), variants).await;
         // The size bound and the eviction counts applied now, not at moka's
         // next housekeeping: a miss (an upstream request) pays for it.

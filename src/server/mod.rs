@@ -286,7 +286,16 @@ impl App {
                     let mut response = match &route.cache {
                         None => upstream.forward(p, prefix, route.config.max_body, req, peer, cx, deadline).await?,
                         // Boxed: only cache routes pay for its future.
-                        Some(cache) => Box::pin(cache.serve(req, peer, cx, deadline)).await?,
+                        // Its own error answers say Cache-Status too (RFC 9211).
+                        Some(cache) => match Box::pin(cache.serve(req, peer, cx, deadline)).await {
+                            Ok(response) => response,
+                            Err(e) => {
+                                let status = crate::cache::error_status(&e);
+                                let mut response = self.fail(&route.metrics, Some(upstream), cx, e);
+                                response.headers_mut().insert(crate::cache::CACHE_STATUS, status);
+                                response
+                            }
+                        },
                     };
                     if response.status() == StatusCode::SWITCHING_PROTOCOLS
                         && let Some(tunnel) = response.extensions_mut().get_mut::<PendingTunnel>()

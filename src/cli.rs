@@ -150,7 +150,7 @@ async fn reload_on_sighup(app: std::sync::Arc<crate::server::App>) {
     };
     while hup.recv().await.is_some() {
         tracing::info!("SIGHUP received: reloading the configuration");
-        let _ = app.reload_off_runtime().await;
+        let _ = app.reload_off_runtime(crate::server::Trigger::Signal).await;
     }
 }
 

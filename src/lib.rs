@@ -12,6 +12,7 @@ pub mod body;
 pub mod cli;
 pub mod config;
 mod demo;
+pub mod discovery;
 pub mod error;
 pub mod files;
 pub mod headers;
@@ -54,7 +55,9 @@ impl Gateway {
             Some(addr) => Some(crate::net::bind(addr).await?),
             None => None,
         };
-        Ok(Gateway { app: Arc::new(App::new(config)), listener, admin })
+        let app = Arc::new(App::new(config));
+        tokio::spawn(crate::server::follow_discovery(Arc::downgrade(&app), app.discovery_changes()));
+        Ok(Gateway { app, listener, admin })
     }
 
     /// The application, to reload its configuration ([`App::reload`]).

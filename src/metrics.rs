@@ -48,6 +48,9 @@ pub const UPSTREAM_QUEUE_SIZE: &str = "gateway_upstream_queue_size";
 pub const UPGRADED_ACTIVE: &str = "gateway_upgraded_connections_active";
 pub const CONFIG_RELOADS: &str = "gateway_config_reloads_total";
 pub const CONFIG_LAST_RELOAD: &str = "gateway_config_last_reload_success_timestamp_seconds";
+pub const UPSTREAM_ENDPOINTS: &str = "gateway_upstream_endpoints";
+pub const DISCOVERY_RESOLUTIONS: &str = "gateway_discovery_resolutions_total";
+pub const DISCOVERY_LAST_SUCCESS: &str = "gateway_discovery_last_success_timestamp_seconds";
 
 /// Upstream error kinds, the `kind` label values.
 pub const UPSTREAM_ERROR_KINDS: &[&str] =
@@ -118,10 +121,25 @@ fn describe() {
     describe_gauge!(ENDPOINT_EJECTED, "1 while the endpoint is ejected (until a trial request succeeds), else 0.");
     describe_gauge!(UPSTREAM_MAX_REQUESTS, "The upstream's configured max_requests.");
     describe_gauge!(UPSTREAM_QUEUE_SIZE, "The upstream's configured queue places.");
-    describe_counter!(CONFIG_RELOADS, "Configuration reloads, by result (ok, error).");
+    describe_counter!(
+        CONFIG_RELOADS,
+        "Configuration reloads, by result (ok, error) and trigger (signal, admin, watch)."
+    );
     describe_gauge!(
         CONFIG_LAST_RELOAD,
         "When the configuration was last loaded successfully (start or reload), Unix time."
+    );
+    describe_gauge!(
+        UPSTREAM_ENDPOINTS,
+        "Endpoints of the upstream by state: healthy (may take traffic), unhealthy (failing checks), ejected."
+    );
+    describe_counter!(
+        DISCOVERY_RESOLUTIONS,
+        "Lookups of a discovered upstream's name, by result: ok, not_found (NXDOMAIN, no records), error (timeout, SERVFAIL)."
+    );
+    describe_gauge!(
+        DISCOVERY_LAST_SUCCESS,
+        "When a lookup of the discovered upstream's name last found addresses, Unix time."
     );
     describe_gauge!(UPGRADED_ACTIVE, "Upgraded connections (WebSocket tunnels) open now, per route.");
     describe_counter!(
@@ -359,17 +377,26 @@ impl Drop for ConnectionGuard {
 /// and the reload counters at zero (so their rate is defined from the start).
 pub fn config_loaded() {
     for result in ["ok", "error"] {
-        counter!(CONFIG_RELOADS, "result" => result).increment(0);
+        for trigger in ["signal", "admin", "watch"] {
+            counter!(CONFIG_RELOADS, "result" => result, "trigger" => trigger).increment(0);
+        }
     }
     set_config_time();
 }
 
-/// A reload: `gateway_config_reloads_total{result}`, and the time of the
-/// last good load.
-pub fn config_reloaded(ok: bool) {
-    counter!(CONFIG_RELOADS, "result" => if ok { "ok" } else { "error" }).increment(1);
+/// A reload: `gateway_config_reloads_total{result,trigger}` (`trigger`:
+/// `signal`, `admin` or `watch`), and the time of the last good load.
+pub fn config_reloaded(ok: bool, trigger: &'static str) {
+    counter!(CONFIG_RELOADS, "result" => if ok { "ok" } else { "error" }, "trigger" => trigger).increment(1);
     if ok {
         set_config_time();
+    }
+}
+
+/// `gateway_upstream_endpoints{upstream,state}`.
+pub fn endpoint_states(upstream: &str, healthy: usize, unhealthy: usize, ejected: usize) {
+    for (state, n) in [("healthy", healthy), ("unhealthy", unhealthy), ("ejected", ejected)] {
+        gauge!(UPSTREAM_ENDPOINTS, "upstream" => upstream.to_owned(), "state" => state).set(n as f64);
     }
 }
 

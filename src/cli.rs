@@ -120,7 +120,41 @@ fn check(path: Option<PathBuf>) -> ExitCode {
         let methods = r.methods.as_ref().map(|m| format!(" methods {m:?}")).unwrap_or_default();
         println!("route {:<16} {:<24} {}{methods}", r.name, r.prefix, r.target.describe(&config.upstreams));
     }
+    check_discovery(&config);
     ExitCode::SUCCESS
+}
+
+/// Looks each discovered upstream's name up once and says what it found. A
+/// name that does not resolve is no configuration error (the app's Service
+/// may come up after the gateway), so this only informs.
+fn check_discovery(config: &Config) {
+    use crate::discovery::resolve::{self, Answer};
+    let discovered: Vec<_> = config.upstreams.iter().filter_map(|u| Some((u, u.discover.as_ref()?))).collect();
+    if discovered.is_empty() {
+        return;
+    }
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => return println!("discovered names not checked: cannot start a runtime: {e}"),
+    };
+    rt.block_on(async {
+        let resolver = match resolve::resolver(&config.resolver) {
+            Ok(r) => r,
+            Err(e) => return println!("discovered names not checked: {e}"),
+        };
+        for (u, d) in discovered {
+            let what = format!("upstream {}: {} {}", u.name, d.source(), d.describe());
+            match tokio::time::timeout(crate::discovery::CHECK_TIMEOUT, resolve::lookup(&resolver, d)).await {
+                Ok(Answer::Found { endpoints, .. }) => {
+                    let addresses: Vec<&str> = endpoints.iter().map(|e| e.url.as_str()).collect();
+                    println!("{what} resolves to {}", addresses.join(", "));
+                }
+                Ok(Answer::NotFound) => println!("{what} is not resolvable now (not found)"),
+                Ok(Answer::Failed(why)) => println!("{what} is not resolvable now ({why})"),
+                Err(_) => println!("{what} is not resolvable now (no answer in time)"),
+            }
+        }
+    });
 }
 
 fn runtime(worker_threads: usize) -> std::io::Result<tokio::runtime::Runtime> {

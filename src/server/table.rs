@@ -176,6 +176,13 @@ impl App {
         self.table.store(Arc::new(table));
     }
 
+    /// The upstreams serving new requests now, in name order (for the
+    /// status endpoints: each has [`Upstream::discovery`] and
+    /// [`Upstream::endpoints`]).
+    pub fn upstreams(&self) -> Vec<Arc<Upstream>> {
+        self.table.load().upstreams.clone()
+    }
+
     /// What [`follow_discovery`] waits on.
     pub fn discovery_changes(&self) -> Arc<Notify> {
         self.discovery.changed()

@@ -27,6 +27,10 @@ struct Cli {
     /// Log format.
     #[arg(long, value_enum, default_value = "text", global = true)]
     log_format: LogFormat,
+    /// Reload the configuration file when it changes on disk (as
+    /// `server.watch_config = true`).
+    #[arg(long)]
+    watch: bool,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -60,7 +64,7 @@ pub fn main() -> ExitCode {
     match cli.command {
         Some(Command::Upstream { listen, delay }) => run_upstream(listen, delay),
         Some(Command::Check) => check(cli.config),
-        None => run_gateway(cli.config, cli.log_format),
+        None => run_gateway(cli.config, cli.log_format, cli.watch),
     }
 }
 
@@ -188,11 +192,12 @@ async fn reload_on_sighup(app: std::sync::Arc<crate::server::App>) {
     }
 }
 
-fn run_gateway(path: Option<PathBuf>, log_format: LogFormat) -> ExitCode {
+fn run_gateway(path: Option<PathBuf>, log_format: LogFormat, watch: bool) -> ExitCode {
     let (mut config, demo_files) = match load(path) {
         Ok(c) => c,
         Err(code) => return code,
     };
+    config.server.watch_config |= watch;
     let embedded = demo_files.is_some();
     let demo_dir = demo_files.as_ref().map(|d| d.path().display().to_string()).unwrap_or_default();
     // Unset, the access log follows the log format: JSON with JSON logs,

@@ -57,6 +57,14 @@ impl Gateway {
         };
         let app = Arc::new(App::new(config));
         tokio::spawn(crate::server::follow_discovery(Arc::downgrade(&app), app.discovery_changes()));
+        if app.config().server.watch_config {
+            match &app.config().source {
+                Some(crate::config::Source::File(path)) => {
+                    tokio::spawn(crate::server::watch::watch(Arc::downgrade(&app), path.clone()));
+                }
+                _ => tracing::warn!("watch_config: the configuration is not from a file; nothing to watch"),
+            }
+        }
         Ok(Gateway { app, listener, admin })
     }
 

@@ -39,6 +39,7 @@ use crate::upstream::tunnel::PendingTunnel;
 mod builtin;
 mod table;
 mod unanswered;
+pub mod watch;
 
 pub use crate::request::{Peer, Recording, RequestLog};
 use table::{Route, Table};

@@ -336,6 +336,75 @@ async fn a_name_that_does_not_resolve_yet_is_no_error_and_answers_503() {
     assert_eq!(status_and_body(gw.url("/x")).await.0, 200, "served once the name resolves");
 }
 
+/// A reload that changes a discovered upstream's settings keeps the
+/// addresses it had (no 503 while the name is asked again), and one that
+/// removes the upstream stops its lookups.
+#[tokio::test]
+async fn a_reload_keeps_the_addresses_and_a_removed_upstream_stops_asking() {
+    let dns = TestDns::start().await;
+    let (port, _ups) = on_one_port(&["127.0.0.1", "127.0.0.2"]).await;
+    dns.addresses("keep.test", &["127.0.0.1", "127.0.0.2"], 30);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gw.toml");
+    let toml = |connect: &str, interval: &str| {
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\n[resolver]\nnameservers = [\"{}\"]\n\
+             [upstreams.keep]\ndiscover = {{ dns = \"keep.test:{port}\", interval = \"{interval}\" }}\nconnect_timeout = \"{connect}\"\n\
+             [[routes]]\nname = \"keep\"\nprefix = \"/\"\nupstream = \"keep\"\n",
+            dns.addr
+        )
+    };
+    std::fs::write(&path, toml("1s", "30s")).unwrap();
+    let c = gateway::config::load(&gateway::config::Source::File(path.clone())).unwrap();
+    let gw = TestGateway::start(c).await;
+    wait_for_endpoints(&gw, "keep", 2).await;
+    // The DNS now fails: only the addresses carried over can serve.
+    dns.all("keep.test", Reply::ServFail);
+    std::fs::write(&path, toml("2s", "20s")).unwrap();
+    gw.app.reload().unwrap();
+    assert_eq!(endpoints(&gw, "keep").len(), 2, "a reload that changes settings forgot the addresses");
+    assert_eq!(status_and_body(gw.url("/x")).await.0, 200);
+    // Removed from the file: its lookups stop.
+    std::fs::write(&path, "[server]\nlisten = \"127.0.0.1:0\"\n").unwrap();
+    gw.app.reload().unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let asked = dns.queries("keep.test", RecordType::A);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(dns.queries("keep.test", RecordType::A), asked, "a removed upstream's name is still asked");
+}
+
+/// `gateway_upstream_endpoints{state}`: an endpoint failing its checks is
+/// `unhealthy`, one ejected is `ejected`, the rest `healthy`.
+#[tokio::test]
+async fn endpoints_are_counted_by_state() {
+    let (good, _) = counting_upstream().await;
+    // Passes its checks, fails every request: ejected after one.
+    let bad = TestUpstream::start(|req: Request<Incoming>| async move {
+        let mut r = Response::new(full("bad"));
+        if req.uri().path() != "/health" {
+            *r.status_mut() = http::StatusCode::BAD_GATEWAY;
+        }
+        r
+    })
+    .await;
+    let refused = refused_addr().await;
+    let toml = format!(
+        "[server]\n[upstreams.states]\nendpoints = [\"http://{}\", \"http://{}\", \"http://{refused}\"]\n\
+         balance = \"round_robin\"\nhealth = {{ path = \"/health\", interval = \"100ms\", unhealthy_after = 1 }}\n\
+         outlier = {{ consecutive_failures = 1, ejection_time = \"60s\" }}\n\
+         [[routes]]\nname = \"states\"\nprefix = \"/\"\nupstream = \"states\"\n",
+        good.addr, bad.addr
+    );
+    let gw = TestGateway::from_toml(&toml).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for _ in 0..4 {
+        get(&gw.url("/x")).await;
+    }
+    let m = metrics_text(gw.addr).await;
+    let state = |s: &str| sample(&m, "gateway_upstream_endpoints", &[("upstream", "states"), ("state", s)]);
+    assert_eq!((state("healthy"), state("unhealthy"), state("ejected")), (Some(1.0), Some(1.0), Some(1.0)), "{m}");
+}
+
 /// A static upstream says so to the status endpoints.
 #[tokio::test]
 async fn a_static_upstream_is_static() {

@@ -3,6 +3,8 @@
 //! hickory-proto; the zone is a map of (name, type) to a reply. A name with
 //! no entry is NXDOMAIN; a name with entries for other types answers
 //! NOERROR with no records.
+// Shared by discovery.rs and tls.rs, which use different parts of it.
+#![allow(dead_code)]
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};

@@ -135,3 +135,46 @@ async fn an_invalid_file_changes_nothing_and_is_counted() {
     std::fs::write(&path, toml(&["one", "two"])).unwrap();
     assert!(wait_for(&gw, "/two", 200).await, "the fixed file was not loaded");
 }
+
+/// `gateway --watch` turns watching on from the command line.
+#[test]
+fn the_watch_flag_reloads_the_binary_on_a_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = probe.local_addr().unwrap().to_string();
+    drop(probe);
+    let path = dir.path().join("gateway.toml");
+    let file = |routes: &[&str]| toml(routes).replace("127.0.0.1:0", &addr).replace("watch_config = true\n", "");
+    std::fs::write(&path, file(&["one"])).unwrap();
+    let mut gw = std::process::Command::new(env!("CARGO_BIN_EXE_gateway"))
+        .args(["--watch", "--config", path.to_str().unwrap()])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let status = |p: &str| {
+        let mut s = std::net::TcpStream::connect(&addr).ok()?;
+        std::io::Write::write_all(
+            &mut s,
+            format!("GET {p} HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .ok()?;
+        let mut out = String::new();
+        std::io::Read::read_to_string(&mut s, &mut out).ok()?;
+        out.get(9..12)?.parse::<u16>().ok()
+    };
+    let wait_for = |p: &str, want: u16| {
+        (0..250).any(|_| {
+            status(p) == Some(want) || {
+                std::thread::sleep(Duration::from_millis(20));
+                false
+            }
+        })
+    };
+    assert!(wait_for("/one", 200), "the gateway came up");
+    std::thread::sleep(Duration::from_millis(300));
+    std::fs::write(&path, file(&["one", "two"])).unwrap();
+    let reloaded = wait_for("/two", 200);
+    std::process::Command::new("kill").args(["-TERM", &gw.id().to_string()]).status().unwrap();
+    gw.wait().unwrap();
+    assert!(reloaded, "--watch must load the new route");
+}

@@ -426,6 +426,16 @@ timeout = "2s"
 retries = 1
 retry_on = ["connect"]
 
+# A response cache: the upstream's answers state no freshness, so they are
+# kept for default_ttl; most requests are hits.
+[[routes]]
+name = "cached"
+prefix = "/cached"
+upstream = "slow"
+rewrite = "/a"
+timeout = "2s"
+cache = { default_ttl = "1s" }
+
 [[routes]]
 name = "gone"
 prefix = "/gone"
@@ -462,6 +472,7 @@ EOF
     expect_status /tight 504 3
     expect_status /down 502 3
     expect_status /no-such-route 404 3
+    expect_status /cached 200 20
 
     log "traffic: health checks, /readyz, the queue, ejection, retries within the budget"
     wait_metrics 10 \
@@ -512,6 +523,7 @@ EOF
     (
         for _ in $(seq 1 500); do
             curl -s -o /dev/null --max-time 2 "http://127.0.0.1:$GW_PORT/slow" || true
+            curl -s -o /dev/null --max-time 2 "http://127.0.0.1:$GW_PORT/cached" || true
             sleep 0.1
         done
     ) &

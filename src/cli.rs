@@ -43,8 +43,9 @@ enum LogFormat {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run the built-in slow upstream ("service A"): GET /a waits the delay
-    /// then answers "ok"; GET /hello answers at once.
+    /// Run the built-in slow upstream ("service A"): GET /a (any query)
+    /// waits the delay then answers "ok"; GET /hello answers at once;
+    /// GET /-/count answers how many requests for /a have arrived.
     Upstream {
         /// Address to listen on.
         #[arg(long, default_value = DEMO_UPSTREAM)]
@@ -52,6 +53,10 @@ enum Command {
         /// How long GET /a waits, e.g. "1s", "250ms".
         #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
         delay: Duration,
+        /// A Cache-Control header value for GET /a's answers, e.g.
+        /// "max-age=1" (none by default).
+        #[arg(long, value_parser = parse_header_value)]
+        cache_control: Option<http::HeaderValue>,
     },
     /// Validate a configuration file and print the resolved routes.
     Check,
@@ -62,10 +67,16 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing(cli.log_format);
     match cli.command {
-        Some(Command::Upstream { listen, delay }) => run_upstream(listen, delay),
+        Some(Command::Upstream { listen, delay, cache_control }) => {
+            run_upstream(listen, demo::Upstream { delay, cache_control })
+        }
         Some(Command::Check) => check(cli.config),
         None => run_gateway(cli.config, cli.log_format, cli.watch),
     }
+}
+
+fn parse_header_value(text: &str) -> Result<http::HeaderValue, String> {
+    http::HeaderValue::from_str(text).map_err(|_| format!("not a valid header value: {text:?}"))
 }
 
 fn init_tracing(format: LogFormat) {
@@ -219,7 +230,8 @@ fn run_gateway(path: Option<PathBuf>, log_format: LogFormat, watch: bool) -> Exi
             let addr: SocketAddr = DEMO_UPSTREAM.parse().expect("valid address");
             match bind(addr).await {
                 Ok(l) => {
-                    tokio::spawn(demo::serve(l, Duration::from_secs(1), async move {
+                    let upstream = demo::Upstream { delay: Duration::from_secs(1), cache_control: None };
+                    tokio::spawn(demo::serve(l, upstream, async move {
                         let _ = demo_stopped.await;
                     }));
                 }
@@ -259,7 +271,7 @@ fn run_gateway(path: Option<PathBuf>, log_format: LogFormat, watch: bool) -> Exi
     })
 }
 
-fn run_upstream(listen: SocketAddr, delay: Duration) -> ExitCode {
+fn run_upstream(listen: SocketAddr, upstream: demo::Upstream) -> ExitCode {
     let rt = match runtime(0) {
         Ok(rt) => rt,
         Err(e) => {
@@ -275,8 +287,10 @@ fn run_upstream(listen: SocketAddr, delay: Duration) -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        tracing::info!(addr = %listen, delay = %humantime::format_duration(delay), "upstream listening");
-        demo::serve(listener, delay, shutdown_signal()).await;
+        let delay = humantime::format_duration(upstream.delay);
+        let cache_control = upstream.cache_control.as_ref().and_then(|v| v.to_str().ok()).unwrap_or("none");
+        tracing::info!(addr = %listen, %delay, cache_control, "upstream listening");
+        demo::serve(listener, upstream, shutdown_signal()).await;
         ExitCode::SUCCESS
     })
 }

@@ -1,16 +1,20 @@
 //! The built-in demo: the slow upstream ("service A" of the benchmarks:
-//! `GET /a` waits the configured delay and answers `ok`; `GET /hello`
-//! answers at once), which tests, benchmarks and the embedded default use,
+//! `GET /a` waits the configured delay and answers `ok`, whatever the
+//! query; `GET /hello` answers at once; `GET /-/count` answers how many
+//! requests for `/a` arrived), which tests, benchmarks and the embedded
+//! default use,
 //! and the embedded default's files, carried in the binary so that it runs
 //! from any directory on any machine.
 
 use std::convert::Infallible;
 use std::future::Future;
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Request, Response, StatusCode, header};
+use http::{HeaderValue, Request, Response, StatusCode, header};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
@@ -48,25 +52,45 @@ pub fn write_files(dir: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-async fn answer(req: Request<Incoming>, delay: Duration) -> Response<Full<Bytes>> {
+/// How the slow upstream answers.
+#[derive(Debug, Clone, Default)]
+pub struct Upstream {
+    /// How long `GET /a` waits before it answers.
+    pub delay: Duration,
+    /// A `Cache-Control` value for `/a`'s answers (`gateway upstream
+    /// --cache-control`); none when unset.
+    pub cache_control: Option<HeaderValue>,
+}
+
+async fn answer(req: Request<Incoming>, upstream: &Upstream, count: &AtomicU64) -> Response<Full<Bytes>> {
+    let mut cache_control = None;
+    // Matched on the path alone: `/a?k=1` is `/a`.
     let (status, body) = match req.uri().path() {
         "/a" => {
-            tokio::time::sleep(delay).await;
-            (StatusCode::OK, "ok")
+            // Counted on arrival: the benchmarks read how many requests
+            // reached the upstream (`benches/compare`'s slow-upstream-cached).
+            count.fetch_add(1, Ordering::Relaxed);
+            tokio::time::sleep(upstream.delay).await;
+            cache_control = upstream.cache_control.clone();
+            (StatusCode::OK, Bytes::from_static(b"ok"))
         }
-        "/hello" => (StatusCode::OK, "hello"),
-        _ => (StatusCode::NOT_FOUND, "not found\n"),
+        "/hello" => (StatusCode::OK, Bytes::from_static(b"hello")),
+        "/-/count" => (StatusCode::OK, Bytes::from(format!("{}\n", count.load(Ordering::Relaxed)))),
+        _ => (StatusCode::NOT_FOUND, Bytes::from_static(b"not found\n")),
     };
-    Response::builder()
-        .status(status)
-        .header(header::CONTENT_TYPE, "text/plain")
-        .body(Full::new(Bytes::from_static(body.as_bytes())))
-        .expect("valid response")
+    let mut builder = Response::builder().status(status).header(header::CONTENT_TYPE, "text/plain");
+    if let Some(value) = cache_control {
+        builder = builder.header(header::CACHE_CONTROL, value);
+    }
+    builder.body(Full::new(body)).expect("valid response")
 }
 
 /// Serves the slow upstream on `listener` until `shutdown` resolves.
-pub async fn serve(listener: TcpListener, delay: Duration, shutdown: impl Future<Output = ()>) {
+pub async fn serve(listener: TcpListener, upstream: Upstream, shutdown: impl Future<Output = ()>) {
     tokio::pin!(shutdown);
+    let delay = upstream.delay;
+    let upstream = Arc::new(upstream);
+    let count = Arc::new(AtomicU64::new(0));
     let builder = auto::Builder::new(TokioExecutor::new());
     let graceful = GracefulShutdown::new();
     loop {
@@ -75,7 +99,11 @@ pub async fn serve(listener: TcpListener, delay: Duration, shutdown: impl Future
             _ = &mut shutdown => break,
         };
         let _ = stream.set_nodelay(true);
-        let service = service_fn(move |req| async move { Ok::<_, Infallible>(answer(req, delay).await) });
+        let (upstream, count) = (upstream.clone(), count.clone());
+        let service = service_fn(move |req| {
+            let (upstream, count) = (upstream.clone(), count.clone());
+            async move { Ok::<_, Infallible>(answer(req, &upstream, &count).await) }
+        });
         let conn = graceful.watch(builder.serve_connection(TokioIo::new(stream), service).into_owned());
         tokio::spawn(conn);
     }

@@ -17,6 +17,10 @@ pub enum GatewayError {
     /// The route does not allow the method; `allow` lists what it does.
     #[error("method not allowed")]
     MethodNotAllowed { allow: String },
+    /// `Cache-Control: only-if-cached` and the route's cache has no entry
+    /// it may serve (RFC 9111 §5.2.1.7).
+    #[error("not in the cache (only-if-cached)")]
+    NotCached,
     /// The request path is refused: it climbs above `/`, has an encoded
     /// slash where those are refused, or (file routes) has NUL, a backslash
     /// or an encoded slash in a segment.
@@ -115,7 +119,8 @@ impl GatewayError {
             | GatewayError::UpstreamProtocol { .. } => StatusCode::BAD_GATEWAY,
             GatewayError::UpstreamTimeout { .. }
             | GatewayError::UpstreamSendTimeout { .. }
-            | GatewayError::QueuedPastRouteTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+            | GatewayError::QueuedPastRouteTimeout { .. }
+            | GatewayError::NotCached => StatusCode::GATEWAY_TIMEOUT,
         }
     }
 
@@ -202,6 +207,7 @@ impl GatewayError {
             GatewayError::UpstreamTimeout { .. } => "gateway timeout: upstream did not answer in time\n",
             GatewayError::UpstreamSendTimeout { .. } => "gateway timeout: upstream stopped reading the request\n",
             GatewayError::QueuedPastRouteTimeout { .. } => "gateway timeout: still waiting for the upstream\n",
+            GatewayError::NotCached => "gateway timeout: not in the cache (only-if-cached)\n",
         }
     }
 }
@@ -228,6 +234,7 @@ mod tests {
         let cases: Vec<(GatewayError, u16, Option<&str>)> = vec![
             (GatewayError::NoRoute, 404, None),
             (GatewayError::NotFound, 404, None),
+            (GatewayError::NotCached, 504, None),
             (GatewayError::MethodNotAllowed { allow: "GET".into() }, 405, None),
             (GatewayError::BadPath("x"), 400, None),
             (GatewayError::BadRequest("x"), 400, None),

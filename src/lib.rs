@@ -9,6 +9,7 @@
 
 pub mod access;
 pub mod body;
+pub mod cache;
 pub mod cli;
 pub mod config;
 mod demo;

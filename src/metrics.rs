@@ -46,6 +46,10 @@ pub const ENDPOINT_EJECTED: &str = "gateway_upstream_endpoint_ejected";
 pub const UPSTREAM_MAX_REQUESTS: &str = "gateway_upstream_max_requests";
 pub const UPSTREAM_QUEUE_SIZE: &str = "gateway_upstream_queue_size";
 pub const UPGRADED_ACTIVE: &str = "gateway_upgraded_connections_active";
+pub const CACHE_REQUESTS: &str = "gateway_cache_requests_total";
+pub const CACHE_BYTES: &str = "gateway_cache_bytes";
+pub const CACHE_ENTRIES: &str = "gateway_cache_entries";
+pub const CACHE_EVICTIONS: &str = "gateway_cache_evictions_total";
 pub const CONFIG_RELOADS: &str = "gateway_config_reloads_total";
 pub const CONFIG_LAST_RELOAD: &str = "gateway_config_last_reload_success_timestamp_seconds";
 pub const UPSTREAM_ENDPOINTS: &str = "gateway_upstream_endpoints";
@@ -121,6 +125,13 @@ fn describe() {
     describe_gauge!(ENDPOINT_EJECTED, "1 while the endpoint is ejected (until a trial request succeeds), else 0.");
     describe_gauge!(UPSTREAM_MAX_REQUESTS, "The upstream's configured max_requests.");
     describe_gauge!(UPSTREAM_QUEUE_SIZE, "The upstream's configured queue places.");
+    describe_counter!(
+        CACHE_REQUESTS,
+        "Requests on cache routes, by route and result (hit, miss, stale, revalidated, coalesced, bypass, uncacheable)."
+    );
+    describe_gauge!(CACHE_BYTES, metrics::Unit::Bytes, "Bytes (heads and bodies) a route's cache holds.");
+    describe_gauge!(CACHE_ENTRIES, "Answers a route's cache holds (each Vary variant counts).");
+    describe_counter!(CACHE_EVICTIONS, "Answers a route's cache dropped to stay within max_size.");
     describe_counter!(
         CONFIG_RELOADS,
         "Configuration reloads, by result (ok, error) and trigger (signal, admin, watch)."
@@ -403,4 +414,47 @@ pub fn endpoint_states(upstream: &str, healthy: usize, unhealthy: usize, ejected
 fn set_config_time() {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     gauge!(CONFIG_LAST_RELOAD).set(now.as_secs_f64());
+}
+
+/// What a route's cache did with each request: `gateway_cache_requests_total`.
+pub struct CacheMetrics {
+    pub hit: Counter,
+    pub miss: Counter,
+    pub stale: Counter,
+    pub revalidated: Counter,
+    pub coalesced: Counter,
+    pub bypass: Counter,
+    pub uncacheable: Counter,
+}
+
+impl CacheMetrics {
+    pub fn new(route: &str) -> Self {
+        let c = |result: &'static str| counter!(CACHE_REQUESTS, "route" => route.to_owned(), "result" => result);
+        CacheMetrics {
+            hit: c("hit"),
+            miss: c("miss"),
+            stale: c("stale"),
+            revalidated: c("revalidated"),
+            coalesced: c("coalesced"),
+            bypass: c("bypass"),
+            uncacheable: c("uncacheable"),
+        }
+    }
+}
+
+/// A cache store's size and evictions, labelled `cache` (the route's name).
+pub struct CacheStoreMetrics {
+    pub bytes: Gauge,
+    pub entries: Gauge,
+    pub evictions: Counter,
+}
+
+impl CacheStoreMetrics {
+    pub fn new(cache: &str) -> Self {
+        CacheStoreMetrics {
+            bytes: gauge!(CACHE_BYTES, "cache" => cache.to_owned()),
+            entries: gauge!(CACHE_ENTRIES, "cache" => cache.to_owned()),
+            evictions: counter!(CACHE_EVICTIONS, "cache" => cache.to_owned()),
+        }
+    }
 }

@@ -147,6 +147,22 @@ impl<'a> RequestLog<'a> {
         })
     }
 
+    /// What a request made on this one's behalf but outliving it (a cache
+    /// fill, a background refresh) passes on: its trace and what its access
+    /// line learns of the upstream, none of the rest of its logging (the
+    /// request's ID travels in its headers).
+    pub fn detached(&self) -> RequestLog<'static> {
+        RequestLog {
+            id: None,
+            trace: self.trace,
+            propagate_trace: self.propagate_trace,
+            timing: self.timing.clone(),
+            access: None,
+            span: None,
+            recording: self.recording,
+        }
+    }
+
     /// The request ID for a log line (`-` without one).
     pub fn request_id(&self) -> &str {
         self.id.map_or("-", RequestId::as_str)

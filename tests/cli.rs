@@ -237,3 +237,33 @@ fn the_access_log_follows_its_key_not_the_log_level() {
     assert!(stderr.contains("/al/logged"), "no access line under RUST_LOG=warn:\n{stderr}");
     assert!(!stderr.contains("gateway listening"), "RUST_LOG=warn still holds for the rest:\n{stderr}");
 }
+
+/// `--cache-control` adds that header to `/a`'s answers, whatever their
+/// query, and `/-/count` says how many requests for `/a` arrived (what
+/// `benches/compare`'s slow-upstream-cached counts upstream requests with).
+#[test]
+fn built_in_upstream_cache_control_and_count() {
+    let probe = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = probe.local_addr().unwrap().to_string();
+    drop(probe);
+    let mut upstream = Command::new(BIN)
+        .args(["upstream", "--listen", &addr, "--delay", "10ms", "--cache-control", "max-age=1"])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for(&addr);
+    assert!(http_get(&addr, "/-/count").ends_with("\r\n\r\n0\n"));
+    for path in ["/a", "/a?k=0", "/a?k=99"] {
+        let a = http_get(&addr, path);
+        assert!(a.starts_with("HTTP/1.1 200") && a.ends_with("ok"), "{path}: {a}");
+        assert!(a.to_ascii_lowercase().contains("\r\ncache-control: max-age=1\r\n"), "{path}: {a}");
+    }
+    let hello = http_get(&addr, "/hello");
+    assert!(!hello.to_ascii_lowercase().contains("cache-control"), "{hello}");
+    let count = http_get(&addr, "/-/count");
+    assert!(count.starts_with("HTTP/1.1 200") && count.ends_with("\r\n\r\n3\n"), "{count}");
+    Command::new("kill").args(["-TERM", &upstream.id().to_string()]).status().unwrap();
+    assert_eq!(upstream.wait().unwrap().code(), Some(0));
+    let out = Command::new(BIN).args(["upstream", "--help"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("--cache-control"));
+}

@@ -33,7 +33,7 @@ def selected(names, available, what):
 
 def plan(args):
     """[(scenario, [variants])] for the chosen scenarios and variant filter."""
-    names = args.scenarios.split(",") if args.scenarios else list(SCENARIOS)
+    names = args.scenarios.split(",") if args.scenarios else [n for n, s in SCENARIOS.items() if s.in_default]
     work = []
     for name in selected(names, list(SCENARIOS), "scenario"):
         scenario = SCENARIOS[name]
@@ -62,7 +62,11 @@ def parse_args():
     parser = argparse.ArgumentParser(
         description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--scenarios", help=f"comma-separated, of: {', '.join(SCENARIOS)} (default: all)")
+    parser.add_argument(
+        "--scenarios",
+        help=f"comma-separated, of: {', '.join(SCENARIOS)} "
+        f"(default: all but {', '.join(n for n, s in SCENARIOS.items() if not s.in_default)})",
+    )
     parser.add_argument("--variants", help="comma-separated variant names or globs, e.g. gateway,nginx,sanic-*")
     parser.add_argument("--duration", type=parse_seconds, help="seconds per run (default: 30 slow-upstream, 15 others)")
     parser.add_argument("--connections", help="comma-separated connection counts (default: per scenario)")
@@ -120,7 +124,9 @@ def main():
         list_variants(work)
         return 0
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    install_or_report(args.tool, args.install)
+    planned = [v for _, variants in work for v in variants]
+    programs = {program: package for v in planned for program, package in v.programs.items()}
+    install_or_report(args.tool, args.install, programs, any(getattr(v.server, "venv", False) for v in planned))
     RUN_DIR.joinpath("logs").mkdir(parents=True, exist_ok=True)
     gateway_error = set_up(args)
     if gateway_error:

@@ -23,6 +23,8 @@ FLOOR_BIN = TARGET / "floor" / "release" / "hyper-floor"
 GO_BIN = TARGET / "bench-peers" / "benchpeers"
 DEMO_FILE = RUN_DIR / "public" / "demo.txt"
 WRK_SCRIPT = PEERS / "wrk" / "report.lua"
+# report.lua's done() with requests cycling through N URLs (slow-upstream-cached).
+WRK_CYCLE_SCRIPT = PEERS / "wrk" / "cycle.lua"
 
 # The same listen backlog for every peer that lets us set one; the kernel caps
 # it at net.core.somaxconn, which is also what Go listens with.

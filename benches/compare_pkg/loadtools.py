@@ -12,7 +12,7 @@ import signal
 import subprocess
 from dataclasses import dataclass
 
-from .common import RUN_DIR, TIMEOUT_S, WRK_SCRIPT, find_program
+from .common import RUN_DIR, TIMEOUT_S, WRK_CYCLE_SCRIPT, WRK_SCRIPT, find_program
 
 
 @dataclass
@@ -28,8 +28,10 @@ class LoadResult:
 
 class LoadTool:
     name = ""
+    # Whether it can cycle through N URLs (Scenario.keys).
+    cycles_urls = False
 
-    def argv(self, url, connections, duration_s):
+    def argv(self, url, connections, duration_s, keys=None):
         raise NotImplementedError
 
     def parse(self, output):
@@ -38,9 +40,12 @@ class LoadTool:
     def before_run(self):
         """Clears what a previous run left."""
 
-    def run(self, url, connections, duration_s, cpu):
+    def run(self, url, connections, duration_s, cpu, keys=None):
+        """keys: cycle through url?k=0 ... url?k=keys-1 (tools with cycles_urls)."""
+        if keys and not self.cycles_urls:
+            raise RuntimeError(f"{self.name} cannot cycle through {keys} URLs (wrk can)")
         self.before_run()
-        argv = ["taskset", "-c", str(cpu), *map(str, self.argv(url, connections, duration_s))]
+        argv = ["taskset", "-c", str(cpu), *map(str, self.argv(url, connections, duration_s, keys))]
         with subprocess.Popen(
             argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
         ) as popen:
@@ -59,9 +64,13 @@ class Wrk(LoadTool):
     """wrk with a done() script that prints its summary as JSON."""
 
     name = "wrk"
+    cycles_urls = True
 
-    def argv(self, url, connections, duration_s):
+    def argv(self, url, connections, duration_s, keys=None):
         flags = f"-t1 -c{connections} -d{math.ceil(duration_s)}s --timeout {TIMEOUT_S}s"
+        if keys:
+            # cycle.lua loads report.lua's done() itself.
+            return ["wrk", *flags.split(), "-s", WRK_CYCLE_SCRIPT, url, "--", keys]
         return ["wrk", *flags.split(), "-s", WRK_SCRIPT, url]
 
     def parse(self, output):
@@ -85,7 +94,7 @@ class Oha(LoadTool):
 
     name = "oha"
 
-    def argv(self, url, connections, duration_s):
+    def argv(self, url, connections, duration_s, keys=None):
         flags = f"--no-tui --output-format json -c {connections} -z {round(duration_s * 1000)}ms -t {TIMEOUT_S}s"
         return [find_program("oha"), *flags.split(), url]
 
@@ -117,7 +126,7 @@ class H2load(LoadTool):
     name = "h2load"
     log_file = RUN_DIR / "h2load-requests.tsv"
 
-    def argv(self, url, connections, duration_s):
+    def argv(self, url, connections, duration_s, keys=None):
         flags = f"--h1 -t1 -c{connections} -D{round(duration_s * 1000)}ms"
         return ["h2load", *flags.split(), f"--log-file={self.log_file}", url]
 

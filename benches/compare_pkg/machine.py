@@ -60,6 +60,7 @@ VERSION_COMMANDS = {
     "node": ["node", "--version"],
     "python": [VENV_PYTHON, "--version"],
     "wrk": ["wrk", "-v"],
+    "varnish": ["varnishd", "-V"],
 }
 
 

@@ -6,7 +6,7 @@ that both can name them without importing each other."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .common import parse_seconds
@@ -23,6 +23,10 @@ class Variant:
     path: str
     # Builds the server under test; None: the load goes straight to service A.
     server: Callable[[Ctx], Proc] | None
+    # Programs it needs beyond the ones every run needs: {program: Debian package}.
+    programs: dict = field(default_factory=dict)
+    # Said beside its error when it fails, e.g. what it waits for to land.
+    requires: str | None = None
 
 
 @dataclass
@@ -40,6 +44,15 @@ class Scenario:
     a_path: str = "/a"
     # Warm-up connections; None: the run's own connection count.
     warmup_connections: int | None = None
+    # A Cache-Control value service A puts on its answers (`gateway upstream
+    # --cache-control`); None: it sends none.
+    a_cache_control: str | None = None
+    # Distinct URLs the load cycles through (path?k=0 ... path?k=N-1, wrk
+    # only), with service A's requests counted (its /-/count) and reported
+    # per second; None: every request is the same URL, nothing is counted.
+    keys: int | None = None
+    # Run when --scenarios is not given; False: only when named.
+    in_default: bool = True
 
     @property
     def delay_s(self):

@@ -1,10 +1,11 @@
 """What a run needs on the machine, and what it builds before it starts.
 
 It needs the Debian packages wrk, golang-go, nginx, nodejs and util-linux
-(taskset), nghttp2-client for --tool h2load, and python3-venv where the
+(taskset), nghttp2-client for --tool h2load, varnish when a planned variant
+needs it (slow-upstream-cached's, see Variant.programs), and python3-venv where the
 running Python has no ensurepip; a venv at target/bench-venv with the pinned
-packages of benches/peers/python/requirements.txt (for the Python peers;
-reinstalled when that file changes); and oha (`cargo install oha --locked`)
+packages of benches/peers/python/requirements.txt (when a planned variant is
+a Python peer; reinstalled when that file changes); and oha (`cargo install oha --locked`)
 for --tool oha.
 
 It installs none of these by itself, the venv included (it downloads from
@@ -60,13 +61,14 @@ class Need:
     env: dict = field(default_factory=dict)
 
 
-def missing_debian_packages(tool):
-    """{program: Debian package} of what is not on PATH."""
-    wanted = dict(DEBIAN_PACKAGES)
+def missing_debian_packages(tool, extra=None, python=True):
+    """{program: Debian package} of what is not on PATH; extra: what the
+    planned variants need beyond DEBIAN_PACKAGES (Variant.programs)."""
+    wanted = {**DEBIAN_PACKAGES, **(extra or {})}
     if tool in TOOL_PACKAGES:
         wanted[tool] = TOOL_PACKAGES[tool]
     missing = {cmd: pkg for cmd, pkg in wanted.items() if not find_program(cmd)}
-    if importlib.util.find_spec("ensurepip") is None:
+    if python and importlib.util.find_spec("ensurepip") is None:
         # Debian's python3 makes venvs only with python3-venv.
         missing["ensurepip"] = "python3-venv"
     return missing
@@ -90,13 +92,14 @@ def venv_need():
     return Need(what, [*create, pip, ["cp", REQUIREMENTS, VENV_STAMP]])
 
 
-def needs(tool):
-    """What the run needs and does not have, in the order it is installed."""
+def needs(tool, extra=None, python=True):
+    """What the run needs and does not have, in the order it is installed;
+    python: whether a planned variant runs in the venv."""
     found = []
-    packages = missing_debian_packages(tool)
+    packages = missing_debian_packages(tool, extra, python)
     if packages:
         found.append(debian_need(packages))
-    venv = venv_need()
+    venv = venv_need() if python else None
     if venv:
         found.append(venv)
     if tool == "oha" and not find_program("oha"):
@@ -110,10 +113,13 @@ def short_path(path):
     return text[len(str(ROOT)) + 1 :] if text.startswith(str(ROOT) + "/") else text
 
 
-def install_or_report(tool, install):
+def install_or_report(tool, install, extra=None, python=True):
     """Installs what is missing with --install; without it, says what is
-    missing and how to install it, and exits with EXIT_MISSING."""
-    missing = needs(tool)
+    missing and how to install it, and exits with EXIT_MISSING. extra:
+    {program: Debian package} the planned variants need (varnish); python:
+    whether any of them runs in the Python peers' venv (without one, the
+    venv is not needed)."""
+    missing = needs(tool, extra, python)
     if install:
         for need in missing:
             for argv in need.commands:

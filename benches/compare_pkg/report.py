@@ -17,6 +17,8 @@ RATIO_KEYS = {"vs direct": "ratio_to_direct", "vs limit": "ratio_to_limit"}
 
 def markdown_table(scenario, rows):
     ratios = [name for name, key in RATIO_KEYS.items() if any(key in r for r in rows)]
+    # slow-upstream-cached: the requests that reached service A.
+    upstream = ["upstream req/s"] if any("upstream_rps" in r for r in rows) else []
     head = [
         "variant",
         "kind",
@@ -25,6 +27,7 @@ def markdown_table(scenario, rows):
         *ratios,
         "p50",
         "p99",
+        *upstream,
         "timeouts",
         "socket errors",
         "non-2xx",
@@ -44,6 +47,7 @@ def markdown_table(scenario, rows):
                 *(fmt_ratio(r.get(RATIO_KEYS[name])) for name in ratios),
                 fmt_ms(r["p50_ms"]),
                 fmt_ms(r["p99_ms"]),
+                *([fmt_rate(r.get("upstream_rps"))] if upstream else []),
                 r["timeouts"],
                 r["socket_errors"],
                 r["non_2xx"],
@@ -134,6 +138,10 @@ def write_results(scenario, rows, settings, started):
     duration = settings.duration_for(scenario)
     connections = ",".join(map(str, settings.connections_for(scenario)))
     upstream = f"; service A: {settings.service_a}, delay {scenario.a_delay}" if scenario.a_delay else ""
+    if scenario.a_cache_control:
+        upstream += f", Cache-Control: {scenario.a_cache_control}"
+    if scenario.keys:
+        upstream += f"; {scenario.keys} URLs"
     quick = " (--quick)" if settings.quick else ""
     subtitles = [
         (
@@ -152,6 +160,8 @@ def write_results(scenario, rows, settings, started):
         "pool": max(POOL, *settings.connections_for(scenario)),
         "service_a": settings.service_a if scenario.a_delay is not None else None,
         "upstream_delay": scenario.a_delay,
+        "upstream_cache_control": scenario.a_cache_control,
+        "keys": scenario.keys,
         "machine": settings.machine,
         "rows": rows,
     }

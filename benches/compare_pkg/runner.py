@@ -25,7 +25,7 @@ from .loadtools import LoadTool
 from .machine import Pinning
 from .procfs import PeakRss, cpu_seconds
 from .model import RateScenario
-from .servers import Ctx, gateway, gateway_lean, hyper_floor, probe, service_a, start_all, stop_all
+from .servers import Ctx, gateway, gateway_lean, hyper_floor, probe, read_count, service_a, start_all, stop_all
 
 
 @dataclass
@@ -58,6 +58,8 @@ class Settings:
 
 
 def failed_rows(scenario, variant, settings, error):
+    if variant.requires:
+        error = f"{error}; {variant.requires}"
     return [new_row(variant, c, error=error) for c in settings.connections_for(scenario)]
 
 
@@ -82,15 +84,19 @@ def run_variant(scenario, variant, settings):
     """Starts the variant's servers once and loads it at each connection count."""
     if settings.gateway_error and needs_gateway(scenario, variant, settings):
         return failed_rows(scenario, variant, settings, settings.gateway_error)
+    if scenario.keys and not settings.tool.cycles_urls:
+        error = f"{scenario.name} cycles through {scenario.keys} URLs, which only wrk does here (--tool wrk)"
+        log(f"    failed: {error}")
+        return failed_rows(scenario, variant, settings, error)
     pool = max(POOL, *settings.connections_for(scenario))
     ctx = Ctx(scenario, free_port(), free_port(), settings.pinning, settings.service_a, pool=pool)
-    procs = [service_a(ctx)] if scenario.a_delay is not None else []
-    if variant.server:
-        try:
+    try:
+        procs = [service_a(ctx)] if scenario.a_delay is not None else []
+        if variant.server:
             procs.append(variant.server(ctx))
-        except RuntimeError as err:
-            log(f"    failed: {err}")
-            return failed_rows(scenario, variant, settings, str(err))
+    except RuntimeError as err:
+        log(f"    failed: {err}")
+        return failed_rows(scenario, variant, settings, str(err))
     running, error = start_all(procs, RUN_DIR / "logs" / f"{scenario.name}-{variant.name}")
     if error:
         return failed_rows(scenario, variant, settings, error)
@@ -102,45 +108,67 @@ def run_variant(scenario, variant, settings):
             log(f"    failed: {error}")
             return failed_rows(scenario, variant, settings, error)
         command = procs[-1].command_line()
+        count_url = ctx.count_url if scenario.keys else None
         return [
-            measure(scenario, variant, settings, url, c, under_test, command)
+            measure(scenario, variant, settings, url, c, under_test, command, count_url)
             for c in settings.connections_for(scenario)
         ]
     finally:
         stop_all(running)
 
 
-def measure(scenario, variant, settings, url, connections, under_test, command):
-    """Warms up, then runs the load once; returns the row."""
-    tool, cpu = settings.tool, settings.pinning.load
+def measure(scenario, variant, settings, url, connections, under_test, command, count_url=None):
+    """Warms up, then runs the load once; returns the row. With count_url
+    (service A's /-/count), also the requests that reached service A
+    during the run, per second."""
+    tool, cpu, keys = settings.tool, settings.pinning.load, scenario.keys
     try:
-        tool.run(url, min(connections, scenario.warmup_connections or connections), settings.warmup_s, cpu)
+        tool.run(url, min(connections, scenario.warmup_connections or connections), settings.warmup_s, cpu, keys)
         # Let requests still in flight from the warm-up finish.
         time.sleep(scenario.delay_s or 0.2)
+        counted = upstream_counter(count_url)
         result, cpu_s, peak_rss = load_with_accounting(
-            tool, url, connections, settings.duration_for(scenario), cpu, under_test.pid
+            tool, url, connections, settings.duration_for(scenario), cpu, under_test.pid, keys
         )
-    except RuntimeError as err:
+        upstream = counted()
+    except (RuntimeError, OSError, ValueError) as err:
         log(f"    load failed: {err}")
         return new_row(variant, connections, error=str(err), server_command=command)
     row = new_row(variant, connections, server_command=command)
     row.update(result_fields(result, cpu_s, peak_rss))
+    if upstream:
+        row["upstream_requests"], row["upstream_window_s"] = upstream
+        row["upstream_rps"] = upstream[0] / upstream[1]
     log(
         f"    c={connections}: {fmt_rate(row['rps'])} req/s, p50 {fmt_ms(row['p50_ms'])}, "
         f"p99 {fmt_ms(row['p99_ms'])}, timeouts {row['timeouts']}, socket errors {row['socket_errors']}, "
         f"non-2xx {row['non_2xx']}, {fmt_number(row['cpu_ms_per_1k'])} CPU-ms/1k, "
         f"{fmt_number(row['peak_rss_mib'])} MiB"
+        + (f", upstream {fmt_rate(row['upstream_rps'])} req/s" if upstream else "")
     )
     return row
 
 
-def load_with_accounting(tool, url, connections, duration_s, cpu, server_pid):
+def upstream_counter(count_url):
+    """Reads service A's count now; returns a function that gives (requests
+    since, seconds since), or None when there is nothing to count."""
+    if not count_url:
+        return lambda: None
+    before, started = read_count(count_url), time.monotonic()
+
+    def since():
+        return read_count(count_url) - before, time.monotonic() - started
+
+    return since
+
+
+def load_with_accounting(tool, url, connections, duration_s, cpu, server_pid, keys=None):
     """Runs the load; returns (result, server CPU seconds, server peak RSS bytes)."""
     cpu_before = cpu_seconds(server_pid)
     sampler = PeakRss(server_pid)
     sampler.start()
     try:
-        result = tool.run(url, connections, duration_s, cpu)
+        result = tool.run(url, connections, duration_s, cpu, keys)
     finally:
         peak_rss = sampler.stop()
     return result, cpu_seconds(server_pid) - cpu_before, peak_rss
@@ -182,7 +210,8 @@ def add_ratios(scenario, rows):
             continue
         if direct.get(row["connections"]):
             row["ratio_to_direct"] = rps / direct[row["connections"]]
-        if scenario.delay_s:
+        # With a cache in front of A (keys), connections / delay bounds nothing.
+        if scenario.delay_s and not scenario.keys:
             row["ratio_to_limit"] = rps / (row["connections"] / scenario.delay_s)
 
 

@@ -15,13 +15,16 @@ from .servers import (
     gateway,
     gateway_lean,
     go_peer,
+    gateway_with_route,
     hyper_floor,
     nginx,
+    nginx_cache,
     node_hello,
     protect_gateway,
     protect_nginx,
     python_peer,
     uvicorn_peer,
+    varnish,
 )
 
 
@@ -167,6 +170,69 @@ HELLO = Scenario(
 )
 
 
+# ---------------------------------------------------------------- slow-upstream-cached
+#
+# Issue 23's benchmark: service A as in slow-upstream (1 s), its answers
+# fresh for a second, 100 distinct URLs; what a cache in front takes off it.
+
+# The gateway's route cache, in issue 23's syntax (one place, to adjust when
+# the cache lands): its size is also nginx's max_size and Varnish's malloc.
+CACHE_SIZE_MIB = 64
+GATEWAY_CACHE = (
+    f'cache = {{ max_size = "{CACHE_SIZE_MIB}MiB", max_entry = "1MiB", default_ttl = "0s", '
+    'coalesce = true, stale_while_revalidate = "1s" }'
+)
+CACHED_KEYS = 100
+CACHED_MAX_AGE = "max-age=1"
+VARNISH_GRACE_S = 10
+
+SLOW_UPSTREAM_CACHED_VARIANTS = [
+    Variant(
+        "gateway-cache",
+        KIND_GATEWAY,
+        f"route b with {GATEWAY_CACHE}",
+        "/b",
+        gateway_with_route("cache", GATEWAY_CACHE),
+        requires="needs the route cache of issue 23 (a gateway without it refuses the `cache` key)",
+    ),
+    Variant(
+        "nginx-cache",
+        KIND_TUNED,
+        f"nginx, 1 worker, keepalive {POOL}; proxy_cache ({CACHE_SIZE_MIB} MiB) + proxy_cache_lock + "
+        "proxy_cache_use_stale updating error timeout + proxy_cache_background_update",
+        "/b",
+        nginx_cache(CACHE_SIZE_MIB),
+    ),
+    Variant(
+        "varnish",
+        KIND_TUNED,
+        f"varnishd, 1 thread pool, -s malloc,{CACHE_SIZE_MIB}m, default coalescing, "
+        f"beresp.grace = {VARNISH_GRACE_S}s",
+        "/b",
+        varnish(CACHE_SIZE_MIB, VARNISH_GRACE_S),
+        programs={"varnishd": "varnish"},
+    ),
+    Variant("gateway", KIND_GATEWAY, "target/release/gateway, worker_threads = 1, no cache", "/b", gateway),
+]
+
+SLOW_UPSTREAM_CACHED = Scenario(
+    name="slow-upstream-cached",
+    title=f"A cache in front of a 1 s upstream: {CACHED_MAX_AGE}, {CACHED_KEYS} URLs (issue 23)",
+    connections=[1000],
+    duration_s=30,
+    quick_duration_s=5,
+    variants=SLOW_UPSTREAM_CACHED_VARIANTS,
+    a_delay="1s",
+    a_path="/a",
+    a_cache_control=CACHED_MAX_AGE,
+    keys=CACHED_KEYS,
+    # Only when named (--scenarios slow-upstream-cached) while main has no
+    # route cache: its gateway-cache row would fail every full run, and
+    # Varnish would be needed by all of them.
+    in_default=False,
+)
+
+
 # ---------------------------------------------------------------- overload and failover
 #
 # Loaded at a fixed arrival rate by `benchpeers load` (see openloop): what a
@@ -309,4 +375,6 @@ FAILOVER = RateScenario(
 )
 
 
-SCENARIOS = {s.name: s for s in (SLOW_UPSTREAM, PROXY_OVERHEAD, FILE, HELLO, OVERLOAD, FAILOVER)}
+SCENARIOS = {
+    s.name: s for s in (SLOW_UPSTREAM, PROXY_OVERHEAD, FILE, HELLO, SLOW_UPSTREAM_CACHED, OVERLOAD, FAILOVER)
+}

@@ -6,6 +6,7 @@ for, probed and stopped by process group with all its workers."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -99,7 +100,13 @@ class Ctx:
             "POOL": self.pool,
             "BACKLOG": BACKLOG,
             "FILE": DEMO_FILE,
+            "ROUTE_B": "",
         }
+
+    @property
+    def count_url(self):
+        """Service A's count of the requests for its /a (`gateway upstream`)."""
+        return f"http://127.0.0.1:{self.a_port}/-/count"
 
 
 def service_a(ctx):
@@ -107,6 +114,13 @@ def service_a(ctx):
     delay = ctx.scenario.a_delay or "1s"
     if ctx.service_a == "gateway":
         argv = [GATEWAY_BIN, "upstream", "--listen", addr, "--delay", delay]
+        if ctx.scenario.a_cache_control:
+            argv += ["--cache-control", ctx.scenario.a_cache_control]
+    elif ctx.scenario.a_cache_control or ctx.scenario.keys:
+        raise RuntimeError(
+            f"{ctx.scenario.name} needs `gateway upstream` as service A (--cache-control, /-/count), "
+            "not the Go one: run with --service-a gateway and a built gateway"
+        )
     else:
         argv = [GO_BIN, "service-a", "-listen", addr, "-delay", delay]
     return Proc("service-a", argv, ctx.a_port, ctx.pinning.upstream)
@@ -129,6 +143,18 @@ def gateway_lean(ctx):
     return ctx.proc([GATEWAY_BIN, "--config", config])
 
 
+def gateway_with_route(tag, route):
+    """The gateway on gateway.toml.in with these keys added to route b."""
+
+    def build(ctx):
+        config = RUN_DIR / f"gateway-{tag}-{ctx.scenario.name}.toml"
+        values = {**ctx.template_values(), "ROUTE_B": route}
+        config.write_text(fill_template(PEERS / "gateway" / "gateway.toml.in", values))
+        return ctx.proc([GATEWAY_BIN, "--config", config], config=config)
+
+    return build
+
+
 def hyper_floor(ctx):
     """A proxy built like the gateway on hyper alone, on the gateway's config
     file: the floor under the gateway's costs (benches/floor)."""
@@ -145,6 +171,46 @@ def nginx(ctx):
     config = prefix / "nginx.conf"
     config.write_text(fill_template(PEERS / "nginx" / "nginx.conf.in", {**ctx.template_values(), "RUN_DIR": prefix}))
     return ctx.proc([find_program("nginx"), "-p", prefix, "-e", "stderr", "-c", config])
+
+
+def nginx_cache(size_mib):
+    """nginx on nginx/cache.conf.in: proxy_cache of size_mib, emptied first."""
+
+    def build(ctx):
+        prefix = RUN_DIR / "nginx"
+        cache = prefix / f"cache-{ctx.scenario.name}"
+        shutil.rmtree(cache, ignore_errors=True)
+        prefix.mkdir(parents=True, exist_ok=True)
+        values = {**ctx.template_values(), "RUN_DIR": prefix, "CACHE_DIR": cache, "CACHE_MIB": size_mib}
+        config = prefix / f"nginx-{ctx.scenario.name}.conf"
+        config.write_text(fill_template(PEERS / "nginx" / "cache.conf.in", values))
+        return ctx.proc([find_program("nginx"), "-p", prefix, "-e", "stderr", "-c", config], config=config)
+
+    return build
+
+
+def varnish(size_mib, grace_s):
+    """varnishd in the foreground on varnish/cache.vcl.in: malloc storage of
+    size_mib, one thread pool (pinned to one CPU like every server under
+    test), the listen backlog of the others, no management port, no
+    privilege separation (it runs as whoever runs this, in its own work
+    directory, made afresh every run)."""
+
+    def build(ctx):
+        program = find_program("varnishd")
+        if not program:
+            raise RuntimeError("varnishd not found (Debian package varnish)")
+        work = RUN_DIR / "varnish"
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        vcl = work / f"{ctx.scenario.name}.vcl"
+        vcl.write_text(fill_template(PEERS / "varnish" / "cache.vcl.in", {**ctx.template_values(), "GRACE_S": grace_s}))
+        argv = [program, "-F", "-j", "none", "-n", work / "state", "-T", "none"]
+        argv += ["-a", f"127.0.0.1:{ctx.port}", "-f", vcl, "-s", f"malloc,{size_mib}m"]
+        argv += ["-p", "thread_pools=1", "-p", f"listen_depth={BACKLOG}"]
+        return ctx.proc(argv, config=vcl)
+
+    return build
 
 
 def go_peer(command, env=None):
@@ -165,6 +231,7 @@ def uvicorn_peer(module, workers):
         argv = [VENV_PYTHON, "-m", "uvicorn", f"{module}:app", *flags.split(), "--log-level", "warning"]
         return ctx.proc(argv, env=ctx.python_env(workers), cwd=PEERS / "python")
 
+    build.venv = True
     return build
 
 
@@ -172,6 +239,8 @@ def python_peer(script, workers=1):
     def build(ctx):
         return ctx.proc([VENV_PYTHON, script], env=ctx.python_env(workers), cwd=PEERS / "python")
 
+    # A Python peer: the run needs the venv (see prereqs.install_or_report).
+    build.venv = True
     return build
 
 
@@ -314,3 +383,9 @@ def probe(url):
             if time.monotonic() > deadline:
                 return f"probe GET {url}: {err}"
             time.sleep(0.2)
+
+
+def read_count(url):
+    """Service A's /-/count: the requests for /a it has received."""
+    with NO_PROXY.open(url, timeout=TIMEOUT_S) as resp:
+        return int(resp.read().decode().strip())

@@ -55,6 +55,8 @@ def svg_row(row, y, label_w, bar_w, row_h, peak, show_connections):
         f'<rect x="{label_w}" y="{y + 4}" width="{length:.1f}" height="{row_h - 8}" fill="{BAR_COLOURS[row["kind"]]}"/>'
     )
     note = f"{fmt_rate(row['rps'])} req/s · p99 {fmt_ms(row['p99_ms'])}"
+    if "upstream_rps" in row:
+        note += f" · A {fmt_rate(row['upstream_rps'])}/s"
     return parts + [svg_text(label_w + length + 6, y + row_h / 2 + 4, note)]
 
 

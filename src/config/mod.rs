@@ -88,6 +88,7 @@ impl Source {
 }
 
 mod raw;
+mod redact;
 mod upstream;
 mod validate;
 
@@ -117,6 +118,9 @@ pub struct Config {
     pub upstreams: Vec<UpstreamConfig>,
     /// Routes, in file order.
     pub routes: Vec<RouteConfig>,
+    /// The configuration as loaded, defaults included, with secrets
+    /// redacted (the admin listener's `/-/config`).
+    pub effective: std::sync::Arc<serde_json::Value>,
 }
 
 /// `[server]`.
@@ -314,11 +318,38 @@ pub struct ProxyTarget {
     /// Attempts after the first, on another endpoint where there is one.
     pub retries: u32,
     pub retry_on: RetryOn,
+    /// The route's response cache (`cache = { ... }`); `None`: off.
+    pub cache: Option<CacheConfig>,
     /// HTTP/1.1 upgrades (WebSocket) are tunnelled, closed after this long
     /// with no byte either way; `None` (`upgrade = false`) strips the
     /// upgrade headers.
     pub upgrade: Option<Duration>,
 }
+
+/// A proxy route's response cache: its own store, sized in bytes (head +
+/// body), and the windows the gateway applies itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheConfig {
+    /// Bytes the store holds at most (heads and bodies).
+    pub max_size: u64,
+    /// The largest response stored; a larger one streams through unbuffered.
+    pub max_entry: u64,
+    /// Freshness of a storable response that states none; zero: such a
+    /// response is not stored.
+    pub default_ttl: Duration,
+    /// Concurrent misses for one key wait for the first one's response.
+    pub coalesce: bool,
+    /// How long past its freshness an entry is served while it is refreshed
+    /// in the background.
+    pub stale_while_revalidate: Duration,
+    /// How long past its freshness an entry is served when the upstream fails.
+    pub stale_if_error: Duration,
+}
+
+/// `cache.max_size` when not set.
+pub const DEFAULT_CACHE_MAX_SIZE: u64 = 64 << 20;
+/// `cache.max_entry` when not set.
+pub const DEFAULT_CACHE_MAX_ENTRY: u64 = 1 << 20;
 
 /// Which `Host` the upstream sees.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -400,7 +431,11 @@ pub fn load(source: &Source) -> Result<Config, ConfigError> {
     builder = builder.add_source(
         config::Environment::with_prefix("GATEWAY").prefix_separator("__").separator("__").try_parsing(true),
     );
-    let raw: RawConfig = builder.build().and_then(|c| c.try_deserialize()).map_err(|e| config_crate_error(&name, e))?;
+    let built = builder.build().map_err(|e| config_crate_error(&name, e))?;
+    // Read before validation consumes it; a tree that does not convert
+    // (it always does: TOML values are JSON values) is shown as null.
+    let effective = built.clone().try_deserialize::<serde_json::Value>().map(redact::redacted).unwrap_or_default();
+    let raw: RawConfig = built.try_deserialize().map_err(|e| config_crate_error(&name, e))?;
     let mut config = validate::config(raw, &source.base_dir()).map_err(|(key, message)| ConfigError {
         source_name: name.clone(),
         key,
@@ -408,6 +443,7 @@ pub fn load(source: &Source) -> Result<Config, ConfigError> {
     })?;
     config.source_name = name;
     config.source = Some(source.clone());
+    config.effective = std::sync::Arc::new(effective);
     Ok(config)
 }
 

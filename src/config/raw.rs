@@ -187,6 +187,7 @@ pub(super) struct RawRoute {
     pub request_headers: Option<RawHeaderRules>,
     pub response_headers: Option<RawHeaderRules>,
     pub compress: Option<bool>,
+    pub cache: Option<RawCache>,
     /// Debug builds only: the route panics (for the panic-isolation tests).
     pub panic: Option<String>,
 }
@@ -196,4 +197,16 @@ pub(super) struct RawRoute {
 pub(super) struct RawRespond {
     pub status: Option<u16>,
     pub body: Option<String>,
+}
+
+/// A proxy route's `cache = { ... }`; every key has a default.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawCache {
+    pub max_size: Option<RawSize>,
+    pub max_entry: Option<RawSize>,
+    pub default_ttl: Option<String>,
+    pub coalesce: Option<bool>,
+    pub stale_while_revalidate: Option<String>,
+    pub stale_if_error: Option<String>,
 }

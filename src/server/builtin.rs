@@ -1,6 +1,7 @@
 //! The built-in endpoints: `/healthz`, `/readyz` and the metrics path
 //! (answered before routes, on the main listener unless an admin listener
-//! is configured), and the admin listener's own `POST /-/reload`.
+//! is configured), and the admin listener's own `POST /-/reload` and
+//! status endpoints (`status`).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -50,6 +51,12 @@ impl App {
             let mut response = Response::new(Body::full(body));
             *response.status_mut() = status;
             response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+            return response;
+        }
+        if let Some(response) = self.status(req.uri().path()) {
+            if req.method() != Method::GET && req.method() != Method::HEAD {
+                return error_response(&GatewayError::MethodNotAllowed { allow: "GET, HEAD".into() });
+            }
             return response;
         }
         self.builtin(req.uri().path()).unwrap_or_else(|| error_response(&GatewayError::NotFound))

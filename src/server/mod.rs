@@ -37,6 +37,7 @@ use crate::upstream::Upstream;
 use crate::upstream::tunnel::PendingTunnel;
 
 mod builtin;
+mod status;
 mod table;
 mod unanswered;
 pub mod watch;
@@ -275,8 +276,11 @@ impl App {
                     // smaller but cost the proxy path a copy of its state and an
                     // allocation on every request (see benches/README.md,
                     // Decisions).
-                    let mut response =
-                        upstream.forward(p, prefix, route.config.max_body, req, peer, cx, deadline).await?;
+                    let mut response = match &route.cache {
+                        None => upstream.forward(p, prefix, route.config.max_body, req, peer, cx, deadline).await?,
+                        // Boxed: only cache routes pay for its future.
+                        Some(cache) => Box::pin(cache.serve(req, peer, cx, deadline)).await?,
+                    };
                     if response.status() == StatusCode::SWITCHING_PROTOCOLS
                         && let Some(tunnel) = response.extensions_mut().get_mut::<PendingTunnel>()
                     {

@@ -8,6 +8,7 @@ use tokio::sync::Notify;
 
 use super::App;
 use crate::body::ReadAhead;
+use crate::cache::RouteCache;
 use crate::config::{Config, ConfigError, RouteConfig, ServerConfig, Target, UpstreamConfig};
 use crate::discovery::Discovery;
 use crate::layers::RouteLayers;
@@ -28,6 +29,8 @@ pub(super) struct Route {
     /// The route's `max_concurrent`, if set (shared with the route of the
     /// same name after a reload).
     pub(super) limit: Option<Arc<ConcurrencyLimit>>,
+    /// The route's response cache, when it has `cache`.
+    pub(super) cache: Option<Arc<RouteCache>>,
 }
 
 impl Route {
@@ -43,6 +46,8 @@ pub(super) struct Table {
     pub(super) router: Router,
     pub(super) routes: Vec<Route>,
     pub(super) upstreams: Vec<Arc<Upstream>>,
+    /// The configuration these were built from, as `/-/config` shows it.
+    pub(super) effective: Arc<serde_json::Value>,
 }
 
 /// What asked for a reload: the `trigger` label of
@@ -290,24 +295,33 @@ impl Table {
                     let allow = ms.iter().map(Method::as_str).collect::<Vec<_>>().join(", ");
                     (ms, allow)
                 });
+                let old = running.and_then(|t| t.routes.iter().find(|o| o.config.name == r.name));
+                // The entries of a route whose cache settings did not change
+                // are kept (see `RouteCache::new`).
+                let cache = match &r.target {
+                    Target::Proxy(p) => p.cache.map(|c| {
+                        let running = old.and_then(|o| o.cache.as_ref()).map(|c| &c.store);
+                        let upstream = upstreams[p.upstream].clone();
+                        RouteCache::new(&r.name, p, c, (&r.prefix, r.max_body), upstream, running)
+                    }),
+                    _ => None,
+                };
                 Route {
+                    cache,
                     layers: RouteLayers::new(r),
                     config: r.clone(),
                     metrics: RouteMetrics::new(&r.name),
                     methods,
                     // The same limit on a route of the same name goes on
                     // counting the requests it already admitted.
-                    limit: r.max_concurrent.map(|max| {
-                        let old = running.and_then(|t| t.routes.iter().find(|o| o.config.name == r.name));
-                        match old.and_then(|o| o.limit.as_ref()) {
-                            Some(limit) if limit.max() == max => limit.clone(),
-                            _ => Arc::new(ConcurrencyLimit::new(max)),
-                        }
+                    limit: r.max_concurrent.map(|max| match old.and_then(|o| o.limit.as_ref()) {
+                        Some(limit) if limit.max() == max => limit.clone(),
+                        _ => Arc::new(ConcurrencyLimit::new(max)),
                     }),
                 }
             })
             .collect();
         let router = Router::new(config.routes.iter().map(|r| r.prefix.as_str()));
-        Table { router, routes, upstreams }
+        Table { router, routes, upstreams, effective: config.effective.clone() }
     }
 }

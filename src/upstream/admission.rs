@@ -105,6 +105,11 @@ impl Admission {
         }
     }
 
+    /// Requests waiting in the queue now, and the queue's size.
+    pub fn queued(&self) -> (usize, usize) {
+        (self.waiting.load(Relaxed), self.queue.load(Relaxed))
+    }
+
     /// Records how long the upstream took to a response head, for the
     /// moving average (weight 1/8) that admission after a wait uses.
     pub fn observed(&self, took: std::time::Duration) {

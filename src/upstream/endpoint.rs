@@ -9,8 +9,8 @@
 //! its outcome brings the endpoint back or ejects it again.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
-use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, SystemTime};
 
 use http::header::HeaderValue;
 use metrics::{Counter, Gauge, counter, gauge};
@@ -63,6 +63,17 @@ struct State {
     /// Which endpoint's health checks may set `healthy`: bumped when a
     /// reload replaces the endpoint, so the old one's checks stop.
     checks: AtomicU64,
+    /// The latest health check's result (for the status endpoints).
+    last_check: Mutex<Option<Check>>,
+}
+
+/// One health check's result, as the status endpoints show it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Check {
+    pub at: SystemTime,
+    pub passed: bool,
+    /// Why it failed (empty when it passed).
+    pub detail: String,
 }
 
 /// The upstream's settings an endpoint is built from: a reload that leaves
@@ -148,6 +159,7 @@ impl Endpoint {
                     ejections: counter!(ENDPOINT_EJECTIONS, &labels),
                     ejected: gauge!(ENDPOINT_EJECTED, &labels),
                     checks: AtomicU64::new(0),
+                    last_check: Mutex::new(None),
                 })
             }
         };
@@ -201,6 +213,23 @@ impl Endpoint {
     /// (see `health`).
     pub fn checks(&self) -> u64 {
         self.state.checks.load(Relaxed)
+    }
+
+    /// Keeps a health check's result for the status endpoints (every
+    /// check, whether or not it changes the endpoint's health).
+    pub fn record_check(&self, passed: bool, detail: &str) {
+        let check = Check { at: SystemTime::now(), passed, detail: detail.to_owned() };
+        *self.state.last_check.lock().expect("check lock") = Some(check);
+    }
+
+    /// The latest health check's result, if a check has run.
+    pub fn last_check(&self) -> Option<Check> {
+        self.state.last_check.lock().expect("check lock").clone()
+    }
+
+    /// The upstream's name.
+    pub fn upstream(&self) -> &str {
+        &self.upstream
     }
 
     /// Records a health check result (see `health`); logs a change, with

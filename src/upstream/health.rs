@@ -53,6 +53,7 @@ async fn run(endpoint: Weak<Endpoint>, config: HealthConfig) {
         if Some(e.checks()) != generation {
             return;
         }
+        e.record_check(passed, &failure);
         if passed {
             (passes, failures) = (passes + 1, 0);
         } else {

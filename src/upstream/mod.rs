@@ -158,17 +158,23 @@ impl Upstream {
         self.discovery.as_ref().map_or_else(discovery::Status::fixed, |d| d.status())
     }
 
-    /// The endpoints as of this upstream (a discovered one's as last
-    /// resolved when it was built), for the status endpoints and metrics.
-    pub fn endpoints(&self) -> &[Arc<Endpoint>] {
-        &self.endpoints
-    }
-
     /// Whether it was built from `config` with a retry budget as
     /// `retried` asks: a reload keeps it whole (pools, health, ejections)
     /// then.
     pub fn same_settings(&self, config: &UpstreamConfig, retried: bool) -> bool {
         self.budget.is_some() == retried && self.config == *config
+    }
+
+    /// Its endpoints, as configured (a discovered upstream's: as resolved
+    /// when it was built), for the status endpoints and metrics.
+    pub fn endpoints(&self) -> &[Arc<Endpoint>] {
+        &self.endpoints
+    }
+
+    /// Requests waiting in its queue and the queue's size, when it has
+    /// `max_requests`.
+    pub fn queued(&self) -> Option<(usize, usize)> {
+        self.admission.as_ref().map(|a| a.queued())
     }
 
     /// False while the upstream has health checks and no endpoint passes

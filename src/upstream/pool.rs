@@ -59,6 +59,10 @@ struct Inner {
     idle: Mutex<Vec<Idle>>,
     /// `gateway_upstream_connections_opened_total`.
     opened: Counter,
+    /// Connections whose task is running now (for the status endpoints).
+    /// Its own `Arc`: a connection's task holding the pool would keep the
+    /// idle connections (and so itself) alive.
+    open: Arc<AtomicUsize>,
     reaper: Once,
     /// As configured: with [`Protocol::Auto`], each new connection's ALPN
     /// decides what that connection speaks.
@@ -101,6 +105,22 @@ fn protocol_code(p: Protocol) -> u8 {
     }
 }
 
+/// Counts a connection's task as open while it runs.
+struct Open(Arc<AtomicUsize>);
+
+impl Open {
+    fn new(count: &Arc<AtomicUsize>) -> Open {
+        count.fetch_add(1, Relaxed);
+        Open(count.clone())
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Relaxed);
+    }
+}
+
 /// A new connection: HTTP/1.1 (one request at a time, pooled when idle) or
 /// HTTP/2 (shared).
 pub enum Connected {
@@ -136,6 +156,7 @@ impl Pool {
                 max_idle: config.pool_max_idle_per_host,
                 idle: Mutex::new(Vec::new()),
                 opened,
+                open: Arc::new(AtomicUsize::new(0)),
                 reaper: Once::new(),
                 configured: config.protocol,
                 protocol: AtomicU8::new(protocol_code(config.protocol)),
@@ -146,6 +167,13 @@ impl Pool {
                 h2_failed: Mutex::new(None),
             }),
         }
+    }
+
+    /// Connections open now (HTTP/1.1 and HTTP/2; a tunnel after a 101 no
+    /// longer counts), and of those, HTTP/1.1 ones idle in the pool.
+    pub fn connections(&self) -> (usize, usize) {
+        let idle = self.inner.idle.lock().expect("pool lock").len();
+        (self.inner.open.load(Relaxed), idle)
     }
 
     /// Whether requests go over HTTP/2 (for an `auto` upstream: whether its
@@ -256,7 +284,9 @@ impl Pool {
                 .keep_alive_while_idle(true)
                 .handshake(TokioIo::new(upstream_io))
                 .await?;
+            let open = Open::new(&inner.open);
             tokio::spawn(async move {
+                let _open = open;
                 if let Err(e) = connection.await {
                     tracing::debug!(error = %e, "upstream HTTP/2 connection ended with an error");
                 }
@@ -270,7 +300,9 @@ impl Pool {
             inner.protocol.store(protocol_code(Protocol::Http1), Relaxed);
         }
         let (sender, connection) = http1::Builder::new().writev(false).handshake(TokioIo::new(upstream_io)).await?;
+        let open = Open::new(&inner.open);
         tokio::spawn(async move {
+            let _open = open;
             // After a 101 the socket goes to the tunnel.
             if let Err(e) = connection.with_upgrades().await {
                 tracing::debug!(error = %e, "upstream connection ended with an error");

@@ -46,12 +46,7 @@ pub fn prepare_request(
     counted: Option<Arc<AtomicU64>>,
 ) -> Result<Prepared, GatewayError> {
     let (mut parts, body) = req.into_parts();
-    let path_and_query = match &target.rewrite {
-        Some(rewrite) => rewrite_path(parts.uri.path(), parts.uri.query(), prefix, rewrite)
-            .parse::<PathAndQuery>()
-            .map_err(|_| GatewayError::BadPath("rewritten path is not a valid URI"))?,
-        None => parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/")),
-    };
+    let path_and_query = upstream_path(&parts.uri, target, prefix)?;
     // HTTP/2 clients send :authority instead of Host.
     let client_host = parts
         .headers
@@ -116,6 +111,17 @@ pub fn prepare_request(
     let retryable = !has_body && is_idempotent(&parts.method);
     let plan = Plan { retryable, send_timeout: target.body_timeout, large_body, may_resend: true };
     Ok(Prepared { parts, body, plan, client_host, upgrade, body_state })
+}
+
+/// The path and query the upstream is sent for `uri`: after the route's
+/// `rewrite` (the cache keys on it too).
+pub fn upstream_path(uri: &Uri, target: &ProxyTarget, prefix: &str) -> Result<PathAndQuery, GatewayError> {
+    Ok(match &target.rewrite {
+        Some(rewrite) => rewrite_path(uri.path(), uri.query(), prefix, rewrite)
+            .parse::<PathAndQuery>()
+            .map_err(|_| GatewayError::BadPath("rewritten path is not a valid URI"))?,
+        None => uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/")),
+    })
 }
 
 /// Refuses a response status the gateway must not relay. `upgrading`: the

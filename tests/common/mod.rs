@@ -2,6 +2,8 @@
 //! test, and a small client.
 #![allow(dead_code)]
 
+pub mod cached;
+
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;

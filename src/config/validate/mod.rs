@@ -23,6 +23,7 @@ use super::{
     RouteConfig, ServerConfig, Target, TracingConfig,
 };
 
+mod cache;
 mod upstream;
 
 use upstream::upstream;
@@ -55,7 +56,17 @@ pub(super) fn config(raw: RawConfig, base_dir: &Path) -> Result<Config, Problem>
         }
         routes.push(route);
     }
-    Ok(Config { source_name: String::new(), source: None, server, metrics, tracing, resolver, upstreams, routes })
+    Ok(Config {
+        source_name: String::new(),
+        source: None,
+        server,
+        metrics,
+        tracing,
+        resolver,
+        upstreams,
+        routes,
+        effective: Default::default(),
+    })
 }
 
 fn server(s: &RawServer, base_dir: &Path) -> Result<ServerConfig, Problem> {
@@ -325,6 +336,7 @@ fn target(
         ("retry_on", r.retry_on.is_some()),
         ("upgrade", r.upgrade.is_some()),
         ("upgrade_idle_timeout", r.upgrade_idle_timeout.is_some()),
+        ("cache", r.cache.is_some()),
     ];
     if r.upstream.is_none()
         && let Some((k, _)) = only_for_proxy.iter().find(|(_, set)| *set)
@@ -406,6 +418,7 @@ fn proxy_target(
         return Err((key("upgrade_idle_timeout"), "has no effect with upgrade = false".into()));
     }
     let upgrade = r.upgrade.unwrap_or(true).then_some(upgrade_idle);
+    let cache = r.cache.as_ref().map(|c| cache::cache(c, key)).transpose()?;
     let request_buffer = match &r.request_buffer {
         Some(size) => usize::try_from(parse_size(&key("request_buffer"), size)?)
             .map_err(|_| (key("request_buffer"), "too large".to_owned()))?,
@@ -421,6 +434,7 @@ fn proxy_target(
         retries,
         retry_on,
         upgrade,
+        cache,
         drop_underscore_headers: false,
         guarded_trailers: std::sync::Arc::from([]),
     })

@@ -1,0 +1,336 @@
+//! A fill: one request upstream for a key, in a task of its own so that the
+//! client that started it may leave without cancelling it for the clients
+//! waiting on it. The head decides: a 304 refreshes the stale entry, an
+//! error may serve it (stale-if-error), a storable answer streams to the
+//! first client as it arrives while its bytes are kept for the store, and
+//! anything else goes to the first client untouched. Past `max_entry` the
+//! rest of the body is handed to the client to read itself, unbuffered.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime};
+
+use bytes::{Bytes, BytesMut};
+use http::{Request, Response, StatusCode, header, request, response};
+use http_body::{Frame, SizeHint};
+use http_body_util::BodyExt;
+use http_cache_semantics::AfterResponse;
+use hyper::body::Incoming;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+use super::RouteCache;
+use super::rules::{self, Directives};
+use super::store::{Entry, FillGuard, Filled};
+use crate::body::{Body, BoxError};
+use crate::error::GatewayError;
+use crate::request::{Peer, RequestLog};
+
+/// What the first client of a fill is answered with.
+pub enum Answer {
+    /// The upstream's answer (streaming); `Some` with its freshness left
+    /// when it is being stored.
+    Upstream(Response<Body>, Option<Duration>),
+    /// A stored entry: refreshed by a 304 (`Some(304)`), or served stale
+    /// because the upstream failed (`None`).
+    Entry(Arc<Entry>, Option<u16>),
+    Failed(GatewayError),
+}
+
+/// One fill's inputs.
+pub struct Fill {
+    pub cache: Arc<RouteCache>,
+    pub guard: FillGuard,
+    pub key: Arc<str>,
+    pub req: Request<Incoming>,
+    /// The client's head as the policy judges it (before the conditionals
+    /// the fill adds).
+    pub head: request::Parts,
+    pub peer: Peer,
+    pub log: RequestLog<'static>,
+    pub deadline: Instant,
+    /// The entry being revalidated, or served if the upstream fails.
+    pub stale: Option<Arc<Entry>>,
+}
+
+/// Starts `fill` in a task; its first client's answer comes on the receiver.
+pub fn spawn(fill: Fill) -> oneshot::Receiver<Answer> {
+    let (tx, rx) = oneshot::channel();
+    tokio::spawn(fill.run(Some(tx)));
+    rx
+}
+
+/// Starts `fill` with no client to answer (a background refresh).
+pub fn spawn_background(fill: Fill) {
+    tokio::spawn(fill.run(None));
+}
+
+impl Fill {
+    async fn run(mut self, tx: Option<oneshot::Sender<Answer>>) {
+        if let Some(stale) = &self.stale {
+            conditional(&mut self.req, stale);
+        }
+        let Fill { cache, guard, key, req, head, peer, log, deadline, stale } = self;
+        let forwarded =
+            cache.upstream.forward(&cache.target, &cache.prefix, cache.max_body, req, &peer, &log, deadline);
+        let response = match forwarded.await {
+            Ok(r) => r,
+            Err(e) => {
+                let answer = match stale.filter(|s| serves_on_error(s)) {
+                    Some(s) => Answer::Entry(s, None),
+                    None => Answer::Failed(e),
+                };
+                return send(tx, answer);
+            }
+        };
+        let status = response.status();
+        let now = SystemTime::now();
+        if let (StatusCode::NOT_MODIFIED, Some(old)) = (status, &stale) {
+            let (parts, _) = response.into_parts();
+            let refreshed = refresh(old, &head, &parts, now);
+            cache.store.put(&key, refreshed.clone_entry()).await;
+            guard.publish(Filled::Stored);
+            return send(tx, Answer::Entry(Arc::new(refreshed), Some(304)));
+        }
+        if rules::ERROR_STATUSES.contains(&status.as_u16())
+            && let Some(s) = stale.filter(|s| serves_on_error(s))
+        {
+            return send(tx, Answer::Entry(s, None));
+        }
+        let (parts, body) = response.into_parts();
+        let Some(entry) = judge(&cache, &head, &parts, now) else {
+            return send(tx, Answer::Upstream(Response::from_parts(parts, body), None));
+        };
+        guard.publish(Filled::Streaming);
+        let (chunks_tx, chunks) = mpsc::unbounded_channel();
+        let length = content_length(&parts.headers);
+        let client = Response::from_parts(
+            parts,
+            Body::Upstream(Box::pin(ChannelBody { rx: chunks, rest: None, length, ended: false })),
+        );
+        let mut to_client = Some(chunks_tx);
+        if let Some(tx) = tx
+            && tx.send(Answer::Upstream(client, Some(entry.lifetime.saturating_sub(entry.age(now))))).is_err()
+        {
+            to_client = None;
+        }
+        if let Some(bytes) = collect(body, to_client.as_ref(), cache.store.config.max_entry).await {
+            cache.store.put(&key, Entry { body: bytes, ..entry }).await;
+            guard.publish(Filled::Stored);
+        }
+        if let Some(to) = to_client {
+            let _ = to.send(Msg::End);
+        }
+    }
+}
+
+fn send(tx: Option<oneshot::Sender<Answer>>, answer: Answer) {
+    if let Some(tx) = tx {
+        let _ = tx.send(answer);
+    }
+}
+
+/// Whether a stale entry is within its `stale-if-error` window.
+fn serves_on_error(entry: &Entry) -> bool {
+    entry.staleness(SystemTime::now()) < entry.if_error
+}
+
+/// The validators of the entry replace the client's conditionals
+/// (RFC 9111 §4.3.1); the client's own are answered from the entry.
+fn conditional(req: &mut Request<Incoming>, stale: &Entry) {
+    let headers = req.headers_mut();
+    headers.remove(header::IF_NONE_MATCH);
+    headers.remove(header::IF_MODIFIED_SINCE);
+    if let Some(etag) = stale.headers.get(header::ETAG) {
+        headers.insert(header::IF_NONE_MATCH, etag.clone());
+    }
+    if let Some(modified) = stale.headers.get(header::LAST_MODIFIED) {
+        headers.insert(header::IF_MODIFIED_SINCE, modified.clone());
+    }
+}
+
+/// The entry a storable head makes (its body still to come), or `None`.
+fn judge(cache: &RouteCache, head: &request::Parts, parts: &response::Parts, now: SystemTime) -> Option<Entry> {
+    let config = cache.store.config;
+    if content_length(&parts.headers).is_some_and(|n| n > config.max_entry) {
+        return None;
+    }
+    entry_of(head, parts, now, config.default_ttl, config.stale_while_revalidate, config.stale_if_error)
+}
+
+/// The entry for a response head to a request head, if it may be stored.
+pub fn entry_of(
+    head: &request::Parts,
+    parts: &response::Parts,
+    now: SystemTime,
+    default_ttl: std::time::Duration,
+    while_revalidate: std::time::Duration,
+    if_error: std::time::Duration,
+) -> Option<Entry> {
+    let policy = rules::policy(head, parts, now);
+    let d = Directives::of(&parts.headers);
+    let lifetime = rules::lifetime(&parts.headers, &d, default_ttl);
+    if !rules::storable(&policy, parts.status, &parts.headers, lifetime) {
+        return None;
+    }
+    // A Vary name that is not a header name cannot be matched: not stored.
+    let vary = rules::vary_names(&parts.headers)
+        .map(|n| {
+            let name = http::HeaderName::from_bytes(n.as_bytes()).ok()?;
+            let value = rules::vary_value(&head.headers, &name);
+            Some((name, value))
+        })
+        .collect::<Option<Vec<_>>>()?;
+    Some(Entry {
+        policy,
+        status: parts.status,
+        headers: parts.headers.clone(),
+        body: Bytes::new(),
+        lifetime: lifetime.expect("storable has a lifetime"),
+        while_revalidate: rules::stale_window(&d, d.stale_while_revalidate, while_revalidate),
+        if_error: rules::stale_window(&d, d.stale_if_error, if_error),
+        vary,
+    })
+}
+
+/// A 304's head merged into the stored one (RFC 9111 §4.3.4), fresh again
+/// from now. The crate makes the new policy; the head is merged here, as
+/// the crate's merged head comes with an `Age` and `Date` of its making,
+/// which must not be stored.
+fn refresh(old: &Entry, head: &request::Parts, not_modified: &response::Parts, now: SystemTime) -> Entry {
+    let policy = match old.policy.after_response(head, not_modified, now) {
+        AfterResponse::NotModified(p, _) | AfterResponse::Modified(p, _) => p,
+    };
+    let mut headers = old.headers.clone();
+    for (name, value) in &not_modified.headers {
+        if ![header::CONTENT_LENGTH, header::CONTENT_ENCODING, header::TRANSFER_ENCODING, header::CONTENT_RANGE]
+            .contains(name)
+        {
+            headers.insert(name.clone(), value.clone());
+        }
+    }
+    let d = Directives::of(&headers);
+    let lifetime = rules::lifetime(&headers, &d, old.lifetime).unwrap_or(old.lifetime);
+    Entry {
+        policy,
+        status: old.status,
+        headers,
+        body: old.body.clone(),
+        lifetime,
+        while_revalidate: old.while_revalidate,
+        if_error: old.if_error,
+        vary: old.vary.clone(),
+    }
+}
+
+impl Entry {
+    fn clone_entry(&self) -> Entry {
+        Entry {
+            policy: self.policy.clone(),
+            status: self.status,
+            headers: self.headers.clone(),
+            body: self.body.clone(),
+            lifetime: self.lifetime,
+            while_revalidate: self.while_revalidate,
+            if_error: self.if_error,
+            vary: self.vary.clone(),
+        }
+    }
+}
+
+fn content_length(headers: &http::HeaderMap) -> Option<u64> {
+    headers.get(header::CONTENT_LENGTH)?.to_str().ok()?.parse().ok()
+}
+
+/// Reads the body, passing each frame to the client while there is one;
+/// `Some` with the whole body when it ended complete within `max_entry`.
+async fn collect(mut body: Body, client: Option<&mpsc::UnboundedSender<Msg>>, max_entry: u64) -> Option<Bytes> {
+    let mut kept = BytesMut::new();
+    let mut client = client.filter(|c| !c.is_closed());
+    loop {
+        let frame = match body.frame().await {
+            None => return Some(kept.freeze()),
+            Some(Ok(frame)) => frame,
+            Some(Err(e)) => {
+                // Cut short: never stored; the client's answer is cut short too.
+                if let Some(c) = client {
+                    let _ = c.send(Msg::Error(e));
+                }
+                return None;
+            }
+        };
+        if let Some(data) = frame.data_ref() {
+            if kept.len() as u64 + data.len() as u64 > max_entry {
+                // Too large to store: the client reads the rest itself.
+                if let Some(c) = client {
+                    let _ = c.send(Msg::Frame(frame));
+                    let _ = c.send(Msg::Rest(body));
+                }
+                return None;
+            }
+            kept.extend_from_slice(data);
+        }
+        if let Some(c) = client
+            && c.send(Msg::Frame(frame)).is_err()
+        {
+            // The first client left: the fill goes on for the others.
+            client = None;
+        }
+    }
+}
+
+/// What the fill passes the first client.
+enum Msg {
+    Frame(Frame<Bytes>),
+    /// The rest of the body, to read directly.
+    Rest(Body),
+    Error(BoxError),
+    End,
+}
+
+/// The first client's body while a fill keeps a copy.
+struct ChannelBody {
+    rx: mpsc::UnboundedReceiver<Msg>,
+    rest: Option<Body>,
+    length: Option<u64>,
+    ended: bool,
+}
+
+impl http_body::Body for ChannelBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        loop {
+            if let Some(rest) = &mut self.rest {
+                return Pin::new(rest).poll_frame(cx);
+            }
+            if self.ended {
+                return Poll::Ready(None);
+            }
+            return match self.rx.poll_recv(cx) {
+                Poll::Pending => Poll::Pending,
+                Poll::Ready(Some(Msg::Frame(f))) => Poll::Ready(Some(Ok(f))),
+                Poll::Ready(Some(Msg::Rest(body))) => {
+                    self.rest = Some(body);
+                    continue;
+                }
+                Poll::Ready(Some(Msg::Error(e))) => Poll::Ready(Some(Err(e))),
+                Poll::Ready(Some(Msg::End)) => {
+                    self.ended = true;
+                    Poll::Ready(None)
+                }
+                // The fill ended without its end: the body is incomplete.
+                Poll::Ready(None) => {
+                    self.ended = true;
+                    Poll::Ready(Some(Err("cache fill ended before the body did".into())))
+                }
+            };
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.length.map(SizeHint::with_exact).unwrap_or_default()
+    }
+}

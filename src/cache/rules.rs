@@ -1,0 +1,219 @@
+//! The RFC 9111 rules as pure functions of heads and clocks: what may be
+//! stored, for how long it is fresh, how long it may be served stale, what
+//! the request's own directives ask, and whether a client's conditional
+//! matches. Table-tested here and property-tested against the RFC's rules.
+//!
+//! Storability and age come from `http-cache-semantics`. The freshness
+//! lifetime is computed here: the crate gives a `proxy-revalidate` or a
+//! `Set-Cookie` response a lifetime of zero (RFC 9111 gives neither that
+//! meaning), has no fixed default lifetime (only a fraction of
+//! `Last-Modified`'s age), and knows nothing of RFC 5861's stale windows.
+
+use std::time::{Duration, SystemTime};
+
+use http::header::{self, HeaderMap, HeaderName};
+use http::{Method, StatusCode};
+use http_cache_semantics::{CacheOptions, CachePolicy};
+
+/// Statuses a shared cache may store without explicit freshness
+/// (RFC 9110 §15.1), as the issue lists them.
+const CACHEABLE_BY_DEFAULT: [u16; 11] = [200, 203, 204, 300, 301, 308, 404, 405, 410, 414, 501];
+
+/// Upstream answers after which a stale entry in its `stale-if-error`
+/// window is served instead (RFC 5861 §4).
+pub const ERROR_STATUSES: [u16; 4] = [500, 502, 503, 504];
+
+/// The `Cache-Control` directives the cache acts on, of a request or a
+/// response (RFC 9111 §5.2). A number that does not parse counts as 0: an
+/// invalid freshness makes the response stale (§4.2.1).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Directives {
+    pub no_store: bool,
+    pub no_cache: bool,
+    pub private: bool,
+    pub public: bool,
+    pub must_revalidate: bool,
+    pub proxy_revalidate: bool,
+    pub only_if_cached: bool,
+    pub max_age: Option<u64>,
+    pub s_maxage: Option<u64>,
+    pub stale_while_revalidate: Option<u64>,
+    pub stale_if_error: Option<u64>,
+}
+
+impl Directives {
+    /// The directives of every `Cache-Control` line in `headers`; a request's
+    /// `Pragma: no-cache` counts as `no-cache` when it has no
+    /// `Cache-Control` (RFC 9111 §5.4).
+    pub fn of(headers: &HeaderMap) -> Directives {
+        let mut d = Directives::default();
+        let lines = headers.get_all(header::CACHE_CONTROL).iter().filter_map(|v| v.to_str().ok());
+        for item in lines.flat_map(|l| l.split(',')) {
+            let (name, value) = match item.split_once('=') {
+                Some((n, v)) => (n.trim(), Some(v.trim().trim_matches('"'))),
+                None => (item.trim(), None),
+            };
+            let seconds = || Some(value.and_then(|v| v.parse().ok()).unwrap_or(0));
+            match name.to_ascii_lowercase().as_str() {
+                "no-store" => d.no_store = true,
+                "no-cache" => d.no_cache = true,
+                "private" => d.private = true,
+                "public" => d.public = true,
+                "must-revalidate" => d.must_revalidate = true,
+                "proxy-revalidate" => d.proxy_revalidate = true,
+                "only-if-cached" => d.only_if_cached = true,
+                "max-age" => d.max_age = seconds(),
+                "s-maxage" => d.s_maxage = seconds(),
+                "stale-while-revalidate" => d.stale_while_revalidate = seconds(),
+                "stale-if-error" => d.stale_if_error = seconds(),
+                _ => {}
+            }
+        }
+        if !headers.contains_key(header::CACHE_CONTROL)
+            && headers.get_all(header::PRAGMA).iter().any(|v| v.as_bytes().eq_ignore_ascii_case(b"no-cache"))
+        {
+            d.no_cache = true;
+        }
+        d
+    }
+}
+
+/// What a request's own directives ask of the cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ask {
+    /// Use the cache as usual.
+    Normal,
+    /// `no-cache` or `max-age=0`: a stored answer only after revalidation.
+    Revalidate,
+    /// `no-store`: neither looked up nor stored.
+    Bypass,
+}
+
+/// The request's ask, whether it said `only-if-cached`, and its `max-age`
+/// (the oldest answer it takes).
+pub fn ask(request: &HeaderMap) -> (Ask, bool, Option<u64>) {
+    let d = Directives::of(request);
+    let ask = if d.no_store {
+        Ask::Bypass
+    } else if d.no_cache || d.max_age == Some(0) {
+        Ask::Revalidate
+    } else {
+        Ask::Normal
+    };
+    (ask, d.only_if_cached, d.max_age)
+}
+
+/// The crate's policy for a response to a `GET` with `request`'s headers,
+/// as a shared cache with heuristic freshness off.
+pub fn policy(request: &http::request::Parts, response: &http::response::Parts, now: SystemTime) -> CachePolicy {
+    let options = CacheOptions { shared: true, cache_heuristic: 0.0, ..CacheOptions::default() };
+    CachePolicy::new_options(request, response, now, options)
+}
+
+/// How long a response is fresh from its generation (RFC 9111 §4.2.1):
+/// `s-maxage`, then `max-age`, then `Expires` − `Date`, then
+/// `default_ttl`. `None`: it states none and there is no default.
+pub fn lifetime(response: &HeaderMap, d: &Directives, default_ttl: Duration) -> Option<Duration> {
+    if let Some(s) = d.s_maxage.or(d.max_age) {
+        return Some(Duration::from_secs(s));
+    }
+    if let Some(expires) = response.get(header::EXPIRES) {
+        // An invalid Expires (such as "0") is in the past (§5.3).
+        let Some(expires) = expires.to_str().ok().and_then(|e| httpdate::parse_http_date(e).ok()) else {
+            return Some(Duration::ZERO);
+        };
+        let date =
+            response.get(header::DATE).and_then(|v| v.to_str().ok()).and_then(|v| httpdate::parse_http_date(v).ok());
+        let date = date.unwrap_or_else(SystemTime::now);
+        return Some(expires.duration_since(date).unwrap_or_default());
+    }
+    (!default_ttl.is_zero()).then_some(default_ttl)
+}
+
+/// Whether the cache may store `response` to a `GET` with `request`'s
+/// headers (RFC 9111 §3, with the issue's stricter rules: never with
+/// `Set-Cookie`, never a 206, never `Vary: *`, never without a lifetime).
+pub fn storable(policy: &CachePolicy, status: StatusCode, response: &HeaderMap, lifetime: Option<Duration>) -> bool {
+    let d = Directives::of(response);
+    let explicit = d.s_maxage.is_some() || d.max_age.is_some() || response.contains_key(header::EXPIRES);
+    let status_ok =
+        CACHEABLE_BY_DEFAULT.contains(&status.as_u16()) || (explicit && status != StatusCode::PARTIAL_CONTENT);
+    status_ok
+        && status != StatusCode::PARTIAL_CONTENT
+        && policy.is_storable()
+        && !d.private
+        && !d.no_store
+        && !response.contains_key(header::SET_COOKIE)
+        && !vary_names(response).any(|n| n == "*")
+        && lifetime.is_some()
+}
+
+/// The header names a response's `Vary` lists, lowercased and trimmed.
+pub fn vary_names(response: &HeaderMap) -> impl Iterator<Item = String> + '_ {
+    response
+        .get_all(header::VARY)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|n| n.trim().to_ascii_lowercase())
+        .filter(|n| !n.is_empty())
+}
+
+/// A request header's value as a `Vary` key compares it: every line,
+/// joined, with runs of whitespace made one space.
+pub fn vary_value(request: &HeaderMap, name: &HeaderName) -> Option<String> {
+    let mut values = request.get_all(name).iter().peekable();
+    values.peek()?;
+    let joined: Vec<&str> = values.map(|v| std::str::from_utf8(v.as_bytes()).unwrap_or("")).collect();
+    let joined = joined.join(",");
+    Some(joined.split(',').map(|p| p.split_whitespace().collect::<Vec<_>>().join(" ")).collect::<Vec<_>>().join(","))
+}
+
+/// How long past its freshness an entry may be served stale: `window`
+/// (the route's) or the response's own directive, whichever is longer,
+/// and not at all when the response forbids serving it stale
+/// (`must-revalidate`, `proxy-revalidate`, `no-cache`; §4.2.4, §5.2.2).
+/// `s-maxage` means `proxy-revalidate` to a shared cache (§5.2.2.10): only
+/// the response's own window (RFC 5861, its origin's say) applies then.
+pub fn stale_window(d: &Directives, own: Option<u64>, window: Duration) -> Duration {
+    if d.must_revalidate || d.proxy_revalidate || d.no_cache {
+        return Duration::ZERO;
+    }
+    let own = Duration::from_secs(own.unwrap_or(0));
+    if d.s_maxage.is_some() {
+        return own;
+    }
+    window.max(own)
+}
+
+/// A client's `If-None-Match` / `If-Modified-Since` against a stored head
+/// (RFC 9110 §13.1.2, §13.1.3): `true` answers 304. `If-None-Match` wins
+/// when both are present; its comparison is weak.
+pub fn not_modified(method: &Method, request: &HeaderMap, stored: &HeaderMap) -> bool {
+    if method != Method::GET && method != Method::HEAD {
+        return false;
+    }
+    let weak = |t: &str| t.trim().trim_start_matches("W/").to_owned();
+    if let Some(inm) = request.get(header::IF_NONE_MATCH).and_then(|v| v.to_str().ok()) {
+        let Some(etag) = stored.get(header::ETAG).and_then(|v| v.to_str().ok()) else {
+            return false;
+        };
+        return inm.trim() == "*" || inm.split(',').any(|t| weak(t) == weak(etag));
+    }
+    let date = |h: &HeaderMap, n| {
+        h.get(n).and_then(|v: &http::HeaderValue| v.to_str().ok()).and_then(|v| httpdate::parse_http_date(v).ok())
+    };
+    match (date(request, header::IF_MODIFIED_SINCE), date(stored, header::LAST_MODIFIED)) {
+        (Some(since), Some(modified)) => modified <= since,
+        _ => false,
+    }
+}
+
+/// Whether the stored head carries a validator to revalidate with.
+pub fn has_validator(stored: &HeaderMap) -> bool {
+    stored.contains_key(header::ETAG) || stored.contains_key(header::LAST_MODIFIED)
+}
+
+#[cfg(test)]
+#[path = "rules_tests.rs"]
+mod tests;

@@ -1,0 +1,183 @@
+//! Table tests of the rules, and a property test of freshness and
+//! storability against RFC 9111's rules written out plainly.
+
+use super::*;
+use http::HeaderValue;
+use proptest::prelude::*;
+
+fn head(pairs: &[(&str, &str)]) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    for (n, v) in pairs {
+        h.append(HeaderName::from_bytes(n.as_bytes()).unwrap(), HeaderValue::from_str(v).unwrap());
+    }
+    h
+}
+
+fn is_storable(req: &[(&str, &str)], status: u16, res: &[(&str, &str)], default_ttl: u64) -> bool {
+    let mut rq = http::Request::new(());
+    *rq.uri_mut() = "/x".parse().unwrap();
+    *rq.headers_mut() = head(req);
+    let (rq, ()) = rq.into_parts();
+    let mut rs = http::Response::new(());
+    *rs.status_mut() = StatusCode::from_u16(status).unwrap();
+    *rs.headers_mut() = head(res);
+    let (rs, ()) = rs.into_parts();
+    let p = policy(&rq, &rs, SystemTime::now());
+    let d = Directives::of(&rs.headers);
+    let life = lifetime(&rs.headers, &d, Duration::from_secs(default_ttl));
+    storable(&p, rs.status, &rs.headers, life)
+}
+
+type Headers<'a> = &'a [(&'a str, &'a str)];
+
+#[test]
+fn storing_rules() {
+    let cases: &[(Headers, u16, Headers, u64, bool)] = &[
+        (&[], 200, &[("cache-control", "max-age=60")], 0, true),
+        (&[], 200, &[], 0, false),
+        (&[], 200, &[], 10, true),
+        (&[], 404, &[], 10, true),
+        (&[], 302, &[], 10, false),
+        (&[], 302, &[("cache-control", "max-age=5")], 0, true),
+        (&[], 206, &[("cache-control", "max-age=5")], 0, false),
+        (&[], 200, &[("cache-control", "max-age=5, no-store")], 0, false),
+        (&[], 200, &[("cache-control", "max-age=5, private")], 0, false),
+        (&[("cache-control", "no-store")], 200, &[("cache-control", "max-age=5")], 0, false),
+        (&[], 200, &[("cache-control", "max-age=5"), ("set-cookie", "a=b")], 0, false),
+        (&[("authorization", "x")], 200, &[("cache-control", "max-age=5")], 0, false),
+        (&[("authorization", "x")], 200, &[("cache-control", "max-age=5, public")], 0, true),
+        (&[("authorization", "x")], 200, &[("cache-control", "s-maxage=5")], 0, true),
+        (&[("authorization", "x")], 200, &[("cache-control", "max-age=5, must-revalidate")], 0, true),
+        (&[], 200, &[("cache-control", "max-age=5"), ("vary", "*")], 0, false),
+        (&[], 500, &[], 10, false),
+    ];
+    for (i, (req, status, res, ttl, want)) in cases.iter().enumerate() {
+        assert_eq!(is_storable(req, *status, res, *ttl), *want, "case {i}");
+    }
+}
+
+#[test]
+fn lifetime_order() {
+    let d = |h: &HeaderMap| Directives::of(h);
+    let h = head(&[("cache-control", "max-age=10, s-maxage=20"), ("expires", "Thu, 01 Jan 2099 00:00:00 GMT")]);
+    assert_eq!(lifetime(&h, &d(&h), Duration::ZERO), Some(Duration::from_secs(20)));
+    let h = head(&[("cache-control", "max-age=10"), ("expires", "Thu, 01 Jan 2099 00:00:00 GMT")]);
+    assert_eq!(lifetime(&h, &d(&h), Duration::ZERO), Some(Duration::from_secs(10)));
+    let h = head(&[("date", "Thu, 01 Jan 2099 00:00:00 GMT"), ("expires", "Thu, 01 Jan 2099 00:01:00 GMT")]);
+    assert_eq!(lifetime(&h, &d(&h), Duration::from_secs(5)), Some(Duration::from_secs(60)));
+    let h = head(&[("expires", "0")]);
+    assert_eq!(lifetime(&h, &d(&h), Duration::from_secs(5)), Some(Duration::ZERO));
+    let h = head(&[]);
+    assert_eq!(lifetime(&h, &d(&h), Duration::from_secs(5)), Some(Duration::from_secs(5)));
+    assert_eq!(lifetime(&h, &d(&h), Duration::ZERO), None);
+}
+
+#[test]
+fn request_directives() {
+    assert_eq!(ask(&head(&[])), (Ask::Normal, false, None));
+    assert_eq!(ask(&head(&[("cache-control", "no-cache")])), (Ask::Revalidate, false, None));
+    assert_eq!(ask(&head(&[("pragma", "no-cache")])), (Ask::Revalidate, false, None));
+    assert_eq!(ask(&head(&[("cache-control", "max-age=0")])), (Ask::Revalidate, false, Some(0)));
+    assert_eq!(ask(&head(&[("cache-control", "max-age=5")])), (Ask::Normal, false, Some(5)));
+    assert_eq!(ask(&head(&[("cache-control", "no-store")])), (Ask::Bypass, false, None));
+    assert_eq!(ask(&head(&[("cache-control", "only-if-cached")])), (Ask::Normal, true, None));
+}
+
+#[test]
+fn conditionals() {
+    let stored = head(&[("etag", "\"v1\""), ("last-modified", "Wed, 01 Jan 2020 00:00:00 GMT")]);
+    let get = Method::GET;
+    assert!(not_modified(&get, &head(&[("if-none-match", "\"v1\"")]), &stored));
+    assert!(not_modified(&get, &head(&[("if-none-match", "W/\"v1\", \"v2\"")]), &stored));
+    assert!(!not_modified(&get, &head(&[("if-none-match", "\"v2\"")]), &stored));
+    assert!(not_modified(&get, &head(&[("if-modified-since", "Wed, 01 Jan 2020 00:00:00 GMT")]), &stored));
+    assert!(!not_modified(&get, &head(&[("if-modified-since", "Tue, 01 Jan 2019 00:00:00 GMT")]), &stored));
+    // If-None-Match wins over If-Modified-Since.
+    let both = head(&[("if-none-match", "\"v2\""), ("if-modified-since", "Wed, 01 Jan 2020 00:00:00 GMT")]);
+    assert!(!not_modified(&get, &both, &stored));
+}
+
+#[test]
+fn vary_values_are_normalised() {
+    let n = HeaderName::from_static("accept-language");
+    assert_eq!(
+        vary_value(&head(&[("accept-language", "en,  fr")]), &n),
+        vary_value(&head(&[("accept-language", "en, fr")]), &n)
+    );
+    assert_eq!(vary_value(&head(&[]), &n), None);
+    let names: Vec<String> = vary_names(&head(&[("vary", " Accept-Language ,ACCEPT")])).collect();
+    assert_eq!(names, ["accept-language", "accept"]);
+}
+
+#[test]
+fn stale_windows() {
+    let d = |v| Directives::of(&head(&[("cache-control", v)]));
+    assert_eq!(stale_window(&d("max-age=1"), None, Duration::from_secs(5)), Duration::from_secs(5));
+    assert_eq!(
+        stale_window(&d("max-age=1, stale-if-error=9"), Some(9), Duration::from_secs(5)),
+        Duration::from_secs(9)
+    );
+    assert_eq!(stale_window(&d("max-age=1, must-revalidate"), None, Duration::from_secs(5)), Duration::ZERO);
+    assert_eq!(stale_window(&d("s-maxage=1"), None, Duration::from_secs(5)), Duration::ZERO);
+    assert_eq!(
+        stale_window(&d("s-maxage=1, stale-if-error=7"), Some(7), Duration::from_secs(5)),
+        Duration::from_secs(7)
+    );
+}
+
+/// The RFC's rules, written out apart from the code under test.
+#[allow(clippy::too_many_arguments)]
+fn expected(
+    status: u16,
+    max_age: Option<u64>,
+    s_maxage: Option<u64>,
+    expires: Option<u64>,
+    no_store: bool,
+    private: bool,
+    cookie: bool,
+    auth: bool,
+    public: bool,
+    default_ttl: u64,
+) -> (bool, Option<u64>) {
+    let life = s_maxage.or(max_age).or(expires).or((default_ttl > 0).then_some(default_ttl));
+    let explicit = max_age.is_some() || s_maxage.is_some() || expires.is_some();
+    let status_ok = [200, 203, 204, 300, 301, 308, 404, 405, 410, 414, 501].contains(&status)
+        || (explicit && [302, 303, 307].contains(&status));
+    let auth_ok = !auth || public || s_maxage.is_some();
+    let ok = status_ok && !no_store && !private && !cookie && auth_ok && life.is_some();
+    (ok, life)
+}
+
+proptest! {
+    #[test]
+    fn freshness_and_storability(
+        status in prop::sample::select(vec![200u16, 203, 204, 206, 300, 301, 302, 303, 307, 308, 404, 405, 410, 414, 500, 501, 503]),
+        max_age in prop::option::of(0u64..100_000),
+        s_maxage in prop::option::of(0u64..100_000),
+        expires in prop::option::of(0u64..100_000),
+        no_store: bool, private: bool, cookie: bool, auth: bool, public: bool,
+        default_ttl in prop::sample::select(vec![0u64, 30]),
+    ) {
+        let mut cc = Vec::new();
+        if let Some(m) = max_age { cc.push(format!("max-age={m}")); }
+        if let Some(s) = s_maxage { cc.push(format!("s-maxage={s}")); }
+        if no_store { cc.push("no-store".into()); }
+        if private { cc.push("private".into()); }
+        if public { cc.push("public".into()); }
+        let cc = cc.join(", ");
+        let mut res: Vec<(&str, &str)> = Vec::new();
+        if !cc.is_empty() { res.push(("cache-control", &cc)); }
+        if cookie { res.push(("set-cookie", "a=b")); }
+        // Expires - Date, with the Date in the future so that the clock
+        // plays no part.
+        let date = std::time::UNIX_EPOCH + Duration::from_secs(4_070_908_800);
+        let (date_text, expires_text) = (httpdate::fmt_http_date(date), expires.map(|e| httpdate::fmt_http_date(date + Duration::from_secs(e))));
+        if let Some(e) = &expires_text { res.push(("expires", e)); res.push(("date", &date_text)); }
+        let req: Vec<(&str, &str)> = if auth { vec![("authorization", "Basic x")] } else { vec![] };
+        let (ok, life) = expected(status, max_age, s_maxage, expires, no_store, private, cookie, auth, public, default_ttl);
+        prop_assert_eq!(is_storable(&req, status, &res, default_ttl), ok);
+        let h = head(&res);
+        let got = lifetime(&h, &Directives::of(&h), Duration::from_secs(default_ttl));
+        prop_assert_eq!(got, life.map(Duration::from_secs));
+    }
+}

@@ -1,0 +1,250 @@
+//! One route's store: moka's cache of the answers for each key (one per
+//! `Vary` variant), weighed in bytes (head + body), with its gauges and
+//! eviction counter; and the fills under way, which concurrent misses of a
+//! key wait on (coalescing) and which keep a background refresh to one per
+//! key. A reload hands the store to the route's successor when its cache
+//! settings did not change.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use http::{HeaderMap, StatusCode};
+use http_cache_semantics::CachePolicy;
+use metrics::{Counter, Gauge};
+use moka::notification::RemovalCause;
+use tokio::sync::watch;
+
+use super::rules;
+use crate::config::CacheConfig;
+use crate::metrics::CacheStoreMetrics;
+
+/// Variants kept per key: each `Vary` value set an answer was stored for.
+const MAX_VARIANTS: usize = 8;
+
+/// The least time a stale entry with a validator is kept for revalidation.
+const KEEP_TO_REVALIDATE: Duration = Duration::from_secs(60);
+
+/// One stored answer.
+pub struct Entry {
+    /// The crate's view of it: storability was judged and age is told by it.
+    pub policy: CachePolicy,
+    pub status: StatusCode,
+    /// The head as the client gets it, less `Age` and `Cache-Status`.
+    pub headers: HeaderMap,
+    pub body: Bytes,
+    /// Freshness lifetime (see [`rules::lifetime`]).
+    pub lifetime: Duration,
+    /// How long past it the entry may be served while refreshed, and when
+    /// the upstream fails.
+    pub while_revalidate: Duration,
+    pub if_error: Duration,
+    /// The request headers its `Vary` names, as [`rules::vary_value`] has them.
+    pub vary: Vec<(http::HeaderName, Option<String>)>,
+}
+
+impl Entry {
+    /// Its age now (the upstream's `Age` counts).
+    pub fn age(&self, now: SystemTime) -> Duration {
+        self.policy.age(now)
+    }
+
+    /// Seconds of freshness left; `None` once stale.
+    pub fn ttl(&self, now: SystemTime) -> Option<Duration> {
+        self.lifetime.checked_sub(self.age(now)).filter(|d| !d.is_zero())
+    }
+
+    /// How long it has been stale (zero while fresh).
+    pub fn staleness(&self, now: SystemTime) -> Duration {
+        self.age(now).saturating_sub(self.lifetime)
+    }
+
+    /// Whether it answers a request with `headers` (its `Vary` matches).
+    pub fn matches(&self, headers: &HeaderMap) -> bool {
+        self.vary.iter().all(|(name, value)| rules::vary_value(headers, name) == *value)
+    }
+
+    /// Bytes it holds, as the store weighs it.
+    fn weight(&self) -> u64 {
+        let head: usize = self.headers.iter().map(|(n, v)| n.as_str().len() + v.len() + 32).sum();
+        (head + self.body.len() + 256) as u64
+    }
+
+    /// How long the store keeps it: fresh, then the longer stale window;
+    /// one with a validator at least as long again (at least a minute), to
+    /// be revalidated rather than fetched whole.
+    fn keep(&self) -> Duration {
+        let fresh = self.lifetime.saturating_sub(self.policy.age(SystemTime::now()));
+        let revalidate =
+            if rules::has_validator(&self.headers) { self.lifetime.max(KEEP_TO_REVALIDATE) } else { Duration::ZERO };
+        fresh + self.while_revalidate.max(self.if_error).max(revalidate)
+    }
+}
+
+/// Every variant stored for one key, newest first.
+#[derive(Clone, Default)]
+pub struct Variants(pub Arc<[Arc<Entry>]>);
+
+impl Variants {
+    fn weight(&self) -> u32 {
+        u32::try_from(self.0.iter().map(|e| e.weight()).sum::<u64>()).unwrap_or(u32::MAX)
+    }
+}
+
+/// What the fill of a key came to, for those waiting on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Filled {
+    Pending,
+    /// A storable head arrived; its body is on its way. Waiters are past
+    /// the route timeout's reach (it bounds the wait for a head).
+    Streaming,
+    /// Stored: look it up again.
+    Stored,
+    /// Not stored (uncacheable, too large, failed): go upstream yourself.
+    NotShared,
+}
+
+/// A fill's place in the map; dropped, it tells the waiters and frees the key.
+pub struct FillGuard {
+    store: Arc<Store>,
+    key: Arc<str>,
+    tx: Arc<watch::Sender<Filled>>,
+}
+
+impl FillGuard {
+    pub fn publish(&self, outcome: Filled) {
+        self.tx.send_replace(outcome);
+    }
+}
+
+impl Drop for FillGuard {
+    fn drop(&mut self) {
+        if *self.tx.borrow() == Filled::Pending {
+            self.tx.send_replace(Filled::NotShared);
+        }
+        let mut fills = self.store.fills.lock().unwrap_or_else(|e| e.into_inner());
+        if fills.get(&self.key).is_some_and(|tx| Arc::ptr_eq(tx, &self.tx)) {
+            fills.remove(&self.key);
+        }
+    }
+}
+
+/// A route's store.
+pub struct Store {
+    /// The settings it was built with (a reload keeps it when they hold).
+    pub config: CacheConfig,
+    cache: moka::future::Cache<Arc<str>, Variants>,
+    fills: Mutex<HashMap<Arc<str>, Arc<watch::Sender<Filled>>>>,
+    counts: Arc<Counts>,
+}
+
+/// Bytes and entries held, kept by inserts and the eviction listener
+/// (moka's own counts lag until its pending tasks run).
+struct Counts {
+    bytes: AtomicI64,
+    entries: AtomicI64,
+    bytes_gauge: Gauge,
+    entries_gauge: Gauge,
+    evictions: Counter,
+}
+
+impl Counts {
+    fn add(&self, bytes: i64, entries: i64) {
+        let b = self.bytes.fetch_add(bytes, Relaxed) + bytes;
+        let e = self.entries.fetch_add(entries, Relaxed) + entries;
+        self.bytes_gauge.set(b as f64);
+        self.entries_gauge.set(e as f64);
+    }
+}
+
+/// moka's per-entry expiry: each entry's own freshness and stale windows.
+struct KeepFor;
+
+impl moka::Expiry<Arc<str>, Variants> for KeepFor {
+    fn expire_after_create(&self, _: &Arc<str>, v: &Variants, _: std::time::Instant) -> Option<Duration> {
+        v.0.iter().map(|e| e.keep()).max()
+    }
+
+    fn expire_after_update(
+        &self,
+        _: &Arc<str>,
+        v: &Variants,
+        _: std::time::Instant,
+        _: Option<Duration>,
+    ) -> Option<Duration> {
+        v.0.iter().map(|e| e.keep()).max()
+    }
+}
+
+impl Store {
+    /// An empty store named `name` in its metrics (the route's name).
+    pub fn new(config: CacheConfig, name: &str) -> Arc<Store> {
+        let m = CacheStoreMetrics::new(name);
+        let counts = Arc::new(Counts {
+            bytes: AtomicI64::new(0),
+            entries: AtomicI64::new(0),
+            bytes_gauge: m.bytes,
+            entries_gauge: m.entries,
+            evictions: m.evictions,
+        });
+        counts.add(0, 0);
+        let listener = counts.clone();
+        let cache = moka::future::Cache::builder()
+            .max_capacity(config.max_size)
+            .weigher(|_: &Arc<str>, v: &Variants| v.weight())
+            .expire_after(KeepFor)
+            .eviction_listener(move |_, v: Variants, cause| {
+                if cause == RemovalCause::Size {
+                    listener.evictions.increment(1);
+                }
+                listener.add(-i64::from(v.weight()), -(v.0.len() as i64));
+            })
+            .build();
+        Arc::new(Store { config, cache, fills: Mutex::default(), counts })
+    }
+
+    /// The variant stored for `key` that answers a request with `headers`.
+    pub async fn get(&self, key: &str, headers: &HeaderMap) -> Option<Arc<Entry>> {
+        let variants = self.cache.get(key).await?;
+        variants.0.iter().find(|e| e.matches(headers)).cloned()
+    }
+
+    /// Stores `entry` for `key`, replacing the variant with the same `Vary` values.
+    pub async fn put(&self, key: &Arc<str>, entry: Entry) {
+        let entry = Arc::new(entry);
+        let old = self.cache.get(&**key).await.unwrap_or_default();
+        let kept: Vec<_> = old.0.iter().filter(|e| e.vary != entry.vary).take(MAX_VARIANTS - 1).cloned().collect();
+        let variants = Variants(std::iter::once(entry).chain(kept).collect());
+        self.counts.add(i64::from(variants.weight()), variants.0.len() as i64);
+        self.cache.insert(key.clone(), variants).await;
+        // The size bound and the eviction counts applied now, not at moka's
+        // next housekeeping: a miss (an upstream request) pays for it.
+        self.cache.run_pending_tasks().await;
+    }
+
+    /// Drops every variant of `key` (RFC 9111 §4.4).
+    pub async fn invalidate(&self, key: &str) {
+        self.cache.invalidate(key).await;
+    }
+
+    /// A fill of `key` that no one waits on (coalescing off, or a request
+    /// that may not share another's answer).
+    pub fn solo(self: &Arc<Self>, key: &Arc<str>) -> FillGuard {
+        let tx = Arc::new(watch::Sender::new(Filled::Pending));
+        FillGuard { store: self.clone(), key: key.clone(), tx }
+    }
+
+    /// Joins the fill of `key` under way, or starts one: `Err` holds the
+    /// new fill's guard, `Ok` the one to wait on.
+    pub fn join_or_start(self: &Arc<Self>, key: &Arc<str>) -> Result<watch::Receiver<Filled>, FillGuard> {
+        let mut fills = self.fills.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(tx) = fills.get(key) {
+            return Ok(tx.subscribe());
+        }
+        let tx = Arc::new(watch::Sender::new(Filled::Pending));
+        fills.insert(key.clone(), tx.clone());
+        Err(FillGuard { store: self.clone(), key: key.clone(), tx })
+    }
+}

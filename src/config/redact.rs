@@ -1,0 +1,131 @@
+//! Secrets taken out of the effective configuration before the admin
+//! listener shows it (`/-/config`): a value under a key that names a
+//! secret (a password, token, credential, or a header such as
+//! `Authorization` set by a route's rules), the password of a URL's
+//! user-info, and query parameters that name one. Over-redacting is the
+//! safe side: a file path under such a key is hidden too.
+
+use serde_json::Value;
+
+/// What a redacted value reads as.
+pub const REDACTED: &str = "<redacted>";
+
+/// Parts of key names (compared lowercased, `-` as `_`) whose values are
+/// secrets.
+const SECRET_KEYS: [&str; 9] =
+    ["password", "passwd", "secret", "token", "credential", "authorization", "cookie", "api_key", "apikey"];
+
+fn names_secret(key: &str) -> bool {
+    let key = key.to_ascii_lowercase().replace('-', "_");
+    SECRET_KEYS.iter().any(|s| key.contains(s))
+}
+
+/// `value` with its secrets replaced by [`REDACTED`].
+pub fn redacted(value: Value) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(k, v)| {
+                    let v = if names_secret(&k) && !v.is_null() { Value::from(REDACTED) } else { redacted(v) };
+                    (k, v)
+                })
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.into_iter().map(redacted).collect()),
+        Value::String(s) => Value::String(redact_url(&s)),
+        other => other,
+    }
+}
+
+/// A URL's user-info password and secret-named query values redacted;
+/// any other string as it is.
+fn redact_url(s: &str) -> String {
+    let Some(scheme_end) = s.find("://") else { return s.to_owned() };
+    let rest_start = scheme_end + 3;
+    let authority_end = s[rest_start..].find(['/', '?', '#']).map_or(s.len(), |i| rest_start + i);
+    let mut out = String::with_capacity(s.len());
+    out.push_str(&s[..rest_start]);
+    let authority = &s[rest_start..authority_end];
+    match authority.rfind('@') {
+        Some(at) => {
+            let userinfo = &authority[..at];
+            match userinfo.find(':') {
+                Some(colon) => {
+                    out.push_str(&userinfo[..=colon]);
+                    out.push_str(REDACTED);
+                }
+                // A lone user-info part is often a token (`https://TOKEN@host`).
+                None => out.push_str(REDACTED),
+            }
+            out.push_str(&authority[at..]);
+        }
+        None => out.push_str(authority),
+    }
+    let tail = &s[authority_end..];
+    match tail.split_once('?') {
+        Some((path, query)) => {
+            let (query, fragment) = query.split_once('#').map_or((query, None), |(q, f)| (q, Some(f)));
+            out.push_str(path);
+            out.push('?');
+            let pairs: Vec<String> = query
+                .split('&')
+                .map(|pair| match pair.split_once('=') {
+                    Some((k, _)) if names_secret(k) => format!("{k}={REDACTED}"),
+                    _ => pair.to_owned(),
+                })
+                .collect();
+            out.push_str(&pairs.join("&"));
+            if let Some(f) = fragment {
+                out.push('#');
+                out.push_str(f);
+            }
+        }
+        None => out.push_str(tail),
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn urls() {
+        let cases = [
+            ("http://127.0.0.1:8000", "http://127.0.0.1:8000"),
+            ("redis://:hunter2@127.0.0.1:6379/0", "redis://:<redacted>@127.0.0.1:6379/0"),
+            ("rediss://user:hunter2@h", "rediss://user:<redacted>@h"),
+            ("https://tok3n@h/x", "https://<redacted>@h/x"),
+            ("https://h/jwks?token=abc&x=1#f", "https://h/jwks?token=<redacted>&x=1#f"),
+            ("https://h/p?api-key=abc", "https://h/p?api-key=<redacted>"),
+            ("https://h/a@b", "https://h/a@b"),
+            ("not a url: a@b", "not a url: a@b"),
+            ("/some/path", "/some/path"),
+        ];
+        for (input, want) in cases {
+            assert_eq!(redact_url(input), want, "{input}");
+        }
+    }
+
+    #[test]
+    fn keys() {
+        let got = redacted(json!({
+            "upstreams": {"a": {"url": "http://u:p@h", "endpoints": ["http://x:y@e"]}},
+            "rate_limit_store": {"url": "redis://h", "password_env": "REDIS_PW", "timeout": "50ms"},
+            "routes": [{"name": "r", "headers": {"request": {"set": {"Authorization": "Bearer x", "X-Api-Key": "k", "X-Other": "v"}}}}],
+            "auth": {"jwt": {"jwks_url": "https://h/k"}, "basic": {"htpasswd": "users"}},
+            "client_secret": null,
+        }));
+        assert_eq!(
+            got,
+            json!({
+                "upstreams": {"a": {"url": "http://u:<redacted>@h", "endpoints": ["http://x:<redacted>@e"]}},
+                "rate_limit_store": {"url": "redis://h", "password_env": "<redacted>", "timeout": "50ms"},
+                "routes": [{"name": "r", "headers": {"request": {"set": {"Authorization": "<redacted>", "X-Api-Key": "<redacted>", "X-Other": "v"}}}}],
+                "auth": {"jwt": {"jwks_url": "https://h/k"}, "basic": {"htpasswd": "<redacted>"}},
+                "client_secret": null,
+            })
+        );
+    }
+}

@@ -1,0 +1,92 @@
+//! What the gateway thinks of its upstreams, for operators: the admin
+//! listener's `/-/upstreams` (JSON), `/-/config` (the effective
+//! configuration, secrets redacted) and `/-/status` (one self-contained
+//! HTML page over the same two, refreshing itself). Never served on the
+//! main listener: endpoint addresses and health details are for whoever
+//! runs the gateway, not for its clients.
+
+use std::time::SystemTime;
+
+use http::header::{self, HeaderValue};
+use http::{Response, StatusCode};
+use serde_json::{Value, json};
+
+use super::App;
+use crate::body::Body;
+use crate::upstream::Upstream;
+use crate::upstream::endpoint::Endpoint;
+
+/// The page: no external assets, no build step.
+const PAGE: &str = include_str!("status.html");
+
+/// The page's own policy: its inline script and style, requests to this
+/// listener only, never framed.
+const PAGE_POLICY: &str = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; frame-ancestors 'none'";
+
+impl App {
+    /// `/-/upstreams`, `/-/config` or `/-/status`, if `path` is one.
+    pub(super) fn status(&self, path: &str) -> Option<Response<Body>> {
+        let (content_type, body) = match path {
+            "/-/upstreams" => ("application/json", to_json(&self.upstreams_status())),
+            "/-/config" => ("application/json", to_json(&self.table.load().effective)),
+            "/-/status" => ("text/html; charset=utf-8", PAGE.to_owned()),
+            _ => return None,
+        };
+        let mut response = Response::new(Body::full(body));
+        *response.status_mut() = StatusCode::OK;
+        let headers = response.headers_mut();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+        if path == "/-/status" {
+            headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(PAGE_POLICY));
+        }
+        Some(response)
+    }
+
+    /// One object per upstream of the routes being served now.
+    fn upstreams_status(&self) -> Value {
+        let table = self.table.load();
+        Value::Array(table.upstreams.iter().map(|u| upstream_status(u)).collect())
+    }
+}
+
+fn to_json(value: &Value) -> String {
+    let mut s = serde_json::to_string_pretty(value).expect("a JSON value serialises");
+    s.push('\n');
+    s
+}
+
+fn upstream_status(u: &Upstream) -> Value {
+    json!({
+        "name": u.config.name,
+        "source": "static",
+        "last_resolution": null,
+        "ready": u.ready(),
+        "queue": u.queued().map(|(waiting, size)| json!({ "waiting": waiting, "size": size })),
+        "endpoints": u.endpoints().iter().map(|e| endpoint_status(e)).collect::<Vec<_>>(),
+    })
+}
+
+fn endpoint_status(e: &Endpoint) -> Value {
+    let ejected_for = e.ejected_for().filter(|d| !d.is_zero());
+    let (open, idle) = e.pool.connections();
+    json!({
+        "address": e.config.url,
+        "healthy": e.is_healthy(),
+        "ejected": ejected_for.is_some(),
+        "ejected_until": ejected_for.map(|d| timestamp(SystemTime::now() + d)),
+        "in_flight": e.in_flight(),
+        "connections": { "open": open, "idle": idle },
+        "last_check": e.last_check().map(|c| json!({
+            "at": timestamp(c.at),
+            "passed": c.passed,
+            "detail": c.detail,
+        })),
+    })
+}
+
+/// RFC 3339, UTC, to the second.
+fn timestamp(at: SystemTime) -> String {
+    humantime::format_rfc3339_seconds(at).to_string()
+}

@@ -63,8 +63,7 @@ pub enum Trigger {
 }
 
 impl Trigger {
-    pub const ALL: [Trigger; 3] = [Trigger::Signal, Trigger::Admin, Trigger::Watch];
-
+    /// The label value: `signal`, `admin` or `watch`.
     pub fn as_str(self) -> &'static str {
         match self {
             Trigger::Signal => "signal",

@@ -27,6 +27,10 @@ struct Cli {
     /// Log format.
     #[arg(long, value_enum, default_value = "text", global = true)]
     log_format: LogFormat,
+    /// Reload the configuration file when it changes on disk (as
+    /// `server.watch_config = true`).
+    #[arg(long)]
+    watch: bool,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -67,7 +71,7 @@ pub fn main() -> ExitCode {
             run_upstream(listen, demo::Upstream { delay, cache_control })
         }
         Some(Command::Check) => check(cli.config),
-        None => run_gateway(cli.config, cli.log_format),
+        None => run_gateway(cli.config, cli.log_format, cli.watch),
     }
 }
 
@@ -132,7 +136,41 @@ fn check(path: Option<PathBuf>) -> ExitCode {
         let access = r.access.as_ref().map(|a| a.describe()).unwrap_or_default();
         println!("route {:<16} {:<24} {}{methods}{access}", r.name, r.prefix, r.target.describe(&config.upstreams));
     }
+    check_discovery(&config);
     ExitCode::SUCCESS
+}
+
+/// Looks each discovered upstream's name up once and says what it found. A
+/// name that does not resolve is no configuration error (the app's Service
+/// may come up after the gateway), so this only informs.
+fn check_discovery(config: &Config) {
+    use crate::discovery::resolve::{self, Answer};
+    let discovered: Vec<_> = config.upstreams.iter().filter_map(|u| Some((u, u.discover.as_ref()?))).collect();
+    if discovered.is_empty() {
+        return;
+    }
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => return println!("discovered names not checked: cannot start a runtime: {e}"),
+    };
+    rt.block_on(async {
+        let resolver = match resolve::resolver(&config.resolver) {
+            Ok(r) => r,
+            Err(e) => return println!("discovered names not checked: {e}"),
+        };
+        for (u, d) in discovered {
+            let what = format!("upstream {}: {} {}", u.name, d.source(), d.describe());
+            match tokio::time::timeout(crate::discovery::CHECK_TIMEOUT, resolve::lookup(&resolver, d)).await {
+                Ok(Answer::Found { endpoints, .. }) => {
+                    let addresses: Vec<&str> = endpoints.iter().map(|e| e.url.as_str()).collect();
+                    println!("{what} resolves to {}", addresses.join(", "));
+                }
+                Ok(Answer::NotFound) => println!("{what} is not resolvable now (not found)"),
+                Ok(Answer::Failed(why)) => println!("{what} is not resolvable now ({why})"),
+                Err(_) => println!("{what} is not resolvable now (no answer in time)"),
+            }
+        }
+    });
 }
 
 fn runtime(worker_threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
@@ -162,15 +200,16 @@ async fn reload_on_sighup(app: std::sync::Arc<crate::server::App>) {
     };
     while hup.recv().await.is_some() {
         tracing::info!("SIGHUP received: reloading the configuration");
-        let _ = app.reload_off_runtime().await;
+        let _ = app.reload_off_runtime(crate::server::Trigger::Signal).await;
     }
 }
 
-fn run_gateway(path: Option<PathBuf>, log_format: LogFormat) -> ExitCode {
+fn run_gateway(path: Option<PathBuf>, log_format: LogFormat, watch: bool) -> ExitCode {
     let (mut config, demo_files) = match load(path) {
         Ok(c) => c,
         Err(code) => return code,
     };
+    config.server.watch_config |= watch;
     let embedded = demo_files.is_some();
     let demo_dir = demo_files.as_ref().map(|d| d.path().display().to_string()).unwrap_or_default();
     // Unset, the access log follows the log format: JSON with JSON logs,

@@ -14,6 +14,7 @@ pub mod cache;
 pub mod cli;
 pub mod config;
 mod demo;
+pub mod discovery;
 pub mod error;
 pub mod files;
 pub mod headers;
@@ -57,7 +58,17 @@ impl Gateway {
             Some(addr) => Some(crate::net::bind(addr).await?),
             None => None,
         };
-        Ok(Gateway { app: Arc::new(App::new(config)), listener, admin })
+        let app = Arc::new(App::new(config));
+        tokio::spawn(crate::server::follow_discovery(Arc::downgrade(&app), app.discovery_changes()));
+        if app.config().server.watch_config {
+            match &app.config().source {
+                Some(crate::config::Source::File(path)) => {
+                    tokio::spawn(crate::server::watch::watch(Arc::downgrade(&app), path.clone()));
+                }
+                _ => tracing::warn!("watch_config: the configuration is not from a file; nothing to watch"),
+            }
+        }
+        Ok(Gateway { app, listener, admin })
     }
 
     /// The application, to reload its configuration ([`App::reload`]).

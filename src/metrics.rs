@@ -62,6 +62,9 @@ pub const RATE_LIMIT_STORE_DURATION: &str = "gateway_rate_limit_store_duration_s
 pub const RATE_LIMIT_KEYS: &str = "gateway_rate_limit_keys";
 pub const RATE_LIMIT_KEYS_DROPPED: &str = "gateway_rate_limit_keys_dropped_total";
 pub const RATE_LIMIT_OVERFLOW: &str = "gateway_rate_limit_overflow_total";
+pub const UPSTREAM_ENDPOINTS: &str = "gateway_upstream_endpoints";
+pub const DISCOVERY_RESOLUTIONS: &str = "gateway_discovery_resolutions_total";
+pub const DISCOVERY_LAST_SUCCESS: &str = "gateway_discovery_last_success_timestamp_seconds";
 
 /// Upstream error kinds, the `kind` label values.
 pub const UPSTREAM_ERROR_KINDS: &[&str] =
@@ -149,10 +152,25 @@ fn describe() {
         metrics::Unit::Seconds,
         "Time the forward auth service took to answer (or to fail), by route."
     );
-    describe_counter!(CONFIG_RELOADS, "Configuration reloads, by result (ok, error).");
+    describe_counter!(
+        CONFIG_RELOADS,
+        "Configuration reloads, by result (ok, error) and trigger (signal, admin, watch)."
+    );
     describe_gauge!(
         CONFIG_LAST_RELOAD,
         "When the configuration was last loaded successfully (start or reload), Unix time."
+    );
+    describe_gauge!(
+        UPSTREAM_ENDPOINTS,
+        "Endpoints of the upstream by state: healthy (may take traffic), unhealthy (failing checks), ejected."
+    );
+    describe_counter!(
+        DISCOVERY_RESOLUTIONS,
+        "Lookups of a discovered upstream's name, by result: ok, not_found (NXDOMAIN, no records), error (timeout, SERVFAIL)."
+    );
+    describe_gauge!(
+        DISCOVERY_LAST_SUCCESS,
+        "When a lookup of the discovered upstream's name last found addresses, Unix time."
     );
     describe_gauge!(UPGRADED_ACTIVE, "Upgraded connections (WebSocket tunnels) open now, per route.");
     describe_counter!(
@@ -426,17 +444,26 @@ impl Drop for ConnectionGuard {
 /// and the reload counters at zero (so their rate is defined from the start).
 pub fn config_loaded() {
     for result in ["ok", "error"] {
-        counter!(CONFIG_RELOADS, "result" => result).increment(0);
+        for trigger in ["signal", "admin", "watch"] {
+            counter!(CONFIG_RELOADS, "result" => result, "trigger" => trigger).increment(0);
+        }
     }
     set_config_time();
 }
 
-/// A reload: `gateway_config_reloads_total{result}`, and the time of the
-/// last good load.
-pub fn config_reloaded(ok: bool) {
-    counter!(CONFIG_RELOADS, "result" => if ok { "ok" } else { "error" }).increment(1);
+/// A reload: `gateway_config_reloads_total{result,trigger}` (`trigger`:
+/// `signal`, `admin` or `watch`), and the time of the last good load.
+pub fn config_reloaded(ok: bool, trigger: &'static str) {
+    counter!(CONFIG_RELOADS, "result" => if ok { "ok" } else { "error" }, "trigger" => trigger).increment(1);
     if ok {
         set_config_time();
+    }
+}
+
+/// `gateway_upstream_endpoints{upstream,state}`.
+pub fn endpoint_states(upstream: &str, healthy: usize, unhealthy: usize, ejected: usize) {
+    for (state, n) in [("healthy", healthy), ("unhealthy", unhealthy), ("ejected", ejected)] {
+        gauge!(UPSTREAM_ENDPOINTS, "upstream" => upstream.to_owned(), "state" => state).set(n as f64);
     }
 }
 

@@ -62,7 +62,7 @@ async fn a_reload_under_load_adds_a_route_and_changes_a_timeout_without_dropping
     let dir = tempfile::tempdir().unwrap();
     let gw = from_file(dir.path(), &with_routes(up.addr, "2s", "")).await;
     let before = metrics_text(gw.addr).await;
-    let ok_before = metric(&before, "gateway_config_reloads_total", &[("result", "ok")]);
+    let ok_before = metric(&before, "gateway_config_reloads_total", &[("result", "ok"), ("trigger", "signal")]);
 
     let stop = Arc::new(AtomicBool::new(false));
     let (served, failed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
@@ -107,7 +107,10 @@ async fn a_reload_under_load_adds_a_route_and_changes_a_timeout_without_dropping
     assert!(up.connections() <= 8, "pool reconnected: {} connections", up.connections());
     let after = metrics_text(gw.addr).await;
     assert_eq!(metric(&after, "gateway_route_timeout_seconds", &[("route", "rl_a")]), 5.0);
-    assert_eq!(metric(&after, "gateway_config_reloads_total", &[("result", "ok")]), ok_before + 1.0);
+    assert_eq!(
+        metric(&after, "gateway_config_reloads_total", &[("result", "ok"), ("trigger", "signal")]),
+        ok_before + 1.0
+    );
 }
 
 #[tokio::test]
@@ -116,7 +119,7 @@ async fn an_invalid_file_changes_nothing_and_is_counted() {
     let (up, _) = counting_upstream().await;
     let dir = tempfile::tempdir().unwrap();
     let gw = from_file(dir.path(), &with_routes(up.addr, "2s", "")).await;
-    let errors = |t: &str| metric(t, "gateway_config_reloads_total", &[("result", "error")]);
+    let errors = |t: &str| metric(t, "gateway_config_reloads_total", &[("result", "error"), ("trigger", "signal")]);
     let before = errors(&metrics_text(gw.addr).await);
     rewrite(dir.path(), &format!("{SERVER}[[routes]]\nname = \"x\"\nprefix = \"/a\"\nupstream = \"ghost\"\n"));
     let err = gw.app.reload().expect_err("an unknown upstream is refused").to_string();
@@ -184,8 +187,11 @@ async fn the_admin_listener_reloads_on_post() {
         ),
     );
     let post = |url: &str| send(Request::post(url).body(full("")).unwrap());
+    let admin_ok = |t: &str| metric(t, "gateway_config_reloads_total", &[("result", "ok"), ("trigger", "admin")]);
+    let before = admin_ok(&metrics_text(gw.admin.unwrap()).await);
     let (parts, body) = post(&admin_url).await;
     assert_eq!((parts.status.as_u16(), &body[..]), (200, &b"reloaded\n"[..]));
+    assert_eq!(admin_ok(&metrics_text(gw.admin.unwrap()).await), before + 1.0, "counted as the admin's");
     assert_eq!(get(&gw.url("/p")).await.0.status, 200);
     rewrite(dir.path(), "[server]\nlisten = 5\n");
     let (parts, body) = post(&admin_url).await;

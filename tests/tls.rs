@@ -28,6 +28,9 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
+#[path = "discovery/dns.rs"]
+mod dns;
+
 /// A private CA and the files of certificates it issued.
 struct Pki {
     dir: tempfile::TempDir,
@@ -175,6 +178,38 @@ async fn tls_server_name_sets_sni_and_the_name_verified() {
     let (parts, _) = get(&gw.url("/app/y")).await;
     assert_eq!(parts.status, 200);
     assert_eq!(seen.lock().unwrap().handshakes[0].0.as_deref(), Some("upstream.internal"));
+}
+
+/// A discovered `https` upstream: the certificate is checked for the name
+/// (sent as SNI and as Host), not for the address the name resolved to.
+#[tokio::test]
+async fn a_discovered_https_upstream_is_checked_for_its_name() {
+    let pki = Pki::new();
+    pki.issue("server", &["app.test"], false);
+    let (up, seen) = tls_upstream(&pki, "server", false).await;
+    let dns = dns::TestDns::start().await;
+    dns.addresses("app.test", &["127.0.0.1"], 5);
+    let toml = format!(
+        "[server]\n[resolver]\nnameservers = [\"{}\"]\n\
+         [upstreams.disc]\ndiscover = {{ dns = \"app.test:{}\", scheme = \"https\" }}\ntls_ca_file = \"ca.pem\"\n\
+         [[routes]]\nname = \"disc\"\nprefix = \"/app\"\nupstream = \"disc\"\nhost = \"upstream\"\n",
+        dns.addr,
+        up.port()
+    );
+    let gw = TestGateway::start(config(&toml, pki.dir.path())).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let (parts, body) = get(&gw.url("/app/x")).await;
+        if parts.status == 200 {
+            assert_eq!(&body[..], b"tls ok");
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never served: {}", parts.status);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.handshakes[0].0.as_deref(), Some("app.test"), "SNI is the name");
+    assert_eq!(seen.requests[0], format!("/app/x host=app.test:{} proto=http", up.port()));
 }
 
 /// Connects to the upstream of `toml` as the gateway would; the error text.

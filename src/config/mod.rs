@@ -97,8 +97,8 @@ mod validate;
 
 pub use ratelimit::{MissingKey, OnStoreError, Rate, RateLimitConfig, RateLimitKey, RateLimitStoreConfig, StoreKind};
 pub use upstream::{
-    Address, Admission, Balance, EndpointConfig, HealthConfig, OutlierConfig, Protocol, RetryBudget, UpstreamConfig,
-    UpstreamTls,
+    Address, Admission, Balance, Discover, DiscoverName, EndpointConfig, HealthConfig, OutlierConfig, Protocol,
+    RetryBudget, UpstreamConfig, UpstreamTls,
 };
 
 use raw::RawConfig;
@@ -116,6 +116,8 @@ pub struct Config {
     pub server: ServerConfig,
     pub metrics: MetricsConfig,
     pub tracing: TracingConfig,
+    /// `[resolver]`: how discovered upstreams' names are resolved.
+    pub resolver: ResolverSettings,
     /// Upstreams, in name order; routes refer to them by index.
     pub upstreams: Vec<UpstreamConfig>,
     /// Routes, in file order.
@@ -183,6 +185,9 @@ pub struct ServerConfig {
     pub access_log_format: Option<AccessLogFormat>,
     /// TLS on the main listener (`[server.tls]`).
     pub tls: Option<ListenerTls>,
+    /// The configuration file is reloaded when it changes on disk
+    /// (`--watch` sets it too).
+    pub watch_config: bool,
 }
 
 /// `[server.tls]`: the listener's certificate, read at load.
@@ -217,6 +222,18 @@ pub struct TracingConfig {
     pub otlp_endpoint: Option<String>,
     /// The `service.name` of exported spans.
     pub service_name: String,
+}
+
+/// `[resolver]`: the DNS servers that discovered upstreams' names are
+/// asked, and how patiently.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolverSettings {
+    /// Empty: the system's (`/etc/resolv.conf`).
+    pub nameservers: Vec<SocketAddr>,
+    /// Per query and server.
+    pub timeout: Duration,
+    /// Queries per lookup before it fails.
+    pub attempts: usize,
 }
 
 /// `[metrics]`.
@@ -364,12 +381,11 @@ impl Target {
                 let up = &upstreams[p.upstream];
                 let rewrite = p.rewrite.as_deref().map(|r| format!(" rewrite {r}")).unwrap_or_default();
                 let urls: Vec<&str> = up.endpoints.iter().map(|e| e.url.as_str()).collect();
-                format!(
-                    "proxy -> {} ({}){rewrite} timeout {}",
-                    up.name,
-                    urls.join(", "),
-                    humantime::format_duration(p.timeout)
-                )
+                let urls = match &up.discover {
+                    Some(d) => format!("discover {} {}", d.source(), d.describe()),
+                    None => urls.join(", "),
+                };
+                format!("proxy -> {} ({urls}){rewrite} timeout {}", up.name, humantime::format_duration(p.timeout))
             }
             Target::File(p) => format!("file {}", p.display()),
             Target::Dir(p) => format!("dir {}", p.display()),
@@ -414,6 +430,7 @@ pub fn load(source: &Source) -> Result<Config, ConfigError> {
         .and_then(|b| b.set_default("metrics.max_connections", 64))
         .and_then(|b| b.set_default("server.request_id", true))
         .and_then(|b| b.set_default("server.trace_context", true))
+        .and_then(|b| b.set_default("server.watch_config", false))
         .expect("valid default key");
     builder = match source {
         Source::File(path) => {

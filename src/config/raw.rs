@@ -16,6 +16,8 @@ pub(super) struct RawConfig {
     #[serde(default)]
     pub tracing: RawTracing,
     #[serde(default)]
+    pub resolver: RawResolver,
+    #[serde(default)]
     pub upstreams: BTreeMap<String, RawUpstream>,
     #[serde(default)]
     pub routes: Vec<RawRoute>,
@@ -48,6 +50,28 @@ pub(super) struct RawServer {
     #[serde(default)]
     pub trusted_proxies: Vec<String>,
     pub tls: Option<RawServerTls>,
+    pub watch_config: bool,
+}
+
+/// `[resolver]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawResolver {
+    pub nameservers: Option<Vec<String>>,
+    pub timeout: Option<String>,
+    pub attempts: Option<usize>,
+}
+
+/// `[upstreams.NAME] discover = { ... }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawDiscover {
+    pub dns: Option<String>,
+    pub srv: Option<String>,
+    pub scheme: Option<String>,
+    pub interval: Option<String>,
+    pub min_ttl: Option<String>,
+    pub max_ttl: Option<String>,
 }
 
 /// `[server.tls]`.
@@ -99,6 +123,7 @@ pub(super) struct RawMetrics {
 pub(super) struct RawUpstream {
     pub url: Option<String>,
     pub endpoints: Option<Vec<String>>,
+    pub discover: Option<RawDiscover>,
     pub balance: Option<String>,
     pub connect_timeout: Option<String>,
     pub pool_max_idle_per_host: Option<usize>,

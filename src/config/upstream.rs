@@ -1,6 +1,7 @@
 //! The runtime shape of `[upstreams.NAME]`: where its endpoints are, how
 //! they are spoken to, and how the gateway protects them.
 
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,8 +13,12 @@ use rustls_pki_types::ServerName;
 #[derive(Debug, Clone, PartialEq)]
 pub struct UpstreamConfig {
     pub name: String,
-    /// Where requests go: `url`, or each of `endpoints`.
+    /// Where requests go: `url`, or each of `endpoints`; for a discovered
+    /// upstream, the addresses its name resolves to now (empty as loaded:
+    /// the table fills them in from `crate::discovery`).
     pub endpoints: Vec<EndpointConfig>,
+    /// `discover`: the endpoints come from DNS.
+    pub discover: Option<Discover>,
     pub balance: Balance,
     /// Time allowed to establish a TCP connection.
     pub connect_timeout: Duration,
@@ -87,6 +92,90 @@ pub struct EndpointConfig {
     /// For an `https://` endpoint: the name its certificate must carry, sent
     /// as SNI (the URL's host, or `tls_server_name`).
     pub tls_name: Option<ServerName<'static>>,
+}
+
+/// `discover = { dns = "name:port" }` or `{ srv = "_http._tcp.name" }`:
+/// each address the name resolves to is an endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Discover {
+    pub name: DiscoverName,
+    /// `http` or `https` for every address.
+    pub scheme: Scheme,
+    /// Resolved again at least this often.
+    pub interval: Duration,
+    /// Record TTLs are clamped to `min_ttl..max_ttl`; a name not found for
+    /// `max_ttl` since its last answer loses its addresses.
+    pub min_ttl: Duration,
+    pub max_ttl: Duration,
+    /// For `https`: the name certificates must carry (`tls_server_name`,
+    /// else the configured name, never an address).
+    pub tls_name: Option<ServerName<'static>>,
+}
+
+/// What is looked up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DiscoverName {
+    /// A and AAAA records of `host`; every address on `port`.
+    Dns { host: String, port: u16 },
+    /// SRV records of the name: their targets' addresses on their ports.
+    Srv(String),
+}
+
+impl Discover {
+    /// `dns` or `srv`, as the status endpoints and metrics say.
+    pub fn source(&self) -> &'static str {
+        match self.name {
+            DiscoverName::Dns { .. } => "dns",
+            DiscoverName::Srv(_) => "srv",
+        }
+    }
+
+    /// The name as configured, for logs (`name:port` or the SRV name).
+    pub fn describe(&self) -> String {
+        match &self.name {
+            DiscoverName::Dns { host, port } => format!("{host}:{port}"),
+            DiscoverName::Srv(name) => name.clone(),
+        }
+    }
+
+    /// The service's own name: the `Host` an endpoint is sent when the
+    /// route asks for the upstream's (for SRV the name without its leading
+    /// `_service._proto` labels), without a final dot.
+    pub fn domain(&self) -> &str {
+        let name = match &self.name {
+            DiscoverName::Dns { host, .. } => host.as_str(),
+            DiscoverName::Srv(name) => {
+                let mut rest = name.as_str();
+                while let Some(after) = rest.strip_prefix('_').and_then(|r| r.split_once('.').map(|(_, a)| a)) {
+                    rest = after;
+                }
+                rest
+            }
+        };
+        name.strip_suffix('.').unwrap_or(name)
+    }
+
+    /// The endpoint for one address of the answer: everything a configured
+    /// endpoint has, its `url` (the `endpoint` label) being the address.
+    pub fn endpoint(&self, ip: IpAddr, port: u16) -> EndpointConfig {
+        let addr = SocketAddr::new(ip, port).to_string();
+        let authority = format!("{}:{port}", self.domain())
+            .parse()
+            .unwrap_or_else(|_| addr.parse().expect("a socket address is an authority"));
+        EndpointConfig {
+            url: addr.clone(),
+            scheme: self.scheme.clone(),
+            authority,
+            address: Address::Tcp(addr),
+            tls_name: self.tls_name.clone(),
+        }
+    }
+
+    /// Whether `other` makes the same endpoints of the same answer (a
+    /// reload that changes only timings keeps the addresses known).
+    pub fn same_target(&self, other: &Discover) -> bool {
+        self.name == other.name && self.scheme == other.scheme && self.tls_name == other.tls_name
+    }
 }
 
 /// Where an endpoint's connections go.

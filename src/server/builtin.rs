@@ -10,7 +10,7 @@ use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 
-use super::{App, Peer, error_response};
+use super::{App, Peer, Trigger, error_response};
 use crate::body::Body;
 use crate::error::GatewayError;
 
@@ -18,9 +18,12 @@ impl App {
     /// [`App::reload`] on the blocking pool: it reads files and waits for a
     /// lock, which on a runtime worker (with `worker_threads = 1`, the only
     /// one) would hold up every connection meanwhile.
-    pub async fn reload_off_runtime(self: &Arc<Self>) -> Result<Vec<&'static str>, crate::config::ConfigError> {
+    pub async fn reload_off_runtime(
+        self: &Arc<Self>,
+        trigger: Trigger,
+    ) -> Result<Vec<&'static str>, crate::config::ConfigError> {
         let app = self.clone();
-        tokio::task::spawn_blocking(move || app.reload()).await.unwrap_or_else(|e| {
+        tokio::task::spawn_blocking(move || app.reload_by(trigger)).await.unwrap_or_else(|e| {
             Err(crate::config::ConfigError {
                 source_name: self.config.source_name.clone(),
                 key: "-".into(),
@@ -47,7 +50,7 @@ impl App {
             if req.method() != Method::POST {
                 return error_response(&GatewayError::MethodNotAllowed { allow: "POST".into() });
             }
-            let (status, body) = match self.reload_off_runtime().await {
+            let (status, body) = match self.reload_off_runtime(Trigger::Admin).await {
                 Ok(kept) if kept.is_empty() => (StatusCode::OK, "reloaded\n".to_owned()),
                 Ok(kept) => {
                     let sections = kept.join(", ");
@@ -86,6 +89,7 @@ impl App {
                 (StatusCode::OK, "text/plain; charset=utf-8", "ready\n".to_owned())
             }
         } else if path == self.config.metrics.path {
+            self.publish_endpoint_states();
             (StatusCode::OK, "text/plain; version=0.0.4; charset=utf-8", self.metrics_exporter.render())
         } else {
             return None;

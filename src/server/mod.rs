@@ -24,6 +24,7 @@ use tokio::time::Instant;
 use crate::auth::Guard;
 use crate::body::{Body, ReadAhead};
 use crate::config::{AccessLogFormat, Config, Target};
+use crate::discovery::Discovery;
 use crate::error::GatewayError;
 use crate::files::FileServer;
 use crate::layers::panic::{CatchUnwindRef, panic_response};
@@ -40,9 +41,11 @@ mod builtin;
 mod status;
 mod table;
 mod unanswered;
+pub mod watch;
 
 pub use crate::request::{Peer, Recording, RequestLog};
 use table::{Route, Table};
+pub use table::{Trigger, follow_discovery};
 pub use unanswered::CLIENT_CLOSED;
 use unanswered::Unanswered;
 
@@ -55,8 +58,12 @@ pub struct App {
     /// The listener's TLS config, replaced by a reload (certificate files
     /// are read again).
     tls: ArcSwapOption<rustls::ServerConfig>,
-    /// Held by a reload.
-    reloading: std::sync::Mutex<()>,
+    /// Held by a reload, and by a rebuild after discovery changed an
+    /// upstream's addresses: the configuration the table was last built
+    /// from (routes and upstreams as last loaded).
+    reloading: std::sync::Mutex<Config>,
+    /// The lookups of discovered upstreams.
+    discovery: Discovery,
     unmatched: RouteMetrics,
     files: FileServer,
     metrics_exporter: &'static metrics::Exporter,
@@ -94,15 +101,20 @@ impl App {
             spans: exporter_spans.is_some(),
             access: config.server.access_log.then(|| config.server.access_log_format.unwrap_or(AccessLogFormat::Json)),
         };
+        // The start does not wait for DNS: a discovered upstream has no
+        // endpoint until its name first resolves.
+        let discovery = Discovery::default();
+        discovery.sync(&config);
         App {
             recording,
             path_options,
             builtins_on_main: config.metrics.listen.is_none(),
             admin_allow: crate::auth::address::AddressList::new(&config.metrics.allow, &[]),
-            table: ArcSwap::from_pointee(Table::new(&config, None, &read_ahead)),
+            table: ArcSwap::from_pointee(Table::new(&config, None, &read_ahead, &discovery)),
+            discovery,
             read_ahead,
             tls: ArcSwapOption::new(config.server.tls.as_ref().map(|t| t.config.clone())),
-            reloading: std::sync::Mutex::new(()),
+            reloading: std::sync::Mutex::new(config.clone()),
             unmatched: RouteMetrics::new("unmatched"),
             files: FileServer::new(config.server.request_id),
             metrics_exporter: exporter,

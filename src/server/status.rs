@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 
 use super::App;
 use crate::body::Body;
+use crate::discovery::Resolution;
 use crate::upstream::Upstream;
 use crate::upstream::endpoint::Endpoint;
 
@@ -58,10 +59,16 @@ fn to_json(value: &Value) -> String {
 }
 
 fn upstream_status(u: &Upstream) -> Value {
+    let d = u.discovery();
     json!({
         "name": u.config.name,
-        "source": "static",
-        "last_resolution": null,
+        "source": d.source.as_str(),
+        "lookup": d.name,
+        "last_resolution": d.last_resolution.map(|at| json!({
+            "at": timestamp(at),
+            "result": d.result.as_ref().map(resolution),
+        })),
+        "last_success": d.last_success.map(timestamp),
         "ready": u.ready(),
         "queue": u.queued().map(|(waiting, size)| json!({ "waiting": waiting, "size": size })),
         "endpoints": u.endpoints().iter().map(|e| endpoint_status(e)).collect::<Vec<_>>(),
@@ -84,6 +91,16 @@ fn endpoint_status(e: &Endpoint) -> Value {
             "detail": c.detail,
         })),
     })
+}
+
+/// A lookup's result: `ok` with the number of addresses, `not_found`, or
+/// `error` with why.
+fn resolution(r: &Resolution) -> Value {
+    match r {
+        Resolution::Found { addresses } => json!({ "result": r.label(), "addresses": addresses }),
+        Resolution::NotFound => json!({ "result": r.label() }),
+        Resolution::Failed { reason } => json!({ "result": r.label(), "reason": reason }),
+    }
 }
 
 /// RFC 3339, UTC, to the second.

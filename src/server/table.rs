@@ -1,15 +1,17 @@
 //! The routes and upstreams requests are served by, built from a config,
 //! and the reload that replaces them while the gateway serves.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use http::Method;
+use tokio::sync::Notify;
 
 use super::App;
 use crate::auth::Guard;
 use crate::body::ReadAhead;
 use crate::cache::RouteCache;
-use crate::config::{Config, ConfigError, RouteConfig, ServerConfig, Target};
+use crate::config::{Config, ConfigError, RouteConfig, ServerConfig, Target, UpstreamConfig};
+use crate::discovery::Discovery;
 use crate::layers::RouteLayers;
 use crate::limits::ConcurrencyLimit;
 use crate::metrics::{self, RouteMetrics};
@@ -58,6 +60,42 @@ pub(super) struct Table {
     pub(super) effective: Arc<serde_json::Value>,
 }
 
+/// What asked for a reload: the `trigger` label of
+/// `gateway_config_reloads_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trigger {
+    /// SIGHUP.
+    Signal,
+    /// `POST /-/reload` on the admin listener.
+    Admin,
+    /// The file changed on disk (`--watch`, `server.watch_config`).
+    Watch,
+}
+
+impl Trigger {
+    /// The label value: `signal`, `admin` or `watch`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Trigger::Signal => "signal",
+            Trigger::Admin => "admin",
+            Trigger::Watch => "watch",
+        }
+    }
+}
+
+/// Rebuilds the table each time discovery changes an upstream's addresses,
+/// until the app is gone. Changes that come while a rebuild runs are taken
+/// by the next one.
+pub async fn follow_discovery(app: Weak<App>, changed: Arc<Notify>) {
+    loop {
+        changed.notified().await;
+        let Some(app) = app.upgrade() else { return };
+        // On the blocking pool: it waits for a reload's lock, which holds
+        // it while reading files.
+        let _ = tokio::task::spawn_blocking(move || app.rediscovered()).await;
+    }
+}
+
 /// Methods file routes answer unless the route says otherwise.
 const FILE_METHODS: [Method; 2] = [Method::GET, Method::HEAD];
 
@@ -69,9 +107,17 @@ impl App {
     /// connections once their last request is done. `[server]` (but for its
     /// `tls` files), `[metrics]` and `[tracing]` need a restart: a change
     /// there is logged and not applied. An invalid file changes nothing.
+    ///
+    /// Counted with `trigger="signal"`, as SIGHUP's; see [`App::reload_by`].
     pub fn reload(&self) -> Result<Vec<&'static str>, ConfigError> {
+        self.reload_by(Trigger::Signal)
+    }
+
+    /// [`App::reload`], counted in `gateway_config_reloads_total` with
+    /// what asked for it.
+    pub fn reload_by(&self, trigger: Trigger) -> Result<Vec<&'static str>, ConfigError> {
         // One at a time: two at once could store the older file last.
-        let _one = self.reloading.lock().unwrap_or_else(|e| e.into_inner());
+        let mut current = self.reloading.lock().unwrap_or_else(|e| e.into_inner());
         let loaded = match &self.config.source {
             Some(source) => crate::config::load(source),
             None => Err(ConfigError {
@@ -83,18 +129,22 @@ impl App {
         let mut new = match loaded {
             Ok(new) => new,
             Err(e) => {
-                metrics::config_reloaded(false);
-                tracing::error!(error = %e, "config reload failed; nothing changed");
+                metrics::config_reloaded(false, trigger.as_str());
+                tracing::error!(error = %e, trigger = trigger.as_str(), "config reload failed; nothing changed");
                 return Err(e);
             }
         };
+        // Whether the file is watched was decided at start (`--watch` or
+        // the file's key).
+        new.server.watch_config = self.config.server.watch_config;
         // Unset in the file, the access log format followed --log-format at
         // start (see `cli`); the same holds now.
         if new.server.access_log_format.is_none() {
             new.server.access_log_format = self.config.server.access_log_format;
         }
+        self.discovery.sync(&new);
         let old = self.table.load();
-        let table = Table::new(&new, Some(&old), &self.read_ahead);
+        let table = Table::new(&new, Some(&old), &self.read_ahead, &self.discovery);
         let kept = table.upstreams.iter().filter(|u| old.upstreams.iter().any(|o| Arc::ptr_eq(o, u))).count();
         self.table.store(Arc::new(table));
         let mut needs_restart = restart_sections(&self.config, &new);
@@ -114,14 +164,61 @@ impl App {
                 "config reload: these sections changed and need a restart; running on with their old values"
             );
         }
-        metrics::config_reloaded(true);
+        metrics::config_reloaded(true, trigger.as_str());
         tracing::info!(
             routes = new.routes.len(),
             upstreams = new.upstreams.len(),
             upstreams_kept = kept,
+            trigger = trigger.as_str(),
             "config reloaded"
         );
+        *current = new;
         Ok(needs_restart)
+    }
+
+    /// Discovery changed some upstream's addresses: the table is built
+    /// again from the configuration as last loaded, as a reload builds it
+    /// (other upstreams are kept whole; the changed one keeps the
+    /// endpoints whose address stayed, with their pools, health and
+    /// ejection, and its admission). Requests under way finish on the
+    /// endpoints they have; a removed endpoint's idle connections close
+    /// when its last request is done.
+    pub fn rediscovered(&self) {
+        let current = self.reloading.lock().unwrap_or_else(|e| e.into_inner());
+        let old = self.table.load();
+        let table = Table::new(&current, Some(&old), &self.read_ahead, &self.discovery);
+        self.table.store(Arc::new(table));
+    }
+
+    /// The upstreams serving new requests now, in name order (for the
+    /// status endpoints: each has [`Upstream::discovery`] and
+    /// [`Upstream::endpoints`]).
+    pub fn upstreams(&self) -> Vec<Arc<Upstream>> {
+        self.table.load().upstreams.clone()
+    }
+
+    /// What [`follow_discovery`] waits on.
+    pub fn discovery_changes(&self) -> Arc<Notify> {
+        self.discovery.changed()
+    }
+
+    /// Sets `gateway_upstream_endpoints{upstream,state}` from the
+    /// endpoints' health and ejection now (before each scrape).
+    pub(super) fn publish_endpoint_states(&self) {
+        let table = self.table.load();
+        for u in &table.upstreams {
+            let (mut healthy, mut unhealthy, mut ejected) = (0, 0, 0);
+            for e in u.endpoints() {
+                if !e.is_healthy() {
+                    unhealthy += 1;
+                } else if e.ejected_for().is_some() {
+                    ejected += 1;
+                } else {
+                    healthy += 1;
+                }
+            }
+            metrics::endpoint_states(&u.config.name, healthy, unhealthy, ejected);
+        }
     }
 
     /// The listener's TLS config as of now (a reload may replace it).
@@ -153,8 +250,14 @@ impl Table {
     /// and health state; certificate files that hold the same bytes are
     /// unchanged), and from an upstream of the same name whose settings
     /// changed, its admission and its endpoints' state (see
-    /// [`Upstream::new`]).
-    pub(super) fn new(config: &Config, running: Option<&Table>, read_ahead: &Arc<ReadAhead>) -> Table {
+    /// [`Upstream::new`]). A discovered upstream's endpoints are those its
+    /// name has in `discovery` now.
+    pub(super) fn new(
+        config: &Config,
+        running: Option<&Table>,
+        read_ahead: &Arc<ReadAhead>,
+        discovery: &Discovery,
+    ) -> Table {
         let running_upstreams = running.map_or(&[][..], |t| &t.upstreams[..]);
         let retried = |i: usize| {
             config.routes.iter().any(|r| matches!(&r.target, Target::Proxy(p) if p.upstream == i && p.retries > 0))
@@ -163,9 +266,26 @@ impl Table {
             .upstreams
             .iter()
             .enumerate()
-            .map(|(i, u)| match running_upstreams.iter().find(|o| o.config.name == u.name) {
-                Some(kept) if kept.same_settings(u, retried(i)) => kept.clone(),
-                before => Arc::new(Upstream::new(u.clone(), retried(i), read_ahead.clone(), before.map(|b| &**b))),
+            .map(|(i, u)| {
+                let state = u.discover.as_ref().and_then(|_| discovery.state(&u.name));
+                let u = match &state {
+                    Some(s) => UpstreamConfig { endpoints: s.endpoints(), ..u.clone() },
+                    None => u.clone(),
+                };
+                let same_lookups = |kept: &Upstream| match (kept.discovery_state(), &state) {
+                    (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                    (a, b) => a.is_none() && b.is_none(),
+                };
+                match running_upstreams.iter().find(|o| o.config.name == u.name) {
+                    Some(kept) if kept.same_settings(&u, retried(i)) && same_lookups(kept) => kept.clone(),
+                    before => {
+                        let built = Upstream::new(u, retried(i), read_ahead.clone(), before.map(|b| &**b));
+                        Arc::new(match state {
+                            Some(s) => built.with_discovery(s),
+                            None => built,
+                        })
+                    }
+                }
             })
             .collect();
         let rate_limit_store = rate_limit_store(config, running);

@@ -42,6 +42,7 @@ use tower::retry::budget::{Budget, TpsBudget};
 
 use crate::body::{Body, ReadAhead, RequestBody};
 use crate::config::{Balance, ProxyTarget, UpstreamConfig};
+use crate::discovery;
 use crate::error::GatewayError;
 use crate::headers::X_REQUEST_ID;
 use crate::metrics::{UPSTREAM_IN_FLIGHT, UPSTREAM_RETRIES, UPSTREAM_RETRIES_SKIPPED, UpstreamMetrics};
@@ -75,6 +76,8 @@ pub struct Upstream {
     in_flight: Gauge,
     retries: Counter,
     retries_skipped: Counter,
+    /// A discovered upstream's lookups (never read by requests).
+    discovery: Option<Arc<discovery::State>>,
 }
 
 impl Upstream {
@@ -130,9 +133,29 @@ impl Upstream {
             in_flight: gauge!(UPSTREAM_IN_FLIGHT, "upstream" => name.clone()),
             retries: counter!(UPSTREAM_RETRIES, "upstream" => name.clone()),
             retries_skipped: counter!(UPSTREAM_RETRIES_SKIPPED, "upstream" => name),
+            discovery: None,
             metrics,
             config,
         }
+    }
+
+    /// Ties a discovered upstream to its lookups, for [`Upstream::discovery`].
+    pub fn with_discovery(mut self, state: Arc<discovery::State>) -> Self {
+        self.discovery = Some(state);
+        self
+    }
+
+    /// The lookups this upstream was built from, if it is discovered.
+    pub fn discovery_state(&self) -> Option<&Arc<discovery::State>> {
+        self.discovery.as_ref()
+    }
+
+    /// For the status endpoints: where the endpoints come from (`static`,
+    /// `dns`, `srv`), and for a discovered upstream the name, when it was
+    /// last looked up, how that went and when it last found addresses. A
+    /// copy, taken now.
+    pub fn discovery(&self) -> discovery::Status {
+        self.discovery.as_ref().map_or_else(discovery::Status::fixed, |d| d.status())
     }
 
     /// Whether it was built from `config` with a retry budget as
@@ -142,7 +165,8 @@ impl Upstream {
         self.budget.is_some() == retried && self.config == *config
     }
 
-    /// Its endpoints, as configured (for the status endpoints).
+    /// Its endpoints, as configured (a discovered upstream's: as resolved
+    /// when it was built), for the status endpoints and metrics.
     pub fn endpoints(&self) -> &[Arc<Endpoint>] {
         &self.endpoints
     }
@@ -338,7 +362,11 @@ impl Upstream {
     /// No endpoint may take traffic: logged once per change of state.
     fn unavailable(&self) -> GatewayError {
         if !self.down.swap(true, Relaxed) {
-            tracing::warn!(upstream = %self.config.name, "no endpoint may take traffic (unhealthy or ejected); answering 503");
+            if self.endpoints.is_empty() {
+                tracing::warn!(upstream = %self.config.name, "no endpoint: discovery has no address for the name; answering 503");
+            } else {
+                tracing::warn!(upstream = %self.config.name, "no endpoint may take traffic (unhealthy or ejected); answering 503");
+            }
         }
         // When it may be worth asking again: the first ejection to end, or
         // the checks an unhealthy endpoint needs to pass (rounded up).

@@ -14,11 +14,13 @@ use ipnet::IpNet;
 
 use crate::headers::rules::HeaderRules;
 
-use super::raw::{RawConfig, RawHeaderRules, RawMetrics, RawRoute, RawServer, RawServerTls, RawSize, RawTracing};
+use super::raw::{
+    RawConfig, RawHeaderRules, RawMetrics, RawResolver, RawRoute, RawServer, RawServerTls, RawSize, RawTracing,
+};
 use super::{
     AccessLogFormat, Config, DEFAULT_BODY_TIMEOUT, DEFAULT_REQUEST_BUFFER, DEFAULT_ROUTE_TIMEOUT,
-    DEFAULT_UPGRADE_IDLE_TIMEOUT, HostMode, ListenerTls, MetricsConfig, ProxyTarget, RetryOn, RouteConfig,
-    ServerConfig, Target, TracingConfig,
+    DEFAULT_UPGRADE_IDLE_TIMEOUT, HostMode, ListenerTls, MetricsConfig, ProxyTarget, ResolverSettings, RetryOn,
+    RouteConfig, ServerConfig, Target, TracingConfig,
 };
 
 mod access;
@@ -38,6 +40,7 @@ pub(super) fn config(raw: RawConfig, base_dir: &Path) -> Result<Config, Problem>
     let metrics = metrics(&raw.metrics)?;
     let rate_limit_store =
         raw.rate_limit_store.as_ref().map(|s| ratelimit::store(s, |v| std::env::var(v).ok())).transpose()?;
+    let resolver = resolver(&raw.resolver)?;
     let mut upstreams = Vec::new();
     let mut upstream_index = HashMap::new();
     for (name, up) in &raw.upstreams {
@@ -69,6 +72,7 @@ pub(super) fn config(raw: RawConfig, base_dir: &Path) -> Result<Config, Problem>
         server,
         metrics,
         tracing,
+        resolver,
         upstreams,
         routes,
         rate_limit_store,
@@ -112,6 +116,7 @@ fn server(s: &RawServer, base_dir: &Path) -> Result<ServerConfig, Problem> {
             }
         },
         tls: s.tls.as_ref().map(|t| listener_tls(t, base_dir)).transpose()?,
+        watch_config: s.watch_config,
     };
     // hyper's read buffer cannot be smaller than 8 KiB.
     if server.max_header_size < 8192 {
@@ -198,6 +203,42 @@ fn header_rules(
         rules.remove.push(name(&format!("{key}.remove[{i}]"), n)?);
     }
     Ok(rules)
+}
+
+/// `[resolver]`: `nameservers` are `ip` or `ip:port` (port 53).
+fn resolver(r: &RawResolver) -> Result<ResolverSettings, Problem> {
+    let nameservers = r
+        .nameservers
+        .iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, n)| {
+            let n = n.trim();
+            n.parse::<SocketAddr>()
+                .or_else(|_| n.parse::<std::net::IpAddr>().map(|ip| SocketAddr::new(ip, 53)))
+                .map_err(|_| {
+                    (
+                        format!("resolver.nameservers[{i}]"),
+                        format!("{n:?} is not an address (use \"10.0.0.10\" or \"127.0.0.1:5353\")"),
+                    )
+                })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if r.nameservers.as_ref().is_some_and(|n| n.is_empty()) {
+        return Err((
+            "resolver.nameservers".into(),
+            "must list at least one server (leave it out for the system's)".into(),
+        ));
+    }
+    let attempts = r.attempts.unwrap_or(2);
+    if !(1..=10).contains(&attempts) {
+        return Err(("resolver.attempts".into(), format!("{attempts} must be between 1 and 10")));
+    }
+    Ok(ResolverSettings {
+        nameservers,
+        timeout: positive_duration("resolver.timeout", r.timeout.as_deref().unwrap_or("2s"))?,
+        attempts,
+    })
 }
 
 fn metrics(m: &RawMetrics) -> Result<MetricsConfig, Problem> {

@@ -7,10 +7,10 @@ use http::Uri;
 use http::uri::{Authority, Scheme};
 use rustls_pki_types::ServerName;
 
-use super::super::raw::{RawHealth, RawOutlier, RawRetryBudget, RawUpstream};
+use super::super::raw::{RawDiscover, RawHealth, RawOutlier, RawRetryBudget, RawUpstream};
 use super::super::{
-    Address, Admission, Balance, EndpointConfig, HealthConfig, OutlierConfig, Protocol, RetryBudget, UpstreamConfig,
-    UpstreamTls,
+    Address, Admission, Balance, Discover, DiscoverName, EndpointConfig, HealthConfig, OutlierConfig, Protocol,
+    RetryBudget, UpstreamConfig, UpstreamTls,
 };
 use super::{Problem, parse_duration, positive_duration};
 
@@ -18,11 +18,11 @@ use super::{Problem, parse_duration, positive_duration};
 /// anything near that is a typo).
 const MAX_REQUESTS: usize = 1_000_000;
 
-/// The TLS client config of an upstream with `https://` endpoints; the
-/// `tls_*` keys apply to nothing else.
+/// The TLS client config of an upstream with `https://` endpoints (`tls`);
+/// the `tls_*` keys apply to nothing else.
 fn upstream_tls(
     up: &RawUpstream,
-    endpoints: &[EndpointConfig],
+    tls: bool,
     base_dir: &Path,
     key: &dyn Fn(&str) -> String,
     protocol: Protocol,
@@ -33,7 +33,7 @@ fn upstream_tls(
         ("tls_client_cert", up.tls_client_cert.is_some()),
         ("tls_client_key", up.tls_client_key.is_some()),
     ];
-    if endpoints.iter().all(|e| e.tls_name.is_none()) {
+    if !tls {
         return match set.iter().find(|(_, s)| *s) {
             Some((k, _)) => Err((key(k), "only applies to https:// endpoints".into())),
             None => Ok(None),
@@ -75,11 +75,16 @@ fn upstream_tls(
 
 pub(super) fn upstream(name: &str, up: &RawUpstream, base_dir: &Path) -> Result<UpstreamConfig, Problem> {
     let key = |k: &str| format!("upstreams.{name}.{k}");
-    let urls: Vec<(String, &String)> = match (&up.url, &up.endpoints) {
-        (Some(url), None) => vec![(key("url"), url)],
-        (None, Some(list)) if list.is_empty() => return Err((key("endpoints"), "must list at least one URL".into())),
-        (None, Some(list)) => list.iter().enumerate().map(|(i, u)| (key(&format!("endpoints[{i}]")), u)).collect(),
-        _ => return Err((key("url"), "set exactly one of url and endpoints".into())),
+    let urls: Vec<(String, &String)> = match (&up.url, &up.endpoints, &up.discover) {
+        (Some(url), None, None) => vec![(key("url"), url)],
+        (None, Some(list), None) if list.is_empty() => {
+            return Err((key("endpoints"), "must list at least one URL".into()));
+        }
+        (None, Some(list), None) => {
+            list.iter().enumerate().map(|(i, u)| (key(&format!("endpoints[{i}]")), u)).collect()
+        }
+        (None, None, Some(_)) => Vec::new(),
+        _ => return Err((key("url"), "set exactly one of url, endpoints and discover".into())),
     };
     let server_name = up
         .tls_server_name
@@ -97,6 +102,11 @@ pub(super) fn upstream(name: &str, up: &RawUpstream, base_dir: &Path) -> Result<
         }
         endpoints.push(endpoint);
     }
+    let discover = up.discover.as_ref().map(|d| discover(d, server_name.as_ref(), &key)).transpose()?;
+    let tls_wanted = match &discover {
+        Some(d) => d.scheme == Scheme::HTTPS,
+        None => endpoints.iter().all(|e| e.tls_name.is_some()),
+    };
     let balance = match up.balance.as_deref() {
         None | Some("least_request") => Balance::LeastRequest,
         Some("round_robin") => Balance::RoundRobin,
@@ -105,7 +115,7 @@ pub(super) fn upstream(name: &str, up: &RawUpstream, base_dir: &Path) -> Result<
     let protocol = match up.protocol.as_deref() {
         None | Some("http1") => Protocol::Http1,
         Some("h2c") => Protocol::H2c,
-        Some("auto") if endpoints.iter().all(|e| e.tls_name.is_some()) => Protocol::Auto,
+        Some("auto") if tls_wanted => Protocol::Auto,
         Some("auto") => {
             return Err((key("protocol"), "\"auto\" chooses by ALPN: every endpoint must be https://".into()));
         }
@@ -119,10 +129,12 @@ pub(super) fn upstream(name: &str, up: &RawUpstream, base_dir: &Path) -> Result<
         }
         Some(n) => n.min(1024),
     };
-    let tls = upstream_tls(up, &endpoints, base_dir, &key, protocol)?;
+    let any_tls = discover.as_ref().map_or(endpoints.iter().any(|e| e.tls_name.is_some()), |_| tls_wanted);
+    let tls = upstream_tls(up, any_tls, base_dir, &key, protocol)?;
     Ok(UpstreamConfig {
         name: name.to_owned(),
         endpoints,
+        discover,
         balance,
         connect_timeout: parse_duration(&key("connect_timeout"), up.connect_timeout.as_deref().unwrap_or("1s"))?,
         pool_max_idle_per_host: up.pool_max_idle_per_host.unwrap_or(1024),
@@ -135,6 +147,83 @@ pub(super) fn upstream(name: &str, up: &RawUpstream, base_dir: &Path) -> Result<
         protocol,
         max_connections,
     })
+}
+
+/// `discover = { dns = "name:port" | srv = "_http._tcp.name", scheme,
+/// interval, min_ttl, max_ttl }`.
+fn discover(
+    d: &RawDiscover,
+    server_name: Option<&ServerName<'static>>,
+    key: &dyn Fn(&str) -> String,
+) -> Result<Discover, Problem> {
+    let scheme = match d.scheme.as_deref() {
+        None | Some("http") => Scheme::HTTP,
+        Some("https") => Scheme::HTTPS,
+        Some(other) => return Err((key("discover.scheme"), format!("{other:?}: use \"http\" or \"https\""))),
+    };
+    let default_port = if scheme == Scheme::HTTPS { 443 } else { 80 };
+    let name = match (&d.dns, &d.srv) {
+        (Some(dns), None) => {
+            let (host, port) = match dns.rsplit_once(':') {
+                Some((host, port)) => {
+                    let port = port.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| {
+                        (key("discover.dns"), format!("{dns:?}: the port must be a number from 1 to 65535"))
+                    })?;
+                    (host, port)
+                }
+                None => (dns.as_str(), default_port),
+            };
+            dns_name(host).map_err(|m| (key("discover.dns"), format!("{dns:?}: {m}")))?;
+            DiscoverName::Dns { host: host.to_owned(), port }
+        }
+        (None, Some(srv)) => {
+            dns_name(srv).map_err(|m| (key("discover.srv"), format!("{srv:?}: {m}")))?;
+            DiscoverName::Srv(srv.clone())
+        }
+        _ => {
+            return Err((
+                key("discover"),
+                "set exactly one of dns = \"name:port\" and srv = \"_http._tcp.name\"".into(),
+            ));
+        }
+    };
+    let interval = positive_duration(&key("discover.interval"), d.interval.as_deref().unwrap_or("5s"))?;
+    let min_ttl = positive_duration(&key("discover.min_ttl"), d.min_ttl.as_deref().unwrap_or("1s"))?;
+    let max_ttl = positive_duration(&key("discover.max_ttl"), d.max_ttl.as_deref().unwrap_or("60s"))?;
+    if min_ttl > max_ttl {
+        return Err((key("discover.min_ttl"), "must not be longer than max_ttl".into()));
+    }
+    if min_ttl > interval {
+        return Err((key("discover.min_ttl"), "must not be longer than interval".into()));
+    }
+    let mut discover = Discover { name, scheme, interval, min_ttl, max_ttl, tls_name: None };
+    if discover.scheme == Scheme::HTTPS {
+        let name = match server_name {
+            Some(n) => n.clone(),
+            None => ServerName::try_from(discover.domain().to_owned())
+                .map_err(|_| (key("discover"), format!("{:?} is not a valid TLS server name", discover.domain())))?,
+        };
+        discover.tls_name = Some(name);
+    }
+    Ok(discover)
+}
+
+/// A DNS name: dot-separated labels of letters, digits, `-` and `_`, of 1
+/// to 63 bytes, 253 in all; a final dot is allowed (fully qualified).
+fn dns_name(name: &str) -> Result<(), String> {
+    let bare = name.strip_suffix('.').unwrap_or(name);
+    if bare.is_empty() || bare.len() > 253 {
+        return Err("not a DNS name".into());
+    }
+    if bare.parse::<std::net::IpAddr>().is_ok() {
+        return Err("an address, not a name: use url for a fixed address".into());
+    }
+    let label_ok =
+        |l: &str| (1..=63).contains(&l.len()) && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if !bare.split('.').all(label_ok) {
+        return Err("not a DNS name (labels of letters, digits, '-' and '_')".into());
+    }
+    Ok(())
 }
 
 /// `max_requests`, `queue` and `queue_timeout`.

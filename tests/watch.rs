@@ -1,0 +1,180 @@
+//! `server.watch_config`: the file is reloaded when it changes on disk,
+//! written in place or swapped in as a Kubernetes ConfigMap volume does
+//! (`..data` symlink), and an invalid file changes nothing; counted as
+//! reloads with `trigger="watch"`.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::*;
+use gateway::config::{self, Source};
+use tokio::time::Instant;
+
+/// The metrics are the process's: one test at a time, so each counts only
+/// its own reloads.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn toml(routes: &[&str]) -> String {
+    let mut t = "[server]\nlisten = \"127.0.0.1:0\"\nwatch_config = true\n".to_owned();
+    for r in routes {
+        t.push_str(&format!(
+            "[[routes]]\nname = \"w_{r}\"\nprefix = \"/{r}\"\nrespond = {{ status = 200, body = \"{r}\" }}\n"
+        ));
+    }
+    t
+}
+
+async fn start(path: &Path) -> TestGateway {
+    let c = config::load(&Source::File(path.to_owned())).unwrap_or_else(|e| panic!("{e}"));
+    TestGateway::start(c).await
+}
+
+/// Waits (5 s at most) for `path` to answer `status`.
+async fn wait_for(gw: &TestGateway, path: &str, status: u16) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        if get(&gw.url(path)).await.0.status == status {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
+async fn reloads(gw: &TestGateway, result: &str) -> f64 {
+    let m = metrics_text(gw.addr).await;
+    sample(&m, "gateway_config_reloads_total", &[("result", result), ("trigger", "watch")]).unwrap_or(0.0)
+}
+
+#[tokio::test]
+async fn a_written_file_is_reloaded_once_and_an_unchanged_one_not_at_all() {
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(&path, toml(&["one"])).unwrap();
+    let gw = start(&path).await;
+    // The watcher starts with the gateway: give it a moment.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let ok = reloads(&gw, "ok").await;
+    assert_eq!(get(&gw.url("/two")).await.0.status, 404);
+
+    std::fs::write(&path, toml(&["one", "two"])).unwrap();
+    assert!(wait_for(&gw, "/two", 200).await, "the new route was not loaded");
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(reloads(&gw, "ok").await, ok + 1.0, "one write, one reload");
+
+    // The same bytes again (a touch, another file in the folder): no reload.
+    std::fs::write(&path, toml(&["one", "two"])).unwrap();
+    std::fs::write(dir.path().join("other.txt"), "x").unwrap();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(reloads(&gw, "ok").await, ok + 1.0, "nothing changed in the file");
+}
+
+/// A ConfigMap volume: `gateway.toml -> ..data/gateway.toml`, `..data ->
+/// ..<timestamp>`; an update writes a new timestamped folder, points
+/// `..data_tmp` at it and renames that over `..data`.
+#[tokio::test]
+async fn a_configmap_symlink_swap_is_reloaded() {
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir(d.join("..2026_12_01_a")).unwrap();
+    std::fs::write(d.join("..2026_12_01_a/gateway.toml"), toml(&["one"])).unwrap();
+    std::os::unix::fs::symlink("..2026_12_01_a", d.join("..data")).unwrap();
+    std::os::unix::fs::symlink("..data/gateway.toml", d.join("gateway.toml")).unwrap();
+    let gw = start(&d.join("gateway.toml")).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let ok = reloads(&gw, "ok").await;
+    assert_eq!(get(&gw.url("/two")).await.0.status, 404);
+
+    std::fs::create_dir(d.join("..2026_12_01_b")).unwrap();
+    std::fs::write(d.join("..2026_12_01_b/gateway.toml"), toml(&["one", "two"])).unwrap();
+    std::os::unix::fs::symlink("..2026_12_01_b", d.join("..data_tmp")).unwrap();
+    std::fs::rename(d.join("..data_tmp"), d.join("..data")).unwrap();
+    std::fs::remove_dir_all(d.join("..2026_12_01_a")).unwrap();
+    assert!(wait_for(&gw, "/two", 200).await, "the swapped-in file was not loaded");
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(reloads(&gw, "ok").await, ok + 1.0);
+
+    // And a second update, in the new folder.
+    std::fs::create_dir(d.join("..2026_12_01_c")).unwrap();
+    std::fs::write(d.join("..2026_12_01_c/gateway.toml"), toml(&["three"])).unwrap();
+    std::os::unix::fs::symlink("..2026_12_01_c", d.join("..data_tmp")).unwrap();
+    std::fs::rename(d.join("..data_tmp"), d.join("..data")).unwrap();
+    std::fs::remove_dir_all(d.join("..2026_12_01_b")).unwrap();
+    assert!(wait_for(&gw, "/three", 200).await, "the second swap was not loaded");
+    assert_eq!(get(&gw.url("/two")).await.0.status, 404);
+}
+
+#[tokio::test]
+async fn an_invalid_file_changes_nothing_and_is_counted() {
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(&path, toml(&["one"])).unwrap();
+    let gw = start(&path).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let errors = reloads(&gw, "error").await;
+
+    std::fs::write(
+        &path,
+        format!("{}[[routes]]\nname = \"bad\"\nprefix = \"/bad\"\nupstream = \"ghost\"\n", toml(&["one", "two"])),
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while reloads(&gw, "error").await < errors + 1.0 {
+        assert!(Instant::now() < deadline, "the invalid file was not tried");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(get(&gw.url("/one")).await.0.status, 200, "still the old routes");
+    assert_eq!(get(&gw.url("/two")).await.0.status, 404, "nothing of the invalid file applied");
+
+    // Fixed, it is loaded.
+    std::fs::write(&path, toml(&["one", "two"])).unwrap();
+    assert!(wait_for(&gw, "/two", 200).await, "the fixed file was not loaded");
+}
+
+/// `gateway --watch` turns watching on from the command line.
+#[test]
+fn the_watch_flag_reloads_the_binary_on_a_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = probe.local_addr().unwrap().to_string();
+    drop(probe);
+    let path = dir.path().join("gateway.toml");
+    let file = |routes: &[&str]| toml(routes).replace("127.0.0.1:0", &addr).replace("watch_config = true\n", "");
+    std::fs::write(&path, file(&["one"])).unwrap();
+    let mut gw = std::process::Command::new(env!("CARGO_BIN_EXE_gateway"))
+        .args(["--watch", "--config", path.to_str().unwrap()])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let status = |p: &str| {
+        let mut s = std::net::TcpStream::connect(&addr).ok()?;
+        std::io::Write::write_all(
+            &mut s,
+            format!("GET {p} HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .ok()?;
+        let mut out = String::new();
+        std::io::Read::read_to_string(&mut s, &mut out).ok()?;
+        out.get(9..12)?.parse::<u16>().ok()
+    };
+    let wait_for = |p: &str, want: u16| {
+        (0..250).any(|_| {
+            status(p) == Some(want) || {
+                std::thread::sleep(Duration::from_millis(20));
+                false
+            }
+        })
+    };
+    assert!(wait_for("/one", 200), "the gateway came up");
+    std::thread::sleep(Duration::from_millis(300));
+    std::fs::write(&path, file(&["one", "two"])).unwrap();
+    let reloaded = wait_for("/two", 200);
+    std::process::Command::new("kill").args(["-TERM", &gw.id().to_string()]).status().unwrap();
+    gw.wait().unwrap();
+    assert!(reloaded, "--watch must load the new route");
+}

@@ -18,6 +18,14 @@ use crate::config::AccessLogFormat;
 use crate::layers::request_id::RequestId;
 use crate::layers::trace::TraceContext;
 
+/// Marks a request that a route's `auth` let in (a request extension). The
+/// credentials may no longer travel in `Authorization` (Basic and JWT
+/// remove it), but the answer is still one to an authenticated request: a
+/// shared cache shares it only when the upstream says it may (RFC 9111
+/// §3.5), as it would with `Authorization`.
+#[derive(Debug, Clone, Copy)]
+pub struct Authenticated;
+
 /// Who is on the other end of a client connection.
 pub struct Peer {
     /// The client's IP (IPv4-mapped IPv6 as plain IPv4).

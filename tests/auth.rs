@@ -11,7 +11,11 @@ mod auth_common;
 mod common;
 
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::time::Instant;
+
+use http::{Request, Response};
 
 use auth_common::*;
 use common::*;
@@ -268,5 +272,54 @@ fn the_access_log_names_the_user_and_no_log_line_holds_a_credential() {
     assert!(log.contains("wrong user or password"), "the refusal's reason is logged:\n{log}");
     for secret in ["pw-ann", "hunter2", good.trim_start_matches("Basic "), wrong.trim_start_matches("Basic ")] {
         assert!(!log.contains(secret), "{secret:?} in the log:\n{log}");
+    }
+}
+
+/// An upstream that answers who asked (the `x-user` a JWT's claims or an
+/// auth service would set is the same case; here the Basic user is told
+/// apart by the request count) with `cache_control`, counting requests.
+async fn personal(cache_control: &'static str) -> (TestUpstream, Arc<AtomicUsize>) {
+    let count = Arc::new(AtomicUsize::new(0));
+    let c = count.clone();
+    let up = TestUpstream::start(move |_req: Request<hyper::body::Incoming>| {
+        let n = c.fetch_add(1, SeqCst) + 1;
+        async move {
+            let mut b = Response::builder();
+            if !cache_control.is_empty() {
+                b = b.header("cache-control", cache_control);
+            }
+            b.body(full(format!("answer {n}"))).unwrap()
+        }
+    })
+    .await;
+    (up, count)
+}
+
+#[tokio::test]
+async fn a_cache_shares_an_authenticated_answer_only_when_the_upstream_says_it_may() {
+    let dir = tempfile::tempdir().unwrap();
+    htpasswd(dir.path(), 4);
+    for (cache_control, shared) in [("", false), ("max-age=60", false), ("public, max-age=60", true)] {
+        let (up, count) = personal(cache_control).await;
+        let toml = route(
+            up.addr,
+            "personal",
+            "auth = { basic = { htpasswd = \"users.htpasswd\" } }\ncache = { default_ttl = \"60s\" }",
+        );
+        let mut c = config(&toml, dir.path());
+        c.server.listen = "127.0.0.1:0".parse().unwrap();
+        let gw = TestGateway::start(c).await;
+        let url = gw.url("/personal");
+        let (_, first) = get_with(&url, &[("authorization", &basic("ann", "pw-ann"))]).await;
+        let (parts, second) = get_with(&url, &[("authorization", &basic("bob", "pw-bob"))]).await;
+        assert_eq!(parts.status, 200);
+        assert_eq!(first, &b"answer 1"[..]);
+        if shared {
+            assert_eq!(second, &b"answer 1"[..], "{cache_control:?}: a public answer is shared");
+            assert_eq!(count.load(SeqCst), 1, "{cache_control:?}");
+        } else {
+            assert_eq!(second, &b"answer 2"[..], "{cache_control:?}: bob must not get ann's answer");
+            assert_eq!(count.load(SeqCst), 2, "{cache_control:?}");
+        }
     }
 }

@@ -36,7 +36,7 @@ use crate::config::{CacheConfig, HostMode, ProxyTarget};
 use crate::error::GatewayError;
 use crate::headers::X_REQUEST_ID;
 use crate::metrics::CacheMetrics;
-use crate::request::{Peer, RequestLog};
+use crate::request::{Authenticated, Peer, RequestLog};
 use crate::upstream::Upstream;
 use crate::upstream::proxy::upstream_path;
 use fill::{Answer, Fill};
@@ -324,6 +324,11 @@ impl RouteCache {
         *head.method_mut() = Method::GET;
         *head.uri_mut() = req.uri().clone();
         *head.headers_mut() = req.headers().clone();
+        // Judged as the authenticated request it is (see `Authenticated`):
+        // the policy sees credentials even when `auth` removed them.
+        if req.extensions().get::<Authenticated>().is_some() && !req.headers().contains_key(header::AUTHORIZATION) {
+            head.headers_mut().insert(header::AUTHORIZATION, HeaderValue::from_static("gateway-authenticated"));
+        }
         let (head, ()) = head.into_parts();
         // What is stored is a GET's answer: a HEAD refreshing a stale
         // entry in the background asks for the whole of it.

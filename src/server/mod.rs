@@ -363,6 +363,7 @@ impl App {
         if guard.authenticates() {
             let user = Box::pin(guard.authenticate(req, peer)).await?;
             cx.set_user(user);
+            req.extensions_mut().insert(crate::request::Authenticated);
         }
         Ok(())
     }

@@ -14,21 +14,21 @@ use ipnet::IpNet;
 
 use crate::headers::rules::HeaderRules;
 
-use super::raw::{
-    RawConfig, RawHeaderRules, RawMetrics, RawResolver, RawRoute, RawServer, RawServerTls, RawSize, RawTracing,
-};
+use super::raw::{RawConfig, RawHeaderRules, RawMetrics, RawRoute, RawServer, RawServerTls, RawSize, RawTracing};
 use super::{
     AccessLogFormat, Config, DEFAULT_BODY_TIMEOUT, DEFAULT_REQUEST_BUFFER, DEFAULT_ROUTE_TIMEOUT,
-    DEFAULT_UPGRADE_IDLE_TIMEOUT, HostMode, ListenerTls, MetricsConfig, ProxyTarget, ResolverSettings, RetryOn,
-    RouteConfig, ServerConfig, Target, TracingConfig,
+    DEFAULT_UPGRADE_IDLE_TIMEOUT, HostMode, ListenerTls, MetricsConfig, ProxyTarget, RetryOn, RouteConfig,
+    ServerConfig, Target, TracingConfig,
 };
 
 mod access;
 mod cache;
 mod ratelimit;
+mod resolver;
 mod upstream;
 
 use access::{RawAccessKeys, access, cidrs};
+use resolver::resolver;
 use upstream::upstream;
 
 /// A problem with one key: `(key, message)`.
@@ -203,42 +203,6 @@ fn header_rules(
         rules.remove.push(name(&format!("{key}.remove[{i}]"), n)?);
     }
     Ok(rules)
-}
-
-/// `[resolver]`: `nameservers` are `ip` or `ip:port` (port 53).
-fn resolver(r: &RawResolver) -> Result<ResolverSettings, Problem> {
-    let nameservers = r
-        .nameservers
-        .iter()
-        .flatten()
-        .enumerate()
-        .map(|(i, n)| {
-            let n = n.trim();
-            n.parse::<SocketAddr>()
-                .or_else(|_| n.parse::<std::net::IpAddr>().map(|ip| SocketAddr::new(ip, 53)))
-                .map_err(|_| {
-                    (
-                        format!("resolver.nameservers[{i}]"),
-                        format!("{n:?} is not an address (use \"10.0.0.10\" or \"127.0.0.1:5353\")"),
-                    )
-                })
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    if r.nameservers.as_ref().is_some_and(|n| n.is_empty()) {
-        return Err((
-            "resolver.nameservers".into(),
-            "must list at least one server (leave it out for the system's)".into(),
-        ));
-    }
-    let attempts = r.attempts.unwrap_or(2);
-    if !(1..=10).contains(&attempts) {
-        return Err(("resolver.attempts".into(), format!("{attempts} must be between 1 and 10")));
-    }
-    Ok(ResolverSettings {
-        nameservers,
-        timeout: positive_duration("resolver.timeout", r.timeout.as_deref().unwrap_or("2s"))?,
-        attempts,
-    })
 }
 
 fn metrics(m: &RawMetrics) -> Result<MetricsConfig, Problem> {

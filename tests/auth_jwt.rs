@@ -196,11 +196,19 @@ fn symmetric_algorithms_and_keys_are_refused_at_load() {
     )
     .unwrap();
     std::fs::copy(fixture("jwks.json"), dir.path().join("jwks.json")).unwrap();
+    let all: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(fixture("jwks.json")).unwrap()).unwrap();
+    let rsa_only: Vec<_> = all["keys"].as_array().unwrap().iter().filter(|k| k["alg"] == "RS256").cloned().collect();
+    std::fs::write(dir.path().join("rsa-only.json"), serde_json::json!({ "keys": rsa_only }).to_string()).unwrap();
+    // A JWKS with keys of other algorithms too is fine: those are not used.
+    let toml = "[[routes]]\nname = 'r'\nprefix = '/r'\nrespond = { status = 200 }\n\
+                auth = { jwt = { jwks_file = 'jwks.json', algorithms = ['ES256'] } }\n";
+    gateway::config::load(&gateway::config::Source::Inline { text: toml.into(), base_dir: dir.path().into() })
+        .expect("the EC key serves ES256; the RS256 one is left out");
     let cases = [
         ("jwks_file = 'jwks.json', algorithms = ['HS256']", "HMAC"),
         ("jwks_file = 'oct.json', algorithms = ['RS256']", "symmetric"),
         ("jwks_file = 'nokid.json', algorithms = ['EdDSA']", "no \"kid\""),
-        ("jwks_file = 'jwks.json', algorithms = ['ES256']", "not in algorithms"),
+        ("jwks_file = 'rsa-only.json', algorithms = ['ES256']", "no key of the listed algorithms"),
         ("jwks_file = 'jwks.json'", "routes[0].auth.jwt.algorithms: missing"),
         ("jwks_url = 'ftp://id.test/jwks', algorithms = ['RS256']", "use an https://"),
         ("jwks_file = 'jwks.json', jwks_url = 'https://id.test/jwks', algorithms = ['RS256']", "exactly one of"),

@@ -141,11 +141,13 @@ pub enum JwksSource {
     Url { url: http::Uri, refresh: Duration },
 }
 
-/// A JWKS whose every key has a `kid`, is a public key (no `oct`: RFC 8725
-/// §3.2), and fits `algorithms` (its own `alg`, when set, listed). Used for
-/// the file at load and for what a `jwks_url` serves.
+/// A JWKS whose every key has a `kid` and is a public key (no `oct`: RFC
+/// 8725 §3.2), less the keys whose own `alg` is not in `algorithms`: one
+/// JWKS commonly serves several algorithms, and a route that accepts some
+/// of them uses those keys only. Used for the file at load and for what a
+/// `jwks_url` serves.
 pub fn parse_jwks(text: &str, algorithms: &[Algorithm]) -> Result<JwkSet, String> {
-    let set: JwkSet = serde_json::from_str(text).map_err(|e| format!("not a JWKS: {e}"))?;
+    let mut set: JwkSet = serde_json::from_str(text).map_err(|e| format!("not a JWKS: {e}"))?;
     if set.keys.is_empty() {
         return Err("no keys".into());
     }
@@ -158,12 +160,12 @@ pub fn parse_jwks(text: &str, algorithms: &[Algorithm]) -> Result<JwkSet, String
             return Err(at("a symmetric (\"oct\") key is refused (RFC 8725 §3.2)"));
         }
         DecodingKey::from_jwk(jwk).map_err(|e| at(&format!("unusable key: {e}")))?;
-        if let Some(alg) = jwk.common.key_algorithm {
-            let listed = algorithms.iter().any(|a| format!("{a:?}") == format!("{alg:?}"));
-            if !listed {
-                return Err(at(&format!("its \"alg\" {alg:?} is not in algorithms")));
-            }
-        }
+    }
+    let listed =
+        |alg: &jsonwebtoken::jwk::KeyAlgorithm| algorithms.iter().any(|a| format!("{a:?}") == format!("{alg:?}"));
+    set.keys.retain(|jwk| jwk.common.key_algorithm.as_ref().is_none_or(listed));
+    if set.keys.is_empty() {
+        return Err("no key of the listed algorithms (every key's \"alg\" is another)".into());
     }
     Ok(set)
 }

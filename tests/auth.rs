@@ -142,6 +142,14 @@ async fn basic_credentials_of_each_hash_kind_and_every_refusal() {
     let (parts, _) = get_with(&gw.url("/basic_fwd"), &[("authorization", &basic("ann", "pw-ann"))]).await;
     assert_eq!(parts.status, 200);
     assert_eq!(seen.lock().unwrap()[5].get("authorization").unwrap(), &basic("ann", "pw-ann"));
+    // A second Authorization (which the upstream would get too) is refused.
+    let (parts, _) = get_with(
+        &gw.url("/basic_fwd"),
+        &[("authorization", &basic("ann", "pw-ann")), ("authorization", &basic("admin", "forged"))],
+    )
+    .await;
+    assert_eq!(parts.status, 401, "two Authorization headers");
+    assert_eq!(seen.lock().unwrap().len(), 6, "the refused one did not reach the upstream");
     let text = metrics_text(gw.addr).await;
     let count = |result| {
         sample(&text, "gateway_auth_total", &[("route", "basic_kinds"), ("kind", "basic"), ("result", result)])

@@ -177,6 +177,14 @@ async fn a_token_in_a_cookie_and_a_rotated_key_set_after_reload() {
     assert_eq!(parts.status, 200);
     let (parts, _) = get_with(&gw.url("/jwt_rotate_cookie"), &[("authorization", &format!("Bearer {t}"))]).await;
     assert_eq!(parts.status, 401, "that route reads the cookie only");
+    // A second copy (of the cookie, or of Authorization) is refused: the
+    // upstream could read the copy that was not checked.
+    let forged = "eyJhbGciOiJub25lIn0.eyJzdWIiOiJhZG1pbiJ9.";
+    let two = format!("session={t}; session={forged}");
+    assert_eq!(get_with(&gw.url("/jwt_rotate_cookie"), &[("cookie", &two)]).await.0.status, 401, "two cookies");
+    let two = [("authorization", format!("Bearer {t}")), ("authorization", format!("Bearer {forged}"))];
+    let two: Vec<(&str, &str)> = two.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    assert_eq!(get_with(&gw.url("/jwt_rotate"), &two).await.0.status, 401, "two Authorization headers");
     // A key the set does not have yet; then the rotated set is reloaded.
     let rotated = token(Algorithm::RS256, Some("rsa2"), "rsa2", &good);
     assert_eq!(bearer(&gw, "/jwt_rotate", &rotated).await.0, 401);

@@ -165,7 +165,13 @@ impl Basic {
 
 /// `Authorization: Basic base64(user:password)` (RFC 7617 §2), UTF-8.
 fn credentials(headers: &HeaderMap) -> Result<(String, String), &'static str> {
-    let value = headers.get(header::AUTHORIZATION).ok_or("no credentials")?;
+    let mut values = headers.get_all(header::AUTHORIZATION).iter();
+    let value = values.next().ok_or("no credentials")?;
+    // Exactly one: with forward_credentials the upstream could read another
+    // copy than the one checked here.
+    if values.next().is_some() {
+        return Err("more than one Authorization header");
+    }
     let value = value.to_str().map_err(|_| "malformed Authorization header")?;
     let (scheme, encoded) = value.trim().split_once(' ').ok_or("malformed Authorization header")?;
     if !scheme.eq_ignore_ascii_case("basic") {

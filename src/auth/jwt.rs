@@ -123,19 +123,32 @@ fn refuse(reason: &'static str, challenge: HeaderValue) -> GatewayError {
 fn token<'h>(headers: &'h HeaderMap, from: &TokenSource) -> Option<&'h str> {
     match from {
         TokenSource::Authorization => {
-            let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+            // Exactly one: the upstream (forward_credentials) could read
+            // another copy than the one checked here.
+            let mut values = headers.get_all(header::AUTHORIZATION).iter();
+            let value = values.next()?.to_str().ok()?;
+            if values.next().is_some() {
+                return None;
+            }
             let (scheme, token) = value.trim().split_once(' ')?;
             scheme.eq_ignore_ascii_case("bearer").then(|| token.trim()).filter(|t| !t.is_empty())
         }
-        TokenSource::Cookie(name) => headers
-            .get_all(header::COOKIE)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(';'))
-            .filter_map(|pair| pair.trim().split_once('='))
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.trim_matches('"'))
-            .filter(|t| !t.is_empty()),
+        TokenSource::Cookie(name) => {
+            let mut found = headers
+                .get_all(header::COOKIE)
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .flat_map(|v| v.split(';'))
+                .filter_map(|pair| pair.trim().split_once('='))
+                .filter(|(n, _)| n == name);
+            let (_, value) = found.next()?;
+            // Exactly one cookie of the name: the upstream gets the Cookie
+            // header whole, and could read another copy than the one checked.
+            if found.next().is_some() {
+                return None;
+            }
+            Some(value.trim_matches('"')).filter(|t| !t.is_empty())
+        }
     }
 }
 

@@ -188,21 +188,19 @@ impl RouteLimiter {
     }
 }
 
-/// Every value of header `name`, in either spelling of `-` and `_` (an
-/// upstream reading CGI-style variables takes both for one), joined in the
-/// order received; `None` without one.
+/// The value of header `name` (in either spelling of `-` and `_`: an
+/// upstream reading CGI-style variables takes both for one); `None`
+/// without one, and `None` with more than one: a client that added a
+/// second value of its own would get a new bucket for each, while the
+/// upstream still reads the first. Such a request counts as one without
+/// the header (`missing_key` decides).
 fn header_key(headers: &HeaderMap, name: &HeaderName) -> Option<Vec<u8>> {
-    let mut key: Option<Vec<u8>> = None;
-    for (n, v) in headers {
-        if n == name || same_cgi_name(n.as_str(), name.as_str()) {
-            let key = key.get_or_insert_with(Vec::new);
-            if !key.is_empty() {
-                key.extend_from_slice(b", ");
-            }
-            key.extend_from_slice(v.as_bytes());
-        }
+    let mut values = headers.iter().filter(|(n, _)| *n == name || same_cgi_name(n.as_str(), name.as_str()));
+    let (_, value) = values.next()?;
+    if values.next().is_some() {
+        return None;
     }
-    key
+    Some(value.as_bytes().to_vec())
 }
 
 /// The Redis key of a bucket: the route's name and what it is kept for.
@@ -263,16 +261,20 @@ mod tests {
     }
 
     #[test]
-    fn header_keys_take_every_spelling() {
+    fn a_header_key_is_its_one_value_in_either_spelling() {
         let name = HeaderName::from_static("x-api-key");
         let mut h = HeaderMap::new();
         assert_eq!(header_key(&h, &name), None);
         h.append("x-api-key", HeaderValue::from_static("a"));
         assert_eq!(header_key(&h, &name).as_deref(), Some(&b"a"[..]));
-        h.append("x_api_key", HeaderValue::from_static("b"));
-        assert_eq!(header_key(&h, &name).as_deref(), Some(&b"a, b"[..]));
         h.insert("x-api-keys", HeaderValue::from_static("c"));
-        assert_eq!(header_key(&h, &name).as_deref(), Some(&b"a, b"[..]), "another name is not the key");
+        assert_eq!(header_key(&h, &name).as_deref(), Some(&b"a"[..]), "another name is not the key");
+        h.append("x_api_key", HeaderValue::from_static("b"));
+        assert_eq!(header_key(&h, &name), None, "a second value, in the other spelling, is no key");
+        let mut h = HeaderMap::new();
+        h.append("x-api-key", HeaderValue::from_static("a"));
+        h.append("x-api-key", HeaderValue::from_static("r4nd0m"));
+        assert_eq!(header_key(&h, &name), None, "nor a second line");
     }
 
     #[tokio::test]

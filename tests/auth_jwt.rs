@@ -309,3 +309,20 @@ async fn a_failed_jwks_fetch_keeps_the_last_good_keys_and_no_keys_is_503() {
     let (status, _) = bearer(&gw, "/jwt_url_none", &rsa1).await;
     assert_eq!(status, 503);
 }
+
+#[tokio::test]
+async fn a_rebuild_after_a_discovery_change_keeps_the_keys() {
+    let (up, _seen) = recording().await;
+    let (keys, state, fetches) = key_server("jwks.json").await;
+    let gw = url_gateway(up.addr, keys.addr, "jwt_url_kept").await;
+    let rsa1 = token(Algorithm::RS256, Some("rsa1"), "rsa", &claims(json!({})));
+    until_passes(&gw, "/jwt_url_kept", &rsa1).await;
+    assert_eq!(fetches.load(Ordering::SeqCst), 1);
+    // The key server goes down; then an upstream's addresses change (the
+    // table is built again from the same configuration).
+    state.lock().unwrap().0 = 500;
+    gw.app.rediscovered();
+    assert_eq!(bearer(&gw, "/jwt_url_kept", &rsa1).await.0, 200, "the keys went on, no 503");
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    assert_eq!(fetches.load(Ordering::SeqCst), 1, "and were not fetched again");
+}

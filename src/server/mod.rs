@@ -110,7 +110,7 @@ impl App {
             path_options,
             builtins_on_main: config.metrics.listen.is_none(),
             admin_allow: crate::auth::address::AddressList::new(&config.metrics.allow, &[]),
-            table: ArcSwap::from_pointee(Table::new(&config, None, &read_ahead, &discovery)),
+            table: ArcSwap::from_pointee(Table::new(&config, None, &read_ahead, &discovery, false)),
             discovery,
             read_ahead,
             tls: ArcSwapOption::new(config.server.tls.as_ref().map(|t| t.config.clone())),

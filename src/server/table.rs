@@ -37,7 +37,10 @@ pub(super) struct Route {
     /// that leaves it unchanged).
     pub(super) rate_limit: Option<Arc<RouteLimiter>>,
     /// The route's access control (`allow`, `deny`, `auth`), if any.
-    pub(super) guard: Option<Guard>,
+    /// Shared with the route of the same name after a rebuild from the
+    /// same configuration (a discovery change), so its JWKS keys and
+    /// remembered credentials go on; a reload builds it anew.
+    pub(super) guard: Option<Arc<Guard>>,
 }
 
 impl Route {
@@ -144,7 +147,7 @@ impl App {
         }
         self.discovery.sync(&new);
         let old = self.table.load();
-        let table = Table::new(&new, Some(&old), &self.read_ahead, &self.discovery);
+        let table = Table::new(&new, Some(&old), &self.read_ahead, &self.discovery, false);
         let kept = table.upstreams.iter().filter(|u| old.upstreams.iter().any(|o| Arc::ptr_eq(o, u))).count();
         self.table.store(Arc::new(table));
         let mut needs_restart = restart_sections(&self.config, &new);
@@ -186,7 +189,7 @@ impl App {
     pub fn rediscovered(&self) {
         let current = self.reloading.lock().unwrap_or_else(|e| e.into_inner());
         let old = self.table.load();
-        let table = Table::new(&current, Some(&old), &self.read_ahead, &self.discovery);
+        let table = Table::new(&current, Some(&old), &self.read_ahead, &self.discovery, true);
         self.table.store(Arc::new(table));
     }
 
@@ -252,11 +255,16 @@ impl Table {
     /// changed, its admission and its endpoints' state (see
     /// [`Upstream::new`]). A discovered upstream's endpoints are those its
     /// name has in `discovery` now.
+    /// `same_config`: `running` was built from this very configuration (a
+    /// rebuild after discovery changed addresses), so what the routes hold
+    /// that a reload would read again (access control's keys and files) is
+    /// kept as it is.
     pub(super) fn new(
         config: &Config,
         running: Option<&Table>,
         read_ahead: &Arc<ReadAhead>,
         discovery: &Discovery,
+        same_config: bool,
     ) -> Table {
         let running_upstreams = running.map_or(&[][..], |t| &t.upstreams[..]);
         let retried = |i: usize| {
@@ -323,7 +331,12 @@ impl Table {
                 Route {
                     cache,
                     rate_limit,
-                    guard: r.access.as_ref().map(|a| Guard::new(&r.name, a, &config.server.trusted_proxies)),
+                    guard: match (same_config, old) {
+                        (true, Some(old)) => old.guard.clone(),
+                        _ => {
+                            r.access.as_ref().map(|a| Arc::new(Guard::new(&r.name, a, &config.server.trusted_proxies)))
+                        }
+                    },
                     layers: RouteLayers::new(r),
                     config: r.clone(),
                     metrics: RouteMetrics::new(&r.name),

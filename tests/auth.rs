@@ -90,14 +90,22 @@ async fn behind_a_trusted_proxy_the_right_most_untrusted_forwarded_address_count
 async fn the_admin_listener_answers_only_its_allow_list() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
     for (allow, want) in [("[\"10.0.0.0/8\"]", 403), ("[\"127.0.0.1\"]", 200)] {
-        let mut c = config(&format!("[metrics]\nallow = {allow}\n"), dir);
-        c.metrics.listen = Some("127.0.0.1:0".parse().unwrap());
+        let c = config(&format!("[metrics]\nlisten = \"127.0.0.1:0\"\nallow = {allow}\n"), dir);
         let gw = TestGateway::start(c).await;
         let admin = gw.admin.unwrap();
         for path in ["/metrics", "/healthz"] {
             let (parts, _) = get(&format!("http://{admin}{path}")).await;
             assert_eq!(parts.status, want, "allow = {allow}: {path}");
         }
+    }
+    // A list that would guard nothing, or let everyone in, is refused.
+    for (toml, says) in [
+        ("[metrics]\nallow = [\"10.0.0.0/8\"]\n", "needs metrics.listen"),
+        ("[metrics]\nlisten = \"127.0.0.1:0\"\nallow = []\n", "is empty"),
+    ] {
+        let e = gateway::config::load(&gateway::config::Source::Inline { text: toml.into(), base_dir: dir.into() })
+            .expect_err(toml);
+        assert!(e.to_string().contains("metrics.allow") && e.to_string().contains(says), "{toml}: {e}");
     }
 }
 

@@ -331,9 +331,11 @@ async fn a_name_that_does_not_resolve_yet_is_no_error_and_answers_503() {
         gateway(&dns, "later", &format!("dns = \"later.test:{port}\", interval = \"200ms\", min_ttl = \"100ms\""), "")
             .await;
     assert_eq!(status_and_body(gw.url("/x")).await.0, 503, "no address yet");
+    assert_eq!(status_and_body(gw.url("/readyz")).await.0, 503, "not ready with nowhere to send requests");
     dns.addresses("later.test", &["127.0.0.1"], 1);
     wait_for_endpoints(&gw, "later", 1).await;
     assert_eq!(status_and_body(gw.url("/x")).await.0, 200, "served once the name resolves");
+    assert_eq!(status_and_body(gw.url("/readyz")).await.0, 200);
 }
 
 /// A reload that changes a discovered upstream's settings keeps the

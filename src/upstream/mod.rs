@@ -180,7 +180,9 @@ impl Upstream {
     /// False while the upstream has health checks and no endpoint passes
     /// them (`/readyz`).
     pub fn ready(&self) -> bool {
-        self.config.health.is_none() || self.endpoints.iter().any(|e| e.is_healthy())
+        // A discovered upstream with no address yet (or none left) has
+        // nowhere to send a request, checks or not.
+        !self.endpoints.is_empty() && (self.config.health.is_none() || self.endpoints.iter().any(|e| e.is_healthy()))
     }
 
     /// Forwards `req` (matched by a route with `prefix` and body limit

@@ -212,6 +212,22 @@ fn metrics(m: &RawMetrics) -> Result<MetricsConfig, Problem> {
     if m.max_connections == 0 {
         return Err(("metrics.max_connections".into(), "must be at least 1".into()));
     }
+    // The list guards the admin listener only: without one it would guard
+    // nothing while looking as if it did, and an empty one would let
+    // everyone in.
+    if let Some(allow) = &m.allow {
+        if m.listen.is_none() {
+            return Err((
+                "metrics.allow".into(),
+                "needs metrics.listen: it guards the admin listener, and without one /metrics, /healthz and /readyz \
+                 answer on the main listener, where routes' allow lists apply"
+                    .into(),
+            ));
+        }
+        if allow.is_empty() {
+            return Err(("metrics.allow".into(), "is empty: list the addresses the admin listener answers".into()));
+        }
+    }
     Ok(MetricsConfig {
         path: m.path.clone(),
         listen: m.listen.as_deref().map(|l| parse_addr("metrics.listen", l)).transpose()?,

@@ -15,23 +15,37 @@ pub const REDACTED: &str = "<redacted>";
 const SECRET_KEYS: [&str; 9] =
     ["password", "passwd", "secret", "token", "credential", "authorization", "cookie", "api_key", "apikey"];
 
+/// Whole words of key names (split at `-` and `_`) that name a secret:
+/// `X-Auth`, `X-Access-Key`, `Ocp-Apim-Subscription-Key`, a `sig` query
+/// parameter.
+const SECRET_WORDS: [&str; 5] = ["auth", "key", "sig", "signature", "code"];
+
+/// Schemes of `Authorization`-like values, whatever the key they are under.
+const AUTH_SCHEMES: [&str; 4] = ["bearer ", "basic ", "token ", "digest "];
+
 fn names_secret(key: &str) -> bool {
     let key = key.to_ascii_lowercase().replace('-', "_");
-    SECRET_KEYS.iter().any(|s| key.contains(s))
+    SECRET_KEYS.iter().any(|s| key.contains(s)) || key.split('_').any(|w| SECRET_WORDS.contains(&w))
 }
 
-/// `value` with its secrets replaced by [`REDACTED`].
+/// `value` with its secrets replaced by [`REDACTED`]. A secret-named key
+/// over a table is looked into (`auth = { ... }` shows its settings), over
+/// anything else redacted.
 pub fn redacted(value: Value) -> Value {
     match value {
         Value::Object(map) => Value::Object(
             map.into_iter()
                 .map(|(k, v)| {
-                    let v = if names_secret(&k) && !v.is_null() { Value::from(REDACTED) } else { redacted(v) };
+                    let secret = names_secret(&k) && !v.is_null() && !v.is_object();
+                    let v = if secret { Value::from(REDACTED) } else { redacted(v) };
                     (k, v)
                 })
                 .collect(),
         ),
         Value::Array(items) => Value::Array(items.into_iter().map(redacted).collect()),
+        Value::String(s) if AUTH_SCHEMES.iter().any(|p| s.len() > p.len() && s[..p.len()].eq_ignore_ascii_case(p)) => {
+            Value::from(REDACTED)
+        }
         Value::String(s) => Value::String(redact_url(&s)),
         other => other,
     }
@@ -40,6 +54,12 @@ pub fn redacted(value: Value) -> Value {
 /// A URL's user-info password and secret-named query values redacted;
 /// any other string as it is.
 fn redact_url(s: &str) -> String {
+    if s.starts_with('/') {
+        return match s.split_once('?') {
+            Some((path, query)) => format!("{path}?{}", redact_query(query)),
+            None => s.to_owned(),
+        };
+    }
     let Some(scheme_end) = s.find("://") else { return s.to_owned() };
     let rest_start = scheme_end + 3;
     let authority_end = s[rest_start..].find(['/', '?', '#']).map_or(s.len(), |i| rest_start + i);
@@ -67,14 +87,7 @@ fn redact_url(s: &str) -> String {
             let (query, fragment) = query.split_once('#').map_or((query, None), |(q, f)| (q, Some(f)));
             out.push_str(path);
             out.push('?');
-            let pairs: Vec<String> = query
-                .split('&')
-                .map(|pair| match pair.split_once('=') {
-                    Some((k, _)) if names_secret(k) => format!("{k}={REDACTED}"),
-                    _ => pair.to_owned(),
-                })
-                .collect();
-            out.push_str(&pairs.join("&"));
+            out.push_str(&redact_query(query));
             if let Some(f) = fragment {
                 out.push('#');
                 out.push_str(f);
@@ -83,6 +96,18 @@ fn redact_url(s: &str) -> String {
         None => out.push_str(tail),
     }
     out
+}
+
+/// A query string with the values of secret-named parameters redacted.
+fn redact_query(query: &str) -> String {
+    let pairs: Vec<String> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((k, _)) if names_secret(k) => format!("{k}={REDACTED}"),
+            _ => pair.to_owned(),
+        })
+        .collect();
+    pairs.join("&")
 }
 
 #[cfg(test)]
@@ -102,6 +127,11 @@ mod tests {
             ("https://h/a@b", "https://h/a@b"),
             ("not a url: a@b", "not a url: a@b"),
             ("/some/path", "/some/path"),
+            ("/health?key=abc&v=1", "/health?key=<redacted>&v=1"),
+            (
+                "https://h/x?sig=abc&se=2030&X-Amz-Signature=f",
+                "https://h/x?sig=<redacted>&se=2030&X-Amz-Signature=<redacted>",
+            ),
         ];
         for (input, want) in cases {
             assert_eq!(redact_url(input), want, "{input}");
@@ -113,7 +143,7 @@ mod tests {
         let got = redacted(json!({
             "upstreams": {"a": {"url": "http://u:p@h", "endpoints": ["http://x:y@e"]}},
             "rate_limit_store": {"url": "redis://h", "password_env": "REDIS_PW", "timeout": "50ms"},
-            "routes": [{"name": "r", "headers": {"request": {"set": {"Authorization": "Bearer x", "X-Api-Key": "k", "X-Other": "v"}}}}],
+            "routes": [{"name": "r", "headers": {"request": {"set": {"Authorization": "Bearer x", "X-Api-Key": "k", "X-Other": "v", "X-Auth": "s", "Ocp-Apim-Subscription-Key": "s", "X-Forward-To": "Bearer t"}}}}],
             "auth": {"jwt": {"jwks_url": "https://h/k"}, "basic": {"htpasswd": "users"}},
             "client_secret": null,
         }));
@@ -122,7 +152,7 @@ mod tests {
             json!({
                 "upstreams": {"a": {"url": "http://u:<redacted>@h", "endpoints": ["http://x:<redacted>@e"]}},
                 "rate_limit_store": {"url": "redis://h", "password_env": "<redacted>", "timeout": "50ms"},
-                "routes": [{"name": "r", "headers": {"request": {"set": {"Authorization": "<redacted>", "X-Api-Key": "<redacted>", "X-Other": "v"}}}}],
+                "routes": [{"name": "r", "headers": {"request": {"set": {"Authorization": "<redacted>", "X-Api-Key": "<redacted>", "X-Other": "v", "X-Auth": "<redacted>", "Ocp-Apim-Subscription-Key": "<redacted>", "X-Forward-To": "<redacted>"}}}}],
                 "auth": {"jwt": {"jwks_url": "https://h/k"}, "basic": {"htpasswd": "<redacted>"}},
                 "client_secret": null,
             })

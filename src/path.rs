@@ -48,6 +48,11 @@ pub enum PathError {
     /// A raw `\`.
     #[error("backslash")]
     Backslash,
+    /// A dot segment with a parameter (`..;x`, `.;`): servers that strip
+    /// `;` parameters (Tomcat, Jetty) treat it as `..`, so the gateway would
+    /// route on one path and the upstream serve another.
+    #[error("dot segment with a parameter")]
+    DotSegmentParam,
 }
 
 /// The normalised form of `path`; borrowed when it is already normal (the
@@ -79,7 +84,7 @@ fn is_normal(p: &[u8], merge_slashes: bool) -> bool {
                 Some(b'.') => {
                     let rest = &p[i + 2..];
                     let dots = if rest.first() == Some(&b'.') { &rest[1..] } else { rest };
-                    if dots.is_empty() || dots[0] == b'/' {
+                    if dots.is_empty() || dots[0] == b'/' || dots[0] == b';' {
                         return false;
                     }
                 }
@@ -147,6 +152,7 @@ fn remove_dot_segments(path: &str, merge_slashes: bool) -> Result<String, PathEr
         trailing_slash = false;
         match segment {
             "." => trailing_slash = true,
+            s if s.starts_with(".;") || s.starts_with("..;") => return Err(PathError::DotSegmentParam),
             ".." => {
                 out.pop().ok_or(PathError::AboveRoot)?;
                 trailing_slash = true;
@@ -198,6 +204,12 @@ mod tests {
             ("/a%2F..%2Fb", MERGE, Ok("/a%2F..%2Fb")),
             ("/%2e%2e%2fetc", MERGE, Ok("/..%2Fetc")),
             ("/a%5cb", MERGE, Ok("/a%5Cb")),
+            ("/public/..;/admin", MERGE, Err(PathError::DotSegmentParam)),
+            ("/public/.;x/admin", MERGE, Err(PathError::DotSegmentParam)),
+            ("/public/%2e%2e;/admin", MERGE, Err(PathError::DotSegmentParam)),
+            ("/a/..;", MERGE, Err(PathError::DotSegmentParam)),
+            ("/a;b/c", MERGE, Ok("/a;b/c")),
+            ("/a/...;/b", MERGE, Ok("/a/...;/b")),
             ("/sp%20ace", MERGE, Ok("/sp%20ace")),
             ("/%e2%82%ac", MERGE, Ok("/%E2%82%AC")),
             ("/%25", MERGE, Ok("/%25")),

@@ -85,6 +85,18 @@ async fn route_policy_cannot_be_bypassed_with_slashes_dots_or_encoding() {
 }
 
 #[tokio::test]
+async fn a_dot_segment_with_a_parameter_is_400_not_routed_past_a_policy() {
+    // `..;` is `..` to servers that strip `;` parameters (Tomcat, Jetty):
+    // routed as written it would reach /api/admin past its policy.
+    let up = echo().await;
+    let gw = TestGateway::from_toml(&policy_toml(up.addr, "")).await;
+    for target in ["/api/x/..;/admin", "/api/x/%2e%2e;/admin", "/api/.;/admin", "/x/..;jsessionid=1/api/admin"] {
+        assert_eq!(raw_get(gw.addr, target).await.0, 400, "{target}");
+    }
+    assert_eq!(up.connections(), 0, "nothing may reach the upstream");
+}
+
+#[tokio::test]
 async fn the_upstream_receives_the_normalised_path() {
     let up = echo().await;
     let gw = TestGateway::from_toml(&policy_toml(up.addr, "")).await;

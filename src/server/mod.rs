@@ -377,6 +377,9 @@ impl App {
             Err(PathError::AboveRoot) => return Err(GatewayError::BadPath("path climbs above the root")),
             Err(PathError::EncodedSlash) => return Err(GatewayError::BadPath("encoded slash or backslash")),
             Err(PathError::Backslash) => return Err(GatewayError::BadPath("backslash in path")),
+            Err(PathError::DotSegmentParam) => {
+                return Err(GatewayError::BadPath("dot segment with a parameter (..;)"));
+            }
         };
         let target = match req.uri().query() {
             Some(q) => format!("{normal}?{q}"),

@@ -168,11 +168,11 @@ impl RouteLimiter {
     fn key(&self, headers: &HeaderMap, peer: &Peer, trusted: &[IpNet]) -> Option<Key> {
         match &self.config.key {
             RateLimitKey::Route => Some(Key::Shared),
-            RateLimitKey::Client => Some(Key::Client(client::client_addr(
+            RateLimitKey::Client => Some(Key::Client(client_block(client::client_addr(
                 peer.ip,
                 headers.get_all(crate::headers::X_FORWARDED_FOR).iter(),
                 trusted,
-            ))),
+            )))),
             RateLimitKey::Header { name, missing } => match header_key(headers, name) {
                 Some(value) => Some(Key::Value(value.into_boxed_slice())),
                 None if *missing == MissingKey::Share => Some(Key::Shared),
@@ -201,6 +201,19 @@ fn header_key(headers: &HeaderMap, name: &HeaderName) -> Option<Vec<u8>> {
         return None;
     }
     Some(value.as_bytes().to_vec())
+}
+
+/// The bucket of a client address: an IPv4 address, or an IPv6 address's
+/// /64. One host is commonly given a whole /64, and keyed per address it
+/// would get a fresh bucket for each of its 2^64 addresses.
+fn client_block(ip: std::net::IpAddr) -> std::net::IpAddr {
+    match ip {
+        std::net::IpAddr::V6(v6) => {
+            let bits = u128::from(v6) & !((1u128 << 64) - 1);
+            std::net::IpAddr::V6(bits.into())
+        }
+        v4 => v4,
+    }
 }
 
 /// The Redis key of a bucket: the route's name and what it is kept for.
@@ -258,6 +271,15 @@ mod tests {
             other => panic!("expected a refusal, got {other:?}"),
         }
         assert!(l.admit(&h, &peer([192, 0, 2, 2]), &[]).await.is_ok(), "another client has its own bucket");
+    }
+
+    #[test]
+    fn an_ipv6_client_is_its_64() {
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+        assert_eq!(client_block(ip("2001:db8:1:2:aaaa::1")), ip("2001:db8:1:2::"));
+        assert_eq!(client_block(ip("2001:db8:1:2:ffff:ffff:ffff:ffff")), ip("2001:db8:1:2::"));
+        assert_ne!(client_block(ip("2001:db8:1:3::1")), client_block(ip("2001:db8:1:2::1")));
+        assert_eq!(client_block(ip("192.0.2.7")), ip("192.0.2.7"));
     }
 
     #[test]

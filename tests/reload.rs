@@ -217,26 +217,8 @@ fn sighup_reloads_the_binary() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let status = |p: &str| {
-        let mut s = std::net::TcpStream::connect(&addr).ok()?;
-        std::io::Write::write_all(
-            &mut s,
-            format!("GET {p} HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n").as_bytes(),
-        )
-        .ok()?;
-        let mut out = String::new();
-        std::io::Read::read_to_string(&mut s, &mut out).ok()?;
-        out.get(9..12)?.parse::<u16>().ok()
-    };
-    let wait_for = |p: &str, want: u16| {
-        for _ in 0..250 {
-            if status(p) == Some(want) {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        false
-    };
+    let status = |p: &str| process_status(&addr, p);
+    let wait_for = |p: &str, want: u16| process_status_becomes(&addr, p, want);
     assert!(wait_for("/one", 200), "the gateway came up");
     assert_eq!(status("/two"), Some(404));
     std::fs::write(&path, format!("{base}[[routes]]\nname = 'two'\nprefix = '/two'\nrespond = {{ status = 200 }}\n"))

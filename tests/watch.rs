@@ -151,25 +151,7 @@ fn the_watch_flag_reloads_the_binary_on_a_change() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let status = |p: &str| {
-        let mut s = std::net::TcpStream::connect(&addr).ok()?;
-        std::io::Write::write_all(
-            &mut s,
-            format!("GET {p} HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n").as_bytes(),
-        )
-        .ok()?;
-        let mut out = String::new();
-        std::io::Read::read_to_string(&mut s, &mut out).ok()?;
-        out.get(9..12)?.parse::<u16>().ok()
-    };
-    let wait_for = |p: &str, want: u16| {
-        (0..250).any(|_| {
-            status(p) == Some(want) || {
-                std::thread::sleep(Duration::from_millis(20));
-                false
-            }
-        })
-    };
+    let wait_for = |p: &str, want: u16| process_status_becomes(&addr, p, want);
     assert!(wait_for("/one", 200), "the gateway came up");
     std::thread::sleep(Duration::from_millis(300));
     std::fs::write(&path, file(&["one", "two"])).unwrap();

@@ -310,3 +310,27 @@ pub fn assert_refused_by_check(bin: &str, cases: &[(&str, &str)]) {
         assert!(stderr.contains(key), "{toml}: {stderr}");
     }
 }
+
+/// The status of `GET path` on a gateway process at `addr`, over a blocking
+/// socket (for tests that drive the binary); `None` while it does not answer.
+pub fn process_status(addr: &str, path: &str) -> Option<u16> {
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    std::io::Write::write_all(
+        &mut s,
+        format!("GET {path} HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .ok()?;
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut s, &mut out).ok()?;
+    out.get(9..12)?.parse::<u16>().ok()
+}
+
+/// Waits (up to 5 s) for [`process_status`] to say `want`.
+pub fn process_status_becomes(addr: &str, path: &str, want: u16) -> bool {
+    (0..250).any(|_| {
+        process_status(addr, path) == Some(want) || {
+            std::thread::sleep(Duration::from_millis(20));
+            false
+        }
+    })
+}

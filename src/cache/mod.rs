@@ -319,7 +319,6 @@ impl RouteCache {
         self.metrics.bypass.increment(1);
         let unsafe_method = !req.method().is_safe();
         let key = unsafe_method.then(|| self.key(&req)).transpose()?;
-        let host = self.host_of(&req).to_owned();
         let client_host = client_host(&req).map(str::to_owned);
         let response = self.direct(req, peer, cx, deadline, Status::fwd("bypass")).await?;
         let status = response.status();
@@ -336,7 +335,7 @@ impl RouteCache {
                     .filter(|u| under_prefix(u.path(), &self.prefix))
                     .and_then(|u| upstream_path(&u, &self.target, &self.prefix).ok());
                 if let Some(path) = path {
-                    self.store.invalidate(&self.key_for(&host, path.as_str())).await;
+                    self.store.invalidate(&self.key_for(client_host.as_deref().unwrap_or(""), path.as_str())).await;
                 }
             }
         }
@@ -347,7 +346,7 @@ impl RouteCache {
     /// and query it is sent (after `rewrite`).
     fn key(&self, req: &Request<Incoming>) -> Result<Arc<str>, GatewayError> {
         let path = upstream_path(req.uri(), &self.target, &self.prefix)?;
-        Ok(self.key_for(self.host_of(req), path.as_str()))
+        Ok(self.key_for(client_host(req).unwrap_or(""), path.as_str()))
     }
 
     /// `upstream \n mode host \n path`, the host lowercased; the host mode
@@ -368,17 +367,13 @@ impl RouteCache {
         key.push_str(path);
         Arc::from(key)
     }
-
-    /// The client's `Host`, as the key has it (before lowercasing). The
-    /// upstream sees it as `Host` (`host = "preserve"`) or, with its own
-    /// `Host` (`host = "upstream"`), as `X-Forwarded-Host` and `Forwarded:
-    /// host=`, which the gateway sets from it: keyed either way, or one
-    /// client's `Host` would choose what the others are served.
-    fn host_of<'r>(&self, req: &'r Request<Incoming>) -> &'r str {
-        client_host(req).unwrap_or("")
-    }
 }
 
+/// The client's `Host`, as the key has it (before lowercasing). The
+/// upstream sees it as `Host` (`host = "preserve"`) or, with its own `Host`
+/// (`host = "upstream"`), as `X-Forwarded-Host` and `Forwarded: host=`,
+/// which the gateway sets from it: keyed either way, or one client's `Host`
+/// would choose what the others are served.
 fn client_host(req: &Request<Incoming>) -> Option<&str> {
     match req.headers().get(header::HOST) {
         Some(h) => h.to_str().ok(),

@@ -80,6 +80,10 @@ pub enum GatewayError {
     /// from a trusted proxy).
     #[error("client address {} refused by the address list", .client.map_or("unknown".to_owned(), |c| c.to_string()))]
     AddressDenied { client: Option<std::net::IpAddr> },
+    /// An admin request named a host the admin listener does not answer
+    /// (`metrics.hosts`), or a cross-origin page sent it.
+    #[error("admin request refused: {0}")]
+    AdminRefused(String),
     /// No credentials, or ones not accepted; `challenge` is the
     /// `WWW-Authenticate` value. `reason` never holds a credential.
     #[error("{kind} credentials refused: {reason}")]
@@ -133,7 +137,7 @@ impl GatewayError {
         match self {
             GatewayError::NoRoute | GatewayError::NotFound => StatusCode::NOT_FOUND,
             GatewayError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
-            GatewayError::AddressDenied { .. } => StatusCode::FORBIDDEN,
+            GatewayError::AddressDenied { .. } | GatewayError::AdminRefused(_) => StatusCode::FORBIDDEN,
             GatewayError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
             GatewayError::ForwardRefused(answer) => answer.status,
             GatewayError::AuthBusy { .. } | GatewayError::AuthError { .. } => StatusCode::SERVICE_UNAVAILABLE,
@@ -240,7 +244,7 @@ impl GatewayError {
         match self {
             GatewayError::NoRoute | GatewayError::NotFound => "not found\n",
             GatewayError::MethodNotAllowed { .. } => "method not allowed\n",
-            GatewayError::AddressDenied { .. } => "forbidden\n",
+            GatewayError::AddressDenied { .. } | GatewayError::AdminRefused(_) => "forbidden\n",
             GatewayError::Unauthorized { .. } => "unauthorized\n",
             // Its own body is sent instead (see the server's error_response).
             GatewayError::ForwardRefused(_) => "",
@@ -308,6 +312,7 @@ mod tests {
             (GatewayError::NotCached, 504, None),
             (GatewayError::MethodNotAllowed { allow: "GET".into() }, 405, None),
             (GatewayError::AddressDenied { client: None }, 403, None),
+            (GatewayError::AdminRefused("host".into()), 403, None),
             (
                 GatewayError::Unauthorized {
                     kind: "basic",

@@ -189,6 +189,11 @@ async fn the_admin_listener_reloads_on_post() {
     let post = |url: &str| send(Request::post(url).body(full("")).unwrap());
     let admin_ok = |t: &str| metric(t, "gateway_config_reloads_total", &[("result", "ok"), ("trigger", "admin")]);
     let before = admin_ok(&metrics_text(gw.admin.unwrap()).await);
+    // A page on another origin can make a browser POST here (a form needs
+    // no CORS); the Origin it carries refuses it.
+    let forged = Request::post(&admin_url).header("origin", "http://evil.example").body(full("")).unwrap();
+    assert_eq!(send(forged).await.0.status, 403);
+    assert_eq!(get(&gw.url("/p")).await.0.status, 404, "a refused reload changes nothing");
     let (parts, body) = post(&admin_url).await;
     assert_eq!((parts.status.as_u16(), &body[..]), (200, &b"reloaded\n"[..]));
     assert_eq!(admin_ok(&metrics_text(gw.admin.unwrap()).await), before + 1.0, "counted as the admin's");

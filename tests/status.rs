@@ -168,6 +168,32 @@ async fn none_of_it_is_served_on_the_main_listener() {
     assert_eq!(send(post).await.0.status, 405);
 }
 
+#[tokio::test]
+async fn a_name_rebound_to_the_admin_address_is_refused() {
+    let (_good, _bad, toml) = two_endpoints().await;
+    let toml = toml.replace("listen = \"127.0.0.1:0\"\n", "listen = \"127.0.0.1:0\"\nhosts = [\"gw-admin.test\"]\n");
+    let gw = TestGateway::from_toml(&toml).await;
+    let admin = gw.admin.unwrap();
+    let port = admin.port();
+    for (host, want) in [
+        (format!("127.0.0.1:{port}"), 200),
+        (format!("localhost:{port}"), 200),
+        (format!("GW-ADMIN.test:{port}"), 200),
+        // What a browser sends after its page's name was rebound to here.
+        (format!("evil.example:{port}"), 403),
+        (format!("127.0.0.1.evil.example:{port}"), 403),
+    ] {
+        for path in ["/-/config", "/-/upstreams", "/metrics"] {
+            let req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+            let got = raw(admin, req.as_bytes(), Duration::from_secs(5)).await;
+            assert_eq!(got.status(), want, "Host {host} {path}: {}", got.text);
+            if want == 403 {
+                assert!(!got.text.contains("gw-admin.test") && !got.text.contains("gateway_"), "{}", got.text);
+            }
+        }
+    }
+}
+
 /// The browser to render the page with: Debian's `chromium`.
 fn chromium() -> Option<&'static str> {
     ["chromium", "chromium-browser"].into_iter().find(|b| Command::new(b).arg("--version").output().is_ok())

@@ -249,6 +249,10 @@ pub struct MetricsConfig {
     /// With any entry, the admin listener answers only clients inside them
     /// (403 to others).
     pub allow: Vec<IpNet>,
+    /// Host names (lower case, no port) the admin listener answers besides
+    /// IP addresses and `localhost`: any other `Host` is refused, so a web
+    /// page whose name was rebound to the admin address cannot read it.
+    pub hosts: Vec<String>,
 }
 
 /// Failures a route may retry on (`retry_on`).

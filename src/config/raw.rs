@@ -116,6 +116,9 @@ pub(super) struct RawMetrics {
     pub max_connections: usize,
     /// The admin listener's client address list.
     pub allow: Option<Vec<String>>,
+    /// Host names the admin listener answers besides IP addresses and
+    /// `localhost`.
+    pub hosts: Option<Vec<String>>,
 }
 
 #[derive(Debug, Deserialize)]

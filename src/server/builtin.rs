@@ -46,6 +46,12 @@ impl App {
                 return error_response(&GatewayError::AddressDenied { client });
             }
         }
+        if let Err(why) = admin_request_allowed(req, &self.config.metrics.hosts) {
+            crate::metrics::auth("admin", "host", "denied").increment(1);
+            let e = GatewayError::AdminRefused(why);
+            tracing::debug!(error = %e, "admin request refused");
+            return error_response(&e);
+        }
         if req.uri().path() == "/-/reload" {
             if req.method() != Method::POST {
                 return error_response(&GatewayError::MethodNotAllowed { allow: "POST".into() });
@@ -102,5 +108,105 @@ impl App {
                 .body(Body::full(body))
                 .expect("valid response"),
         )
+    }
+}
+
+/// Whether an admin request may be answered, by the names it carries
+/// rather than its address. A browser that loads a page from a name which
+/// its owner then rebinds to the admin address sends that name as `Host`,
+/// so only IP addresses, `localhost` and `metrics.hosts` are answered; and
+/// a page on another origin can make a browser POST to the admin listener
+/// (a form needs no CORS), so a request carrying a different `Origin` does
+/// not reload. Clients that send no `Host` (HTTP/1.0) are not browsers.
+fn admin_request_allowed<B>(req: &Request<B>, hosts: &[String]) -> Result<(), String> {
+    let authority = match req.uri().authority() {
+        Some(a) => Some(a.as_str()),
+        None => match req.headers().get(header::HOST) {
+            Some(v) => Some(v.to_str().map_err(|_| "Host is not text".to_owned())?),
+            None => None,
+        },
+    };
+    let Some(authority) = authority else { return Ok(()) };
+    let host = host_of(authority).ok_or_else(|| format!("Host {authority:?} is not a host"))?;
+    if !admin_host_known(&host, hosts) {
+        return Err(format!("Host {host:?} is not an address, localhost or in metrics.hosts"));
+    }
+    let safe = req.method() == Method::GET || req.method() == Method::HEAD;
+    if let Some(origin) = req.headers().get(header::ORIGIN).filter(|_| !safe) {
+        let same = origin
+            .to_str()
+            .ok()
+            .and_then(|o| o.parse::<http::Uri>().ok())
+            .and_then(|o| o.authority().map(|a| a.as_str().eq_ignore_ascii_case(authority)))
+            .unwrap_or(false);
+        if !same {
+            return Err(format!("{} from another origin", req.method()));
+        }
+    }
+    Ok(())
+}
+
+/// The host of an authority (`host[:port]`), lower case, brackets and a
+/// trailing dot removed; `None` when it is not one.
+fn host_of(authority: &str) -> Option<String> {
+    let parsed: http::uri::Authority = authority.parse().ok()?;
+    let host = parsed.host().trim_start_matches('[').trim_end_matches(']').trim_end_matches('.');
+    (!host.is_empty() && !authority.contains('@')).then(|| host.to_ascii_lowercase())
+}
+
+fn admin_host_known(host: &str, hosts: &[String]) -> bool {
+    host.parse::<std::net::IpAddr>().is_ok()
+        || host == "localhost"
+        || host.ends_with(".localhost")
+        || hosts.iter().any(|h| h == host)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(method: &str, host: Option<&str>, origin: Option<&str>) -> Request<()> {
+        let mut b = Request::builder().method(method).uri("/-/reload");
+        if let Some(h) = host {
+            b = b.header(header::HOST, h);
+        }
+        if let Some(o) = origin {
+            b = b.header(header::ORIGIN, o);
+        }
+        b.body(()).unwrap()
+    }
+
+    #[test]
+    fn admin_requests_are_answered_by_address_localhost_or_listed_name() {
+        let hosts = vec!["gw-admin.internal".to_owned()];
+        let cases: &[(&str, Option<&str>, Option<&str>, bool)] = &[
+            ("GET", None, None, true),
+            ("GET", Some("127.0.0.1:9090"), None, true),
+            ("GET", Some("10.1.2.3"), None, true),
+            ("GET", Some("[::1]:9090"), None, true),
+            ("GET", Some("localhost:9090"), None, true),
+            ("GET", Some("LocalHost."), None, true),
+            ("GET", Some("app.localhost:9090"), None, true),
+            ("GET", Some("GW-Admin.internal:9090"), None, true),
+            ("GET", Some("gw-admin.internal."), None, true),
+            // A rebound name, or one that only looks like an address.
+            ("GET", Some("evil.example:9090"), None, false),
+            ("GET", Some("127.0.0.1.evil.example"), None, false),
+            ("GET", Some("localhost.evil.example"), None, false),
+            ("GET", Some("user@127.0.0.1"), None, false),
+            ("GET", Some(""), None, false),
+            ("GET", Some("a b"), None, false),
+            // A GET reads nothing a cross-origin page could see (CORS).
+            ("GET", Some("127.0.0.1:9090"), Some("http://evil.example"), true),
+            ("POST", Some("127.0.0.1:9090"), None, true),
+            ("POST", Some("127.0.0.1:9090"), Some("http://127.0.0.1:9090"), true),
+            ("POST", Some("127.0.0.1:9090"), Some("http://evil.example"), false),
+            ("POST", Some("127.0.0.1:9090"), Some("http://127.0.0.1:9091"), false),
+            ("POST", Some("127.0.0.1:9090"), Some("null"), false),
+        ];
+        for &(method, host, origin, want) in cases {
+            let got = admin_request_allowed(&req(method, host, origin), &hosts);
+            assert_eq!(got.is_ok(), want, "{method} Host {host:?} Origin {origin:?}: {got:?}");
+        }
     }
 }

@@ -233,7 +233,24 @@ fn metrics(m: &RawMetrics) -> Result<MetricsConfig, Problem> {
         listen: m.listen.as_deref().map(|l| parse_addr("metrics.listen", l)).transpose()?,
         max_connections: m.max_connections,
         allow: cidrs(m.allow.as_deref(), "metrics.allow")?,
+        hosts: admin_hosts(m.hosts.as_deref().unwrap_or_default())?,
     })
+}
+
+/// `metrics.hosts`: DNS names, compared without case and without a port.
+fn admin_hosts(hosts: &[String]) -> Result<Vec<String>, Problem> {
+    hosts
+        .iter()
+        .map(|h| {
+            let name = h.trim_end_matches('.').to_ascii_lowercase();
+            let label_ok =
+                |l: &str| !l.is_empty() && l.len() <= 63 && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+            if name.len() > 253 || !name.split('.').all(label_ok) {
+                return Err(("metrics.hosts".into(), format!("{h:?} is not a host name (no port, no scheme)")));
+            }
+            Ok(name)
+        })
+        .collect()
 }
 
 fn route(

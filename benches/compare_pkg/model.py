@@ -21,8 +21,10 @@ class Variant:
     kind: str
     about: str
     path: str
-    # Builds the server under test; None: the load goes straight to service A.
-    server: Callable[[Ctx], Proc] | None
+    # Builds the server under test, or a list of processes whose last one is
+    # the server under test and the others what it needs (a Redis), started
+    # in order; None: the load goes straight to service A.
+    server: Callable[[Ctx], Proc | list] | None
     # Programs it needs beyond the ones every run needs: {program: Debian package}.
     programs: dict = field(default_factory=dict)
     # Said beside its error when it fails, e.g. what it waits for to land.

@@ -93,7 +93,8 @@ def run_variant(scenario, variant, settings):
     try:
         procs = [service_a(ctx)] if scenario.a_delay is not None else []
         if variant.server:
-            procs.append(variant.server(ctx))
+            built = variant.server(ctx)
+            procs += built if isinstance(built, list) else [built]
     except RuntimeError as err:
         log(f"    failed: {err}")
         return failed_rows(scenario, variant, settings, str(err))

@@ -15,10 +15,12 @@ from .servers import (
     gateway,
     gateway_lean,
     go_peer,
+    gateway_rate_limited,
     gateway_with_route,
     hyper_floor,
     nginx,
     nginx_cache,
+    nginx_limit_req,
     node_hello,
     protect_gateway,
     protect_nginx,
@@ -233,6 +235,59 @@ SLOW_UPSTREAM_CACHED = Scenario(
 )
 
 
+# ---------------------------------------------------------------- rate-limit
+#
+# Issue 25's benchmark: proxy-overhead's load through a route with a rate
+# limit keyed by the client, at a rate no run reaches (every request is
+# allowed), so what is measured is the cost of a decision: in the
+# gateway's memory, in a Redis shared by every replica (one EVALSHA per
+# request), and nginx's limit_req (its worker's memory only).
+LIMIT_RATE = 10_000_000
+LIMIT_BURST = 1_000_000
+GATEWAY_LIMIT = f'rate = "{LIMIT_RATE}/s", burst = {LIMIT_BURST}, key = "client"'
+
+RATE_LIMIT_VARIANTS = [
+    Variant("gateway", KIND_GATEWAY, "target/release/gateway, worker_threads = 1, no limit", "/b", gateway),
+    Variant(
+        "gateway-limit-local",
+        KIND_GATEWAY,
+        f"route b with rate_limit = {{ {GATEWAY_LIMIT} }}",
+        "/b",
+        gateway_rate_limited(GATEWAY_LIMIT, shared=False),
+    ),
+    Variant(
+        "gateway-limit-redis",
+        KIND_GATEWAY,
+        f'route b with rate_limit = {{ {GATEWAY_LIMIT}, shared = "redis" }}, a redis-server on the load CPU, '
+        'timeout 50ms, on_error "deny"',
+        "/b",
+        gateway_rate_limited(GATEWAY_LIMIT, shared=True),
+        programs={"redis-server": "redis-server"},
+    ),
+    Variant("nginx", KIND_TUNED, f"nginx, 1 worker, keepalive {POOL}, no limit", "/b", nginx),
+    Variant(
+        "nginx-limit-req",
+        KIND_TUNED,
+        f"nginx as above, limit_req_zone $binary_remote_addr rate={LIMIT_RATE}r/s, limit_req burst={LIMIT_BURST} "
+        "nodelay",
+        "/b",
+        nginx_limit_req(LIMIT_RATE, LIMIT_BURST),
+    ),
+]
+
+RATE_LIMIT = Scenario(
+    name="rate-limit",
+    title="Proxy overhead with a rate limit per client: local, in Redis, nginx limit_req (issue 25)",
+    connections=[100],
+    duration_s=15,
+    quick_duration_s=3,
+    variants=RATE_LIMIT_VARIANTS,
+    a_delay="0s",
+    a_path="/hello",
+    in_default=False,
+)
+
+
 # ---------------------------------------------------------------- overload and failover
 #
 # Loaded at a fixed arrival rate by `benchpeers load` (see openloop): what a
@@ -376,5 +431,5 @@ FAILOVER = RateScenario(
 
 
 SCENARIOS = {
-    s.name: s for s in (SLOW_UPSTREAM, PROXY_OVERHEAD, FILE, HELLO, SLOW_UPSTREAM_CACHED, OVERLOAD, FAILOVER)
+    s.name: s for s in (SLOW_UPSTREAM, PROXY_OVERHEAD, FILE, HELLO, SLOW_UPSTREAM_CACHED, RATE_LIMIT, OVERLOAD, FAILOVER)
 }

@@ -32,6 +32,7 @@ from .common import (
     VENV_PYTHON,
     fill_template,
     find_program,
+    free_port,
     log,
 )
 from .procfs import process_tree, proc_stat
@@ -101,6 +102,7 @@ class Ctx:
             "BACKLOG": BACKLOG,
             "FILE": DEMO_FILE,
             "ROUTE_B": "",
+            "TOP": "",
         }
 
     @property
@@ -151,6 +153,46 @@ def gateway_with_route(tag, route):
         values = {**ctx.template_values(), "ROUTE_B": route}
         config.write_text(fill_template(PEERS / "gateway" / "gateway.toml.in", values))
         return ctx.proc([GATEWAY_BIN, "--config", config], config=config)
+
+    return build
+
+
+def gateway_rate_limited(limit, shared):
+    """The gateway with `rate_limit = limit` on route b; shared: its buckets
+    in a redis-server of its own (no persistence), started first and pinned
+    with the load tool and service A, so the Redis round trip is in every
+    request's time but Redis's own CPU is not counted as the gateway's."""
+
+    def build(ctx):
+        store = ', shared = "redis"' if shared else ""
+        route = f"rate_limit = {{ {limit}{store} }}"
+        config = RUN_DIR / f"gateway-limit-{'redis' if shared else 'local'}-{ctx.scenario.name}.toml"
+        values = {**ctx.template_values(), "ROUTE_B": route}
+        procs = []
+        if shared:
+            program = find_program("redis-server")
+            if not program:
+                raise RuntimeError("redis-server not found (Debian package redis-server)")
+            port = free_port()
+            argv = [program, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+            procs.append(Proc("redis", argv, port, ctx.pinning.load))
+            values["TOP"] = f'[rate_limit_store]\nurl = "redis://127.0.0.1:{port}"\ntimeout = "50ms"\non_error = "deny"\n'
+        config.write_text(fill_template(PEERS / "gateway" / "gateway.toml.in", values))
+        return procs + [ctx.proc([GATEWAY_BIN, "--config", config], config=config)]
+
+    return build
+
+
+def nginx_limit_req(rate, burst):
+    """nginx on nginx/limit.conf.in: nginx.conf.in's /b with limit_req."""
+
+    def build(ctx):
+        prefix = RUN_DIR / "nginx"
+        prefix.mkdir(parents=True, exist_ok=True)
+        values = {**ctx.template_values(), "RUN_DIR": prefix, "RATE": rate, "BURST": burst}
+        config = prefix / f"nginx-{ctx.scenario.name}.conf"
+        config.write_text(fill_template(PEERS / "nginx" / "limit.conf.in", values))
+        return ctx.proc([find_program("nginx"), "-p", prefix, "-e", "stderr", "-c", config], config=config)
 
     return build
 

@@ -14,20 +14,22 @@ use ipnet::IpNet;
 
 use crate::headers::rules::HeaderRules;
 
-use super::raw::{RawConfig, RawHeaderRules, RawMetrics, RawRoute, RawServer, RawServerTls, RawSize, RawTracing};
+use super::raw::{RawConfig, RawHeaderRules, RawRoute, RawServer, RawServerTls, RawSize, RawTracing};
 use super::{
     AccessLogFormat, Config, DEFAULT_BODY_TIMEOUT, DEFAULT_REQUEST_BUFFER, DEFAULT_ROUTE_TIMEOUT,
-    DEFAULT_UPGRADE_IDLE_TIMEOUT, HostMode, ListenerTls, MetricsConfig, ProxyTarget, RetryOn, RouteConfig,
-    ServerConfig, Target, TracingConfig,
+    DEFAULT_UPGRADE_IDLE_TIMEOUT, HostMode, ListenerTls, ProxyTarget, RetryOn, RouteConfig, ServerConfig, Target,
+    TracingConfig,
 };
 
 mod access;
 mod cache;
+mod metrics;
 mod ratelimit;
 mod resolver;
 mod upstream;
 
-use access::{RawAccessKeys, access, cidrs};
+use access::{RawAccessKeys, access};
+use metrics::metrics;
 use resolver::resolver;
 use upstream::upstream;
 
@@ -203,54 +205,6 @@ fn header_rules(
         rules.remove.push(name(&format!("{key}.remove[{i}]"), n)?);
     }
     Ok(rules)
-}
-
-fn metrics(m: &RawMetrics) -> Result<MetricsConfig, Problem> {
-    if !m.path.starts_with('/') {
-        return Err(("metrics.path".into(), format!("{:?} must start with '/'", m.path)));
-    }
-    if m.max_connections == 0 {
-        return Err(("metrics.max_connections".into(), "must be at least 1".into()));
-    }
-    // The list guards the admin listener only: without one it would guard
-    // nothing while looking as if it did, and an empty one would let
-    // everyone in.
-    if let Some(allow) = &m.allow {
-        if m.listen.is_none() {
-            return Err((
-                "metrics.allow".into(),
-                "needs metrics.listen: it guards the admin listener, and without one /metrics, /healthz and /readyz \
-                 answer on the main listener, where routes' allow lists apply"
-                    .into(),
-            ));
-        }
-        if allow.is_empty() {
-            return Err(("metrics.allow".into(), "is empty: list the addresses the admin listener answers".into()));
-        }
-    }
-    Ok(MetricsConfig {
-        path: m.path.clone(),
-        listen: m.listen.as_deref().map(|l| parse_addr("metrics.listen", l)).transpose()?,
-        max_connections: m.max_connections,
-        allow: cidrs(m.allow.as_deref(), "metrics.allow")?,
-        hosts: admin_hosts(m.hosts.as_deref().unwrap_or_default())?,
-    })
-}
-
-/// `metrics.hosts`: DNS names, compared without case and without a port.
-fn admin_hosts(hosts: &[String]) -> Result<Vec<String>, Problem> {
-    hosts
-        .iter()
-        .map(|h| {
-            let name = h.trim_end_matches('.').to_ascii_lowercase();
-            let label_ok =
-                |l: &str| !l.is_empty() && l.len() <= 63 && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
-            if name.len() > 253 || !name.split('.').all(label_ok) {
-                return Err(("metrics.hosts".into(), format!("{h:?} is not a host name (no port, no scheme)")));
-            }
-            Ok(name)
-        })
-        .collect()
 }
 
 fn route(

@@ -69,7 +69,14 @@ async fn allowed_refused_hanging_and_missing_auth_services() {
     let gw = TestGateway::from_toml(&toml).await;
 
     // Allowed: the service's x-user replaces the client's own copies.
-    let headers = [("cookie", "session=good"), ("x-user", "mallory"), ("x_user", "eve"), ("x-secret", "s3")];
+    // (Naming x-user in Connection must not strip the service's.)
+    let headers = [
+        ("cookie", "session=good"),
+        ("x-user", "mallory"),
+        ("x_user", "eve"),
+        ("x-secret", "s3"),
+        ("connection", "x-user"),
+    ];
     let (parts, body) = get_with(&gw.url("/fwd/page?q=1"), &headers).await;
     assert_eq!((parts.status.as_u16(), &body[..]), (200, &b"from upstream"[..]));
     {

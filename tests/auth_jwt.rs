@@ -101,6 +101,8 @@ async fn valid_tokens_of_each_key_type_pass_with_their_claims_forwarded() {
         // The client's own copies of the claim headers, in both spellings.
         let headers =
             [("authorization", format!("Bearer {t}")), ("x-user", "mallory".into()), ("x_user", "eve".into())];
+        // Naming the claim headers in Connection must not strip the token's.
+        let headers = [headers.as_slice(), &[("connection", "x-user, x-groups".into())]].concat();
         let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
         let (parts, _) = get_with(&gw.url("/jwt"), &headers).await;
         assert_eq!(parts.status, 200, "{alg:?}");

@@ -152,6 +152,39 @@ pub fn strip_present_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
+/// Removes, now, the headers the client named in `Connection` (but Host and
+/// the ones hop-by-hop anyway, which the last step before the upstream
+/// removes), and takes their names out of `Connection`. For a step that
+/// adds headers of its own before that last step (credentials' claims, a
+/// forward auth service's headers): a client could otherwise name them in
+/// `Connection` and have the gateway strip what it set itself.
+pub fn drop_nominated(headers: &mut HeaderMap) {
+    if !headers.contains_key(header::CONNECTION) {
+        return;
+    }
+    let mut kept: Vec<String> = Vec::new();
+    let mut named: Vec<HeaderName> = Vec::new();
+    for token in headers.get_all(header::CONNECTION).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(',')) {
+        let token = token.trim();
+        match HeaderName::from_bytes(token.as_bytes()) {
+            // `close` is an option, not a header.
+            Ok(name) if name != header::HOST && !is_hop_by_hop(&name) && name.as_str() != "close" => named.push(name),
+            _ if token.is_empty() => {}
+            _ => kept.push(token.to_owned()),
+        }
+    }
+    if named.is_empty() {
+        return;
+    }
+    for name in named {
+        headers.remove(name);
+    }
+    match HeaderValue::from_str(&kept.join(", ")) {
+        Ok(v) if !kept.is_empty() => headers.insert(header::CONNECTION, v),
+        _ => headers.remove(header::CONNECTION),
+    };
+}
+
 /// The protocol a request asks to upgrade to (`Upgrade`, RFC 9110 §7.8),
 /// if its `Connection` lists `upgrade` so the request really asks for it.
 /// `h2c` is never passed on: an upstream that switched would take HTTP/2

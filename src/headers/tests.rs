@@ -57,6 +57,38 @@ fn strips_fixed_and_connection_named_headers() {
 }
 
 #[test]
+fn nominated_headers_go_early_and_leave_connection_with_the_rest() {
+    // (input, names left, Connection left)
+    let cases: &[(Pairs, &[&str], Option<&str>)] = &[
+        (&[("x-user", "u")], &["x-user"], None),
+        (&[("connection", "x-user"), ("x-user", "u")], &[], None),
+        (
+            &[("connection", "Upgrade, X-User"), ("x-user", "u"), ("upgrade", "websocket")],
+            &["connection", "upgrade"],
+            Some("Upgrade"),
+        ),
+        (
+            &[("connection", "close"), ("connection", "x-a, , x-b"), ("x-a", "1"), ("x-b", "2")],
+            &["connection"],
+            Some("close"),
+        ),
+        (&[("connection", "keep-alive, te"), ("te", "trailers")], &["connection", "te"], Some("keep-alive, te")),
+        (&[("connection", "host"), ("host", "h")], &["connection", "host"], Some("host")),
+        (&[("connection", "close")], &["connection"], Some("close")),
+    ];
+    for (input, want, connection) in cases {
+        let mut h = map(input);
+        drop_nominated(&mut h);
+        assert_eq!(names(&h), *want, "{input:?}");
+        assert_eq!(h.get(header::CONNECTION).map(|v| v.to_str().unwrap()), *connection, "{input:?}");
+        // Whatever the gateway adds after this survives the last strip.
+        h.insert(HeaderName::from_static("x-user"), HeaderValue::from_static("ann"));
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.get("x-user").unwrap(), "ann", "{input:?}");
+    }
+}
+
+#[test]
 fn upgrade_is_requested_only_with_connection_upgrade_and_never_h2c() {
     let cases: &[(Pairs, Option<&str>)] = &[
         (&[("connection", "Upgrade"), ("upgrade", "websocket")], Some("websocket")),

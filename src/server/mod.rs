@@ -361,6 +361,9 @@ impl App {
     ) -> Result<(), GatewayError> {
         guard.admit(peer.ip, peer.trusted, req.headers())?;
         if guard.authenticates() {
+            // The client's Connection list applies to the client's headers,
+            // not to the ones authentication sets.
+            crate::headers::drop_nominated(req.headers_mut());
             let user = Box::pin(guard.authenticate(req, peer)).await?;
             cx.set_user(user);
             req.extensions_mut().insert(crate::request::Authenticated);

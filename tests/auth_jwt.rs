@@ -328,3 +328,38 @@ async fn a_rebuild_after_a_discovery_change_keeps_the_keys() {
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     assert_eq!(fetches.load(Ordering::SeqCst), 1, "and were not fetched again");
 }
+
+#[tokio::test]
+async fn a_fetched_set_is_used_for_its_good_keys_and_refresh_caps_its_max_age() {
+    let (up, _seen) = recording().await;
+    let (keys, state, fetches) = key_server("jwks.json").await;
+    // What key servers publish beside signing keys: an encryption key, a
+    // key type this verifier does not know, a malformed key, a symmetric one.
+    let mut set: Value = serde_json::from_str(&state.lock().unwrap().1).unwrap();
+    let mut enc = set["keys"].as_array().unwrap().iter().find(|k| k["kid"] == "rsa1").unwrap().clone();
+    enc["kid"] = json!("enc1");
+    enc["use"] = json!("enc");
+    let extra = [
+        enc,
+        json!({"kty": "future-kty", "kid": "new1"}),
+        json!({"kty": "EC", "kid": "bad1", "crv": "P-256", "x": "!!", "y": "!!"}),
+        json!({"kty": "oct", "kid": "sym1", "k": "c2VjcmV0"}),
+    ];
+    set["keys"].as_array_mut().unwrap().extend(extra);
+    state.lock().unwrap().1 = set.to_string();
+    let jwt =
+        format!("jwks_url = \"http://{}/jwks.json\", refresh = \"1s\", algorithms = [\"RS256\", \"ES256\"]", keys.addr);
+    let gw = TestGateway::from_toml(&route(up.addr, "jwt_mixed", &format!("auth = {{ jwt = {{ {jwt} }} }}"))).await;
+    let good = claims(json!({}));
+    until_passes(&gw, "/jwt_mixed", &token(Algorithm::ES256, Some("ec1"), "ec", &good)).await;
+    assert_eq!(bearer(&gw, "/jwt_mixed", &token(Algorithm::RS256, Some("rsa1"), "rsa", &good)).await.0, 200);
+    // The encryption key is not one to verify with, even with a good signature.
+    assert_eq!(bearer(&gw, "/jwt_mixed", &token(Algorithm::RS256, Some("enc1"), "rsa", &good)).await.0, 401);
+    // The key server says max-age=600; refresh = 1s is the longest the keys go unchecked.
+    let before = fetches.load(Ordering::SeqCst);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while fetches.load(Ordering::SeqCst) < before + 2 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(fetches.load(Ordering::SeqCst) >= before + 2, "fetched again at refresh, not after max-age");
+}

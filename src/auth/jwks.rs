@@ -20,7 +20,7 @@ use jsonwebtoken::{Algorithm, DecodingKey};
 use metrics::Counter;
 use tokio::time::Instant;
 
-use crate::config::access::parse_jwks;
+use crate::config::access::parse_fetched_jwks;
 
 /// Keys by `kid`, each with the `alg` its JWK pins it to, if any.
 pub type Keys = HashMap<String, (DecodingKey, Option<String>)>;
@@ -51,6 +51,8 @@ struct Remote {
     refetched: tokio::sync::Mutex<Option<Instant>>,
     ok: Counter,
     failed: Counter,
+    /// Why keys of the last fetched set were skipped, to log it once per change.
+    skipped: std::sync::Mutex<String>,
 }
 
 /// The keys of a checked set.
@@ -84,6 +86,7 @@ impl Jwks {
             refetched: tokio::sync::Mutex::new(None),
             ok: counter("ok"),
             failed: counter("error"),
+            skipped: std::sync::Mutex::new(String::new()),
         };
         let jwks = Arc::new(Jwks { keys: ArcSwapOption::empty(), remote: Some(remote) });
         tokio::spawn(refresh_loop(Arc::downgrade(&jwks)));
@@ -115,7 +118,10 @@ impl Jwks {
                 self.keys.store(Some(Arc::new(keys_of(&set))));
                 remote.ok.increment(1);
                 tracing::debug!(url = %remote.url, keys = set.keys.len(), "JWKS fetched");
-                max_age.map_or(remote.refresh, |age| age.max(MIN_MAX_AGE))
+                // `refresh` is the longest the operator lets keys go
+                // unchecked (a revoked key stays trusted until then), so a
+                // long max-age does not stretch it.
+                max_age.map_or(remote.refresh, |age| age.max(MIN_MAX_AGE).min(remote.refresh))
             }
             Err(e) => {
                 remote.failed.increment(1);
@@ -165,7 +171,16 @@ async fn get(remote: &Remote) -> Result<(JwkSet, Option<Duration>), String> {
     let max_age = response.headers().get(header::CACHE_CONTROL).and_then(|v| max_age(v.to_str().ok()?));
     let body = Limited::new(response.into_body(), MAX_JWKS).collect().await.map_err(|e| e.to_string())?.to_bytes();
     let text = std::str::from_utf8(&body).map_err(|_| "not UTF-8".to_owned())?;
-    Ok((parse_jwks(text, &remote.algorithms)?, max_age))
+    let (set, skipped) = parse_fetched_jwks(text, &remote.algorithms)?;
+    let skipped = skipped.join("; ");
+    let mut last = remote.skipped.lock().unwrap_or_else(|e| e.into_inner());
+    if *last != skipped {
+        if !skipped.is_empty() {
+            tracing::warn!(url = %remote.url, skipped = %skipped, "JWKS keys skipped; the others are used");
+        }
+        *last = skipped;
+    }
+    Ok((set, max_age))
 }
 
 async fn send<I>(io: I, request: Request<Empty<Bytes>>) -> Result<http::Response<hyper::body::Incoming>, String>

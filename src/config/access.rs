@@ -147,7 +147,11 @@ pub enum JwksSource {
 /// of them uses those keys only. Used for the file at load and for what a
 /// `jwks_url` serves.
 pub fn parse_jwks(text: &str, algorithms: &[Algorithm]) -> Result<JwkSet, String> {
-    let mut set: JwkSet = serde_json::from_str(text).map_err(|e| format!("not a JWKS: {e}"))?;
+    let set: JwkSet = serde_json::from_str(text).map_err(|e| format!("not a JWKS: {e}"))?;
+    parse_jwks_keys(set, algorithms)
+}
+
+fn parse_jwks_keys(mut set: JwkSet, algorithms: &[Algorithm]) -> Result<JwkSet, String> {
     if set.keys.is_empty() {
         return Err("no keys".into());
     }
@@ -168,6 +172,38 @@ pub fn parse_jwks(text: &str, algorithms: &[Algorithm]) -> Result<JwkSet, String
         return Err("no key of the listed algorithms (every key's \"alg\" is another)".into());
     }
     Ok(set)
+}
+
+/// A JWKS a key server answered: its usable keys, and why the others were
+/// skipped. A key server's set is not the operator's file: it may also
+/// carry encryption keys, key types this verifier does not know, or keys
+/// of other algorithms, and one such key must not make every token fail
+/// (the file's keys are all checked, and any problem refuses it at load).
+pub fn parse_fetched_jwks(text: &str, algorithms: &[Algorithm]) -> Result<(JwkSet, Vec<String>), String> {
+    #[derive(serde::Deserialize)]
+    struct AnySet {
+        keys: Vec<serde_json::Value>,
+    }
+    let set: AnySet = serde_json::from_str(text).map_err(|e| format!("not a JWKS: {e}"))?;
+    let (mut keys, mut skipped) = (Vec::new(), Vec::new());
+    for (i, value) in set.keys.into_iter().enumerate() {
+        let encryption = value.get("use").and_then(|u| u.as_str()) == Some("enc");
+        let checked = match serde_json::from_value::<jsonwebtoken::jwk::Jwk>(value) {
+            Err(e) => Err(format!("not a key this gateway can use: {e}")),
+            Ok(_) if encryption => Err("an encryption key (\"use\": \"enc\")".into()),
+            Ok(jwk) => parse_jwks_keys(JwkSet { keys: vec![jwk] }, algorithms),
+        };
+        match checked {
+            Ok(one) => keys.extend(one.keys),
+            Err(why) => skipped.push(format!("keys[{i}]: {}", why.trim_start_matches("keys[0]: "))),
+        }
+    }
+    if keys.is_empty() {
+        let why =
+            if skipped.is_empty() { "no keys".to_owned() } else { format!("no usable key: {}", skipped.join("; ")) };
+        return Err(why);
+    }
+    Ok((JwkSet { keys }, skipped))
 }
 
 /// Where a bearer token is read from.

@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use crate::config::access::{BasicConfig, HashKind};
+use crate::config::access::{BasicConfig, HashKind, HtpasswdEntry};
 use crate::error::GatewayError;
 
 const KIND: &str = "basic";
@@ -89,13 +89,21 @@ impl Basic {
             .expect("the realm is checked at load");
         let users: HashMap<_, _> =
             c.users.iter().map(|u| (u.user.clone(), (Arc::from(u.hash.as_str()), u.kind))).collect();
-        let first = &c.users[0];
+        let decoy = decoy(&c.users);
+        if let Some(odd) = c.users.iter().filter(|u| parameters(u) != parameters(decoy)).map(|u| &u.user).next() {
+            tracing::warn!(
+                htpasswd = %c.htpasswd.display(),
+                user = %odd,
+                "not every hash in the file has the same kind and cost: a refusal of such a user takes another time \
+                 than one of an unknown user, which tells a client the user exists; hash them all alike"
+            );
+        }
         let mut salt = [0u8; 16];
         salt.iter_mut().for_each(|b| *b = fastrand::u8(..));
         Basic {
             challenge,
             users,
-            decoy: (Arc::from(first.hash.as_str()), first.kind),
+            decoy: (Arc::from(decoy.hash.as_str()), decoy.kind),
             remember: c.remember,
             remembered: Mutex::new(HashMap::new()),
             salt,
@@ -194,6 +202,34 @@ fn verify_hash(kind: HashKind, hash: &str, password: &[u8]) -> bool {
     }
 }
 
+/// The entry verified for unknown users: one with the parameters (kind and
+/// cost) most of the file's hashes have, so that an unknown user takes as
+/// long as most known ones.
+fn decoy(users: &[HtpasswdEntry]) -> &HtpasswdEntry {
+    let mut counts: HashMap<&str, (usize, &HtpasswdEntry)> = HashMap::new();
+    for u in users {
+        counts.entry(parameters(u)).or_insert((0, u)).0 += 1;
+    }
+    // Ties go to the earliest in the file, so the choice does not vary.
+    let first_of = |u: &HtpasswdEntry| users.iter().position(|x| std::ptr::eq(x, u));
+    counts
+        .into_values()
+        .max_by_key(|(n, u)| (*n, std::cmp::Reverse(first_of(u))))
+        .map(|(_, u)| u)
+        .expect("a file has users")
+}
+
+/// What decides a hash's verification time: the hash without its salt and
+/// digest (`$2y$12`, `$6$rounds=5000`, `$argon2id$v=19$m=19456,t=2,p=1`).
+fn parameters(u: &HtpasswdEntry) -> &str {
+    if u.kind == HashKind::Bcrypt {
+        // `$2y$12$…`: its cost, whichever of 2a/2b/2y (they take as long).
+        return u.hash.get(3..6).unwrap_or("");
+    }
+    // The others' salt and digest are the last two fields.
+    u.hash.rsplitn(3, '$').last().unwrap_or("")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -221,6 +257,36 @@ mod tests {
             let got = got.as_ref().map(|(u, p)| (u.as_str(), p.as_str())).map_err(|e| *e);
             assert_eq!(got, want, "{value:?}");
         }
+    }
+
+    #[test]
+    fn the_decoy_has_the_parameters_most_hashes_have() {
+        let entry = |user: &str, hash: &str, kind| HtpasswdEntry { user: user.into(), hash: hash.into(), kind };
+        let b = |user: &str, hash: &str| entry(user, hash, HashKind::Bcrypt);
+        let s = |user: &str, hash: &str| entry(user, hash, HashKind::ShaCrypt);
+        let a = |user: &str, hash: &str| entry(user, hash, HashKind::Argon2);
+        let cases: Vec<(Vec<HtpasswdEntry>, &str)> = vec![
+            (vec![b("one", "$2y$12$abc")], "one"),
+            (vec![b("cheap", "$2y$04$abc"), b("x", "$2y$12$abc"), b("y", "$2b$12$def")], "x"),
+            (vec![b("x", "$2y$12$abc"), b("cheap", "$2y$04$abc"), b("cheap2", "$2a$04$abc")], "cheap"),
+            (vec![s("r", "$6$rounds=9000$salt$h"), s("d1", "$6$salt$h"), s("d2", "$6$other$h")], "d1"),
+            (
+                vec![
+                    a("a1", "$argon2id$v=19$m=19456,t=2,p=1$salt$h"),
+                    a("a2", "$argon2id$v=19$m=65536,t=3,p=4$salt$h"),
+                    a("a3", "$argon2id$v=19$m=65536,t=3,p=4$other$h"),
+                ],
+                "a2",
+            ),
+            // A tie goes to the first in the file.
+            (vec![b("first", "$2y$10$abc"), b("second", "$2y$11$abc")], "first"),
+        ];
+        for (users, want) in cases {
+            assert_eq!(decoy(&users).user, want, "{:?}", users.iter().map(|u| &u.hash).collect::<Vec<_>>());
+        }
+        assert_eq!(parameters(&b("x", "$2y$12$abc")), parameters(&b("y", "$2b$12$zzz")));
+        assert_eq!(parameters(&s("x", "$6$rounds=5000$salt$h")), "$6$rounds=5000");
+        assert_eq!(parameters(&a("x", "$argon2id$v=19$m=1,t=2,p=3$s$h")), "$argon2id$v=19$m=1,t=2,p=3");
     }
 
     #[test]

@@ -57,13 +57,15 @@ pub struct Fill {
 /// Starts `fill` in a task; its first client's answer comes on the receiver.
 pub fn spawn(fill: Fill) -> oneshot::Receiver<Answer> {
     let (tx, rx) = oneshot::channel();
-    tokio::spawn(fill.run(Some(tx)));
+    // Boxed: the fill's future holds the upstream request's, large enough
+    // that the task moving it by value cost more than the heap copy.
+    tokio::spawn(Box::pin(fill.run(Some(tx))));
     rx
 }
 
 /// Starts `fill` with no client to answer (a background refresh).
 pub fn spawn_background(fill: Fill) {
-    tokio::spawn(fill.run(None));
+    tokio::spawn(Box::pin(fill.run(None)));
 }
 
 impl Fill {
@@ -182,11 +184,14 @@ pub fn entry_of(
     // header value received is a slice of one, which it would keep
     // alive), and of the request only what the policy reads: the store's
     // weights are then what it really holds.
-    let parts = &detached_response(parts);
-    let policy = rules::policy(&policy_head(head, &parts.headers), parts, now);
     let d = Directives::of(&parts.headers);
     let lifetime = rules::lifetime(&parts.headers, &d, default_ttl);
-    if !rules::storable(&policy, parts.status, &parts.headers, lifetime) {
+    if !rules::storable_by_head(parts.status, &parts.headers, lifetime) {
+        return None;
+    }
+    let parts = &detached_response(parts);
+    let policy = rules::policy(&policy_head(head, &parts.headers), parts, now);
+    if !policy.is_storable() {
         return None;
     }
     // A Vary name that is not a header name cannot be matched: not stored.

@@ -141,13 +141,19 @@ fn stated_lifetime(response: &HeaderMap, d: &Directives, default_ttl: Duration) 
 /// headers (RFC 9111 §3, with the stricter rules: never with
 /// `Set-Cookie`, never a 206, never `Vary: *`, never without a lifetime).
 pub fn storable(policy: &CachePolicy, status: StatusCode, response: &HeaderMap, lifetime: Option<Duration>) -> bool {
+    policy.is_storable() && storable_by_head(status, response, lifetime)
+}
+
+/// [`storable`] but for the crate's policy: what the response head alone
+/// decides. Most responses a cache route forwards fail here, before a
+/// policy (which copies and parses both heads) is made for them.
+pub fn storable_by_head(status: StatusCode, response: &HeaderMap, lifetime: Option<Duration>) -> bool {
     let d = Directives::of(response);
     let explicit = d.s_maxage.is_some() || d.max_age.is_some() || response.contains_key(header::EXPIRES);
     let status_ok =
         CACHEABLE_BY_DEFAULT.contains(&status.as_u16()) || (explicit && status != StatusCode::PARTIAL_CONTENT);
     status_ok
         && status != StatusCode::PARTIAL_CONTENT
-        && policy.is_storable()
         && !d.private
         && !d.no_store
         && !response.contains_key(header::SET_COOKIE)

@@ -160,3 +160,69 @@ fn the_watch_flag_reloads_the_binary_on_a_change() {
     gw.wait().unwrap();
     assert!(reloaded, "--watch must load the new route");
 }
+
+/// Runs `step` every `every` on a thread until the guard drops.
+struct Busy(std::sync::Arc<std::sync::atomic::AtomicBool>, Option<std::thread::JoinHandle<()>>);
+
+fn busy(every: Duration, mut step: impl FnMut() + Send + 'static) -> Busy {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s = stop.clone();
+    let thread = std::thread::spawn(move || {
+        while !s.load(std::sync::atomic::Ordering::Relaxed) {
+            step();
+            std::thread::sleep(every);
+        }
+    });
+    Busy(stop, Some(thread))
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        let _ = self.1.take().map(std::thread::JoinHandle::join);
+    }
+}
+
+/// A log file written every few milliseconds next to the configuration
+/// neither holds a reload back (its events are not the file's) nor makes
+/// one.
+#[tokio::test]
+async fn a_busy_folder_does_not_hold_back_a_reload() {
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(&path, toml(&["one"])).unwrap();
+    let gw = start(&path).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let ok = reloads(&gw, "ok").await;
+    let log = dir.path().join("access.log");
+    let _writer = busy(Duration::from_millis(5), move || {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
+        f.write_all(b"GET / 200\n").unwrap();
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    std::fs::write(&path, toml(&["one", "two"])).unwrap();
+    assert!(wait_for(&gw, "/two", 200).await, "the reload never came while the folder was busy");
+    assert_eq!(reloads(&gw, "ok").await, ok + 1.0);
+}
+
+/// A file touched without pause (its own events, never quiet for the
+/// debounce) is still read, within `MAX_DELAY` of its change.
+#[tokio::test]
+async fn a_file_touched_without_pause_is_still_reloaded() {
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(&path, toml(&["one"])).unwrap();
+    let gw = start(&path).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let touched = path.clone();
+    let _toucher = busy(Duration::from_millis(20), move || {
+        let f = std::fs::OpenOptions::new().write(true).open(&touched).unwrap();
+        f.set_modified(std::time::SystemTime::now()).unwrap();
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    std::fs::write(&path, toml(&["one", "two"])).unwrap();
+    assert!(wait_for(&gw, "/two", 200).await, "events without pause postponed the reload");
+}

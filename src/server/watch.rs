@@ -5,32 +5,43 @@
 //! The file's folder is watched, not the file: editors save by writing a
 //! new file and renaming it over the old one, and a Kubernetes ConfigMap
 //! volume swaps a symlink (`..data`) to a new folder, so the file's own
-//! inode never changes. Any event in the folder starts a quiet period
-//! (`DEBOUNCE`); after it, the file is read and reloaded only if its bytes
-//! differ from the last seen, so other files in the folder and the several
-//! events of one save make at most one reload.
+//! inode never changes. Only events that name the file (or its symlink's
+//! target), or that leave its path leading to another file (the `..data`
+//! swap), count: a log file written next to it every few milliseconds does
+//! not. A counted event starts a quiet period (`DEBOUNCE`), bounded by
+//! `MAX_DELAY` after its first event so that a file touched without pause
+//! is still read; then the file is read and reloaded only if its bytes
+//! differ from the last seen, so the several events of one save make at
+//! most one reload.
 
 use std::path::{Path, PathBuf};
-use std::sync::Weak;
+use std::sync::{Mutex, Weak};
 use std::time::Duration;
 
-use notify::{RecursiveMode, Watcher};
+use notify::event::ModifyKind;
+use notify::{EventKind, RecursiveMode, Watcher};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 use super::{App, Trigger};
 
-/// How long the folder must be quiet before the file is read.
+/// How long the file must be quiet before it is read.
 pub const DEBOUNCE: Duration = Duration::from_millis(250);
+/// The longest a change waits after its first event, however often the
+/// file is touched: events without pause must not postpone it for ever.
+pub const MAX_DELAY: Duration = Duration::from_secs(2);
 /// How often a watcher with nothing to do checks that the app still runs.
 const ALIVE_CHECK: Duration = Duration::from_secs(5);
 
 /// Watches `path` for as long as `app` runs.
 pub async fn watch(app: Weak<App>, path: PathBuf) {
+    // Absolute, as the paths of the folder's events are.
+    let path = std::path::absolute(&path).unwrap_or(path);
     let (tx, mut rx) = mpsc::unbounded_channel::<()>();
+    let concern = Concern::new(&path);
     let mut watcher = match notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        // Not reads: the reload's own read of the file would start the
-        // next round.
-        if event.is_ok_and(|e| !e.kind.is_access()) {
+        // An error may mean events were lost: read the file to be sure.
+        if event.as_ref().map_or(true, |e| concern.matters(e)) {
             let _ = tx.send(());
         }
     }) {
@@ -51,13 +62,8 @@ pub async fn watch(app: Weak<App>, path: PathBuf) {
             Err(_) if app.strong_count() == 0 => return,
             Err(_) => continue,
         }
-        // The rest of this save (or swap): until the folder is quiet.
-        loop {
-            match tokio::time::timeout(DEBOUNCE, rx.recv()).await {
-                Ok(Some(())) => continue,
-                Ok(None) => return,
-                Err(_) => break,
-            }
+        if !settle(&mut rx, Instant::now()).await {
+            return;
         }
         let Ok(now) = tokio::fs::read(&path).await else {
             tracing::debug!(file = %path.display(), "configuration file unreadable after a change; waiting for the next");
@@ -71,6 +77,64 @@ pub async fn watch(app: Weak<App>, path: PathBuf) {
         tracing::info!(file = %path.display(), "configuration file changed: reloading");
         // Logged and counted by the reload, either way.
         let _ = app.reload_off_runtime(Trigger::Watch).await;
+    }
+}
+
+/// The rest of a save (or swap) that started at `first`: returns once no
+/// event came for `DEBOUNCE`, or `MAX_DELAY` after `first`; false when the
+/// watcher is gone.
+async fn settle(rx: &mut mpsc::UnboundedReceiver<()>, first: Instant) -> bool {
+    let bound = first + MAX_DELAY;
+    loop {
+        let now = Instant::now();
+        if now >= bound {
+            return true;
+        }
+        match tokio::time::timeout_at((now + DEBOUNCE).min(bound), rx.recv()).await {
+            Ok(Some(())) => continue,
+            Ok(None) => return false,
+            Err(_) => return true,
+        }
+    }
+}
+
+/// Which of the watched folders' events concern the configuration file.
+struct Concern {
+    /// The file's absolute path.
+    path: PathBuf,
+    /// Where it led at the last look (through any symlinks).
+    target: Mutex<Option<PathBuf>>,
+}
+
+impl Concern {
+    fn new(path: &Path) -> Concern {
+        Concern { path: path.to_owned(), target: Mutex::new(std::fs::canonicalize(path).ok()) }
+    }
+
+    /// Not reads (the reload's own read of the file would start the next
+    /// round); an event that names the file or its target; or a rename,
+    /// creation or removal after which the path leads elsewhere. Writes to
+    /// other files cannot move the path, so they cost no lookup.
+    fn matters(&self, event: &notify::Event) -> bool {
+        if event.kind.is_access() {
+            return false;
+        }
+        if event.need_rescan() {
+            return true;
+        }
+        let mut target = self.target.lock().unwrap_or_else(|e| e.into_inner());
+        if event.paths.iter().any(|p| *p == self.path || Some(p) == target.as_ref()) {
+            return true;
+        }
+        if matches!(event.kind, EventKind::Modify(ModifyKind::Data(_) | ModifyKind::Metadata(_))) {
+            return false;
+        }
+        let now = std::fs::canonicalize(&self.path).ok();
+        if now == *target {
+            return false;
+        }
+        *target = now;
+        true
     }
 }
 

@@ -226,3 +226,34 @@ async fn a_file_touched_without_pause_is_still_reloaded() {
     std::fs::write(&path, toml(&["one", "two"])).unwrap();
     assert!(wait_for(&gw, "/two", 200).await, "events without pause postponed the reload");
 }
+
+/// A file written in two steps with a pause between them (a `cat > file`
+/// fed slowly, an editor writing in place), whose first step alone parses:
+/// only the whole file is applied, in one reload.
+#[tokio::test]
+async fn a_file_written_in_steps_is_applied_whole_and_once() {
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(&path, toml(&["start"])).unwrap();
+    let gw = start(&path).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let ok = reloads(&gw, "ok").await;
+    let (part, whole) = (toml(&["one"]), toml(&["one", "two"]));
+    let writer = std::thread::spawn({
+        let path = path.clone();
+        move || {
+            use std::io::Write;
+            let mut f = std::fs::File::create(&path).unwrap();
+            f.write_all(part.as_bytes()).unwrap();
+            // Longer than the debounce, shorter than it and SETTLE together.
+            std::thread::sleep(Duration::from_millis(400));
+            f.write_all(&whole.as_bytes()[part.len()..]).unwrap();
+        }
+    });
+    assert!(wait_for(&gw, "/two", 200).await, "the whole file was not loaded");
+    writer.join().unwrap();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(reloads(&gw, "ok").await, ok + 1.0, "the first step was applied on its own before the whole file");
+    assert_eq!(get(&gw.url("/start")).await.0.status, 404);
+}

@@ -418,6 +418,17 @@ const DEFAULTS: &[(&str, &str)] = &[
 
 /// Loads `source`, applies environment overrides, and validates.
 pub fn load(source: &Source) -> Result<Config, ConfigError> {
+    load_from(source, None)
+}
+
+/// [`load`] of the file at `path` with `text` as its bytes, as read by
+/// whoever checked them (the watcher), so that what is applied is what was
+/// checked, not what a later read finds.
+pub fn load_text(path: &Path, text: &str) -> Result<Config, ConfigError> {
+    load_from(&Source::File(path.to_owned()), Some(text))
+}
+
+fn load_from(source: &Source, text: Option<&str>) -> Result<Config, ConfigError> {
     let name = source.name();
     let err = |key: &str, message: String| ConfigError { source_name: name.clone(), key: key.to_owned(), message };
     let mut builder = config::Config::builder();
@@ -437,6 +448,9 @@ pub fn load(source: &Source) -> Result<Config, ConfigError> {
         .and_then(|b| b.set_default("server.watch_config", false))
         .expect("valid default key");
     builder = match source {
+        Source::File(_) if let Some(text) = text => {
+            builder.add_source(config::File::from_str(text, config::FileFormat::Toml))
+        }
         Source::File(path) => {
             if !path.is_file() {
                 return Err(err("-", "cannot read the file: not found or not a file".into()));

@@ -119,11 +119,18 @@ impl App {
     /// [`App::reload`], counted in `gateway_config_reloads_total` with
     /// what asked for it.
     pub fn reload_by(&self, trigger: Trigger) -> Result<Vec<&'static str>, ConfigError> {
+        self.reload_from(trigger, None)
+    }
+
+    /// [`App::reload_by`], with the file's bytes as the watcher read and
+    /// checked them when `text` is given.
+    pub(super) fn reload_from(&self, trigger: Trigger, text: Option<&str>) -> Result<Vec<&'static str>, ConfigError> {
         // One at a time: two at once could store the older file last.
         let mut current = self.reloading.lock().unwrap_or_else(|e| e.into_inner());
-        let loaded = match &self.config.source {
-            Some(source) => crate::config::load(source),
-            None => Err(ConfigError {
+        let loaded = match (&self.config.source, text) {
+            (Some(crate::config::Source::File(path)), Some(text)) => crate::config::load_text(path, text),
+            (Some(source), _) => crate::config::load(source),
+            (None, _) => Err(ConfigError {
                 source_name: self.config.source_name.clone(),
                 key: "-".into(),
                 message: "no file to load again".into(),

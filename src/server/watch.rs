@@ -10,9 +10,11 @@
 //! swap), count: a log file written next to it every few milliseconds does
 //! not. A counted event starts a quiet period (`DEBOUNCE`), bounded by
 //! `MAX_DELAY` after its first event so that a file touched without pause
-//! is still read; then the file is read and reloaded only if its bytes
-//! differ from the last seen, so the several events of one save make at
-//! most one reload.
+//! is still read; then the file is read twice, `SETTLE` apart, and applied
+//! only when both reads agree (a file still being written is not applied
+//! half-way, even if its first part parses) and differ from the last bytes
+//! applied or tried, so the several events of one save make at most one
+//! reload. The reload parses exactly the bytes checked.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, Weak};
@@ -30,6 +32,9 @@ pub const DEBOUNCE: Duration = Duration::from_millis(250);
 /// The longest a change waits after its first event, however often the
 /// file is touched: events without pause must not postpone it for ever.
 pub const MAX_DELAY: Duration = Duration::from_secs(2);
+/// How long the bytes read after the quiet period must stay the same before
+/// they are applied.
+pub const SETTLE: Duration = Duration::from_millis(500);
 /// How often a watcher with nothing to do checks that the app still runs.
 const ALIVE_CHECK: Duration = Duration::from_secs(5);
 
@@ -37,8 +42,55 @@ const ALIVE_CHECK: Duration = Duration::from_secs(5);
 pub async fn watch(app: Weak<App>, path: PathBuf) {
     // Absolute, as the paths of the folder's events are.
     let path = std::path::absolute(&path).unwrap_or(path);
-    let (tx, mut rx) = mpsc::unbounded_channel::<()>();
-    let concern = Concern::new(&path);
+    // Dropped at the end: it stops watching.
+    let Some((_watcher, mut rx)) = start(&path) else { return };
+    tracing::info!(file = %path.display(), "watching the configuration file for changes");
+    let mut seen = tokio::fs::read(&path).await.ok();
+    // A change is still to be read, without waiting for another event.
+    let mut due = false;
+    loop {
+        if !due {
+            match tokio::time::timeout(ALIVE_CHECK, rx.recv()).await {
+                Ok(Some(())) => {}
+                Ok(None) => return,
+                Err(_) if app.strong_count() == 0 => return,
+                Err(_) => continue,
+            }
+        }
+        due = false;
+        if !settle(&mut rx, Instant::now()).await {
+            return;
+        }
+        let now = match read_settled(&path).await {
+            Read::Settled(now) => now,
+            Read::Moving => {
+                due = true;
+                continue;
+            }
+            Read::Unreadable => {
+                tracing::debug!(file = %path.display(), "configuration file unreadable after a change; waiting for the next");
+                continue;
+            }
+        };
+        if seen.as_ref() == Some(&now) {
+            continue;
+        }
+        let Some(app) = app.upgrade() else { return };
+        tracing::info!(file = %path.display(), "configuration file changed: reloading");
+        // Exactly the bytes checked; not UTF-8, the file is read again
+        // for the reload to say why it fails.
+        let text = String::from_utf8(now.clone()).ok();
+        seen = Some(now);
+        // Logged and counted by the reload, either way.
+        let _ = tokio::task::spawn_blocking(move || app.reload_from(Trigger::Watch, text.as_deref())).await;
+    }
+}
+
+/// The watcher on the file's folders, and the channel its relevant events
+/// arrive on.
+fn start(path: &Path) -> Option<(notify::RecommendedWatcher, mpsc::UnboundedReceiver<()>)> {
+    let (tx, rx) = mpsc::unbounded_channel::<()>();
+    let concern = Concern::new(path);
     let mut watcher = match notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
         // An error may mean events were lost: read the file to be sure.
         if event.as_ref().map_or(true, |e| concern.matters(e)) {
@@ -46,37 +98,41 @@ pub async fn watch(app: Weak<App>, path: PathBuf) {
         }
     }) {
         Ok(w) => w,
-        Err(e) => return tracing::warn!(error = %e, "cannot watch the configuration file; reload with SIGHUP"),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot watch the configuration file; reload with SIGHUP");
+            return None;
+        }
     };
-    for dir in folders(&path) {
+    for dir in folders(path) {
         if let Err(e) = watcher.watch(&dir, RecursiveMode::NonRecursive) {
             tracing::warn!(folder = %dir.display(), error = %e, "cannot watch the configuration's folder");
         }
     }
-    tracing::info!(file = %path.display(), "watching the configuration file for changes");
-    let mut seen = tokio::fs::read(&path).await.ok();
-    loop {
-        match tokio::time::timeout(ALIVE_CHECK, rx.recv()).await {
-            Ok(Some(())) => {}
-            Ok(None) => return,
-            Err(_) if app.strong_count() == 0 => return,
-            Err(_) => continue,
-        }
-        if !settle(&mut rx, Instant::now()).await {
-            return;
-        }
-        let Ok(now) = tokio::fs::read(&path).await else {
-            tracing::debug!(file = %path.display(), "configuration file unreadable after a change; waiting for the next");
-            continue;
-        };
-        if seen.as_ref() == Some(&now) {
-            continue;
-        }
-        seen = Some(now);
-        let Some(app) = app.upgrade() else { return };
-        tracing::info!(file = %path.display(), "configuration file changed: reloading");
-        // Logged and counted by the reload, either way.
-        let _ = app.reload_off_runtime(Trigger::Watch).await;
+    Some((watcher, rx))
+}
+
+/// What reading a file that has just been quiet gave.
+enum Read {
+    /// The same bytes twice, `SETTLE` apart.
+    Settled(Vec<u8>),
+    /// Different bytes: still being written.
+    Moving,
+    /// Missing or unreadable (being replaced: its arrival is an event).
+    Unreadable,
+}
+
+/// Reads the file twice, `SETTLE` apart: a writer that pauses between its
+/// steps (a `cat > file`, an editor writing in place) for less than the
+/// debounce and `SETTLE` together is never read half-way, even when what
+/// it wrote so far parses; and a change whose events were missed (written
+/// through another path, a bind mount) is caught by the second read.
+async fn read_settled(path: &Path) -> Read {
+    let Ok(first) = tokio::fs::read(path).await else { return Read::Unreadable };
+    tokio::time::sleep(SETTLE).await;
+    match tokio::fs::read(path).await {
+        Ok(second) if second == first => Read::Settled(second),
+        Ok(_) => Read::Moving,
+        Err(_) => Read::Unreadable,
     }
 }
 

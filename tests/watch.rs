@@ -257,3 +257,52 @@ async fn a_file_written_in_steps_is_applied_whole_and_once() {
     assert_eq!(reloads(&gw, "ok").await, ok + 1.0, "the first step was applied on its own before the whole file");
     assert_eq!(get(&gw.url("/start")).await.0.status, 404);
 }
+
+fn invalid() -> String {
+    format!("{}[[routes]]\nname = \"bad\"\nprefix = \"/bad\"\nupstream = \"ghost\"\n", toml(&["one", "two"]))
+}
+
+/// An invalid save and, right after it, the fix: the fix is what ends up
+/// applied.
+#[tokio::test]
+async fn an_invalid_save_then_at_once_a_valid_one_applies_the_valid_one() {
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(&path, toml(&["one"])).unwrap();
+    let gw = start(&path).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    std::fs::write(&path, invalid()).unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    std::fs::write(&path, toml(&["one", "two"])).unwrap();
+    assert!(wait_for(&gw, "/two", 200).await, "the valid file written after the invalid one was not applied");
+}
+
+/// The fix of an invalid file arrives without an event the watcher sees
+/// (written through another path to the same file, as a bind mount's host
+/// or a second hard link does): it is applied all the same.
+#[tokio::test]
+async fn a_fix_without_an_event_after_a_failed_reload_is_applied() {
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(&path, toml(&["one"])).unwrap();
+    let other = elsewhere.path().join("same-file.toml");
+    std::fs::hard_link(&path, &other).unwrap();
+    let gw = start(&path).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let errors = reloads(&gw, "error").await;
+    std::fs::write(&path, invalid()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while reloads(&gw, "error").await < errors + 1.0 {
+        assert!(Instant::now() < deadline, "the invalid file was not tried");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // In place through the other name: the watched folder hears nothing.
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new().write(true).truncate(true).open(&other).unwrap();
+    f.write_all(toml(&["one", "two"]).as_bytes()).unwrap();
+    drop(f);
+    assert!(wait_for(&gw, "/two", 200).await, "the fixed file was not applied");
+}

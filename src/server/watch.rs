@@ -14,7 +14,10 @@
 //! only when both reads agree (a file still being written is not applied
 //! half-way, even if its first part parses) and differ from the last bytes
 //! applied or tried, so the several events of one save make at most one
-//! reload. The reload parses exactly the bytes checked.
+//! reload. The reload parses exactly the bytes checked. Without events the
+//! file is still compared every `POLL`, so the last state of the file is
+//! always the one evaluated: a fix that no event told of (written through
+//! another path, a bind mount) is applied after a failed reload too.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, Weak};
@@ -35,8 +38,9 @@ pub const MAX_DELAY: Duration = Duration::from_secs(2);
 /// How long the bytes read after the quiet period must stay the same before
 /// they are applied.
 pub const SETTLE: Duration = Duration::from_millis(500);
-/// How often a watcher with nothing to do checks that the app still runs.
-const ALIVE_CHECK: Duration = Duration::from_secs(5);
+/// How often a watcher with no event compares the file with the bytes last
+/// applied or tried (and checks that the app still runs).
+const POLL: Duration = Duration::from_secs(2);
 
 /// Watches `path` for as long as `app` runs.
 pub async fn watch(app: Weak<App>, path: PathBuf) {
@@ -50,10 +54,14 @@ pub async fn watch(app: Weak<App>, path: PathBuf) {
     let mut due = false;
     loop {
         if !due {
-            match tokio::time::timeout(ALIVE_CHECK, rx.recv()).await {
+            match tokio::time::timeout(POLL, rx.recv()).await {
                 Ok(Some(())) => {}
                 Ok(None) => return,
                 Err(_) if app.strong_count() == 0 => return,
+                // No event: the bytes are compared all the same, so that a
+                // change no event told of (a fix written through another
+                // path after a failed reload) is what ends up applied.
+                Err(_) if tokio::fs::read(&path).await.ok() != seen => {}
                 Err(_) => continue,
             }
         }

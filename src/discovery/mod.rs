@@ -12,9 +12,12 @@
 //!   turned into endpoints;
 //! - `schedule`: when to ask again and what an answer does to the set
 //!   (pure, table-tested);
+//! - `hold`: an address an answer left out stays for its TTL (pure,
+//!   table-tested), so a server answering subsets does not churn the set;
 //! - here: the tasks, their metrics and log lines, and [`Status`], the
 //!   read-only view of each upstream's discovery for the status endpoints.
 
+pub mod hold;
 pub mod resolve;
 pub mod schedule;
 
@@ -29,6 +32,7 @@ use tokio::time::Instant;
 
 use crate::config::{Config, Discover, EndpointConfig, ResolverSettings};
 use crate::metrics::{DISCOVERY_LAST_SUCCESS, DISCOVERY_RESOLUTIONS};
+use hold::Held;
 use resolve::Answer;
 use schedule::{Looked, SetChange};
 
@@ -248,6 +252,8 @@ async fn run(
         count(result).increment(0);
     }
     let mut last_found: Option<Instant> = None;
+    // Carried over from the lookups this task replaces, TTLs unknown.
+    let mut held = Held::carried(state.endpoints(), d.min_ttl);
     let mut previous: Option<&'static str> = None;
     loop {
         let answer = match &resolver {
@@ -279,11 +285,14 @@ async fn run(
             status.result = Some(resolution);
         }
         let new = match (change, answer) {
-            (SetChange::Replace, Answer::Found { endpoints, .. }) => {
+            (SetChange::Replace, Answer::Found { endpoints, ttl }) => {
                 last_found = Some(now);
-                Some(endpoints)
+                Some(held.answer(&endpoints, ttl.clamp(d.min_ttl, d.max_ttl), now))
             }
-            (SetChange::Empty, _) => Some(Vec::new()),
+            (SetChange::Empty, _) => {
+                held.clear();
+                Some(Vec::new())
+            }
             _ => None,
         };
         if let Some(new) = new {

@@ -1,7 +1,8 @@
 //! When a name is asked again, and what an answer does to the set of
 //! addresses an upstream has: pure, so the rules are table-tested.
 //!
-//! - An answer with addresses replaces the set; the name is asked again at
+//! - An answer with addresses replaces the set (but for the addresses it
+//!   left out that `hold` keeps for their TTL); the name is asked again at
 //!   the answer's TTL clamped to `min_ttl..max_ttl`, and within `interval`
 //!   at the latest.
 //! - A failed lookup (timeout, SERVFAIL, refused) keeps the set as it is:

@@ -1,0 +1,143 @@
+//! What an answer with addresses does to the set, address by address: the
+//! answer's addresses are in it, and one the answer left out stays for its
+//! record's TTL (clamped to `min_ttl..max_ttl`) from the first answer
+//! without it. Pure, so the rule is table-tested.
+//!
+//! Why keep it: a DNS server that answers a rotating or truncated subset
+//! of a large record set (round-robin DNS, answers cut to fit a UDP
+//! packet) would otherwise make the set churn at every lookup, and an
+//! endpoint that leaves and comes back starts again with no pool, health
+//! or ejection. Why only for its TTL: a resolver that fetched the name
+//! just before that answer hands the address out for one more TTL, so the
+//! service must keep it serving that long anyway (Envoy's STRICT_DNS drops
+//! it at once; HAProxy's `hold obsolete` keeps it for a fixed time; the
+//! TTL is the time the DNS itself promises).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::config::EndpointConfig;
+
+/// The set, with when each address was last left out.
+#[derive(Debug, Default)]
+pub struct Held {
+    entries: Vec<Entry>,
+}
+
+#[derive(Debug)]
+struct Entry {
+    endpoint: EndpointConfig,
+    /// Its TTL, clamped, as of the last answer that gave it.
+    ttl: Duration,
+    /// The first answer since then that left it out.
+    missing_since: Option<Instant>,
+}
+
+impl Held {
+    /// A set carried over (a reload, a changed `[resolver]`): each
+    /// address held for `ttl` if the first answer leaves it out.
+    pub fn carried(endpoints: Vec<EndpointConfig>, ttl: Duration) -> Held {
+        Held { entries: endpoints.into_iter().map(|endpoint| Entry { endpoint, ttl, missing_since: None }).collect() }
+    }
+
+    /// Takes an answer's endpoints, valid for `ttl` (already clamped), at
+    /// `now`; returns the set: the answer's and those it left out whose
+    /// TTL has not passed since the first answer without them, in address
+    /// order.
+    pub fn answer(&mut self, found: &[EndpointConfig], ttl: Duration, now: Instant) -> Vec<EndpointConfig> {
+        self.entries.retain_mut(|e| {
+            if found.contains(&e.endpoint) {
+                return true;
+            }
+            let since = *e.missing_since.get_or_insert(now);
+            now.saturating_duration_since(since) < e.ttl
+        });
+        for f in found {
+            match self.entries.iter_mut().find(|e| e.endpoint == *f) {
+                Some(e) => {
+                    e.ttl = ttl;
+                    e.missing_since = None;
+                }
+                None => self.entries.push(Entry { endpoint: f.clone(), ttl, missing_since: None }),
+            }
+        }
+        self.entries.sort_by_key(|e| (e.endpoint.url.parse::<SocketAddr>().ok(), e.endpoint.url.clone()));
+        self.endpoints()
+    }
+
+    /// Forgets every address (the name has been gone for `max_ttl`).
+    pub fn clear(&mut self) {
+        self.entries.clear();
+    }
+
+    /// The set as it is.
+    pub fn endpoints(&self) -> Vec<EndpointConfig> {
+        self.entries.iter().map(|e| e.endpoint.clone()).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Discover, DiscoverName};
+
+    fn at(port: u16) -> EndpointConfig {
+        let d = Discover {
+            name: DiscoverName::Dns { host: "app".into(), port: 80 },
+            scheme: http::uri::Scheme::HTTP,
+            interval: Duration::from_secs(5),
+            min_ttl: Duration::from_secs(1),
+            max_ttl: Duration::from_secs(60),
+            tls_name: None,
+        };
+        d.endpoint("127.0.0.1".parse().unwrap(), port)
+    }
+
+    #[test]
+    fn answer_table() {
+        let s = Duration::from_secs;
+        let t0 = Instant::now();
+        // (answer's ports, its TTL, seconds after t0, the set's ports)
+        type Step = (&'static [u16], u64, u64, &'static [u16]);
+        let cases: Vec<(&str, Vec<Step>)> = vec![
+            ("answers replace an empty set", vec![(&[2, 1], 5, 0, &[1, 2])]),
+            ("left out once, kept", vec![(&[1, 2], 5, 0, &[1, 2]), (&[1], 5, 1, &[1, 2])]),
+            (
+                "back within its TTL, kept",
+                vec![(&[1, 2], 5, 0, &[1, 2]), (&[1], 5, 1, &[1, 2]), (&[1, 2], 5, 2, &[1, 2])],
+            ),
+            // The TTL runs from the first answer without it, not the last with it.
+            ("gone at its TTL", vec![(&[1, 2], 5, 0, &[1, 2]), (&[1], 5, 4, &[1, 2]), (&[1], 5, 9, &[1])]),
+            ("still within it", vec![(&[1, 2], 5, 0, &[1, 2]), (&[1], 5, 4, &[1, 2]), (&[1], 5, 8, &[1, 2])]),
+            // Its TTL is the one of the last answer that gave it.
+            ("its own TTL", vec![(&[1, 2], 2, 0, &[1, 2]), (&[1], 30, 1, &[1, 2]), (&[1], 30, 3, &[1])]),
+            // Back, it is a fresh entry: the next absence starts a new TTL.
+            (
+                "a new absence, a new TTL",
+                vec![(&[1, 2], 5, 0, &[1, 2]), (&[1], 5, 1, &[1, 2]), (&[1, 2], 5, 2, &[1, 2]), (&[1], 5, 5, &[1, 2])],
+            ),
+            ("a TTL of 0 keeps nothing", vec![(&[1, 2], 0, 0, &[1, 2]), (&[1], 0, 0, &[1])]),
+        ];
+        for (name, steps) in cases {
+            let mut held = Held::default();
+            for (i, (ports, ttl, secs, want)) in steps.into_iter().enumerate() {
+                let found: Vec<EndpointConfig> = ports.iter().map(|p| at(*p)).collect();
+                let got = held.answer(&found, s(ttl), t0 + s(secs));
+                let want: Vec<EndpointConfig> = want.iter().map(|p| at(*p)).collect();
+                assert_eq!(got, want, "{name}, step {i}");
+            }
+        }
+    }
+
+    #[test]
+    fn carried_addresses_are_held_for_the_ttl_given() {
+        let t0 = Instant::now();
+        let mut held = Held::carried(vec![at(1), at(2)], Duration::from_secs(1));
+        assert_eq!(held.answer(&[at(1)], Duration::from_secs(30), t0), [at(1), at(2)]);
+        assert_eq!(held.answer(&[at(1)], Duration::from_secs(30), t0 + Duration::from_secs(1)), [at(1)]);
+        held.clear();
+        assert!(held.endpoints().is_empty());
+    }
+}

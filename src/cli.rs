@@ -144,7 +144,8 @@ fn check(path: Option<PathBuf>) -> ExitCode {
 /// name that does not resolve is no configuration error (the app's Service
 /// may come up after the gateway), so this only informs.
 fn check_discovery(config: &Config) {
-    use crate::discovery::resolve::{self, Answer};
+    use crate::discovery::hold::{Combined, Held};
+    use crate::discovery::resolve;
     let discovered: Vec<_> = config.upstreams.iter().filter_map(|u| Some((u, u.discover.as_ref()?))).collect();
     if discovered.is_empty() {
         return;
@@ -160,13 +161,15 @@ fn check_discovery(config: &Config) {
         };
         for (u, d) in discovered {
             let what = format!("upstream {}: {} {}", u.name, d.source(), d.describe());
-            match tokio::time::timeout(crate::discovery::CHECK_TIMEOUT, resolve::lookup(&resolver, d)).await {
-                Ok(Answer::Found { endpoints, .. }) => {
+            let looked = tokio::time::timeout(crate::discovery::CHECK_TIMEOUT, resolve::lookup(&resolver, d)).await;
+            match looked.map(|answer| Held::default().combine(answer)) {
+                Ok(Combined::Found { endpoints, failed, .. }) => {
                     let addresses: Vec<&str> = endpoints.iter().map(|e| e.url.as_str()).collect();
-                    println!("{what} resolves to {}", addresses.join(", "));
+                    let failed = failed.map(|why| format!(" (a part failed: {why})")).unwrap_or_default();
+                    println!("{what} resolves to {}{failed}", addresses.join(", "));
                 }
-                Ok(Answer::NotFound) => println!("{what} is not resolvable now (not found)"),
-                Ok(Answer::Failed(why)) => println!("{what} is not resolvable now ({why})"),
+                Ok(Combined::NotFound) => println!("{what} is not resolvable now (not found)"),
+                Ok(Combined::Failed(why)) => println!("{what} is not resolvable now ({why})"),
                 Err(_) => println!("{what} is not resolvable now (no answer in time)"),
             }
         }

@@ -1,7 +1,11 @@
 //! What an answer with addresses does to the set, address by address: the
 //! answer's addresses are in it, and one the answer left out stays for its
 //! record's TTL (clamped to `min_ttl..max_ttl`) from the first answer
-//! without it. Pure, so the rule is table-tested.
+//! without it. And what a lookup whose parts went differently comes to
+//! (`Held::combine`): a part that failed (AAAA timing out while A answers,
+//! one SRV target's address lookup failing) stands in with its last good
+//! addresses, neither dropping them nor holding back the parts that
+//! answered. Pure, so the rules are table-tested.
 //!
 //! Why keep it: a DNS server that answers a rotating or truncated subset
 //! of a large record set (round-robin DNS, answers cut to fit a UDP
@@ -13,17 +17,36 @@
 //! it at once; HAProxy's `hold obsolete` keeps it for a fixed time; the
 //! TTL is the time the DNS itself promises).
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::resolve::{Answer, Outcome, Part};
 use crate::config::EndpointConfig;
 
-/// The set, with when each address was last left out.
+/// The set, with when each address was last left out, and each part's last
+/// good endpoints.
 #[derive(Debug, Default)]
 pub struct Held {
     entries: Vec<Entry>,
+    /// By part key (see [`Part`]): what the part last gave when it answered.
+    last_good: HashMap<String, (Vec<EndpointConfig>, Duration)>,
+}
+
+/// What a lookup came to once its failed parts stood in with their last
+/// good endpoints.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Combined {
+    /// Endpoints, with the smallest TTL of the parts that gave them;
+    /// `failed` says why some part failed (it was asked again soon).
+    Found { endpoints: Vec<EndpointConfig>, ttl: Duration, failed: Option<String> },
+    /// No part had any endpoint, and none failed.
+    NotFound,
+    /// Nothing learnt: every part failed (the set is kept as it is), or
+    /// the lookup as a whole.
+    Failed(String),
 }
 
 #[derive(Debug)]
@@ -39,7 +62,8 @@ impl Held {
     /// A set carried over (a reload, a changed `[resolver]`): each
     /// address held for `ttl` if the first answer leaves it out.
     pub fn carried(endpoints: Vec<EndpointConfig>, ttl: Duration) -> Held {
-        Held { entries: endpoints.into_iter().map(|endpoint| Entry { endpoint, ttl, missing_since: None }).collect() }
+        let entries = endpoints.into_iter().map(|endpoint| Entry { endpoint, ttl, missing_since: None }).collect();
+        Held { entries, last_good: HashMap::new() }
     }
 
     /// Takes an answer's endpoints, valid for `ttl` (already clamped), at
@@ -70,6 +94,48 @@ impl Held {
     /// Forgets every address (the name has been gone for `max_ttl`).
     pub fn clear(&mut self) {
         self.entries.clear();
+        self.last_good.clear();
+    }
+
+    /// A lookup's parts combined: a failed part gives its last good
+    /// endpoints; a part no longer asked (an SRV target that left) is
+    /// forgotten.
+    pub fn combine(&mut self, answer: Answer) -> Combined {
+        let parts = match answer {
+            Answer::Parts(parts) => parts,
+            Answer::NotFound => return Combined::NotFound,
+            Answer::Failed(why) => return Combined::Failed(why),
+        };
+        self.last_good.retain(|key, _| parts.iter().any(|p| p.key == *key));
+        let (mut endpoints, mut ttl, mut failed) = (Vec::new(), None::<Duration>, None);
+        let mut answered = false;
+        for Part { key, outcome } in parts {
+            let (got, t) = match outcome {
+                Outcome::Found { endpoints, ttl } => {
+                    answered = true;
+                    self.last_good.insert(key, (endpoints.clone(), ttl));
+                    (endpoints, ttl)
+                }
+                Outcome::Failed(why) => {
+                    failed = Some(format!("{key}: {why}"));
+                    match self.last_good.get(&key) {
+                        Some((kept, t)) => (kept.clone(), *t),
+                        None => continue,
+                    }
+                }
+            };
+            if !got.is_empty() {
+                ttl = Some(ttl.map_or(t, |u| u.min(t)));
+            }
+            endpoints.extend(got.into_iter().filter(|e| !endpoints.contains(e)).collect::<Vec<_>>());
+        }
+        match (ttl, failed) {
+            // Nothing answered: a failed lookup, which keeps the set whole.
+            (_, Some(why)) if !answered => Combined::Failed(why),
+            (Some(ttl), failed) => Combined::Found { endpoints, ttl, failed },
+            (None, Some(why)) => Combined::Failed(why),
+            (None, None) => Combined::NotFound,
+        }
     }
 
     /// The set as it is.
@@ -127,6 +193,85 @@ mod tests {
                 let got = held.answer(&found, s(ttl), t0 + s(secs));
                 let want: Vec<EndpointConfig> = want.iter().map(|p| at(*p)).collect();
                 assert_eq!(got, want, "{name}, step {i}");
+            }
+        }
+    }
+
+    fn part(key: &str, ports: Option<&[u16]>) -> Part {
+        let outcome = match ports {
+            Some(ports) => {
+                Outcome::Found { endpoints: ports.iter().map(|p| at(*p)).collect(), ttl: Duration::from_secs(5) }
+            }
+            None => Outcome::Failed("SERVFAIL".into()),
+        };
+        Part { key: key.into(), outcome }
+    }
+
+    #[test]
+    fn combine_table() {
+        let found = |ports: &[u16], failed: Option<&str>| Combined::Found {
+            endpoints: ports.iter().map(|p| at(*p)).collect(),
+            ttl: Duration::from_secs(5),
+            failed: failed.map(|k| format!("{k}: SERVFAIL")),
+        };
+        // Each case: lookups one after another, each with what it comes to.
+        let cases: Vec<(&str, Vec<(Answer, Combined)>)> = vec![
+            (
+                "both answer",
+                vec![(Answer::Parts(vec![part("A", Some(&[1])), part("AAAA", Some(&[2]))]), found(&[1, 2], None))],
+            ),
+            (
+                "AAAA fails: its last good stand in",
+                vec![
+                    (Answer::Parts(vec![part("A", Some(&[1])), part("AAAA", Some(&[2]))]), found(&[1, 2], None)),
+                    (
+                        Answer::Parts(vec![part("A", Some(&[1, 3])), part("AAAA", None)]),
+                        found(&[1, 3, 2], Some("AAAA")),
+                    ),
+                ],
+            ),
+            (
+                "a part that never answered gives nothing",
+                vec![(Answer::Parts(vec![part("A", Some(&[1])), part("AAAA", None)]), found(&[1], Some("AAAA")))],
+            ),
+            (
+                "every part failing is a failed lookup, last good or not",
+                vec![
+                    (Answer::Parts(vec![part("A", Some(&[1])), part("AAAA", Some(&[]))]), found(&[1], None)),
+                    (
+                        Answer::Parts(vec![part("A", None), part("AAAA", None)]),
+                        Combined::Failed("AAAA: SERVFAIL".into()),
+                    ),
+                ],
+            ),
+            (
+                "every part failing, none ever good",
+                vec![(Answer::Parts(vec![part("A", None)]), Combined::Failed("A: SERVFAIL".into()))],
+            ),
+            (
+                "no records anywhere",
+                vec![(Answer::Parts(vec![part("A", Some(&[])), part("AAAA", Some(&[]))]), Combined::NotFound)],
+            ),
+            (
+                "a part no longer asked is forgotten",
+                vec![
+                    (Answer::Parts(vec![part("a:1 A", Some(&[1])), part("b:2 A", Some(&[2]))]), found(&[1, 2], None)),
+                    (Answer::Parts(vec![part("a:1 A", Some(&[1]))]), found(&[1], None)),
+                    (Answer::Parts(vec![part("a:1 A", Some(&[1])), part("b:2 A", None)]), found(&[1], Some("b:2 A"))),
+                ],
+            ),
+            (
+                "the lookup as a whole",
+                vec![
+                    (Answer::NotFound, Combined::NotFound),
+                    (Answer::Failed("x".into()), Combined::Failed("x".into())),
+                ],
+            ),
+        ];
+        for (name, steps) in cases {
+            let mut held = Held::default();
+            for (i, (answer, want)) in steps.into_iter().enumerate() {
+                assert_eq!(held.combine(answer), want, "{name}, step {i}");
             }
         }
     }

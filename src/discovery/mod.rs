@@ -14,27 +14,24 @@
 //!   (pure, table-tested);
 //! - `hold`: an address an answer left out stays for its TTL (pure,
 //!   table-tested), so a server answering subsets does not churn the set;
-//! - here: the tasks, their metrics and log lines, and [`Status`], the
-//!   read-only view of each upstream's discovery for the status endpoints.
+//! - `task`: the task of each upstream, its metrics and log lines;
+//! - here: keeping the tasks in step with the configuration, and
+//!   [`Status`], the read-only view of each upstream's discovery for the
+//!   status endpoints.
 
 pub mod hold;
 pub mod resolve;
 pub mod schedule;
+mod task;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use hickory_resolver::TokioResolver;
-use metrics::{counter, gauge};
 use tokio::sync::Notify;
-use tokio::time::Instant;
 
 use crate::config::{Config, Discover, EndpointConfig, ResolverSettings};
-use crate::metrics::{DISCOVERY_LAST_SUCCESS, DISCOVERY_RESOLUTIONS};
-use hold::Held;
-use resolve::Answer;
-use schedule::{Looked, SetChange};
 
 /// Where an upstream's endpoints come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,16 +62,20 @@ pub enum Resolution {
     Found { addresses: usize },
     /// NXDOMAIN, or no records.
     NotFound,
+    /// Some part failed (AAAA, one SRV target): this many addresses, its
+    /// last good ones among them.
+    Partial { addresses: usize, reason: String },
     /// Timeout, SERVFAIL, refused: the set was kept.
     Failed { reason: String },
 }
 
 impl Resolution {
     /// The `result` label of `gateway_discovery_resolutions_total`: `ok`,
-    /// `not_found` or `error`.
+    /// `partial`, `not_found` or `error`.
     pub fn label(&self) -> &'static str {
         match self {
             Resolution::Found { .. } => "ok",
+            Resolution::Partial { .. } => "partial",
             Resolution::NotFound => "not_found",
             Resolution::Failed { .. } => "error",
         }
@@ -223,8 +224,13 @@ impl Discovery {
                     last_success: None,
                 }),
             });
-            let task =
-                tokio::spawn(run(name.to_owned(), discover.clone(), resolver, state.clone(), self.changed.clone()));
+            let task = tokio::spawn(task::run(
+                name.to_owned(),
+                discover.clone(),
+                resolver,
+                state.clone(),
+                self.changed.clone(),
+            ));
             inner.watches.insert(name.to_owned(), Watch { config: discover.clone(), state, task: task.abort_handle() });
         }
     }
@@ -232,108 +238,6 @@ impl Discovery {
     /// The state of the discovered upstream `name`, if it is one.
     pub fn state(&self, name: &str) -> Option<Arc<State>> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner()).watches.get(name).map(|w| w.state.clone())
-    }
-}
-
-/// Looks `d`'s name up again and again (see `schedule`), updating `state`
-/// and notifying `changed` when its set changes. Aborted when its upstream
-/// goes or is discovered differently.
-async fn run(
-    upstream: String,
-    d: Discover,
-    resolver: Result<Arc<TokioResolver>, String>,
-    state: Arc<State>,
-    changed: Arc<Notify>,
-) {
-    let last_success = gauge!(DISCOVERY_LAST_SUCCESS, "upstream" => upstream.clone());
-    let count =
-        |result: &'static str| counter!(DISCOVERY_RESOLUTIONS, "upstream" => upstream.clone(), "result" => result);
-    for result in ["ok", "not_found", "error"] {
-        count(result).increment(0);
-    }
-    let mut last_found: Option<Instant> = None;
-    // Carried over from the lookups this task replaces, TTLs unknown.
-    let mut held = Held::carried(state.endpoints(), d.min_ttl);
-    let mut previous: Option<&'static str> = None;
-    loop {
-        let answer = match &resolver {
-            Ok(resolver) => resolve::lookup(resolver, &d).await,
-            Err(why) => Answer::Failed(why.clone()),
-        };
-        let now = Instant::now();
-        let (looked, resolution) = match &answer {
-            Answer::Found { endpoints, ttl } => {
-                (Looked::Found { ttl: *ttl }, Resolution::Found { addresses: endpoints.len() })
-            }
-            Answer::NotFound => (Looked::NotFound, Resolution::NotFound),
-            Answer::Failed(why) => (Looked::Failed, Resolution::Failed { reason: why.clone() }),
-        };
-        let (change, next) = schedule::decide(looked, last_found, now, &d);
-        count(resolution.label()).increment(1);
-        if previous != Some(resolution.label()) {
-            log_outcome(&upstream, &d, &resolution, &state);
-            previous = Some(resolution.label());
-        }
-        let wall = SystemTime::now();
-        {
-            let mut status = state.status.lock().unwrap_or_else(|e| e.into_inner());
-            status.last_resolution = Some(wall);
-            if let Resolution::Found { .. } = resolution {
-                status.last_success = Some(wall);
-                last_success.set(wall.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_secs_f64());
-            }
-            status.result = Some(resolution);
-        }
-        let new = match (change, answer) {
-            (SetChange::Replace, Answer::Found { endpoints, ttl }) => {
-                last_found = Some(now);
-                Some(held.answer(&endpoints, ttl.clamp(d.min_ttl, d.max_ttl), now))
-            }
-            (SetChange::Empty, _) => {
-                held.clear();
-                Some(Vec::new())
-            }
-            _ => None,
-        };
-        if let Some(new) = new {
-            let mut endpoints = state.endpoints.lock().unwrap_or_else(|e| e.into_inner());
-            if *endpoints != new {
-                log_change(&upstream, &endpoints, &new);
-                *endpoints = new;
-                drop(endpoints);
-                changed.notify_one();
-            }
-        }
-        tokio::time::sleep(next).await;
-    }
-}
-
-/// A change in how lookups go: logged once per change, not per lookup.
-fn log_outcome(upstream: &str, d: &Discover, resolution: &Resolution, state: &State) {
-    let name = d.describe();
-    let kept = state.endpoints.lock().unwrap_or_else(|e| e.into_inner()).len();
-    match resolution {
-        Resolution::Found { addresses } => tracing::info!(upstream, name, addresses, "discovery: name resolves"),
-        Resolution::NotFound => tracing::warn!(
-            upstream,
-            name,
-            kept,
-            max_ttl = %humantime::format_duration(d.max_ttl),
-            "discovery: name not found (NXDOMAIN or no records); its addresses go after max_ttl"
-        ),
-        Resolution::Failed { reason } => {
-            tracing::warn!(upstream, name, kept, error = %reason, "discovery: lookup failed; keeping the last addresses")
-        }
-    }
-}
-
-fn log_change(upstream: &str, before: &[EndpointConfig], after: &[EndpointConfig]) {
-    let added: Vec<&str> = after.iter().filter(|e| !before.contains(e)).map(|e| e.url.as_str()).collect();
-    let removed: Vec<&str> = before.iter().filter(|e| !after.contains(e)).map(|e| e.url.as_str()).collect();
-    if after.is_empty() {
-        tracing::warn!(upstream, removed = ?removed, "discovery: no address left; requests get 503");
-    } else {
-        tracing::info!(upstream, added = ?added, removed = ?removed, endpoints = after.len(), "discovery: endpoints changed");
     }
 }
 

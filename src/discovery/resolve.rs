@@ -44,12 +44,32 @@ pub fn resolver(settings: &ResolverSettings) -> Result<TokioResolver, String> {
 /// What one lookup of a discovered name came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Answer {
-    /// The endpoints, sorted by address, and the smallest TTL among the
-    /// records that made them.
-    Found { endpoints: Vec<EndpointConfig>, ttl: Duration },
-    /// NXDOMAIN, or no records of the types asked.
+    /// The name (or SRV record set) is there: what each of its parts gave.
+    Parts(Vec<Part>),
+    /// NXDOMAIN, or no SRV records.
     NotFound,
     /// Nothing learnt: timeout, SERVFAIL, refused (the reason).
+    Failed(String),
+}
+
+/// One query of a lookup: the A or the AAAA records of the name, or of one
+/// SRV target on its record's port. Parts fail on their own (a DNS server
+/// that fails AAAA queries is common), so each is kept apart: a failed one
+/// stands in with its last good addresses (see `hold`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Part {
+    /// Which query: `A`, `AAAA`, or `target:port A` for SRV.
+    pub key: String,
+    pub outcome: Outcome,
+}
+
+/// What one part gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Endpoints (possibly none: the type has no records), and the smallest
+    /// TTL among the records that made them.
+    Found { endpoints: Vec<EndpointConfig>, ttl: Duration },
+    /// Timeout, SERVFAIL, refused (the reason).
     Failed(String),
 }
 
@@ -57,61 +77,65 @@ pub enum Answer {
 /// its targets' addresses.
 pub async fn lookup(resolver: &TokioResolver, d: &Discover) -> Answer {
     match &d.name {
-        DiscoverName::Dns { host, port } => match addresses(resolver, host).await {
-            Ok((ips, ttl)) => found(d, ips.into_iter().map(|ip| (ip, *port)), ttl),
-            Err(answer) => answer,
-        },
+        DiscoverName::Dns { host, port } => {
+            let (v4, v6) = families(resolver, host).await;
+            let part =
+                |key: &str, looked: Looked| Part { key: key.to_owned(), outcome: outcome(d, looked, *port, None) };
+            Answer::Parts(vec![part("A", v4), part("AAAA", v6)])
+        }
         DiscoverName::Srv(name) => srv(resolver, d, name).await,
     }
 }
 
-/// The endpoints of `(address, port)` pairs, or `NotFound` for none.
-fn found(d: &Discover, pairs: impl IntoIterator<Item = (IpAddr, u16)>, ttl: Duration) -> Answer {
-    let unique: BTreeSet<(IpAddr, u16)> = pairs.into_iter().collect();
-    if unique.is_empty() {
-        return Answer::NotFound;
-    }
-    Answer::Found { endpoints: unique.into_iter().map(|(ip, port)| d.endpoint(ip, port)).collect(), ttl }
+/// One family's addresses and their smallest TTL (`None`: no records), or
+/// why the query failed.
+type Looked = Result<(Vec<IpAddr>, Option<u32>), String>;
+
+/// The A and the AAAA records of `host`, asked at once.
+async fn families(resolver: &TokioResolver, host: &str) -> (Looked, Looked) {
+    let (v4, v6) = tokio::join!(resolver.lookup(host, RecordType::A), resolver.lookup(host, RecordType::AAAA));
+    (addresses(v4), addresses(v6))
 }
 
-/// The addresses of `host` (A and AAAA) and their smallest TTL. One family
-/// failing while the other has addresses still gives those (a DNS server
-/// that fails AAAA queries is common); both failing, or one failing and the
-/// other empty, is a failure.
-async fn addresses(resolver: &TokioResolver, host: &str) -> Result<(Vec<IpAddr>, Duration), Answer> {
-    let (v4, v6) = tokio::join!(resolver.lookup(host, RecordType::A), resolver.lookup(host, RecordType::AAAA));
+fn addresses(looked: Result<hickory_resolver::lookup::Lookup, NetError>) -> Looked {
+    let lookup = match looked {
+        Ok(lookup) => lookup,
+        Err(e) if e.is_no_records_found() => return Ok((Vec::new(), None)),
+        Err(e) => return Err(describe(&e)),
+    };
     let mut ips = Vec::new();
     let mut ttl: Option<u32> = None;
-    let mut failure = None;
-    for looked in [v4, v6] {
-        match looked {
-            Ok(lookup) => {
-                for record in lookup.answers() {
-                    let ip = match &record.data {
-                        RData::A(a) => IpAddr::V4(a.0),
-                        RData::AAAA(a) => IpAddr::V6(a.0),
-                        _ => continue,
-                    };
-                    ips.push(ip);
-                    ttl = Some(ttl.map_or(record.ttl, |t| t.min(record.ttl)));
-                }
-            }
-            Err(e) if e.is_no_records_found() => {}
-            Err(e) => failure = Some(describe(&e)),
-        }
+    for record in lookup.answers() {
+        let ip = match &record.data {
+            RData::A(a) => IpAddr::V4(a.0),
+            RData::AAAA(a) => IpAddr::V6(a.0),
+            _ => continue,
+        };
+        ips.push(ip);
+        ttl = Some(ttl.map_or(record.ttl, |t| t.min(record.ttl)));
     }
-    match (ttl, failure) {
-        (Some(ttl), _) => Ok((ips, Duration::from_secs(ttl.into()))),
-        (None, Some(why)) => Err(Answer::Failed(why)),
-        (None, None) => Err(Answer::NotFound),
+    Ok((ips, ttl))
+}
+
+/// A part's outcome: its addresses on `port`, sorted and without repeats,
+/// valid for the smaller of their TTL and `cap` (an SRV record's).
+fn outcome(d: &Discover, looked: Looked, port: u16, cap: Option<u32>) -> Outcome {
+    match looked {
+        Ok((ips, ttl)) => {
+            let unique: BTreeSet<IpAddr> = ips.into_iter().collect();
+            let ttl = ttl.into_iter().chain(cap).min().unwrap_or(0);
+            let endpoints = unique.into_iter().map(|ip| d.endpoint(ip, port)).collect();
+            Outcome::Found { endpoints, ttl: Duration::from_secs(ttl.into()) }
+        }
+        Err(why) => Outcome::Failed(why),
     }
 }
 
 /// SRV: the records of the lowest priority (RFC 2782: the others are
 /// fallbacks, used only when all of those are unreachable, which the
 /// gateway's health checks and ejection decide instead), each target's
-/// addresses on the record's port. Weights are not used: balancing has no
-/// weights.
+/// addresses on the record's port, each family of each target a part of
+/// its own. Weights are not used: balancing has no weights.
 async fn srv(resolver: &TokioResolver, d: &Discover, name: &str) -> Answer {
     let lookup = match resolver.lookup(name, RecordType::SRV).await {
         Ok(lookup) => lookup,
@@ -127,26 +151,15 @@ async fn srv(resolver: &TokioResolver, d: &Discover, name: &str) -> Answer {
         })
         .collect();
     let Some(lowest) = records.iter().map(|(_, priority, _, _)| *priority).min() else { return Answer::NotFound };
-    let mut pairs = Vec::new();
-    let mut ttl = u32::MAX;
-    let mut failure = None;
+    let mut parts = Vec::new();
     for (record, _, port, target) in records.iter().filter(|(_, p, _, _)| *p == lowest) {
-        ttl = ttl.min(record.ttl);
-        match addresses(resolver, target).await {
-            Ok((ips, t)) => {
-                ttl = ttl.min(u32::try_from(t.as_secs()).unwrap_or(u32::MAX));
-                pairs.extend(ips.into_iter().map(|ip| (ip, *port)));
-            }
-            Err(Answer::Failed(why)) => failure = Some(why),
-            Err(_) => {}
+        let (v4, v6) = families(resolver, target).await;
+        for (family, looked) in [("A", v4), ("AAAA", v6)] {
+            let outcome = outcome(d, looked, *port, Some(record.ttl));
+            parts.push(Part { key: format!("{target}:{port} {family}"), outcome });
         }
     }
-    // A target that failed to resolve leaves the set as it was rather than
-    // drop its endpoints for a DNS hiccup.
-    if let Some(why) = failure {
-        return Answer::Failed(format!("SRV target: {why}"));
-    }
-    found(d, pairs, Duration::from_secs(ttl.into()))
+    Answer::Parts(parts)
 }
 
 /// A lookup failure in a few words.

@@ -6,7 +6,10 @@
 //!   the answer's TTL clamped to `min_ttl..max_ttl`, and within `interval`
 //!   at the latest.
 //! - A failed lookup (timeout, SERVFAIL, refused) keeps the set as it is:
-//!   the DNS being down says nothing about the service.
+//!   the DNS being down says nothing about the service. A lookup of which
+//!   only a part failed (AAAA, one SRV target) replaces the set with what
+//!   answered and that part's last good addresses, and is asked again
+//!   after `min_ttl`.
 //! - "No such name" or an answer without addresses keeps the set until
 //!   `max_ttl` has passed since the last answer with addresses (no record
 //!   of that answer may still be valid by then), then empties it.
@@ -24,6 +27,9 @@ use crate::config::Discover;
 pub enum Looked {
     /// Addresses, valid for `ttl` (the smallest of the records').
     Found { ttl: Duration },
+    /// Addresses, but some part of the lookup failed (it stands in with
+    /// its last good addresses).
+    Partial { ttl: Duration },
     /// NXDOMAIN, or no A/AAAA (or SRV) records.
     NotFound,
     /// Timeout, SERVFAIL, refused: nothing learnt.
@@ -46,6 +52,9 @@ pub enum SetChange {
 pub fn decide(looked: Looked, last_found: Option<Instant>, now: Instant, d: &Discover) -> (SetChange, Duration) {
     match looked {
         Looked::Found { ttl } => (SetChange::Replace, ttl.clamp(d.min_ttl, d.max_ttl).min(d.interval)),
+        // The parts that answered count at once; the failed one is asked
+        // again soon, as a failed lookup is.
+        Looked::Partial { .. } => (SetChange::Replace, d.min_ttl),
         Looked::Failed => (SetChange::Keep, d.min_ttl),
         Looked::NotFound => {
             let gone = last_found.is_none_or(|t| now.saturating_duration_since(t) >= d.max_ttl);
@@ -85,6 +94,8 @@ mod tests {
             (Looked::Found { ttl: s(300) }, None, discover(5, 1, 60), SetChange::Replace, s(5)),
             // ... and within max_ttl.
             (Looked::Found { ttl: s(300) }, None, discover(120, 1, 60), SetChange::Replace, s(60)),
+            // A partial failure takes what answered, and asks again soon.
+            (Looked::Partial { ttl: s(30) }, None, discover(5, 1, 60), SetChange::Replace, s(1)),
             // A failure keeps the set, however long ago the last answer.
             (Looked::Failed, ago(3600), discover(5, 1, 60), SetChange::Keep, s(1)),
             (Looked::Failed, None, discover(5, 2, 60), SetChange::Keep, s(2)),

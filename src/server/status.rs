@@ -98,6 +98,9 @@ fn endpoint_status(e: &Endpoint) -> Value {
 fn resolution(r: &Resolution) -> Value {
     match r {
         Resolution::Found { addresses } => json!({ "result": r.label(), "addresses": addresses }),
+        Resolution::Partial { addresses, reason } => {
+            json!({ "result": r.label(), "addresses": addresses, "reason": reason })
+        }
         Resolution::NotFound => json!({ "result": r.label() }),
         Resolution::Failed { reason } => json!({ "result": r.label(), "reason": reason }),
     }

@@ -1,0 +1,172 @@
+//! One discovered upstream's task: asks its name again and again (see
+//! `schedule`), combines each answer with what it held (see `hold`),
+//! publishes the set in its [`State`] and notifies the server when it
+//! changed; counts and logs how lookups go, once per change.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use hickory_resolver::TokioResolver;
+use metrics::{Gauge, counter, gauge};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use super::hold::{Combined, Held};
+use super::resolve::{self, Answer};
+use super::schedule::{self, Looked, SetChange};
+use super::{Resolution, State};
+use crate::config::{Discover, EndpointConfig};
+use crate::metrics::{DISCOVERY_LAST_SUCCESS, DISCOVERY_RESOLUTIONS};
+
+/// The `result` labels of `gateway_discovery_resolutions_total`.
+const RESULTS: [&str; 4] = ["ok", "partial", "not_found", "error"];
+
+/// Looks `d`'s name up again and again, updating `state` and notifying
+/// `changed` when its set changes. Aborted when its upstream goes or is
+/// discovered differently.
+pub(super) async fn run(
+    upstream: String,
+    d: Discover,
+    resolver: Result<Arc<TokioResolver>, String>,
+    state: Arc<State>,
+    changed: Arc<Notify>,
+) {
+    for result in RESULTS {
+        counter!(DISCOVERY_RESOLUTIONS, "upstream" => upstream.clone(), "result" => result).increment(0);
+    }
+    let mut task = Task {
+        last_success: gauge!(DISCOVERY_LAST_SUCCESS, "upstream" => upstream.clone()),
+        // Carried over from the lookups this task replaces, TTLs unknown.
+        held: Held::carried(state.endpoints(), d.min_ttl),
+        last_found: None,
+        previous: None,
+        upstream,
+        d,
+        state,
+        changed,
+    };
+    loop {
+        let answer = match &resolver {
+            Ok(resolver) => resolve::lookup(resolver, &task.d).await,
+            Err(why) => Answer::Failed(why.clone()),
+        };
+        let next = task.take(answer, Instant::now());
+        tokio::time::sleep(next).await;
+    }
+}
+
+/// What the task keeps between lookups.
+struct Task {
+    upstream: String,
+    d: Discover,
+    state: Arc<State>,
+    changed: Arc<Notify>,
+    held: Held,
+    /// When the name last had addresses (`None`: never, since the start).
+    last_found: Option<Instant>,
+    /// The last lookup's `result` label (its change is logged).
+    previous: Option<&'static str>,
+    last_success: Gauge,
+}
+
+impl Task {
+    /// Takes one lookup's answer: the status, the set; returns when to ask
+    /// again.
+    fn take(&mut self, answer: Answer, now: Instant) -> std::time::Duration {
+        let combined = self.held.combine(answer);
+        let (looked, resolution) = match &combined {
+            Combined::Found { endpoints, ttl, failed: None } => {
+                (Looked::Found { ttl: *ttl }, Resolution::Found { addresses: endpoints.len() })
+            }
+            Combined::Found { endpoints, ttl, failed: Some(why) } => {
+                (Looked::Partial { ttl: *ttl }, Resolution::Partial { addresses: endpoints.len(), reason: why.clone() })
+            }
+            Combined::NotFound => (Looked::NotFound, Resolution::NotFound),
+            Combined::Failed(why) => (Looked::Failed, Resolution::Failed { reason: why.clone() }),
+        };
+        let (change, next) = schedule::decide(looked, self.last_found, now, &self.d);
+        self.record(resolution);
+        let new = match (change, combined) {
+            (SetChange::Replace, Combined::Found { endpoints, ttl, .. }) => {
+                self.last_found = Some(now);
+                Some(self.held.answer(&endpoints, ttl.clamp(self.d.min_ttl, self.d.max_ttl), now))
+            }
+            (SetChange::Empty, _) => {
+                self.held.clear();
+                Some(Vec::new())
+            }
+            _ => None,
+        };
+        if let Some(new) = new {
+            self.publish(new);
+        }
+        next
+    }
+
+    /// Counts the lookup, logs a change in how lookups go, and keeps it in
+    /// the status.
+    fn record(&mut self, resolution: Resolution) {
+        let label = resolution.label();
+        counter!(DISCOVERY_RESOLUTIONS, "upstream" => self.upstream.clone(), "result" => label).increment(1);
+        if self.previous != Some(label) {
+            log_outcome(&self.upstream, &self.d, &resolution, &self.state);
+            self.previous = Some(label);
+        }
+        let wall = SystemTime::now();
+        let mut status = self.state.status.lock().unwrap_or_else(|e| e.into_inner());
+        status.last_resolution = Some(wall);
+        if let Resolution::Found { .. } | Resolution::Partial { .. } = resolution {
+            status.last_success = Some(wall);
+            self.last_success.set(wall.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_secs_f64());
+        }
+        status.result = Some(resolution);
+    }
+
+    /// The set the upstream should have now: published, and the server
+    /// told, when it changed.
+    fn publish(&self, new: Vec<EndpointConfig>) {
+        let mut endpoints = self.state.endpoints.lock().unwrap_or_else(|e| e.into_inner());
+        if *endpoints != new {
+            log_change(&self.upstream, &endpoints, &new);
+            *endpoints = new;
+            drop(endpoints);
+            self.changed.notify_one();
+        }
+    }
+}
+
+/// A change in how lookups go: logged once per change, not per lookup.
+fn log_outcome(upstream: &str, d: &Discover, resolution: &Resolution, state: &State) {
+    let name = d.describe();
+    let kept = state.endpoints().len();
+    match resolution {
+        Resolution::Found { addresses } => tracing::info!(upstream, name, addresses, "discovery: name resolves"),
+        Resolution::Partial { addresses, reason } => tracing::warn!(
+            upstream,
+            name,
+            addresses,
+            error = %reason,
+            "discovery: part of the lookup failed; that part keeps its last addresses"
+        ),
+        Resolution::NotFound => tracing::warn!(
+            upstream,
+            name,
+            kept,
+            max_ttl = %humantime::format_duration(d.max_ttl),
+            "discovery: name not found (NXDOMAIN or no records); its addresses go after max_ttl"
+        ),
+        Resolution::Failed { reason } => {
+            tracing::warn!(upstream, name, kept, error = %reason, "discovery: lookup failed; keeping the last addresses")
+        }
+    }
+}
+
+fn log_change(upstream: &str, before: &[EndpointConfig], after: &[EndpointConfig]) {
+    let added: Vec<&str> = after.iter().filter(|e| !before.contains(e)).map(|e| e.url.as_str()).collect();
+    let removed: Vec<&str> = before.iter().filter(|e| !after.contains(e)).map(|e| e.url.as_str()).collect();
+    if after.is_empty() {
+        tracing::warn!(upstream, removed = ?removed, "discovery: no address left; requests get 503");
+    } else {
+        tracing::info!(upstream, added = ?added, removed = ?removed, endpoints = after.len(), "discovery: endpoints changed");
+    }
+}

@@ -65,6 +65,7 @@ pub const RATE_LIMIT_OVERFLOW: &str = "gateway_rate_limit_overflow_total";
 pub const UPSTREAM_ENDPOINTS: &str = "gateway_upstream_endpoints";
 pub const DISCOVERY_RESOLUTIONS: &str = "gateway_discovery_resolutions_total";
 pub const DISCOVERY_LAST_SUCCESS: &str = "gateway_discovery_last_success_timestamp_seconds";
+pub const DISCOVERY_SKIPPED: &str = "gateway_discovery_skipped_total";
 
 /// Upstream error kinds, the `kind` label values.
 pub const UPSTREAM_ERROR_KINDS: &[&str] =
@@ -171,6 +172,10 @@ fn describe() {
     describe_gauge!(
         DISCOVERY_LAST_SUCCESS,
         "When a lookup of the discovered upstream's name last found addresses, Unix time."
+    );
+    describe_counter!(
+        DISCOVERY_SKIPPED,
+        "Records of a discovered name left out, by reason: port_zero (SRV), unspecified, multicast, broadcast."
     );
     describe_gauge!(UPGRADED_ACTIVE, "Upgraded connections (WebSocket tunnels) open now, per route.");
     describe_counter!(

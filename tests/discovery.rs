@@ -400,3 +400,36 @@ async fn the_admin_status_shows_a_discovered_upstream() {
     assert_eq!(addresses.len(), 2, "{v}");
     assert!(addresses.iter().all(|a| a.ends_with(&format!(":{port}"))), "{v}");
 }
+
+/// Answers that can never be an upstream (0.0.0.0, ::, multicast,
+/// broadcast; an SRV record on port 0) are left out and counted by reason;
+/// loopback (a sidecar) is kept.
+#[tokio::test]
+async fn records_that_can_never_be_an_upstream_are_skipped_and_counted() {
+    let dns = TestDns::start().await;
+    let (port, _ups) = on_one_port(&["127.0.0.1"]).await;
+    let odd = ["127.0.0.1", "0.0.0.0", "224.0.0.1", "255.255.255.255", "::", "ff02::1"];
+    // Asked once in the test: each skipped record is counted once.
+    dns.addresses("odd.test", &odd, 60);
+    let gw = gateway(&dns, "odd", &format!("dns = \"odd.test:{port}\", interval = \"60s\""), "").await;
+    assert_eq!(wait_for_endpoints(&gw, "odd", 1).await, [format!("127.0.0.1:{port}")]);
+    assert_eq!(status_and_body(gw.url("/x")).await.0, 200);
+    let m = metrics_text(gw.addr).await;
+    let skipped = |upstream: &str, reason: &str| {
+        sample(&m, "gateway_discovery_skipped_total", &[("upstream", upstream), ("reason", reason)]).unwrap_or(0.0)
+    };
+    assert_eq!((skipped("odd", "unspecified"), skipped("odd", "multicast")), (2.0, 2.0), "{m}");
+    assert_eq!(skipped("odd", "broadcast"), 1.0, "{m}");
+
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let srv_port = listener.local_addr().unwrap().port();
+    serve(listener);
+    dns.srv("_http._tcp.zero.test", &[(10, 1, srv_port, "a.zero.test."), (10, 1, 0, "b.zero.test.")], 60);
+    dns.addresses("a.zero.test", &["127.0.0.1"], 60);
+    dns.addresses("b.zero.test", &["127.0.0.1"], 60);
+    let gw = gateway(&dns, "zero", "srv = \"_http._tcp.zero.test\", interval = \"60s\"", "").await;
+    assert_eq!(wait_for_endpoints(&gw, "zero", 1).await, [format!("127.0.0.1:{srv_port}")]);
+    let m = metrics_text(gw.addr).await;
+    let port_zero = sample(&m, "gateway_discovery_skipped_total", &[("upstream", "zero"), ("reason", "port_zero")]);
+    assert_eq!(port_zero, Some(1.0), "{m}");
+}

@@ -102,7 +102,7 @@ impl Held {
     /// forgotten.
     pub fn combine(&mut self, answer: Answer) -> Combined {
         let parts = match answer {
-            Answer::Parts(parts) => parts,
+            Answer::Parts { parts, .. } => parts,
             Answer::NotFound => return Combined::NotFound,
             Answer::Failed(why) => return Combined::Failed(why),
         };
@@ -197,6 +197,10 @@ mod tests {
         }
     }
 
+    fn parts(parts: Vec<Part>) -> Answer {
+        Answer::Parts { parts, skipped: Vec::new() }
+    }
+
     fn part(key: &str, ports: Option<&[u16]>) -> Part {
         let outcome = match ports {
             Some(ports) => {
@@ -216,48 +220,39 @@ mod tests {
         };
         // Each case: lookups one after another, each with what it comes to.
         let cases: Vec<(&str, Vec<(Answer, Combined)>)> = vec![
-            (
-                "both answer",
-                vec![(Answer::Parts(vec![part("A", Some(&[1])), part("AAAA", Some(&[2]))]), found(&[1, 2], None))],
-            ),
+            ("both answer", vec![(parts(vec![part("A", Some(&[1])), part("AAAA", Some(&[2]))]), found(&[1, 2], None))]),
             (
                 "AAAA fails: its last good stand in",
                 vec![
-                    (Answer::Parts(vec![part("A", Some(&[1])), part("AAAA", Some(&[2]))]), found(&[1, 2], None)),
-                    (
-                        Answer::Parts(vec![part("A", Some(&[1, 3])), part("AAAA", None)]),
-                        found(&[1, 3, 2], Some("AAAA")),
-                    ),
+                    (parts(vec![part("A", Some(&[1])), part("AAAA", Some(&[2]))]), found(&[1, 2], None)),
+                    (parts(vec![part("A", Some(&[1, 3])), part("AAAA", None)]), found(&[1, 3, 2], Some("AAAA"))),
                 ],
             ),
             (
                 "a part that never answered gives nothing",
-                vec![(Answer::Parts(vec![part("A", Some(&[1])), part("AAAA", None)]), found(&[1], Some("AAAA")))],
+                vec![(parts(vec![part("A", Some(&[1])), part("AAAA", None)]), found(&[1], Some("AAAA")))],
             ),
             (
                 "every part failing is a failed lookup, last good or not",
                 vec![
-                    (Answer::Parts(vec![part("A", Some(&[1])), part("AAAA", Some(&[]))]), found(&[1], None)),
-                    (
-                        Answer::Parts(vec![part("A", None), part("AAAA", None)]),
-                        Combined::Failed("AAAA: SERVFAIL".into()),
-                    ),
+                    (parts(vec![part("A", Some(&[1])), part("AAAA", Some(&[]))]), found(&[1], None)),
+                    (parts(vec![part("A", None), part("AAAA", None)]), Combined::Failed("AAAA: SERVFAIL".into())),
                 ],
             ),
             (
                 "every part failing, none ever good",
-                vec![(Answer::Parts(vec![part("A", None)]), Combined::Failed("A: SERVFAIL".into()))],
+                vec![(parts(vec![part("A", None)]), Combined::Failed("A: SERVFAIL".into()))],
             ),
             (
                 "no records anywhere",
-                vec![(Answer::Parts(vec![part("A", Some(&[])), part("AAAA", Some(&[]))]), Combined::NotFound)],
+                vec![(parts(vec![part("A", Some(&[])), part("AAAA", Some(&[]))]), Combined::NotFound)],
             ),
             (
                 "a part no longer asked is forgotten",
                 vec![
-                    (Answer::Parts(vec![part("a:1 A", Some(&[1])), part("b:2 A", Some(&[2]))]), found(&[1, 2], None)),
-                    (Answer::Parts(vec![part("a:1 A", Some(&[1]))]), found(&[1], None)),
-                    (Answer::Parts(vec![part("a:1 A", Some(&[1])), part("b:2 A", None)]), found(&[1], Some("b:2 A"))),
+                    (parts(vec![part("a:1 A", Some(&[1])), part("b:2 A", Some(&[2]))]), found(&[1, 2], None)),
+                    (parts(vec![part("a:1 A", Some(&[1]))]), found(&[1], None)),
+                    (parts(vec![part("a:1 A", Some(&[1])), part("b:2 A", None)]), found(&[1], Some("b:2 A"))),
                 ],
             ),
             (

@@ -44,8 +44,9 @@ pub fn resolver(settings: &ResolverSettings) -> Result<TokioResolver, String> {
 /// What one lookup of a discovered name came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Answer {
-    /// The name (or SRV record set) is there: what each of its parts gave.
-    Parts(Vec<Part>),
+    /// The name (or SRV record set) is there: what each of its parts gave,
+    /// and the records left out because they can never be an upstream.
+    Parts { parts: Vec<Part>, skipped: Vec<Skipped> },
     /// NXDOMAIN, or no SRV records.
     NotFound,
     /// Nothing learnt: timeout, SERVFAIL, refused (the reason).
@@ -73,15 +74,44 @@ pub enum Outcome {
     Failed(String),
 }
 
+/// A record that can never be an upstream, left out of the endpoints.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Skipped {
+    /// The address, or the SRV record (`target:port`).
+    pub record: String,
+    /// `port_zero`, `unspecified`, `multicast` or `broadcast`.
+    pub reason: &'static str,
+}
+
+/// The `reason` label values of `gateway_discovery_skipped_total`.
+pub const SKIP_REASONS: [&str; 4] = ["port_zero", "unspecified", "multicast", "broadcast"];
+
+/// Why an answer's address can never be an upstream, if it cannot: no one
+/// listens on 0.0.0.0 or `::` (a connect to it reaches the gateway's own
+/// host), and TCP has no multicast or broadcast. Loopback is allowed: a
+/// sidecar answering on 127.0.0.1 is a real upstream.
+pub fn unusable(ip: IpAddr) -> Option<&'static str> {
+    match ip.to_canonical() {
+        ip if ip.is_unspecified() => Some("unspecified"),
+        ip if ip.is_multicast() => Some("multicast"),
+        IpAddr::V4(v4) if v4.is_broadcast() => Some("broadcast"),
+        _ => None,
+    }
+}
+
 /// Looks `d`'s name up: A and AAAA (both asked at once), or SRV and then
 /// its targets' addresses.
 pub async fn lookup(resolver: &TokioResolver, d: &Discover) -> Answer {
     match &d.name {
         DiscoverName::Dns { host, port } => {
             let (v4, v6) = families(resolver, host).await;
-            let part =
-                |key: &str, looked: Looked| Part { key: key.to_owned(), outcome: outcome(d, looked, *port, None) };
-            Answer::Parts(vec![part("A", v4), part("AAAA", v6)])
+            let mut skipped = Vec::new();
+            let mut part = |key: &str, looked| Part {
+                key: key.to_owned(),
+                outcome: outcome(d, looked, *port, None, &mut skipped),
+            };
+            let parts = vec![part("A", v4), part("AAAA", v6)];
+            Answer::Parts { parts, skipped }
         }
         DiscoverName::Srv(name) => srv(resolver, d, name).await,
     }
@@ -118,11 +148,20 @@ fn addresses(looked: Result<hickory_resolver::lookup::Lookup, NetError>) -> Look
 }
 
 /// A part's outcome: its addresses on `port`, sorted and without repeats,
-/// valid for the smaller of their TTL and `cap` (an SRV record's).
-fn outcome(d: &Discover, looked: Looked, port: u16, cap: Option<u32>) -> Outcome {
+/// valid for the smaller of their TTL and `cap` (an SRV record's); the
+/// [`unusable`] ones go to `skipped`.
+fn outcome(d: &Discover, looked: Looked, port: u16, cap: Option<u32>, skipped: &mut Vec<Skipped>) -> Outcome {
     match looked {
         Ok((ips, ttl)) => {
-            let unique: BTreeSet<IpAddr> = ips.into_iter().collect();
+            let mut unique = BTreeSet::new();
+            for ip in ips {
+                match unusable(ip) {
+                    Some(reason) => skipped.push(Skipped { record: ip.to_string(), reason }),
+                    None => {
+                        unique.insert(ip);
+                    }
+                }
+            }
             let ttl = ttl.into_iter().chain(cap).min().unwrap_or(0);
             let endpoints = unique.into_iter().map(|ip| d.endpoint(ip, port)).collect();
             Outcome::Found { endpoints, ttl: Duration::from_secs(ttl.into()) }
@@ -151,18 +190,52 @@ async fn srv(resolver: &TokioResolver, d: &Discover, name: &str) -> Answer {
         })
         .collect();
     let Some(lowest) = records.iter().map(|(_, priority, _, _)| *priority).min() else { return Answer::NotFound };
-    let mut parts = Vec::new();
+    let (mut parts, mut skipped) = (Vec::new(), Vec::new());
     for (record, _, port, target) in records.iter().filter(|(_, p, _, _)| *p == lowest) {
+        // RFC 2782: port 0 means the service is not there; nothing listens.
+        if *port == 0 {
+            skipped.push(Skipped { record: format!("{target}:0"), reason: "port_zero" });
+            continue;
+        }
         let (v4, v6) = families(resolver, target).await;
         for (family, looked) in [("A", v4), ("AAAA", v6)] {
-            let outcome = outcome(d, looked, *port, Some(record.ttl));
+            let outcome = outcome(d, looked, *port, Some(record.ttl), &mut skipped);
             parts.push(Part { key: format!("{target}:{port} {family}"), outcome });
         }
     }
-    Answer::Parts(parts)
+    Answer::Parts { parts, skipped }
 }
 
 /// A lookup failure in a few words.
 fn describe(e: &NetError) -> String {
     e.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unusable_table() {
+        let cases = [
+            ("10.1.2.3", None),
+            ("2001:db8::1", None),
+            // A sidecar on loopback is an upstream.
+            ("127.0.0.1", None),
+            ("::1", None),
+            ("0.0.0.0", Some("unspecified")),
+            ("::", Some("unspecified")),
+            ("::ffff:0.0.0.0", Some("unspecified")),
+            ("224.0.0.1", Some("multicast")),
+            ("239.255.255.250", Some("multicast")),
+            ("ff02::1", Some("multicast")),
+            ("::ffff:224.0.0.1", Some("multicast")),
+            ("255.255.255.255", Some("broadcast")),
+            // A subnet's broadcast address cannot be told from a host's.
+            ("10.1.2.255", None),
+        ];
+        for (ip, want) in cases {
+            assert_eq!(unusable(ip.parse().unwrap()), want, "{ip}");
+        }
+    }
 }

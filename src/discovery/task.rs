@@ -3,6 +3,7 @@
 //! publishes the set in its [`State`] and notifies the server when it
 //! changed; counts and logs how lookups go, once per change.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -12,11 +13,11 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::hold::{Combined, Held};
-use super::resolve::{self, Answer};
+use super::resolve::{self, Answer, SKIP_REASONS, Skipped};
 use super::schedule::{self, Looked, SetChange};
 use super::{Resolution, State};
 use crate::config::{Discover, EndpointConfig};
-use crate::metrics::{DISCOVERY_LAST_SUCCESS, DISCOVERY_RESOLUTIONS};
+use crate::metrics::{DISCOVERY_LAST_SUCCESS, DISCOVERY_RESOLUTIONS, DISCOVERY_SKIPPED};
 
 /// The `result` labels of `gateway_discovery_resolutions_total`.
 const RESULTS: [&str; 4] = ["ok", "partial", "not_found", "error"];
@@ -34,12 +35,16 @@ pub(super) async fn run(
     for result in RESULTS {
         counter!(DISCOVERY_RESOLUTIONS, "upstream" => upstream.clone(), "result" => result).increment(0);
     }
+    for reason in SKIP_REASONS {
+        counter!(DISCOVERY_SKIPPED, "upstream" => upstream.clone(), "reason" => reason).increment(0);
+    }
     let mut task = Task {
         last_success: gauge!(DISCOVERY_LAST_SUCCESS, "upstream" => upstream.clone()),
         // Carried over from the lookups this task replaces, TTLs unknown.
         held: Held::carried(state.endpoints(), d.min_ttl),
         last_found: None,
         previous: None,
+        skipped: HashSet::new(),
         upstream,
         d,
         state,
@@ -50,6 +55,7 @@ pub(super) async fn run(
             Ok(resolver) => resolve::lookup(resolver, &task.d).await,
             Err(why) => Answer::Failed(why.clone()),
         };
+        task.skip(&answer);
         let next = task.take(answer, Instant::now());
         tokio::time::sleep(next).await;
     }
@@ -66,10 +72,32 @@ struct Task {
     last_found: Option<Instant>,
     /// The last lookup's `result` label (its change is logged).
     previous: Option<&'static str>,
+    /// The records the last answer left out (each is logged when it
+    /// first appears, not at every lookup).
+    skipped: HashSet<Skipped>,
     last_success: Gauge,
 }
 
 impl Task {
+    /// Counts the records an answer left out, at every lookup, and logs
+    /// each once for as long as the answers keep giving it.
+    fn skip(&mut self, answer: &Answer) {
+        let Answer::Parts { skipped, .. } = answer else { return };
+        for s in skipped {
+            counter!(DISCOVERY_SKIPPED, "upstream" => self.upstream.clone(), "reason" => s.reason).increment(1);
+            if !self.skipped.contains(s) {
+                tracing::warn!(
+                    upstream = %self.upstream,
+                    name = %self.d.describe(),
+                    record = %s.record,
+                    reason = s.reason,
+                    "discovery: a record that can never be an upstream is left out"
+                );
+            }
+        }
+        self.skipped = skipped.iter().cloned().collect();
+    }
+
     /// Takes one lookup's answer: the status, the set; returns when to ask
     /// again.
     fn take(&mut self, answer: Answer, now: Instant) -> std::time::Duration {

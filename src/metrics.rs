@@ -25,6 +25,7 @@ pub const REQUEST_DURATION: &str = "http_server_request_duration_seconds";
 pub const ACTIVE_REQUESTS: &str = "http_server_active_requests";
 pub const UPSTREAM_DURATION: &str = "gateway_upstream_request_duration_seconds";
 pub const UPSTREAM_ERRORS: &str = "gateway_upstream_errors_total";
+/// Written by `upstream::series` (as the `ENDPOINT_*` ones), not the recorder.
 pub const UPSTREAM_CONNECTIONS_OPENED: &str = "gateway_upstream_connections_opened_total";
 pub const ROUTE_TIMEOUT: &str = "gateway_route_timeout_seconds";
 pub const UPSTREAM_RETRIES: &str = "gateway_upstream_retries_total";
@@ -107,10 +108,6 @@ fn describe() {
         UPSTREAM_ERRORS,
         "Upstream failures by kind: connect, tls, timeout, reset, protocol, body, body_timeout, unavailable (no endpoint may take traffic)."
     );
-    describe_counter!(
-        UPSTREAM_CONNECTIONS_OPENED,
-        "TCP connections opened to each endpoint of the upstream (reuse is requests / this)."
-    );
     describe_gauge!(ROUTE_TIMEOUT, metrics::Unit::Seconds, "The configured timeout of each proxy route.");
     describe_gauge!(CONNECTIONS_ACTIVE, "Client connections open now.");
     describe_counter!(CONNECTIONS_TOTAL, "Client connections accepted.");
@@ -131,9 +128,6 @@ fn describe() {
         metrics::Unit::Seconds,
         "Time requests waited for a max_requests slot (0 when admitted at once)."
     );
-    describe_gauge!(ENDPOINT_HEALTHY, "1 while the endpoint passes its active health checks, else 0.");
-    describe_counter!(ENDPOINT_EJECTIONS, "Times the endpoint was ejected after consecutive failures.");
-    describe_gauge!(ENDPOINT_EJECTED, "1 while the endpoint is ejected (until a trial request succeeds), else 0.");
     describe_gauge!(UPSTREAM_MAX_REQUESTS, "The upstream's configured max_requests.");
     describe_gauge!(UPSTREAM_QUEUE_SIZE, "The upstream's configured queue places.");
     describe_counter!(

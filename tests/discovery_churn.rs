@@ -176,3 +176,48 @@ async fn a_failing_srv_target_keeps_its_endpoint_and_the_others_apply() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// The per-endpoint series of an address that left the set are no longer
+/// exported (they were for ever: with pod churn, without bound); those of
+/// the endpoints there are stay.
+#[tokio::test]
+async fn a_departed_endpoints_series_leave_metrics() {
+    let dns = TestDns::start().await;
+    let (port, _ups) = on_one_port(&["127.0.0.1", "127.0.0.2"]).await;
+    dns.addresses("gone.test", &["127.0.0.1", "127.0.0.2"], 1);
+    let discover = format!("dns = \"gone.test:{port}\", interval = \"300ms\", min_ttl = \"100ms\"");
+    let extra = "balance = \"round_robin\"\noutlier = { consecutive_failures = 5 }";
+    let gw = gateway(&dns, "leaving", &discover, extra).await;
+    wait_for_endpoints(&gw, "leaving", 2).await;
+    for _ in 0..4 {
+        assert_eq!(status_and_body(gw.url("/x")).await.0, 200);
+    }
+    let families = [
+        "gateway_upstream_endpoint_healthy",
+        "gateway_upstream_endpoint_ejected",
+        "gateway_upstream_ejections_total",
+        "gateway_upstream_connections_opened_total",
+    ];
+    let (stays, leaves) = (format!("127.0.0.1:{port}"), format!("127.0.0.2:{port}"));
+    let m = metrics_text(gw.addr).await;
+    for family in families {
+        for endpoint in [&stays, &leaves] {
+            let labels = [("upstream", "leaving"), ("endpoint", endpoint.as_str())];
+            assert!(sample(&m, family, &labels).is_some(), "{family} {endpoint} missing before:\n{m}");
+        }
+    }
+    assert_eq!(
+        sample(&m, "gateway_upstream_connections_opened_total", &[("upstream", "leaving"), ("endpoint", &leaves)]),
+        Some(1.0)
+    );
+
+    dns.addresses("gone.test", &["127.0.0.1"], 1);
+    wait_for_endpoints(&gw, "leaving", 1).await;
+    let m = metrics_text(gw.addr).await;
+    for family in families {
+        let labels = [("upstream", "leaving"), ("endpoint", stays.as_str())];
+        assert!(sample(&m, family, &labels).is_some(), "{family} of the endpoint that stayed is gone:\n{m}");
+        let labels = [("upstream", "leaving"), ("endpoint", leaves.as_str())];
+        assert_eq!(sample(&m, family, &labels), None, "{family} of the departed endpoint is still exported");
+    }
+}

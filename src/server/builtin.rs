@@ -96,7 +96,10 @@ impl App {
             }
         } else if path == self.config.metrics.path {
             self.publish_endpoint_states();
-            (StatusCode::OK, "text/plain; version=0.0.4; charset=utf-8", self.metrics_exporter.render())
+            let mut text = self.metrics_exporter.render();
+            // Not the recorder's: they go when their endpoint does.
+            text.push_str(&crate::upstream::series::render(&self.table.load().upstreams));
+            (StatusCode::OK, "text/plain; version=0.0.4; charset=utf-8", text)
         } else {
             return None;
         };

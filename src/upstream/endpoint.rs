@@ -13,13 +13,12 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use http::header::HeaderValue;
-use metrics::{Counter, Gauge, counter, gauge};
+use metrics::Counter;
 use tokio::time::Instant;
 
 use super::connect::TlsTarget;
 use super::pool::Pool;
 use crate::config::{Balance, EndpointConfig, HealthConfig, OutlierConfig, Protocol, UpstreamConfig, UpstreamTls};
-use crate::metrics::{ENDPOINT_EJECTED, ENDPOINT_EJECTIONS, ENDPOINT_HEALTHY, UPSTREAM_CONNECTIONS_OPENED};
 
 /// Milliseconds since the first call, plus one: 0 means "never".
 fn now_ms() -> u64 {
@@ -46,20 +45,23 @@ pub struct Endpoint {
 
 /// An endpoint's counts, health and ejection: carried across a reload, so
 /// a changed setting neither forgets an ejection nor lets more requests in
-/// than are in flight.
+/// than are in flight. Its metric series are read from here at each scrape
+/// (see `series`), not registered with the recorder, so they go with it.
 struct State {
     in_flight: AtomicUsize,
-    /// Passes its health checks (always, without them).
+    /// Passes its health checks (always, without them):
+    /// `gateway_upstream_endpoint_healthy`.
     healthy: AtomicBool,
-    healthy_gauge: Gauge,
     failures: AtomicU32,
-    /// Ejected until then (in [`now_ms`]); 0 when not ejected.
+    /// Ejected until then (in [`now_ms`]); 0 when not ejected. Not 0 is
+    /// `gateway_upstream_endpoint_ejected` 1 (until a trial succeeds).
     ejected_until: AtomicU64,
     /// A trial request is under way.
     trial: AtomicBool,
-    ejections: Counter,
-    /// `gateway_upstream_endpoint_ejected`.
-    ejected: Gauge,
+    /// `gateway_upstream_ejections_total`.
+    ejections: AtomicU64,
+    /// `gateway_upstream_connections_opened_total`, counted by the pool.
+    opened: Arc<AtomicU64>,
     /// Which endpoint's health checks may set `healthy`: bumped when a
     /// reload replaces the endpoint, so the old one's checks stop.
     checks: AtomicU64,
@@ -122,8 +124,6 @@ impl Endpoint {
     /// Builds the endpoint. `before` is the endpoint of the same URL that
     /// a reload replaces: its counts, health and ejection go on here.
     pub fn new(config: EndpointConfig, upstream: &UpstreamConfig, before: Option<&Endpoint>) -> Endpoint {
-        let labels = [("upstream", upstream.name.clone()), ("endpoint", config.url.clone())];
-        let pool = Pool::new(&config, upstream, counter!(UPSTREAM_CONNECTIONS_OPENED, &labels));
         let state = match before {
             // Health is the checks' to say: without them an endpoint is
             // healthy, whatever the checks it had before said.
@@ -142,27 +142,23 @@ impl Endpoint {
                     o.ejected_until.store(0, Relaxed);
                     o.failures.store(0, Relaxed);
                     o.trial.store(false, Relaxed);
-                    o.ejected.set(0.0);
                 }
                 b.state.clone()
             }
-            None => {
-                let healthy_gauge = gauge!(ENDPOINT_HEALTHY, &labels);
-                healthy_gauge.set(1.0);
-                Arc::new(State {
-                    in_flight: AtomicUsize::new(0),
-                    healthy: AtomicBool::new(true),
-                    healthy_gauge,
-                    failures: AtomicU32::new(0),
-                    ejected_until: AtomicU64::new(0),
-                    trial: AtomicBool::new(false),
-                    ejections: counter!(ENDPOINT_EJECTIONS, &labels),
-                    ejected: gauge!(ENDPOINT_EJECTED, &labels),
-                    checks: AtomicU64::new(0),
-                    last_check: Mutex::new(None),
-                })
-            }
+            None => Arc::new(State {
+                in_flight: AtomicUsize::new(0),
+                healthy: AtomicBool::new(true),
+                failures: AtomicU32::new(0),
+                ejected_until: AtomicU64::new(0),
+                trial: AtomicBool::new(false),
+                ejections: AtomicU64::new(0),
+                opened: Arc::new(AtomicU64::new(0)),
+                checks: AtomicU64::new(0),
+                last_check: Mutex::new(None),
+            }),
         };
+        // The count goes on across a pool replaced by a reload.
+        let pool = Pool::new(&config, upstream, Counter::from_arc(state.opened.clone()));
         let host = HeaderValue::from_str(config.authority.as_str()).expect("an authority is a valid header");
         Endpoint {
             tls: TlsTarget::new(&config, upstream),
@@ -227,6 +223,14 @@ impl Endpoint {
         self.state.last_check.lock().expect("check lock").clone()
     }
 
+    /// Its per-endpoint series now: healthy, ejected, ejections, and
+    /// connections opened.
+    pub fn series(&self) -> (bool, bool, u64, u64) {
+        let o = &self.state;
+        let ejected = o.ejected_until.load(Relaxed) != 0;
+        (o.healthy.load(Relaxed), ejected, o.ejections.load(Relaxed), o.opened.load(Relaxed))
+    }
+
     /// The upstream's name.
     pub fn upstream(&self) -> &str {
         &self.upstream
@@ -236,7 +240,6 @@ impl Endpoint {
     /// why the last check failed.
     pub fn set_healthy(&self, healthy: bool, failure: &str) {
         if self.state.healthy.swap(healthy, Relaxed) != healthy {
-            self.state.healthy_gauge.set(if healthy { 1.0 } else { 0.0 });
             if healthy {
                 tracing::info!(upstream = %self.upstream, endpoint = %self.config.url, "endpoint healthy again");
             } else {
@@ -265,8 +268,7 @@ impl Endpoint {
             return;
         }
         o.failures.store(0, Relaxed);
-        o.ejections.increment(1);
-        o.ejected.set(1.0);
+        o.ejections.fetch_add(1, Relaxed);
         tracing::warn!(
             upstream = %self.upstream,
             endpoint = %self.config.url,
@@ -302,7 +304,6 @@ impl Attempt {
         if self.trial {
             o.ejected_until.store(0, Relaxed);
             o.trial.store(false, Relaxed);
-            o.ejected.set(0.0);
             tracing::info!(upstream = %self.endpoint.upstream, endpoint = %self.endpoint.config.url, "ejected endpoint back after a good trial");
         }
     }

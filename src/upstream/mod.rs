@@ -11,7 +11,8 @@
 //! - `pool` keeps idle connections; `connect` opens them (TCP, TLS, Unix)
 //!   and `io` is their socket as hyper sees it.
 //! - `health` runs the active checks; `tunnel` carries an upgraded
-//!   connection after a 101.
+//!   connection after a 101; `series` writes the endpoints' metric series
+//!   at each scrape.
 
 pub mod admission;
 mod attempt;
@@ -24,6 +25,7 @@ pub mod io;
 pub mod pool;
 pub mod proxy;
 pub mod retry;
+pub mod series;
 pub mod tunnel;
 
 use std::sync::Arc;

@@ -180,12 +180,12 @@ async fn admin_listener_has_the_header_timeout_and_its_own_connection_cap() {
     let mut held = Vec::new();
     for _ in 0..2 {
         let mut s = TcpStream::connect(admin).await.unwrap();
-        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").await.unwrap();
         assert!(read_for(&mut s, Duration::from_millis(200)).await.text.starts_with("HTTP/1.1 200"));
         held.push(s);
     }
     let mut third = TcpStream::connect(admin).await.unwrap();
-    third.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.unwrap();
+    third.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").await.unwrap();
     assert!(read_for(&mut third, Duration::from_millis(200)).await.text.is_empty(), "past the admin cap");
     assert_eq!(get(&format!("http://{main}/healthz")).await.0.status, 404, "main listener serves (no built-ins)");
     drop(held.pop());
@@ -430,7 +430,7 @@ async fn metrics_text_on_fresh_slot(addr: std::net::SocketAddr) -> String {
 async fn accepted_sockets_have_tcp_keepalive() {
     let gw = TestGateway::from_toml("[server]\ntcp_keepalive = \"45s\"\n").await;
     let mut s = TcpStream::connect(gw.addr).await.unwrap();
-    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").await.unwrap();
     assert!(read_for(&mut s, Duration::from_millis(300)).await.text.starts_with("HTTP/1.1 200"));
     // `ss -o` shows the kernel's keepalive timer on the gateway's side of
     // the connection (source port = the gateway's).

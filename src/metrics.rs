@@ -62,7 +62,7 @@ pub const RATE_LIMIT_STORE_ERRORS: &str = "gateway_rate_limit_store_errors_total
 pub const RATE_LIMIT_STORE_DURATION: &str = "gateway_rate_limit_store_duration_seconds";
 pub const RATE_LIMIT_KEYS: &str = "gateway_rate_limit_keys";
 pub const RATE_LIMIT_KEYS_DROPPED: &str = "gateway_rate_limit_keys_dropped_total";
-pub const RATE_LIMIT_OVERFLOW: &str = "gateway_rate_limit_overflow_total";
+pub const RATE_LIMIT_KEYS_EVICTED: &str = "gateway_rate_limit_keys_evicted_total";
 pub const UPSTREAM_ENDPOINTS: &str = "gateway_upstream_endpoints";
 pub const DISCOVERY_RESOLUTIONS: &str = "gateway_discovery_resolutions_total";
 pub const DISCOVERY_LAST_SUCCESS: &str = "gateway_discovery_last_success_timestamp_seconds";
@@ -197,15 +197,15 @@ fn describe() {
     );
     describe_gauge!(
         RATE_LIMIT_KEYS,
-        "Keys (clients, header values) the route's local rate limiter holds, as of its last sweep."
+        "Keys (clients, header values) the route's local rate limiter holds, counted every 5 s."
     );
     describe_counter!(
         RATE_LIMIT_KEYS_DROPPED,
         "Keys the route's local rate limiter dropped because their bucket was full again."
     );
     describe_counter!(
-        RATE_LIMIT_OVERFLOW,
-        "Requests counted in the route's one overflow bucket because its local rate limiter held max_keys keys."
+        RATE_LIMIT_KEYS_EVICTED,
+        "Keys the route's local rate limiter evicted, or did not let in, because it held max_keys keys."
     );
     describe_counter!(PANICS, "Requests whose handling panicked (answered 500; the process keeps serving).");
 }

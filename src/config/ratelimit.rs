@@ -20,8 +20,8 @@ pub struct RateLimitConfig {
     pub headers: bool,
     /// Where the buckets are kept.
     pub store: StoreKind,
-    /// Keys the local buckets hold at most; past it, new requests share one
-    /// overflow bucket until a sweep makes room.
+    /// Keys the local buckets hold at most; at it, the keys asked for least
+    /// often are evicted.
     pub max_keys: usize,
 }
 

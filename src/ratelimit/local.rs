@@ -1,34 +1,34 @@
-//! A route's buckets in this gateway's memory: governor's keyed GCRA
-//! limiter, swept of keys whose bucket is full again, and capped at
-//! `max_keys`, so that a flood of distinct clients cannot grow it without
-//! bound: past the cap, requests share one overflow bucket until a sweep
-//! makes room.
+//! A route's buckets in this gateway's memory: governor's GCRA, with each
+//! key's state in a moka cache of at most `max_keys` keys. At the bound
+//! moka evicts, and its TinyLFU admission keeps the keys asked for often:
+//! a flood of one-off keys (distinct addresses or header values) displaces
+//! other one-off keys rather than the clients being counted, and a new key
+//! still gets a bucket of its own. A key left idle until its bucket is full
+//! again is dropped, since its state is then that of a fresh bucket.
 
 use std::net::IpAddr;
 use std::num::NonZeroU32;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 use governor::clock::{Clock, DefaultClock};
-use governor::middleware::StateInformationMiddleware;
-use governor::state::keyed::DefaultKeyedStateStore;
-use governor::{Quota, RateLimiter};
+use governor::middleware::{StateInformationMiddleware, StateSnapshot};
+use governor::nanos::Nanos;
+use governor::state::{InMemoryState, NotKeyed, StateStore};
+use governor::{NotUntil, Quota, RateLimiter};
+use moka::notification::RemovalCause;
+use moka::policy::EvictionPolicy;
+use moka::sync::Cache;
 
 use super::Decision;
 use crate::config::RateLimitConfig;
 
-/// How often keys whose bucket is full again are dropped. A key is kept
-/// only while its bucket is not full (at most `burst` intervals after its
-/// last request) plus up to this long.
-pub const SWEEP_EVERY: Duration = Duration::from_secs(5);
+/// How often the keys are counted, expired ones dropped first, for
+/// `gateway_rate_limit_keys`.
+pub const COUNT_EVERY: Duration = Duration::from_secs(5);
 
-/// How many decisions pass between two looks at the number of keys (a look
-/// takes every shard's lock): the cap is overshot by at most this many.
-const COUNT_EVERY: u32 = 64;
-
-/// The least time between two sweeps made because the cap was reached.
-const EARLY_SWEEP_GAP: Duration = Duration::from_secs(1);
+/// The longest `time_to_idle` moka takes (it panics past it).
+const MAX_IDLE: Duration = Duration::from_secs(1000 * 365 * 24 * 3600);
 
 /// What one bucket is kept for. Header values are kept as sent: they are
 /// bounded by `server.max_header_size`.
@@ -39,187 +39,195 @@ pub enum Key {
     /// Requests without the key's header, when they share one bucket; and a
     /// `key = "route"` limit's one bucket.
     Shared,
-    /// Every request while the buckets are at `max_keys`.
-    Overflow,
 }
 
-type Keyed = RateLimiter<Key, DefaultKeyedStateStore<Key>, DefaultClock, StateInformationMiddleware>;
+type States = Cache<Key, Arc<InMemoryState>>;
+
+/// The keys' GCRA states as a governor state store, so that governor's
+/// `RateLimiter` does the maths on states that moka keeps and evicts.
+struct Buckets(States);
+
+impl StateStore for Buckets {
+    type Key = Key;
+
+    fn measure_and_replace<T, F, E>(&self, key: &Key, f: F) -> Result<T, E>
+    where
+        F: Fn(Option<Nanos>) -> Result<(T, Nanos), E>,
+    {
+        // A key evicted while a request holds its state leaves that request
+        // deciding on it; the next one starts a fresh bucket.
+        self.0.get_with_by_ref(key, Default::default).measure_and_replace(&NotKeyed::NonKey, f)
+    }
+}
+
+type Keyed = RateLimiter<Key, Buckets, DefaultClock, StateInformationMiddleware>;
+type Direct = RateLimiter<NotKeyed, InMemoryState, DefaultClock, StateInformationMiddleware>;
 
 /// A route's buckets in memory.
 pub struct Local {
-    limiter: Keyed,
+    keyed: Keyed,
+    /// The cache inside `keyed` (moka's handles share it), to count it.
+    states: States,
+    /// [`Key::Shared`]'s bucket, outside the cache: one key asked for by
+    /// many must never be evicted (it would come back full).
+    shared: Direct,
     interval: Duration,
-    max_keys: usize,
-    /// Decisions since the keys were last counted.
-    since_count: AtomicU32,
-    /// The keys were at `max_keys` when last counted.
-    full: AtomicBool,
-    /// When the cap last made a sweep.
-    early_sweep: Mutex<Option<Instant>>,
 }
 
 impl Local {
-    pub fn new(config: &RateLimitConfig) -> Local {
+    /// The buckets of `config`; `removed` hears why each key was dropped:
+    /// [`RemovalCause::Expired`] when its bucket was full again,
+    /// [`RemovalCause::Size`] when evicted (or not let in) at `max_keys`.
+    pub fn new(config: &RateLimitConfig, removed: impl Fn(RemovalCause) + Send + Sync + 'static) -> Local {
         let interval = config.rate.interval();
         let burst = NonZeroU32::new(config.burst).unwrap_or(NonZeroU32::MIN);
         let quota = Quota::with_period(interval).expect("validated: a non-zero interval").allow_burst(burst);
+        // Not governor's `burst_size_replenished_in`: it wraps past u64 nanoseconds.
+        let full_again = interval.checked_mul(burst.get()).map_or(MAX_IDLE, |d| d.min(MAX_IDLE));
+        let states: States = Cache::builder()
+            .max_capacity(u64::try_from(config.max_keys).unwrap_or(u64::MAX))
+            .eviction_policy(EvictionPolicy::tiny_lfu())
+            .time_to_idle(full_again)
+            .eviction_listener(move |_key, _state, cause| removed(cause))
+            .build();
         Local {
-            limiter: RateLimiter::keyed(quota).with_middleware::<StateInformationMiddleware>(),
+            keyed: Keyed::new(quota, Buckets(states.clone()), DefaultClock::default()),
+            states,
+            shared: RateLimiter::direct(quota).with_middleware::<StateInformationMiddleware>(),
             interval,
-            max_keys: config.max_keys,
-            since_count: AtomicU32::new(0),
-            full: AtomicBool::new(false),
-            early_sweep: Mutex::new(None),
         }
     }
 
-    /// Takes one request's allowance from `key`'s bucket, if it has one;
-    /// from the overflow bucket while the buckets are at `max_keys` (which
-    /// cannot tell a known key from a new one without a lookup of its own).
-    /// Returns whether it was the overflow bucket.
-    pub fn decide(&self, key: &Key) -> (Decision, bool) {
-        let overflow = self.at_cap();
-        let key = if overflow { &Key::Overflow } else { key };
-        (self.decide_in(key), overflow)
+    /// Takes one request's allowance from `key`'s bucket.
+    pub fn decide(&self, key: &Key) -> Decision {
+        let outcome = match key {
+            Key::Shared => self.shared.check(),
+            key => self.keyed.check_key(key),
+        };
+        self.decision(outcome)
     }
 
-    /// Whether the buckets are at `max_keys`; counts them every
-    /// [`COUNT_EVERY`] decisions, and sweeps early (at most once per
-    /// [`EARLY_SWEEP_GAP`]) when they are.
-    fn at_cap(&self) -> bool {
-        if !self.since_count.fetch_add(1, Ordering::Relaxed).is_multiple_of(COUNT_EVERY) {
-            return self.full.load(Ordering::Relaxed);
-        }
-        let mut full = self.limiter.len() >= self.max_keys;
-        if full
-            && let Ok(mut last) = self.early_sweep.try_lock()
-            && last.is_none_or(|at| at.elapsed() >= EARLY_SWEEP_GAP)
-        {
-            *last = Some(Instant::now());
-            self.limiter.retain_recent();
-            full = self.limiter.len() >= self.max_keys;
-        }
-        self.full.store(full, Ordering::Relaxed);
-        full
-    }
-
-    fn decide_in(&self, key: &Key) -> Decision {
-        match self.limiter.check_key(key) {
+    fn decision(&self, outcome: Result<StateSnapshot, NotUntil<<DefaultClock as Clock>::Instant>>) -> Decision {
+        match outcome {
             Ok(snapshot) => {
                 let remaining = snapshot.remaining_burst_capacity();
                 let used = snapshot.quota().burst_size().get() - remaining;
                 Decision { allowed: true, remaining, retry_after: Duration::ZERO, reset: self.interval * used }
             }
             Err(not_until) => {
-                let wait = not_until.wait_time_from(self.limiter.clock().now());
+                let wait = not_until.wait_time_from(self.keyed.clock().now());
                 let full = not_until.quota().burst_size_replenished_in();
                 Decision { allowed: false, remaining: 0, retry_after: wait, reset: full.max(wait) }
             }
         }
     }
 
-    /// Drops the keys whose bucket is full again; returns how many.
-    pub fn sweep(&self) -> usize {
-        let before = self.limiter.len();
-        self.limiter.retain_recent();
-        self.limiter.shrink_to_fit();
-        let left = self.limiter.len();
-        self.full.store(left >= self.max_keys, Ordering::Relaxed);
-        before.saturating_sub(left)
-    }
-
-    /// Keys held now.
-    pub fn len(&self) -> usize {
-        self.limiter.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.limiter.is_empty()
+    /// Drops the keys whose bucket is full again and applies moka's
+    /// pending evictions; returns the keys held.
+    pub fn count(&self) -> u64 {
+        self.states.run_pending_tasks();
+        self.states.entry_count()
     }
 }
 
-/// Sweeps `owner`'s buckets every [`SWEEP_EVERY`] until it is dropped (a
-/// reload that replaced its route), calling `swept` with the keys dropped
-/// and the keys left.
-pub fn spawn_sweeper<T: Send + Sync + 'static>(
+/// Counts `owner`'s keys every [`COUNT_EVERY`] until it is dropped (a
+/// reload that replaced its route), calling `counted` with the number.
+pub fn spawn_counter<T: Send + Sync + 'static>(
     owner: &Arc<T>,
     local: impl Fn(&T) -> &Local + Send + 'static,
-    swept: impl Fn(&T, usize, usize) + Send + 'static,
+    counted: impl Fn(&T, u64) + Send + 'static,
 ) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
     let weak: Weak<T> = Arc::downgrade(owner);
     runtime.spawn(async move {
-        let mut tick = tokio::time::interval(SWEEP_EVERY);
+        let mut tick = tokio::time::interval(COUNT_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.tick().await;
         loop {
             tick.tick().await;
             let Some(owner) = weak.upgrade() else { return };
-            let l = local(&owner);
-            let dropped = l.sweep();
-            swept(&owner, dropped, l.len());
+            let held = local(&owner).count();
+            counted(&owner, held);
         }
     });
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Mutex;
+
     use super::*;
     use crate::config::{Rate, RateLimitKey, StoreKind};
 
-    fn config(count: u32, secs: u64, burst: u32) -> RateLimitConfig {
+    fn config(count: u32, secs: u64, burst: u32, max_keys: usize) -> RateLimitConfig {
         RateLimitConfig {
             rate: Rate { count, period: Duration::from_secs(secs) },
             burst,
             key: RateLimitKey::Client,
             headers: false,
             store: StoreKind::Local,
-            max_keys: 1000,
+            max_keys,
         }
     }
 
-    #[test]
-    fn past_max_keys_requests_share_the_overflow_bucket() {
-        let local = Local::new(&RateLimitConfig { max_keys: 2, ..config(1, 60, 1) });
-        let client = |i: u8| Key::Client([192, 0, 2, i].into());
-        // Counted on the first decision and every COUNT_EVERY after it.
-        let mut overflowed = Vec::new();
-        for i in 0..=COUNT_EVERY as u8 {
-            overflowed.push(local.decide(&client(i)).1);
-        }
-        assert!(!overflowed[..COUNT_EVERY as usize].iter().any(|o| *o), "under the cap when last counted");
-        assert!(overflowed[COUNT_EVERY as usize], "at the cap: the overflow bucket");
-        let (decision, overflow) = local.decide(&client(200));
-        assert!(overflow && !decision.allowed, "the overflow bucket (burst 1) is taken already");
-        assert!(local.len() <= 2 + COUNT_EVERY as usize + 1, "the cap is overshot by at most COUNT_EVERY");
+    fn client(i: u32) -> Key {
+        Key::Client(std::net::Ipv4Addr::from(0xc000_0000 + i).into())
+    }
+
+    /// Buckets whose removals are recorded.
+    fn recorded(config: &RateLimitConfig) -> (Local, Arc<Mutex<Vec<RemovalCause>>>) {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let s = seen.clone();
+        (Local::new(config, move |cause| s.lock().unwrap().push(cause)), seen)
     }
 
     #[test]
     fn a_burst_then_refusals_with_the_wait() {
-        let local = Local::new(&config(1, 10, 3));
-        let a = Key::Client([192, 0, 2, 1].into());
+        let local = Local::new(&config(1, 10, 3, 1000), |_| {});
+        let a = client(1);
         let remaining: Vec<u32> =
-            (0..3).map(|_| local.decide(&a).0).inspect(|d| assert!(d.allowed)).map(|d| d.remaining).collect();
+            (0..3).map(|_| local.decide(&a)).inspect(|d| assert!(d.allowed)).map(|d| d.remaining).collect();
         assert_eq!(remaining, [2, 1, 0]);
-        let refused = local.decide(&a).0;
+        let refused = local.decide(&a);
         assert!(!refused.allowed);
         assert!(refused.retry_after > Duration::from_secs(9) && refused.retry_after <= Duration::from_secs(10));
-        // Another key has its own bucket.
-        assert!(local.decide(&Key::Client([192, 0, 2, 2].into())).0.allowed);
-        assert_eq!(local.len(), 2);
+        assert!(local.decide(&client(2)).allowed, "another key has its own bucket");
+        assert!(local.decide(&Key::Shared).allowed, "and the shared one its own");
+        assert_eq!(local.count(), 2, "the shared bucket is not one of the cache's keys");
     }
 
     #[test]
-    fn a_sweep_drops_only_full_buckets() {
-        // 1000/s: one allowance comes back every millisecond.
-        let local = Local::new(&config(1000, 1, 1));
-        local.decide(&Key::Shared);
-        std::thread::sleep(Duration::from_millis(20));
-        assert_eq!(local.sweep(), 1, "a bucket full again is dropped");
-        assert!(local.is_empty());
-        let slow = Local::new(&config(1, 60, 1));
-        slow.decide(&Key::Shared);
-        assert_eq!(slow.sweep(), 0, "a bucket still refilling stays");
-        assert_eq!(slow.len(), 1);
+    fn at_max_keys_one_off_keys_neither_share_a_bucket_nor_push_out_a_busy_one() {
+        let (local, removed) = recorded(&config(1, 60, 2, 100));
+        let busy = client(0);
+        // Past half of max_keys, moka starts counting how often keys are asked for.
+        for i in 1..=60 {
+            local.decide(&client(i));
+        }
+        local.count();
+        let mut busy_allowed = 0;
+        for i in 1000..6000 {
+            assert!(local.decide(&client(i)).allowed, "a new key has a full bucket of its own");
+            if i % 20 == 0 {
+                busy_allowed += usize::from(local.decide(&busy).allowed);
+            }
+        }
+        assert!(local.count() <= 100, "held within max_keys");
+        assert_eq!(busy_allowed, 2, "the busy key kept its bucket (burst 2) through the flood");
+        let evicted = removed.lock().unwrap().iter().filter(|c| **c == RemovalCause::Size).count();
+        assert!(evicted >= 5000 - 100, "every key let go is counted: {evicted}");
+    }
+
+    #[test]
+    fn a_key_is_dropped_once_its_bucket_is_full_again() {
+        // 1000/s, burst 2: full again 2 ms after its last request.
+        let (local, removed) = recorded(&config(1000, 1, 2, 1000));
+        local.decide(&client(1));
+        std::thread::sleep(Duration::from_millis(30));
+        assert_eq!(local.count(), 0);
+        assert_eq!(*removed.lock().unwrap(), [RemovalCause::Expired]);
+        let slow = Local::new(&config(1, 60, 1, 1000), |_| {});
+        slow.decide(&client(1));
+        assert_eq!(slow.count(), 1, "a bucket still refilling stays");
     }
 }

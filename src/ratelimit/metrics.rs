@@ -4,9 +4,10 @@
 use std::time::Duration;
 
 use ::metrics::{Counter, Gauge, counter, gauge, histogram};
+use moka::notification::RemovalCause;
 
 use crate::metrics::{
-    RATE_LIMIT_DECISIONS, RATE_LIMIT_KEYS, RATE_LIMIT_KEYS_DROPPED, RATE_LIMIT_OVERFLOW, RATE_LIMIT_STORE_DURATION,
+    RATE_LIMIT_DECISIONS, RATE_LIMIT_KEYS, RATE_LIMIT_KEYS_DROPPED, RATE_LIMIT_KEYS_EVICTED, RATE_LIMIT_STORE_DURATION,
     RATE_LIMIT_STORE_ERRORS, RATE_LIMITED,
 };
 
@@ -31,7 +32,7 @@ pub struct LimiterMetrics {
     decisions: [(&'static str, [Counter; 2]); 3],
     keys: Gauge,
     dropped: Counter,
-    overflow: Counter,
+    evicted: Counter,
 }
 
 impl LimiterMetrics {
@@ -42,7 +43,7 @@ impl LimiterMetrics {
             decisions: [pair("local"), pair("redis"), pair("on_error")],
             keys: gauge!(RATE_LIMIT_KEYS, "route" => route.to_owned()),
             dropped: counter!(RATE_LIMIT_KEYS_DROPPED, "route" => route.to_owned()),
-            overflow: counter!(RATE_LIMIT_OVERFLOW, "route" => route.to_owned()),
+            evicted: counter!(RATE_LIMIT_KEYS_EVICTED, "route" => route.to_owned()),
         }
     }
 
@@ -53,14 +54,20 @@ impl LimiterMetrics {
         }
     }
 
-    /// A request went to the overflow bucket.
-    pub fn overflowed(&self) {
-        self.overflow.increment(1);
+    /// Counts each key the local buckets let go: dropped when its bucket
+    /// was full again, evicted at `max_keys`.
+    pub fn removals(&self) -> impl Fn(RemovalCause) + Send + Sync + 'static {
+        let (dropped, evicted) = (self.dropped.clone(), self.evicted.clone());
+        move |cause| match cause {
+            RemovalCause::Expired => dropped.increment(1),
+            RemovalCause::Size => evicted.increment(1),
+            // The limiter neither replaces nor removes keys itself.
+            RemovalCause::Explicit | RemovalCause::Replaced => {}
+        }
     }
 
-    /// A sweep dropped `dropped` keys and left `left`.
-    pub fn swept(&self, dropped: usize, left: usize) {
-        self.dropped.increment(dropped as u64);
-        self.keys.set(left as f64);
+    /// The local buckets hold `held` keys.
+    pub fn counted(&self, held: u64) {
+        self.keys.set(held as f64);
     }
 }

@@ -4,7 +4,8 @@
 //!
 //! - `client`: the client address a `key = "client"` limit counts (the
 //!   `server.trusted_proxies` rule for `X-Forwarded-For`);
-//! - `local`: the buckets in this gateway's memory (governor's GCRA);
+//! - `local`: the buckets in this gateway's memory (governor's GCRA, each
+//!   key's state in a moka cache bounded at `max_keys`);
 //! - `redis`: the buckets shared through Redis, and what happens while
 //!   Redis cannot decide (`on_error`).
 //!
@@ -65,19 +66,20 @@ pub struct RouteLimiter {
 
 impl RouteLimiter {
     /// The limiter of route `route`; `store` is the shared store, for a
-    /// `shared = "redis"` limit. Starts the sweep of its local buckets.
+    /// `shared = "redis"` limit. Starts the count of its local keys.
     pub fn new(route: &str, config: &RateLimitConfig, store: Option<Arc<RedisStore>>) -> Arc<RouteLimiter> {
         let shared = if config.store == StoreKind::Redis { store } else { None };
         let policy = format!("\"{route}\";q={};w={}", config.rate.count, config.rate.period.as_secs());
+        let metrics = LimiterMetrics::new(route);
         let limiter = Arc::new(RouteLimiter {
             config: config.clone(),
             route: route.to_owned(),
-            local: Local::new(config),
+            local: Local::new(config, metrics.removals()),
             shared,
             policy: HeaderValue::from_str(&policy).expect("route names are tokens"),
-            metrics: LimiterMetrics::new(route),
+            metrics,
         });
-        local::spawn_sweeper(&limiter, |l: &RouteLimiter| &l.local, |l, dropped, left| l.metrics.swept(dropped, left));
+        local::spawn_counter(&limiter, |l: &RouteLimiter| &l.local, |l, held| l.metrics.counted(held));
         limiter
     }
 
@@ -155,11 +157,8 @@ impl RouteLimiter {
     }
 
     fn local_decision(&self, key: &Key) -> Decision {
-        let (d, overflow) = self.local.decide(key);
+        let d = self.local.decide(key);
         self.metrics.decided("local", d.allowed);
-        if overflow {
-            self.metrics.overflowed();
-        }
         d
     }
 
@@ -226,7 +225,6 @@ fn redis_key(route: &str, key: &Key) -> Vec<u8> {
             out.extend_from_slice(v);
         }
         Key::Shared => out.push(b'-'),
-        Key::Overflow => out.push(b'+'),
     }
     out
 }

@@ -339,3 +339,33 @@ async fn a_cache_shares_an_authenticated_answer_only_when_the_upstream_says_it_m
         }
     }
 }
+
+/// The rate limit is decided before credentials are checked (as nginx's
+/// `limit_req` runs before `auth_basic`): guessing passwords is limited
+/// like any other request, and a refused guess costs no verification.
+#[tokio::test]
+async fn wrong_passwords_are_rate_limited_before_they_are_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    htpasswd(dir.path(), 4);
+    let (up, seen) = recording().await;
+    let limited = "auth = { basic = { htpasswd = \"users.htpasswd\" } }\nrate_limit = { rate = \"1/m\", burst = 3, headers = true }";
+    let gw = TestGateway::start(config(&route(up.addr, "basic_limited", limited), dir.path())).await;
+    let url = gw.url("/basic_limited");
+    let mut statuses = Vec::new();
+    for i in 0..6 {
+        let (parts, _) = get_with(&url, &[("authorization", &basic("ann", &format!("guess-{i}")))]).await;
+        if i == 0 {
+            let state = header(&parts, "ratelimit").unwrap_or("");
+            assert!(state.starts_with("\"basic_limited\";r=2;"), "a 401 it counted says what is left: {state}");
+        }
+        statuses.push(parts.status.as_u16());
+    }
+    assert_eq!(statuses, [401, 401, 401, 429, 429, 429], "401 for the burst's guesses, then 429");
+    let (parts, _) = get_with(&url, &[("authorization", &basic("ann", "pw-ann"))]).await;
+    assert_eq!(parts.status, 429, "the client's bucket is empty, whatever it sends");
+    assert!(seen.lock().unwrap().is_empty());
+    let text = metrics_text(gw.addr).await;
+    let denied =
+        sample(&text, "gateway_auth_total", &[("route", "basic_limited"), ("kind", "basic"), ("result", "denied")]);
+    assert_eq!(denied, Some(3.0), "only the burst's guesses were verified");
+}

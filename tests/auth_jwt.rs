@@ -363,3 +363,20 @@ async fn a_fetched_set_is_used_for_its_good_keys_and_refresh_caps_its_max_age() 
     }
     assert!(fetches.load(Ordering::SeqCst) >= before + 2, "fetched again at refresh, not after max-age");
 }
+
+#[tokio::test]
+async fn bad_tokens_are_rate_limited_before_they_are_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(fixture("jwks.json"), dir.path().join("jwks.json")).unwrap();
+    let (up, seen) = recording().await;
+    let limited = "auth = { jwt = { jwks_file = \"jwks.json\", algorithms = [\"RS256\"], issuer = \"https://id.test\", \
+                   audiences = [\"api\"] } }\nrate_limit = { rate = \"1/m\", burst = 2 }";
+    let gw = TestGateway::start(config(&route(up.addr, "jwt_limited", limited), dir.path())).await;
+    let forged = token(Algorithm::RS256, Some("rsa1"), "rsa2", &claims(json!({})));
+    let mut statuses = Vec::new();
+    for _ in 0..4 {
+        statuses.push(bearer(&gw, "/jwt_limited", &forged).await.0);
+    }
+    assert_eq!(statuses, [401, 401, 429, 429], "401 for the burst's tokens, then 429");
+    assert!(seen.lock().unwrap().is_empty());
+}

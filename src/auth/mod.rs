@@ -1,6 +1,8 @@
 //! Who may come in on a route: its address lists (`allow`, `deny`), then
-//! its credentials (`auth`: Basic against an htpasswd file, or a JWT), in
-//! that order, before rate limits and the rest of the route's behaviour.
+//! its credentials (`auth`: Basic against an htpasswd file, or a JWT). The
+//! server checks the lists first, then the route's rate limit (so that
+//! guessed credentials are limited), then the credentials, before the rest
+//! of the route's behaviour.
 //!
 //! - `address`: the client's address (the peer, or the right-most
 //!   untrusted `X-Forwarded-For` item behind a trusted proxy) and the lists;

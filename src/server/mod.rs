@@ -21,7 +21,6 @@ use http::{Method, Request, Response, StatusCode, Uri};
 use hyper::body::Incoming;
 use tokio::time::Instant;
 
-use crate::auth::Guard;
 use crate::body::{Body, ReadAhead};
 use crate::config::{AccessLogFormat, Config, Target};
 use crate::discovery::Discovery;
@@ -192,8 +191,8 @@ impl App {
     }
 
     /// The data path: path normalisation, built-ins, route match, the
-    /// route's layers around screening, method check, load shedding, proxy /
-    /// file / fixed response; then the one place where the outcome becomes a
+    /// route's address lists, rate limit and credentials, its layers around
+    /// screening, method check, load shedding, proxy / file / fixed response; then the one place where the outcome becomes a
     /// status, a metric and a log line.
     #[allow(clippy::manual_async_fn)] // See `handle`: not an `async fn` on purpose.
     pub fn serve<'a>(
@@ -229,19 +228,19 @@ impl App {
             cx.route_found(&req, upstream.is_some());
             let mut pending =
                 Unanswered { app: self, route: route_metrics, upstream, method: &method, start, cx: Some(cx) };
-            // Address lists, then credentials, before anything else the route does.
-            let refused = match route.and_then(|r| r.guard.as_ref()) {
-                None => None,
-                Some(guard) => {
+            let mut rate_state = None;
+            let refused = match route {
+                Some(route) if route.guard.is_some() || route.rate_limit.is_some() => {
                     let cx = pending.cx.as_mut().expect("just set");
-                    self.guard(guard, &mut req, peer, cx).await.err()
+                    self.admit(route, &mut req, peer, cx, &mut rate_state).await.err()
                 }
+                _ => None,
             };
             let cx = pending.cx.as_ref().expect("just set");
             let respond = |result: Result<Response<Body>, GatewayError>| {
                 result.unwrap_or_else(|e| self.fail(route_metrics, upstream, cx, e))
             };
-            let response = match route {
+            let mut response = match route {
                 _ if refused.is_some() => respond(Err(refused.expect("checked"))),
                 Some(route) => match &route.layers {
                     None => respond(self.dispatch(route, upstream, req, peer, start, cx).await),
@@ -257,6 +256,9 @@ impl App {
                 },
                 None => respond(self.screen(&req, self.config.server.max_body).and(Err(GatewayError::NoRoute))),
             };
+            if let Some(state) = rate_state {
+                response.headers_mut().insert(crate::ratelimit::RATELIMIT, state);
+            }
             let cx = pending.cx.take().expect("taken once");
             self.finish(route_metrics, upstream, &method, start, cx, response)
         }
@@ -279,15 +281,9 @@ impl App {
                 let allow = route.methods.as_ref().map(|(_, allow)| allow.clone()).unwrap_or_default();
                 return Err(GatewayError::MethodNotAllowed { allow });
             }
-            // Before the concurrency slot and the upstream's queue: a refused
-            // request takes neither.
-            let rate_state = match &route.rate_limit {
-                None => None,
-                Some(rl) => rl.admit(req.headers(), peer, &self.config.server.trusted_proxies).await?,
-            };
             let _slot = route.limit.as_deref().map(ConcurrencyLimit::try_acquire).transpose()?;
             let prefix = &route.config.prefix;
-            let mut response = match &route.config.target {
+            match &route.config.target {
                 Target::Proxy(p) => {
                     let upstream = upstream.expect("a proxy route has its upstream");
                     let deadline = start + p.timeout;
@@ -341,26 +337,35 @@ impl App {
                     *response.headers_mut() = headers;
                     Ok(response)
                 }
-            }?;
-            if let Some(state) = rate_state {
-                response.headers_mut().insert(crate::ratelimit::RATELIMIT, state);
             }
-            Ok(response)
         }
     }
 
-    /// The route's access control: its address lists, then (boxed, as only
-    /// routes with `auth` take it) its credentials; the user it names goes
-    /// to the access log.
-    async fn guard(
+    /// What a route decides before anything else it does, in nginx's order
+    /// (`limit_req` runs in the preaccess phase, before `auth_basic`): the
+    /// address lists, then the rate limit, so that guessed credentials are
+    /// limited like any other request and a refused guess costs no
+    /// verification, then the credentials (boxed, as only routes with
+    /// `auth` take them), whose user goes to the access log. `rate_state`
+    /// gets the `RateLimit` value for the answer, when the limit sends one,
+    /// a refusal by the credentials included.
+    async fn admit(
         &self,
-        guard: &Guard,
+        route: &Route,
         req: &mut Request<Incoming>,
         peer: &Peer,
         cx: &mut RequestLog<'_>,
+        rate_state: &mut Option<HeaderValue>,
     ) -> Result<(), GatewayError> {
-        guard.admit(peer.ip, peer.trusted, req.headers())?;
-        if guard.authenticates() {
+        if let Some(guard) = &route.guard {
+            guard.admit(peer.ip, peer.trusted, req.headers())?;
+        }
+        // Before the concurrency slot and the upstream's queue too: a
+        // refused request takes neither.
+        if let Some(rl) = &route.rate_limit {
+            *rate_state = rl.admit(req.headers(), peer, &self.config.server.trusted_proxies).await?;
+        }
+        if let Some(guard) = route.guard.as_deref().filter(|g| g.authenticates()) {
             // The client's Connection list applies to the client's headers,
             // not to the ones authentication sets.
             crate::headers::drop_nominated(req.headers_mut());

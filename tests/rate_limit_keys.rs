@@ -1,9 +1,12 @@
 //! What a rate limit's bucket is kept for, end to end: the local buckets
-//! at `max_keys` under a flood of distinct keys.
+//! at `max_keys` under a flood of distinct keys; header values that are
+//! credentials or long, locally and in a real `redis-server`.
 
+mod auth_common;
 mod common;
 
 use bytes::Bytes;
+use common::redis_server::Redis;
 use common::*;
 use http::Request;
 
@@ -43,4 +46,66 @@ async fn at_max_keys_a_new_key_still_gets_its_own_burst_and_a_busy_one_stays_lim
     let m = metrics_text(gw.addr).await;
     let evicted = sample(&m, "gateway_rate_limit_keys_evicted_total", &[("route", "rl_full")]).unwrap_or(0.0);
     assert!(evicted >= 300.0, "the keys let go at max_keys are counted: {evicted}");
+}
+
+/// `key = "header:authorization"` (and any header value through Redis): a
+/// credential never becomes part of a Redis key, nor does a long value;
+/// both are kept as their SHA-256 and still count per value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_credential_or_a_long_value_is_never_a_redis_key() {
+    let Some(redis) = Redis::start() else { return };
+    let route = |name: &str, header: &str| {
+        format!(
+            "[[routes]]\nname = \"{name}\"\nprefix = \"/{name}\"\nrespond = {{ status = 200 }}\n\
+             rate_limit = {{ rate = \"1/m\", burst = 1, key = \"header:{header}\", shared = \"redis\" }}\n"
+        )
+    };
+    let toml = format!(
+        "[server]\n{}{}[rate_limit_store]\nurl = \"{}\"\ntimeout = \"1s\"\n",
+        route("rl_cred", "Authorization"),
+        route("rl_tenant", "X-Tenant"),
+        redis.url()
+    );
+    let gw = TestGateway::from_toml(&toml).await;
+    let (cred, url) = ("Basic YW5uOnNlY3JldC1wYXNzd29yZA==", gw.url("/rl_cred"));
+    assert_eq!(status(&url, &[("authorization", cred)]).await, 200);
+    assert_eq!(status(&url, &[("authorization", cred)]).await, 429, "the credential's own bucket");
+    assert_eq!(status(&url, &[("authorization", "Basic b3RoZXI6b25l")]).await, 200, "another's");
+    let long = "t".repeat(4000);
+    let url = gw.url("/rl_tenant");
+    for (value, want) in [(long.as_str(), 200), (long.as_str(), 429), ("short", 200)] {
+        assert_eq!(status(&url, &[("x-tenant", value)]).await, want);
+    }
+    let keys = redis.cmd(&["KEYS", "gateway:rl:*"]).expect("KEYS");
+    let keys: Vec<String> = redis::from_redis_value(keys).unwrap();
+    let shown: Vec<&str> = keys.iter().map(|k| &k[..k.len().min(60)]).collect();
+    assert_eq!(keys.len(), 4, "{shown:?}");
+    assert!(keys.iter().all(|k| !k.contains("YW5u") && !k.contains("Basic") && k.len() < 100), "{shown:?}");
+    assert!(
+        keys.contains(&"gateway:rl:rl_tenant:h:short".to_owned()),
+        "a short value of a header that names no secret stays readable"
+    );
+}
+
+/// `key = "header:authorization"` on a route with Basic `auth`: the limit
+/// reads the header before the credentials are checked (and removed), so
+/// each credential has its own bucket.
+#[tokio::test]
+async fn a_limit_keyed_on_authorization_counts_each_credential() {
+    let dir = tempfile::tempdir().unwrap();
+    auth_common::htpasswd(dir.path(), 4);
+    let limited = "respond = { status = 200 }\nauth = { basic = { htpasswd = \"users.htpasswd\" } }\n\
+                   rate_limit = { rate = \"1/m\", burst = 2, key = \"header:Authorization\", missing_key = \"refuse\" }";
+    let toml = format!("[server]\n[[routes]]\nname = \"rl_cred_local\"\nprefix = \"/\"\n{limited}\n");
+    let gw = TestGateway::start(config(&toml, dir.path())).await;
+    let url = gw.url("/");
+    for user in ["ann", "bob"] {
+        let credential = auth_common::basic(user, &format!("pw-{user}"));
+        let mut statuses = Vec::new();
+        for _ in 0..3 {
+            statuses.push(status(&url, &[("authorization", &credential)]).await);
+        }
+        assert_eq!(statuses, [200, 200, 429], "{user}: a bucket of its own");
+    }
+    assert_eq!(status(&url, &[]).await, 429, "no credential: missing_key = \"refuse\"");
 }

@@ -92,6 +92,7 @@ mod ratelimit;
 mod raw;
 mod raw_access;
 mod redact;
+pub use redact::names_secret;
 mod upstream;
 mod validate;
 

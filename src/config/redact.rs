@@ -23,7 +23,9 @@ const SECRET_WORDS: [&str; 5] = ["auth", "key", "sig", "signature", "code"];
 /// Schemes of `Authorization`-like values, whatever the key they are under.
 const AUTH_SCHEMES: [&str; 4] = ["bearer ", "basic ", "token ", "digest "];
 
-fn names_secret(key: &str) -> bool {
+/// Whether a key (or a header) name names a secret; a rate limit keyed on
+/// such a header keeps only digests of its values.
+pub fn names_secret(key: &str) -> bool {
     let key = key.to_ascii_lowercase().replace('-', "_");
     SECRET_KEYS.iter().any(|s| key.contains(s)) || key.split('_').any(|w| SECRET_WORDS.contains(&w))
 }

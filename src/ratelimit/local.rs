@@ -30,15 +30,31 @@ pub const COUNT_EVERY: Duration = Duration::from_secs(5);
 /// The longest `time_to_idle` moka takes (it panics past it).
 const MAX_IDLE: Duration = Duration::from_secs(1000 * 365 * 24 * 3600);
 
-/// What one bucket is kept for. Header values are kept as sent: they are
-/// bounded by `server.max_header_size`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+/// What one bucket is kept for. Its `Debug` never shows a header's value,
+/// which may be a credential.
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub enum Key {
     Client(IpAddr),
+    /// A header's value, as sent: a short one whose header does not name a
+    /// secret.
     Value(Box<[u8]>),
+    /// The SHA-256 of a header's value: a long one, or any value of a
+    /// header that names a secret (`Authorization`, `Cookie`, `X-Api-Key`).
+    Digest([u8; 32]),
     /// Requests without the key's header, when they share one bucket; and a
     /// `key = "route"` limit's one bucket.
     Shared,
+}
+
+impl std::fmt::Debug for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Key::Client(ip) => write!(f, "Client({ip})"),
+            Key::Value(v) => write!(f, "Value({} bytes)", v.len()),
+            Key::Digest(_) => f.write_str("Digest"),
+            Key::Shared => f.write_str("Shared"),
+        }
+    }
 }
 
 type States = Cache<Key, Arc<InMemoryState>>;

@@ -16,11 +16,13 @@
 //! `t` seconds until the bucket is full again, or until the next request is
 //! allowed when `r` is 0).
 
+use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 use ipnet::IpNet;
+use sha2::{Digest, Sha256};
 
 use crate::config::{MissingKey, OnStoreError, RateLimitConfig, RateLimitKey, StoreKind};
 use crate::error::GatewayError;
@@ -40,6 +42,11 @@ pub use redis::RedisStore;
 pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
 /// `RateLimit` (draft-ietf-httpapi-ratelimit-headers-10 §4).
 pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+
+/// The longest header value a bucket is kept for as sent; a longer one (up
+/// to `server.max_header_size`) is kept as its SHA-256, so that neither a
+/// local key nor a Redis key grows with what a client sends.
+const LONGEST_KEPT: usize = 64;
 
 /// One decision on one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,6 +68,9 @@ pub struct RouteLimiter {
     shared: Option<Arc<RedisStore>>,
     /// The `RateLimit-Policy` value, the same on every answer.
     policy: HeaderValue,
+    /// A `header:` key's header names a secret (the `/-/config` rule):
+    /// its values are kept only as digests.
+    secret_values: bool,
     metrics: LimiterMetrics,
 }
 
@@ -71,12 +81,15 @@ impl RouteLimiter {
         let shared = if config.store == StoreKind::Redis { store } else { None };
         let policy = format!("\"{route}\";q={};w={}", config.rate.count, config.rate.period.as_secs());
         let metrics = LimiterMetrics::new(route);
+        let secret_values =
+            matches!(&config.key, RateLimitKey::Header { name, .. } if crate::config::names_secret(name.as_str()));
         let limiter = Arc::new(RouteLimiter {
             config: config.clone(),
             route: route.to_owned(),
             local: Local::new(config, metrics.removals()),
             shared,
             policy: HeaderValue::from_str(&policy).expect("route names are tokens"),
+            secret_values,
             metrics,
         });
         local::spawn_counter(&limiter, |l: &RouteLimiter| &l.local, |l, held| l.metrics.counted(held));
@@ -173,7 +186,7 @@ impl RouteLimiter {
                 trusted,
             )))),
             RateLimitKey::Header { name, missing } => match header_key(headers, name) {
-                Some(value) => Some(Key::Value(value.into_boxed_slice())),
+                Some(value) => Some(value_key(value.as_bytes(), self.secret_values)),
                 None if *missing == MissingKey::Share => Some(Key::Shared),
                 None => None,
             },
@@ -193,13 +206,24 @@ impl RouteLimiter {
 /// second value of its own would get a new bucket for each, while the
 /// upstream still reads the first. Such a request counts as one without
 /// the header (`missing_key` decides).
-fn header_key(headers: &HeaderMap, name: &HeaderName) -> Option<Vec<u8>> {
+fn header_key<'h>(headers: &'h HeaderMap, name: &HeaderName) -> Option<&'h HeaderValue> {
     let mut values = headers.iter().filter(|(n, _)| *n == name || same_cgi_name(n.as_str(), name.as_str()));
     let (_, value) = values.next()?;
     if values.next().is_some() {
         return None;
     }
-    Some(value.as_bytes().to_vec())
+    Some(value)
+}
+
+/// The bucket of a header's value: as sent, or its SHA-256 when it is
+/// longer than [`LONGEST_KEPT`] or `secret` (a credential is then neither
+/// held in memory nor written to Redis).
+fn value_key(value: &[u8], secret: bool) -> Key {
+    if secret || value.len() > LONGEST_KEPT {
+        Key::Digest(Sha256::digest(value).into())
+    } else {
+        Key::Value(value.into())
+    }
 }
 
 /// The bucket of a client address: an IPv4 address, or an IPv6 address's
@@ -223,6 +247,12 @@ fn redis_key(route: &str, key: &Key) -> Vec<u8> {
         Key::Value(v) => {
             out.extend_from_slice(b"h:");
             out.extend_from_slice(v);
+        }
+        Key::Digest(d) => {
+            out.extend_from_slice(b"d:");
+            for b in d {
+                let _ = write!(out, "{b:02x}");
+            }
         }
         Key::Shared => out.push(b'-'),
     }
@@ -286,9 +316,9 @@ mod tests {
         let mut h = HeaderMap::new();
         assert_eq!(header_key(&h, &name), None);
         h.append("x-api-key", HeaderValue::from_static("a"));
-        assert_eq!(header_key(&h, &name).as_deref(), Some(&b"a"[..]));
+        assert_eq!(header_key(&h, &name).unwrap(), "a");
         h.insert("x-api-keys", HeaderValue::from_static("c"));
-        assert_eq!(header_key(&h, &name).as_deref(), Some(&b"a"[..]), "another name is not the key");
+        assert_eq!(header_key(&h, &name).unwrap(), "a", "another name is not the key");
         h.append("x_api_key", HeaderValue::from_static("b"));
         assert_eq!(header_key(&h, &name), None, "a second value, in the other spelling, is no key");
         let mut h = HeaderMap::new();
@@ -314,10 +344,32 @@ mod tests {
     }
 
     #[test]
+    fn a_long_value_or_a_secret_is_kept_as_its_digest() {
+        let short = [b'k'; LONGEST_KEPT];
+        let long = [b'k'; LONGEST_KEPT + 1];
+        assert_eq!(value_key(&short, false), Key::Value(short[..].into()));
+        assert_eq!(value_key(&long, false), Key::Digest(Sha256::digest(long).into()));
+        assert_eq!(value_key(b"Basic YTpi", true), Key::Digest(Sha256::digest(b"Basic YTpi").into()));
+        assert_ne!(value_key(&long, false), value_key(&[b'k'; LONGEST_KEPT + 2], false));
+        assert_eq!(format!("{:?}", value_key(b"Basic YTpi", true)), "Digest");
+        assert_eq!(format!("{:?}", value_key(b"tenant-7", false)), "Value(8 bytes)", "never the value itself");
+        let limiter = |name: &'static str| {
+            let key = RateLimitKey::Header { name: HeaderName::from_static(name), missing: MissingKey::Share };
+            limiter(key, false).secret_values
+        };
+        assert!(
+            limiter("authorization") && limiter("cookie") && limiter("x-api-key") && limiter("proxy-authorization")
+        );
+        assert!(!limiter("x-tenant"));
+    }
+
+    #[test]
     fn redis_keys() {
         assert_eq!(redis_key("api", &Key::Client([192, 0, 2, 1].into())), b"gateway:rl:api:c:192.0.2.1");
         assert_eq!(redis_key("api", &Key::Value(b"k1"[..].into())), b"gateway:rl:api:h:k1");
         assert_eq!(redis_key("api", &Key::Shared), b"gateway:rl:api:-");
+        let digest = redis_key("api", &Key::Digest([0xab; 32]));
+        assert_eq!(digest, format!("gateway:rl:api:d:{}", "ab".repeat(32)).as_bytes());
         assert_eq!((ceil_secs(Duration::from_millis(1)), ceil_secs(Duration::from_secs(2))), (1, 2));
     }
 }

@@ -1,16 +1,17 @@
 //! What one request carries through the gateway besides itself: who sent
-//! it ([`Peer`]) and what its logs, trace and upstream need to know about it
-//! ([`RequestLog`]). A leaf below the server, the listeners and the
-//! upstreams, which all use it.
+//! it ([`Peer`]), the client behind that peer ([`Client`]) and what its
+//! logs, trace and upstream need to know about it ([`RequestLog`]). A leaf
+//! below the server, the listeners and the upstreams, which all use it.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use std::time::Duration;
 
-use http::Request;
 use http::header::{self, HeaderValue};
+use http::{HeaderMap, Request};
 use hyper::body::Incoming;
+use ipnet::IpNet;
 use tokio::time::Instant;
 
 use crate::access::{AccessLine, UpstreamTiming};
@@ -43,6 +44,74 @@ impl Peer {
     pub fn new(ip: IpAddr, trusted: bool, tls: bool) -> Self {
         Peer { ip, forwarded_for: crate::headers::forwarded_for(ip), trusted, tls }
     }
+}
+
+/// Who a request is from, by address: the connection's peer or, when the
+/// peer is a trusted proxy (`server.trusted_proxies`), the right-most
+/// `X-Forwarded-For` address that is not itself trusted. Only trusted
+/// proxies append to the list, so that address is the first one a client
+/// could not have chosen (an address a client puts in its own
+/// `X-Forwarded-For` sits left of it and is never read). Decided by
+/// [`Peer::client`] alone, for a route's `allow`/`deny` and its rate limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Client {
+    /// The client's address (IPv4-mapped IPv6 as plain IPv4).
+    Addr(IpAddr),
+    /// A trusted proxy sent an item that is not an address, so nothing left
+    /// of it can be believed: the last address that could (a trusted one).
+    Broken(IpAddr),
+}
+
+impl Client {
+    /// The address, `None` for a broken chain: what address lists admit,
+    /// so that a broken chain is refused rather than read as a proxy.
+    pub fn addr(self) -> Option<IpAddr> {
+        match self {
+            Client::Addr(ip) => Some(ip),
+            Client::Broken(_) => None,
+        }
+    }
+
+    /// The address, or for a broken chain the last address believed: what
+    /// a rate limit counts (such requests share their proxy's bucket).
+    pub fn believed(self) -> IpAddr {
+        match self {
+            Client::Addr(ip) | Client::Broken(ip) => ip,
+        }
+    }
+}
+
+impl Peer {
+    /// The client of a request from this peer with `headers` (see
+    /// [`Client`]). The list is read from the right across every
+    /// `X-Forwarded-For` line; empty elements are skipped (RFC 9110
+    /// §5.6.1); when every address is a trusted proxy, the left-most is the
+    /// client.
+    pub fn client(&self, headers: &HeaderMap, trusted: &[IpNet]) -> Client {
+        let mut client = self.ip.to_canonical();
+        if !self.trusted {
+            return Client::Addr(client);
+        }
+        for value in headers.get_all(crate::headers::X_FORWARDED_FOR).iter().rev() {
+            let Ok(text) = value.to_str() else { return Client::Broken(client) };
+            for item in text.rsplit(',').map(str::trim).filter(|i| !i.is_empty()) {
+                let Some(ip) = parse_forwarded_item(item) else { return Client::Broken(client) };
+                if !trusted.iter().any(|n| n.contains(&ip)) {
+                    return Client::Addr(ip);
+                }
+                client = ip;
+            }
+        }
+        Client::Addr(client)
+    }
+}
+
+/// An `X-Forwarded-For` item: an address, possibly with a port, as some
+/// proxies write them (`1.2.3.4:5`, `[::1]:5`); IPv4-mapped IPv6 as plain
+/// IPv4, so that one client has one address whichever way it was written.
+fn parse_forwarded_item(item: &str) -> Option<IpAddr> {
+    let ip = item.parse::<IpAddr>().ok().or_else(|| item.parse::<SocketAddr>().ok().map(|s| s.ip()))?;
+    Some(ip.to_canonical())
 }
 
 /// What the upstream and the logs of one request need to know about it.
@@ -184,5 +253,63 @@ impl<'a> RequestLog<'a> {
     /// The request ID for a log line (`-` without one).
     pub fn request_id(&self) -> &str {
         self.id.map_or("-", RequestId::as_str)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_client_is_the_right_most_untrusted_forwarded_address() {
+        let trusted: Vec<IpNet> =
+            ["127.0.0.1/32", "10.0.0.0/8", "::1/128"].iter().map(|n| n.parse().unwrap()).collect();
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let (addr, broken) = (|s: &str| Client::Addr(ip(s)), |s: &str| Client::Broken(ip(s)));
+        // (peer, peer trusted, X-Forwarded-For lines, client)
+        let cases: Vec<(&str, bool, Vec<&str>, Client)> = vec![
+            // An untrusted peer is itself, whatever it claims.
+            ("203.0.113.9", false, vec!["198.51.100.1"], addr("203.0.113.9")),
+            ("::ffff:203.0.113.9", false, vec![], addr("203.0.113.9")),
+            // A trusted peer without the header: the peer.
+            ("127.0.0.1", true, vec![], addr("127.0.0.1")),
+            ("::ffff:127.0.0.1", true, vec![], addr("127.0.0.1")),
+            // The right-most address that is not a proxy, across lines.
+            ("127.0.0.1", true, vec!["192.0.2.1"], addr("192.0.2.1")),
+            ("127.0.0.1", true, vec!["198.51.100.9, 192.0.2.1, 10.1.1.1"], addr("192.0.2.1")),
+            ("127.0.0.1", true, vec!["198.51.100.9", "192.0.2.1, 10.1.1.1"], addr("192.0.2.1")),
+            ("::1", true, vec!["2001:db8::2"], addr("2001:db8::2")),
+            // Every entry a proxy: the left-most one.
+            ("127.0.0.1", true, vec!["10.2.2.2, 10.1.1.1"], addr("10.2.2.2")),
+            // Empty elements are no items (RFC 9110 §5.6.1).
+            ("127.0.0.1", true, vec!["192.0.2.1,"], addr("192.0.2.1")),
+            ("127.0.0.1", true, vec!["192.0.2.1, , 10.1.1.1"], addr("192.0.2.1")),
+            ("127.0.0.1", true, vec![","], addr("127.0.0.1")),
+            // Ports, brackets and IPv4-mapped IPv6, as some proxies write them.
+            ("127.0.0.1", true, vec!["192.0.2.1:4711"], addr("192.0.2.1")),
+            ("127.0.0.1", true, vec!["[2001:db8::1]:80"], addr("2001:db8::1")),
+            ("127.0.0.1", true, vec!["::ffff:192.0.2.1"], addr("192.0.2.1")),
+            ("127.0.0.1", true, vec!["::ffff:10.1.1.1, 10.2.2.2"], addr("10.1.1.1")),
+            // Garbage ends the walk: broken, at the last address believed.
+            ("127.0.0.1", true, vec!["garbage"], broken("127.0.0.1")),
+            ("127.0.0.1", true, vec!["garbage, 10.1.1.1"], broken("10.1.1.1")),
+            ("127.0.0.1", true, vec!["192.0.2.1, garbage"], broken("127.0.0.1")),
+            // Garbage left of the client is never read.
+            ("127.0.0.1", true, vec!["garbage, 192.0.2.1"], addr("192.0.2.1")),
+        ];
+        for (peer, peer_trusted, lines, want) in cases {
+            let mut headers = HeaderMap::new();
+            for line in &lines {
+                headers.append(crate::headers::X_FORWARDED_FOR, line.parse().unwrap());
+            }
+            let got = Peer::new(ip(peer), peer_trusted, false).client(&headers, &trusted);
+            assert_eq!(got, want, "{peer} {peer_trusted} {lines:?}");
+        }
+        let mut opaque = HeaderMap::new();
+        opaque.insert(crate::headers::X_FORWARDED_FOR, HeaderValue::from_bytes(b"192.0.2.1, \xff").unwrap());
+        let got = Peer::new(ip("127.0.0.1"), true, false).client(&opaque, &trusted);
+        assert_eq!(got, broken("127.0.0.1"), "a value that is not text is broken");
+        assert_eq!((broken("10.1.1.1").addr(), broken("10.1.1.1").believed()), (None, ip("10.1.1.1")));
+        assert_eq!(addr("192.0.2.1").addr(), Some(ip("192.0.2.1")));
     }
 }

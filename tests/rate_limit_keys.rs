@@ -109,3 +109,25 @@ async fn a_limit_keyed_on_authorization_counts_each_credential() {
     }
     assert_eq!(status(&url, &[]).await, 429, "no credential: missing_key = \"refuse\"");
 }
+
+/// One function decides the client for a route's `allow` and for its rate
+/// limit. Behind a trusted proxy, an empty `X-Forwarded-For` element (which
+/// RFC 9110 §5.6.1 says to ignore) names the same client for both; an
+/// IPv4-mapped address is the IPv4 one for both; a broken chain is refused.
+#[tokio::test]
+async fn address_lists_and_the_rate_limit_read_one_client() {
+    let route = "allow = [\"198.51.100.0/24\"]\nrate_limit = { rate = \"1/m\", burst = 1 }";
+    let toml = format!(
+        "[server]\ntrusted_proxies = [\"127.0.0.1\"]\n[[routes]]\nname = \"rl_one\"\nprefix = \"/\"\n\
+         respond = {{ status = 200 }}\n{route}\n"
+    );
+    let gw = TestGateway::from_toml(&toml).await;
+    let url = gw.url("/");
+    for forwarded in ["198.51.100.1,", "198.51.100.2, ,", "::ffff:198.51.100.3"] {
+        let xff = [("x-forwarded-for", forwarded)];
+        assert_eq!(status(&url, &xff).await, 200, "{forwarded}: admitted, with a bucket of its own");
+        assert_eq!(status(&url, &xff).await, 429, "{forwarded}: and that bucket is spent");
+    }
+    assert_eq!(status(&url, &[("x-forwarded-for", "198.51.100.3")]).await, 429, "the mapped address was this one");
+    assert_eq!(status(&url, &[("x-forwarded-for", "bogus")]).await, 403, "a broken chain is refused");
+}

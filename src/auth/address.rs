@@ -1,16 +1,11 @@
-//! Who the client is, by address, and whether a route's `allow`/`deny`
-//! admit it. The client is the connecting peer, or, when the peer is a
-//! trusted proxy, the right-most `X-Forwarded-For` address that is not
-//! itself trusted: every hop from there on is one of ours, so that address
-//! is the first one a client could not have chosen (an address a client
-//! puts in its own `X-Forwarded-For` sits left of it and is never read).
+//! Whether a route's `allow`/`deny` (or the admin listener's
+//! `metrics.allow`) admit a client. Who the client is, by address, is
+//! decided by [`crate::request::Peer::client`] alone; a broken
+//! `X-Forwarded-For` chain gives no address, and no address passes.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 
-use http::HeaderMap;
 use ipnet::IpNet;
-
-use crate::headers::X_FORWARDED_FOR;
 
 /// A route's (or the admin listener's) address lists.
 #[derive(Debug, Clone)]
@@ -34,38 +29,11 @@ impl AddressList {
     }
 }
 
-/// The client's address (see the module comment): `None` when a trusted
-/// peer sent an `X-Forwarded-For` item that is not an address, so that a
-/// broken chain is refused rather than read as the proxy's own address.
-pub fn client_ip(peer: IpAddr, peer_trusted: bool, headers: &HeaderMap, trusted: &[IpNet]) -> Option<IpAddr> {
-    if !peer_trusted {
-        return Some(peer);
-    }
-    // All trusted to the left-most: that one is the client.
-    let mut client = peer;
-    for value in headers.get_all(X_FORWARDED_FOR).iter().rev() {
-        let text = value.to_str().ok()?;
-        for item in text.rsplit(',').map(str::trim).filter(|i| !i.is_empty()) {
-            let ip = parse_item(item)?;
-            if !trusted.iter().any(|n| n.contains(&ip)) {
-                return Some(ip);
-            }
-            client = ip;
-        }
-    }
-    Some(client)
-}
-
-/// An `X-Forwarded-For` item: an address, possibly with a port
-/// (`1.2.3.4:5`, `[::1]:5`); IPv4-mapped IPv6 as plain IPv4.
-fn parse_item(item: &str) -> Option<IpAddr> {
-    let ip = item.parse::<IpAddr>().ok().or_else(|| item.parse::<SocketAddr>().ok().map(|s| s.ip()))?;
-    Some(ip.to_canonical())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::request::Peer;
+    use http::HeaderMap;
 
     fn nets(list: &[&str]) -> Vec<IpNet> {
         list.iter().map(|s| s.parse().unwrap()).collect()
@@ -93,9 +61,9 @@ mod tests {
         for (peer_trusted, values, want) in cases {
             let mut headers = HeaderMap::new();
             for v in &values {
-                headers.append(X_FORWARDED_FOR, v.parse().unwrap());
+                headers.append(crate::headers::X_FORWARDED_FOR, v.parse().unwrap());
             }
-            let got = client_ip(peer, peer_trusted, &headers, &trusted);
+            let got = Peer::new(peer, peer_trusted, false).client(&headers, &trusted).addr();
             assert_eq!(got, want.map(|w| w.parse().unwrap()), "{peer_trusted} {values:?}");
         }
     }

@@ -4,8 +4,9 @@
 //! guessed credentials are limited), then the credentials, before the rest
 //! of the route's behaviour.
 //!
-//! - `address`: the client's address (the peer, or the right-most
-//!   untrusted `X-Forwarded-For` item behind a trusted proxy) and the lists;
+//! - `address`: the address lists, over the client's address as
+//!   [`Peer::client`] tells it (the peer, or the right-most untrusted
+//!   `X-Forwarded-For` item behind a trusted proxy);
 //! - `basic`: Basic credentials, verified on the blocking pool with a
 //!   process-wide bound and a short memory of successes;
 //! - `jwt`: bearer tokens checked against a JWKS (`jwks`: from a file or
@@ -24,7 +25,6 @@ pub mod forward;
 pub mod jwks;
 pub mod jwt;
 
-use std::net::IpAddr;
 use std::sync::Arc;
 
 use http::header;
@@ -71,9 +71,9 @@ impl Guard {
     }
 
     /// The address lists' verdict on the request (none set: admitted).
-    pub fn admit(&self, peer_ip: IpAddr, peer_trusted: bool, headers: &HeaderMap) -> Result<(), GatewayError> {
+    pub fn admit(&self, peer: &Peer, headers: &HeaderMap) -> Result<(), GatewayError> {
         let Some((list, allowed)) = &self.addresses else { return Ok(()) };
-        let client = address::client_ip(peer_ip, peer_trusted, headers, &self.trusted);
+        let client = peer.client(headers, &self.trusted).addr();
         if !list.admits(client) {
             return Err(GatewayError::AddressDenied { client });
         }

@@ -2,8 +2,6 @@
 //! whole route) may send, decided before a request reaches the upstream, its
 //! queue or the route's concurrency limit.
 //!
-//! - `client`: the client address a `key = "client"` limit counts (the
-//!   `server.trusted_proxies` rule for `X-Forwarded-For`);
 //! - `local`: the buckets in this gateway's memory (governor's GCRA, each
 //!   key's state in a moka cache bounded at `max_keys`);
 //! - `redis`: the buckets shared through Redis, and what happens while
@@ -29,7 +27,6 @@ use crate::error::GatewayError;
 use crate::headers::same_cgi_name;
 use crate::request::Peer;
 
-pub mod client;
 pub mod local;
 pub mod metrics;
 pub mod redis;
@@ -180,11 +177,9 @@ impl RouteLimiter {
     fn key(&self, headers: &HeaderMap, peer: &Peer, trusted: &[IpNet]) -> Option<Key> {
         match &self.config.key {
             RateLimitKey::Route => Some(Key::Shared),
-            RateLimitKey::Client => Some(Key::Client(client_block(client::client_addr(
-                peer.ip,
-                headers.get_all(crate::headers::X_FORWARDED_FOR).iter(),
-                trusted,
-            )))),
+            // Past a broken X-Forwarded-For chain, the last address believed
+            // (a trusted proxy's): such requests share that proxy's bucket.
+            RateLimitKey::Client => Some(Key::Client(client_block(peer.client(headers, trusted).believed()))),
             RateLimitKey::Header { name, missing } => match header_key(headers, name) {
                 Some(value) => Some(value_key(value.as_bytes(), self.secret_values)),
                 None if *missing == MissingKey::Share => Some(Key::Shared),
@@ -299,6 +294,43 @@ mod tests {
             other => panic!("expected a refusal, got {other:?}"),
         }
         assert!(l.admit(&h, &peer([192, 0, 2, 2]), &[]).await.is_ok(), "another client has its own bucket");
+    }
+
+    #[test]
+    fn a_client_key_is_the_right_most_untrusted_address_or_the_last_believed() {
+        let trusted: Vec<IpNet> = vec!["10.0.0.0/8".parse().unwrap(), "::1/128".parse().unwrap()];
+        let proxy: std::net::IpAddr = "10.0.0.1".parse().unwrap();
+        let outsider: std::net::IpAddr = "203.0.113.9".parse().unwrap();
+        let cases: &[(std::net::IpAddr, &[&str], &str)] = &[
+            // An untrusted peer: its own address, whatever it claims.
+            (outsider, &["198.51.100.1"], "203.0.113.9"),
+            (outsider, &[], "203.0.113.9"),
+            // A trusted peer without the header: the peer.
+            (proxy, &[], "10.0.0.1"),
+            // A trusted peer: the right-most address that is not a proxy.
+            (proxy, &["198.51.100.1"], "198.51.100.1"),
+            (proxy, &["1.1.1.1, 198.51.100.1, 10.0.0.7"], "198.51.100.1"),
+            (proxy, &["1.1.1.1, 198.51.100.1", "10.0.0.7"], "198.51.100.1"),
+            // Every entry a proxy: the left-most one.
+            (proxy, &["10.0.0.3, 10.0.0.7"], "10.0.0.3"),
+            // Garbage ends the walk at the last address believed.
+            (proxy, &["1.1.1.1, bogus, 10.0.0.7"], "10.0.0.7"),
+            (proxy, &["bogus"], "10.0.0.1"),
+            // Ports and IPv6 brackets, as some proxies write them.
+            (proxy, &["198.51.100.1:4711"], "198.51.100.1"),
+            (proxy, &["[2001:db8::1]:443"], "2001:db8::1"),
+            (proxy, &["::ffff:198.51.100.1"], "198.51.100.1"),
+            ("::1".parse().unwrap(), &["2001:db8::2"], "2001:db8::2"),
+        ];
+        for (ip, values, want) in cases {
+            let mut headers = HeaderMap::new();
+            for v in *values {
+                headers.append(crate::headers::X_FORWARDED_FOR, HeaderValue::from_str(v).unwrap());
+            }
+            let peer = Peer::new(*ip, trusted.iter().any(|n| n.contains(ip)), false);
+            let got = peer.client(&headers, &trusted).believed();
+            assert_eq!(got, want.parse::<std::net::IpAddr>().unwrap(), "{ip} {values:?}");
+        }
     }
 
     #[test]

@@ -39,7 +39,7 @@ impl App {
     pub async fn admin(self: &Arc<Self>, req: &Request<Incoming>, peer: &Peer) -> Response<Body> {
         if let Some(list) = &self.admin_allow {
             let trusted = &self.config.server.trusted_proxies;
-            let client = crate::auth::address::client_ip(peer.ip, peer.trusted, req.headers(), trusted);
+            let client = peer.client(req.headers(), trusted).addr();
             if !list.admits(client) {
                 crate::metrics::auth("admin", "address", "denied").increment(1);
                 tracing::debug!(client = ?client, "admin request refused by metrics.allow");

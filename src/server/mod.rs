@@ -358,7 +358,7 @@ impl App {
         rate_state: &mut Option<HeaderValue>,
     ) -> Result<(), GatewayError> {
         if let Some(guard) = &route.guard {
-            guard.admit(peer.ip, peer.trusted, req.headers())?;
+            guard.admit(peer, req.headers())?;
         }
         // Before the concurrency slot and the upstream's queue too: a
         // refused request takes neither.

@@ -10,8 +10,8 @@
 #    hadolint binary).
 # 2. Static checks: promtool check rules / test rules / check config,
 #    kubernetes-validate --strict, the manifests' own invariants (probes,
-#    grace period vs shutdown_timeout, security context), hadolint, the
-#    dashboard's JSON.
+#    grace period vs shutdown_timeout, security context, the ConfigMap
+#    mounted as a folder and watched), hadolint, the dashboard's JSON.
 # 3. Live: starts two `gateway upstream`s, the gateway in front of them and a
 #    real Prometheus (1s scrape) on 127.0.0.1, and sends traffic that
 #    exercises the upstream protection too: a queue that overflows
@@ -118,8 +118,14 @@ port = {p["name"]: p["containerPort"] for p in gw["ports"]}["http"]
 
 check(cfg["server"]["listen"].endswith(f":{port}"), f"config listens on the container port {port}")
 mount = next(m for m in gw["volumeMounts"] if m["name"] == "gateway-config")
-check(gw["args"] == ["--config", mount["mountPath"]] == ["--config", "/etc/gateway/gateway.toml"],
-      "gateway runs --config /etc/gateway/gateway.toml from the ConfigMap")
+volume = next(v for v in spec["volumes"] if v["name"] == "gateway-config")
+# A subPath mount is a copy the kubelet never updates: --watch would see nothing.
+check("subPath" not in mount and volume["configMap"]["name"] == docs["configmap"]["metadata"]["name"],
+      "the ConfigMap is mounted as a folder (no subPath)")
+config_file = mount["mountPath"].rstrip("/") + "/gateway.toml"
+check(gw["args"][-2:] == ["--config", config_file] and ("--watch" in gw["args"] or cfg["server"].get("watch_config")),
+      f"gateway runs --watch --config {config_file}, the file in the ConfigMap's folder")
+check(mount["mountPath"].rstrip("/") != "/etc/gateway", "the mount leaves the image's /etc/gateway (its public/) visible")
 check(gw["livenessProbe"]["httpGet"]["path"] == "/healthz", "liveness probe on /healthz")
 check(gw["readinessProbe"]["httpGet"]["path"] == "/readyz", "readiness probe on /readyz")
 check("preStop" not in gw.get("lifecycle", {}), "the gateway needs no preStop hook (it has shutdown_delay)")

@@ -14,7 +14,8 @@ A name that is not in the file is NXDOMAIN; a name whose type is not in
 it (AAAA here) answers NOERROR with no records, as an authoritative
 server does. A file that cannot be read or parsed (caught mid-write)
 answers SERVFAIL, which the gateway treats as "keep what you have". Each
-query is printed as one line: name, type, and the answer.
+query is printed as one line: the time, the asker, name, type, and the
+answer.
 
 >>> zone = {"app.test": {"A": ["10.0.0.1", "10.0.0.2"], "ttl": 1}}
 >>> [str(rr.rdata) for rr in answer(zone, DNSRecord.question("App.Test.")).rr]
@@ -27,6 +28,7 @@ True
 
 import json
 import sys
+import time
 
 from dnslib import AAAA, QTYPE, RCODE, RR, A, DNSRecord
 from dnslib.server import BaseResolver, DNSLogger, DNSServer
@@ -59,12 +61,17 @@ class ZoneFile(BaseResolver):
         except (OSError, ValueError) as e:
             reply = request.reply()
             reply.header.rcode = RCODE.SERVFAIL
-            print(f"{request.q.qname} {QTYPE[request.q.qtype]} SERVFAIL ({e})", flush=True)
+            log(handler, request, f"SERVFAIL ({e})")
             return reply
         reply = answer(zone, request)
-        found = " ".join(str(rr.rdata) for rr in reply.rr) or RCODE[reply.header.rcode]
-        print(f"{request.q.qname} {QTYPE[request.q.qtype]} {found}", flush=True)
+        log(handler, request, " ".join(str(rr.rdata) for rr in reply.rr) or RCODE[reply.header.rcode])
         return reply
+
+
+def log(handler, request, answer):
+    now = time.time()
+    stamp = time.strftime("%H:%M:%S", time.localtime(now)) + f".{int(now * 1000) % 1000:03d}"
+    print(f"{stamp} {handler.client_address[0]} {request.q.qname} {QTYPE[request.q.qtype]} {answer}", flush=True)
 
 
 def main():

@@ -19,7 +19,8 @@
 #      request failed meanwhile;
 #   4. an app killed while still in DNS: every replica marks it unhealthy
 #      (/-/upstreams), /readyz stays 200 while the others are healthy, and no
-#      request fails (retries on connect and reset); all apps killed: /readyz
+#      request fails (retries on connect and reset; it prints how many were
+#      made); all apps killed: /readyz
 #      is 503 on every replica.
 # Needs root (network namespaces), iproute2, curl and python3-venv (dnslib
 # from PyPI goes into target/across-venv). Under CI=true as root it installs
@@ -458,6 +459,8 @@ check_app_killed() {
         every_replica_sees "$(healthy "${APP_IPS[0]}" "${APP_IPS[1]}!" "${APP_IPS[2]}")"
     sleep 0.5
     load_stop "while app2 died"
+    echo "requests sent again to another app (gateway_upstream_retries_total, three replicas): $(
+        for i in 1 2 3; do metric "$i" 'gateway_upstream_retries_total{upstream="app"}'; done | awk '{ n += $1 } END { print n + 0 }')"
     for i in 1 2 3; do
         [ "$(readyz "$i")" = "ready 200" ] || die "replica $i: /readyz answered '$(readyz "$i")' with app1 and app3 healthy"
     done

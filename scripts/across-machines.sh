@@ -18,17 +18,15 @@
 #      symlink swap and `--watch`: a new route answers, same process, no
 #      request failed meanwhile;
 #   4. an app killed while still in DNS: every replica marks it unhealthy
-#      (/-/upstreams), /readyz stays 200 while the others are healthy, and no
-#      request fails (retries on connect and reset; it prints how many were
-#      made); all apps killed: /readyz
-#      is 503 on every replica.
+#      (/-/upstreams), /readyz stays 200 while the others are healthy, no
+#      request fails (retries on connect and reset, counted); all apps
+#      killed: /readyz is 503 on every replica.
 # Needs root (network namespaces), iproute2, curl and python3-venv (dnslib
-# from PyPI goes into target/across-venv). Under CI=true as root it installs
-# the missing Debian packages; otherwise it prints the command and exits 2,
-# as it does when not root. All traffic stays inside the namespaces it makes
-# (10.77.0.0/24 exists only there). Every namespace and process it made is
-# removed on exit, failed or not; a watchdog ends a run that passes
-# TIME_LIMIT seconds.
+# from PyPI goes into target/across-venv). Under CI=true it installs missing
+# Debian packages; otherwise it prints the command and exits 2, as when not
+# root. All traffic stays inside the namespaces it makes (10.77.0.0/24 exists
+# only there), all of which it removes on exit, failed or not, with every
+# process; a watchdog stops a run after TIME_LIMIT seconds.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -53,7 +51,7 @@ die() { printf 'across-machines: FAILED: %s\n' "$*" >&2; exit 1; }
 # Exit 2: this machine cannot run the check (not a failure of the gateway).
 cannot_run() { CANNOT_RUN=1; printf 'across-machines: cannot run here: %s\n' "$*" >&2; exit 2; }
 
-# --- tools ------------------------------------------------------------------
+# --- tools --------------------------------------------------------------------
 
 install_tools() {
     [ "$(id -u)" -eq 0 ] || cannot_run "needs root for network namespaces (ip netns add); run as root"
@@ -80,7 +78,7 @@ install_tools() {
     GATEWAY_BIN=$(realpath "$GATEWAY_BIN")
 }
 
-# --- namespaces and processes ---------------------------------------------------
+# --- namespaces and processes -------------------------------------------------
 
 PIDS=()
 NAMESPACES=()
@@ -181,7 +179,7 @@ setup_network() {
 # The client side (curl, the checks) runs on the bridge's own namespace.
 hub() { ip netns exec "$HUB" "$@"; }
 
-# --- DNS, apps, gateways -----------------------------------------------------------
+# --- DNS, apps, gateways ------------------------------------------------------
 
 # zone IP...: the DNS answer for app.test from now on (TTL 1 s). Written to
 # a new file and renamed, so the server never reads half a file.
@@ -266,7 +264,7 @@ start_processes() {
     done
 }
 
-# --- observations ----------------------------------------------------------------
+# --- observations -------------------------------------------------------------
 
 # app_counts: each app's count of GET /a so far, "-" for one that is down.
 app_counts() {
@@ -389,7 +387,7 @@ metric() {
     hub curl -fsS --max-time 2 "http://${GW_IPS[$1 - 1]}:9090/metrics" | awk -v s="$2" '$1 == s { print $2 }'
 }
 
-# --- the checks ---------------------------------------------------------------------
+# --- the checks ---------------------------------------------------------------
 
 check_spread() {
     log "1. every replica spreads its requests over the three apps"
@@ -440,9 +438,10 @@ check_config_swap() {
     sleep 0.5
     load_stop "during the reload"
     [ "$(ip netns pids "$RUN-gw1")" = "${GW_PID[1]}" ] || die "replica 1 is not the process it was (pid ${GW_PID[1]})"
-    after=$(metric 1 'gateway_config_reloads_total{result="ok",trigger="watch"}')
-    [ "$after" = 1 ] || die "replica 1: gateway_config_reloads_total{result=\"ok\",trigger=\"watch\"} is '$after', not 1"
-    echo "replica 1: same process (pid ${GW_PID[1]}), gateway_config_reloads_total{result=\"ok\",trigger=\"watch\"} 1"
+    local series='gateway_config_reloads_total{result="ok",trigger="watch"}'
+    after=$(metric 1 "$series")
+    [ "$after" = 1 ] || die "replica 1: $series is '$after', not 1"
+    echo "replica 1: same process (pid ${GW_PID[1]}), $series 1"
     after=$(hub curl -s -o /dev/null --max-time 2 -w '%{http_code}' "http://${GW_IPS[1]}:8080/version")
     [ "$after" = 404 ] || die "replica 2 answered /version with $after; its config did not change"
     echo "replica 2 (its own ConfigMap unchanged): /version still 404"
@@ -450,7 +449,7 @@ check_config_swap() {
 
 check_app_killed() {
     log "4. app2 killed while still in DNS: health checks take it out, /readyz stays 200"
-    local i
+    local i code
     load_start
     sleep 0.5
     # SIGKILL: a crash, with requests in flight on its connections.
@@ -465,13 +464,11 @@ check_app_killed() {
         [ "$(readyz "$i")" = "ready 200" ] || die "replica $i: /readyz answered '$(readyz "$i")' with app1 and app3 healthy"
     done
     echo "/readyz on every replica: 200 (app1 and app3 healthy)"
+
     log "4b. every app killed: /readyz turns 503 on every replica"
     kill -9 "${APP_PID[1]}" "${APP_PID[3]}"
     wait_until 10 "every replica answers /readyz with 503" every_readyz_is 503
-    for i in 1 2 3; do
-        echo "replica $i: /readyz $(readyz "$i")"
-    done
-    local code
+    for i in 1 2 3; do echo "replica $i: /readyz $(readyz "$i")"; done
     code=$(hub curl -s -o /dev/null --max-time 2 -w '%{http_code}' "http://${GW_IPS[0]}:8080/a")
     [ "$code" = 503 ] || die "with every app down, /a answered $code, not 503"
     echo "GET /a with every app down: 503"

@@ -95,6 +95,13 @@ stop_pid() {
     wait "$1" 2>/dev/null || true
 }
 
+# crash PID...: SIGKILL, reaped quietly (bash would report each as Killed).
+crash() {
+    kill -9 "$@"
+    local pid
+    for pid; do wait "$pid" 2>/dev/null || true; done
+}
+
 # Ends every process inside namespace $1 (all started by this script or the
 # run that made it) and deletes it, with the veths and the bridge in it.
 remove_namespace() {
@@ -290,18 +297,13 @@ readyz() {
     hub curl -s --max-time 2 -w ' %{http_code}' "http://${GW_IPS[$1 - 1]}:9090/readyz" | tr -d '\n'
 }
 
-# every_replica_sees EXPECTED: endpoints N == EXPECTED for N = 1..3.
-every_replica_sees() {
+# every_replica FUNCTION PATTERN: FUNCTION N matches the glob PATTERN for
+# each replica N.
+every_replica() {
     local i
     for i in 1 2 3; do
-        [ "$(endpoints "$i")" = "$1" ] || return 1
-    done
-}
-
-every_readyz_is() {
-    local i
-    for i in 1 2 3; do
-        [[ "$(readyz "$i")" == *" $1" ]] || return 1
+        # shellcheck disable=SC2053 # a glob on purpose
+        [[ "$("$1" "$i")" == $2 ]] || return 1
     done
 }
 
@@ -392,7 +394,7 @@ metric() {
 check_spread() {
     log "1. every replica spreads its requests over the three apps"
     wait_until 15 "every replica has the three apps from DNS, healthy" \
-        every_replica_sees "$(healthy "${APP_IPS[@]}")"
+        every_replica endpoints "$(healthy "${APP_IPS[@]}")"
     local i
     for i in 1 2 3; do
         spread "$i" 30
@@ -405,7 +407,7 @@ check_dns_removal() {
     load_start
     sleep 1
     zone "${APP_IPS[0]}" "${APP_IPS[1]}"
-    wait_until 10 "every replica has dropped app3" every_replica_sees "$(healthy "${APP_IPS[0]}" "${APP_IPS[1]}")"
+    wait_until 10 "every replica has dropped app3" every_replica endpoints "$(healthy "${APP_IPS[0]}" "${APP_IPS[1]}")"
     # A request that picked app3 just before the change has arrived by now.
     sleep 0.5
     read -r c1 c2 c3 <<<"$(app_counts)"
@@ -417,7 +419,7 @@ check_dns_removal() {
     echo "in the 2 s after: app3 got 0 new requests (count stayed $c3), app1 $((d1 - c1)), app2 $((d2 - c2))"
     zone "${APP_IPS[@]}"
     wait_until 10 "app3 back in the answer: every replica has it again" \
-        every_replica_sees "$(healthy "${APP_IPS[@]}")"
+        every_replica endpoints "$(healthy "${APP_IPS[@]}")"
     for i in 1 2 3; do
         spread "$i" 30
     done
@@ -453,21 +455,19 @@ check_app_killed() {
     load_start
     sleep 0.5
     # SIGKILL: a crash, with requests in flight on its connections.
-    kill -9 "${APP_PID[2]}"
+    crash "${APP_PID[2]}"
     wait_until 10 "every replica marks app2 unhealthy" \
-        every_replica_sees "$(healthy "${APP_IPS[0]}" "${APP_IPS[1]}!" "${APP_IPS[2]}")"
+        every_replica endpoints "$(healthy "${APP_IPS[0]}" "${APP_IPS[1]}!" "${APP_IPS[2]}")"
     sleep 0.5
     load_stop "while app2 died"
     echo "requests sent again to another app (gateway_upstream_retries_total, three replicas): $(
         for i in 1 2 3; do metric "$i" 'gateway_upstream_retries_total{upstream="app"}'; done | awk '{ n += $1 } END { print n + 0 }')"
-    for i in 1 2 3; do
-        [ "$(readyz "$i")" = "ready 200" ] || die "replica $i: /readyz answered '$(readyz "$i")' with app1 and app3 healthy"
-    done
+    every_replica readyz "ready 200" || die "/readyz: $(readyz 1), $(readyz 2), $(readyz 3) with app1 and app3 healthy"
     echo "/readyz on every replica: 200 (app1 and app3 healthy)"
 
     log "4b. every app killed: /readyz turns 503 on every replica"
-    kill -9 "${APP_PID[1]}" "${APP_PID[3]}"
-    wait_until 10 "every replica answers /readyz with 503" every_readyz_is 503
+    crash "${APP_PID[1]}" "${APP_PID[3]}"
+    wait_until 10 "every replica answers /readyz with 503" every_replica readyz "* 503"
     for i in 1 2 3; do echo "replica $i: /readyz $(readyz "$i")"; done
     code=$(hub curl -s -o /dev/null --max-time 2 -w '%{http_code}' "http://${GW_IPS[0]}:8080/a")
     [ "$code" = 503 ] || die "with every app down, /a answered $code, not 503"

@@ -206,7 +206,7 @@ pub fn entry_of(
         born: Entry::born(&policy, now),
         policy,
         status: parts.status,
-        headers: parts.headers.clone(),
+        headers: with_room(parts.headers.clone()),
         body: Bytes::new(),
         lifetime: lifetime.expect("storable has a lifetime"),
         while_revalidate: rules::stale_window(&d, d.stale_while_revalidate, while_revalidate),
@@ -242,7 +242,7 @@ fn refresh(old: &Entry, head: &request::Parts, not_modified: &response::Parts, n
         born: Entry::born(&policy, now),
         policy,
         status: old.status,
-        headers,
+        headers: with_room(headers),
         body: old.body.clone(),
         lifetime,
         while_revalidate: old.while_revalidate,
@@ -295,6 +295,14 @@ fn policy_head(head: &request::Parts, response: &http::HeaderMap) -> request::Pa
     }
     *r.headers_mut() = kept;
     r.into_parts().0
+}
+
+/// A stored head with room for the two fields every answer from it adds
+/// (`Age`, `Cache-Status`): a clone keeps the table's capacity, so adding
+/// them grows no table on the hit path.
+fn with_room(mut headers: http::HeaderMap) -> http::HeaderMap {
+    headers.reserve(2);
+    headers
 }
 
 impl Entry {

@@ -362,7 +362,9 @@ impl RouteCache {
         key.push_str(name);
         key.push('\n');
         key.push_str(mode);
-        key.extend(host.chars().map(|c| c.to_ascii_lowercase()));
+        let at = key.len();
+        key.push_str(host);
+        key[at..].make_ascii_lowercase();
         key.push('\n');
         key.push_str(path);
         Arc::from(key)

@@ -95,19 +95,22 @@ impl RouteCache {
         deadline: Instant,
     ) -> Result<Response<Body>, GatewayError> {
         let method = req.method().clone();
+        // Every way upstream below is boxed: their futures hold the
+        // upstream request's, and inline they would make this one (boxed
+        // itself, on every request) as large, copied even for a hit.
         // Only a bodiless GET or HEAD is the cache's; an upgrade (WebSocket)
         // goes straight through.
         if (method != Method::GET && method != Method::HEAD)
             || !http_body::Body::is_end_stream(req.body())
             || req.headers().contains_key(header::UPGRADE)
         {
-            return self.pass(req, peer, cx, deadline).await;
+            return Box::pin(self.pass(req, peer, cx, deadline)).await;
         }
         let key = self.key(&req)?;
         let (mut ask, only_if_cached, max_age) = rules::ask(req.headers());
         if ask == Ask::Bypass {
             self.metrics.bypass.increment(1);
-            return self.direct(req, peer, cx, deadline, Status::fwd("bypass")).await;
+            return Box::pin(self.direct(req, peer, cx, deadline, Status::fwd("bypass"))).await;
         }
         let now = SystemTime::now();
         let entry = self.store.get(&key, req.headers()).await;
@@ -138,7 +141,7 @@ impl RouteCache {
         // as asked (a 206 is never stored).
         if method == Method::HEAD || req.headers().contains_key(header::RANGE) {
             self.metrics.uncacheable.increment(1);
-            return self.direct(req, peer, cx, deadline, Status::fwd("miss")).await;
+            return Box::pin(self.direct(req, peer, cx, deadline, Status::fwd("miss"))).await;
         }
         let fwd = match (&entry, ask) {
             (_, Ask::Revalidate) => "request",
@@ -147,11 +150,11 @@ impl RouteCache {
         };
         if !self.store.config.coalesce {
             let guard = self.store.solo(&key);
-            return self.fill(guard, key, req, peer, cx, deadline, entry, fwd).await;
+            return Box::pin(self.fill(guard, key, req, peer, cx, deadline, entry, fwd)).await;
         }
         match self.store.join_or_start(&key) {
-            Ok(rx) => self.wait(rx, key, req, peer, cx, deadline).await,
-            Err(guard) => self.fill(guard, key, req, peer, cx, deadline, entry, fwd).await,
+            Ok(rx) => Box::pin(self.wait(rx, key, req, peer, cx, deadline)).await,
+            Err(guard) => Box::pin(self.fill(guard, key, req, peer, cx, deadline, entry, fwd)).await,
         }
     }
 

@@ -380,3 +380,25 @@ async fn bad_tokens_are_rate_limited_before_they_are_checked() {
     assert_eq!(statuses, [401, 401, 429, 429], "401 for the burst's tokens, then 429");
     assert!(seen.lock().unwrap().is_empty());
 }
+
+#[tokio::test]
+async fn a_limit_keyed_by_a_forwarded_claim_counts_the_tokens_user_not_the_clients_header() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(fixture("jwks.json"), dir.path().join("jwks.json")).unwrap();
+    let (up, seen) = recording().await;
+    let per_user = "auth = { jwt = { jwks_file = \"jwks.json\", algorithms = [\"RS256\"], issuer = \"https://id.test\", \
+                    audiences = [\"api\"], forward_claims = { \"x-user\" = \"sub\" } } }\n\
+                    rate_limit = { rate = \"1/m\", burst = 2, key = \"header:x-user\" }";
+    let gw = TestGateway::start(config(&route(up.addr, "jwt_per_user", per_user), dir.path())).await;
+    let ann = token(Algorithm::RS256, Some("rsa1"), "rsa", &claims(json!({})));
+    let mut statuses = Vec::new();
+    for i in 0..4 {
+        // A new x-user of the client's own each time: were the limit decided
+        // before the token's claim replaced it, each would be a fresh bucket.
+        let (authz, own) = (format!("Bearer {ann}"), format!("mallory-{i}"));
+        let (parts, _) = get_with(&gw.url("/jwt_per_user"), &[("authorization", &authz), ("x-user", &own)]).await;
+        statuses.push(parts.status.as_u16());
+    }
+    assert_eq!(statuses, [200, 200, 429, 429], "the token's user has one bucket");
+    assert_eq!(seen.lock().unwrap().len(), 2);
+}

@@ -47,6 +47,11 @@ pub struct Forward {
 }
 
 impl Forward {
+    /// The headers the service's answer sets on the request.
+    pub fn sets(&self) -> &[http::HeaderName] {
+        &self.config.response_headers
+    }
+
     pub fn new(route: &str, config: &ForwardConfig) -> Forward {
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(config.timeout));

@@ -81,6 +81,18 @@ impl Guard {
         Ok(())
     }
 
+    /// Whether the credentials, once accepted, set request header `name`
+    /// (in either spelling of `-` and `_`): a JWT's `forward_claims`, a
+    /// forward auth service's `response_headers`.
+    pub fn sets_header(&self, name: &HeaderName) -> bool {
+        let same = |n: &HeaderName| n == name || crate::headers::same_cgi_name(n.as_str(), name.as_str());
+        match &self.auth {
+            Some((Auth::Jwt(j), _)) => j.forward_claims.iter().any(|(n, _)| same(n)),
+            Some((Auth::Forward(f), _)) => f.sets().iter().any(same),
+            _ => false,
+        }
+    }
+
     /// Whether the route asks for credentials (see [`Guard::authenticate`]).
     pub fn authenticates(&self) -> bool {
         self.auth.is_some()

@@ -104,6 +104,14 @@ impl RouteLimiter {
         self.config == *config && same_store
     }
 
+    /// The request header it is keyed by, if any.
+    pub fn key_header(&self) -> Option<&HeaderName> {
+        match &self.config.key {
+            RateLimitKey::Header { name, .. } => Some(name),
+            _ => None,
+        }
+    }
+
     /// Counts the request in its bucket: `Ok` with the `RateLimit` value for
     /// the response when `headers = true`, or the refusal.
     pub async fn admit(

@@ -8,11 +8,11 @@ mod common;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use common::pki::Pki;
 use common::*;
 use gateway::config::{self, Source};
 use gateway::upstream::connect::{TlsTarget, connect_stream};
@@ -21,65 +21,14 @@ use http_body_util::{BodyExt, Empty};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair, KeyUsagePurpose};
 use rustls::HandshakeKind;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::pki_types::ServerName;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 #[path = "discovery/dns.rs"]
 mod dns;
-
-/// A private CA and the files of certificates it issued.
-struct Pki {
-    dir: tempfile::TempDir,
-    ca: CertifiedIssuer<'static, KeyPair>,
-}
-
-impl Pki {
-    fn new() -> Pki {
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        let ca = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
-        let pki = Pki { dir: tempfile::tempdir().unwrap(), ca };
-        std::fs::write(pki.path("ca.pem"), pki.ca.pem()).unwrap();
-        pki
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    /// Issues a certificate for `names` as `<stem>.pem` and `<stem>.key`;
-    /// `expired` makes one that ran out in 2020.
-    fn issue(&self, stem: &str, names: &[&str], expired: bool) {
-        let mut params = CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
-        if expired {
-            params.not_before = rcgen::date_time_ymd(2019, 1, 1);
-            params.not_after = rcgen::date_time_ymd(2020, 1, 1);
-        }
-        let key = KeyPair::generate().unwrap();
-        let cert = params.signed_by(&key, &self.ca).unwrap();
-        std::fs::write(self.path(&format!("{stem}.pem")), cert.pem()).unwrap();
-        std::fs::write(self.path(&format!("{stem}.key")), key.serialize_pem()).unwrap();
-    }
-
-    fn certs(&self, stem: &str) -> Vec<CertificateDer<'static>> {
-        gateway::tls::load_certs(&self.path(&format!("{stem}.pem"))).unwrap()
-    }
-
-    fn key(&self, stem: &str) -> PrivateKeyDer<'static> {
-        gateway::tls::load_key(&self.path(&format!("{stem}.key"))).unwrap()
-    }
-
-    fn roots(&self) -> rustls::RootCertStore {
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add(self.certs("ca")[0].clone()).unwrap();
-        roots
-    }
-}
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod cached;
+pub mod pki;
 pub mod redis_server;
 
 use std::convert::Infallible;

@@ -67,6 +67,13 @@ fn roots(certs: Vec<CertificateDer<'static>>, path: &Path) -> Result<RootCertSto
     Ok(roots)
 }
 
+/// A CA file's PEM text, checked as `client_config` checks a `ca_file`, for
+/// a client that takes the PEM itself (the `redis` crate's).
+pub fn load_ca_pem(path: &Path) -> Result<Vec<u8>, String> {
+    roots(load_certs(path)?, path)?;
+    std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+}
+
 /// Which of the client settings a problem is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ClientKey {

@@ -96,7 +96,9 @@ pub use redact::names_secret;
 mod upstream;
 mod validate;
 
-pub use ratelimit::{MissingKey, OnStoreError, Rate, RateLimitConfig, RateLimitKey, RateLimitStoreConfig, StoreKind};
+pub use ratelimit::{
+    MissingKey, OnStoreError, Rate, RateLimitConfig, RateLimitKey, RateLimitStoreConfig, StoreCa, StoreKind,
+};
 pub use upstream::{
     Address, Admission, Balance, Discover, DiscoverName, EndpointConfig, HealthConfig, OutlierConfig, Protocol,
     RetryBudget, UpstreamConfig, UpstreamTls,

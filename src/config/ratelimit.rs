@@ -2,6 +2,7 @@
 //! runtime types and the raw (serde) shape they are read from. Validation is
 //! in `validate::ratelimit`; the limiter itself in `crate::ratelimit`.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use http::HeaderName;
@@ -80,6 +81,25 @@ pub struct RateLimitStoreConfig {
     pub timeout: Duration,
     /// What decides while Redis is slower than `timeout` or down.
     pub on_error: OnStoreError,
+    /// `ca_file` (`rediss://` only): the CAs Redis's certificate must chain
+    /// to, instead of webpki's roots.
+    pub ca_file: Option<StoreCa>,
+}
+
+/// `[rate_limit_store] ca_file`, read and checked at load.
+#[derive(Clone, PartialEq)]
+pub struct StoreCa {
+    /// The file, relative paths taken from the config's folder.
+    pub path: PathBuf,
+    /// Its PEM text, as the `redis` crate takes it; compared by a reload,
+    /// so that a renewed CA makes a new connection.
+    pub pem: Vec<u8>,
+}
+
+impl std::fmt::Debug for StoreCa {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreCa").field("path", &self.path).field("pem", &self.pem.len()).finish()
+    }
 }
 
 /// `on_error`: who decides while Redis cannot.
@@ -124,4 +144,5 @@ pub(super) struct RawRateLimitStore {
     pub password_env: Option<String>,
     pub timeout: Option<String>,
     pub on_error: Option<String>,
+    pub ca_file: Option<String>,
 }

@@ -14,7 +14,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Client, IntoConnectionInfo, Script};
+use redis::{Client, IntoConnectionInfo, Script, TlsCertificates};
 use tokio::time::Instant;
 
 use super::Decision;
@@ -88,7 +88,14 @@ impl RedisStore {
             let settings = info.redis_settings().clone().set_password(password);
             info = info.set_redis_settings(settings);
         }
-        let client = Client::open(info).map_err(|e| format!("rate_limit_store.url: {e}"))?;
+        // With `ca_file`, its CAs are the only roots (webpki's otherwise).
+        let client = match &config.ca_file {
+            None => Client::open(info).map_err(|e| format!("rate_limit_store.url: {e}"))?,
+            Some(ca) => {
+                let certs = TlsCertificates { client_tls: None, root_cert: Some(ca.pem.clone()) };
+                Client::build_with_tls(info, certs).map_err(|e| format!("rate_limit_store.ca_file: {e}"))?
+            }
+        };
         // One quick reconnection try per failure: the probe, not the
         // manager's backoff, decides when to try again.
         let manager = ConnectionManagerConfig::new()

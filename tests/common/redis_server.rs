@@ -1,7 +1,10 @@
-//! A `redis-server` of a test's own, for the limits shared through Redis.
+//! A `redis-server` of a test's own, for the limits shared through Redis:
+//! plain, or TLS only with a certificate from a CA made in the test.
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use super::pki::Pki;
 
 /// A `redis-server` of this test's own on a free loopback port, killed on drop.
 pub struct Redis {
@@ -9,6 +12,9 @@ pub struct Redis {
     child: Option<Child>,
     /// `--requirepass`, when set.
     pub password: Option<String>,
+    /// TLS only (`--port 0 --tls-port`): the CA (`ca.pem`) and the server's
+    /// certificate for 127.0.0.1 and localhost (`redis.pem`, `redis.key`).
+    pub tls: Option<Pki>,
 }
 
 impl Redis {
@@ -19,38 +25,91 @@ impl Redis {
     }
 
     pub fn start_with(password: Option<String>) -> Option<Redis> {
-        let found = Command::new("redis-server").arg("--version").stdout(Stdio::null()).status().is_ok();
-        if !found {
-            assert!(
-                std::env::var("CI").as_deref() != Ok("true"),
-                "redis-server is not installed; .ci/run installs it (apt-get install redis-server)"
-            );
-            eprintln!("SKIPPED: redis-server is not installed (apt-get install redis-server)");
+        if !installed() {
             return None;
         }
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let mut redis = Redis { port, child: None, password };
+        let mut redis = Redis { port: free_port(), child: None, password, tls: None };
         redis.spawn();
         Some(redis)
     }
 
+    /// One that speaks TLS only; `None` (skipped, said on stderr) when
+    /// redis-server is absent or built without TLS, outside CI.
+    pub fn start_tls() -> Option<Redis> {
+        if !installed() {
+            return None;
+        }
+        let pki = Pki::new();
+        pki.issue("redis", &["127.0.0.1", "localhost"], false);
+        let mut redis = Redis { port: free_port(), child: None, password: None, tls: Some(pki) };
+        if let Err(why) = redis.try_spawn() {
+            assert!(std::env::var("CI").as_deref() != Ok("true"), "redis-server with TLS did not start: {why}");
+            eprintln!("SKIPPED: this redis-server does not start with TLS (built without it?): {why}");
+            return None;
+        }
+        Some(redis)
+    }
+
     pub fn spawn(&mut self) {
-        let mut args = vec!["--port".to_owned(), self.port.to_string()];
-        args.extend(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"].map(str::to_owned));
+        self.try_spawn().unwrap_or_else(|why| panic!("{why}"));
+    }
+
+    /// Starts the process and waits (up to 10 s) for it to answer a PING;
+    /// what it said when it exits first.
+    fn try_spawn(&mut self) -> Result<(), String> {
+        let port = self.port.to_string();
+        let mut args: Vec<String> =
+            ["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"].map(String::from).into();
+        match &self.tls {
+            None => args.extend(["--port".to_owned(), port]),
+            Some(pki) => {
+                args.extend(["--port", "0", "--tls-auth-clients", "no", "--tls-port"].map(String::from));
+                args.push(port);
+                let files = [
+                    ("--tls-cert-file", "redis.pem"),
+                    ("--tls-key-file", "redis.key"),
+                    ("--tls-ca-cert-file", "ca.pem"),
+                    // Its log, to say why when it will not start.
+                    ("--logfile", "redis.log"),
+                ];
+                for (flag, name) in files {
+                    args.extend([flag.to_owned(), pki.path(name).display().to_string()]);
+                }
+            }
+        }
         if let Some(pw) = &self.password {
             args.extend(["--requirepass".to_owned(), pw.clone()]);
         }
-        let child = Command::new("redis-server").args(&args).stdout(Stdio::null()).spawn().expect("start redis-server");
+        let child = Command::new("redis-server")
+            .args(&args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start redis-server");
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
         while self.cmd(&["PING"]).is_none() {
-            assert!(Instant::now() < deadline, "redis-server did not come up on port {}", self.port);
+            let child = self.child.as_mut().expect("just started");
+            if let Ok(Some(status)) = child.try_wait() {
+                let mut said = String::new();
+                let _ = std::io::Read::read_to_string(&mut child.stderr.take().expect("piped"), &mut said);
+                if let Some(pki) = &self.tls {
+                    said += &std::fs::read_to_string(pki.path("redis.log")).unwrap_or_default();
+                }
+                self.child = None;
+                return Err(format!("redis-server exited ({status}): {}", said.trim()));
+            }
+            if Instant::now() > deadline {
+                return Err(format!("redis-server did not come up on port {}", self.port));
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
+        Ok(())
     }
 
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        let scheme = if self.tls.is_some() { "rediss" } else { "redis" };
+        format!("{scheme}://127.0.0.1:{}", self.port)
     }
 
     /// The URL with the password, for the test's own commands.
@@ -61,9 +120,17 @@ impl Redis {
         }
     }
 
-    /// One command, with a short-lived connection of its own.
+    /// One command, with a short-lived connection of its own (trusting the
+    /// test's CA when Redis speaks TLS).
     pub fn cmd(&self, args: &[&str]) -> Option<redis::Value> {
-        let client = redis::Client::open(self.admin_url()).ok()?;
+        let client = match &self.tls {
+            None => redis::Client::open(self.admin_url()).ok()?,
+            Some(pki) => {
+                let root_cert = Some(std::fs::read(pki.path("ca.pem")).ok()?);
+                redis::Client::build_with_tls(self.url(), redis::TlsCertificates { client_tls: None, root_cert })
+                    .ok()?
+            }
+        };
         let mut conn = client.get_connection_with_timeout(Duration::from_millis(500)).ok()?;
         let mut cmd = redis::cmd(args[0]);
         for a in &args[1..] {
@@ -94,6 +161,24 @@ impl Drop for Redis {
         }
         self.kill();
     }
+}
+
+/// Whether redis-server is there; `false` (the test is skipped, said on
+/// stderr) outside CI, and its absence fails under `CI=true`.
+fn installed() -> bool {
+    let found = Command::new("redis-server").arg("--version").stdout(Stdio::null()).status().is_ok();
+    if !found {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "redis-server is not installed; .ci/run installs it (apt-get install redis-server)"
+        );
+        eprintln!("SKIPPED: redis-server is not installed (apt-get install redis-server)");
+    }
+    found
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// Every byte but unreserved ones percent-encoded, for a password in a URL.

@@ -41,7 +41,7 @@ pub(super) fn config(raw: RawConfig, base_dir: &Path) -> Result<Config, Problem>
     let tracing = tracing(&raw.tracing)?;
     let metrics = metrics(&raw.metrics)?;
     let rate_limit_store =
-        raw.rate_limit_store.as_ref().map(|s| ratelimit::store(s, |v| std::env::var(v).ok())).transpose()?;
+        raw.rate_limit_store.as_ref().map(|s| ratelimit::store(s, |v| std::env::var(v).ok(), base_dir)).transpose()?;
     let resolver = resolver(&raw.resolver)?;
     let mut upstreams = Vec::new();
     let mut upstream_index = HashMap::new();

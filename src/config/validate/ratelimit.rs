@@ -1,12 +1,13 @@
 //! `routes[N].rate_limit` and `[rate_limit_store]`.
 
+use std::path::Path;
 use std::time::Duration;
 
 use http::HeaderName;
 
 use super::super::ratelimit::{
     MissingKey, OnStoreError, Rate, RateLimitConfig, RateLimitKey, RateLimitStoreConfig, RawRateLimit,
-    RawRateLimitStore, StoreKind,
+    RawRateLimitStore, StoreCa, StoreKind,
 };
 use super::{Problem, positive_duration};
 
@@ -75,10 +76,12 @@ pub(super) fn rate_limit(
     })
 }
 
-/// `[rate_limit_store]`. `env` reads an environment variable (the password).
+/// `[rate_limit_store]`. `env` reads an environment variable (the password);
+/// `ca_file` is taken from `base_dir`, the config's folder.
 pub(super) fn store(
     raw: &RawRateLimitStore,
     env: impl Fn(&str) -> Option<String>,
+    base_dir: &Path,
 ) -> Result<RateLimitStoreConfig, Problem> {
     let k = |sub: &str| format!("rate_limit_store.{sub}");
     let url = raw.url.clone().ok_or_else(|| (k("url"), "missing (e.g. \"redis://127.0.0.1:6379\")".to_owned()))?;
@@ -101,7 +104,18 @@ pub(super) fn store(
         Some("deny") => OnStoreError::Deny,
         Some(other) => return Err((k("on_error"), format!("{other:?}: use \"local\", \"allow\" or \"deny\""))),
     };
-    Ok(RateLimitStoreConfig { url, password, timeout, on_error })
+    let ca_file = match &raw.ca_file {
+        None => None,
+        Some(_) if parsed.scheme_str() != Some("rediss") => {
+            return Err((k("ca_file"), "only applies to a rediss:// url".into()));
+        }
+        Some(file) => {
+            let path = base_dir.join(file);
+            let pem = crate::tls::load_ca_pem(&path).map_err(|m| (k("ca_file"), m))?;
+            Some(StoreCa { path, pem })
+        }
+    };
+    Ok(RateLimitStoreConfig { url, password, timeout, on_error, ca_file })
 }
 
 /// `N/UNIT`: `s`, `m`, `h`, `d`, or a whole number of seconds such as `10s`.
@@ -193,13 +207,19 @@ mod tests {
 
     #[test]
     fn stores() {
-        let raw =
-            |url: &str| RawRateLimitStore { url: Some(url.into()), password_env: None, timeout: None, on_error: None };
+        let raw = |url: &str| RawRateLimitStore {
+            url: Some(url.into()),
+            password_env: None,
+            timeout: None,
+            on_error: None,
+            ca_file: None,
+        };
         let none = |_: &str| None;
-        let s = store(&raw("redis://127.0.0.1:6379"), none).unwrap();
+        let store = |r: &RawRateLimitStore, env: &dyn Fn(&str) -> Option<String>| store(r, env, Path::new("."));
+        let s = store(&raw("redis://127.0.0.1:6379"), &none).unwrap();
         assert_eq!((s.timeout, s.on_error, s.password), (DEFAULT_STORE_TIMEOUT, OnStoreError::Local, None));
-        assert!(store(&raw("rediss://cache.example:6380"), none).is_ok());
-        let key_of = |r: RawRateLimitStore| store(&r, none).unwrap_err().0;
+        assert!(store(&raw("rediss://cache.example:6380"), &none).is_ok());
+        let key_of = |r: RawRateLimitStore| store(&r, &none).unwrap_err().0;
         assert_eq!(key_of(raw("http://127.0.0.1")), "rate_limit_store.url");
         assert_eq!(key_of(RawRateLimitStore { url: None, ..raw("") }), "rate_limit_store.url");
         assert_eq!(
@@ -213,7 +233,30 @@ mod tests {
         let with_env = RawRateLimitStore { password_env: Some("RL_PW".into()), ..raw("redis://h") };
         assert_eq!(key_of(RawRateLimitStore { ..with_env }), "rate_limit_store.password_env");
         let with_env = RawRateLimitStore { password_env: Some("RL_PW".into()), ..raw("redis://h") };
-        let s = store(&with_env, |v| (v == "RL_PW").then(|| "secret".to_owned())).unwrap();
+        let s = store(&with_env, &|v| (v == "RL_PW").then(|| "secret".to_owned())).unwrap();
         assert_eq!(s.password.as_deref(), Some("secret"));
+    }
+
+    #[test]
+    fn a_ca_file_must_be_a_readable_ca_and_only_with_rediss() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("junk.pem"), "not a certificate").unwrap();
+        let raw = |url: &str, ca: &str| RawRateLimitStore {
+            url: Some(url.into()),
+            password_env: None,
+            timeout: None,
+            on_error: None,
+            ca_file: Some(ca.into()),
+        };
+        let refused = |r: RawRateLimitStore, why: &str| {
+            let (key, message) = store(&r, |_| None, dir.path()).expect_err(why);
+            assert_eq!(key, "rate_limit_store.ca_file", "{why}: {message}");
+            message
+        };
+        refused(raw("redis://127.0.0.1:6379", "junk.pem"), "redis:// has no TLS");
+        let missing = refused(raw("rediss://127.0.0.1:6379", "absent.pem"), "a missing file");
+        assert!(missing.contains(&dir.path().join("absent.pem").display().to_string()), "{missing}");
+        refused(raw("rediss://127.0.0.1:6379", "junk.pem"), "a file without a certificate");
+        refused(raw("rediss://127.0.0.1:6379", "."), "a folder");
     }
 }

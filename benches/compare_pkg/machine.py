@@ -61,6 +61,7 @@ VERSION_COMMANDS = {
     "python": [VENV_PYTHON, "--version"],
     "wrk": ["wrk", "-v"],
     "varnish": ["varnishd", "-V"],
+    "haproxy": ["haproxy", "-v"],
 }
 
 

@@ -17,6 +17,7 @@ from .servers import (
     go_peer,
     gateway_rate_limited,
     gateway_with_route,
+    haproxy,
     hyper_floor,
     nginx,
     nginx_cache,
@@ -29,6 +30,9 @@ from .servers import (
     varnish,
 )
 
+
+# What the HAProxy rows need beyond every run's packages: {program: Debian package}.
+HAPROXY_PROGRAMS = {"haproxy": "haproxy"}
 
 PY_SERVICE_B = {
     "fastapi": ("FastAPI, uvicorn 4 workers", uvicorn_peer("service_b_fastapi", 4)),
@@ -72,6 +76,14 @@ def service_b_variants(a_path):
         ),
         Variant("nginx", KIND_TUNED, f"nginx, 1 worker, upstream keepalive {POOL}", "/b", nginx),
         Variant(
+            "haproxy",
+            KIND_TUNED,
+            f"HAProxy, nbthread 1, http-reuse always, server maxconn and pool-max-conn {POOL}",
+            "/b",
+            haproxy,
+            programs=HAPROXY_PROGRAMS,
+        ),
+        Variant(
             "hyper-floor",
             KIND_FLOOR,
             "benches/floor: hyper's server and client alone, none of the gateway's work",
@@ -95,6 +107,14 @@ def service_b_variants(a_path):
 FILE_VARIANTS = [
     Variant("gateway", KIND_GATEWAY, "gateway `file` route, worker_threads = 1", "/file", gateway),
     Variant("nginx", KIND_TUNED, "nginx, 1 worker, sendfile + open_file_cache", "/file", nginx),
+    Variant(
+        "haproxy",
+        KIND_TUNED,
+        "HAProxy, nbthread 1, http-request return ... file: the file served from memory, read at start",
+        "/file",
+        haproxy,
+        programs=HAPROXY_PROGRAMS,
+    ),
     Variant("go-servefile", KIND_DEFAULT, "Go http.ServeFile", "/file", go_peer("file")),
     Variant("aiohttp-aiofiles", KIND_ARTICLE, "aiohttp.web + aiofiles", "/file", python_peer("files_aiohttp.py")),
     Variant(
@@ -114,6 +134,14 @@ HELLO_VARIANTS = [
     Variant("gateway", KIND_GATEWAY, "gateway `respond` route, worker_threads = 1", "/hello", gateway),
     Variant("nginx", KIND_TUNED, "nginx, 1 worker, return 200", "/hello", nginx),
     Variant(
+        "haproxy",
+        KIND_TUNED,
+        "HAProxy, nbthread 1, http-request return ... string: served from memory",
+        "/hello",
+        haproxy,
+        programs=HAPROXY_PROGRAMS,
+    ),
+    Variant(
         "go-gomaxprocs1", KIND_ARTICLE, "Go net/http, GOMAXPROCS=1", "/hello", go_peer("hello", env={"GOMAXPROCS": "1"})
     ),
     Variant("node-http", KIND_ARTICLE, "Node.js http", "/hello", node_hello),
@@ -132,6 +160,7 @@ SLOW_UPSTREAM = Scenario(
         "direct",
         "gateway",
         "nginx",
+        "haproxy",
         "go-reverseproxy",
         "go-default-client",
         "fastapi-httpx-async",
@@ -150,7 +179,7 @@ PROXY_OVERHEAD = Scenario(
     duration_s=15,
     quick_duration_s=3,
     variants=service_b_variants("/hello"),
-    quick_variants={"direct", "gateway", "nginx", "go-reverseproxy", "sanic-aiohttp-shared"},
+    quick_variants={"direct", "gateway", "nginx", "haproxy", "go-reverseproxy", "sanic-aiohttp-shared"},
     a_delay="0s",
     a_path="/hello",
 )

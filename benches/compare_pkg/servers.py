@@ -215,6 +215,19 @@ def nginx(ctx):
     return ctx.proc([find_program("nginx"), "-p", prefix, "-e", "stderr", "-c", config])
 
 
+def haproxy(ctx):
+    """haproxy in the foreground (-db) on haproxy/haproxy.cfg.in: one thread,
+    pinned to one CPU like every server under test, no logs."""
+    program = find_program("haproxy")
+    if not program:
+        raise RuntimeError("haproxy not found (Debian package haproxy)")
+    prefix = RUN_DIR / "haproxy"
+    prefix.mkdir(parents=True, exist_ok=True)
+    config = prefix / f"haproxy-{ctx.scenario.name}.cfg"
+    config.write_text(fill_template(PEERS / "haproxy" / "haproxy.cfg.in", ctx.template_values()))
+    return ctx.proc([program, "-db", "-f", config], config=config)
+
+
 def nginx_cache(size_mib):
     """nginx on nginx/cache.conf.in: proxy_cache of size_mib, emptied first."""
 

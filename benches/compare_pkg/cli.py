@@ -21,7 +21,7 @@ from .model import RateScenario
 from .scenarios import SCENARIOS
 
 # The first line of benches/compare's docstring, as --help prints it.
-DESCRIPTION = "Load benchmark of the gateway against the Python, Go, Node.js and nginx peers."
+DESCRIPTION = "Load benchmark of the gateway against the Python, Go, Node.js, nginx, HAProxy, Caddy and Traefik peers."
 
 
 def selected(names, available, what):
@@ -84,7 +84,7 @@ def parse_args():
     parser.add_argument(
         "--install",
         action="store_true",
-        help="install what is missing (apt-get, the Python peers' venv, cargo install oha); "
+        help="install what is missing (apt-get, the Python peers' and Caddy/Traefik's venvs, cargo install oha); "
         "without it, the run stops and prints the commands",
     )
     parser.add_argument("--list", action="store_true", help="list the scenarios and variants, then exit")
@@ -99,7 +99,7 @@ def print_settings(settings, fd_limit):
     )
     log(
         f"pools: {POOL} connections (or the run's largest connection count, if larger) where a variant pools "
-        f"(nginx keepalive, Go MaxIdleConnsPerHost, aiohttp/httpx shared clients, gateway pool_max_idle_per_host); "
+        f"(nginx keepalive, HAProxy server maxconn, Caddy keepalive_idle_conns_per_host, Traefik and Go MaxIdleConnsPerHost, aiohttp/httpx shared clients, gateway pool_max_idle_per_host); "
         f"article variants keep library defaults"
     )
     log(f"load tool: {settings.tool.name}, one thread, request timeout {TIMEOUT_S}s; open files limit {fd_limit}")
@@ -126,7 +126,8 @@ def main():
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     planned = [v for _, variants in work for v in variants]
     programs = {program: package for v in planned for program, package in v.programs.items()}
-    install_or_report(args.tool, args.install, programs, any(getattr(v.server, "venv", False) for v in planned))
+    venvs = {v.server.venv for v in planned if getattr(v.server, "venv", None)}
+    install_or_report(args.tool, args.install, programs, venvs)
     RUN_DIR.joinpath("logs").mkdir(parents=True, exist_ok=True)
     gateway_error = set_up(args)
     if gateway_error:

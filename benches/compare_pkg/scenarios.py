@@ -12,6 +12,7 @@ from .model import RateScenario, Scenario, Variant
 from .servers import (
     Ctx,
     Proc,
+    caddy,
     gateway,
     gateway_lean,
     go_peer,
@@ -26,6 +27,7 @@ from .servers import (
     protect_gateway,
     protect_nginx,
     python_peer,
+    traefik,
     uvicorn_peer,
     varnish,
 )
@@ -84,6 +86,20 @@ def service_b_variants(a_path):
             programs=HAPROXY_PROGRAMS,
         ),
         Variant(
+            "caddy",
+            KIND_TUNED,
+            f"Caddy, GOMAXPROCS=1, reverse_proxy keepalive_idle_conns_per_host {POOL}",
+            "/b",
+            caddy,
+        ),
+        Variant(
+            "traefik",
+            KIND_TUNED,
+            f"Traefik, GOMAXPROCS=1, serversTransport maxIdleConnsPerHost {POOL}",
+            "/b",
+            traefik,
+        ),
+        Variant(
             "hyper-floor",
             KIND_FLOOR,
             "benches/floor: hyper's server and client alone, none of the gateway's work",
@@ -115,6 +131,7 @@ FILE_VARIANTS = [
         haproxy,
         programs=HAPROXY_PROGRAMS,
     ),
+    Variant("caddy", KIND_TUNED, "Caddy, GOMAXPROCS=1, file_server (from disk, each request)", "/file", caddy),
     Variant("go-servefile", KIND_DEFAULT, "Go http.ServeFile", "/file", go_peer("file")),
     Variant("aiohttp-aiofiles", KIND_ARTICLE, "aiohttp.web + aiofiles", "/file", python_peer("files_aiohttp.py")),
     Variant(
@@ -141,6 +158,7 @@ HELLO_VARIANTS = [
         haproxy,
         programs=HAPROXY_PROGRAMS,
     ),
+    Variant("caddy", KIND_TUNED, 'Caddy, GOMAXPROCS=1, respond "Hello, world" 200', "/hello", caddy),
     Variant(
         "go-gomaxprocs1", KIND_ARTICLE, "Go net/http, GOMAXPROCS=1", "/hello", go_peer("hello", env={"GOMAXPROCS": "1"})
     ),
@@ -161,6 +179,8 @@ SLOW_UPSTREAM = Scenario(
         "gateway",
         "nginx",
         "haproxy",
+        "caddy",
+        "traefik",
         "go-reverseproxy",
         "go-default-client",
         "fastapi-httpx-async",
@@ -179,7 +199,16 @@ PROXY_OVERHEAD = Scenario(
     duration_s=15,
     quick_duration_s=3,
     variants=service_b_variants("/hello"),
-    quick_variants={"direct", "gateway", "nginx", "haproxy", "go-reverseproxy", "sanic-aiohttp-shared"},
+    quick_variants={
+        "direct",
+        "gateway",
+        "nginx",
+        "haproxy",
+        "caddy",
+        "traefik",
+        "go-reverseproxy",
+        "sanic-aiohttp-shared",
+    },
     a_delay="0s",
     a_path="/hello",
 )

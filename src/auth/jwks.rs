@@ -4,7 +4,9 @@
 //! fetch fails. A token naming an unknown `kid` makes one fetch at once,
 //! at most every [`MIN_REFETCH`], so a rotated key is picked up without
 //! letting made-up `kid`s hammer the key server. Until the first fetch
-//! succeeds, requests get 503.
+//! succeeds, requests get 503. A fetch that brings the same set keeps the
+//! keys as they were: tokens remembered as verified with them
+//! (`jwt_cache`) stay so until the set changes.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
@@ -53,6 +55,8 @@ struct Remote {
     failed: Counter,
     /// Why keys of the last fetched set were skipped, to log it once per change.
     skipped: std::sync::Mutex<String>,
+    /// The set the current keys were made from.
+    fetched: std::sync::Mutex<Option<JwkSet>>,
 }
 
 /// The keys of a checked set.
@@ -87,6 +91,7 @@ impl Jwks {
             ok: counter("ok"),
             failed: counter("error"),
             skipped: std::sync::Mutex::new(String::new()),
+            fetched: std::sync::Mutex::new(None),
         };
         let jwks = Arc::new(Jwks { keys: ArcSwapOption::empty(), remote: Some(remote) });
         tokio::spawn(refresh_loop(Arc::downgrade(&jwks)));
@@ -115,9 +120,13 @@ impl Jwks {
     async fn fetch(&self, remote: &Remote) -> Duration {
         match tokio::time::timeout(FETCH_TIMEOUT, get(remote)).await.unwrap_or_else(|_| Err("timed out".into())) {
             Ok((set, max_age)) => {
-                self.keys.store(Some(Arc::new(keys_of(&set))));
                 remote.ok.increment(1);
                 tracing::debug!(url = %remote.url, keys = set.keys.len(), "JWKS fetched");
+                let mut fetched = remote.fetched.lock().unwrap_or_else(|e| e.into_inner());
+                if fetched.as_ref() != Some(&set) {
+                    self.keys.store(Some(Arc::new(keys_of(&set))));
+                    *fetched = Some(set);
+                }
                 // `refresh` is the longest the operator lets keys go
                 // unchecked (a revoked key stays trusted until then), so a
                 // long max-age does not stretch it.

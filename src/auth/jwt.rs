@@ -3,7 +3,8 @@
 //! is no secret), the key is chosen by `kid` from the configured JWKS and
 //! must be of the token's algorithm's family, and `exp`, `nbf`, `iss` and
 //! `aud` are checked with a small leeway. Verification is fast next to a
-//! password hash, so it runs in place.
+//! password hash, so it runs in place; a verified token is remembered
+//! (`jwt_cache`) so that sending it again costs a lookup instead.
 
 use std::sync::Arc;
 
@@ -12,7 +13,8 @@ use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::{AlgorithmFamily, Validation};
 use serde_json::{Map, Value};
 
-use super::jwks::Jwks;
+use super::jwks::{Jwks, Keys};
+use super::jwt_cache::TokenCache;
 use crate::config::access::{JwksSource, JwtConfig, TokenSource};
 use crate::error::GatewayError;
 
@@ -26,6 +28,8 @@ pub struct Jwt {
     validations: Vec<(AlgorithmFamily, Validation)>,
     from: TokenSource,
     pub(super) forward_claims: Vec<(http::HeaderName, String)>,
+    /// Tokens verified already; `None` with `cache_tokens = 0`.
+    cache: Option<TokenCache>,
 }
 
 /// A verified token's claims.
@@ -63,7 +67,8 @@ impl Jwt {
                 }
             }
         }
-        Jwt { keys, validations, from: c.from.clone(), forward_claims: c.forward_claims.clone() }
+        let cache = (c.cache_tokens > 0).then(|| TokenCache::new(c.cache_tokens, c.leeway));
+        Jwt { keys, validations, from: c.from.clone(), forward_claims: c.forward_claims.clone(), cache }
     }
 
     /// Whether the token is read from `Authorization` (which is then removed
@@ -72,12 +77,28 @@ impl Jwt {
         self.from == TokenSource::Authorization
     }
 
-    /// The token's claims, when it is valid.
-    pub async fn verify(&self, headers: &HeaderMap) -> Result<Claims, GatewayError> {
+    /// The token's claims, when it is valid: remembered from an earlier
+    /// verification with the current keys, or verified now.
+    pub async fn verify(&self, headers: &HeaderMap) -> Result<Arc<Claims>, GatewayError> {
         let Some(token) = token(headers, &self.from) else {
             // RFC 6750 §3.1: a request without a token gets no error code.
             return Err(refuse("no token", HeaderValue::from_static("Bearer")));
         };
+        let Some(cache) = &self.cache else { return Ok(Arc::new(self.check(token).await?.0)) };
+        let key = TokenCache::key(token);
+        if let Some(keys) = self.keys.current()
+            && let Some(claims) = cache.get(&key, &keys)
+        {
+            return Ok(claims);
+        }
+        let (claims, keys) = self.check(token).await?;
+        let claims = Arc::new(claims);
+        cache.insert(key, keys, claims.clone());
+        Ok(claims)
+    }
+
+    /// Verifies the token: its claims and the keys it was verified with.
+    async fn check(&self, token: &str) -> Result<(Claims, Arc<Keys>), GatewayError> {
         let invalid = |reason| refuse(reason, HeaderValue::from_static("Bearer error=\"invalid_token\""));
         // `alg: none` and unknown algorithms fail to parse here.
         let head = jsonwebtoken::decode_header(token).map_err(|_| invalid("malformed token or unknown alg"))?;
@@ -100,7 +121,7 @@ impl Jwt {
             return Err(invalid("key does not fit alg"));
         }
         match jsonwebtoken::decode::<Claims>(token, key, validation) {
-            Ok(data) => Ok(data.claims),
+            Ok(data) => Ok((data.claims, keys)),
             Err(e) => Err(invalid(match e.kind() {
                 ErrorKind::ExpiredSignature => "expired",
                 ErrorKind::ImmatureSignature => "not yet valid",

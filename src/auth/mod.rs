@@ -10,7 +10,8 @@
 //! - `basic`: Basic credentials, verified on the blocking pool with a
 //!   process-wide bound and a short memory of successes;
 //! - `jwt`: bearer tokens checked against a JWKS (`jwks`: from a file or
-//!   a URL kept fresh), claims forwarded as headers;
+//!   a URL kept fresh), claims forwarded as headers, verified tokens
+//!   remembered until they expire or the keys change (`jwt_cache`);
 //! - `forward`: an auth service asked about each request.
 //!
 //! A [`Guard`] is built once per route at load from its
@@ -24,6 +25,7 @@ pub mod basic;
 pub mod forward;
 pub mod jwks;
 pub mod jwt;
+pub mod jwt_cache;
 
 use std::sync::Arc;
 

@@ -129,6 +129,8 @@ pub struct JwtConfig {
     pub from: TokenSource,
     /// Request header to the upstream, and the claim whose value it carries.
     pub forward_claims: Vec<(HeaderName, String)>,
+    /// Verified tokens remembered at most (0: none, every token verified).
+    pub cache_tokens: u64,
 }
 
 /// A route's JWKS: a file read at load (and reload), or a URL fetched at

@@ -52,4 +52,6 @@ pub(super) struct RawJwt {
     pub from: Option<String>,
     #[serde(default)]
     pub forward_claims: BTreeMap<String, String>,
+    /// How many verified tokens are remembered (0: none).
+    pub cache_tokens: Option<u64>,
 }

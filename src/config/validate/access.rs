@@ -30,6 +30,8 @@ const DEFAULT_FORWARD_TIMEOUT: Duration = Duration::from_secs(1);
 const DEFAULT_JWKS_REFRESH: Duration = Duration::from_secs(300);
 /// The `exp`/`nbf` clock skew allowed by default.
 const DEFAULT_LEEWAY: Duration = Duration::from_secs(30);
+/// Verified tokens a JWT route remembers by default: a few MiB of claims.
+const DEFAULT_CACHE_TOKENS: u64 = 10_000;
 
 /// The route's raw access keys.
 pub(super) struct RawAccessKeys<'a> {
@@ -138,6 +140,7 @@ fn jwt(j: &RawJwt, key: &str, base_dir: &Path) -> Result<JwtConfig, Problem> {
         leeway,
         from,
         forward_claims,
+        cache_tokens: j.cache_tokens.unwrap_or(DEFAULT_CACHE_TOKENS),
     })
 }
 

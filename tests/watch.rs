@@ -31,6 +31,17 @@ async fn start(path: &Path) -> TestGateway {
     TestGateway::start(c).await
 }
 
+/// A gateway on `gateway.toml` in a folder of its own, first written with
+/// `routes`, once its watcher has had a moment to start.
+async fn watching(routes: &[&str]) -> (tempfile::TempDir, std::path::PathBuf, TestGateway) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(&path, toml(routes)).unwrap();
+    let gw = start(&path).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    (dir, path, gw)
+}
+
 /// Waits (5 s at most) for `path` to answer `status`.
 async fn wait_for(gw: &TestGateway, path: &str, status: u16) -> bool {
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -111,11 +122,7 @@ async fn a_configmap_symlink_swap_is_reloaded() {
 #[tokio::test]
 async fn an_invalid_file_changes_nothing_and_is_counted() {
     let _serial = SERIAL.lock().await;
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("gateway.toml");
-    std::fs::write(&path, toml(&["one"])).unwrap();
-    let gw = start(&path).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (_dir, path, gw) = watching(&["one"]).await;
     let errors = reloads(&gw, "error").await;
 
     std::fs::write(
@@ -189,11 +196,7 @@ impl Drop for Busy {
 #[tokio::test]
 async fn a_busy_folder_does_not_hold_back_a_reload() {
     let _serial = SERIAL.lock().await;
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("gateway.toml");
-    std::fs::write(&path, toml(&["one"])).unwrap();
-    let gw = start(&path).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (dir, path, gw) = watching(&["one"]).await;
     let ok = reloads(&gw, "ok").await;
     let log = dir.path().join("access.log");
     let _writer = busy(Duration::from_millis(5), move || {
@@ -212,11 +215,7 @@ async fn a_busy_folder_does_not_hold_back_a_reload() {
 #[tokio::test]
 async fn a_file_touched_without_pause_is_still_reloaded() {
     let _serial = SERIAL.lock().await;
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("gateway.toml");
-    std::fs::write(&path, toml(&["one"])).unwrap();
-    let gw = start(&path).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (_dir, path, gw) = watching(&["one"]).await;
     let touched = path.clone();
     let _toucher = busy(Duration::from_millis(20), move || {
         let f = std::fs::OpenOptions::new().write(true).open(&touched).unwrap();
@@ -233,11 +232,7 @@ async fn a_file_touched_without_pause_is_still_reloaded() {
 #[tokio::test]
 async fn a_file_written_in_steps_is_applied_whole_and_once() {
     let _serial = SERIAL.lock().await;
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("gateway.toml");
-    std::fs::write(&path, toml(&["start"])).unwrap();
-    let gw = start(&path).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (_dir, path, gw) = watching(&["start"]).await;
     let ok = reloads(&gw, "ok").await;
     let (part, whole) = (toml(&["one"]), toml(&["one", "two"]));
     let writer = std::thread::spawn({
@@ -267,11 +262,7 @@ fn invalid() -> String {
 #[tokio::test]
 async fn an_invalid_save_then_at_once_a_valid_one_applies_the_valid_one() {
     let _serial = SERIAL.lock().await;
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("gateway.toml");
-    std::fs::write(&path, toml(&["one"])).unwrap();
-    let gw = start(&path).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (_dir, path, gw) = watching(&["one"]).await;
     std::fs::write(&path, invalid()).unwrap();
     tokio::time::sleep(Duration::from_millis(50)).await;
     std::fs::write(&path, toml(&["one", "two"])).unwrap();

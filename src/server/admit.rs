@@ -35,12 +35,8 @@ impl App {
         // Before the concurrency slot and the upstream's queue too: a
         // refused request takes neither.
         let trusted = &self.config.server.trusted_proxies;
-        let set_by_auth = |rl: &crate::ratelimit::RouteLimiter| {
-            let guard = route.guard.as_deref();
-            rl.key_header().is_some_and(|h| guard.is_some_and(|g| g.sets_header(h)))
-        };
         let (before, after) = match &route.rate_limit {
-            Some(rl) if set_by_auth(rl) => (None, Some(rl)),
+            Some(rl) if route.limit_after_auth => (None, Some(rl)),
             rl => (rl.as_ref(), None),
         };
         if let Some(rl) = before {

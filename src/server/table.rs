@@ -36,6 +36,9 @@ pub(super) struct Route {
     /// The route's `rate_limit`, if set (kept, with its buckets, by a reload
     /// that leaves it unchanged).
     pub(super) rate_limit: Option<Arc<RouteLimiter>>,
+    /// Whether `rate_limit` is keyed by a header `guard`'s credentials set,
+    /// and so decided after them.
+    pub(super) limit_after_auth: bool,
     /// The route's access control (`allow`, `deny`, `auth`), if any.
     /// Shared with the route of the same name after a rebuild from the
     /// same configuration (a discovery change), so its JWKS keys and
@@ -274,91 +277,120 @@ impl Table {
         same_config: bool,
     ) -> Table {
         let running_upstreams = running.map_or(&[][..], |t| &t.upstreams[..]);
-        let retried = |i: usize| {
-            config.routes.iter().any(|r| matches!(&r.target, Target::Proxy(p) if p.upstream == i && p.retries > 0))
-        };
-        let upstreams: Vec<Arc<Upstream>> = config
-            .upstreams
-            .iter()
-            .enumerate()
-            .map(|(i, u)| {
-                let state = u.discover.as_ref().and_then(|_| discovery.state(&u.name));
-                let u = match &state {
-                    Some(s) => UpstreamConfig { endpoints: s.endpoints(), ..u.clone() },
-                    None => u.clone(),
-                };
-                let same_lookups = |kept: &Upstream| match (kept.discovery_state(), &state) {
-                    (Some(a), Some(b)) => Arc::ptr_eq(a, b),
-                    (a, b) => a.is_none() && b.is_none(),
-                };
-                match running_upstreams.iter().find(|o| o.config.name == u.name) {
-                    Some(kept) if kept.same_settings(&u, retried(i)) && same_lookups(kept) => kept.clone(),
-                    before => {
-                        let built = Upstream::new(u, retried(i), read_ahead.clone(), before.map(|b| &**b));
-                        Arc::new(match state {
-                            Some(s) => built.with_discovery(s),
-                            None => built,
-                        })
-                    }
-                }
-            })
+        let upstreams: Vec<Arc<Upstream>> = (0..config.upstreams.len())
+            .map(|i| upstream(config, i, running_upstreams, read_ahead, discovery))
             .collect();
         let rate_limit_store = rate_limit_store(config, running);
         let routes: Vec<Route> = config
             .routes
             .iter()
             .map(|r| {
-                if let Target::Proxy(p) = &r.target {
-                    metrics::set_route_timeout(&r.name, p.timeout);
-                }
-                let methods = match (&r.target, &r.methods) {
-                    (_, Some(ms)) => Some(ms.clone()),
-                    (Target::File(_) | Target::Dir(_), None) => Some(FILE_METHODS.to_vec()),
-                    _ => None,
-                };
-                let methods = methods.map(|ms| {
-                    let allow = ms.iter().map(Method::as_str).collect::<Vec<_>>().join(", ");
-                    (ms, allow)
-                });
                 let old = running.and_then(|t| t.routes.iter().find(|o| o.config.name == r.name));
-                // The entries of a route whose cache settings did not change
-                // are kept (see `RouteCache::new`).
-                let cache = match &r.target {
-                    Target::Proxy(p) => p.cache.map(|c| {
-                        let running = old.and_then(|o| o.cache.as_ref()).map(|c| &c.store);
-                        let upstream = upstreams[p.upstream].clone();
-                        RouteCache::new(&r.name, p, c, (&r.prefix, r.max_body), upstream, running)
-                    }),
-                    _ => None,
-                };
-                let rate_limit = r.rate_limit.as_ref().map(|rl| match old.and_then(|o| o.rate_limit.as_ref()) {
-                    Some(kept) if kept.same_settings(rl, rate_limit_store.as_ref()) => kept.clone(),
-                    _ => RouteLimiter::new(&r.name, rl, rate_limit_store.clone()),
-                });
-                Route {
-                    cache,
-                    rate_limit,
-                    guard: match (same_config, old) {
-                        (true, Some(old)) => old.guard.clone(),
-                        _ => {
-                            r.access.as_ref().map(|a| Arc::new(Guard::new(&r.name, a, &config.server.trusted_proxies)))
-                        }
-                    },
-                    layers: RouteLayers::new(r),
-                    config: r.clone(),
-                    metrics: RouteMetrics::new(&r.name),
-                    methods,
-                    // The same limit on a route of the same name goes on
-                    // counting the requests it already admitted.
-                    limit: r.max_concurrent.map(|max| match old.and_then(|o| o.limit.as_ref()) {
-                        Some(limit) if limit.max() == max => limit.clone(),
-                        _ => Arc::new(ConcurrencyLimit::new(max)),
-                    }),
-                }
+                let kept_guard = old.filter(|_| same_config).and_then(|o| o.guard.clone());
+                Route::new(config, r, old, kept_guard, &upstreams, &rate_limit_store)
             })
             .collect();
         let router = Router::new(config.routes.iter().map(|r| r.prefix.as_str()));
         Table { router, routes, upstreams, rate_limit_store, effective: config.effective.clone() }
+    }
+}
+
+/// Upstream `i` of `config`: the running one of that name if its settings
+/// (and its discovered endpoints) did not change, else one built anew that
+/// inherits what `Upstream::new` carries over from the one it replaces.
+fn upstream(
+    config: &Config,
+    i: usize,
+    running: &[Arc<Upstream>],
+    read_ahead: &Arc<ReadAhead>,
+    discovery: &Discovery,
+) -> Arc<Upstream> {
+    let u = &config.upstreams[i];
+    let retried =
+        config.routes.iter().any(|r| matches!(&r.target, Target::Proxy(p) if p.upstream == i && p.retries > 0));
+    let state = u.discover.as_ref().and_then(|_| discovery.state(&u.name));
+    let u = match &state {
+        Some(s) => UpstreamConfig { endpoints: s.endpoints(), ..u.clone() },
+        None => u.clone(),
+    };
+    let same_lookups = |kept: &Upstream| match (kept.discovery_state(), &state) {
+        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+        (a, b) => a.is_none() && b.is_none(),
+    };
+    match running.iter().find(|o| o.config.name == u.name) {
+        Some(kept) if kept.same_settings(&u, retried) && same_lookups(kept) => kept.clone(),
+        before => {
+            let built = Upstream::new(u, retried, read_ahead.clone(), before.map(|b| &**b));
+            Arc::new(match state {
+                Some(s) => built.with_discovery(s),
+                None => built,
+            })
+        }
+    }
+}
+
+impl Route {
+    /// Route `r`, keeping from `old` (the running route of its name) what
+    /// its unchanged settings allow: the cache's entries, the rate limit's
+    /// buckets, the concurrency count; `guard` is the running access
+    /// control when the whole configuration is the same.
+    fn new(
+        config: &Config,
+        r: &RouteConfig,
+        old: Option<&Route>,
+        guard: Option<Arc<Guard>>,
+        upstreams: &[Arc<Upstream>],
+        rate_limit_store: &Option<Arc<RedisStore>>,
+    ) -> Route {
+        if let Target::Proxy(p) = &r.target {
+            metrics::set_route_timeout(&r.name, p.timeout);
+        }
+        let methods = match (&r.target, &r.methods) {
+            (_, Some(ms)) => Some(ms.clone()),
+            (Target::File(_) | Target::Dir(_), None) => Some(FILE_METHODS.to_vec()),
+            _ => None,
+        };
+        let methods = methods.map(|ms| {
+            let allow = ms.iter().map(Method::as_str).collect::<Vec<_>>().join(", ");
+            (ms, allow)
+        });
+        // The entries of a route whose cache settings did not change are
+        // kept (see `RouteCache::new`).
+        let cache = match &r.target {
+            Target::Proxy(p) => p.cache.map(|c| {
+                let running = old.and_then(|o| o.cache.as_ref()).map(|c| &c.store);
+                let upstream = upstreams[p.upstream].clone();
+                RouteCache::new(&r.name, p, c, (&r.prefix, r.max_body), upstream, running)
+            }),
+            _ => None,
+        };
+        let rate_limit = r.rate_limit.as_ref().map(|rl| match old.and_then(|o| o.rate_limit.as_ref()) {
+            Some(kept) if kept.same_settings(rl, rate_limit_store.as_ref()) => kept.clone(),
+            _ => RouteLimiter::new(&r.name, rl, rate_limit_store.clone()),
+        });
+        let guard = guard
+            .or_else(|| r.access.as_ref().map(|a| Arc::new(Guard::new(&r.name, a, &config.server.trusted_proxies))));
+        // A limit keyed by a header the credentials set is decided after
+        // them (see `App::admit`).
+        let limit_after_auth = rate_limit
+            .as_ref()
+            .is_some_and(|rl| rl.key_header().is_some_and(|h| guard.as_ref().is_some_and(|g| g.sets_header(h))));
+        Route {
+            cache,
+            rate_limit,
+            limit_after_auth,
+            guard,
+            layers: RouteLayers::new(r),
+            config: r.clone(),
+            metrics: RouteMetrics::new(&r.name),
+            methods,
+            // The same limit on a route of the same name goes on counting
+            // the requests it already admitted.
+            limit: r.max_concurrent.map(|max| match old.and_then(|o| o.limit.as_ref()) {
+                Some(limit) if limit.max() == max => limit.clone(),
+                _ => Arc::new(ConcurrencyLimit::new(max)),
+            }),
+        }
     }
 }
 

@@ -12,10 +12,10 @@ use std::sync::{OnceLock, RwLock};
 use std::time::Duration;
 
 use http::Method;
-use metrics::{
-    Counter, Gauge, Histogram, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram,
-};
+use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+mod describe;
 
 /// Histogram buckets (seconds) for every `*_duration_seconds` metric: 1 ms to 10 s.
 pub const BUCKETS: &[f64] = &[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0];
@@ -92,122 +92,11 @@ pub fn install() -> &'static Exporter {
             .build_recorder();
         let handle = recorder.handle();
         metrics::set_global_recorder(recorder).expect("no other metrics recorder is installed");
-        describe();
+        describe::describe();
         let process = metrics_process::Collector::default();
         process.describe();
         Exporter { handle, process }
     })
-}
-
-fn describe() {
-    describe_counter!(REQUESTS_TOTAL, "Requests answered, by route, method and status.");
-    describe_histogram!(REQUEST_DURATION, metrics::Unit::Seconds, "Time from request arrival to response head.");
-    describe_gauge!(ACTIVE_REQUESTS, "Requests being handled (until the response head).");
-    describe_histogram!(UPSTREAM_DURATION, metrics::Unit::Seconds, "Upstream response time to response head.");
-    describe_counter!(
-        UPSTREAM_ERRORS,
-        "Upstream failures by kind: connect, tls, timeout, reset, protocol, body, body_timeout, unavailable (no endpoint may take traffic)."
-    );
-    describe_gauge!(ROUTE_TIMEOUT, metrics::Unit::Seconds, "The configured timeout of each proxy route.");
-    describe_gauge!(CONNECTIONS_ACTIVE, "Client connections open now.");
-    describe_counter!(CONNECTIONS_TOTAL, "Client connections accepted.");
-    describe_counter!(
-        REJECTED,
-        "Requests and connections refused by a limit or as malformed, by route (empty for connection-level) and reason."
-    );
-    describe_gauge!(RUNTIME_ALIVE_TASKS, "Tasks alive in the async runtime (connections, requests, pools).");
-    describe_counter!(
-        UPSTREAM_RETRIES,
-        "Requests sent again: after the upstream closed a pooled connection under them, or by a route's retries."
-    );
-    describe_counter!(UPSTREAM_RETRIES_SKIPPED, "Retries a route asked for that the upstream's retry budget refused.");
-    describe_gauge!(UPSTREAM_IN_FLIGHT, "Requests admitted to the upstream and not finished (all endpoints).");
-    describe_gauge!(UPSTREAM_QUEUE_DEPTH, "Requests waiting for one of the upstream's max_requests slots.");
-    describe_histogram!(
-        UPSTREAM_QUEUE_WAIT,
-        metrics::Unit::Seconds,
-        "Time requests waited for a max_requests slot (0 when admitted at once)."
-    );
-    describe_gauge!(UPSTREAM_MAX_REQUESTS, "The upstream's configured max_requests.");
-    describe_gauge!(UPSTREAM_QUEUE_SIZE, "The upstream's configured queue places.");
-    describe_counter!(
-        CACHE_REQUESTS,
-        "Requests on cache routes, by route and result (hit, miss, stale, revalidated, coalesced, bypass, uncacheable)."
-    );
-    describe_gauge!(CACHE_BYTES, metrics::Unit::Bytes, "Bytes (heads and bodies) a route's cache holds.");
-    describe_gauge!(CACHE_ENTRIES, "Answers a route's cache holds (each Vary variant counts).");
-    describe_counter!(CACHE_EVICTIONS, "Answers a route's cache dropped to stay within max_size.");
-    describe_counter!(
-        AUTH_TOTAL,
-        "Access decisions, by route, kind (address, basic, jwt, forward) and result (allowed, denied, error)."
-    );
-    describe_counter!(AUTH_JWKS_REFRESH, "Fetches of JWT routes' jwks_url, by result (ok, error).");
-    describe_histogram!(
-        AUTH_FORWARD_DURATION,
-        metrics::Unit::Seconds,
-        "Time the forward auth service took to answer (or to fail), by route."
-    );
-    describe_counter!(
-        CONFIG_RELOADS,
-        "Configuration reloads, by result (ok, error) and trigger (signal, admin, watch)."
-    );
-    describe_gauge!(
-        CONFIG_LAST_RELOAD,
-        "When the configuration was last loaded successfully (start or reload), Unix time."
-    );
-    describe_gauge!(
-        UPSTREAM_ENDPOINTS,
-        "Endpoints of the upstream by state: healthy (may take traffic), unhealthy (failing checks), ejected."
-    );
-    describe_counter!(
-        DISCOVERY_RESOLUTIONS,
-        "Lookups of a discovered upstream's name, by result: ok, not_found (NXDOMAIN, no records), error (timeout, SERVFAIL)."
-    );
-    describe_gauge!(
-        DISCOVERY_LAST_SUCCESS,
-        "When a lookup of the discovered upstream's name last found addresses, Unix time."
-    );
-    describe_counter!(
-        DISCOVERY_SKIPPED,
-        "Records of a discovered name left out, by reason: port_zero (SRV), unspecified, multicast, broadcast."
-    );
-    describe_gauge!(UPGRADED_ACTIVE, "Upgraded connections (WebSocket tunnels) open now, per route.");
-    describe_counter!(
-        TRACE_EXPORT_FAILURES,
-        "Span batches the OTLP collector did not take (unreachable, error, timeout)."
-    );
-    describe_counter!(TRACE_SPANS_DROPPED, "Spans dropped because the export queue was full.");
-    describe_counter!(
-        FILE_COMPRESSIONS,
-        "Compressed forms of cached files made, by coding (once per file version and coding)."
-    );
-    describe_counter!(RATE_LIMITED, "Requests refused with 429 by the route's rate limit.");
-    describe_counter!(
-        RATE_LIMIT_DECISIONS,
-        "Rate limit decisions by route, store (local, redis, on_error: the store's on_error allow or deny) and result (allowed, refused)."
-    );
-    describe_counter!(
-        RATE_LIMIT_STORE_ERRORS,
-        "Rate limit decisions Redis did not give, by kind: timeout, connection, reply, down (not asked while it fails)."
-    );
-    describe_histogram!(
-        RATE_LIMIT_STORE_DURATION,
-        metrics::Unit::Seconds,
-        "Time a shared rate limit decision took in Redis (up to the store's timeout)."
-    );
-    describe_gauge!(
-        RATE_LIMIT_KEYS,
-        "Keys (clients, header values) the route's local rate limiter holds, counted every 5 s."
-    );
-    describe_counter!(
-        RATE_LIMIT_KEYS_DROPPED,
-        "Keys the route's local rate limiter dropped because their bucket was full again."
-    );
-    describe_counter!(
-        RATE_LIMIT_KEYS_EVICTED,
-        "Keys the route's local rate limiter evicted, or did not let in, because it held max_keys keys."
-    );
-    describe_counter!(PANICS, "Requests whose handling panicked (answered 500; the process keeps serving).");
 }
 
 impl Exporter {

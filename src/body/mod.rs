@@ -1,8 +1,8 @@
 //! Body types: the response body (one enum over every way the gateway
-//! answers) and, in `request`, the client's request body on its way
-//! upstream (size limit, idle timeout, read-ahead). A leaf: the upstream's
-//! own response body lives with its connection in `upstream::body`, and
-//! comes here boxed.
+//! answers), in `upstream` the upstream's response body, and in `request`
+//! the client's request body on its way upstream (size limit, idle
+//! timeout, read-ahead). A leaf: what the upstream's body holds (its
+//! connection, its lease) is `upstream`'s, named here by a trait.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -18,7 +18,9 @@ use tokio_util::io::ReaderStream;
 use tower_http::compression::CompressionBody;
 
 mod request;
+mod upstream;
 pub use request::{BodyState, BodyTooLarge, ClientBodyFailed, ClientFault, ReadAhead, RequestBody};
+pub use upstream::{Held, UpstreamBody};
 
 /// Errors a body can end with.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -33,9 +35,11 @@ pub enum Body {
     ///
     /// Boxed, like the file stream: a response is moved a dozen times on
     /// its way out, and inline it would double every `Response<Body>`'s
-    /// size. A trait object, so that this module names nothing of the
-    /// upstream's connection (see benches/README.md for its cost).
-    Upstream(Pin<Box<dyn http_body::Body<Data = Bytes, Error = BoxError> + Send>>),
+    /// size.
+    Upstream(Box<UpstreamBody<dyn Held>>),
+    /// Another body streamed through as it arrives (a cache fill's copy of
+    /// the upstream's), as a trait object.
+    Streamed(Pin<Box<dyn http_body::Body<Data = Bytes, Error = BoxError> + Send>>),
     /// A file (or a range of one) too large for the cache, read in chunks.
     File(Box<ReaderStream<Take<tokio::fs::File>>>),
     /// Any of the above through a route's compression layer.
@@ -67,7 +71,8 @@ impl http_body::Body for Body {
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match &mut *self {
             Body::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
-            Body::Upstream(b) => b.as_mut().poll_frame(cx),
+            Body::Upstream(b) => Pin::new(&mut **b).poll_frame(cx),
+            Body::Streamed(b) => b.as_mut().poll_frame(cx),
             Body::File(stream) => {
                 Pin::new(&mut **stream).poll_next(cx).map(|o| o.map(|r| r.map(Frame::data).map_err(Into::into)))
             }
@@ -79,6 +84,7 @@ impl http_body::Body for Body {
         match self {
             Body::Full(b) => b.is_none(),
             Body::Upstream(b) => b.is_end_stream(),
+            Body::Streamed(b) => b.is_end_stream(),
             Body::File(_) => false,
             Body::Compressed(b) => b.is_end_stream(),
         }
@@ -88,6 +94,7 @@ impl http_body::Body for Body {
         match self {
             Body::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
             Body::Upstream(b) => b.size_hint(),
+            Body::Streamed(b) => b.size_hint(),
             Body::File(_) => SizeHint::default(),
             Body::Compressed(b) => b.size_hint(),
         }

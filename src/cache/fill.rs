@@ -119,7 +119,7 @@ impl Fill {
         let length = content_length(&parts.headers);
         let client = Response::from_parts(
             parts,
-            Body::Upstream(Box::pin(ChannelBody { rx: chunks, rest: None, length, ended: false })),
+            Body::Streamed(Box::pin(ChannelBody { rx: chunks, rest: None, length, ended: false })),
         );
         let mut to_client = Some(chunks_tx);
         if let Some(tx) = tx

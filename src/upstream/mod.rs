@@ -42,7 +42,7 @@ use metrics::{Counter, Gauge, counter, gauge};
 use tokio::time::Instant;
 use tower::retry::budget::{Budget, TpsBudget};
 
-use crate::body::{Body, ReadAhead, RequestBody};
+use crate::body::{Body, ReadAhead, RequestBody, UpstreamBody};
 use crate::config::{Balance, ProxyTarget, UpstreamConfig};
 use crate::discovery;
 use crate::error::GatewayError;
@@ -51,7 +51,7 @@ use crate::metrics::{UPSTREAM_IN_FLIGHT, UPSTREAM_RETRIES, UPSTREAM_RETRIES_SKIP
 use crate::request::{Peer, RequestLog};
 use admission::Admission;
 use attempt::{Tried, Tries};
-use body::{InFlight, Lease, UpstreamBody};
+use body::{InFlight, Lease, Leased};
 use endpoint::{Attempt, Availability, Candidate, Endpoint};
 use exchange::{Plan, exchange};
 use pool::{Conn, SendBody};
@@ -297,16 +297,9 @@ impl Upstream {
     ) -> Response<Body> {
         let (mut parts, body) = response.into_parts();
         let reusable = proxy::prepare_response(&mut parts, &body);
-        let body = UpstreamBody::new(
-            body,
-            conn,
-            reusable,
-            lease,
-            target.body_timeout,
-            self.metrics.body_failed.clone(),
-            self.metrics.body_stalled.clone(),
-        );
-        Response::from_parts(parts, Body::Upstream(Box::pin(body)))
+        let counters = [self.metrics.body_failed.clone(), self.metrics.body_stalled.clone()];
+        let body = UpstreamBody::new(body, Leased { conn, lease }, reusable, target.body_timeout, counters);
+        Response::from_parts(parts, Body::Upstream(Box::new(body)))
     }
 
     /// A retry is about to be made: whether the retry budget allows it.

@@ -130,7 +130,7 @@ impl RouteCache {
             if e.staleness(now) < e.while_revalidate {
                 self.metrics.stale.increment(1);
                 let response = from_entry(e, &method, req.headers(), Status::stale());
-                self.refresh(key, req, peer, cx, deadline, e.clone());
+                self.refresh(key.into(), req, peer, cx, deadline, e.clone());
                 return Ok(response);
             }
         }
@@ -148,6 +148,8 @@ impl RouteCache {
             (Some(_), _) => "stale",
             (None, _) => "miss",
         };
+        // The map's keys are shared (`Arc<str>`): made only past a hit.
+        let key: Arc<str> = key.into();
         if !self.store.config.coalesce {
             let guard = self.store.solo(&key);
             return Box::pin(self.fill(guard, key, req, peer, cx, deadline, entry, fwd)).await;
@@ -347,7 +349,7 @@ impl RouteCache {
 
     /// The key of a request: the upstream, the client's `Host` and the path
     /// and query it is sent (after `rewrite`).
-    fn key(&self, req: &Request<Incoming>) -> Result<Arc<str>, GatewayError> {
+    fn key(&self, req: &Request<Incoming>) -> Result<String, GatewayError> {
         let path = upstream_path(req.uri(), &self.target, &self.prefix)?;
         Ok(self.key_for(client_host(req).unwrap_or(""), path.as_str()))
     }
@@ -355,7 +357,7 @@ impl RouteCache {
     /// `upstream \n mode host \n path`, the host lowercased; the host mode
     /// is in the key too (a reload may change it and keep the store). Built
     /// by hand, not with `format!`: it is made for every request.
-    fn key_for(&self, host: &str, path: &str) -> Arc<str> {
+    fn key_for(&self, host: &str, path: &str) -> String {
         let name = &self.upstream.config.name;
         let mode = match self.target.host {
             HostMode::Upstream => "u ",
@@ -370,7 +372,7 @@ impl RouteCache {
         key[at..].make_ascii_lowercase();
         key.push('\n');
         key.push_str(path);
-        Arc::from(key)
+        key
     }
 }
 
@@ -411,7 +413,7 @@ fn under_prefix(path: &str, prefix: &str) -> bool {
 fn from_entry(e: &Entry, method: &Method, client: &HeaderMap, status: Status) -> Response<Body> {
     let now = SystemTime::now();
     let mut headers = e.headers.clone();
-    headers.insert(header::AGE, HeaderValue::from(e.age(now).as_secs()));
+    headers.insert(header::AGE, status::number(e.age(now).as_secs()));
     headers.insert(CACHE_STATUS, status.value());
     // Conditionals apply only to an answer that would be 2xx (RFC 9110
     // §13.2.1): a stored 404 stays a 404.

@@ -31,48 +31,81 @@ impl Status {
     }
 
     pub(super) fn value(&self) -> HeaderValue {
-        // Built by hand, not with `format!`: it is made for every hit.
-        let mut v = String::with_capacity(64);
-        v.push_str("gateway");
+        let mut v = Line::default();
+        v.push(b"gateway");
         if self.hit {
-            v.push_str("; hit");
+            v.push(b"; hit");
         }
         if let Some(fwd) = self.fwd {
-            v.push_str("; fwd=");
-            v.push_str(fwd);
+            v.push(b"; fwd=");
+            v.push(fwd.as_bytes());
         }
         if let Some(s) = self.fwd_status {
-            v.push_str("; fwd-status=");
-            push_number(&mut v, u64::from(s));
+            v.push(b"; fwd-status=");
+            v.number(u64::from(s));
         }
         if self.stored {
-            v.push_str("; stored");
+            v.push(b"; stored");
         }
         if let Some(ttl) = self.ttl {
-            v.push_str("; ttl=");
-            push_number(&mut v, ttl.as_secs());
+            v.push(b"; ttl=");
+            v.number(ttl.as_secs());
         }
         if self.stale {
-            v.push_str("; detail=stale");
+            v.push(b"; detail=stale");
         }
-        HeaderValue::from_maybe_shared(Bytes::from(v)).expect("ASCII")
+        v.value()
     }
 }
 
-/// Appends `n` in decimal.
-fn push_number(s: &mut String, n: u64) {
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    let mut n = n;
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
+/// `n` in decimal as a header value (`Age`).
+pub(super) fn number(n: u64) -> HeaderValue {
+    let mut v = Line::default();
+    v.number(n);
+    v.value()
+}
+
+/// A header value built on the stack and copied once into its own
+/// allocation: made for every hit, and a `String` or http's `From<u64>`
+/// would allocate twice (the buffer, then the shared `Bytes` for its spare
+/// capacity).
+struct Line {
+    buf: [u8; 128],
+    len: usize,
+}
+
+impl Default for Line {
+    fn default() -> Self {
+        Line { buf: [0; 128], len: 0 }
     }
-    s.push_str(std::str::from_utf8(&digits[i..]).expect("digits"));
+}
+
+impl Line {
+    /// Appends `s`; the longest value built here is well within the buffer.
+    fn push(&mut self, s: &[u8]) {
+        self.buf[self.len..self.len + s.len()].copy_from_slice(s);
+        self.len += s.len();
+    }
+
+    /// Appends `n` in decimal.
+    fn number(&mut self, n: u64) {
+        let mut digits = [0u8; 20];
+        let mut i = digits.len();
+        let mut n = n;
+        loop {
+            i -= 1;
+            digits[i] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        self.push(&digits[i..]);
+    }
+
+    fn value(&self) -> HeaderValue {
+        HeaderValue::from_maybe_shared(Bytes::copy_from_slice(&self.buf[..self.len])).expect("ASCII")
+    }
 }
 
 #[cfg(test)]
@@ -98,6 +131,13 @@ mod tests {
         ];
         for (status, want) in cases {
             assert_eq!(status.value(), want);
+        }
+        let longest = Status { fwd: Some("request"), fwd_status: Some(599), stored: true, ..Status::stale() };
+        let longest = Status { ttl: secs(u64::MAX), ..longest };
+        let want = "gateway; hit; fwd=request; fwd-status=599; stored; ttl=18446744073709551615; detail=stale";
+        assert_eq!(longest.value(), want);
+        for (n, want) in [(0, "0"), (7, "7"), (86_400, "86400"), (u64::MAX, "18446744073709551615")] {
+            assert_eq!(number(n), want);
         }
     }
 }

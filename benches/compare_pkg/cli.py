@@ -14,14 +14,16 @@ from .common import BACKLOG, POOL, RESULTS, ROOT, RUN_DIR, TIMEOUT_S, log, parse
 from .loadtools import TOOLS
 from .machine import choose_pinning, machine_info, raise_fd_limit, warn_if_busy
 from .openloop import run_rate_scenario
-from .prereqs import gateway_has_upstream, install_or_report, set_up
+from .prereqs import CARGO_PEERS, gateway_has_upstream, install_or_report, set_up
 from .report import markdown_table, rate_table, write_rate_results, write_results
 from .runner import Settings, run_scenario
 from .model import RateScenario
 from .scenarios import SCENARIOS
 
 # The first line of benches/compare's docstring, as --help prints it.
-DESCRIPTION = "Load benchmark of the gateway against the Python, Go, Node.js, nginx, HAProxy, Caddy and Traefik peers."
+DESCRIPTION = (
+    "Load benchmark of the gateway against the Python, Go, Node.js, nginx, HAProxy, Caddy, Traefik and Pingora peers."
+)
 
 
 def selected(names, available, what):
@@ -99,7 +101,7 @@ def print_settings(settings, fd_limit):
     )
     log(
         f"pools: {POOL} connections (or the run's largest connection count, if larger) where a variant pools "
-        f"(nginx keepalive, HAProxy server maxconn, Caddy keepalive_idle_conns_per_host, Traefik and Go MaxIdleConnsPerHost, aiohttp/httpx shared clients, gateway pool_max_idle_per_host); "
+        f"(nginx keepalive, HAProxy server maxconn, Caddy keepalive_idle_conns_per_host, Traefik and Go MaxIdleConnsPerHost, Pingora upstream_keepalive_pool_size, aiohttp/httpx shared clients, gateway pool_max_idle_per_host); "
         f"article variants keep library defaults"
     )
     log(f"load tool: {settings.tool.name}, one thread, request timeout {TIMEOUT_S}s; open files limit {fd_limit}")
@@ -127,9 +129,12 @@ def main():
     planned = [v for _, variants in work for v in variants]
     programs = {program: package for v in planned for program, package in v.programs.items()}
     venvs = {v.server.venv for v in planned if getattr(v.server, "venv", None)}
+    cargo_peers = {v.server.cargo for v in planned if getattr(v.server, "cargo", None)}
+    if not args.no_build:
+        programs.update(p for name in cargo_peers for p in CARGO_PEERS[name].programs.items())
     install_or_report(args.tool, args.install, programs, venvs)
     RUN_DIR.joinpath("logs").mkdir(parents=True, exist_ok=True)
-    gateway_error = set_up(args)
+    gateway_error = set_up(args, cargo_peers)
     if gateway_error:
         log(f"gateway unavailable: {gateway_error}; its variants will be reported as failed")
     fd_limit = raise_fd_limit()

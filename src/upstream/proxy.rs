@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
+use bytes::Bytes;
 use http::header::{self, HeaderValue};
 use http::uri::PathAndQuery;
 use http::{Request, Uri, Version, request, response};
@@ -117,9 +118,13 @@ pub fn prepare_request(
 /// `rewrite` (the cache keys on it too).
 pub fn upstream_path(uri: &Uri, target: &ProxyTarget, prefix: &str) -> Result<PathAndQuery, GatewayError> {
     Ok(match &target.rewrite {
-        Some(rewrite) => rewrite_path(uri.path(), uri.query(), prefix, rewrite)
-            .parse::<PathAndQuery>()
-            .map_err(|_| GatewayError::BadPath("rewritten path is not a valid URI"))?,
+        // Taken over as it is (one allocation): a string as long as its
+        // capacity becomes `Bytes` without another.
+        Some(rewrite) => {
+            let path = Bytes::from(rewrite_path(uri.path(), uri.query(), prefix, rewrite).into_bytes());
+            PathAndQuery::from_maybe_shared(path)
+                .map_err(|_| GatewayError::BadPath("rewritten path is not a valid URI"))?
+        }
         None => uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/")),
     })
 }

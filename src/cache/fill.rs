@@ -99,7 +99,7 @@ impl Fill {
             // `private`, `no-store`). Then only this client gets it; the
             // others go upstream themselves.
             if rules::storable(&refreshed.policy, refreshed.status, &refreshed.headers, Some(refreshed.lifetime)) {
-                cache.store.put(&key, refreshed.clone_entry()).await;
+                cache.store.put(&key, refreshed.clone_entry());
                 guard.publish(Filled::Stored);
             }
             return send(tx, Answer::Entry(Arc::new(refreshed), Some(304)));
@@ -128,7 +128,7 @@ impl Fill {
             to_client = None;
         }
         if let Some(bytes) = collect(body, to_client.as_ref(), cache.store.config.max_entry).await {
-            cache.store.put(&key, Entry { body: bytes, ..entry }).await;
+            cache.store.put(&key, Entry { body: bytes, ..entry });
             guard.publish(Filled::Stored);
         }
         if let Some(to) = to_client {

@@ -113,7 +113,7 @@ impl RouteCache {
             return Box::pin(self.direct(req, peer, cx, deadline, Status::fwd("bypass"))).await;
         }
         let now = SystemTime::now();
-        let entry = self.store.get(&key, req.headers()).await;
+        let entry = self.store.get(&key, req.headers());
         // The client's max-age: an older entry is revalidated (§5.2.1.1).
         if let (Some(e), Some(max)) = (&entry, max_age)
             && e.age(now) > Duration::from_secs(max)
@@ -185,7 +185,7 @@ impl RouteCache {
             Filled::Streaming => rx.wait_for(|f| *f != Filled::Streaming).await.map_or(Filled::NotShared, |f| *f),
             other => other,
         };
-        let entry = self.store.get(&key, req.headers()).await;
+        let entry = self.store.get(&key, req.headers());
         if filled == Filled::Stored
             && let Some(e) = &entry
             && let Some(ttl) = e.ttl(SystemTime::now())
@@ -330,7 +330,7 @@ impl RouteCache {
         if let Some(key) = key
             && (status.is_success() || status.is_redirection())
         {
-            self.store.invalidate(&key).await;
+            self.store.invalidate(&key);
             for name in [header::LOCATION, header::CONTENT_LOCATION] {
                 let uri = response.headers().get(name).and_then(|v| same_origin(v, client_host.as_deref()));
                 // The URI the clients use: under this route's prefix, its
@@ -340,7 +340,7 @@ impl RouteCache {
                     .filter(|u| under_prefix(u.path(), &self.prefix))
                     .and_then(|u| upstream_path(&u, &self.target, &self.prefix).ok());
                 if let Some(path) = path {
-                    self.store.invalidate(&self.key_for(client_host.as_deref().unwrap_or(""), path.as_str())).await;
+                    self.store.invalidate(&self.key_for(client_host.as_deref().unwrap_or(""), path.as_str()));
                 }
             }
         }

@@ -155,7 +155,11 @@ impl Drop for FillGuard {
 pub struct Store {
     /// The settings it was built with (a reload keeps it when they hold).
     pub config: CacheConfig,
-    cache: moka::future::Cache<Arc<str>, Variants>,
+    /// moka's sync cache, not its future one: a lookup is a plain call,
+    /// so a hit's future holds no lookup future of moka's (it is boxed on
+    /// every request of a cache route); its inserts and housekeeping are
+    /// short, and done only by a fill.
+    cache: moka::sync::Cache<Arc<str>, Variants>,
     fills: Mutex<HashMap<Arc<str>, Arc<watch::Sender<Filled>>>>,
     counts: Arc<Counts>,
 }
@@ -211,7 +215,7 @@ impl Store {
         });
         counts.add(0, 0);
         let listener = counts.clone();
-        let cache = moka::future::Cache::builder()
+        let cache = moka::sync::Cache::builder()
             .max_capacity(config.max_size)
             .weigher(|k: &Arc<str>, v: &Variants| v.weight(k))
             .expire_after(KeepFor)
@@ -226,27 +230,27 @@ impl Store {
     }
 
     /// The variant stored for `key` that answers a request with `headers`.
-    pub async fn get(&self, key: &str, headers: &HeaderMap) -> Option<Arc<Entry>> {
-        let variants = self.cache.get(key).await?;
+    pub fn get(&self, key: &str, headers: &HeaderMap) -> Option<Arc<Entry>> {
+        let variants = self.cache.get(key)?;
         variants.0.iter().find(|e| e.matches(headers)).cloned()
     }
 
     /// Stores `entry` for `key`, replacing the variant with the same `Vary` values.
-    pub async fn put(&self, key: &Arc<str>, entry: Entry) {
+    pub fn put(&self, key: &Arc<str>, entry: Entry) {
         let entry = Arc::new(entry);
-        let old = self.cache.get(&**key).await.unwrap_or_default();
+        let old = self.cache.get(&**key).unwrap_or_default();
         let kept: Vec<_> = old.0.iter().filter(|e| e.vary != entry.vary).take(MAX_VARIANTS - 1).cloned().collect();
         let variants = Variants(std::iter::once(entry).chain(kept).collect());
         self.counts.add(i64::from(variants.weight(key)), variants.0.len() as i64);
-        self.cache.insert(key.clone(), variants).await;
+        self.cache.insert(key.clone(), variants);
         // The size bound and the eviction counts applied now, not at moka's
         // next housekeeping: a miss (an upstream request) pays for it.
-        self.cache.run_pending_tasks().await;
+        self.cache.run_pending_tasks();
     }
 
     /// Drops every variant of `key` (RFC 9111 §4.4).
-    pub async fn invalidate(&self, key: &str) {
-        self.cache.invalidate(key).await;
+    pub fn invalidate(&self, key: &str) {
+        self.cache.invalidate(key);
     }
 
     /// A fill of `key` that no one waits on (coalescing off, or a request

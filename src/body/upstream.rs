@@ -49,8 +49,16 @@ pub struct UpstreamBody<H: ?Sized + Held> {
 }
 
 impl<H: Held> UpstreamBody<H> {
-    pub fn new(inner: Incoming, held: H, reusable: bool, idle_timeout: Duration, counters: [Counter; 2]) -> Self {
-        let [failed, stalled] = counters;
+    /// `failed` and `stalled` count a body cut by an upstream error and by
+    /// `idle_timeout`.
+    pub fn new(
+        inner: Incoming,
+        held: H,
+        reusable: bool,
+        idle_timeout: Duration,
+        failed: Counter,
+        stalled: Counter,
+    ) -> Self {
         let idle = IdleTimer::new(idle_timeout);
         let mut body = UpstreamBody { inner, reusable, open: true, idle, failed, stalled, held };
         body.release_if_done(false);

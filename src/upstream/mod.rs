@@ -297,8 +297,8 @@ impl Upstream {
     ) -> Response<Body> {
         let (mut parts, body) = response.into_parts();
         let reusable = proxy::prepare_response(&mut parts, &body);
-        let counters = [self.metrics.body_failed.clone(), self.metrics.body_stalled.clone()];
-        let body = UpstreamBody::new(body, Leased { conn, lease }, reusable, target.body_timeout, counters);
+        let (failed, stalled) = (self.metrics.body_failed.clone(), self.metrics.body_stalled.clone());
+        let body = UpstreamBody::new(body, Leased { conn, lease }, reusable, target.body_timeout, failed, stalled);
         Response::from_parts(parts, Body::Upstream(Box::new(body)))
     }
 

@@ -55,23 +55,46 @@ pub fn strip_prefix<'a>(path: &'a str, prefix: &str) -> &'a str {
 /// Rewrites `path` (with optional `query`) by replacing the matched `prefix`
 /// with `rewrite`; the rest of the path and the query are kept.
 pub fn rewrite_path(path: &str, query: Option<&str>, prefix: &str, rewrite: &str) -> String {
-    let rest = strip_prefix(path, prefix);
-    let rest = if rewrite.ends_with('/') && rest.starts_with('/') { &rest[1..] } else { rest };
-    let slash = rewrite.is_empty() && rest.is_empty();
     // Exactly as long as it will be: made into the upstream request's
     // `PathAndQuery` without a copy (see `upstream::proxy::upstream_path`).
-    let len = rewrite.len() + rest.len() + usize::from(slash) + query.map_or(0, |q| q.len() + 1);
-    let mut out = String::with_capacity(len);
-    out.push_str(rewrite);
-    out.push_str(rest);
-    if slash {
-        out.push('/');
-    }
-    if let Some(q) = query {
-        out.push('?');
-        out.push_str(q);
-    }
+    let rewritten = Rewritten::of(path, query, prefix, rewrite);
+    let mut out = String::with_capacity(rewritten.byte_len());
+    rewritten.push_to(&mut out);
     out
+}
+
+/// The pieces of a rewritten path and query, to measure and write out
+/// (the cache writes them into its key, after its own fields).
+pub struct Rewritten<'a> {
+    rewrite: &'a str,
+    rest: &'a str,
+    slash: bool,
+    query: Option<&'a str>,
+}
+
+impl<'a> Rewritten<'a> {
+    pub fn of(path: &'a str, query: Option<&'a str>, prefix: &str, rewrite: &'a str) -> Rewritten<'a> {
+        let rest = strip_prefix(path, prefix);
+        let rest = if rewrite.ends_with('/') && rest.starts_with('/') { &rest[1..] } else { rest };
+        let slash = rewrite.is_empty() && rest.is_empty();
+        Rewritten { rewrite, rest, slash, query }
+    }
+
+    pub fn byte_len(&self) -> usize {
+        self.rewrite.len() + self.rest.len() + usize::from(self.slash) + self.query.map_or(0, |q| q.len() + 1)
+    }
+
+    pub fn push_to(&self, out: &mut String) {
+        out.push_str(self.rewrite);
+        out.push_str(self.rest);
+        if self.slash {
+            out.push('/');
+        }
+        if let Some(q) = self.query {
+            out.push('?');
+            out.push_str(q);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -22,6 +22,7 @@ use tokio::time::Instant;
 
 use super::RouteCache;
 use super::rules::{self, Directives};
+use super::status::Stamps;
 use super::store::{Entry, FillGuard, Filled};
 use crate::body::{Body, BoxError};
 use crate::error::GatewayError;
@@ -212,6 +213,7 @@ pub fn entry_of(
         while_revalidate: rules::stale_window(&d, d.stale_while_revalidate, while_revalidate),
         if_error: rules::stale_window(&d, d.stale_if_error, if_error),
         vary,
+        stamps: Stamps::default(),
     })
 }
 
@@ -248,6 +250,7 @@ fn refresh(old: &Entry, head: &request::Parts, not_modified: &response::Parts, n
         while_revalidate: old.while_revalidate,
         if_error: old.if_error,
         vary: old.vary.clone(),
+        stamps: Stamps::default(),
     }
 }
 
@@ -297,9 +300,10 @@ fn policy_head(head: &request::Parts, response: &http::HeaderMap) -> request::Pa
     r.into_parts().0
 }
 
-/// A stored head with room for the two fields every answer from it adds
-/// (`Age`, `Cache-Status`): a clone keeps the table's capacity, so adding
-/// them grows no table on the hit path.
+/// A stored head with room for the fields every answer from it adds
+/// (`Age`, `Cache-Status`): a clone keeps the size of the table of indices
+/// (its entries it does not: one of them grows on each answer), so adding
+/// them rehashes no table on the hit path.
 fn with_room(mut headers: http::HeaderMap) -> http::HeaderMap {
     headers.reserve(2);
     headers
@@ -317,6 +321,7 @@ impl Entry {
             while_revalidate: self.while_revalidate,
             if_error: self.if_error,
             vary: self.vary.clone(),
+            stamps: Stamps::default(),
         }
     }
 }

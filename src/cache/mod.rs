@@ -2,9 +2,11 @@
 //! slow upstream answers each key once per freshness period instead of once
 //! per client.
 //!
-//! [`RouteCache::serve`] stands where the route would call
-//! [`Upstream::forward`]: only routes with `cache` take it (a branch in
-//! `dispatch`, nothing else on other routes). It keys on what the upstream
+//! [`RouteCache::lookup`] and [`RouteCache::serve`] stand where the route
+//! would call [`Upstream::forward`]: only routes with `cache` take them (a
+//! branch in `dispatch`, nothing else on other routes). `lookup` is a plain
+//! call that answers hits; `serve` is the future (boxed by the route) that
+//! goes upstream for the rest. It keys on what the upstream
 //! receives (the upstream, the client's `Host` it sees as `Host` or
 //! `X-Forwarded-Host`, the path and query after
 //! `rewrite`) and the request headers the stored answer's `Vary` names.
@@ -21,7 +23,7 @@ pub mod rules;
 mod status;
 mod store;
 
-use status::Status;
+use status::{Status, secs};
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -38,15 +40,37 @@ use crate::error::GatewayError;
 use crate::headers::X_REQUEST_ID;
 use crate::metrics::CacheMetrics;
 use crate::request::{Authenticated, Peer, RequestLog};
+use crate::router::Rewritten;
 use crate::upstream::Upstream;
 use crate::upstream::proxy::upstream_path;
 use fill::{Answer, Fill};
-use rules::Ask;
+use rules::{Ask, Present};
 pub use store::Store;
 use store::{Entry, FillGuard, Filled};
 
 /// RFC 9211's response header.
 pub const CACHE_STATUS: HeaderName = HeaderName::from_static("cache-status");
+
+/// What [`RouteCache::lookup`] came to.
+pub enum Looked {
+    /// From the store.
+    Answered(Response<Body>),
+    /// `only-if-cached` with nothing to answer from.
+    Failed(GatewayError),
+    /// Upstream, through [`RouteCache::serve`].
+    Go(Request<Incoming>, Miss),
+}
+
+/// How a request the store did not answer goes upstream.
+pub enum Miss {
+    /// Not the cache's (a method other than GET and HEAD, a body, an
+    /// upgrade): passed on, and an unsafe one invalidates.
+    Pass,
+    /// Straight upstream, not stored, with this `Cache-Status`.
+    Direct(Status),
+    /// Filled (or joined to a fill under way) for `key`.
+    Fill { key: String, entry: Option<Arc<Entry>>, fwd: &'static str },
+}
 
 /// A proxy route's cache: its store (kept by a reload when the settings
 /// hold) and what it needs to go upstream from a task of its own.
@@ -57,6 +81,8 @@ pub struct RouteCache {
     prefix: String,
     max_body: u64,
     metrics: CacheMetrics,
+    /// What every key starts with (see [`RouteCache::key_head`]).
+    key_start: String,
 }
 
 impl RouteCache {
@@ -76,87 +102,106 @@ impl RouteCache {
         };
         Arc::new(RouteCache {
             store,
-            upstream,
             target: target.clone(),
             prefix: prefix.to_owned(),
             max_body,
             metrics: CacheMetrics::new(name),
+            key_start: key_start(&upstream.config.name, target.host),
+            upstream,
         })
     }
 
-    /// Answers `req` from the store or through it. `deadline` is the
-    /// route's (arrival plus timeout); waiting on another request's fill
-    /// counts toward it.
-    pub async fn serve(
+    /// Answers `req` from the store when that needs no waiting: a fresh
+    /// entry, or a stale one served while it is refreshed in the
+    /// background. A plain call, not a future: a hit is answered without
+    /// [`RouteCache::serve`]'s future, which the route boxes.
+    pub fn lookup(
         self: &Arc<Self>,
         req: Request<Incoming>,
         peer: &Peer,
         cx: &RequestLog<'_>,
         deadline: Instant,
-    ) -> Result<Response<Body>, GatewayError> {
-        let method = req.method().clone();
-        // Every way upstream below is boxed: their futures hold the
-        // upstream request's, and inline they would make this one (boxed
-        // itself, on every request) as large, copied even for a hit.
+    ) -> Looked {
         // Only a bodiless GET or HEAD is the cache's; an upgrade (WebSocket)
         // goes straight through.
+        let method = req.method();
+        let present = Present::of(req.headers());
         if (method != Method::GET && method != Method::HEAD)
             || !http_body::Body::is_end_stream(req.body())
-            || req.headers().contains_key(header::UPGRADE)
+            || present.upgrade
         {
-            return Box::pin(self.pass(req, peer, cx, deadline)).await;
+            return Looked::Go(req, Miss::Pass);
         }
-        let key = self.key(&req)?;
-        let (mut ask, only_if_cached, max_age) = rules::ask(req.headers());
+        let key = self.key(&req);
+        let (mut ask, only_if_cached, max_age) =
+            if present.directives { rules::ask(req.headers()) } else { (Ask::Normal, false, None) };
         if ask == Ask::Bypass {
             self.metrics.bypass.increment(1);
-            return Box::pin(self.direct(req, peer, cx, deadline, Status::fwd("bypass"))).await;
+            return Looked::Go(req, Miss::Direct(Status::fwd("bypass")));
         }
-        let now = SystemTime::now();
         let entry = self.store.get(&key, req.headers());
+        let age = entry.as_ref().map(|e| e.age(SystemTime::now())).unwrap_or_default();
         // The client's max-age: an older entry is revalidated (§5.2.1.1).
-        if let (Some(e), Some(max)) = (&entry, max_age)
-            && e.age(now) > Duration::from_secs(max)
-        {
+        if max_age.is_some_and(|max| age > Duration::from_secs(max)) {
             ask = Ask::Revalidate;
         }
         if let Some(e) = &entry
             && ask == Ask::Normal
         {
-            if let Some(ttl) = e.ttl(now) {
+            let client = present.conditional.then(|| req.headers());
+            if let Some(ttl) = e.ttl_at(age) {
                 self.metrics.hit.increment(1);
-                return Ok(from_entry(e, &method, req.headers(), Status::hit(Some(ttl))));
+                return Looked::Answered(from_entry(e, req.method(), client, Status::hit(Some(ttl)), age));
             }
-            if e.staleness(now) < e.while_revalidate {
+            if age.saturating_sub(e.lifetime) < e.while_revalidate {
                 self.metrics.stale.increment(1);
-                let response = from_entry(e, &method, req.headers(), Status::stale());
-                self.refresh(key.into(), req, peer, cx, deadline, e.clone());
-                return Ok(response);
+                let response = from_entry(e, req.method(), client, Status::stale(), age);
+                self.refresh(key, req, peer, cx, deadline, e.clone());
+                return Looked::Answered(response);
             }
         }
         if only_if_cached {
-            return Err(GatewayError::NotCached);
+            return Looked::Failed(GatewayError::NotCached);
         }
         // A HEAD is answered from a stored GET only; a range goes upstream
         // as asked (a 206 is never stored).
-        if method == Method::HEAD || req.headers().contains_key(header::RANGE) {
+        if req.method() == Method::HEAD || present.range {
             self.metrics.uncacheable.increment(1);
-            return Box::pin(self.direct(req, peer, cx, deadline, Status::fwd("miss"))).await;
+            return Looked::Go(req, Miss::Direct(Status::fwd("miss")));
         }
         let fwd = match (&entry, ask) {
             (_, Ask::Revalidate) => "request",
             (Some(_), _) => "stale",
             (None, _) => "miss",
         };
+        Looked::Go(req, Miss::Fill { key, entry, fwd })
+    }
+
+    /// Answers `req` through the upstream, as [`RouteCache::lookup`] found
+    /// it must. `deadline` is the route's (arrival plus timeout); waiting
+    /// on another request's fill counts toward it.
+    pub async fn serve(
+        self: &Arc<Self>,
+        req: Request<Incoming>,
+        miss: Miss,
+        peer: &Peer,
+        cx: &RequestLog<'_>,
+        deadline: Instant,
+    ) -> Result<Response<Body>, GatewayError> {
+        let (key, entry, fwd) = match miss {
+            Miss::Pass => return self.pass(req, peer, cx, deadline).await,
+            Miss::Direct(status) => return self.direct(req, peer, cx, deadline, status).await,
+            Miss::Fill { key, entry, fwd } => (key, entry, fwd),
+        };
         // The map's keys are shared (`Arc<str>`): made only past a hit.
         let key: Arc<str> = key.into();
         if !self.store.config.coalesce {
             let guard = self.store.solo(&key);
-            return Box::pin(self.fill(guard, key, req, peer, cx, deadline, entry, fwd)).await;
+            return self.fill(guard, key, req, peer, cx, deadline, entry, fwd).await;
         }
         match self.store.join_or_start(&key) {
-            Ok(rx) => Box::pin(self.wait(rx, key, req, peer, cx, deadline)).await,
-            Err(guard) => Box::pin(self.fill(guard, key, req, peer, cx, deadline, entry, fwd)).await,
+            Ok(rx) => self.wait(rx, key, req, peer, cx, deadline).await,
+            Err(guard) => self.fill(guard, key, req, peer, cx, deadline, entry, fwd).await,
         }
     }
 
@@ -186,12 +231,13 @@ impl RouteCache {
             other => other,
         };
         let entry = self.store.get(&key, req.headers());
+        let now = SystemTime::now();
         if filled == Filled::Stored
             && let Some(e) = &entry
-            && let Some(ttl) = e.ttl(SystemTime::now())
+            && let Some(ttl) = e.ttl(now)
         {
             self.metrics.coalesced.increment(1);
-            return Ok(from_entry(e, req.method(), req.headers(), Status::hit(Some(ttl))));
+            return Ok(from_entry(e, req.method(), Some(req.headers()), Status::hit(Some(ttl)), e.age(now)));
         }
         // The upstream failed and the fill served the stale entry: so is
         // this request, when the entry it matches may be served on error.
@@ -200,7 +246,7 @@ impl RouteCache {
             && fill::serves_on_error(e)
         {
             self.metrics.stale.increment(1);
-            return Ok(from_entry(e, req.method(), req.headers(), Status::stale()));
+            return Ok(from_entry(e, req.method(), Some(req.headers()), Status::stale(), e.age(now)));
         }
         // Never another client's uncacheable answer, nor one for other
         // Vary values: a fill of its own, not shared.
@@ -229,17 +275,17 @@ impl RouteCache {
             Answer::Upstream(response, ttl) => {
                 let counter = if ttl.is_some() { &self.metrics.miss } else { &self.metrics.uncacheable };
                 counter.increment(1);
-                Ok(with_status(response, Status { stored: ttl.is_some(), ttl, ..Status::fwd(fwd) }))
+                Ok(with_status(response, Status { stored: ttl.is_some(), ttl: secs(ttl), ..Status::fwd(fwd) }))
             }
             Answer::Entry(e, Some(code)) => {
                 self.metrics.revalidated.increment(1);
-                let ttl = e.ttl(SystemTime::now());
-                let status = Status { fwd_status: Some(code), ttl, ..Status::fwd(fwd) };
-                Ok(from_entry(&e, &Method::GET, &client, status))
+                let now = SystemTime::now();
+                let status = Status { fwd_status: Some(code), ttl: secs(e.ttl(now)), ..Status::fwd(fwd) };
+                Ok(from_entry(&e, &Method::GET, Some(&client), status, e.age(now)))
             }
             Answer::Entry(e, None) => {
                 self.metrics.stale.increment(1);
-                Ok(from_entry(&e, &Method::GET, &client, Status::stale()))
+                Ok(from_entry(&e, &Method::GET, Some(&client), Status::stale(), e.age(SystemTime::now())))
             }
             Answer::Failed(e) => Err(e),
         }
@@ -284,14 +330,14 @@ impl RouteCache {
     /// stale-while-revalidate: one background refresh per key at a time.
     fn refresh(
         self: &Arc<Self>,
-        key: Arc<str>,
+        key: String,
         req: Request<Incoming>,
         peer: &Peer,
         cx: &RequestLog<'_>,
         deadline: Instant,
         stale: Arc<Entry>,
     ) {
-        if let Err(guard) = self.store.join_or_start(&key) {
+        if let Some((guard, key)) = self.store.start(&key) {
             let (fill, _) = self.prepare(guard, key, req, peer, cx, deadline, Some(stale));
             fill::spawn_background(fill);
         }
@@ -323,7 +369,7 @@ impl RouteCache {
     ) -> Result<Response<Body>, GatewayError> {
         self.metrics.bypass.increment(1);
         let unsafe_method = !req.method().is_safe();
-        let key = unsafe_method.then(|| self.key(&req)).transpose()?;
+        let key = unsafe_method.then(|| self.key(&req));
         let client_host = client_host(&req).map(str::to_owned);
         let response = self.direct(req, peer, cx, deadline, Status::fwd("bypass")).await?;
         let status = response.status();
@@ -348,32 +394,50 @@ impl RouteCache {
     }
 
     /// The key of a request: the upstream, the client's `Host` and the path
-    /// and query it is sent (after `rewrite`).
-    fn key(&self, req: &Request<Incoming>) -> Result<String, GatewayError> {
-        let path = upstream_path(req.uri(), &self.target, &self.prefix)?;
-        Ok(self.key_for(client_host(req).unwrap_or(""), path.as_str()))
+    /// and query it is sent (after `rewrite`), written straight into the
+    /// key (it is made for every request).
+    fn key(&self, req: &Request<Incoming>) -> String {
+        let uri = req.uri();
+        let host = client_host(req).unwrap_or("");
+        match &self.target.rewrite {
+            Some(rewrite) => {
+                let path = Rewritten::of(uri.path(), uri.query(), &self.prefix, rewrite);
+                let mut key = self.key_head(host, path.byte_len());
+                path.push_to(&mut key);
+                key
+            }
+            None => self.key_for(host, uri.path_and_query().map_or("/", |p| p.as_str())),
+        }
     }
 
-    /// `upstream \n mode host \n path`, the host lowercased; the host mode
-    /// is in the key too (a reload may change it and keep the store). Built
-    /// by hand, not with `format!`: it is made for every request.
+    /// The key of `path` (as sent upstream) asked for with `host`.
     fn key_for(&self, host: &str, path: &str) -> String {
-        let name = &self.upstream.config.name;
-        let mode = match self.target.host {
-            HostMode::Upstream => "u ",
-            HostMode::Preserve => "p ",
-        };
-        let mut key = String::with_capacity(name.len() + mode.len() + host.len() + path.len() + 2);
-        key.push_str(name);
-        key.push('\n');
-        key.push_str(mode);
-        let at = key.len();
-        key.push_str(host);
-        key[at..].make_ascii_lowercase();
-        key.push('\n');
+        let mut key = self.key_head(host, path.len());
         key.push_str(path);
         key
     }
+
+    /// `upstream \n mode host \n` (see [`key_start`]), the host lowercased,
+    /// with room for a path of `path_len` bytes after it. Built by hand,
+    /// not with `format!`: it is made for every request.
+    fn key_head(&self, host: &str, path_len: usize) -> String {
+        let mut key = String::with_capacity(self.key_start.len() + host.len() + path_len + 1);
+        key.push_str(&self.key_start);
+        key.push_str(host);
+        key[self.key_start.len()..].make_ascii_lowercase();
+        key.push('\n');
+        key
+    }
+}
+
+/// The start of every key of a route: its upstream and its host mode (a
+/// reload may change the mode and keep the store).
+fn key_start(upstream: &str, host: HostMode) -> String {
+    let mode = match host {
+        HostMode::Upstream => "u ",
+        HostMode::Preserve => "p ",
+    };
+    format!("{upstream}\n{mode}")
 }
 
 /// The client's `Host`, as the key has it (before lowercasing). The
@@ -408,16 +472,18 @@ fn under_prefix(path: &str, prefix: &str) -> bool {
     prefix.is_empty() || path.strip_prefix(prefix).is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
 }
 
-/// The client's answer from a stored entry: the full answer, its head (a
-/// HEAD), or 304 when its own conditionals match.
-fn from_entry(e: &Entry, method: &Method, client: &HeaderMap, status: Status) -> Response<Body> {
-    let now = SystemTime::now();
+/// The client's answer from a stored entry of age `age`: the full answer,
+/// its head (a HEAD), or 304 when the conditionals of `client` (the
+/// request's headers, `None` when it has none) match.
+fn from_entry(e: &Entry, method: &Method, client: Option<&HeaderMap>, status: Status, age: Duration) -> Response<Body> {
     let mut headers = e.headers.clone();
-    headers.insert(header::AGE, status::number(e.age(now).as_secs()));
-    headers.insert(CACHE_STATUS, status.value());
+    let (age, status) = e.stamps.get(age.as_secs(), status);
+    headers.insert(header::AGE, age);
+    headers.insert(CACHE_STATUS, status);
     // Conditionals apply only to an answer that would be 2xx (RFC 9110
     // §13.2.1): a stored 404 stays a 404.
-    let (code, body) = if e.status.is_success() && rules::not_modified(method, client, &e.headers) {
+    let not_modified = client.is_some_and(|c| e.status.is_success() && rules::not_modified(method, c, &e.headers));
+    let (code, body) = if not_modified {
         headers.remove(header::CONTENT_LENGTH);
         (StatusCode::NOT_MODIFIED, Body::empty())
     } else if method == Method::HEAD {

@@ -78,6 +78,37 @@ impl Directives {
     }
 }
 
+/// Which of the request fields the cache acts on (besides `Host` and a
+/// stored answer's `Vary`) a request has, found in one pass over its
+/// names: most requests have none, and a lookup for each cost more.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Present {
+    /// `Cache-Control` or `Pragma`.
+    pub directives: bool,
+    /// `If-None-Match` or `If-Modified-Since`.
+    pub conditional: bool,
+    pub upgrade: bool,
+    pub range: bool,
+}
+
+impl Present {
+    pub fn of(request: &HeaderMap) -> Present {
+        let mut p = Present::default();
+        for name in request.keys() {
+            if *name == header::CACHE_CONTROL || *name == header::PRAGMA {
+                p.directives = true;
+            } else if *name == header::IF_NONE_MATCH || *name == header::IF_MODIFIED_SINCE {
+                p.conditional = true;
+            } else if *name == header::UPGRADE {
+                p.upgrade = true;
+            } else if *name == header::RANGE {
+                p.range = true;
+            }
+        }
+        p
+    }
+}
+
 /// What a request's own directives ask of the cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ask {

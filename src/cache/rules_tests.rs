@@ -30,6 +30,30 @@ fn is_storable(req: &[(&str, &str)], status: u16, res: &[(&str, &str)], default_
 
 type Headers<'a> = &'a [(&'a str, &'a str)];
 
+/// The fields a request has, found in one pass: each flag from its own
+/// fields only, whatever their case or order.
+#[test]
+fn present_fields() {
+    let none = Present::default();
+    let cases: &[(&[(&str, &str)], Present)] = &[
+        (&[], none),
+        (&[("host", "a"), ("user-agent", "x"), ("accept", "*/*")], none),
+        (&[("Cache-Control", "no-cache")], Present { directives: true, ..none }),
+        (&[("pragma", "no-cache")], Present { directives: true, ..none }),
+        (&[("if-none-match", "\"x\"")], Present { conditional: true, ..none }),
+        (&[("If-Modified-Since", "Mon, 01 Jan 2024 00:00:00 GMT")], Present { conditional: true, ..none }),
+        (&[("upgrade", "websocket")], Present { upgrade: true, ..none }),
+        (&[("range", "bytes=0-1")], Present { range: true, ..none }),
+        (
+            &[("range", "bytes=0-1"), ("host", "a"), ("cache-control", "max-age=0"), ("if-none-match", "*")],
+            Present { directives: true, conditional: true, range: true, ..none },
+        ),
+    ];
+    for (fields, want) in cases {
+        assert_eq!(Present::of(&head(fields)), *want, "{fields:?}");
+    }
+}
+
 #[test]
 fn storing_rules() {
     let cases: &[(Headers, u16, Headers, u64, bool)] = &[

@@ -1,25 +1,32 @@
 //! `Cache-Status` (RFC 9211): what the cache did with a request, as a
 //! header on every answer of a cache route.
 
+use std::sync::Mutex;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::HeaderValue;
 
 /// What the cache did, as `Cache-Status` says it (RFC 9211 §2).
-#[derive(Debug, Clone, Copy, Default)]
-pub(super) struct Status {
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Status {
     pub(super) hit: bool,
     pub(super) fwd: Option<&'static str>,
     pub(super) fwd_status: Option<u16>,
     pub(super) stored: bool,
-    pub(super) ttl: Option<Duration>,
+    /// Whole seconds of freshness left (see [`secs`]).
+    pub(super) ttl: Option<u64>,
     pub(super) stale: bool,
+}
+
+/// A freshness left as `ttl=` says it: in whole seconds.
+pub(super) fn secs(ttl: Option<Duration>) -> Option<u64> {
+    ttl.map(|d| d.as_secs())
 }
 
 impl Status {
     pub(super) fn hit(ttl: Option<Duration>) -> Status {
-        Status { hit: true, ttl, ..Status::default() }
+        Status { hit: true, ttl: secs(ttl), ..Status::default() }
     }
 
     pub(super) fn stale() -> Status {
@@ -49,12 +56,39 @@ impl Status {
         }
         if let Some(ttl) = self.ttl {
             v.push(b"; ttl=");
-            v.number(ttl.as_secs());
+            v.number(ttl);
         }
         if self.stale {
             v.push(b"; detail=stale");
         }
         v.value()
+    }
+}
+
+/// The `Age` and `Cache-Status` of an entry's latest answer from the
+/// store, kept for the next: they change about once a second, and making
+/// them cost two allocations on every hit.
+#[derive(Default)]
+pub struct Stamps(Mutex<Option<Stamp>>);
+
+struct Stamp {
+    age: u64,
+    status: Status,
+    values: (HeaderValue, HeaderValue),
+}
+
+impl Stamps {
+    /// `Age: age` and `status`'s `Cache-Status`, made or as last made.
+    pub(super) fn get(&self, age: u64, status: Status) -> (HeaderValue, HeaderValue) {
+        let mut last = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        match &*last {
+            Some(s) if s.age == age && s.status == status => s.values.clone(),
+            _ => {
+                let values = (number(age), status.value());
+                *last = Some(Stamp { age, status, values: values.clone() });
+                values
+            }
+        }
     }
 }
 
@@ -114,18 +148,17 @@ mod tests {
 
     #[test]
     fn cache_status_values() {
-        let secs = |s| Some(Duration::from_secs(s));
         let cases = [
-            (Status::hit(secs(0)), "gateway; hit; ttl=0"),
-            (Status::hit(secs(18_446_744_073_709_551_615)), "gateway; hit; ttl=18446744073709551615"),
+            (Status::hit(Some(Duration::from_millis(999))), "gateway; hit; ttl=0"),
+            (Status::hit(Some(Duration::from_secs(u64::MAX))), "gateway; hit; ttl=18446744073709551615"),
             (Status::stale(), "gateway; hit; detail=stale"),
             (Status::fwd("bypass"), "gateway; fwd=bypass"),
             (
-                Status { fwd: Some("stale"), fwd_status: Some(304), ttl: secs(42), ..Status::default() },
+                Status { fwd: Some("stale"), fwd_status: Some(304), ttl: Some(42), ..Status::default() },
                 "gateway; fwd=stale; fwd-status=304; ttl=42",
             ),
             (
-                Status { fwd: Some("miss"), stored: true, ttl: secs(7), ..Status::default() },
+                Status { fwd: Some("miss"), stored: true, ttl: Some(7), ..Status::default() },
                 "gateway; fwd=miss; stored; ttl=7",
             ),
         ];
@@ -133,11 +166,31 @@ mod tests {
             assert_eq!(status.value(), want);
         }
         let longest = Status { fwd: Some("request"), fwd_status: Some(599), stored: true, ..Status::stale() };
-        let longest = Status { ttl: secs(u64::MAX), ..longest };
+        let longest = Status { ttl: Some(u64::MAX), ..longest };
         let want = "gateway; hit; fwd=request; fwd-status=599; stored; ttl=18446744073709551615; detail=stale";
         assert_eq!(longest.value(), want);
         for (n, want) in [(0, "0"), (7, "7"), (86_400, "86400"), (u64::MAX, "18446744073709551615")] {
             assert_eq!(number(n), want);
+        }
+    }
+
+    /// The values kept are the ones asked for: a new age or status makes
+    /// new ones.
+    #[test]
+    fn stamps_follow_the_age_and_the_status() {
+        let stamps = Stamps::default();
+        let hit = |s| Status::hit(Some(Duration::from_secs(s)));
+        let cases = [
+            (5, hit(3), "5", "gateway; hit; ttl=3"),
+            (5, hit(3), "5", "gateway; hit; ttl=3"),
+            (6, hit(3), "6", "gateway; hit; ttl=3"),
+            (6, hit(2), "6", "gateway; hit; ttl=2"),
+            (6, Status::stale(), "6", "gateway; hit; detail=stale"),
+            (5, hit(3), "5", "gateway; hit; ttl=3"),
+        ];
+        for (age, status, want_age, want_status) in cases {
+            let (a, s) = stamps.get(age, status);
+            assert_eq!((a.to_str().unwrap(), s.to_str().unwrap()), (want_age, want_status));
         }
     }
 }

@@ -18,6 +18,7 @@ use moka::notification::RemovalCause;
 use tokio::sync::watch;
 
 use super::rules;
+use super::status::Stamps;
 use crate::config::CacheConfig;
 use crate::metrics::CacheStoreMetrics;
 
@@ -47,6 +48,8 @@ pub struct Entry {
     pub if_error: Duration,
     /// The request headers its `Vary` names, as [`rules::vary_value`] has them.
     pub vary: Vec<(http::HeaderName, Option<String>)>,
+    /// Its latest answer's `Age` and `Cache-Status`.
+    pub stamps: Stamps,
 }
 
 impl Entry {
@@ -62,7 +65,12 @@ impl Entry {
 
     /// Seconds of freshness left; `None` once stale.
     pub fn ttl(&self, now: SystemTime) -> Option<Duration> {
-        self.lifetime.checked_sub(self.age(now)).filter(|d| !d.is_zero())
+        self.ttl_at(self.age(now))
+    }
+
+    /// Freshness left at age `age`; `None` once stale.
+    pub fn ttl_at(&self, age: Duration) -> Option<Duration> {
+        self.lifetime.checked_sub(age).filter(|d| !d.is_zero())
     }
 
     /// How long it has been stale (zero while fresh).
@@ -156,9 +164,8 @@ pub struct Store {
     /// The settings it was built with (a reload keeps it when they hold).
     pub config: CacheConfig,
     /// moka's sync cache, not its future one: a lookup is a plain call,
-    /// so a hit's future holds no lookup future of moka's (it is boxed on
-    /// every request of a cache route); its inserts and housekeeping are
-    /// short, and done only by a fill.
+    /// so a hit is answered by a plain call too (see `RouteCache::lookup`);
+    /// its inserts and housekeeping are short, and done only by a fill.
     cache: moka::sync::Cache<Arc<str>, Variants>,
     fills: Mutex<HashMap<Arc<str>, Arc<watch::Sender<Filled>>>>,
     counts: Arc<Counts>,
@@ -258,6 +265,19 @@ impl Store {
     pub fn solo(self: &Arc<Self>, key: &Arc<str>) -> FillGuard {
         let tx = Arc::new(watch::Sender::new(Filled::Pending));
         FillGuard { store: self.clone(), key: key.clone(), tx }
+    }
+
+    /// Starts a fill of `key` unless one is under way (a background
+    /// refresh: nothing waits on it here); the key as the map shares it.
+    pub fn start(self: &Arc<Self>, key: &str) -> Option<(FillGuard, Arc<str>)> {
+        let mut fills = self.fills.lock().unwrap_or_else(|e| e.into_inner());
+        if fills.contains_key(key) {
+            return None;
+        }
+        let key: Arc<str> = key.into();
+        let tx = Arc::new(watch::Sender::new(Filled::Pending));
+        fills.insert(key.clone(), tx.clone());
+        Some((FillGuard { store: self.clone(), key: key.clone(), tx }, key))
     }
 
     /// Joins the fill of `key` under way, or starts one: `Err` holds the

@@ -22,6 +22,7 @@ use hyper::body::Incoming;
 use tokio::time::Instant;
 
 use crate::body::{Body, ReadAhead};
+use crate::cache::Looked;
 use crate::config::{AccessLogFormat, Config, Target};
 use crate::discovery::Discovery;
 use crate::error::GatewayError;
@@ -294,17 +295,21 @@ impl App {
                     // Decisions).
                     let mut response = match &route.cache {
                         None => upstream.forward(p, prefix, route.config.max_body, req, peer, cx, deadline).await?,
-                        // Boxed: only cache routes pay for its future.
-                        // Its own error answers say Cache-Status too (RFC 9211).
-                        Some(cache) => match Box::pin(cache.serve(req, peer, cx, deadline)).await {
-                            Ok(response) => response,
-                            Err(e) => {
+                        Some(cache) => {
+                            let served = match cache.lookup(req, peer, cx, deadline) {
+                                Looked::Answered(response) => Ok(response),
+                                Looked::Failed(e) => Err(e),
+                                // Boxed: only a cache route's misses pay for its future.
+                                Looked::Go(req, miss) => Box::pin(cache.serve(req, miss, peer, cx, deadline)).await,
+                            };
+                            // Its own error answers say Cache-Status too (RFC 9211).
+                            served.unwrap_or_else(|e| {
                                 let status = crate::cache::error_status(&e);
                                 let mut response = self.fail(&route.metrics, Some(upstream), cx, e);
                                 response.headers_mut().insert(crate::cache::CACHE_STATUS, status);
                                 response
-                            }
-                        },
+                            })
+                        }
                     };
                     if response.status() == StatusCode::SWITCHING_PROTOCOLS
                         && let Some(tunnel) = response.extensions_mut().get_mut::<PendingTunnel>()

@@ -40,14 +40,21 @@ def process_tree(root):
     return tree
 
 
-def cpu_seconds(root):
-    """utime + stime of the live process tree (fields 14 and 15 of stat)."""
-    ticks = 0
+def cpu_times(root):
+    """(utime, stime) of the live process tree in seconds (fields 14 and 15
+    of stat): the server's own code against the kernel's work for it."""
+    user = system = 0
     for pid in process_tree(root):
         fields = proc_stat(pid)
         if fields:
-            ticks += int(fields[11]) + int(fields[12])
-    return ticks / CLOCK_TICKS
+            user += int(fields[11])
+            system += int(fields[12])
+    return user / CLOCK_TICKS, system / CLOCK_TICKS
+
+
+def cpu_seconds(root):
+    """utime + stime of the live process tree."""
+    return sum(cpu_times(root))
 
 
 def rss_bytes(root):

@@ -23,7 +23,7 @@ from .common import (
 )
 from .loadtools import LoadTool
 from .machine import Pinning
-from .procfs import PeakRss, cpu_seconds
+from .procfs import PeakRss, cpu_times
 from .model import RateScenario
 from .servers import Ctx, gateway, gateway_lean, hyper_floor, probe, read_count, service_a, start_all, stop_all
 
@@ -128,7 +128,7 @@ def measure(scenario, variant, settings, url, connections, under_test, command, 
         # Let requests still in flight from the warm-up finish.
         time.sleep(scenario.delay_s or 0.2)
         counted = upstream_counter(count_url)
-        result, cpu_s, peak_rss = load_with_accounting(
+        result, cpu, peak_rss = load_with_accounting(
             tool, url, connections, settings.duration_for(scenario), cpu, under_test.pid, keys
         )
         upstream = counted()
@@ -136,14 +136,15 @@ def measure(scenario, variant, settings, url, connections, under_test, command, 
         log(f"    load failed: {err}")
         return new_row(variant, connections, error=str(err), server_command=command)
     row = new_row(variant, connections, server_command=command)
-    row.update(result_fields(result, cpu_s, peak_rss))
+    row.update(result_fields(result, cpu, peak_rss))
     if upstream:
         row["upstream_requests"], row["upstream_window_s"] = upstream
         row["upstream_rps"] = upstream[0] / upstream[1]
     log(
         f"    c={connections}: {fmt_rate(row['rps'])} req/s, p50 {fmt_ms(row['p50_ms'])}, "
         f"p99 {fmt_ms(row['p99_ms'])}, timeouts {row['timeouts']}, socket errors {row['socket_errors']}, "
-        f"non-2xx {row['non_2xx']}, {fmt_number(row['cpu_ms_per_1k'])} CPU-ms/1k, "
+        f"non-2xx {row['non_2xx']}, {fmt_number(row['cpu_ms_per_1k'])} CPU-ms/1k "
+        f"(user {fmt_number(row['user_ms_per_1k'])}, system {fmt_number(row['sys_ms_per_1k'])}), "
         f"{fmt_number(row['peak_rss_mib'])} MiB"
         + (f", upstream {fmt_rate(row['upstream_rps'])} req/s" if upstream else "")
     )
@@ -164,19 +165,22 @@ def upstream_counter(count_url):
 
 
 def load_with_accounting(tool, url, connections, duration_s, cpu, server_pid, keys=None):
-    """Runs the load; returns (result, server CPU seconds, server peak RSS bytes)."""
-    cpu_before = cpu_seconds(server_pid)
+    """Runs the load; returns (result, server (user, system) CPU seconds,
+    server peak RSS bytes)."""
+    cpu_before = cpu_times(server_pid)
     sampler = PeakRss(server_pid)
     sampler.start()
     try:
         result = tool.run(url, connections, duration_s, cpu, keys)
     finally:
         peak_rss = sampler.stop()
-    return result, cpu_seconds(server_pid) - cpu_before, peak_rss
+    cpu_after = cpu_times(server_pid)
+    return result, (cpu_after[0] - cpu_before[0], cpu_after[1] - cpu_before[1]), peak_rss
 
 
-def result_fields(result, cpu_s, peak_rss):
+def result_fields(result, cpu, peak_rss):
     answered = result.requests > 0
+    per_1k = lambda s: s * 1000 / result.requests * 1000 if answered else None  # noqa: E731
     return {
         "requests": result.requests,
         "duration_s": round(result.duration_s, 3),
@@ -187,7 +191,10 @@ def result_fields(result, cpu_s, peak_rss):
         "timeouts": result.timeouts,
         "socket_errors": result.socket_errors,
         "non_2xx": result.non_2xx,
-        "cpu_ms_per_1k": cpu_s * 1000 / result.requests * 1000 if answered else None,
+        "cpu_ms_per_1k": per_1k(cpu[0] + cpu[1]),
+        # Of it, the server's own code and the kernel's work for it.
+        "user_ms_per_1k": per_1k(cpu[0]),
+        "sys_ms_per_1k": per_1k(cpu[1]),
         "peak_rss_mib": peak_rss / 2**20,
     }
 

@@ -250,7 +250,7 @@ HELLO = Scenario(
 CACHE_SIZE_MIB = 64
 GATEWAY_CACHE = (
     f'cache = {{ max_size = "{CACHE_SIZE_MIB}MiB", max_entry = "1MiB", default_ttl = "0s", '
-    'coalesce = true, stale_while_revalidate = "1s" }'
+    'coalesce = true, stale_while_revalidate = "10s" }'
 )
 CACHED_KEYS = 100
 CACHED_MAX_AGE = "max-age=1"

@@ -1,7 +1,8 @@
-//! The upstream's response body on its way to the client. What it holds
-//! until it is complete (its pooled connection and its lease on the
-//! upstream) belongs to `upstream` and is named here only by what it does
-//! ([`Held`]), so this module names nothing above itself.
+//! The upstream's response body on its way to the client. What it reads
+//! from and holds until it is complete (the response as its connection
+//! delivers it, that connection, its lease on the upstream) belongs to
+//! `upstream` and is named here only by what it does ([`Held`]), so this
+//! module names nothing above itself.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -9,15 +10,21 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body::{Frame, SizeHint};
-use hyper::body::Incoming;
 use metrics::Counter;
 
 use super::{BodyIdle, BoxError, IdleTimer};
 
-/// What an upstream response body holds until it is complete: its
-/// connection (back to the pool after the last byte, closed otherwise) and
-/// whatever else must last as long as the body (dropped with it).
+/// What an upstream response body reads from and holds until it is
+/// complete: the frames as they arrive, its connection (back to the pool
+/// after the last byte, closed otherwise) and whatever else must last as
+/// long as the body (dropped with it).
 pub trait Held: Send + Unpin {
+    /// The next frame of the body, as [`http_body::Body::poll_frame`].
+    fn poll_frame(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>>;
+    /// As [`http_body::Body::is_end_stream`].
+    fn is_end_stream(&self) -> bool;
+    /// As [`http_body::Body::size_hint`].
+    fn size_hint(&self) -> SizeHint;
     /// The whole body has arrived: the connection goes back to the pool,
     /// or is closed cleanly when it may not be reused. Called at most once.
     fn complete(&mut self, reusable: bool);
@@ -26,15 +33,12 @@ pub trait Held: Send + Unpin {
     fn fail(&mut self);
 }
 
-/// An upstream response body: hyper's body, passed through as it arrives,
-/// cut with an error if the upstream fails or stalls mid-body.
+/// An upstream response body: what [`Held`] reads, passed through as it
+/// arrives, cut with an error if the upstream fails or stalls mid-body.
 ///
 /// `H` is last and may be unsized: the body is boxed as
-/// `Box<UpstreamBody<dyn Held>>`, one allocation with the held state in it,
-/// and only the calls on [`Held`] (once a body) go through the trait object;
-/// the per-frame calls stay static.
+/// `Box<UpstreamBody<dyn Held>>`, one allocation with the held state in it.
 pub struct UpstreamBody<H: ?Sized + Held> {
-    inner: Incoming,
     /// Whether the connection may go back to the pool once the body is
     /// complete (otherwise it is closed cleanly).
     reusable: bool,
@@ -51,16 +55,9 @@ pub struct UpstreamBody<H: ?Sized + Held> {
 impl<H: Held> UpstreamBody<H> {
     /// `failed` and `stalled` count a body cut by an upstream error and by
     /// `idle_timeout`.
-    pub fn new(
-        inner: Incoming,
-        held: H,
-        reusable: bool,
-        idle_timeout: Duration,
-        failed: Counter,
-        stalled: Counter,
-    ) -> Self {
+    pub fn new(held: H, reusable: bool, idle_timeout: Duration, failed: Counter, stalled: Counter) -> Self {
         let idle = IdleTimer::new(idle_timeout);
-        let mut body = UpstreamBody { inner, reusable, open: true, idle, failed, stalled, held };
+        let mut body = UpstreamBody { reusable, open: true, idle, failed, stalled, held };
         body.release_if_done(false);
         body
     }
@@ -70,7 +67,7 @@ impl<H: ?Sized + Held> UpstreamBody<H> {
     /// Gives the connection back once the whole body has arrived (`ended`:
     /// the body just reported its end).
     fn release_if_done(&mut self, ended: bool) {
-        if self.open && (ended || http_body::Body::is_end_stream(&self.inner)) {
+        if self.open && (ended || self.held.is_end_stream()) {
             self.open = false;
             self.held.complete(self.reusable);
         }
@@ -90,17 +87,17 @@ impl<H: ?Sized + Held> http_body::Body for UpstreamBody<H> {
 
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
-        match http_body::Body::poll_frame(Pin::new(&mut this.inner), cx) {
+        match this.held.poll_frame(cx) {
             Poll::Ready(Some(Err(e))) => {
                 this.fail();
                 this.failed.increment(1);
                 tracing::warn!(error = %e, "upstream body failed mid-transfer; cutting the response");
-                Poll::Ready(Some(Err(e.into())))
+                Poll::Ready(Some(Err(e)))
             }
             Poll::Ready(other) => {
                 this.idle.progress();
                 this.release_if_done(other.is_none());
-                Poll::Ready(other.map(|r| r.map_err(Into::into)))
+                Poll::Ready(other)
             }
             Poll::Pending if this.idle.expired(cx) => {
                 this.fail();
@@ -114,11 +111,11 @@ impl<H: ?Sized + Held> http_body::Body for UpstreamBody<H> {
     }
 
     fn is_end_stream(&self) -> bool {
-        http_body::Body::is_end_stream(&self.inner)
+        self.held.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {
-        http_body::Body::size_hint(&self.inner)
+        self.held.size_hint()
     }
 }
 

@@ -10,9 +10,9 @@ use std::sync::atomic::AtomicBool;
 
 use http::header::{self, HeaderValue};
 use http::{Request, Response};
-use hyper::body::Incoming;
 use tokio::time::Instant;
 
+use super::body::Received;
 use super::endpoint::{Attempt, Endpoint};
 use super::exchange::{Failure, Plan};
 use super::pool::SendBody;
@@ -112,7 +112,7 @@ impl Upstream {
     /// gets instead (a status that is not HTTP, a 101 to the wrong protocol).
     pub(super) fn judge(
         &self,
-        response: &Response<Incoming>,
+        response: &Response<Received>,
         attempt: &mut Attempt,
         copy: Option<HeadCopy>,
         tries: &Tries,
@@ -154,7 +154,7 @@ impl Upstream {
     /// the admission's moving average and the access log.
     pub(super) fn answered(
         &self,
-        response: &Response<Incoming>,
+        response: &Response<Received>,
         attempt: &Attempt,
         timing: Option<&UpstreamTiming>,
         started: Instant,
@@ -199,14 +199,14 @@ impl Upstream {
         }
         let outcome = match &failure {
             Failure::Connect(..) => Outcome::Connect,
-            Failure::Send(_) if failure.is_reset() => Outcome::Reset,
-            Failure::Send(_) => Outcome::Other,
+            _ if failure.is_reset() => Outcome::Reset,
+            Failure::Send(_) | Failure::SendH2(_) => Outcome::Other,
         };
         if should_retry(outcome, retry_on, tries.left, copy.is_some()) && self.within_budget() {
             match (failure, copy.and_then(HeadCopy::into_request)) {
                 (Failure::Connect(_, unsent), _) => return Tried::Again(*unsent),
                 (_, Some(again)) => return Tried::Again(again),
-                (failure @ Failure::Send(_), None) => {
+                (failure @ (Failure::Send(_) | Failure::SendH2(_)), None) => {
                     return Tried::Failed(failure.classify(&self.config.name, &attempt.endpoint().config.address));
                 }
             }

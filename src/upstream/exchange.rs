@@ -6,10 +6,11 @@ use std::time::Duration;
 use http::header::HeaderValue;
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{Method, Request, Response, Uri, Version, header};
-use hyper::body::Incoming;
 use hyper::client::conn::http2;
 
+use super::body::Received;
 use super::connect::ConnectError;
+use super::h1;
 use super::io::SendStalled;
 use super::pool::{Conn, Connected, Pool, SendBody};
 use super::retry::HeadCopy;
@@ -18,35 +19,42 @@ use crate::body::{BodyIdle, BodyTooLarge, ClientBodyFailed};
 use crate::config::Address;
 use crate::error::{GatewayError, find_source};
 
-/// What an exchange comes to: the response head (with its HTTP/1.1
-/// connection, held until the body is done), or how it failed.
-pub type Exchanged = Result<(Response<Incoming>, Option<Conn>), Failure>;
+/// What an exchange comes to: the response head (an HTTP/1.1 body holds
+/// its connection until it is done), or how it failed.
+pub type Exchanged = Result<Response<Received>, Failure>;
 
 /// How an exchange failed.
 pub enum Failure {
     /// No connection could be made; the request, never sent, comes back.
     Connect(ConnectError, Box<Request<SendBody>>),
-    /// The request was (at least partly) sent.
-    Send(hyper::Error),
+    /// The request was (at least partly) sent over HTTP/1.1.
+    Send(h1::Error),
+    /// The request was (at least partly) sent over HTTP/2.
+    SendH2(hyper::Error),
 }
 
 impl Failure {
+    /// The error of a sent request, and whether it says the upstream broke
+    /// the protocol.
+    fn sent(&self) -> Option<(&(dyn std::error::Error + 'static), bool)> {
+        match self {
+            Failure::Connect(..) => None,
+            Failure::Send(e) => Some((e, e.is_parse())),
+            Failure::SendH2(e) => Some((e, e.is_parse() || e.is_parse_status() || e.is_parse_too_large())),
+        }
+    }
+
     /// The upstream closed or reset the connection before the response
     /// head, for a reason other than the client's own body.
     pub fn is_reset(&self) -> bool {
-        let Failure::Send(e) = self else { return false };
-        find_source::<ClientBodyFailed>(e).is_none()
-            && find_source::<BodyTooLarge>(e).is_none()
-            && find_source::<BodyIdle>(e).is_none()
-            && !(e.is_parse() || e.is_parse_status() || e.is_parse_too_large())
-            && stalled(e).is_none()
-            && tls_alert(e).is_none()
+        let Some((e, protocol)) = self.sent() else { return false };
+        !self.is_clients() && !protocol && stalled(e).is_none() && tls_alert(e).is_none()
     }
 
     /// A failure of the client's own request body (too large, stalled,
     /// cut off), not of the upstream.
     pub fn is_clients(&self) -> bool {
-        let Failure::Send(e) = self else { return false };
+        let Some((e, _)) = self.sent() else { return false };
         find_source::<ClientBodyFailed>(e).is_some()
             || find_source::<BodyTooLarge>(e).is_some()
             || find_source::<BodyIdle>(e).is_some()
@@ -56,7 +64,8 @@ impl Failure {
     /// client's own request body are the client's.
     pub fn classify(self, upstream: &str, address: &Address) -> GatewayError {
         let upstream = upstream.to_owned();
-        let e = match self {
+        let protocol = self.sent().is_some_and(|(_, p)| p);
+        let e: Box<dyn std::error::Error + 'static> = match self {
             Failure::Connect(e @ ConnectError::Tls(_), _) => {
                 return GatewayError::UpstreamTls { upstream, authority: address.to_string(), detail: e.to_string() };
             }
@@ -67,21 +76,23 @@ impl Failure {
                     detail: e.to_string(),
                 };
             }
-            Failure::Send(e) => e,
+            Failure::Send(e) => Box::new(e),
+            Failure::SendH2(e) => Box::new(e),
         };
-        if let Some(too_large) = find_source::<BodyTooLarge>(&e) {
+        let e = &*e;
+        if let Some(too_large) = find_source::<BodyTooLarge>(e) {
             return GatewayError::BodyTooLarge { limit: too_large.0 };
         }
-        if let Some(idle) = find_source::<BodyIdle>(&e) {
+        if let Some(idle) = find_source::<BodyIdle>(e) {
             return GatewayError::BodyTimeout { after: idle.0 };
         }
-        if let Some(failed) = find_source::<ClientBodyFailed>(&e) {
+        if let Some(failed) = find_source::<ClientBodyFailed>(e) {
             return GatewayError::ClientBody(failed.to_string());
         }
-        if let Some(after) = stalled(&e) {
+        if let Some(after) = stalled(e) {
             return GatewayError::UpstreamSendTimeout { upstream, after };
         }
-        if let Some(alert) = tls_alert(&e) {
+        if let Some(alert) = tls_alert(e) {
             // TLS 1.3 servers check a client certificate after the client's
             // side of the handshake is done, so a refusal arrives as the
             // request is sent: still a TLS failure, not a reset.
@@ -91,8 +102,8 @@ impl Failure {
                 detail: format!("TLS: the upstream refused the handshake: {alert}"),
             };
         }
-        let detail = error_chain(&e);
-        if e.is_parse() || e.is_parse_status() || e.is_parse_too_large() {
+        let detail = error_chain(e);
+        if protocol {
             GatewayError::UpstreamProtocol { upstream, detail }
         } else {
             GatewayError::UpstreamReset { upstream, detail }
@@ -101,13 +112,13 @@ impl Failure {
 }
 
 /// The TLS alert the upstream sent, if that is what ended the exchange.
-fn tls_alert(e: &hyper::Error) -> Option<&rustls::Error> {
+fn tls_alert<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
     let io = find_source::<std::io::Error>(e)?;
     io.get_ref()?.downcast_ref::<rustls::Error>().filter(|t| matches!(t, rustls::Error::AlertReceived(_)))
 }
 
 /// How long the upstream left the request body unread, if that is the error.
-fn stalled(e: &hyper::Error) -> Option<Duration> {
+fn stalled(e: &(dyn std::error::Error + 'static)) -> Option<Duration> {
     find_source::<std::io::Error>(e).and_then(|io| io.get_ref()?.downcast_ref::<SendStalled>()).map(|s| s.0)
 }
 
@@ -126,8 +137,8 @@ pub struct Plan {
 }
 
 /// Sends `req` on an idle pooled connection of `pool`, or a new one. A
-/// request that was not written because its connection had closed goes to
-/// the next one (the upstream never saw it). A retryable request that
+/// pooled connection the upstream closed while idle is passed over before
+/// anything is written on it (see [`Pool::take_idle`]). A retryable request that
 /// failed after being written on a pooled connection, before any response
 /// byte (the upstream closed it just as the request went out, or left stray
 /// bytes on it), is sent once more, on a new connection so the resend can
@@ -151,20 +162,18 @@ pub fn exchange<'a>(
             // future, and the copies of it (see benches/README.md, Decisions).
             return Box::pin(exchange_h2(pool, req, plan, resend, timing)).await;
         }
-        while let Some(mut conn) = pool.take_idle() {
-            conn.prepare(plan.send_timeout, plan.large_body);
+        if let Some(conn) = pool.take_idle() {
             let copy = (plan.retryable && plan.may_resend).then(|| HeadCopy::of(&req));
-            match conn.sender.try_send_request(req).await {
-                Ok(response) => return Ok((response, Some(conn))),
-                Err(mut e) => match (e.take_message(), copy.and_then(HeadCopy::into_request)) {
-                    (Some(unsent), _) => req = unsent,
-                    (None, Some(copy)) if is_stale_connection(e.error()) && resend() => {
-                        tracing::debug!(error = %e.error(), "resending on a new connection");
+            match send_h1(conn, req, plan).await {
+                Ok(response) => return Ok(response),
+                Err(Failure::Send(e)) => match copy.and_then(HeadCopy::into_request) {
+                    Some(copy) if e.is_stale() && resend() => {
+                        tracing::debug!(error = %e, "resending on a new connection");
                         req = copy;
-                        break;
                     }
-                    (None, _) => return Err(Failure::Send(e.into_error())),
+                    _ => return Err(Failure::Send(e)),
                 },
+                Err(other) => return Err(other),
             }
         }
         // Boxed: connecting (TCP, maybe TLS) is a rare state, and unboxed it
@@ -182,15 +191,11 @@ pub fn exchange<'a>(
     }
 }
 
-/// Sends `req` on a new HTTP/1.1 connection (nothing to resend it from).
-async fn send_h1(
-    mut conn: Conn,
-    req: Request<SendBody>,
-    plan: Plan,
-) -> Result<(Response<Incoming>, Option<Conn>), Failure> {
+/// Sends `req` on an HTTP/1.1 connection.
+async fn send_h1(mut conn: Conn, req: Request<SendBody>, plan: Plan) -> Exchanged {
     conn.prepare(plan.send_timeout, plan.large_body);
-    let response = conn.sender.send_request(req).await.map_err(Failure::Send)?;
-    Ok((response, Some(conn)))
+    let response = h1::send(conn, req).await.map_err(Failure::Send)?;
+    Ok(response.map(Received::Http1))
 }
 
 /// [`exchange`] over HTTP/2: on a shared connection with room for another
@@ -202,7 +207,7 @@ async fn exchange_h2(
     plan: Plan,
     resend: &(dyn Fn() -> bool + Sync),
     timing: Option<&UpstreamTiming>,
-) -> Result<(Response<Incoming>, Option<Conn>), Failure> {
+) -> Exchanged {
     loop {
         let mut sender = match h2_connection(pool, timing).await {
             Ok(Connected::Http2(sender)) => sender,
@@ -220,7 +225,7 @@ async fn exchange_h2(
         to_h2(&mut req, pool.scheme(), pool.authority());
         let copy = (plan.retryable && plan.may_resend).then(|| HeadCopy::of(&req));
         match sender.try_send_request(req).await {
-            Ok(response) => return Ok((response, None)),
+            Ok(response) => return Ok(response.map(Received::Http2)),
             Err(mut e) => match (e.take_message(), copy.and_then(HeadCopy::into_request)) {
                 (Some(unsent), _) => req = unsent,
                 // Refused before any processing (RFC 9113 §8.7): a GOAWAY
@@ -232,7 +237,7 @@ async fn exchange_h2(
                     let once = Plan { may_resend: false, ..plan };
                     return Box::pin(exchange_h2(pool, copy, once, &|| false, timing)).await;
                 }
-                (None, _) => return Err(Failure::Send(e.into_error())),
+                (None, _) => return Err(Failure::SendH2(e.into_error())),
             },
         }
     }
@@ -280,10 +285,10 @@ async fn send_h2(
     mut req: Request<SendBody>,
     scheme: Scheme,
     own: Authority,
-) -> Result<(Response<Incoming>, Option<Conn>), Failure> {
+) -> Exchanged {
     to_h2(&mut req, scheme, &own);
-    let response = sender.send_request(req).await.map_err(Failure::Send)?;
-    Ok((response, None))
+    let response = sender.send_request(req).await.map_err(Failure::SendH2)?;
+    Ok(response.map(Received::Http2))
 }
 
 /// Makes a request prepared for HTTP/1.1 an HTTP/2 one: the `Host` becomes
@@ -329,26 +334,6 @@ fn to_h1(req: &mut Request<SendBody>) {
 
 pub fn is_idempotent(m: &Method) -> bool {
     matches!(*m, Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE)
-}
-
-/// Whether the error, on a pooled connection, says the connection went bad
-/// while idle: the upstream closed it under the request before any response
-/// byte arrived, or left bytes on it that were not part of this response
-/// (a body after a HEAD response, RFC 9110 §9.3.2).
-fn is_stale_connection(e: &hyper::Error) -> bool {
-    if e.is_incomplete_message() || e.is_canceled() || e.is_parse() {
-        return true;
-    }
-    find_source::<std::io::Error>(e).is_some_and(|io| {
-        matches!(
-            io.kind(),
-            std::io::ErrorKind::ConnectionReset
-                | std::io::ErrorKind::BrokenPipe
-                | std::io::ErrorKind::ConnectionAborted
-                // rustls: a TLS upstream closed without close_notify.
-                | std::io::ErrorKind::UnexpectedEof
-        )
-    })
 }
 
 /// `outer: inner: innermost`, for log lines and error details.

@@ -11,11 +11,14 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, header};
-use http_body_util::Empty;
+use http_body_util::{Either, Empty};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 
 use super::connect::{TlsTarget, connect_stream};
 use super::endpoint::Endpoint;
+use super::h1;
+use super::io::UpstreamIo;
+use super::pool::Conn;
 use crate::config::{Address, HealthConfig};
 
 /// Starts the checks of `endpoint`.
@@ -93,17 +96,15 @@ async fn probe(
         connection.abort();
         return Ok(status);
     }
-    let (mut sender, connection) =
-        hyper::client::conn::http1::handshake::<_, Empty<Bytes>>(TokioIo::new(stream)).await?;
-    let connection = tokio::spawn(connection);
+    // A connection of its own, closed once the head is in (the gateway's
+    // HTTP/1.1 client, as for requests).
+    let conn = Conn::unpooled(UpstreamIo::new(stream, true));
     let request = Request::get(path)
         .header(header::HOST, host)
         .header(header::USER_AGENT, "gateway-health-check")
         .header(header::CONNECTION, "close")
-        .body(Empty::new())?;
-    let status = sender.send_request(request).await?.status();
-    connection.abort();
-    Ok(status)
+        .body(Either::Right(Empty::new()))?;
+    Ok(h1::send(conn, request).await?.status())
 }
 
 /// How long the checks need to notice a change, at most: for the docs and

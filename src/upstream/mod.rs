@@ -9,7 +9,8 @@
 //!   `pool`) and the retry decision (`retry`, within the retry budget), and
 //!   the response's header rules, its body streaming back (`body`).
 //! - `pool` keeps idle connections; `connect` opens them (TCP, TLS, Unix)
-//!   and `io` is their socket as hyper sees it.
+//!   and `io` is their socket (send timeout, reset mid-exchange). HTTP/1.1
+//!   goes through the gateway's own client (`h1`), HTTP/2 through hyper's.
 //! - `health` runs the active checks; `tunnel` carries an upgraded
 //!   connection after a 101; `series` writes the endpoints' metric series
 //!   at each scrape.
@@ -20,6 +21,7 @@ pub mod body;
 pub mod connect;
 pub mod endpoint;
 pub mod exchange;
+pub mod h1;
 pub mod health;
 pub mod io;
 pub mod pool;
@@ -51,10 +53,10 @@ use crate::metrics::{UPSTREAM_IN_FLIGHT, UPSTREAM_RETRIES, UPSTREAM_RETRIES_SKIP
 use crate::request::{Peer, RequestLog};
 use admission::Admission;
 use attempt::{Tried, Tries};
-use body::{InFlight, Lease, Leased};
+use body::{InFlight, Lease, Leased, Received};
 use endpoint::{Attempt, Availability, Candidate, Endpoint};
 use exchange::{Plan, exchange};
-use pool::{Conn, SendBody};
+use pool::SendBody;
 use proxy::Prepared;
 
 /// One configured upstream: its endpoints, admission, retry budget and
@@ -256,7 +258,7 @@ impl Upstream {
                 // The response is answered from inside the match: moved out
                 // of it first, it would be copied on its way.
                 let tried = match tokio::time::timeout_at(deadline, exchanged).await {
-                    Ok(Ok((response, conn))) => match self.judge(&response, &mut attempt, copy, &tries, target) {
+                    Ok(Ok(response)) => match self.judge(&response, &mut attempt, copy, &tries, target) {
                         Some(tried) => tried,
                         None => {
                             self.answered(&response, &attempt, timing, started);
@@ -265,11 +267,10 @@ impl Upstream {
                             {
                                 // The tunnel holds no slot (see `tunnel`). A 101
                                 // comes only over HTTP/1.1, on its own connection.
-                                let conn = conn.expect("an HTTP/1.1 exchange has its connection");
-                                return Ok(tunnel::switch(response, conn, client, idle));
+                                return Ok(tunnel::switch(response, client, idle));
                             }
                             let lease = Lease::new(attempt, slot, in_flight);
-                            return Ok(self.respond(response, conn, lease, target));
+                            return Ok(self.respond(response, lease, target));
                         }
                     },
                     Ok(Err(failure)) => self.failed(failure, attempt, copy, &tries, target.retry_on),
@@ -288,17 +289,11 @@ impl Upstream {
 
     /// The upstream's response, with the header rules applied and its body
     /// streaming; `lease` is held until the body is complete.
-    fn respond(
-        &self,
-        response: Response<Incoming>,
-        conn: Option<Conn>,
-        lease: Lease,
-        target: &ProxyTarget,
-    ) -> Response<Body> {
+    fn respond(&self, response: Response<Received>, lease: Lease, target: &ProxyTarget) -> Response<Body> {
         let (mut parts, body) = response.into_parts();
         let reusable = proxy::prepare_response(&mut parts, &body);
         let (failed, stalled) = (self.metrics.body_failed.clone(), self.metrics.body_stalled.clone());
-        let body = UpstreamBody::new(body, Leased { conn, lease }, reusable, target.body_timeout, failed, stalled);
+        let body = UpstreamBody::new(Leased { body, lease }, reusable, target.body_timeout, failed, stalled);
         Response::from_parts(parts, Body::Upstream(Box::new(body)))
     }
 

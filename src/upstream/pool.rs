@@ -12,7 +12,10 @@
 //! idle timeout below the upstream's own keep-alive timeout.
 //!
 //! A connection is opened by `connect` and runs over `io`'s [`UpstreamIo`]
-//! (send timeout, reset when dropped mid-exchange).
+//! (send timeout, reset when dropped mid-exchange). An idle HTTP/1.1
+//! connection is a plain struct here (its socket and a few flags: no task,
+//! no buffer), checked before reuse and by the reaper for a close or stray
+//! bytes from the upstream; HTTP/2 connections are hyper's, shared.
 
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, Once, Weak};
@@ -20,7 +23,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{Either, Empty};
-use hyper::client::conn::http1::{self, SendRequest};
 use hyper::client::conn::http2;
 use hyper_util::rt::TokioIo;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -28,17 +30,15 @@ use metrics::Counter;
 use tokio::time::Instant;
 
 use super::connect::{ConnectError, TlsTarget, connect_stream};
-use super::io::{IoShared, UpstreamIo};
+use super::io::UpstreamIo;
 use crate::body::RequestBody;
 use crate::config::{Address, EndpointConfig, Protocol, UpstreamConfig};
 
 /// The body sent upstream: the client's, streamed, or nothing.
 ///
-/// The client's body is boxed: hyper's HTTP/1 client queues requests in a
-/// channel whose blocks hold 32 of them, one block (at least) for each
-/// upstream connection, and unboxed the body makes every block larger (see
-/// benches/README.md, Decisions). Bodiless requests (most) allocate nothing
-/// for it.
+/// The client's body is boxed: it is moved with the request from attempt to
+/// attempt, and hyper's HTTP/2 client queues it. Bodiless requests (most)
+/// allocate nothing for it.
 pub type SendBody = Either<Box<RequestBody>, Empty<Bytes>>;
 
 /// The idle connections of one upstream.
@@ -59,9 +59,9 @@ struct Inner {
     idle: Mutex<Vec<Idle>>,
     /// `gateway_upstream_connections_opened_total`.
     opened: Counter,
-    /// Connections whose task is running now (for the status endpoints).
-    /// Its own `Arc`: a connection's task holding the pool would keep the
-    /// idle connections (and so itself) alive.
+    /// Connections open now (for the status endpoints). Its own `Arc`: a
+    /// connection holding the pool would keep the idle connections (and
+    /// so itself) alive.
     open: Arc<AtomicUsize>,
     reaper: Once,
     /// As configured: with [`Protocol::Auto`], each new connection's ALPN
@@ -105,7 +105,7 @@ fn protocol_code(p: Protocol) -> u8 {
     }
 }
 
-/// Counts a connection's task as open while it runs.
+/// Counts a connection as open while it lives.
 struct Open(Arc<AtomicUsize>);
 
 impl Open {
@@ -129,19 +129,18 @@ pub enum Connected {
 }
 
 struct Idle {
-    sender: SendRequest<SendBody>,
-    io: Arc<IoShared>,
+    conn: Conn,
     since: Instant,
 }
 
-/// A connection taken from the pool or newly made. Give it back with
-/// [`Conn::release`] once its response body is complete, or close it
+/// An HTTP/1.1 connection taken from the pool or newly made. Give it back
+/// with [`Conn::release`] once its response body is complete, or close it
 /// cleanly with [`Conn::close`]; dropping it instead aborts the connection
 /// with a TCP reset.
 pub struct Conn {
-    pub sender: SendRequest<SendBody>,
-    io: Arc<IoShared>,
+    io: UpstreamIo,
     pool: Weak<Inner>,
+    _open: Option<Open>,
 }
 
 impl Pool {
@@ -240,18 +239,14 @@ impl Pool {
     /// The most recently used idle connection that is still open and has
     /// not been idle too long.
     pub fn take_idle(&self) -> Option<Conn> {
-        let mut idle = self.inner.idle.lock().expect("pool lock");
-        while let Some(i) = idle.pop() {
-            // Not ready means the previous exchange is still sending its
-            // request body (the upstream answered early); waiting for it
-            // could hold this request up indefinitely, so the connection is
-            // dropped instead.
-            if i.since.elapsed() < self.inner.idle_timeout && i.sender.is_ready() {
-                i.io.clean.store(false, Relaxed);
-                return Some(Conn { sender: i.sender, io: i.io, pool: Arc::downgrade(&self.inner) });
+        loop {
+            let mut i = self.inner.idle.lock().expect("pool lock").pop()?;
+            // Readable while idle means the upstream closed it or sent
+            // bytes nobody asked for: either way it cannot carry a request.
+            if i.since.elapsed() < self.inner.idle_timeout && !i.conn.io.is_stale() {
+                return Some(i.conn);
             }
         }
-        None
     }
 
     /// Opens a new connection. Every connection can switch protocols after
@@ -266,8 +261,7 @@ impl Pool {
         let h2 = if auto { stream.alpn_h2() } else { self.h2_prior_knowledge() };
         // An HTTP/2 connection is shared: requests end with their own
         // stream's reset, and the connection closes cleanly.
-        let io = Arc::new(IoShared::new(h2));
-        let upstream_io = UpstreamIo::new(stream, io.clone());
+        let upstream_io = UpstreamIo::new(stream, h2);
         if h2 {
             let (sender, connection) = http2::Builder::new(TokioExecutor::new())
                 .timer(TokioTimer::new())
@@ -299,17 +293,9 @@ impl Pool {
         if auto {
             inner.protocol.store(protocol_code(Protocol::Http1), Relaxed);
         }
-        let (sender, connection) = http1::Builder::new().writev(false).handshake(TokioIo::new(upstream_io)).await?;
-        let open = Open::new(&inner.open);
-        tokio::spawn(async move {
-            let _open = open;
-            // After a 101 the socket goes to the tunnel.
-            if let Err(e) = connection.with_upgrades().await {
-                tracing::debug!(error = %e, "upstream connection ended with an error");
-            }
-        });
         inner.opened.increment(1);
-        Ok(Connected::Http1(Conn { sender, io, pool: Arc::downgrade(inner) }))
+        let open = Some(Open::new(&inner.open));
+        Ok(Connected::Http1(Conn { io: upstream_io, pool: Arc::downgrade(inner), _open: open }))
     }
 
     /// Starts, once, the task that closes connections idle for longer than
@@ -323,7 +309,7 @@ impl Pool {
                     tokio::time::sleep(every).await;
                     let Some(inner) = pool.upgrade() else { return };
                     let mut idle = inner.idle.lock().expect("pool lock");
-                    idle.retain(|i| i.since.elapsed() < inner.idle_timeout && !i.sender.is_closed());
+                    idle.retain_mut(|i| i.since.elapsed() < inner.idle_timeout && !i.conn.io.is_stale());
                 }
             });
         });
@@ -331,41 +317,44 @@ impl Pool {
 }
 
 impl Conn {
-    /// Sets how long a write to the upstream may make no progress during
-    /// this exchange (the route's body timeout), and whether the request
-    /// body may be large (see [`IoShared::large_request`]).
-    pub fn prepare(&self, send_timeout: Duration, large_request: bool) {
-        self.io.send_timeout_ms.store(send_timeout.as_millis() as u64, Relaxed);
-        if large_request && !self.io.large_request.load(Relaxed) {
-            self.io.large_request.store(true, Relaxed);
-        }
+    /// A connection of no pool (a health check's): [`Conn::release`]
+    /// closes it.
+    pub fn unpooled(io: UpstreamIo) -> Conn {
+        Conn { io, pool: Weak::new(), _open: None }
     }
 
-    /// Returns the connection to its pool, unless it closed or the pool is
-    /// full (then it is closed cleanly).
-    pub fn release(self) {
-        self.io.clean.store(true, Relaxed);
+    /// Starts an exchange: writes fail after `send_timeout` without
+    /// progress (the route's body timeout), the request body may be large
+    /// (see [`UpstreamIo::begin`]), and a drop from now on is a reset.
+    pub fn prepare(&mut self, send_timeout: Duration, large_request: bool) {
+        self.io.begin(send_timeout, large_request);
+    }
+
+    /// The socket, for the exchange.
+    pub fn io_mut(&mut self) -> &mut UpstreamIo {
+        &mut self.io
+    }
+
+    /// Returns the connection to its pool, unless the pool is full (then
+    /// it is closed cleanly).
+    pub fn release(mut self) {
+        self.io.finish();
         let Some(inner) = self.pool.upgrade() else { return };
-        if self.sender.is_closed() {
-            return;
-        }
         let mut idle = inner.idle.lock().expect("pool lock");
         if idle.len() < inner.max_idle {
-            idle.push(Idle { sender: self.sender, io: self.io, since: Instant::now() });
+            idle.push(Idle { conn: self, since: Instant::now() });
         }
     }
 
-    /// The upstream switched protocols: the connection becomes a tunnel,
-    /// whose writes fail after `idle` without progress and which closes
-    /// cleanly (FIN) when the tunnel ends.
-    pub fn into_tunnel(self, idle: Duration) {
-        self.io.send_timeout_ms.store(idle.as_millis() as u64, Relaxed);
-        self.io.clean.store(true, Relaxed);
+    /// The upstream switched protocols: the socket becomes a tunnel's, and
+    /// no longer counts as a pooled connection.
+    pub fn into_io(self) -> UpstreamIo {
+        self.io
     }
 
     /// Closes the connection cleanly after a complete exchange, instead of
     /// pooling it (its framing could not be trusted).
-    pub fn close(self) {
-        self.io.clean.store(true, Relaxed);
+    pub fn close(mut self) {
+        self.io.finish();
     }
 }

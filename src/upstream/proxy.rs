@@ -13,6 +13,7 @@ use http_body_util::{Either, Empty};
 use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
 
+use super::body::Received;
 use super::exchange::{Plan, is_idempotent};
 use super::pool::SendBody;
 use crate::body::{BodyState, RequestBody};
@@ -154,7 +155,7 @@ pub fn check_status(status: u16, upstream: &str, upgrading: bool) -> Result<(), 
 
 /// Applies the header rules to an upstream response head. Returns whether
 /// its connection may be reused.
-pub fn prepare_response(parts: &mut response::Parts, body: &Incoming) -> bool {
+pub fn prepare_response(parts: &mut response::Parts, body: &Received) -> bool {
     if parts.status == http::StatusCode::SWITCHING_PROTOCOLS {
         // The protocol switched to, for the client (RFC 9110 §15.2.2); the
         // rest is stripped as from any response.
@@ -167,8 +168,8 @@ pub fn prepare_response(parts: &mut response::Parts, body: &Incoming) -> bool {
         headers::append_via(&mut parts.headers, parts.version);
         return false;
     }
-    // Content-Length beside Transfer-Encoding (hyper frames the body by the
-    // latter and keeps both headers): the framings disagree, so the length
+    // Content-Length beside Transfer-Encoding (the body is framed by the
+    // latter and both headers are kept): the framings disagree, so the length
     // must not be passed on (RFC 9112 §6.3), and a connection whose
     // upstream frames like that is not reused.
     // (The body's framing first: a length-framed body, the usual case,

@@ -3,8 +3,10 @@
 //! and then copies bytes both ways until either side closes, or until
 //! neither has sent a byte for the route's `upgrade_idle_timeout`.
 //!
-//! Both sides are taken with hyper's `upgrade::on` (the client's from the
-//! request, the upstream's from its response), so no HTTP is parsed here.
+//! The client's side is taken with hyper's `upgrade::on` (from the
+//! request); the upstream's is the connection the gateway's HTTP/1.1
+//! client read the 101 on, with any bytes it read past the 101's head
+//! (`h1::Upgraded`). No HTTP is parsed here.
 //! The tunnel runs in the client connection's own task, after hyper has
 //! handed the connection over ([`crate::listener`]): it keeps the
 //! connection's `max_connections` slot, and shutdown drains it like a
@@ -21,14 +23,14 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::Response;
-use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 use metrics::{Gauge, gauge};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 
-use super::pool::Conn;
+use super::body::Received;
+use super::h1::Upgraded;
 use super::proxy;
 use crate::body::Body;
 use crate::metrics::UPGRADED_ACTIVE;
@@ -56,20 +58,21 @@ impl PendingTunnel {
 /// Both sides of a switched connection and how long it may stay silent.
 pub struct Tunnel {
     client: OnUpgrade,
-    upstream: OnUpgrade,
-    /// The upstream connection, kept until the switch completes.
-    conn: Conn,
+    upstream: Upgraded,
     idle: Duration,
     route: String,
 }
 
 /// The client's response to an upgrade the upstream accepted: the 101 with
 /// the protocol switched to, and the tunnel in its extensions.
-pub fn switch(mut response: Response<Incoming>, conn: Conn, client: OnUpgrade, idle: Duration) -> Response<Body> {
-    let upstream = hyper::upgrade::on(&mut response);
+pub fn switch(response: Response<Received>, client: OnUpgrade, idle: Duration) -> Response<Body> {
     let (mut parts, body) = response.into_parts();
     proxy::prepare_response(&mut parts, &body);
-    let tunnel = Tunnel { client, upstream, conn, idle, route: String::new() };
+    let upstream = match body {
+        Received::Http1(body) => body.into_upgraded().expect("a 101 leaves its connection to the tunnel"),
+        Received::Http2(_) => unreachable!("a 101 comes only over HTTP/1.1"),
+    };
+    let tunnel = Tunnel { client, upstream, idle, route: String::new() };
     parts.extensions.insert(PendingTunnel(Arc::new(Mutex::new(Some(tunnel)))));
     Response::from_parts(parts, Body::empty())
 }
@@ -80,19 +83,19 @@ impl Tunnel {
     /// blocked for `send_timeout` (a side that stopped reading: bytes the
     /// other side sends would otherwise keep the tunnel "busy" forever).
     pub async fn run(self, send_timeout: Duration) {
-        let Tunnel { client, upstream, conn, idle, route } = self;
-        let (client, upstream) = match tokio::try_join!(client, upstream) {
-            Ok(both) => both,
+        let Tunnel { client, mut upstream, idle, route } = self;
+        let client = match client.await {
+            Ok(client) => client,
             Err(e) => {
                 tracing::debug!(route, error = %e, "upgrade did not complete");
                 return;
             }
         };
-        conn.into_tunnel(idle);
+        upstream.io_mut().into_tunnel(idle);
         let _active = Active::new(gauge!(UPGRADED_ACTIVE, "route" => route.clone()));
         let clock = Clock { start: Instant::now(), last_read: AtomicU64::new(0), blocked: Default::default() };
         let mut client = Watched { io: TokioIo::new(client), clock: &clock, side: 0 };
-        let mut upstream = Watched { io: TokioIo::new(upstream), clock: &clock, side: 1 };
+        let mut upstream = Watched { io: upstream, clock: &clock, side: 1 };
         tokio::select! {
             copied = tokio::io::copy_bidirectional(&mut client, &mut upstream) => match copied {
                 Ok((up, down)) => tracing::debug!(route, up, down, "tunnel closed"),

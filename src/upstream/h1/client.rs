@@ -1,0 +1,307 @@
+//! One exchange on one connection: the request written (its head, then its
+//! body as it streams in, framed by length or in chunks) while the
+//! response head is read. An upstream may answer before the whole request
+//! body is sent (an early error, or an echo that streams back as it
+//! reads): the rest of the body then goes on alongside the response body
+//! (see [`super::ResponseBody`]), and the connection is not reused.
+
+use std::io;
+use std::mem::MaybeUninit;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use http::header::{self, HeaderMap, HeaderName};
+use http::{Method, Request, Response};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use super::Error;
+use super::body::ResponseBody;
+use super::head::{self, Head, Parsed, SendFraming};
+use crate::upstream::io::UpstreamIo;
+use crate::upstream::pool::{Conn, SendBody};
+
+/// Bytes read at a time into a buffer on the stack when the exchange's
+/// read buffer has no room: a connection waiting for its response holds
+/// no buffer of its own.
+const READ: usize = 8192;
+/// Encoded request bytes gathered before a write (the head with a small
+/// body goes in one).
+const COALESCE: usize = 16 * 1024;
+/// A data frame up to this size is copied beside its framing; a larger one
+/// is written from its own buffer.
+const COPY_UP_TO: usize = 8192;
+
+/// Sends `req` on `conn` and reads the response head (skipping 1xx other
+/// than 101). The response's body reads on from the connection and gives
+/// it back to its pool at its end.
+pub async fn send(mut conn: Conn, req: Request<SendBody>) -> Result<Response<ResponseBody>, Error> {
+    let (mut sending, head_request) = Sending::new(req);
+    let mut rx = BytesMut::new();
+    let mut unfinished = false;
+    let head =
+        std::future::poll_fn(|cx| poll_head(&mut conn, &mut sending, &mut unfinished, &mut rx, head_request, cx))
+            .await?;
+    Ok(respond(head, conn, rx, sending.map(Box::new), unfinished))
+}
+
+/// The response for the client, its body reading on from `conn`.
+fn respond(
+    head: Head,
+    conn: Conn,
+    rx: BytesMut,
+    sending: Option<Box<Sending>>,
+    unfinished: bool,
+) -> Response<ResponseBody> {
+    let Head { status, version, headers, reason, framing, keep_alive } = head;
+    let upgrade = status == http::StatusCode::SWITCHING_PROTOCOLS;
+    let body = ResponseBody::new(conn, rx, framing, keep_alive, sending, unfinished, upgrade);
+    let mut response = Response::new(body);
+    *response.status_mut() = status;
+    *response.version_mut() = version;
+    *response.headers_mut() = headers;
+    if let Some(reason) = reason.and_then(|r| hyper::ext::ReasonPhrase::try_from(r).ok()) {
+        response.extensions_mut().insert(reason);
+    }
+    response
+}
+
+/// Pushes the request out as far as it goes, and reads until a response
+/// head is in. A failed write ends the exchange unless the upstream's
+/// answer is already readable (it answered, then stopped reading).
+fn poll_head(
+    conn: &mut Conn,
+    sending: &mut Option<Sending>,
+    unfinished: &mut bool,
+    rx: &mut BytesMut,
+    head_request: bool,
+    cx: &mut Context<'_>,
+) -> Poll<Result<Head, Error>> {
+    let mut failed = None;
+    if let Some(s) = sending {
+        match s.poll_send(conn.io_mut(), cx) {
+            Poll::Ready(Ok(())) => *sending = None,
+            Poll::Ready(Err(e)) if e.is_body() || stalled(&e) => return Poll::Ready(Err(e)),
+            Poll::Ready(Err(e)) => {
+                (*sending, *unfinished) = (None, true);
+                failed = Some(e);
+            }
+            Poll::Pending => {}
+        }
+    }
+    loop {
+        if !rx.is_empty() {
+            match head::parse(rx, head_request)? {
+                Parsed::Head(head) => return Poll::Ready(Ok(head)),
+                Parsed::Interim => continue,
+                Parsed::Partial => {}
+            }
+        }
+        let read = match poll_fill(conn.io_mut(), rx, cx) {
+            Poll::Pending if failed.is_some() => return Poll::Ready(Err(failed.expect("checked"))),
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(read) => read,
+        };
+        match (read, failed.take()) {
+            (Ok(0), None) => return Poll::Ready(Err(Error::incomplete())),
+            (Err(e), None) => return Poll::Ready(Err(Error::io(e))),
+            (Ok(0) | Err(_), Some(e)) => return Poll::Ready(Err(e)),
+            (Ok(_), still) => failed = still,
+        }
+    }
+}
+
+/// Whether a write failed because the upstream stopped reading for the
+/// send timeout (see [`crate::upstream::io::SendStalled`]).
+fn stalled(e: &Error) -> bool {
+    e.io_kind() == Some(io::ErrorKind::TimedOut)
+}
+
+/// Reads what the socket has into `rx`: straight into it when it has
+/// room, else through a buffer on the stack, so that a read that waits
+/// holds no memory. A read that fills the stack buffer leaves room in `rx`
+/// for the next (a body streaming in).
+pub(super) fn poll_fill(io: &mut UpstreamIo, rx: &mut BytesMut, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+    if rx.capacity() - rx.len() >= READ {
+        return tokio_util::io::poll_read_buf(Pin::new(io), cx, rx);
+    }
+    let mut stack = [MaybeUninit::<u8>::uninit(); READ];
+    let mut buf = ReadBuf::uninit(&mut stack);
+    ready!(Pin::new(io).poll_read(cx, &mut buf))?;
+    let got = buf.filled();
+    if got.len() == READ {
+        rx.reserve(4 * READ);
+    }
+    rx.extend_from_slice(got);
+    Poll::Ready(Ok(got.len()))
+}
+
+/// The request on its way out.
+pub(super) struct Sending {
+    /// Encoded bytes not yet written: the head, chunk framing, small data.
+    out: BytesMut,
+    /// A large data frame, written from its own buffer after `out`.
+    big: Bytes,
+    /// What follows `big` on the wire (a chunk's CRLF).
+    tail: &'static [u8],
+    /// The body, until it has ended.
+    body: Option<SendBody>,
+    framing: SendFraming,
+    /// Length framing: bytes the body still owes.
+    left: u64,
+}
+
+impl Sending {
+    /// The request's head encoded (its header map freed here, before the
+    /// exchange waits), and whether it is a HEAD request.
+    fn new(req: Request<SendBody>) -> (Option<Sending>, bool) {
+        let (parts, body) = req.into_parts();
+        let mut out = BytesMut::new();
+        let framing = head::encode_request(&parts, &mut out);
+        let left = match framing {
+            SendFraming::Length(n) => n,
+            SendFraming::Chunked(_) => 0,
+        };
+        let body = (!http_body::Body::is_end_stream(&body)).then_some(body);
+        let mut sending = Sending { out, big: Bytes::new(), tail: b"", body, framing, left };
+        if sending.body.is_none() {
+            // A bodiless request: any framing's end is written with the head.
+            if let Err(e) = sending.end(None) {
+                tracing::debug!(error = %e, "request framing");
+            }
+        }
+        (Some(sending), parts.method == Method::HEAD)
+    }
+
+    /// Writes what the body has ready; `Ready(Ok)` once all of the request
+    /// is written and flushed.
+    pub(super) fn poll_send(&mut self, io: &mut UpstreamIo, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        loop {
+            let mut waiting = false;
+            // Nothing is framed while a large frame or its tail is still
+            // going: what is gathered goes out before them.
+            while self.big.is_empty() && self.tail.is_empty() && self.out.len() < COALESCE {
+                let Some(body) = self.body.as_mut() else { break };
+                match http_body::Body::poll_frame(Pin::new(body), cx) {
+                    Poll::Pending => {
+                        waiting = true;
+                        break;
+                    }
+                    Poll::Ready(None) => self.end(None)?,
+                    Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                        Ok(data) => self.data(data)?,
+                        Err(frame) => self.end(frame.into_trailers().ok())?,
+                    },
+                    Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(Error::body(e))),
+                }
+            }
+            ready!(self.poll_write(io, cx)).map_err(Error::io)?;
+            if self.body.is_none() || waiting {
+                ready!(Pin::new(&mut *io).poll_flush(cx)).map_err(Error::io)?;
+                return if self.body.is_none() { Poll::Ready(Ok(())) } else { Poll::Pending };
+            }
+        }
+    }
+
+    /// Writes `out`, then `big`, then `tail`.
+    fn poll_write(&mut self, io: &mut UpstreamIo, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while !self.out.is_empty() {
+            let n = ready!(Pin::new(&mut *io).poll_write(cx, &self.out))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.out.advance(n);
+        }
+        while !self.big.is_empty() {
+            let n = ready!(Pin::new(&mut *io).poll_write(cx, &self.big))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.big.advance(n);
+        }
+        while !self.tail.is_empty() {
+            let n = ready!(Pin::new(&mut *io).poll_write(cx, self.tail))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.tail = &self.tail[n..];
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    /// Frames one data frame of the body.
+    fn data(&mut self, data: Bytes) -> Result<(), Error> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        let chunked = matches!(self.framing, SendFraming::Chunked(_));
+        if chunked {
+            self.out.put_slice(format!("{:X}\r\n", data.len()).as_bytes());
+        } else {
+            self.left = self.left.checked_sub(data.len() as u64).ok_or_else(|| too_long("longer"))?;
+        }
+        let tail: &'static [u8] = if chunked { b"\r\n" } else { b"" };
+        if data.len() <= COPY_UP_TO {
+            self.out.put_slice(&data);
+            self.out.put_slice(tail);
+        } else {
+            (self.big, self.tail) = (data, tail);
+        }
+        Ok(())
+    }
+
+    /// The body ended (with `trailers`, perhaps): the chunked end, or a
+    /// check that the declared length was met.
+    fn end(&mut self, trailers: Option<HeaderMap>) -> Result<(), Error> {
+        self.body = None;
+        match &self.framing {
+            SendFraming::Length(_) if self.left != 0 => Err(too_long("shorter")),
+            SendFraming::Length(_) => Ok(()),
+            SendFraming::Chunked(allowed) => {
+                self.out.put_slice(b"0\r\n");
+                if let Some(trailers) = trailers {
+                    write_trailers(&trailers, allowed, &mut self.out);
+                }
+                self.out.put_slice(b"\r\n");
+                Ok(())
+            }
+        }
+    }
+}
+
+/// A request body whose length differs from its `Content-Length`.
+fn too_long(how: &'static str) -> Error {
+    Error::body(format!("request body {how} than its Content-Length").into())
+}
+
+/// Writes the trailer fields the request declared in `Trailer`, except
+/// those a trailer may not carry, as hyper's client does (RFC 9110 §6.5.1).
+fn write_trailers(trailers: &HeaderMap, allowed: &[HeaderName], out: &mut BytesMut) {
+    for (name, value) in trailers {
+        if allowed.contains(name) && !forbidden_trailer(name) {
+            out.put_slice(name.as_str().as_bytes());
+            out.put_slice(b": ");
+            out.put_slice(value.as_bytes());
+            out.put_slice(b"\r\n");
+        }
+    }
+}
+
+fn forbidden_trailer(name: &HeaderName) -> bool {
+    use header::*;
+    matches!(
+        *name,
+        AUTHORIZATION
+            | CACHE_CONTROL
+            | CONTENT_ENCODING
+            | CONTENT_LENGTH
+            | CONTENT_RANGE
+            | CONTENT_TYPE
+            | HOST
+            | MAX_FORWARDS
+            | SET_COOKIE
+            | TRAILER
+            | TRANSFER_ENCODING
+            | TE
+    )
+}

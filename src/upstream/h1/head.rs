@@ -1,0 +1,354 @@
+//! Message heads: the request head as written (RFC 9112 §3, origin form),
+//! and the response head as parsed by `httparse` with the body's framing
+//! decided from it (RFC 9112 §6.3). Pure functions over bytes, tested by
+//! tables here and fed the same bytes as hyper's client in
+//! `tests/h1_differential.rs`.
+
+use bytes::{BufMut, Bytes, BytesMut};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{StatusCode, Version, request};
+
+use super::Error;
+
+/// Header fields a response head may have, as hyper allows.
+pub const MAX_HEADERS: usize = 100;
+
+/// The bytes a response head may take before it is refused, as hyper's
+/// default read buffer limit (8 KiB plus 4 KiB per header field).
+pub const MAX_HEAD: usize = 8192 + 4096 * 100;
+
+/// How a response body is delimited (RFC 9112 §6.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// No body (HEAD, 1xx, 204, 304, `Content-Length: 0`).
+    Empty,
+    /// `Content-Length`.
+    Length(u64),
+    /// `Transfer-Encoding` ending in `chunked`.
+    Chunked,
+    /// Until the upstream closes the connection.
+    Close,
+}
+
+/// A parsed response head.
+#[derive(Debug)]
+pub struct Head {
+    pub status: StatusCode,
+    pub version: Version,
+    pub headers: HeaderMap,
+    /// A reason phrase other than the status code's canonical one.
+    pub reason: Option<Bytes>,
+    pub framing: Framing,
+    /// The connection may carry another request after this response (by
+    /// version, `Connection` and framing).
+    pub keep_alive: bool,
+}
+
+/// How a request body goes on the wire.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SendFraming {
+    /// Exactly this many bytes (`Content-Length`); 0 for none.
+    Length(u64),
+    /// Chunked, with the trailer fields the request declared in `Trailer`.
+    Chunked(Vec<HeaderName>),
+}
+
+/// Writes the request head to `out`; returns how its body is framed. The
+/// request's own headers decide, as in hyper's client: `Transfer-Encoding`
+/// (the proxy sets `chunked` for a body of unknown length), else
+/// `Content-Length`, else no body.
+pub fn encode_request(parts: &request::Parts, out: &mut BytesMut) -> SendFraming {
+    let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let target = if target.is_empty() { "/" } else { target };
+    out.reserve(32 + target.len() + parts.headers.len() * 32);
+    out.put_slice(parts.method.as_str().as_bytes());
+    out.put_u8(b' ');
+    out.put_slice(target.as_bytes());
+    out.put_slice(b" HTTP/1.1\r\n");
+    for (name, value) in &parts.headers {
+        out.put_slice(name.as_str().as_bytes());
+        out.put_slice(b": ");
+        out.put_slice(value.as_bytes());
+        out.put_slice(b"\r\n");
+    }
+    out.put_slice(b"\r\n");
+    if parts.headers.contains_key(header::TRANSFER_ENCODING) {
+        let declared = parts.headers.get_all(header::TRAILER).iter();
+        let names = declared
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
+            .collect();
+        return SendFraming::Chunked(names);
+    }
+    SendFraming::Length(content_length(&parts.headers).ok().flatten().unwrap_or(0))
+}
+
+/// What a parse of the bytes read so far found.
+pub enum Parsed {
+    /// The head is not complete yet.
+    Partial,
+    /// A 1xx other than 101: skipped (RFC 9110 §15.2), its bytes consumed.
+    Interim,
+    /// The response head, its bytes consumed.
+    Head(Head),
+}
+
+/// Where one header field's name and value lie in the head's bytes.
+type Span = (u32, u32, u32, u32);
+
+/// Parses a response head at the start of `buf` and, once it is complete,
+/// takes its bytes off `buf`: the header values are slices of them (no
+/// copy). `head_request`: the request was HEAD (its response has no body,
+/// RFC 9110 §9.3.2).
+pub fn parse(buf: &mut BytesMut, head_request: bool) -> Result<Parsed, Error> {
+    let mut spans: [Span; MAX_HEADERS] = [(0, 0, 0, 0); MAX_HEADERS];
+    let (len, code, version, reason, count) = {
+        let mut storage = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut res = httparse::Response::new(&mut storage);
+        let bytes: &[u8] = buf;
+        let len = match res.parse(bytes) {
+            Ok(httparse::Status::Complete(len)) if len <= MAX_HEAD => len,
+            Ok(httparse::Status::Complete(_)) => return Err(Error::too_large()),
+            Ok(httparse::Status::Partial) if bytes.len() >= MAX_HEAD => return Err(Error::too_large()),
+            Ok(httparse::Status::Partial) => return Ok(Parsed::Partial),
+            Err(httparse::Error::TooManyHeaders) => return Err(Error::too_large()),
+            Err(e) => return Err(Error::parse(why(e))),
+        };
+        let base = bytes.as_ptr() as usize;
+        let at = |s: &[u8]| (s.as_ptr() as usize - base) as u32;
+        for (span, h) in spans.iter_mut().zip(res.headers.iter()) {
+            let (name, value) = (at(h.name.as_bytes()), at(h.value));
+            *span = (name, name + h.name.len() as u32, value, value + h.value.len() as u32);
+        }
+        let reason = res.reason.map(|r| (at(r.as_bytes()), at(r.as_bytes()) + r.len() as u32));
+        (len, res.code.unwrap_or(0), res.version.unwrap_or(0), reason, res.headers.len())
+    };
+    if (100..200).contains(&code) && code != 101 {
+        let _ = buf.split_to(len);
+        return Ok(Parsed::Interim);
+    }
+    let status = StatusCode::from_u16(code).map_err(|_| Error::parse("invalid status code"))?;
+    let frozen = buf.split_to(len).freeze();
+    let version = if version == 1 { Version::HTTP_11 } else { Version::HTTP_10 };
+    let reason = reason
+        .map(|(from, to)| frozen.slice(from as usize..to as usize))
+        .filter(|r| Some(&r[..]) != status.canonical_reason().map(str::as_bytes));
+    let mut headers = HeaderMap::with_capacity(count);
+    for &(n0, n1, v0, v1) in &spans[..count] {
+        let name = HeaderName::from_bytes(&frozen[n0 as usize..n1 as usize])
+            .map_err(|_| Error::parse("invalid header name"))?;
+        let value = HeaderValue::from_maybe_shared(frozen.slice(v0 as usize..v1 as usize))
+            .map_err(|_| Error::parse("invalid header value"))?;
+        headers.append(name, value);
+    }
+    let framing = framing(status, version, &headers, head_request)?;
+    let keep_alive =
+        keep_alive(version, &headers) && framing != Framing::Close && status != StatusCode::SWITCHING_PROTOCOLS;
+    Ok(Parsed::Head(Head { status, version, headers, reason, framing, keep_alive }))
+}
+
+/// What httparse refused, in a few words.
+pub(super) fn why(e: httparse::Error) -> &'static str {
+    match e {
+        httparse::Error::HeaderName => "invalid header name",
+        httparse::Error::HeaderValue => "invalid header value",
+        httparse::Error::NewLine => "invalid new line",
+        httparse::Error::Status => "invalid status",
+        httparse::Error::Token => "invalid token",
+        httparse::Error::TooManyHeaders => "too many headers",
+        httparse::Error::Version => "invalid HTTP version",
+    }
+}
+
+/// The body's framing (RFC 9112 §6.3), refusing what cannot be framed:
+/// `Transfer-Encoding` in HTTP/1.0, an invalid or conflicting
+/// `Content-Length`.
+fn framing(status: StatusCode, version: Version, headers: &HeaderMap, head_request: bool) -> Result<Framing, Error> {
+    if matches!(status.as_u16(), 101 | 204 | 304) || head_request {
+        return Ok(Framing::Empty);
+    }
+    if headers.contains_key(header::TRANSFER_ENCODING) {
+        if version == Version::HTTP_10 {
+            return Err(Error::parse("Transfer-Encoding in an HTTP/1.0 response"));
+        }
+        // Chunked only when it is the final coding; otherwise the body runs
+        // to the close (RFC 9112 §6.3, item 4). A Content-Length beside it
+        // is overridden, and the connection not reused (see `keep_alive`).
+        let last = headers.get_all(header::TRANSFER_ENCODING).iter().next_back();
+        let chunked = last
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.rsplit(',').next())
+            .is_some_and(|c| c.trim().eq_ignore_ascii_case("chunked"));
+        return Ok(if chunked { Framing::Chunked } else { Framing::Close });
+    }
+    match content_length(headers)? {
+        Some(0) => Ok(Framing::Empty),
+        Some(n) => Ok(Framing::Length(n)),
+        None => Ok(Framing::Close),
+    }
+}
+
+/// The `Content-Length`, if there is one: every value (and every item of a
+/// list) the same decimal number (RFC 9110 §8.6), else an error.
+pub fn content_length(headers: &HeaderMap) -> Result<Option<u64>, Error> {
+    let mut length = None;
+    for value in headers.get_all(header::CONTENT_LENGTH) {
+        for item in value.as_bytes().split(|&b| b == b',') {
+            let n = digits(item.trim_ascii()).ok_or_else(|| Error::parse("invalid Content-Length"))?;
+            if length.is_some_and(|l| l != n) {
+                return Err(Error::parse("conflicting Content-Length values"));
+            }
+            length = Some(n);
+        }
+    }
+    // hyper's decoder keeps the two largest values for its own states.
+    if length.is_some_and(|n| n > u64::MAX - 2) {
+        return Err(Error::parse("Content-Length too large"));
+    }
+    Ok(length)
+}
+
+/// A decimal number of ASCII digits only (no sign, no space inside).
+fn digits(bytes: &[u8]) -> Option<u64> {
+    if bytes.is_empty() {
+        return None;
+    }
+    bytes.iter().try_fold(0u64, |n, &b| match b {
+        b'0'..=b'9' => n.checked_mul(10)?.checked_add(u64::from(b - b'0')),
+        _ => None,
+    })
+}
+
+/// Whether the response lets the connection stay open: HTTP/1.1 unless a
+/// `Connection` line says `close`, HTTP/1.0 only with `keep-alive` (RFC
+/// 9112 §9.3), and never when `Content-Length` came beside
+/// `Transfer-Encoding` (RFC 9112 §6.1: such a message may be an attack).
+fn keep_alive(version: Version, headers: &HeaderMap) -> bool {
+    if headers.contains_key(header::TRANSFER_ENCODING) && headers.contains_key(header::CONTENT_LENGTH) {
+        return false;
+    }
+    let mut keep = version == Version::HTTP_11;
+    for value in headers.get_all(header::CONNECTION) {
+        if has_token(value, "close") {
+            return false;
+        }
+        keep |= has_token(value, "keep-alive");
+    }
+    keep
+}
+
+/// Whether a comma-separated header value lists `token` (any case).
+pub fn has_token(value: &HeaderValue, token: &str) -> bool {
+    value.as_bytes().split(|&b| b == b',').any(|t| t.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(raw: &str, head_request: bool) -> Result<Head, Error> {
+        let mut buf = BytesMut::from(format!("{raw}body").as_bytes());
+        match parse(&mut buf, head_request)? {
+            Parsed::Head(h) => {
+                assert_eq!(&buf[..], b"body", "{raw:?}");
+                Ok(h)
+            }
+            Parsed::Interim => panic!("interim"),
+            Parsed::Partial => panic!("partial"),
+        }
+    }
+
+    fn parse_str(raw: &str) -> Result<Parsed, Error> {
+        parse(&mut BytesMut::from(raw.as_bytes()), false)
+    }
+
+    /// (response head, HEAD request, framing, keep-alive); `None`: refused.
+    #[test]
+    fn framing_follows_rfc_9112_section_6_3() {
+        use Framing::*;
+        let cases: &[(&str, bool, Option<(Framing, bool)>)] = &[
+            ("HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n", false, Some((Length(5), true))),
+            ("HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n", false, Some((Empty, true))),
+            ("HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n", true, Some((Empty, true))),
+            ("HTTP/1.1 204 No Content\r\ncontent-length: 5\r\n\r\n", false, Some((Empty, true))),
+            ("HTTP/1.1 304 Not Modified\r\ntransfer-encoding: chunked\r\n\r\n", false, Some((Empty, true))),
+            ("HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n", false, Some((Chunked, true))),
+            ("HTTP/1.1 200 OK\r\ntransfer-encoding: gzip, chunked\r\n\r\n", false, Some((Chunked, true))),
+            ("HTTP/1.1 200 OK\r\ntransfer-encoding: chunked, gzip\r\n\r\n", false, Some((Close, false))),
+            (
+                "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-length: 5\r\n\r\n",
+                false,
+                Some((Chunked, false)),
+            ),
+            ("HTTP/1.1 200 OK\r\n\r\n", false, Some((Close, false))),
+            ("HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 1\r\n\r\n", false, Some((Length(1), false))),
+            (
+                "HTTP/1.1 200 OK\r\nconnection: keep-alive\r\nconnection: close\r\ncontent-length: 1\r\n\r\n",
+                false,
+                Some((Length(1), false)),
+            ),
+            ("HTTP/1.0 200 OK\r\ncontent-length: 1\r\n\r\n", false, Some((Length(1), false))),
+            ("HTTP/1.0 200 OK\r\nconnection: keep-alive\r\ncontent-length: 1\r\n\r\n", false, Some((Length(1), true))),
+            ("HTTP/1.1 200 OK\r\ncontent-length: 5, 5\r\ncontent-length: 5\r\n\r\n", false, Some((Length(5), true))),
+            ("HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\n\r\n", false, Some((Empty, false))),
+            ("HTTP/1.1 700 Odd\r\ncontent-length: 0\r\n\r\n", false, Some((Empty, true))),
+            ("HTTP/1.0 200 OK\r\ntransfer-encoding: chunked\r\n\r\n", false, None),
+            ("HTTP/1.1 200 OK\r\ncontent-length: 5\r\ncontent-length: 6\r\n\r\n", false, None),
+            ("HTTP/1.1 200 OK\r\ncontent-length: +5\r\n\r\n", false, None),
+            ("HTTP/1.1 200 OK\r\ncontent-length: 5 5\r\n\r\n", false, None),
+            ("HTTP/1.1 200 OK\r\ncontent-length: 99999999999999999999\r\n\r\n", false, None),
+            ("HTTP/1.1 200 OK\r\ncontent-length:\r\n\r\n", false, None),
+            ("HTTP/1.1 200 OK\r\nx: a\r\n b\r\n\r\n", false, None),
+            ("HTTP/1.1 200 OK\r\nx: a\0b\r\n\r\n", false, None),
+            ("HTTP/1.1 200 OK\r\nx y: a\r\n\r\n", false, None),
+            ("HTTP/1.1 200 OK\r\nx : a\r\n\r\n", false, None),
+            ("HTTP/1.1 099 Low\r\n\r\n", false, None),
+            ("HTTP/2.0 200 OK\r\n\r\n", false, None),
+        ];
+        for (raw, head_request, want) in cases {
+            let got = head(raw, *head_request).ok().map(|h| (h.framing, h.keep_alive));
+            assert_eq!(got, *want, "{raw:?}");
+        }
+    }
+
+    #[test]
+    fn interim_responses_are_skipped_and_heads_are_bounded() {
+        let mut buf = BytesMut::from(&b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n"[..]);
+        assert!(matches!(parse(&mut buf, false), Ok(Parsed::Interim)));
+        assert!(matches!(parse(&mut buf, false), Ok(Parsed::Head(h)) if h.status == 204));
+        assert!(matches!(parse_str("HTTP/1.1 103 Early Hints\r\nlink: x\r\n\r\n"), Ok(Parsed::Interim)));
+        assert!(matches!(parse_str("HTTP/1.1 200 OK\r\ncontent-le"), Ok(Parsed::Partial)));
+        let long = format!("HTTP/1.1 200 OK\r\nx: {}", "a".repeat(MAX_HEAD));
+        assert!(parse_str(&long).is_err_and(|e| e.is_parse()));
+        let many: String = (0..=MAX_HEADERS).map(|i| format!("x{i}: y\r\n")).collect();
+        assert!(parse_str(&format!("HTTP/1.1 200 OK\r\n{many}\r\n")).is_err_and(|e| e.is_parse()));
+        let reason = |raw: &str| match parse_str(raw) {
+            Ok(Parsed::Head(h)) => h.reason,
+            _ => panic!("{raw}"),
+        };
+        assert_eq!(reason("HTTP/1.1 200 OK\r\n\r\n"), None);
+        assert_eq!(reason("HTTP/1.1 200 Fine\r\n\r\n").as_deref(), Some(&b"Fine"[..]));
+    }
+
+    #[test]
+    fn a_request_head_is_written_in_origin_form_with_its_framing() {
+        let req = http::Request::post("/a?b=1")
+            .header("host", "up")
+            .header("transfer-encoding", "chunked")
+            .header("trailer", "x-sum, content-length")
+            .body(())
+            .unwrap();
+        let (parts, ()) = req.into_parts();
+        let mut out = BytesMut::new();
+        let framing = encode_request(&parts, &mut out);
+        assert_eq!(
+            &out[..],
+            b"POST /a?b=1 HTTP/1.1\r\nhost: up\r\ntransfer-encoding: chunked\r\ntrailer: x-sum, content-length\r\n\r\n"
+        );
+        let want = vec![HeaderName::from_static("x-sum"), header::CONTENT_LENGTH];
+        assert_eq!(framing, SendFraming::Chunked(want));
+        let (parts, ()) = http::Request::get("/").header("content-length", "3").body(()).unwrap().into_parts();
+        assert_eq!(encode_request(&parts, &mut BytesMut::new()), SendFraming::Length(3));
+    }
+}

@@ -1,0 +1,188 @@
+//! The gateway's own HTTP/1.1 client for upstreams.
+//!
+//! Hand-written because hyper's client keeps, for every upstream
+//! connection, a task of its own, a 32-slot request channel (its block
+//! allocated per connection, and a second one after 32 requests) and 8 KiB+
+//! read and write buffers for the connection's whole life: most of the 37
+//! KiB of memory a client + upstream connection pair cost against nginx's
+//! 10 (issue 27's figures, `benches/memory`). The upstream side's work is
+//! the simple one: one request at a time, to an upstream we chose.
+//!
+//! So here a connection carries one exchange at a time, driven by the
+//! request's own task: `client` writes the request head and streams its
+//! body (within the send timeout `io` enforces) while it reads the
+//! response head, and `body` reads the response body as frames (`decode`)
+//! and, at its clean end, gives the connection back to its pool. Buffers
+//! exist only while an exchange uses them; a connection waiting for its
+//! response or idle in the pool is its socket and a few flags. Heads are
+//! parsed by `httparse` (`head`), never by hand. HTTP/2 upstreams stay on
+//! hyper's client.
+
+mod body;
+mod client;
+mod decode;
+mod head;
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::{Buf, Bytes};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+pub use body::ResponseBody;
+pub use client::send;
+pub use head::{MAX_HEAD, MAX_HEADERS};
+
+use super::io::UpstreamIo;
+use crate::body::BoxError;
+
+/// How an exchange or a response body failed.
+#[derive(Debug)]
+pub struct Error {
+    kind: Kind,
+    source: Option<BoxError>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// The response head broke the protocol.
+    Parse(&'static str),
+    /// The response head was larger than [`MAX_HEAD`] or had more than
+    /// [`MAX_HEADERS`] fields.
+    TooLarge,
+    /// The connection ended before a whole response head.
+    Incomplete,
+    /// The connection ended before the body's framing did.
+    IncompleteBody,
+    /// The response body's chunked framing was broken.
+    BodyParse(&'static str),
+    /// Reading or writing the socket failed.
+    Io,
+    /// The request body failed (the client's, or its length was wrong).
+    Body,
+}
+
+impl Error {
+    fn parse(why: &'static str) -> Error {
+        Error { kind: Kind::Parse(why), source: None }
+    }
+
+    fn too_large() -> Error {
+        Error { kind: Kind::TooLarge, source: None }
+    }
+
+    fn incomplete() -> Error {
+        Error { kind: Kind::Incomplete, source: None }
+    }
+
+    fn incomplete_body() -> Error {
+        Error { kind: Kind::IncompleteBody, source: None }
+    }
+
+    fn body_parse(why: &'static str) -> Error {
+        Error { kind: Kind::BodyParse(why), source: None }
+    }
+
+    fn io(e: io::Error) -> Error {
+        Error { kind: Kind::Io, source: Some(Box::new(e)) }
+    }
+
+    fn body(e: BoxError) -> Error {
+        Error { kind: Kind::Body, source: Some(e) }
+    }
+
+    /// The upstream's response broke the protocol (a 502 of kind
+    /// `protocol`, as hyper's parse errors).
+    pub fn is_parse(&self) -> bool {
+        matches!(self.kind, Kind::Parse(_) | Kind::TooLarge)
+    }
+
+    /// The request body failed: the client's fault, or the gateway's.
+    pub fn is_body(&self) -> bool {
+        self.kind == Kind::Body
+    }
+
+    /// On a pooled connection, before any response: the connection went
+    /// bad while idle (closed under the request, or stray bytes on it).
+    pub fn is_stale(&self) -> bool {
+        match self.kind {
+            Kind::Incomplete | Kind::Parse(_) | Kind::TooLarge => true,
+            Kind::Io => self.io_kind().is_some_and(|k| {
+                matches!(
+                    k,
+                    io::ErrorKind::ConnectionReset
+                        | io::ErrorKind::BrokenPipe
+                        | io::ErrorKind::ConnectionAborted
+                        // rustls: a TLS upstream closed without close_notify.
+                        | io::ErrorKind::UnexpectedEof
+                )
+            }),
+            _ => false,
+        }
+    }
+
+    fn io_kind(&self) -> Option<io::ErrorKind> {
+        self.source.as_ref()?.downcast_ref::<io::Error>().map(io::Error::kind)
+    }
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.kind {
+            Kind::Parse(why) => write!(f, "invalid HTTP response head: {why}"),
+            Kind::TooLarge => write!(f, "response head too large"),
+            Kind::Incomplete => write!(f, "connection closed before message completed"),
+            Kind::IncompleteBody => write!(f, "end of file before message length reached"),
+            Kind::BodyParse(why) => write!(f, "invalid response body: {why}"),
+            Kind::Io => write!(f, "upstream connection error"),
+            Kind::Body => write!(f, "request body failed"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source.as_deref().map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
+
+/// An upstream connection after a 101: its socket, with whatever the
+/// upstream sent after the 101's head read first.
+pub struct Upgraded {
+    io: UpstreamIo,
+    read: Bytes,
+}
+
+impl Upgraded {
+    /// The socket, for the tunnel to set its timeouts.
+    pub fn io_mut(&mut self) -> &mut UpstreamIo {
+        &mut self.io
+    }
+}
+
+impl AsyncRead for Upgraded {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        if !self.read.is_empty() {
+            let n = self.read.len().min(buf.remaining());
+            buf.put_slice(&self.read[..n]);
+            self.read.advance(n);
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Upgraded {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}

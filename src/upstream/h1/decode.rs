@@ -120,7 +120,16 @@ fn chunked(chunk: &mut Chunk, extensions: &mut u64, buf: &mut BytesMut) -> Resul
     loop {
         match *chunk {
             Chunk::Size => {
-                let Some(line) = line(buf, MAX_CHUNK_LINE)? else { return Ok(Step::More) };
+                let Some(line) = line(buf, MAX_CHUNK_LINE)? else {
+                    // What is in already must be a size line's start: a
+                    // wrong byte is refused now, not once the line ends.
+                    let partial = &buf[..buf.len().min(MAX_CHUNK_LINE)];
+                    let partial = partial.strip_suffix(b"\r").unwrap_or(partial);
+                    if !partial.is_empty() {
+                        size_line(partial)?;
+                    }
+                    return Ok(Step::More);
+                };
                 let (size, ext) = size_line(&buf[..line - 2])?;
                 *extensions += ext;
                 if *extensions >= MAX_EXTENSIONS {

@@ -116,7 +116,8 @@ pub fn parse(buf: &mut BytesMut, head_request: bool) -> Result<Parsed, Error> {
             Err(e) => return Err(Error::parse(why(e))),
         };
         let base = bytes.as_ptr() as usize;
-        let at = |s: &[u8]| (s.as_ptr() as usize - base) as u32;
+        // An empty slice may point anywhere (httparse returns a constant).
+        let at = |s: &[u8]| if s.is_empty() { 0 } else { (s.as_ptr() as usize - base) as u32 };
         for (span, h) in spans.iter_mut().zip(res.headers.iter()) {
             let (name, value) = (at(h.name.as_bytes()), at(h.value));
             *span = (name, name + h.name.len() as u32, value, value + h.value.len() as u32);

@@ -24,6 +24,9 @@ use gateway::upstream::h1;
 use gateway::upstream::io::UpstreamIo;
 use gateway::upstream::pool::{Conn, SendBody};
 
+/// Header or trailer fields, in order.
+type Fields = Vec<(String, Vec<u8>)>;
+
 /// What a client made of a response.
 #[derive(Debug, PartialEq)]
 enum Decision {
@@ -34,14 +37,14 @@ enum Decision {
     Failed(&'static str),
     Response {
         status: u16,
-        headers: Vec<(String, Vec<u8>)>,
+        headers: Fields,
         /// The body and its trailers, or that it failed.
-        body: Result<(Vec<u8>, Vec<(String, Vec<u8>)>), ()>,
+        body: Result<(Vec<u8>, Fields), ()>,
         reusable: bool,
     },
 }
 
-fn fields(h: &HeaderMap) -> Vec<(String, Vec<u8>)> {
+fn fields(h: &HeaderMap) -> Fields {
     h.iter().map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec())).collect()
 }
 

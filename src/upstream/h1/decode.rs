@@ -265,9 +265,11 @@ fn trailers(buf: &mut BytesMut) -> Result<Step, Error> {
 mod tests {
     use super::*;
 
-    /// Decodes `wire` fed in pieces of `piece` bytes: the data, the
-    /// trailers, what is left over, or the error's text.
-    fn decode(framing: Framing, wire: &[u8], piece: usize) -> Result<(Vec<u8>, Option<HeaderMap>, Vec<u8>), String> {
+    /// The data, the trailers and what is left over.
+    type Decoded = (Vec<u8>, Option<HeaderMap>, Vec<u8>);
+
+    /// Decodes `wire` fed in pieces of `piece` bytes, or the error's text.
+    fn decode(framing: Framing, wire: &[u8], piece: usize) -> Result<Decoded, String> {
         let mut d = Decoder::new(framing);
         let (mut buf, mut data, mut trailers) = (BytesMut::new(), Vec::new(), None);
         let mut chunks = wire.chunks(piece.max(1));

@@ -268,7 +268,8 @@ mod tests {
     #[test]
     fn framing_follows_rfc_9112_section_6_3() {
         use Framing::*;
-        let cases: &[(&str, bool, Option<(Framing, bool)>)] = &[
+        type Case = (&'static str, bool, Option<(Framing, bool)>);
+        let cases: &[Case] = &[
             ("HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n", false, Some((Length(5), true))),
             ("HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n", false, Some((Empty, true))),
             ("HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n", true, Some((Empty, true))),

@@ -17,6 +17,21 @@
 //! response or idle in the pool is its socket and a few flags. Heads are
 //! parsed by `httparse` (`head`), never by hand. HTTP/2 upstreams stay on
 //! hyper's client.
+//!
+//! Where it decides differently from hyper's client, on purpose (each
+//! safer; `tests/h1_differential.rs` checks the rest is the same):
+//! - Content-Length beside Transfer-Encoding never leaves the connection
+//!   reusable, even on a response without a body (RFC 9112 §6.1).
+//! - A head broken before it is complete is refused when the bad byte
+//!   arrives (the upstream's protocol error); hyper parses again only
+//!   once a head looks complete, so a close before that is a reset to it.
+//! - A chunk-size line is at most 4 KiB (hyper bounds only the
+//!   extensions, 16 KiB over a body).
+//! - An upstream that answers before the whole request body is sent gets
+//!   the rest while the response body is read; if the response ends first,
+//!   the connection is reset, not kept busy for an upload nobody waits for.
+//! - A pooled connection the upstream closed is noticed when it is taken
+//!   or when the reaper passes (no task reads it meanwhile).
 
 mod body;
 mod client;

@@ -1,8 +1,9 @@
 //! Keep-alive connections to one HTTP/1 upstream endpoint, over TCP or a
 //! Unix socket.
 //!
-//! Hand-written on hyper's connection-level client rather than taken from
-//! hyper-util's legacy `Client`: on the proxy path, the legacy client's pool
+//! Hand-written (over the gateway's own HTTP/1.1 client, `h1`, and hyper's
+//! connection-level HTTP/2 client) rather than taken from hyper-util's
+//! legacy `Client`: on the proxy path, the legacy client's pool
 //! (checkout, return, hashing its pool key, its connect race and the large
 //! futures those move) is a large share of the gateway's per-request cost
 //! (see benches/README.md, Decisions). A sidecar needs much less: a
@@ -249,10 +250,8 @@ impl Pool {
         }
     }
 
-    /// Opens a new connection. Every connection can switch protocols after
-    /// a 101 (`with_upgrades`): an upgradeable connection costs no more per
-    /// request than a plain one, while keeping upgrade requests off pooled
-    /// connections costs every request (see benches/README.md, Decisions).
+    /// Opens a new connection. Any HTTP/1.1 connection can switch protocols
+    /// after a 101: the response hands it to the tunnel (see `h1`).
     pub async fn connect(&self) -> Result<Connected, ConnectError> {
         self.start_reaper();
         let inner = &self.inner;

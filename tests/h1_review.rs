@@ -400,3 +400,138 @@ async fn an_early_answer_from_an_upstream_that_stops_reading_is_relayed() {
     assert_eq!(body.to_bytes(), "early");
     assert!(started.elapsed() < Duration::from_secs(4));
 }
+
+// ---------------------------------------------------------------------
+// Streaming both ways, memory.
+
+/// An upstream that echoes the request body as it reads it, in chunks,
+/// its response head sent before the body's first byte: the whole body
+/// comes back intact (the request body goes on beside the response body).
+#[tokio::test]
+async fn an_echo_that_answers_before_the_body_comes_back_whole() {
+    let addr = raw_upstream(|mut s| async move {
+        let mut buf = vec![0u8; 65536];
+        let mut got = Vec::new();
+        let end = loop {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+            if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+                break end;
+            }
+        };
+        let head = String::from_utf8_lossy(&got[..end]).to_ascii_lowercase();
+        let len: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length: "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        let mut body = got.split_off(end + 4);
+        if s.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n").await.is_err() {
+            return;
+        }
+        let mut seen = 0;
+        loop {
+            if !body.is_empty() {
+                seen += body.len();
+                let mut chunk = format!("{:x}\r\n", body.len()).into_bytes();
+                chunk.append(&mut body);
+                chunk.extend_from_slice(b"\r\n");
+                if s.write_all(&chunk).await.is_err() {
+                    return;
+                }
+            }
+            if seen >= len {
+                break;
+            }
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => body.extend_from_slice(&buf[..n]),
+            }
+        }
+        let _ = s.write_all(b"0\r\n\r\n").await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    })
+    .await;
+    let gw = gateway(addr, "anechothatanswersbeforethebodyco", "").await;
+    let body: Vec<u8> = (0..(4usize << 20)).map(|i| (i % 251) as u8).collect();
+    let resp = tokio::time::timeout(
+        Duration::from_secs(10),
+        client().request(Request::post(gw.url("/h")).body(full(body.clone())).unwrap()),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(resp.status(), 200);
+    let got = tokio::time::timeout(Duration::from_secs(10), resp.into_body().collect()).await.unwrap().unwrap();
+    assert!(got.to_bytes() == body, "the echo came back different");
+}
+
+/// A client that reads the head of a large response and then nothing:
+/// the gateway does not read the upstream's body on without bound (the
+/// upstream is held back by flow control; what it wrote is what the
+/// sockets' kernel buffers and a bounded gateway buffer hold).
+#[tokio::test]
+async fn a_slow_client_holds_back_a_large_body() {
+    let written = Arc::new(AtomicUsize::new(0));
+    let w = written.clone();
+    const TOTAL: usize = 256 << 20;
+    let addr = raw_upstream(move |mut s| {
+        let w = w.clone();
+        async move {
+            let mut buf = vec![0u8; 65536];
+            let mut got = Vec::new();
+            while !got.windows(4).any(|x| x == b"\r\n\r\n") {
+                match s.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                }
+            }
+            let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {TOTAL}\r\n\r\n");
+            if s.write_all(head.as_bytes()).await.is_err() {
+                return;
+            }
+            let block = vec![b'z'; 65536];
+            for _ in 0..TOTAL / block.len() {
+                if s.write_all(&block).await.is_err() {
+                    return;
+                }
+                w.fetch_add(block.len(), Ordering::SeqCst);
+            }
+        }
+    })
+    .await;
+    let gw = gateway(addr, "aslowclientholdsbackalargebody", "body_timeout = \"10s\"").await;
+    let mut s = TcpStream::connect(gw.addr).await.unwrap();
+    // A small receive buffer on the client's side.
+    socket2::SockRef::from(&s).set_recv_buffer_size(4096).unwrap();
+    s.write_all(b"GET /h HTTP/1.1\r\nHost: t\r\n\r\n").await.unwrap();
+    let mut buf = [0u8; 1024];
+    let _ = s.read(&mut buf).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let at_rest = written.load(Ordering::SeqCst);
+    assert!(at_rest < 64 << 20, "the upstream wrote {at_rest} bytes to a client that read 1 KiB");
+    drop(s);
+}
+
+/// A chunk extension with a quoted CRLF in it: the line ends at the first
+/// CRLF (no quoted-string parsing, as hyper and nginx), so what follows is
+/// data, and the bytes "smuggled" in the quotes never become a chunk of
+/// their own or a next response.
+#[tokio::test]
+async fn a_quoted_crlf_in_a_chunk_extension_smuggles_nothing() {
+    let (addr, _) = scripted(|_, _, head| {
+        if is_post(head) {
+            answer(NEXT)
+        } else {
+            answer(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;a=\"x\r\n0\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nEVIL\"\r\nhello\r\n0\r\n\r\n")
+        }
+    })
+    .await;
+    let gw = gateway(addr, "aquotedcrlfinachunkextensionsmug", "").await;
+    let r = raw_req(&gw, "GET", "").await;
+    assert!(!body_of(&r).contains("hello\r\n0"), "{:?}", r.text);
+    let r = raw_req(&gw, "POST", "Content-Length: 0\r\n").await;
+    assert_eq!((r.status(), body_of(&r)), (200, "next"), "{:?}", r.text);
+}

@@ -511,6 +511,7 @@ async fn a_slow_client_holds_back_a_large_body() {
     let _ = s.read(&mut buf).await.unwrap();
     tokio::time::sleep(Duration::from_secs(2)).await;
     let at_rest = written.load(Ordering::SeqCst);
+    eprintln!("upstream wrote {at_rest} bytes while the client read 1 KiB");
     assert!(at_rest < 64 << 20, "the upstream wrote {at_rest} bytes to a client that read 1 KiB");
     drop(s);
 }
@@ -534,4 +535,16 @@ async fn a_quoted_crlf_in_a_chunk_extension_smuggles_nothing() {
     assert!(!body_of(&r).contains("hello\r\n0"), "{:?}", r.text);
     let r = raw_req(&gw, "POST", "Content-Length: 0\r\n").await;
     assert_eq!((r.status(), body_of(&r)), (200, "next"), "{:?}", r.text);
+}
+
+/// A reason phrase of 300 KB (within the head limit): relayed whole, or
+/// refused; the client never gets a head it cannot parse.
+#[tokio::test]
+async fn a_huge_reason_phrase_is_relayed_or_refused() {
+    let wire = format!("HTTP/1.1 200 {}\r\nContent-Length: 2\r\n\r\nok", "R".repeat(300_000));
+    let (addr, _) = scripted(move |_, _, _| answer(wire.as_bytes())).await;
+    let gw = gateway(addr, "ahugereasonphraseisrelayedorrefu", "").await;
+    let resp = client().request(Request::get(gw.url("/h")).body(full(Bytes::new())).unwrap()).await;
+    let resp = resp.expect("a head the client can parse");
+    assert!(matches!(resp.status().as_u16(), 200 | 502), "{}", resp.status());
 }

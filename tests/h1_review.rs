@@ -548,3 +548,18 @@ async fn a_huge_reason_phrase_is_relayed_or_refused() {
     let resp = resp.expect("a head the client can parse");
     assert!(matches!(resp.status().as_u16(), 200 | 502), "{}", resp.status());
 }
+
+/// `Content-Length: 5, 5` (and a second line `5`): RFC 9110 §8.6 lets a
+/// recipient reject it or replace it with one `Content-Length: 5`; a
+/// proxy that forwards the list as it came hands its clients a field many
+/// of them refuse (nginx answers 502 to it).
+#[tokio::test]
+async fn a_repeated_content_length_is_forwarded_as_one_value() {
+    let (addr, _) =
+        scripted(|_, _, _| answer(b"HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\nContent-Length: 5\r\n\r\nhello")).await;
+    let gw = gateway(addr, "arepeatedcontentlengthisforwarde", "").await;
+    let r = raw_req(&gw, "GET", "").await;
+    let head = head_of(&r);
+    let lengths: Vec<&str> = head.lines().filter(|l| l.starts_with("content-length:")).collect();
+    assert!(r.status() == 502 || lengths == ["content-length: 5"], "{:?}", r.text);
+}

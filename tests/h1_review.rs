@@ -563,3 +563,40 @@ async fn a_repeated_content_length_is_forwarded_as_one_value() {
     let lengths: Vec<&str> = head.lines().filter(|l| l.starts_with("content-length:")).collect();
     assert!(r.status() == 502 || lengths == ["content-length: 5"], "{:?}", r.text);
 }
+
+/// An upstream that answers a large upload early (413) and then resets
+/// the connection while the gateway is still writing the body: the answer
+/// it read before the reset is the client's, not a 502 (the write's
+/// failure is not the exchange's when the answer is already in).
+#[tokio::test]
+async fn an_early_answer_followed_by_a_reset_is_relayed() {
+    let addr = raw_upstream(|mut s| async move {
+        let mut buf = vec![0u8; 65536];
+        let mut got = Vec::new();
+        while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+        let _ = s.write_all(b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 4\r\nConnection: close\r\n\r\nbig!").await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        // Unread request bytes in the receive buffer: the close is a reset.
+        let _ = s.read(&mut buf).await;
+        drop(s);
+    })
+    .await;
+    let gw = gateway(addr, "anearlyanswerfollowedbyaresetisr", "body_timeout = \"5s\"").await;
+    let mut statuses = Vec::new();
+    for _ in 0..5 {
+        let body = vec![b'x'; 16 << 20];
+        let resp = tokio::time::timeout(
+            Duration::from_secs(5),
+            client().request(Request::post(gw.url("/h")).body(full(body)).unwrap()),
+        )
+        .await
+        .expect("answered in time");
+        statuses.push(resp.map(|r| r.status().as_u16()).unwrap_or(0));
+    }
+    assert!(statuses.iter().all(|&s| s == 413), "{statuses:?}");
+}

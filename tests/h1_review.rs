@@ -600,3 +600,38 @@ async fn an_early_answer_followed_by_a_reset_is_relayed() {
     }
     assert!(statuses.iter().all(|&s| s == 413), "{statuses:?}");
 }
+
+/// Connection-specific fields in an upstream's trailer section (`te`,
+/// `connection`, `keep-alive`, `transfer-encoding`, `upgrade`: HTTP/2
+/// forbids them, RFC 9113 §8.2.2) do not break the response for an
+/// HTTP/2 client: its body, all received, ends cleanly, and the field is
+/// not passed on. Each field alone, each on a gateway of its own.
+#[tokio::test]
+async fn connection_specific_trailer_fields_do_not_break_an_h2_response() {
+    let mut broken = Vec::new();
+    for (i, field) in ["connection: close", "keep-alive: 5", "te: gzip", "transfer-encoding: chunked", "upgrade: x"]
+        .into_iter()
+        .enumerate()
+    {
+        let wire = format!(
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\nx-ok: 1\r\n{field}\r\n\r\n"
+        );
+        let (addr, _) = scripted(move |_, _, _| answer(wire.as_bytes())).await;
+        let gw = gateway(addr, &format!("connectionspecifictrailerfields{i}"), "").await;
+        let (mut sender, _conn) = h2_client(gw.addr).await;
+        let req = Request::get("http://t/h").header("te", "trailers").body(full(Bytes::new())).unwrap();
+        let resp = tokio::time::timeout(Duration::from_secs(3), sender.send_request(req)).await.unwrap().unwrap();
+        assert_eq!(resp.status(), 200);
+        let collected = tokio::time::timeout(Duration::from_secs(3), resp.into_body().collect()).await.unwrap();
+        match collected {
+            Ok(c) => {
+                let name = field.split(':').next().unwrap();
+                if c.trailers().is_some_and(|t| t.contains_key(name)) {
+                    broken.push(format!("{field}: passed on"));
+                }
+            }
+            Err(e) => broken.push(format!("{field}: {e:?}")),
+        }
+    }
+    assert!(broken.is_empty(), "{broken:#?}");
+}

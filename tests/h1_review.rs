@@ -635,3 +635,63 @@ async fn connection_specific_trailer_fields_do_not_break_an_h2_response() {
     }
     assert!(broken.is_empty(), "{broken:#?}");
 }
+
+/// An upstream that answers early with a slowly streamed body and never
+/// reads the rest of the upload: the request body's send stall (the body
+/// timeout) does not cut the response, which arrives whole.
+#[tokio::test]
+async fn a_stalled_upload_does_not_cut_an_early_streamed_answer() {
+    let addr = raw_upstream(|mut s| async move {
+        let mut buf = vec![0u8; 65536];
+        let mut got = Vec::new();
+        while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+        if s.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n").await.is_err() {
+            return;
+        }
+        for i in 0..10 {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            if s.write_all(format!("1\r\n{i}\r\n").as_bytes()).await.is_err() {
+                return;
+            }
+        }
+        let _ = s.write_all(b"0\r\n\r\n").await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+    })
+    .await;
+    let gw = gateway(addr, "astalleduploaddoesnotcutanearlys", "body_timeout = \"500ms\"\nmax_body = \"64MiB\"").await;
+    // A raw client: it writes its upload on its own task (ignoring the
+    // failure when the gateway stops reading) and reads the answer.
+    let s = TcpStream::connect(gw.addr).await.unwrap();
+    let (mut rd, mut wr) = s.into_split();
+    const LEN: usize = 32 << 20;
+    tokio::spawn(async move {
+        let head = format!("POST /h HTTP/1.1\r\nHost: t\r\nContent-Length: {LEN}\r\n\r\n");
+        let _ = wr.write_all(head.as_bytes()).await;
+        let block = vec![b'x'; 65536];
+        for _ in 0..LEN / block.len() {
+            if wr.write_all(&block).await.is_err() {
+                return;
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    });
+    let mut got = Vec::new();
+    let mut buf = [0u8; 8192];
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while !got.ends_with(b"0\r\n\r\n") {
+        match tokio::time::timeout_at(deadline, rd.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) | Err(_) => break,
+            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+    let text = String::from_utf8_lossy(&got).into_owned();
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    let data: String = body.split("\r\n").skip(1).step_by(2).collect();
+    assert!(text.starts_with("HTTP/1.1 200"), "{text:?}");
+    assert!(text.ends_with("0\r\n\r\n") && data == "0123456789", "{text:?}");
+}

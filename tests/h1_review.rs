@@ -695,3 +695,42 @@ async fn a_stalled_upload_does_not_cut_an_early_streamed_answer() {
     assert!(text.starts_with("HTTP/1.1 200"), "{text:?}");
     assert!(text.ends_with("0\r\n\r\n") && data == "0123456789", "{text:?}");
 }
+
+/// A head that never ends, dripped in 16-byte writes up to the head
+/// limit (`MAX_HEAD`, 408 KiB): refused (502) as soon as it passes the
+/// limit. hyper's client does this in about 0.3 s (debug build); a client
+/// that parses the whole head again from its start on every read spends
+/// time quadratic in the head's length, a core's worth for the route's
+/// whole timeout per such response.
+#[tokio::test]
+async fn a_dripped_endless_head_is_refused_in_bounded_time() {
+    let addr = raw_upstream(|mut s| async move {
+        let _ = s.set_nodelay(true);
+        let mut buf = vec![0u8; 65536];
+        let mut got = Vec::new();
+        while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+        if s.write_all(b"HTTP/1.1 200 OK\r\nx: ").await.is_err() {
+            return;
+        }
+        let piece = [b'a'; 16];
+        for _ in 0..(420_000 / piece.len()) {
+            if s.write_all(&piece).await.is_err() {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+        tokio::time::sleep(Duration::from_secs(10)).await;
+    })
+    .await;
+    let gw = gateway(addr, "adrippedendlessheadisrefusedinbo", "timeout = \"10s\"").await;
+    let started = Instant::now();
+    let r = raw(gw.addr, b"GET /h HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", Duration::from_secs(12)).await;
+    eprintln!("answered after {:?}", started.elapsed());
+    assert_eq!(r.status(), 502, "{:?}", &r.text[..r.text.len().min(200)]);
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+}

@@ -734,3 +734,20 @@ async fn a_dripped_endless_head_is_refused_in_bounded_time() {
     assert_eq!(r.status(), 502, "{:?}", &r.text[..r.text.len().min(200)]);
     assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
 }
+
+/// A close right after the head of a chunked response: the client never
+/// gets a body that looks complete (an empty chunked body ending `0`), and
+/// never a 200 whose connection stays open as if all went well.
+#[tokio::test]
+async fn a_close_right_after_a_chunked_head_never_looks_complete() {
+    let (addr, _) = scripted(|_, _, _| Answer {
+        close: true,
+        ..answer(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+    })
+    .await;
+    let gw = gateway(addr, "acloserightafterachunkedheadneve", "").await;
+    let r = raw(gw.addr, b"GET /h HTTP/1.1\r\nHost: t\r\n\r\n", Duration::from_secs(2)).await;
+    eprintln!("closed: {}, {:?}", r.closed, r.text);
+    let complete = r.status() == 200 && r.text.ends_with("0\r\n\r\n");
+    assert!(!complete && (r.closed || r.status() == 502), "closed: {}, {:?}", r.closed, r.text);
+}

@@ -248,6 +248,51 @@ fn final_head(mut wire: &[u8]) -> &[u8] {
     wire
 }
 
+/// Whether the final head frames a body with transfer codings other than
+/// one `chunked`, which the own client refuses (src/upstream/h1/head.rs
+/// `framing`) where hyper relays the body still coded, or framed by the
+/// close.
+fn coding_refused(wire: &[u8], head_request: bool) -> bool {
+    let wire = final_head(wire);
+    let Some(end) = wire.windows(4).position(|w| w == b"\r\n\r\n") else { return false };
+    let head = String::from_utf8_lossy(&wire[..end]).to_string();
+    let mut lines = head.split("\r\n");
+    let code: u16 = lines.next().and_then(|l| l.get(9..12)).and_then(|c| c.parse().ok()).unwrap_or(0);
+    if head_request || code < 200 || code == 204 || code == 304 {
+        return false;
+    }
+    let codings: Vec<String> = lines
+        .filter_map(|l| l.split_once(':'))
+        .filter(|(n, _)| n.eq_ignore_ascii_case("transfer-encoding"))
+        .flat_map(|(_, v)| v.split(',').map(|c| c.trim().to_ascii_lowercase()).collect::<Vec<_>>())
+        .filter(|c| !c.is_empty())
+        .collect();
+    !codings.is_empty() && codings != ["chunked"]
+}
+
+/// hyper's headers with a repeated or list-valued `Content-Length` of one
+/// value made that one value, where the first line was, as the own client
+/// passes it on (RFC 9110 §8.6); beside `Transfer-Encoding` (which frames
+/// the body instead) it is left as it came.
+fn one_content_length(headers: &mut Fields) {
+    if headers.iter().any(|(n, _)| n == "transfer-encoding") {
+        return;
+    }
+    let lengths: Vec<usize> = (0..headers.len()).filter(|&i| headers[i].0 == "content-length").collect();
+    let values: Vec<Vec<u8>> = lengths
+        .iter()
+        .flat_map(|&i| headers[i].1.split(|&b| b == b',').map(|v| v.trim_ascii().to_vec()).collect::<Vec<_>>())
+        .collect();
+    let number = |v: &Vec<u8>| !v.is_empty() && v.iter().all(u8::is_ascii_digit);
+    if values.len() < 2 || values.iter().any(|v| *v != values[0] || !number(v)) {
+        return;
+    }
+    headers[lengths[0]].1 = values[0].clone();
+    for &i in lengths[1..].iter().rev() {
+        headers.remove(i);
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
     #[test]
@@ -262,19 +307,28 @@ proptest! {
                 async { tokio::time::timeout(PATIENCE, hyper_client(b, &method)).await.unwrap_or(Decision::Waiting) };
             tokio::join!(own, theirs)
         });
-        // A head broken before it is complete: the own client refuses it
-        // at once (the upstream's protocol error); hyper parses again only
-        // once a head looks complete, so a close before that is a reset to
-        // it, or not, by how the bytes were split. Both are 502s.
+        // A head broken before it is complete and then closed: each client
+        // parses once a head looks complete, so what it makes of the close
+        // (a reset, or the protocol error it parsed) depends on how the
+        // bytes were split. Both are 502s.
         let unfinished_head = !final_head(&wire).windows(4).any(|w| w == b"\r\n\r\n");
         if unfinished_head && matches!((&ours, &theirs), (Decision::Failed(_), Decision::Failed(_))) {
+            return Ok(());
+        }
+        // A transfer coding other than one `chunked`: the own client
+        // refuses the response (a 502), as nginx does.
+        if coding_refused(&wire, head) {
+            prop_assert_eq!(&ours, &Decision::Failed("protocol"), "{:?}", String::from_utf8_lossy(&wire));
             return Ok(());
         }
         // Content-Length beside Transfer-Encoding: the own client never
         // reuses the connection (RFC 9112 §6.1), even when the response has
         // no body to frame (HEAD, 204, 304), where the gateway's rule over
         // hyper's client looked only at a body's framing.
-        let (mut ours, theirs) = (ours, theirs);
+        let (mut ours, mut theirs) = (ours, theirs);
+        if let (Decision::Response { .. }, Decision::Response { headers, .. }) = (&ours, &mut theirs) {
+            one_content_length(headers);
+        }
         if let (Decision::Response { headers, reusable: mine, .. }, Decision::Response { reusable: true, .. }) =
             (&mut ours, &theirs)
         {

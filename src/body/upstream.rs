@@ -94,8 +94,17 @@ impl<H: ?Sized + Held> http_body::Body for UpstreamBody<H> {
                 tracing::warn!(error = %e, "upstream body failed mid-transfer; cutting the response");
                 Poll::Ready(Some(Err(e)))
             }
-            Poll::Ready(other) => {
+            Poll::Ready(mut other) => {
                 this.idle.progress();
+                // What a trailer section may not carry is not passed on:
+                // neither hyper's decoders nor its HTTP/2 server leave it
+                // out, and a connection-specific field in it reset an HTTP/2
+                // client's stream after the whole body.
+                if let Some(Ok(frame)) = &mut other
+                    && let Some(trailers) = frame.trailers_mut()
+                {
+                    crate::headers::strip_forbidden_trailers(trailers);
+                }
                 this.release_if_done(other.is_none());
                 Poll::Ready(other)
             }

@@ -105,6 +105,39 @@ pub fn is_hop_by_hop(name: &HeaderName) -> bool {
     HOP_BY_HOP.contains(name) || name == header::UPGRADE
 }
 
+/// Whether a trailer section may not carry `name` (RFC 9110 §6.5.1): a
+/// field that frames, routes or authenticates the message or controls its
+/// handling, which a recipient would take from the trailers at its peril,
+/// as hyper's client leaves out of a request's; and the connection-specific
+/// fields, which HTTP/2 forbids outright (RFC 9113 §8.2.2).
+pub fn forbidden_in_trailers(name: &HeaderName) -> bool {
+    is_hop_by_hop(name)
+        || [
+            header::AUTHORIZATION,
+            header::CACHE_CONTROL,
+            header::CONTENT_ENCODING,
+            header::CONTENT_LENGTH,
+            header::CONTENT_RANGE,
+            header::CONTENT_TYPE,
+            header::HOST,
+            header::MAX_FORWARDS,
+            header::SET_COOKIE,
+            header::TRAILER,
+        ]
+        .contains(name)
+}
+
+/// Takes out of a trailer section what it may not carry (see
+/// [`forbidden_in_trailers`]).
+pub fn strip_forbidden_trailers(trailers: &mut HeaderMap) {
+    if trailers.keys().any(forbidden_in_trailers) {
+        let names: Vec<HeaderName> = trailers.keys().filter(|n| forbidden_in_trailers(n)).cloned().collect();
+        for name in names {
+            trailers.remove(name);
+        }
+    }
+}
+
 /// Removes hop-by-hop headers, including every header named in `Connection`.
 /// `Upgrade` is hop-by-hop too (a tunnelled upgrade puts it back, see
 /// [`upgrade_requested`]). A `TE`

@@ -11,7 +11,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use http::header::{self, HeaderMap, HeaderName};
+use http::header::{HeaderMap, HeaderName};
 use http::{Method, Request, Response};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
@@ -38,10 +38,11 @@ const COPY_UP_TO: usize = 8192;
 pub async fn send(mut conn: Conn, req: Request<SendBody>) -> Result<Response<ResponseBody>, Error> {
     let (mut sending, head_request) = Sending::new(req);
     let mut rx = BytesMut::new();
-    let mut unfinished = false;
-    let head =
-        std::future::poll_fn(|cx| poll_head(&mut conn, &mut sending, &mut unfinished, &mut rx, head_request, cx))
-            .await?;
+    let (mut unfinished, mut scanned) = (false, 0);
+    let head = std::future::poll_fn(|cx| {
+        poll_head(&mut conn, &mut sending, &mut unfinished, (&mut rx, &mut scanned), head_request, cx)
+    })
+    .await?;
     Ok(respond(head, conn, rx, sending.map(Box::new), unfinished))
 }
 
@@ -68,12 +69,13 @@ fn respond(
 
 /// Pushes the request out as far as it goes, and reads until a response
 /// head is in. A failed write ends the exchange unless the upstream's
-/// answer is already readable (it answered, then stopped reading).
+/// answer is already readable (it answered, then stopped reading). `rx`
+/// comes with how much of it was looked at for a head's end already.
 fn poll_head(
     conn: &mut Conn,
     sending: &mut Option<Sending>,
     unfinished: &mut bool,
-    rx: &mut BytesMut,
+    (rx, scanned): (&mut BytesMut, &mut usize),
     head_request: bool,
     cx: &mut Context<'_>,
 ) -> Poll<Result<Head, Error>> {
@@ -90,13 +92,21 @@ fn poll_head(
         }
     }
     loop {
-        if !rx.is_empty() {
+        // Parsed only once the bytes could hold a whole head (or are past
+        // the limit), as hyper does: parsing again on every read made an
+        // upstream that drips an endless head cost time in the square of
+        // its length.
+        if !rx.is_empty() && (may_end_head(rx, *scanned) || rx.len() >= head::MAX_HEAD) {
             match head::parse(rx, head_request)? {
                 Parsed::Head(head) => return Poll::Ready(Ok(head)),
-                Parsed::Interim => continue,
+                Parsed::Interim => {
+                    *scanned = 0;
+                    continue;
+                }
                 Parsed::Partial => {}
             }
         }
+        *scanned = rx.len();
         let read = match poll_fill(conn.io_mut(), rx, cx) {
             Poll::Pending if failed.is_some() => return Poll::Ready(Err(failed.expect("checked"))),
             Poll::Pending => return Poll::Pending,
@@ -109,6 +119,14 @@ fn poll_head(
             (Ok(_), still) => failed = still,
         }
     }
+}
+
+/// Whether `buf` may hold a head's end (an empty line, `\n\n` or
+/// `\n\r\n`: httparse takes bare LFs too) in what came after its first
+/// `scanned` bytes, which were looked at before.
+fn may_end_head(buf: &[u8], scanned: usize) -> bool {
+    let new = &buf[scanned.saturating_sub(2)..];
+    new.windows(2).any(|w| w == b"\n\n") || new.windows(3).any(|w| w == b"\n\r\n")
 }
 
 /// Whether a write failed because the upstream stopped reading for the
@@ -275,10 +293,10 @@ fn too_long(how: &'static str) -> Error {
 }
 
 /// Writes the trailer fields the request declared in `Trailer`, except
-/// those a trailer may not carry, as hyper's client does (RFC 9110 §6.5.1).
+/// those a trailer may not carry (RFC 9110 §6.5.1), as hyper's client does.
 fn write_trailers(trailers: &HeaderMap, allowed: &[HeaderName], out: &mut BytesMut) {
     for (name, value) in trailers {
-        if allowed.contains(name) && !forbidden_trailer(name) {
+        if allowed.contains(name) && !crate::headers::forbidden_in_trailers(name) {
             out.put_slice(name.as_str().as_bytes());
             out.put_slice(b": ");
             out.put_slice(value.as_bytes());
@@ -287,21 +305,24 @@ fn write_trailers(trailers: &HeaderMap, allowed: &[HeaderName], out: &mut BytesM
     }
 }
 
-fn forbidden_trailer(name: &HeaderName) -> bool {
-    use header::*;
-    matches!(
-        *name,
-        AUTHORIZATION
-            | CACHE_CONTROL
-            | CONTENT_ENCODING
-            | CONTENT_LENGTH
-            | CONTENT_RANGE
-            | CONTENT_TYPE
-            | HOST
-            | MAX_FORWARDS
-            | SET_COOKIE
-            | TRAILER
-            | TRANSFER_ENCODING
-            | TE
-    )
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A head's end is found wherever the reads split it.
+    #[test]
+    fn a_head_end_is_found_across_reads() {
+        let head = b"HTTP/1.1 200 OK\r\nA: b\r\n\r\n";
+        for split in 0..=head.len() {
+            let seen_end = may_end_head(&head[..split], 0) || may_end_head(head, split);
+            assert!(seen_end, "split at {split}");
+        }
+        let bare = b"HTTP/1.1 200 OK\nA: b\n\n";
+        for split in 0..=bare.len() {
+            assert!(may_end_head(&bare[..split], 0) || may_end_head(bare, split), "bare LF, split at {split}");
+        }
+        // No empty line yet: not parsed.
+        assert!(!may_end_head(b"HTTP/1.1 200 OK\r\nA: b\r\n", 0));
+        assert!(!may_end_head(b"HTTP/1.1 200 OK\r\nA: b\r\n", 10));
+    }
 }

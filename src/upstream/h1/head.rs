@@ -144,6 +144,7 @@ pub fn parse(buf: &mut BytesMut, head_request: bool) -> Result<Parsed, Error> {
         headers.append(name, value);
     }
     let framing = framing(status, version, &headers, head_request)?;
+    one_content_length(&mut headers, framing);
     let keep_alive =
         keep_alive(version, &headers) && framing != Framing::Close && status != StatusCode::SWITCHING_PROTOCOLS;
     Ok(Parsed::Head(Head { status, version, headers, reason, framing, keep_alive }))
@@ -164,7 +165,7 @@ pub(super) fn why(e: httparse::Error) -> &'static str {
 
 /// The body's framing (RFC 9112 §6.3), refusing what cannot be framed:
 /// `Transfer-Encoding` in HTTP/1.0, an invalid or conflicting
-/// `Content-Length`.
+/// `Content-Length`, and any transfer coding but one `chunked`.
 fn framing(status: StatusCode, version: Version, headers: &HeaderMap, head_request: bool) -> Result<Framing, Error> {
     if matches!(status.as_u16(), 101 | 204 | 304) || head_request {
         return Ok(Framing::Empty);
@@ -173,20 +174,51 @@ fn framing(status: StatusCode, version: Version, headers: &HeaderMap, head_reque
         if version == Version::HTTP_10 {
             return Err(Error::parse("Transfer-Encoding in an HTTP/1.0 response"));
         }
-        // Chunked only when it is the final coding; otherwise the body runs
-        // to the close (RFC 9112 §6.3, item 4). A Content-Length beside it
-        // is overridden, and the connection not reused (see `keep_alive`).
-        let last = headers.get_all(header::TRANSFER_ENCODING).iter().next_back();
-        let chunked = last
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.rsplit(',').next())
-            .is_some_and(|c| c.trim().eq_ignore_ascii_case("chunked"));
-        return Ok(if chunked { Framing::Chunked } else { Framing::Close });
+        // Only `chunked`, once: the gateway decodes no other coding, and
+        // `Transfer-Encoding` is hop-by-hop, so a body still in `gzip` (or
+        // framed by the close after another coding, RFC 9112 §6.3 item 4)
+        // would reach the client looking like plain bytes. nginx refuses
+        // the same ("upstream sent unknown Transfer-Encoding"). A
+        // Content-Length beside it is overridden, and the connection not
+        // reused (see `keep_alive`).
+        // Empty list items are ignored (RFC 9110 §5.6.1.2).
+        let mut codings = headers
+            .get_all(header::TRANSFER_ENCODING)
+            .iter()
+            .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+            .map(<[u8]>::trim_ascii)
+            .filter(|c| !c.is_empty());
+        let only_chunked =
+            codings.next().is_some_and(|c| c.eq_ignore_ascii_case(b"chunked")) && codings.next().is_none();
+        if !only_chunked {
+            return Err(Error::parse("a transfer coding other than chunked"));
+        }
+        return Ok(Framing::Chunked);
     }
     match content_length(headers)? {
         Some(0) => Ok(Framing::Empty),
         Some(n) => Ok(Framing::Length(n)),
         None => Ok(Framing::Close),
+    }
+}
+
+/// A `Content-Length` sent as a list of one value repeated (`5, 5`, or in
+/// several lines) passed on as that one value (RFC 9110 §8.6 allows
+/// either that or refusing it): many clients refuse a list.
+fn one_content_length(headers: &mut HeaderMap, framing: Framing) {
+    // Beside Transfer-Encoding it frames nothing; it is left as it came.
+    if headers.contains_key(header::TRANSFER_ENCODING) {
+        return;
+    }
+    let lines = || headers.get_all(header::CONTENT_LENGTH).iter();
+    let listed = lines().count() > 1 || lines().any(|v| v.as_bytes().contains(&b','));
+    let length = match framing {
+        Framing::Length(n) => Some(n),
+        Framing::Empty => content_length(headers).ok().flatten(),
+        _ => None,
+    };
+    if let (true, Some(n)) = (listed, length) {
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(n));
     }
 }
 
@@ -264,6 +296,27 @@ mod tests {
         parse(&mut BytesMut::from(raw.as_bytes()), false)
     }
 
+    /// A list-valued or repeated `Content-Length` of one value is passed
+    /// on as that value; a single one is left as it came.
+    #[test]
+    fn a_repeated_content_length_becomes_one() {
+        let cases = [
+            ("content-length: 5, 5\r\n", false, "5"),
+            ("content-length: 5\r\ncontent-length: 5\r\n", false, "5"),
+            ("content-length: 5,5\r\n", true, "5"),
+            ("content-length: 5\r\n", false, "5"),
+            ("content-length: 007\r\n", false, "007"),
+        ];
+        for (fields, head_request, want) in cases {
+            let raw = format!("HTTP/1.1 200 OK\r\n{fields}\r\n");
+            let Ok(Parsed::Head(h)) = parse(&mut BytesMut::from(raw.as_bytes()), head_request) else {
+                panic!("{raw:?} refused");
+            };
+            let values: Vec<_> = h.headers.get_all(header::CONTENT_LENGTH).iter().collect();
+            assert_eq!(values, [want], "{raw:?}");
+        }
+    }
+
     /// (response head, HEAD request, framing, keep-alive); `None`: refused.
     #[test]
     fn framing_follows_rfc_9112_section_6_3() {
@@ -276,8 +329,19 @@ mod tests {
             ("HTTP/1.1 204 No Content\r\ncontent-length: 5\r\n\r\n", false, Some((Empty, true))),
             ("HTTP/1.1 304 Not Modified\r\ntransfer-encoding: chunked\r\n\r\n", false, Some((Empty, true))),
             ("HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n", false, Some((Chunked, true))),
-            ("HTTP/1.1 200 OK\r\ntransfer-encoding: gzip, chunked\r\n\r\n", false, Some((Chunked, true))),
-            ("HTTP/1.1 200 OK\r\ntransfer-encoding: chunked, gzip\r\n\r\n", false, Some((Close, false))),
+            ("HTTP/1.1 200 OK\r\ntransfer-encoding: CHUNKED \r\n\r\n", false, Some((Chunked, true))),
+            // A coding the gateway does not decode, or chunked twice: refused.
+            ("HTTP/1.1 200 OK\r\ntransfer-encoding: gzip, chunked\r\n\r\n", false, None),
+            ("HTTP/1.1 200 OK\r\ntransfer-encoding: chunked, gzip\r\n\r\n", false, None),
+            ("HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\n\r\n", false, None),
+            ("HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ntransfer-encoding: chunked\r\n\r\n", false, None),
+            ("HTTP/1.1 200 OK\r\ntransfer-encoding: chunked,\r\n\r\n", false, Some((Chunked, true))),
+            (
+                "HTTP/1.1 200 OK\r\ntransfer-encoding: \r\ntransfer-encoding: chunked\r\n\r\n",
+                false,
+                Some((Chunked, true)),
+            ),
+            ("HTTP/1.1 204 No Content\r\ntransfer-encoding: gzip\r\n\r\n", false, Some((Empty, true))),
             (
                 "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-length: 5\r\n\r\n",
                 false,

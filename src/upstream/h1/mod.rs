@@ -22,9 +22,12 @@
 //! safer; `tests/h1_differential.rs` checks the rest is the same):
 //! - Content-Length beside Transfer-Encoding never leaves the connection
 //!   reusable, even on a response without a body (RFC 9112 §6.1).
-//! - A head broken before it is complete is refused when the bad byte
-//!   arrives (the upstream's protocol error); hyper parses again only
-//!   once a head looks complete, so a close before that is a reset to it.
+//! - A transfer coding other than one `chunked` is refused (a 502, as
+//!   nginx answers): hyper's client passes the body on still in `gzip`,
+//!   or framed by the close after another coding, and with the hop-by-hop
+//!   `Transfer-Encoding` gone the client would take it for plain bytes.
+//! - A `Content-Length` repeated, or listed, with one value is passed on as
+//!   that one value (RFC 9110 §8.6); hyper passes the list.
 //! - A chunk-size line is at most 4 KiB (hyper bounds only the
 //!   extensions, 16 KiB over a body).
 //! - An upstream that answers before the whole request body is sent gets

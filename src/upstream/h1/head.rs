@@ -136,15 +136,24 @@ pub fn parse(buf: &mut BytesMut, head_request: bool) -> Result<Parsed, Error> {
         .map(|(from, to)| frozen.slice(from as usize..to as usize))
         .filter(|r| Some(&r[..]) != status.canonical_reason().map(str::as_bytes));
     let mut headers = HeaderMap::with_capacity(count);
+    // Content-Length lines, and whether one lists items, noted on the way:
+    // looking them up again costs every response.
+    let (mut lengths, mut listed) = (0, false);
     for &(n0, n1, v0, v1) in &spans[..count] {
         let name = HeaderName::from_bytes(&frozen[n0 as usize..n1 as usize])
             .map_err(|_| Error::parse("invalid header name"))?;
         let value = HeaderValue::from_maybe_shared(frozen.slice(v0 as usize..v1 as usize))
             .map_err(|_| Error::parse("invalid header value"))?;
+        if name == header::CONTENT_LENGTH {
+            lengths += 1;
+            listed |= value.as_bytes().contains(&b',');
+        }
         headers.append(name, value);
     }
     let framing = framing(status, version, &headers, head_request)?;
-    one_content_length(&mut headers, framing);
+    if lengths > 1 || listed {
+        one_content_length(&mut headers, framing);
+    }
     let keep_alive =
         keep_alive(version, &headers) && framing != Framing::Close && status != StatusCode::SWITCHING_PROTOCOLS;
     Ok(Parsed::Head(Head { status, version, headers, reason, framing, keep_alive }))
@@ -210,14 +219,12 @@ fn one_content_length(headers: &mut HeaderMap, framing: Framing) {
     if headers.contains_key(header::TRANSFER_ENCODING) {
         return;
     }
-    let lines = || headers.get_all(header::CONTENT_LENGTH).iter();
-    let listed = lines().count() > 1 || lines().any(|v| v.as_bytes().contains(&b','));
     let length = match framing {
         Framing::Length(n) => Some(n),
         Framing::Empty => content_length(headers).ok().flatten(),
         _ => None,
     };
-    if let (true, Some(n)) = (listed, length) {
+    if let Some(n) = length {
         headers.insert(header::CONTENT_LENGTH, HeaderValue::from(n));
     }
 }

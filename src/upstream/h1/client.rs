@@ -128,7 +128,7 @@ fn poll_head(
 fn may_end_head(buf: &[u8], scanned: usize) -> bool {
     let from = scanned.saturating_sub(2);
     // LFs found with memchr, each looked past: a byte-by-byte window over
-    // the head cost about 2,000 instructions a response.
+    // the head cost every response more than its parse.
     memchr::memchr_iter(b'\n', &buf[from..]).any(|i| matches!(&buf[from + i + 1..], [b'\n', ..] | [b'\r', b'\n', ..]))
 }
 

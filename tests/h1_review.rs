@@ -6,85 +6,17 @@
 
 mod common;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use common::scripted::{Answer, answer, route_to as gateway, scripted, then};
 use common::*;
 use http::Request;
 use http_body_util::BodyExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-
-/// One answer of a scripted upstream: pieces, each after a pause, then
-/// whether the connection is closed.
-#[derive(Clone, Default)]
-struct Answer {
-    pieces: Vec<(Duration, Vec<u8>)>,
-    close: bool,
-}
-
-fn answer(bytes: &[u8]) -> Answer {
-    Answer { pieces: vec![(Duration::ZERO, bytes.to_vec())], close: false }
-}
-
-fn then(mut a: Answer, pause_ms: u64, bytes: &[u8]) -> Answer {
-    a.pieces.push((Duration::from_millis(pause_ms), bytes.to_vec()));
-    a
-}
-
-/// An upstream that reads request heads (it ignores request bodies: use it
-/// for bodiless requests) and answers each with `script(connection,
-/// request on it, the request head)`. Counts the connections accepted.
-async fn scripted<F>(script: F) -> (SocketAddr, Arc<AtomicUsize>)
-where
-    F: Fn(usize, usize, &str) -> Answer + Send + Sync + 'static,
-{
-    let script = Arc::new(script);
-    let accepted = Arc::new(AtomicUsize::new(0));
-    let a = accepted.clone();
-    let addr = raw_upstream(move |mut s| {
-        let index = a.fetch_add(1, Ordering::SeqCst);
-        let script = script.clone();
-        async move {
-            let mut buf = vec![0u8; 65536];
-            let mut got = Vec::new();
-            let mut n_req = 0;
-            loop {
-                match s.read(&mut buf).await {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => got.extend_from_slice(&buf[..n]),
-                }
-                while let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
-                    let head = String::from_utf8_lossy(&got[..end + 4]).into_owned();
-                    got.drain(..end + 4);
-                    let answer = script(index, n_req, &head);
-                    n_req += 1;
-                    for (pause, piece) in &answer.pieces {
-                        tokio::time::sleep(*pause).await;
-                        if s.write_all(piece).await.is_err() {
-                            return;
-                        }
-                    }
-                    if answer.close {
-                        return;
-                    }
-                }
-            }
-        }
-    })
-    .await;
-    (addr, accepted)
-}
-
-async fn gateway(addr: SocketAddr, name: &str, extra: &str) -> TestGateway {
-    TestGateway::from_toml(&format!(
-        "[upstreams.{name}]\nurl = \"http://{addr}\"\n[[routes]]\nname = \"{name}\"\nprefix = \"/h\"\nupstream = \"{name}\"\n{extra}\n"
-    ))
-    .await
-}
 
 /// A raw HTTP/1.1 request to the gateway with `Connection: close`: what
 /// came back before the gateway closed (at most 3 s).

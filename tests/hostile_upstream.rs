@@ -12,65 +12,19 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
+use common::scripted::{Answer, answer, route_to as gateway, scripted};
 use common::*;
 use http::Request;
 use http_body_util::BodyExt;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// What a hostile upstream writes for each request: pieces, each after a
-/// pause, then whether it closes the connection.
-#[derive(Clone)]
-struct Script {
-    pieces: Vec<(Duration, Vec<u8>)>,
-    close: bool,
+fn once(bytes: &[u8], close: bool) -> Answer {
+    Answer { close, ..answer(bytes) }
 }
 
-fn once(bytes: &[u8], close: bool) -> Script {
-    Script { pieces: vec![(Duration::ZERO, bytes.to_vec())], close }
-}
-
-/// An upstream that reads each request head and answers it with `script`;
-/// counts the connections it accepted.
-async fn hostile(script: Script) -> (SocketAddr, Arc<AtomicUsize>) {
-    let accepted = Arc::new(AtomicUsize::new(0));
-    let a = accepted.clone();
-    let addr = raw_upstream(move |mut s| {
-        a.fetch_add(1, Ordering::SeqCst);
-        let script = script.clone();
-        async move {
-            let mut buf = vec![0u8; 65536];
-            let mut got = Vec::new();
-            loop {
-                match s.read(&mut buf).await {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => got.extend_from_slice(&buf[..n]),
-                }
-                while let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
-                    got.drain(..end + 4);
-                    for (pause, piece) in &script.pieces {
-                        tokio::time::sleep(*pause).await;
-                        if s.write_all(piece).await.is_err() {
-                            return;
-                        }
-                    }
-                    if script.close {
-                        return;
-                    }
-                }
-            }
-        }
-    })
-    .await;
-    (addr, accepted)
-}
-
-/// A gateway with one route, `/h`, to an upstream named `name` (the
-/// metrics are the test process's: each test has its own name).
-async fn gateway(addr: SocketAddr, name: &str, extra: &str) -> TestGateway {
-    TestGateway::from_toml(&format!(
-        "[upstreams.{name}]\nurl = \"http://{addr}\"\n[[routes]]\nname = \"{name}\"\nprefix = \"/h\"\nupstream = \"{name}\"\n{extra}\n"
-    ))
-    .await
+/// An upstream that answers every request head with `script`; counts the
+/// connections it accepted.
+async fn hostile(script: Answer) -> (SocketAddr, Arc<AtomicUsize>) {
+    scripted(move |_, _, _| script.clone()).await
 }
 
 /// The status and, when it came whole, the body a GET of `/h` gets; a
@@ -124,7 +78,7 @@ async fn bytes_past_the_declared_length_close_the_connection() {
 /// (`UpstreamIo::is_stale` in `Pool::take_idle`).
 #[tokio::test]
 async fn a_response_sent_to_an_idle_connection_is_never_taken_for_the_next_one() {
-    let script = Script {
+    let script = Answer {
         pieces: vec![
             (Duration::ZERO, b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabc".to_vec()),
             (Duration::from_millis(50), b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsmuggl".to_vec()),
@@ -240,7 +194,7 @@ async fn too_many_header_fields_are_502() {
 async fn a_head_dripped_a_byte_at_a_time_after_interim_responses_is_read() {
     let wire = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
     let pieces = wire.iter().map(|b| (Duration::from_millis(2), vec![*b])).collect();
-    let (addr, accepted) = hostile(Script { pieces, close: false }).await;
+    let (addr, accepted) = hostile(Answer { pieces, close: false }).await;
     let gw = gateway(addr, "aheaddrippedabyteatatimeafterin", "timeout = \"10s\"").await;
     for _ in 0..2 {
         assert_eq!(fetch(&gw).await, (200, Ok(Bytes::from_static(b"ok"))));
@@ -252,7 +206,7 @@ async fn a_head_dripped_a_byte_at_a_time_after_interim_responses_is_read() {
 /// (`UpstreamBody`'s idle timer over the own client's body).
 #[tokio::test]
 async fn a_body_dripping_past_the_body_timeout_is_cut() {
-    let script = Script {
+    let script = Answer {
         pieces: vec![
             (Duration::ZERO, b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nab".to_vec()),
             (Duration::from_millis(800), b"cd".to_vec()),

@@ -5,6 +5,7 @@
 pub mod cached;
 pub mod pki;
 pub mod redis_server;
+pub mod scripted;
 
 use std::convert::Infallible;
 use std::future::Future;

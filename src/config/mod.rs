@@ -88,6 +88,7 @@ impl Source {
 }
 
 pub mod access;
+mod files;
 mod ratelimit;
 mod raw;
 mod raw_access;
@@ -197,8 +198,9 @@ pub struct ServerConfig {
 #[derive(Debug, Clone)]
 pub struct ListenerTls {
     pub config: Arc<rustls::ServerConfig>,
-    /// The files it was read from (for `gateway check`).
+    /// The files it was read from (for `gateway check` and the watcher).
     pub cert: PathBuf,
+    pub key: PathBuf,
     pub client_ca: Option<PathBuf>,
 }
 

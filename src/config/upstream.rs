@@ -49,6 +49,8 @@ pub struct UpstreamTls {
     pub config: Arc<rustls::ClientConfig>,
     /// The CA file's, client certificate's and key's contents, and ALPN.
     pub(crate) source: Vec<u8>,
+    /// The files they were read from (for the watcher).
+    pub files: Vec<PathBuf>,
 }
 
 impl PartialEq for UpstreamTls {

@@ -1,26 +1,34 @@
 //! `--watch` / `server.watch_config`: the configuration file is loaded
 //! again when it changes on disk, as on SIGHUP (same rules, same metrics,
-//! counted with `trigger="watch"`; an invalid file changes nothing).
+//! counted with `trigger="watch"`; an invalid file changes nothing); and
+//! so it is when a file it names changes (a certificate or key, a CA, an
+//! htpasswd or JWKS file: [`crate::config::Config::files`]), since a
+//! reload reads those again: a renewed certificate is served from the next
+//! connection on, without a signal.
 //!
-//! The file's folder is watched, not the file: editors save by writing a
-//! new file and renaming it over the old one, and a Kubernetes ConfigMap
-//! volume swaps a symlink (`..data`) to a new folder, so the file's own
-//! inode never changes. Only events that name the file (or its symlink's
-//! target), or that leave its path leading to another file (the `..data`
-//! swap), count: a log file written next to it every few milliseconds does
-//! not. A counted event starts a quiet period (`DEBOUNCE`), bounded by
-//! `MAX_DELAY` after its first event so that a file touched without pause
-//! is still read; then the file is read twice, `SETTLE` apart, and applied
-//! only when both reads agree (a file still being written is not applied
-//! half-way, even if its first part parses) and differ from the last bytes
-//! applied or tried, so the several events of one save make at most one
-//! reload. The reload parses exactly the bytes checked. Without events the
-//! file is still compared every `POLL`, so the last state of the file is
-//! always the one evaluated: a fix that no event told of (written through
-//! another path, a bind mount) is applied after a failed reload too.
+//! The files' folders are watched, not the files: editors save by writing
+//! a new file and renaming it over the old one, and a Kubernetes ConfigMap
+//! or Secret volume swaps a symlink (`..data`) to a new folder, so a file's
+//! own inode never changes. Only events that name a watched file (or its
+//! symlink's target), or that leave its path leading to another file (the
+//! `..data` swap), count: a log file written next to it every few
+//! milliseconds does not. A counted event starts a quiet period
+//! (`DEBOUNCE`), bounded by `MAX_DELAY` after its first event so that a
+//! file touched without pause is still read; then the files are read
+//! twice, `SETTLE` apart, and applied only when both reads agree (a file
+//! still being written is not applied half-way, even if its first part
+//! parses; a certificate and its key renewed one after the other are
+//! applied together) and differ from the last bytes applied or tried, so
+//! the several events of one save make at most one reload. The reload
+//! parses exactly the configuration bytes checked. Without events the
+//! files are still compared every `POLL`, so the last state of the files
+//! is always the one evaluated: a fix that no event told of (written
+//! through another path, a bind mount) is applied after a failed reload
+//! too. After each reload the set of files is taken again from the
+//! configuration then running.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use notify::event::ModifyKind;
@@ -30,7 +38,7 @@ use tokio::time::Instant;
 
 use super::{App, Trigger};
 
-/// How long the file must be quiet before it is read.
+/// How long the files must be quiet before they are read.
 pub const DEBOUNCE: Duration = Duration::from_millis(250);
 /// The longest a change waits after its first event, however often the
 /// file is touched: events without pause must not postpone it for ever.
@@ -38,109 +46,188 @@ pub const MAX_DELAY: Duration = Duration::from_secs(2);
 /// How long the bytes read after the quiet period must stay the same before
 /// they are applied.
 pub const SETTLE: Duration = Duration::from_millis(500);
-/// How often a watcher with no event compares the file with the bytes last
+/// How often a watcher with no event compares the files with the bytes last
 /// applied or tried (and checks that the app still runs).
 const POLL: Duration = Duration::from_secs(2);
 
-/// Watches `path` for as long as `app` runs.
+/// What each watched file held at a look (`None`: missing or unreadable),
+/// in the order of the watched paths.
+type Contents = Vec<Option<Vec<u8>>>;
+
+/// Watches `path`, and the files its configuration names, for as long as
+/// `app` runs.
 pub async fn watch(app: Weak<App>, path: PathBuf) {
-    // Absolute, as the paths of the folder's events are.
+    // Absolute, as the paths of the folders' events are.
     let path = std::path::absolute(&path).unwrap_or(path);
+    let Some(files) = app.upgrade().map(|a| watched(&a, &path)) else { return };
     // Dropped at the end: it stops watching.
-    let Some((_watcher, mut rx)) = start(&path) else { return };
-    tracing::info!(file = %path.display(), "watching the configuration file for changes");
-    let mut seen = tokio::fs::read(&path).await.ok();
+    let Some(mut watching) = Watching::start(files) else { return };
+    tracing::info!(
+        file = %path.display(),
+        files_named = watching.files.len() - 1,
+        "watching the configuration file and the files it names for changes"
+    );
+    let mut seen = read_all(&watching.files).await;
     // A change is still to be read, without waiting for another event.
     let mut due = false;
     loop {
         if !due {
-            match tokio::time::timeout(POLL, rx.recv()).await {
+            match tokio::time::timeout(POLL, watching.rx.recv()).await {
                 Ok(Some(())) => {}
                 Ok(None) => return,
                 Err(_) if app.strong_count() == 0 => return,
                 // No event: the bytes are compared all the same, so that a
                 // change no event told of (a fix written through another
                 // path after a failed reload) is what ends up applied.
-                Err(_) if tokio::fs::read(&path).await.ok() != seen => {}
+                Err(_) if read_all(&watching.files).await != seen => {}
                 Err(_) => continue,
             }
         }
         due = false;
-        if !settle(&mut rx, Instant::now()).await {
+        if !settle(&mut watching.rx, Instant::now()).await {
             return;
         }
-        let now = match read_settled(&path).await {
+        let now = match read_settled(&watching.files).await {
             Read::Settled(now) => now,
             Read::Moving => {
                 due = true;
                 continue;
             }
-            Read::Unreadable => {
-                tracing::debug!(file = %path.display(), "configuration file unreadable after a change; waiting for the next");
+            Read::Unreadable(file) => {
+                tracing::debug!(file = %file.display(), "file unreadable after a change; waiting for the next");
                 continue;
             }
         };
-        if seen.as_ref() == Some(&now) {
+        if now == seen {
             continue;
         }
         let Some(app) = app.upgrade() else { return };
-        tracing::info!(file = %path.display(), "configuration file changed: reloading");
+        let changed = watching.files.iter().zip(now.iter().zip(&seen)).filter(|(_, (n, s))| n != s);
+        let changed: Vec<String> = changed.map(|(f, _)| f.display().to_string()).collect();
+        tracing::info!(files = changed.join(", "), "configuration changed on disk: reloading");
         // Exactly the bytes checked; not UTF-8, the file is read again
         // for the reload to say why it fails.
-        let text = String::from_utf8(now.clone()).ok();
-        seen = Some(now);
+        let text = now[0].clone().and_then(|b| String::from_utf8(b).ok());
+        seen = now;
+        let reloading = app.clone();
         // Logged and counted by the reload, either way.
-        let _ = tokio::task::spawn_blocking(move || app.reload_from(Trigger::Watch, text.as_deref())).await;
+        let _ = tokio::task::spawn_blocking(move || reloading.reload_from(Trigger::Watch, text.as_deref())).await;
+        // The configuration now running may name other files.
+        let files = watched(&app, &path);
+        if files != watching.files {
+            let mut next = Vec::with_capacity(files.len());
+            for file in &files {
+                match watching.files.iter().position(|f| f == file) {
+                    Some(i) => next.push(seen[i].take()),
+                    None => next.push(tokio::fs::read(file).await.ok()),
+                }
+            }
+            seen = next;
+            watching.follow(files);
+        }
     }
 }
 
-/// The watcher on the file's folders, and the channel its relevant events
+/// The configuration file first, then the files the configuration running
+/// now names.
+fn watched(app: &App, path: &Path) -> Vec<PathBuf> {
+    let current = app.reloading.lock().unwrap_or_else(|e| e.into_inner());
+    let named = current.files().into_iter().map(|f| std::path::absolute(&f).unwrap_or(f));
+    std::iter::once(path.to_owned()).chain(named.filter(|f| f != path)).collect()
+}
+
+/// The watcher on the files' folders, and the channel its relevant events
 /// arrive on.
-fn start(path: &Path) -> Option<(notify::RecommendedWatcher, mpsc::UnboundedReceiver<()>)> {
-    let (tx, rx) = mpsc::unbounded_channel::<()>();
-    let concern = Concern::new(path);
-    let mut watcher = match notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        // An error may mean events were lost: read the file to be sure.
-        if event.as_ref().map_or(true, |e| concern.matters(e)) {
-            let _ = tx.send(());
-        }
-    }) {
-        Ok(w) => w,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot watch the configuration file; reload with SIGHUP");
-            return None;
-        }
-    };
-    for dir in folders(path) {
-        if let Err(e) = watcher.watch(&dir, RecursiveMode::NonRecursive) {
-            tracing::warn!(folder = %dir.display(), error = %e, "cannot watch the configuration's folder");
-        }
-    }
-    Some((watcher, rx))
+struct Watching {
+    watcher: notify::RecommendedWatcher,
+    rx: mpsc::UnboundedReceiver<()>,
+    concern: Arc<Concern>,
+    files: Vec<PathBuf>,
+    folders: Vec<PathBuf>,
 }
 
-/// What reading a file that has just been quiet gave.
+impl Watching {
+    fn start(files: Vec<PathBuf>) -> Option<Watching> {
+        let (tx, rx) = mpsc::unbounded_channel::<()>();
+        let concern = Arc::new(Concern::new(&files));
+        let told = concern.clone();
+        let watcher = match notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+            // An error may mean events were lost: read the files to be sure.
+            if event.as_ref().map_or(true, |e| told.matters(e)) {
+                let _ = tx.send(());
+            }
+        }) {
+            Ok(w) => w,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot watch the configuration file; reload with SIGHUP");
+                return None;
+            }
+        };
+        let mut watching = Watching { watcher, rx, concern, files: Vec::new(), folders: Vec::new() };
+        watching.follow(files);
+        Some(watching)
+    }
+
+    /// Watches `files` from now on: their folders are watched, and those
+    /// no file is in any more are not.
+    fn follow(&mut self, files: Vec<PathBuf>) {
+        self.concern.set(&files);
+        let mut folders: Vec<PathBuf> = Vec::new();
+        for dir in files.iter().flat_map(|f| folders_of(f)) {
+            if !folders.contains(&dir) {
+                folders.push(dir);
+            }
+        }
+        for dir in self.folders.iter().filter(|d| !folders.contains(d)) {
+            let _ = self.watcher.unwatch(dir);
+        }
+        for dir in folders.iter().filter(|d| !self.folders.contains(d)) {
+            if let Err(e) = self.watcher.watch(dir, RecursiveMode::NonRecursive) {
+                tracing::warn!(folder = %dir.display(), error = %e, "cannot watch a configuration file's folder");
+            }
+        }
+        self.files = files;
+        self.folders = folders;
+    }
+}
+
+/// Each file's bytes (`None`: missing or unreadable).
+async fn read_all(files: &[PathBuf]) -> Contents {
+    let mut out = Vec::with_capacity(files.len());
+    for file in files {
+        out.push(tokio::fs::read(file).await.ok());
+    }
+    out
+}
+
+/// What reading the files that have just been quiet gave.
 enum Read {
     /// The same bytes twice, `SETTLE` apart.
-    Settled(Vec<u8>),
+    Settled(Contents),
     /// Different bytes: still being written.
     Moving,
-    /// Missing or unreadable (being replaced: its arrival is an event).
-    Unreadable,
+    /// This one missing or unreadable (being replaced: its arrival is an
+    /// event).
+    Unreadable(PathBuf),
 }
 
-/// Reads the file twice, `SETTLE` apart: a writer that pauses between its
-/// steps (a `cat > file`, an editor writing in place) for less than the
-/// debounce and `SETTLE` together is never read half-way, even when what
-/// it wrote so far parses; and a change whose events were missed (written
-/// through another path, a bind mount) is caught by the second read.
-async fn read_settled(path: &Path) -> Read {
-    let Ok(first) = tokio::fs::read(path).await else { return Read::Unreadable };
+/// Reads the files twice, `SETTLE` apart: a writer that pauses between its
+/// steps (a `cat > file`, an editor writing in place, a certificate written
+/// before its key) for less than the debounce and `SETTLE` together is
+/// never read half-way, even when what it wrote so far parses; and a change
+/// whose events were missed (written through another path, a bind mount)
+/// is caught by the second read.
+async fn read_settled(files: &[PathBuf]) -> Read {
+    let first = read_all(files).await;
+    if let Some(i) = first.iter().position(Option::is_none) {
+        return Read::Unreadable(files[i].clone());
+    }
     tokio::time::sleep(SETTLE).await;
-    match tokio::fs::read(path).await {
-        Ok(second) if second == first => Read::Settled(second),
-        Ok(_) => Read::Moving,
-        Err(_) => Read::Unreadable,
+    let second = read_all(files).await;
+    match second.iter().position(Option::is_none) {
+        Some(i) => Read::Unreadable(files[i].clone()),
+        None if second == first => Read::Settled(second),
+        None => Read::Moving,
     }
 }
 
@@ -162,23 +249,29 @@ async fn settle(rx: &mut mpsc::UnboundedReceiver<()>, first: Instant) -> bool {
     }
 }
 
-/// Which of the watched folders' events concern the configuration file.
+/// Which of the watched folders' events concern the watched files.
 struct Concern {
-    /// The file's absolute path.
-    path: PathBuf,
-    /// Where it led at the last look (through any symlinks).
-    target: Mutex<Option<PathBuf>>,
+    /// Each file's absolute path, and where it led at the last look
+    /// (through any symlinks).
+    files: Mutex<Vec<(PathBuf, Option<PathBuf>)>>,
 }
 
 impl Concern {
-    fn new(path: &Path) -> Concern {
-        Concern { path: path.to_owned(), target: Mutex::new(std::fs::canonicalize(path).ok()) }
+    fn new(files: &[PathBuf]) -> Concern {
+        let concern = Concern { files: Mutex::new(Vec::new()) };
+        concern.set(files);
+        concern
     }
 
-    /// Not reads (the reload's own read of the file would start the next
-    /// round); an event that names the file or its target; or a rename,
-    /// creation or removal after which the path leads elsewhere. Writes to
-    /// other files cannot move the path, so they cost no lookup.
+    fn set(&self, files: &[PathBuf]) {
+        let targets = files.iter().map(|f| (f.clone(), std::fs::canonicalize(f).ok())).collect();
+        *self.files.lock().unwrap_or_else(|e| e.into_inner()) = targets;
+    }
+
+    /// Not reads (the reload's own read of the files would start the next
+    /// round); an event that names a file or its target; or a rename,
+    /// creation or removal after which a path leads elsewhere. Writes to
+    /// other files cannot move a path, so they cost no lookup.
     fn matters(&self, event: &notify::Event) -> bool {
         if event.kind.is_access() {
             return false;
@@ -186,25 +279,31 @@ impl Concern {
         if event.need_rescan() {
             return true;
         }
-        let mut target = self.target.lock().unwrap_or_else(|e| e.into_inner());
-        if event.paths.iter().any(|p| *p == self.path || Some(p) == target.as_ref()) {
+        let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
+        let named = |(path, target): &(PathBuf, Option<PathBuf>)| {
+            event.paths.iter().any(|p| p == path || Some(p) == target.as_ref())
+        };
+        if files.iter().any(named) {
             return true;
         }
         if matches!(event.kind, EventKind::Modify(ModifyKind::Data(_) | ModifyKind::Metadata(_))) {
             return false;
         }
-        let now = std::fs::canonicalize(&self.path).ok();
-        if now == *target {
-            return false;
+        let mut moved = false;
+        for (path, target) in files.iter_mut() {
+            let now = std::fs::canonicalize(&*path).ok();
+            if now != *target {
+                *target = now;
+                moved = true;
+            }
         }
-        *target = now;
-        true
+        moved
     }
 }
 
 /// The file's folder, and its real file's folder when the path is a
 /// symlink into another one (edited there, not through the link).
-fn folders(path: &Path) -> Vec<PathBuf> {
+fn folders_of(path: &Path) -> Vec<PathBuf> {
     let parent = |p: &Path| {
         p.parent().filter(|d| !d.as_os_str().is_empty()).map_or_else(|| PathBuf::from("."), Path::to_path_buf)
     };

@@ -70,7 +70,8 @@ fn upstream_tls(
         source.extend_from_slice(protocol);
         source.push(0);
     }
-    Ok(Some(UpstreamTls { config, source }))
+    let files = files.into_iter().flatten().map(Path::to_path_buf).collect();
+    Ok(Some(UpstreamTls { config, source, files }))
 }
 
 pub(super) fn upstream(name: &str, up: &RawUpstream, base_dir: &Path) -> Result<UpstreamConfig, Problem> {

@@ -148,3 +148,37 @@ fn a_redis_outage_is_logged_once_each_way_not_per_request() {
     assert_eq!(gw.settled_count(ANSWERS, 2), 2, "and one more INFO:\n{}", gw.log());
     assert_eq!(gw.lines_with(FAILED), 2, "{}", gw.log());
 }
+
+/// A Redis that answers PING but refuses the script (here a read-only
+/// replica: `READONLY`; `maxmemory` or an ACL do the same): one WARN that
+/// names Redis's error code, and no INFO until the script decides again,
+/// however many probes run meanwhile.
+#[test]
+fn a_redis_that_answers_ping_but_refuses_the_script_is_down_until_it_decides() {
+    let Some(redis) = Redis::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+    let toml = format!(
+        "[server]\nlisten = \"{addr}\"\n[[routes]]\nname = \"rl_readonly\"\nprefix = \"/\"\n\
+         respond = {{ status = 200 }}\n\
+         rate_limit = {{ rate = \"1000/s\", burst = 1000, key = \"route\", shared = \"redis\" }}\n\
+         [rate_limit_store]\nurl = \"{}\"\ntimeout = \"200ms\"\non_error = \"deny\"\n",
+        redis.url()
+    );
+    let gw = Gateway::start(dir.path(), &toml, addr);
+    assert_eq!(gw.burst(10), [200; 10], "Redis decides");
+
+    redis.cmd(&["REPLICAOF", "127.0.0.1", "1"]).expect("a replica of nothing");
+    assert_eq!(gw.burst(50), [429; 50], "on_error decides while the script is refused");
+    std::thread::sleep(Duration::from_secs(2)); // eight probes
+    assert_eq!(gw.burst(50), [429; 50], "still down: PING answers, the script does not");
+    assert_eq!(gw.settled_count(FAILED, 1), 1, "one WARN:\n{}", gw.log());
+    assert_eq!(gw.lines_with(ANSWERS), 0, "no INFO while the script is refused:\n{}", gw.log());
+    let warn = gw.log.lock().unwrap().iter().find(|l| l.contains(FAILED)).cloned().unwrap();
+    assert!(warn.contains("READONLY"), "the WARN names Redis's error: {warn}");
+
+    redis.cmd(&["REPLICAOF", "NO", "ONE"]).expect("a primary again");
+    assert!(gw.until_allowed(), "decisions by Redis resume:\n{}", gw.log());
+    assert_eq!(gw.settled_count(ANSWERS, 1), 1, "one INFO when it decides again:\n{}", gw.log());
+    assert_eq!(gw.lines_with(FAILED), 1, "{}", gw.log());
+}

@@ -6,7 +6,7 @@
 //! While Redis fails (slower than `timeout`, refusing, or reset), requests do
 //! not wait for it: the store is marked down at the first failure (logged
 //! once), `on_error` decides every request without asking Redis, and a
-//! background probe brings the store back up once Redis answers a PING
+//! background probe brings the store back up once the script decides again
 //! (logged once).
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -125,25 +125,20 @@ impl RedisStore {
         call.arg(micros).arg(burst);
         let result = tokio::time::timeout(self.config.timeout, call.invoke_async::<Vec<i64>>(&mut conn)).await;
         metrics::rate_limit_store_duration(start.elapsed());
-        let reply = match result {
-            Err(_) => Err(StoreError::Timeout),
-            Ok(Err(e)) if e.is_timeout() => Err(StoreError::Timeout),
-            Ok(Err(e)) if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() => {
-                Err(StoreError::Connection)
-            }
-            Ok(Err(_)) => Err(StoreError::Reply),
-            Ok(Ok(reply)) => parse(&reply).ok_or(StoreError::Reply),
-        };
-        if let Err(e) = reply {
-            self.mark_down(e);
+        let reply = classify(result);
+        if let Err((e, code)) = &reply {
+            self.mark_down(*e, code.as_deref());
         }
-        reply
+        reply.map_err(|(e, _)| e)
     }
 
-    fn mark_down(&self, e: StoreError) {
+    /// `code`: Redis's error code (`READONLY`, `NOPERM`, `OOM`, ...), never
+    /// its message, which may quote a key (a client's header value).
+    fn mark_down(&self, e: StoreError, code: Option<&str>) {
         if self.up.swap(false, Ordering::Relaxed) {
             tracing::warn!(
                 error = e.kind(),
+                redis_error = code.unwrap_or("-"),
                 timeout = %humantime::format_duration(self.config.timeout),
                 on_error = self.config.on_error.as_str(),
                 "rate limit store failed; on_error decides until it answers again"
@@ -151,9 +146,44 @@ impl RedisStore {
         }
     }
 
+    /// Whether the script decides now: what a down store's probe asks, on
+    /// a bucket of its own (`PROBE_KEY`, gone a millisecond later). A PING
+    /// would not do: a Redis that answers it but refuses the script (a
+    /// read-only replica, `maxmemory` reached, an ACL without `EVALSHA`)
+    /// would be marked up and down again every probe.
+    async fn script_answers(&self) -> bool {
+        let mut conn = self.conn.clone();
+        let mut call = self.script.key(PROBE_KEY);
+        call.arg(1).arg(1);
+        let wait = self.config.timeout.max(PROBE_EVERY);
+        let result = tokio::time::timeout(wait, call.invoke_async::<Vec<i64>>(&mut conn)).await;
+        classify(result).is_ok()
+    }
+
     /// Whether the store takes decisions now.
     pub fn is_up(&self) -> bool {
         self.up.load(Ordering::Relaxed)
+    }
+}
+
+/// The bucket a down store's probe asks for (within the `gateway:rl:`
+/// prefix an ACL may confine the gateway to; no route's key, which has a
+/// `:` after the route's name).
+const PROBE_KEY: &str = "gateway:rl:-probe";
+
+type Invoked = Result<redis::RedisResult<Vec<i64>>, tokio::time::error::Elapsed>;
+
+/// The decision of a script call, or why there is none (and Redis's error
+/// code when it answered with an error).
+fn classify(result: Invoked) -> Result<Decision, (StoreError, Option<String>)> {
+    match result {
+        Err(_) => Err((StoreError::Timeout, None)),
+        Ok(Err(e)) if e.is_timeout() => Err((StoreError::Timeout, None)),
+        Ok(Err(e)) if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() => {
+            Err((StoreError::Connection, None))
+        }
+        Ok(Err(e)) => Err((StoreError::Reply, e.code().map(str::to_owned))),
+        Ok(Ok(reply)) => parse(&reply).ok_or((StoreError::Reply, None)),
     }
 }
 
@@ -168,8 +198,9 @@ fn parse(reply: &[i64]) -> Option<Decision> {
     })
 }
 
-/// While the store is down, PINGs Redis every [`PROBE_EVERY`] (the PING also
-/// makes the connection manager reconnect) and marks it up once answered.
+/// While the store is down, runs the script every [`PROBE_EVERY`] (which also
+/// makes the connection manager reconnect) and marks the store up once it
+/// decides.
 fn spawn_probe(store: Weak<RedisStore>) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
     runtime.spawn(async move {
@@ -179,11 +210,7 @@ fn spawn_probe(store: Weak<RedisStore>) {
             if store.is_up() {
                 continue;
             }
-            let mut conn = store.conn.clone();
-            let wait = store.config.timeout.max(PROBE_EVERY);
-            let cmd = redis::cmd("PING");
-            let ping = cmd.query_async::<String>(&mut conn);
-            if let Ok(Ok(_)) = tokio::time::timeout(wait, ping).await {
+            if store.script_answers().await {
                 store.up.store(true, Ordering::Relaxed);
                 tracing::info!("rate limit store answers again; it decides from now on");
             }

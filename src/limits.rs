@@ -10,7 +10,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use http::header::{self, HeaderMap};
+use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Uri, Version};
 
 use crate::error::GatewayError;
@@ -30,6 +30,23 @@ pub fn valid_percent_encoding(s: &str) -> bool {
         }
     }
     true
+}
+
+/// HTTP/2 and later, given the request's `hosts` Host fields (the first
+/// one `host`): a Host field is optional beside `:authority`, but two are
+/// as ambiguous as in HTTP/1; and one naming another entity than
+/// `:authority` is malformed (RFC 9113 §8.3.1): the upstream would be sent
+/// the Host, while the client's view of whom it asked is `:authority`.
+pub fn h2_host(hosts: usize, host: Option<&HeaderValue>, uri: &Uri) -> Result<(), GatewayError> {
+    if hosts > 1 {
+        return Err(GatewayError::BadRequest("more than one Host header"));
+    }
+    if let (Some(host), Some(authority)) = (host, uri.authority())
+        && !host.as_bytes().eq_ignore_ascii_case(authority.as_str().as_bytes())
+    {
+        return Err(GatewayError::BadRequest("Host differs from :authority"));
+    }
+    Ok(())
 }
 
 /// The limits [`screen`] applies.
@@ -81,17 +98,8 @@ pub fn screen(
             0 => return Err(GatewayError::BadRequest("missing Host header")),
             _ => return Err(GatewayError::BadRequest("more than one Host header")),
         }
-    } else if hosts > 1 {
-        // HTTP/2 and later: a Host field is optional beside `:authority`,
-        // but two are as ambiguous as in HTTP/1.
-        return Err(GatewayError::BadRequest("more than one Host header"));
-    } else if let (Some(host), Some(authority)) = (host, uri.authority())
-        && !host.as_bytes().eq_ignore_ascii_case(authority.as_str().as_bytes())
-    {
-        // RFC 9113 §8.3.1: a Host naming another entity than `:authority`
-        // is malformed. The upstream would be sent the Host; the client's
-        // view of whom it asked is `:authority`.
-        return Err(GatewayError::BadRequest("Host differs from :authority"));
+    } else {
+        h2_host(hosts, host, uri)?;
     }
     // RFC 9112 §6.1: both framings at once is a smuggling shape; refuse and
     // close rather than pick one.

@@ -194,6 +194,53 @@ async fn a_name_rebound_to_the_admin_address_is_refused() {
     }
 }
 
+/// The same over HTTP/2 (prior knowledge), where the name is `:authority`:
+/// a rebound name is refused, a `Host` that contradicts `:authority` is
+/// malformed (RFC 9113 §8.3.1) and answered 400, and a reload from another
+/// origin is refused.
+#[tokio::test]
+async fn over_http2_the_admin_listener_checks_the_authority() {
+    let (_good, _bad, toml) = two_endpoints().await;
+    let toml = toml.replace("listen = \"127.0.0.1:0\"\n", "listen = \"127.0.0.1:0\"\nhosts = [\"gw-admin.test\"]\n");
+    let gw = TestGateway::from_toml(&toml).await;
+    let admin = gw.admin.unwrap();
+    let port = admin.port();
+    let (mut h2, _conn) = h2_client(admin).await;
+    let mut ask = async |req: Request<TestBody>| {
+        let resp = h2.send_request(req).await.expect("an answer over h2");
+        assert_eq!(resp.version(), http::Version::HTTP_2);
+        let status = resp.status().as_u16();
+        (status, http_body_util::BodyExt::collect(resp.into_body()).await.unwrap().to_bytes())
+    };
+    for (authority, want) in [
+        (format!("127.0.0.1:{port}"), 200),
+        (format!("GW-ADMIN.test:{port}"), 200),
+        (format!("evil.example:{port}"), 403),
+        (format!("127.0.0.1.evil.example:{port}"), 403),
+    ] {
+        for path in ["/-/config", "/-/upstreams", "/metrics"] {
+            let req = Request::get(format!("http://{authority}{path}")).body(full("")).unwrap();
+            let (status, body) = ask(req).await;
+            assert_eq!(status, want, ":authority {authority} {path}: {body:?}");
+            if want == 403 {
+                let text = String::from_utf8_lossy(&body);
+                assert!(!text.contains("gw-admin.test") && !text.contains("gateway_"), "{text}");
+            }
+        }
+    }
+    let contradicted = Request::get(format!("http://127.0.0.1:{port}/metrics"))
+        .header("host", format!("evil.example:{port}"))
+        .body(full(""))
+        .unwrap();
+    let (status, body) = ask(contradicted).await;
+    assert_eq!(status, 400, "a Host beside a different :authority: {body:?}");
+    let forged = Request::post(format!("http://127.0.0.1:{port}/-/reload"))
+        .header("origin", "http://evil.example")
+        .body(full(""))
+        .unwrap();
+    assert_eq!(ask(forged).await.0, 403, "a reload from another origin");
+}
+
 /// The browser to render the page with: Debian's `chromium`.
 fn chromium() -> Option<&'static str> {
     ["chromium", "chromium-browser"].into_iter().find(|b| Command::new(b).arg("--version").output().is_ok())

@@ -46,6 +46,12 @@ impl App {
                 return error_response(&GatewayError::AddressDenied { client });
             }
         }
+        if req.version() >= http::Version::HTTP_2 {
+            let hosts = req.headers().get_all(header::HOST);
+            if let Err(e) = crate::limits::h2_host(hosts.iter().count(), hosts.iter().next(), req.uri()) {
+                return error_response(&e);
+            }
+        }
         if let Err(why) = admin_request_allowed(req, &self.config.metrics.hosts) {
             crate::metrics::auth("admin", "host", "denied").increment(1);
             let e = GatewayError::AdminRefused(why);

@@ -3,7 +3,8 @@
 //! secret (a password, token, credential, or a header such as
 //! `Authorization` set by a route's rules), the password of a URL's
 //! user-info, and query parameters that name one. Over-redacting is the
-//! safe side: a file path under such a key is hidden too.
+//! safe side, but for the few keys of the gateway's own whose names only
+//! look secret (a rate limit's `key`, `password_env`, key file paths).
 
 use serde_json::Value;
 
@@ -30,21 +31,49 @@ pub fn names_secret(key: &str) -> bool {
     SECRET_KEYS.iter().any(|s| key.contains(s)) || key.split('_').any(|w| SECRET_WORDS.contains(&w))
 }
 
+/// The gateway's own keys whose names look like a secret's but whose
+/// values never are one, by the keys above them: a rate limit's `key` (what
+/// it counts by: `client`, `header:NAME`), the name of the variable that
+/// holds Redis's password, and the paths of key and htpasswd files.
+fn not_secret(path: &[String], key: &str) -> bool {
+    let path: Vec<&str> = path.iter().map(String::as_str).collect();
+    match key {
+        "key" => path.ends_with(&["rate_limit"]) || path == ["server", "tls"],
+        "password_env" => path == ["rate_limit_store"],
+        "tls_client_key" => path.len() == 2 && path[0] == "upstreams",
+        "htpasswd" => path.ends_with(&["auth", "basic"]),
+        _ => false,
+    }
+}
+
 /// `value` with its secrets replaced by [`REDACTED`]. A secret-named key
 /// over a table is looked into (`auth = { ... }` shows its settings), over
 /// anything else redacted.
 pub fn redacted(value: Value) -> Value {
+    redacted_under(value, &mut Vec::new())
+}
+
+/// [`redacted`] for the value under `path` (the keys above it; arrays add
+/// none).
+fn redacted_under(value: Value, path: &mut Vec<String>) -> Value {
     match value {
         Value::Object(map) => Value::Object(
             map.into_iter()
                 .map(|(k, v)| {
-                    let secret = names_secret(&k) && !v.is_null() && !v.is_object();
-                    let v = if secret { Value::from(REDACTED) } else { redacted(v) };
+                    let secret = names_secret(&k) && !v.is_null() && !v.is_object() && !not_secret(path, &k);
+                    let v = if secret {
+                        Value::from(REDACTED)
+                    } else {
+                        path.push(k.clone());
+                        let v = redacted_under(v, path);
+                        path.pop();
+                        v
+                    };
                     (k, v)
                 })
                 .collect(),
         ),
-        Value::Array(items) => Value::Array(items.into_iter().map(redacted).collect()),
+        Value::Array(items) => Value::Array(items.into_iter().map(|v| redacted_under(v, path)).collect()),
         Value::String(s) if AUTH_SCHEMES.iter().any(|p| s.len() > p.len() && s[..p.len()].eq_ignore_ascii_case(p)) => {
             Value::from(REDACTED)
         }
@@ -141,10 +170,37 @@ mod tests {
     }
 
     #[test]
+    fn the_gateways_own_keys_that_only_look_secret_are_shown() {
+        let got = redacted(json!({
+            "server": {"tls": {"cert": "s.pem", "key": "s.key"}},
+            "upstreams": {"a": {"tls_client_key": "c.key", "headers": {"tls_client_key": "v"}}},
+            "rate_limit_store": {"password_env": "REDIS_PW"},
+            "routes": [
+                {"rate_limit": {"key": "header:x-api-key"}, "auth": {"basic": {"htpasswd": "users"}}},
+                {"headers": {"request": {"set": {"key": "v", "htpasswd": "v", "password_env": "v"}}}},
+            ],
+            "key": "v",
+        }));
+        assert_eq!(
+            got,
+            json!({
+                "server": {"tls": {"cert": "s.pem", "key": "s.key"}},
+                "upstreams": {"a": {"tls_client_key": "c.key", "headers": {"tls_client_key": "<redacted>"}}},
+                "rate_limit_store": {"password_env": "REDIS_PW"},
+                "routes": [
+                    {"rate_limit": {"key": "header:x-api-key"}, "auth": {"basic": {"htpasswd": "users"}}},
+                    {"headers": {"request": {"set": {"key": "<redacted>", "htpasswd": "<redacted>", "password_env": "<redacted>"}}}},
+                ],
+                "key": "<redacted>",
+            })
+        );
+    }
+
+    #[test]
     fn keys() {
         let got = redacted(json!({
             "upstreams": {"a": {"url": "http://u:p@h", "endpoints": ["http://x:y@e"]}},
-            "rate_limit_store": {"url": "redis://h", "password_env": "REDIS_PW", "timeout": "50ms"},
+            "rate_limit_store": {"url": "redis://:pw@h", "timeout": "50ms"},
             "routes": [{"name": "r", "headers": {"request": {"set": {"Authorization": "Bearer x", "X-Api-Key": "k", "X-Other": "v", "X-Auth": "s", "Ocp-Apim-Subscription-Key": "s", "X-Forward-To": "Bearer t"}}}}],
             "auth": {"jwt": {"jwks_url": "https://h/k"}, "basic": {"htpasswd": "users"}},
             "client_secret": null,
@@ -153,9 +209,9 @@ mod tests {
             got,
             json!({
                 "upstreams": {"a": {"url": "http://u:<redacted>@h", "endpoints": ["http://x:<redacted>@e"]}},
-                "rate_limit_store": {"url": "redis://h", "password_env": "<redacted>", "timeout": "50ms"},
+                "rate_limit_store": {"url": "redis://:<redacted>@h", "timeout": "50ms"},
                 "routes": [{"name": "r", "headers": {"request": {"set": {"Authorization": "<redacted>", "X-Api-Key": "<redacted>", "X-Other": "v", "X-Auth": "<redacted>", "Ocp-Apim-Subscription-Key": "<redacted>", "X-Forward-To": "<redacted>"}}}}],
-                "auth": {"jwt": {"jwks_url": "https://h/k"}, "basic": {"htpasswd": "<redacted>"}},
+                "auth": {"jwt": {"jwks_url": "https://h/k"}, "basic": {"htpasswd": "users"}},
                 "client_secret": null,
             })
         );

@@ -84,6 +84,9 @@ pub fn encode_request(parts: &request::Parts, out: &mut BytesMut) -> SendFraming
     SendFraming::Length(content_length(&parts.headers).ok().flatten().unwrap_or(0))
 }
 
+/// Fields the gateway may add to a response after its head is parsed.
+const ADDED_ON_THE_WAY_BACK: usize = 4;
+
 /// What a parse of the bytes read so far found.
 pub enum Parsed {
     /// The head is not complete yet.
@@ -135,7 +138,10 @@ pub fn parse(buf: &mut BytesMut, head_request: bool) -> Result<Parsed, Error> {
     let reason = reason
         .map(|(from, to)| frozen.slice(from as usize..to as usize))
         .filter(|r| Some(&r[..]) != status.canonical_reason().map(str::as_bytes));
-    let mut headers = HeaderMap::with_capacity(count);
+    // Room for what the way back adds (`Via`, `X-Request-Id`, a cache's
+    // `Age` and `Cache-Status`): sized to the parsed fields alone, the map
+    // is grown, all of it moved, for the first of them.
+    let mut headers = HeaderMap::with_capacity(count + ADDED_ON_THE_WAY_BACK);
     // Content-Length lines, and whether one lists items, noted on the way:
     // looking them up again costs every response.
     let (mut lengths, mut listed) = (0, false);

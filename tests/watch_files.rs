@@ -220,3 +220,29 @@ fn every_file_a_configuration_reads_is_named() {
     ];
     assert_eq!(names, want);
 }
+
+/// The htpasswd file moved first (`mv`), the configuration edited after
+/// to name it where it now is: the edit is applied. The file the running
+/// configuration names is missing meanwhile, which must not hold back the
+/// configuration's own change.
+#[tokio::test]
+async fn a_file_moved_before_the_configuration_names_it_there_is_followed() {
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(dir.path().join("users.htpasswd"), SUE).unwrap();
+    std::fs::write(&path, basic_toml("users.htpasswd")).unwrap();
+    let gw = start(&path).await;
+    assert_eq!(status_as(&gw, "sue", "pw-sue").await, 200);
+
+    std::fs::create_dir(dir.path().join("auth")).unwrap();
+    std::fs::rename(dir.path().join("users.htpasswd"), dir.path().join("auth/team.htpasswd")).unwrap();
+    // The watcher sees the move on its own (debounce and settle are over).
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    std::fs::write(dir.path().join("auth/team.htpasswd"), format!("{SUE}{SAM}")).unwrap();
+    std::fs::write(&path, basic_toml("auth/team.htpasswd")).unwrap();
+    assert!(
+        eventually(|| async { status_as(&gw, "sam", "pw-sam").await == 200 }).await,
+        "the configuration naming the moved file was never applied"
+    );
+}

@@ -101,6 +101,16 @@ pub async fn watch(app: Weak<App>, path: PathBuf) {
         if now == seen {
             continue;
         }
+        // A file the configuration names is missing while the
+        // configuration is unchanged: being replaced (its arrival is an
+        // event), and a reload would fail. With the configuration changed,
+        // the reload goes ahead: the new one may no longer name it.
+        if now[0] == seen[0]
+            && let Some(i) = now.iter().position(Option::is_none)
+        {
+            tracing::debug!(file = %watching.files[i].display(), "file missing after a change; waiting for the next");
+            continue;
+        }
         let Some(app) = app.upgrade() else { return };
         let changed = watching.files.iter().zip(now.iter().zip(&seen)).filter(|(_, (n, s))| n != s);
         let changed: Vec<String> = changed.map(|(f, _)| f.display().to_string()).collect();
@@ -206,8 +216,9 @@ enum Read {
     Settled(Contents),
     /// Different bytes: still being written.
     Moving,
-    /// This one missing or unreadable (being replaced: its arrival is an
-    /// event).
+    /// The configuration file missing or unreadable (being replaced: its
+    /// arrival is an event). A file it names may be missing: a
+    /// configuration changed meanwhile may not name it any more.
     Unreadable(PathBuf),
 }
 
@@ -219,15 +230,15 @@ enum Read {
 /// is caught by the second read.
 async fn read_settled(files: &[PathBuf]) -> Read {
     let first = read_all(files).await;
-    if let Some(i) = first.iter().position(Option::is_none) {
-        return Read::Unreadable(files[i].clone());
+    if first[0].is_none() {
+        return Read::Unreadable(files[0].clone());
     }
     tokio::time::sleep(SETTLE).await;
     let second = read_all(files).await;
-    match second.iter().position(Option::is_none) {
-        Some(i) => Read::Unreadable(files[i].clone()),
-        None if second == first => Read::Settled(second),
-        None => Read::Moving,
+    match second[0] {
+        None => Read::Unreadable(files[0].clone()),
+        Some(_) if second == first => Read::Settled(second),
+        Some(_) => Read::Moving,
     }
 }
 

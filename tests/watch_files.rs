@@ -219,6 +219,8 @@ fn every_file_a_configuration_reads_is_named() {
         "store-ca.pem",
     ];
     assert_eq!(names, want);
+    // And the same from the keys alone, as the watcher takes them.
+    assert_eq!(config::named_files(&pki.path("gateway.toml"), toml), Some(c.files()));
 }
 
 /// The htpasswd file moved first (`mv`), the configuration edited after
@@ -244,5 +246,48 @@ async fn a_file_moved_before_the_configuration_names_it_there_is_followed() {
     assert!(
         eventually(|| async { status_as(&gw, "sam", "pw-sam").await == 200 }).await,
         "the configuration naming the moved file was never applied"
+    );
+}
+
+/// The configuration edited first to name a file not written yet (a failed
+/// reload, logged), the file written after: applied, without another edit
+/// of the configuration.
+#[tokio::test]
+async fn a_file_named_before_it_is_written_is_applied_once_written() {
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(dir.path().join("users.htpasswd"), SUE).unwrap();
+    std::fs::write(&path, basic_toml("users.htpasswd")).unwrap();
+    let gw = start(&path).await;
+    let errors = reloads(gw.addr, "error").await;
+
+    std::fs::write(&path, basic_toml("later.htpasswd")).unwrap();
+    assert!(eventually(|| async { reloads(gw.addr, "error").await > errors }).await, "no failed reload");
+    std::fs::write(dir.path().join("later.htpasswd"), SAM).unwrap();
+    assert!(
+        eventually(|| async { status_as(&gw, "sam", "pw-sam").await == 200 }).await,
+        "the file written after the configuration named it was never applied"
+    );
+}
+
+/// The same, the file in a folder that does not exist yet.
+#[tokio::test]
+async fn a_file_named_in_a_folder_not_made_yet_is_applied_once_written() {
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(dir.path().join("users.htpasswd"), SUE).unwrap();
+    std::fs::write(&path, basic_toml("users.htpasswd")).unwrap();
+    let gw = start(&path).await;
+    let errors = reloads(gw.addr, "error").await;
+
+    std::fs::write(&path, basic_toml("auth/team.htpasswd")).unwrap();
+    assert!(eventually(|| async { reloads(gw.addr, "error").await > errors }).await, "no failed reload");
+    std::fs::create_dir(dir.path().join("auth")).unwrap();
+    std::fs::write(dir.path().join("auth/team.htpasswd"), SAM).unwrap();
+    assert!(
+        eventually(|| async { status_as(&gw, "sam", "pw-sam").await == 200 }).await,
+        "the file written after the configuration named it was never applied"
     );
 }

@@ -3,10 +3,11 @@
 //! certificate, htpasswd or JWKS file is applied as an edit of the
 //! configuration would be.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use super::Config;
 use super::access::{AuthConfig, JwksSource};
+use super::raw::RawConfig;
+use super::{Config, Source};
 
 impl Config {
     /// Every certificate, key, CA, htpasswd and JWKS file it read, each
@@ -36,4 +37,33 @@ impl Config {
         files.retain(|f| seen.insert(f.clone()));
         files
     }
+}
+
+/// The files the configuration at `path` names when `text` is its bytes,
+/// taken from its keys alone (the files [`Config::files`] lists when it
+/// loads, and those it would read if it does not): what the watcher
+/// watches once it has seen `text`, so that a file named before it is
+/// written, or the configuration changed after a file it named was moved,
+/// is followed. `None` when `text` is not TOML of the configuration's
+/// shape.
+pub fn named_files(path: &Path, text: &str) -> Option<Vec<PathBuf>> {
+    let source = Source::File(path.to_owned());
+    let raw: RawConfig = super::built(&source, Some(text)).ok()?.try_deserialize().ok()?;
+    let base = source.base_dir();
+    let mut named: Vec<&String> = Vec::new();
+    if let Some(tls) = &raw.server.tls {
+        named.extend(tls.cert.iter().chain(&tls.key).chain(&tls.client_ca));
+    }
+    for up in raw.upstreams.values() {
+        named.extend(up.tls_ca_file.iter().chain(&up.tls_client_cert).chain(&up.tls_client_key));
+    }
+    for auth in raw.routes.iter().filter_map(|r| r.auth.as_ref()) {
+        named.extend(auth.basic.iter().filter_map(|b| b.htpasswd.as_ref()));
+        named.extend(auth.jwt.iter().filter_map(|j| j.jwks_file.as_ref()));
+    }
+    named.extend(raw.rate_limit_store.iter().filter_map(|s| s.ca_file.as_ref()));
+    let mut files: Vec<PathBuf> = named.into_iter().map(|f| base.join(f)).collect();
+    let mut seen = std::collections::HashSet::new();
+    files.retain(|f| seen.insert(f.clone()));
+    Some(files)
 }

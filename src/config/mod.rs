@@ -89,6 +89,7 @@ impl Source {
 
 pub mod access;
 mod files;
+pub use files::named_files;
 mod ratelimit;
 mod raw;
 mod raw_access;
@@ -435,6 +436,27 @@ pub fn load_text(path: &Path, text: &str) -> Result<Config, ConfigError> {
 
 fn load_from(source: &Source, text: Option<&str>) -> Result<Config, ConfigError> {
     let name = source.name();
+    let built = built(source, text)?;
+    // Read before validation consumes it; a tree that does not convert
+    // (it always does: TOML values are JSON values) is shown as null.
+    let effective = built.clone().try_deserialize::<serde_json::Value>().map(redact::redacted).unwrap_or_default();
+    let raw: RawConfig = built.try_deserialize().map_err(|e| config_crate_error(&name, e))?;
+    let mut config = validate::config(raw, &source.base_dir()).map_err(|(key, message)| ConfigError {
+        source_name: name.clone(),
+        key,
+        message,
+    })?;
+    config.source_name = name;
+    config.source = Some(source.clone());
+    config.effective = std::sync::Arc::new(effective);
+    Ok(config)
+}
+
+/// The defaults, the file (or `text` as its bytes) and the environment's
+/// overrides, merged: what [`load`] validates, and what
+/// [`named_files`](files::named_files) reads its paths from.
+fn built(source: &Source, text: Option<&str>) -> Result<config::Config, ConfigError> {
+    let name = source.name();
     let err = |key: &str, message: String| ConfigError { source_name: name.clone(), key: key.to_owned(), message };
     let mut builder = config::Config::builder();
     for (k, v) in DEFAULTS {
@@ -467,20 +489,7 @@ fn load_from(source: &Source, text: Option<&str>) -> Result<Config, ConfigError>
     builder = builder.add_source(
         config::Environment::with_prefix("GATEWAY").prefix_separator("__").separator("__").try_parsing(true),
     );
-    let built = builder.build().map_err(|e| config_crate_error(&name, e))?;
-    // Read before validation consumes it; a tree that does not convert
-    // (it always does: TOML values are JSON values) is shown as null.
-    let effective = built.clone().try_deserialize::<serde_json::Value>().map(redact::redacted).unwrap_or_default();
-    let raw: RawConfig = built.try_deserialize().map_err(|e| config_crate_error(&name, e))?;
-    let mut config = validate::config(raw, &source.base_dir()).map_err(|(key, message)| ConfigError {
-        source_name: name.clone(),
-        key,
-        message,
-    })?;
-    config.source_name = name;
-    config.source = Some(source.clone());
-    config.effective = std::sync::Arc::new(effective);
-    Ok(config)
+    builder.build().map_err(|e| config_crate_error(&name, e))
 }
 
 /// Turns a `config` crate error into ours, keeping its key where it has one.

@@ -24,8 +24,8 @@
 //! files are still compared every `POLL`, so the last state of the files
 //! is always the one evaluated: a fix that no event told of (written
 //! through another path, a bind mount) is applied after a failed reload
-//! too. After each reload the set of files is taken again from the
-//! configuration then running.
+//! too. Before each reload the set of files is taken again from the keys
+//! of the configuration bytes checked, whether the reload succeeds or not.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
@@ -119,31 +119,52 @@ pub async fn watch(app: Weak<App>, path: PathBuf) {
         // for the reload to say why it fails.
         let text = now[0].clone().and_then(|b| String::from_utf8(b).ok());
         seen = now;
-        let reloading = app.clone();
-        // Logged and counted by the reload, either way.
-        let _ = tokio::task::spawn_blocking(move || reloading.reload_from(Trigger::Watch, text.as_deref())).await;
-        // The configuration now running may name other files.
-        let files = watched(&app, &path);
+        // The files these bytes name, watched before the reload reads them
+        // (a change after that read is an event, or differs from `seen`),
+        // and whether the reload succeeds or not (one fails when a file it
+        // names is not written yet: its arrival must count).
+        let files = text.as_deref().and_then(|t| named(&path, t)).unwrap_or_else(|| watching.files.clone());
         if files != watching.files {
-            let mut next = Vec::with_capacity(files.len());
-            for file in &files {
-                match watching.files.iter().position(|f| f == file) {
+            let before = watching.files.clone();
+            watching.follow(files);
+            let mut next = Vec::with_capacity(watching.files.len());
+            for file in &watching.files {
+                match before.iter().position(|f| f == file) {
                     Some(i) => next.push(seen[i].take()),
                     None => next.push(tokio::fs::read(file).await.ok()),
                 }
             }
             seen = next;
-            watching.follow(files);
         }
+        // Logged and counted by the reload, either way.
+        let _ = tokio::task::spawn_blocking(move || app.reload_from(Trigger::Watch, text.as_deref())).await;
     }
+}
+
+/// The configuration file first, then the files `text`, its bytes, names
+/// (`None`: not a configuration's TOML).
+fn named(path: &Path, text: &str) -> Option<Vec<PathBuf>> {
+    let named = crate::config::named_files(path, text)?;
+    Some(with_configuration(path, named))
 }
 
 /// The configuration file first, then the files the configuration running
 /// now names.
 fn watched(app: &App, path: &Path) -> Vec<PathBuf> {
     let current = app.reloading.lock().unwrap_or_else(|e| e.into_inner());
-    let named = current.files().into_iter().map(|f| std::path::absolute(&f).unwrap_or(f));
-    std::iter::once(path.to_owned()).chain(named.filter(|f| f != path)).collect()
+    with_configuration(path, current.files())
+}
+
+/// `path` first, then `named` made absolute (as the events' paths are),
+/// each once.
+fn with_configuration(path: &Path, named: Vec<PathBuf>) -> Vec<PathBuf> {
+    let mut files = vec![path.to_owned()];
+    for file in named.into_iter().map(|f| std::path::absolute(&f).unwrap_or(f)) {
+        if !files.contains(&file) {
+            files.push(file);
+        }
+    }
+    files
 }
 
 /// The watcher on the files' folders, and the channel its relevant events

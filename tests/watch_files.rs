@@ -291,3 +291,27 @@ async fn a_file_named_in_a_folder_not_made_yet_is_applied_once_written() {
         "the file written after the configuration named it was never applied"
     );
 }
+
+/// A certificate replaced by one its key does not match (a failed reload),
+/// then the right pair: served.
+#[tokio::test]
+async fn a_failed_certificate_reload_then_a_fix_is_served() {
+    let _serial = SERIAL.lock().await;
+    let pki = Pki::new();
+    pki.issue("server", &["localhost"], false);
+    pki.issue("other", &["localhost"], false);
+    let path = pki.path("gateway.toml");
+    std::fs::write(&path, tls_toml("server.pem", "server.key")).unwrap();
+    let gw = start(&path).await;
+    let admin = gw.admin.expect("an admin listener");
+    let errors = reloads(admin, "error").await;
+    let old = served(&pki, gw.addr).await;
+
+    std::fs::write(pki.path("server.pem"), "not a certificate\n").unwrap();
+    assert!(eventually(|| async { reloads(admin, "error").await > errors }).await, "no failed reload");
+    assert_eq!(served(&pki, gw.addr).await, old, "a failed reload changed the certificate");
+    std::fs::copy(pki.path("other.pem"), pki.path("server.pem")).unwrap();
+    std::fs::copy(pki.path("other.key"), pki.path("server.key")).unwrap();
+    let new = pki.certs("other")[0].clone();
+    assert!(eventually(|| async { served(&pki, gw.addr).await == new }).await, "the fix was not served");
+}

@@ -84,28 +84,6 @@ pub fn encode_request(parts: &request::Parts, out: &mut BytesMut) -> SendFraming
     SendFraming::Length(content_length(&parts.headers).ok().flatten().unwrap_or(0))
 }
 
-/// The bodiless request `bytes` hold as [`encode_request`] wrote them
-/// (kept by `Encoded::keep`), as a request again: for a resend that goes
-/// elsewhere than a new HTTP/1.1 connection (connecting failed, or an
-/// `auto` upstream's new connection chose HTTP/2). Parsed by httparse;
-/// `None` if the bytes are not such a request.
-pub fn request_of<B>(bytes: &Bytes, body: B) -> Option<http::Request<B>> {
-    let lines = memchr::memchr_iter(b'\n', bytes).count();
-    let mut storage = vec![httparse::EMPTY_HEADER; lines];
-    let mut parsed = httparse::Request::new(&mut storage);
-    let httparse::Status::Complete(_) = parsed.parse(bytes).ok()? else { return None };
-    let mut req = http::Request::new(body);
-    *req.method_mut() = http::Method::from_bytes(parsed.method?.as_bytes()).ok()?;
-    let path = bytes.slice_ref(parsed.path?.as_bytes());
-    *req.uri_mut() = http::Uri::from(http::uri::PathAndQuery::from_maybe_shared(path).ok()?);
-    let headers = req.headers_mut();
-    for field in parsed.headers.iter() {
-        let name = HeaderName::from_bytes(field.name.as_bytes()).ok()?;
-        headers.append(name, HeaderValue::from_maybe_shared(bytes.slice_ref(field.value)).ok()?);
-    }
-    Some(req)
-}
-
 /// Fields the gateway may add to a response after its head is parsed.
 const ADDED_ON_THE_WAY_BACK: usize = 4;
 
@@ -451,23 +429,5 @@ mod tests {
         assert_eq!(framing, SendFraming::Chunked(want));
         let (parts, ()) = http::Request::get("/").header("content-length", "3").body(()).unwrap().into_parts();
         assert_eq!(encode_request(&parts, &mut BytesMut::new()), SendFraming::Length(3));
-    }
-
-    #[test]
-    fn a_kept_request_is_the_request_again() {
-        let (parts, ()) = http::Request::get("/a/b?c=1")
-            .header("host", "up:8080")
-            .header("x-two", "1")
-            .header("x-two", "2")
-            .header("via", "1.1 gateway")
-            .body(())
-            .unwrap()
-            .into_parts();
-        let mut out = BytesMut::new();
-        encode_request(&parts, &mut out);
-        let again: http::Request<()> = request_of(&out.freeze(), ()).expect("a request");
-        assert_eq!((again.method(), again.uri()), (&http::Method::GET, &"/a/b?c=1".parse::<http::Uri>().unwrap()));
-        assert_eq!(again.headers(), &parts.headers);
-        assert!(request_of(&Bytes::from_static(b"GET / HTTP/1.1\r\nhost: x\r\n"), ()).is_none(), "unfinished");
     }
 }

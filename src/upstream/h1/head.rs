@@ -227,7 +227,7 @@ fn one_content_length(headers: &mut HeaderMap, framing: Framing) {
     }
     let length = match framing {
         Framing::Length(n) => Some(n),
-        Framing::Empty => content_length(headers).ok().flatten(),
+        Framing::Empty => agreed_length(headers).ok().flatten(),
         _ => None,
     };
     if let Some(n) = length {
@@ -238,6 +238,17 @@ fn one_content_length(headers: &mut HeaderMap, framing: Framing) {
 /// The `Content-Length`, if there is one: every value (and every item of a
 /// list) the same decimal number (RFC 9110 §8.6), else an error.
 pub fn content_length(headers: &HeaderMap) -> Result<Option<u64>, Error> {
+    let length = agreed_length(headers)?;
+    // hyper's decoder keeps the two largest values for its own states.
+    if length.is_some_and(|n| n > u64::MAX - 2) {
+        return Err(Error::parse("Content-Length too large"));
+    }
+    Ok(length)
+}
+
+/// The number every `Content-Length` value and item gives, whatever its
+/// size (a bodiless response's may be any: it frames nothing).
+fn agreed_length(headers: &HeaderMap) -> Result<Option<u64>, Error> {
     let mut length = None;
     for value in headers.get_all(header::CONTENT_LENGTH) {
         for item in value.as_bytes().split(|&b| b == b',') {
@@ -247,10 +258,6 @@ pub fn content_length(headers: &HeaderMap) -> Result<Option<u64>, Error> {
             }
             length = Some(n);
         }
-    }
-    // hyper's decoder keeps the two largest values for its own states.
-    if length.is_some_and(|n| n > u64::MAX - 2) {
-        return Err(Error::parse("Content-Length too large"));
     }
     Ok(length)
 }

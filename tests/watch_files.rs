@@ -254,26 +254,18 @@ async fn a_file_moved_before_the_configuration_names_it_there_is_followed() {
 /// of the configuration.
 #[tokio::test]
 async fn a_file_named_before_it_is_written_is_applied_once_written() {
-    let _serial = SERIAL.lock().await;
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("gateway.toml");
-    std::fs::write(dir.path().join("users.htpasswd"), SUE).unwrap();
-    std::fs::write(&path, basic_toml("users.htpasswd")).unwrap();
-    let gw = start(&path).await;
-    let errors = reloads(gw.addr, "error").await;
-
-    std::fs::write(&path, basic_toml("later.htpasswd")).unwrap();
-    assert!(eventually(|| async { reloads(gw.addr, "error").await > errors }).await, "no failed reload");
-    std::fs::write(dir.path().join("later.htpasswd"), SAM).unwrap();
-    assert!(
-        eventually(|| async { status_as(&gw, "sam", "pw-sam").await == 200 }).await,
-        "the file written after the configuration named it was never applied"
-    );
+    named_before_it_is_written("later.htpasswd").await;
 }
 
 /// The same, the file in a folder that does not exist yet.
 #[tokio::test]
 async fn a_file_named_in_a_folder_not_made_yet_is_applied_once_written() {
+    named_before_it_is_written("auth/team.htpasswd").await;
+}
+
+/// The configuration edited to name `file` (relative to its folder, which
+/// holds nothing of it yet), then `file` written, its folders made first.
+async fn named_before_it_is_written(file: &str) {
     let _serial = SERIAL.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("gateway.toml");
@@ -282,10 +274,11 @@ async fn a_file_named_in_a_folder_not_made_yet_is_applied_once_written() {
     let gw = start(&path).await;
     let errors = reloads(gw.addr, "error").await;
 
-    std::fs::write(&path, basic_toml("auth/team.htpasswd")).unwrap();
+    std::fs::write(&path, basic_toml(file)).unwrap();
     assert!(eventually(|| async { reloads(gw.addr, "error").await > errors }).await, "no failed reload");
-    std::fs::create_dir(dir.path().join("auth")).unwrap();
-    std::fs::write(dir.path().join("auth/team.htpasswd"), SAM).unwrap();
+    let written = dir.path().join(file);
+    std::fs::create_dir_all(written.parent().unwrap()).unwrap();
+    std::fs::write(&written, SAM).unwrap();
     assert!(
         eventually(|| async { status_as(&gw, "sam", "pw-sam").await == 200 }).await,
         "the file written after the configuration named it was never applied"

@@ -125,16 +125,7 @@ pub async fn watch(app: Weak<App>, path: PathBuf) {
         // names is not written yet: its arrival must count).
         let files = text.as_deref().and_then(|t| named(&path, t)).unwrap_or_else(|| watching.files.clone());
         if files != watching.files {
-            let before = watching.files.clone();
-            watching.follow(files);
-            let mut next = Vec::with_capacity(watching.files.len());
-            for file in &watching.files {
-                match before.iter().position(|f| f == file) {
-                    Some(i) => next.push(seen[i].take()),
-                    None => next.push(tokio::fs::read(file).await.ok()),
-                }
-            }
-            seen = next;
+            seen = watching.follow_seen(files, seen).await;
         }
         // Logged and counted by the reload, either way.
         let _ = tokio::task::spawn_blocking(move || app.reload_from(Trigger::Watch, text.as_deref())).await;
@@ -219,6 +210,22 @@ impl Watching {
         }
         self.files = files;
         self.folders = folders;
+    }
+
+    /// [`Watching::follow`], and what `seen` held of the files watched so
+    /// far, in the order of the new set: kept for the files still watched,
+    /// read for the new ones.
+    async fn follow_seen(&mut self, files: Vec<PathBuf>, mut seen: Contents) -> Contents {
+        let before = std::mem::take(&mut self.files);
+        self.follow(files);
+        let mut next = Vec::with_capacity(self.files.len());
+        for file in &self.files {
+            match before.iter().position(|f| f == file) {
+                Some(i) => next.push(seen[i].take()),
+                None => next.push(tokio::fs::read(file).await.ok()),
+            }
+        }
+        next
     }
 }
 

@@ -119,13 +119,9 @@ impl RedisStore {
             return Err(StoreError::Down);
         }
         let start = Instant::now();
-        let mut conn = self.conn.clone();
         let micros = u64::try_from(interval.as_micros()).unwrap_or(u64::MAX).max(1);
-        let mut call = self.script.key(key);
-        call.arg(micros).arg(burst);
-        let result = tokio::time::timeout(self.config.timeout, call.invoke_async::<Vec<i64>>(&mut conn)).await;
+        let reply = self.invoke(key, micros, burst, self.config.timeout).await;
         metrics::rate_limit_store_duration(start.elapsed());
-        let reply = classify(result);
         if let Err((e, code)) = &reply {
             self.mark_down(*e, code.as_deref());
         }
@@ -152,12 +148,33 @@ impl RedisStore {
     /// read-only replica, `maxmemory` reached, an ACL without `EVALSHA`)
     /// would be marked up and down again every probe.
     async fn script_answers(&self) -> bool {
-        let mut conn = self.conn.clone();
-        let mut call = self.script.key(PROBE_KEY);
-        call.arg(1).arg(1);
         let wait = self.config.timeout.max(PROBE_EVERY);
+        self.invoke(PROBE_KEY.as_bytes(), 1, 1, wait).await.is_ok()
+    }
+
+    /// The script's decision for `key` (interval in microseconds, burst),
+    /// waiting `wait` at most, or why there is none (and Redis's error code
+    /// when it answered with an error).
+    async fn invoke(
+        &self,
+        key: &[u8],
+        micros: u64,
+        burst: u32,
+        wait: Duration,
+    ) -> Result<Decision, (StoreError, Option<String>)> {
+        let mut conn = self.conn.clone();
+        let mut call = self.script.key(key);
+        call.arg(micros).arg(burst);
         let result = tokio::time::timeout(wait, call.invoke_async::<Vec<i64>>(&mut conn)).await;
-        classify(result).is_ok()
+        match result {
+            Err(_) => Err((StoreError::Timeout, None)),
+            Ok(Err(e)) if e.is_timeout() => Err((StoreError::Timeout, None)),
+            Ok(Err(e)) if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() => {
+                Err((StoreError::Connection, None))
+            }
+            Ok(Err(e)) => Err((StoreError::Reply, e.code().map(str::to_owned))),
+            Ok(Ok(reply)) => parse(&reply).ok_or((StoreError::Reply, None)),
+        }
     }
 
     /// Whether the store takes decisions now.
@@ -170,22 +187,6 @@ impl RedisStore {
 /// prefix an ACL may confine the gateway to; no route's key, which has a
 /// `:` after the route's name).
 const PROBE_KEY: &str = "gateway:rl:-probe";
-
-type Invoked = Result<redis::RedisResult<Vec<i64>>, tokio::time::error::Elapsed>;
-
-/// The decision of a script call, or why there is none (and Redis's error
-/// code when it answered with an error).
-fn classify(result: Invoked) -> Result<Decision, (StoreError, Option<String>)> {
-    match result {
-        Err(_) => Err((StoreError::Timeout, None)),
-        Ok(Err(e)) if e.is_timeout() => Err((StoreError::Timeout, None)),
-        Ok(Err(e)) if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() => {
-            Err((StoreError::Connection, None))
-        }
-        Ok(Err(e)) => Err((StoreError::Reply, e.code().map(str::to_owned))),
-        Ok(Ok(reply)) => parse(&reply).ok_or((StoreError::Reply, None)),
-    }
-}
 
 fn parse(reply: &[i64]) -> Option<Decision> {
     let &[allowed, remaining, retry_after, reset] = reply else { return None };

@@ -57,8 +57,9 @@ impl RequestId {
         // `TraceContext::from_headers`).
         let given = if headers.keys().any(|name| *name == X_REQUEST_ID) { headers.get(X_REQUEST_ID) } else { None };
         match given {
-            // Copied, not cloned: a clone would be a slice of the client
-            // connection's read buffer, kept alive for the whole request.
+            // Copied, not cloned: a clone would be a slice of the buffer
+            // the head was read or copied into (see `listener::detach`),
+            // kept alive for the whole request.
             Some(given) if is_valid(given) => {
                 RequestId::Given(copied_value(given.as_bytes()).unwrap_or_else(|| given.clone()))
             }

@@ -12,6 +12,7 @@
 //!   serves only the built-ins, with the same timeouts and its own small cap.
 
 pub mod conn;
+mod detach;
 pub mod io;
 
 use std::convert::Infallible;
@@ -353,7 +354,9 @@ where
     let Connection { builders, addr, app, kind, timeouts, stops, state, mut watchdog } = c;
     let io = TokioIo::new(io);
     let requests = state.clone();
-    let service = service_fn(move |req: Request<Incoming>| {
+    let service = service_fn(move |mut req: Request<Incoming>| {
+        // Here, before hyper reads the connection again (see `detach`).
+        detach::detach(&mut req);
         let in_flight = requests.request_started(req.version() == Version::HTTP_2);
         let app = app.clone();
         async move {

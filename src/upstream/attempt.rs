@@ -80,8 +80,8 @@ impl Upstream {
     ) -> Option<HeadCopy> {
         let (retry_on, may_retry) = (target.retry_on, tries.left > 0);
         // On the last attempt the client's Host is moved, not cloned: its
-        // value is a slice of the client connection's read buffer, which it
-        // would keep alive until the response (see `HeadCopy`).
+        // value is a slice of a shared buffer, which it would keep alive
+        // until the response (see `HeadCopy`).
         let preserved = if may_retry { tries.client_host.clone() } else { tries.client_host.take() };
         let host = match (target.host, preserved) {
             // An empty Host (allowed when the target has no authority) gets

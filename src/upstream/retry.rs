@@ -48,10 +48,12 @@ pub fn should_retry(outcome: Outcome, on: RetryOn, left: u32, resendable: bool) 
 /// when its pooled one turns out stale, or as a retry).
 ///
 /// Kept as bytes of its own, not as a clone of the request. A clone's
-/// header values and path are slices of the client connection's read
-/// buffer, and the copy, held until the response arrives, would keep that
-/// buffer alive beside the one hyper reads the client's next bytes into,
-/// for every request in flight (see benches/README.md, Decisions).
+/// header values and path are slices of a buffer shared with other data
+/// (an HTTP/2 connection's frame, or the block an HTTP/1 head is copied
+/// into by `listener::detach`; before that copy, the client connection's
+/// read buffer), and the copy, held until the response arrives, would keep
+/// that buffer alive for every request in flight (see benches/README.md,
+/// Decisions).
 ///
 /// One buffer holds it all: the path, then for each header a 9-byte entry
 /// (its name's length and its value's, as native `u32`s, and whether the

@@ -136,15 +136,6 @@ async fn a_client_that_leaves_the_queue_never_reaches_the_upstream() {
     assert_eq!(sample(&m, "gateway_upstream_queue_depth", &[("upstream", "ql")]), Some(0.0));
 }
 
-fn endpoints_toml(name: &str, addrs: &[SocketAddr], extra_upstream: &str, extra_route: &str) -> String {
-    let list: Vec<String> = addrs.iter().map(|a| format!("\"http://{a}\"")).collect();
-    format!(
-        "[upstreams.{name}]\nendpoints = [{}]\n{extra_upstream}\n\
-         [[routes]]\nname = \"{name}\"\nprefix = \"/{name}\"\nupstream = \"{name}\"\n{extra_route}\n",
-        list.join(", ")
-    )
-}
-
 #[tokio::test]
 async fn round_robin_splits_exactly() {
     let (a, b, c) = (

@@ -337,3 +337,14 @@ pub fn process_status_becomes(addr: &str, path: &str, want: u16) -> bool {
         }
     })
 }
+
+/// A configuration with one upstream `name` of several endpoints and one
+/// route `/name` to it, with extra keys for each.
+pub fn endpoints_toml(name: &str, addrs: &[SocketAddr], extra_upstream: &str, extra_route: &str) -> String {
+    let list: Vec<String> = addrs.iter().map(|a| format!("\"http://{a}\"")).collect();
+    format!(
+        "[upstreams.{name}]\nendpoints = [{}]\n{extra_upstream}\n\
+         [[routes]]\nname = \"{name}\"\nprefix = \"/{name}\"\nupstream = \"{name}\"\n{extra_route}\n",
+        list.join(", ")
+    )
+}

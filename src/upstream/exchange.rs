@@ -6,6 +6,7 @@ use std::time::Duration;
 use http::header::HeaderValue;
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{Method, Request, Response, Uri, Version, header};
+use http_body_util::{Either, Empty};
 use hyper::client::conn::http2;
 
 use super::body::Received;
@@ -151,7 +152,7 @@ pub struct Plan {
 #[allow(clippy::manual_async_fn)] // See above: not an `async fn` on purpose.
 pub fn exchange<'a>(
     pool: &'a Pool,
-    mut req: Request<SendBody>,
+    req: Request<SendBody>,
     plan: Plan,
     resend: &'a (dyn Fn() -> bool + Sync),
     timing: Option<&'a UpstreamTiming>,
@@ -163,13 +164,14 @@ pub fn exchange<'a>(
             return Box::pin(exchange_h2(pool, req, plan, resend, timing)).await;
         }
         if let Some(conn) = pool.take_idle() {
-            let copy = (plan.retryable && plan.may_resend).then(|| HeadCopy::of(&req));
-            match send_h1(conn, req, plan).await {
+            let mut encoded = h1::Encoded::of(req);
+            let kept = if plan.retryable && plan.may_resend { encoded.keep() } else { None };
+            match send_h1_encoded(conn, encoded, plan).await {
                 Ok(response) => return Ok(response),
-                Err(Failure::Send(e)) => match copy.and_then(HeadCopy::into_request) {
-                    Some(copy) if e.is_stale() && resend() => {
+                Err(Failure::Send(e)) => match kept {
+                    Some(kept) if e.is_stale() && resend() => {
                         tracing::debug!(error = %e, "resending on a new connection");
-                        req = copy;
+                        return Box::pin(resend_h1(pool, kept, plan, timing, e)).await;
                     }
                     _ => return Err(Failure::Send(e)),
                 },
@@ -192,10 +194,42 @@ pub fn exchange<'a>(
 }
 
 /// Sends `req` on an HTTP/1.1 connection.
-async fn send_h1(mut conn: Conn, req: Request<SendBody>, plan: Plan) -> Exchanged {
+async fn send_h1(conn: Conn, req: Request<SendBody>, plan: Plan) -> Exchanged {
+    send_h1_encoded(conn, h1::Encoded::of(req), plan).await
+}
+
+async fn send_h1_encoded(mut conn: Conn, encoded: h1::Encoded, plan: Plan) -> Exchanged {
     conn.prepare(plan.send_timeout, plan.large_body);
-    let response = h1::send(conn, req).await.map_err(Failure::Send)?;
+    let response = h1::send_encoded(conn, encoded).await.map_err(Failure::Send)?;
     Ok(response.map(Received::Http1))
+}
+
+/// The resend of a bodiless request `kept` as it was encoded, after its
+/// pooled connection failed with `stale`: on a new connection (which
+/// cannot be stale). Where it must go as a request again (connecting
+/// failed, and the request may go to another endpoint; an `auto`
+/// upstream's new connection chose HTTP/2), it is parsed back from the
+/// bytes; that failing (it cannot: they are what was encoded) ends the
+/// exchange with the stale connection's error.
+async fn resend_h1(
+    pool: &Pool,
+    kept: bytes::Bytes,
+    plan: Plan,
+    timing: Option<&UpstreamTiming>,
+    stale: h1::Error,
+) -> Exchanged {
+    let request = |kept: &bytes::Bytes| h1::request_of(kept, Either::Right(Empty::new()));
+    match open(pool, timing).await {
+        Ok(Connected::Http1(conn)) => send_h1_encoded(conn, h1::Encoded::again(kept), plan).await,
+        Ok(Connected::Http2(sender)) => match request(&kept) {
+            Some(req) => Box::pin(send_h2(sender, req, pool.scheme(), pool.authority().clone())).await,
+            None => Err(Failure::Send(stale)),
+        },
+        Err(e) => match request(&kept) {
+            Some(req) => Err(Failure::Connect(e, Box::new(req))),
+            None => Err(Failure::Send(stale)),
+        },
+    }
 }
 
 /// [`exchange`] over HTTP/2: on a shared connection with room for another

@@ -35,8 +35,51 @@ const COPY_UP_TO: usize = 8192;
 /// Sends `req` on `conn` and reads the response head (skipping 1xx other
 /// than 101). The response's body reads on from the connection and gives
 /// it back to its pool at its end.
-pub async fn send(mut conn: Conn, req: Request<SendBody>) -> Result<Response<ResponseBody>, Error> {
-    let (mut sending, head_request) = Sending::new(req);
+pub async fn send(conn: Conn, req: Request<SendBody>) -> Result<Response<ResponseBody>, Error> {
+    send_encoded(conn, Encoded::of(req)).await
+}
+
+/// A request encoded for an HTTP/1.1 connection, not sent yet.
+pub struct Encoded {
+    sending: Option<Sending>,
+    head_request: bool,
+}
+
+impl Encoded {
+    pub fn of(req: Request<SendBody>) -> Encoded {
+        let (sending, head_request) = Sending::new(req);
+        Encoded { sending, head_request }
+    }
+
+    /// A bodiless request's bytes, all of it, kept to be sent again (on a
+    /// new connection, after a pooled one turned out stale): a second
+    /// handle on the bytes encoded, where a copy of the request's head
+    /// cost every request a pass over its headers.
+    pub fn keep(&mut self) -> Option<Bytes> {
+        let sending = self.sending.as_mut().filter(|s| s.body.is_none() && s.big.is_empty())?;
+        let bytes = std::mem::take(&mut sending.out).freeze();
+        sending.big = bytes.clone();
+        Some(bytes)
+    }
+
+    /// The request [`Encoded::keep`] kept, to be sent again.
+    pub fn again(bytes: Bytes) -> Encoded {
+        let head_request = bytes.starts_with(b"HEAD ");
+        let sending = Sending {
+            out: BytesMut::new(),
+            big: bytes,
+            tail: b"",
+            body: None,
+            framing: SendFraming::Length(0),
+            left: 0,
+        };
+        Encoded { sending: Some(sending), head_request }
+    }
+}
+
+/// [`send`] of a request already encoded.
+pub async fn send_encoded(mut conn: Conn, encoded: Encoded) -> Result<Response<ResponseBody>, Error> {
+    let Encoded { mut sending, head_request } = encoded;
     let mut rx = BytesMut::new();
     let (mut unfinished, mut scanned) = (false, 0);
     let head = std::future::poll_fn(|cx| {

@@ -60,7 +60,11 @@ pub enum SendFraming {
 pub fn encode_request(parts: &request::Parts, out: &mut BytesMut) -> SendFraming {
     let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     let target = if target.is_empty() { "/" } else { target };
-    out.reserve(32 + target.len() + parts.headers.len() * 32);
+    // Exactly the head's length: a kept head (see `Encoded::keep`) holds
+    // no spare room, and an estimate that fell short grew the buffer,
+    // copying it, on most requests.
+    let fields: usize = parts.headers.iter().map(|(name, value)| name.as_str().len() + value.len() + 4).sum();
+    out.reserve(parts.method.as_str().len() + target.len() + 14 + fields);
     out.put_slice(parts.method.as_str().as_bytes());
     out.put_u8(b' ');
     out.put_slice(target.as_bytes());
@@ -82,6 +86,33 @@ pub fn encode_request(parts: &request::Parts, out: &mut BytesMut) -> SendFraming
         return SendFraming::Chunked(names);
     }
     SendFraming::Length(content_length(&parts.headers).ok().flatten().unwrap_or(0))
+}
+
+/// The bodiless request `bytes` hold as [`encode_request`] wrote them
+/// (kept by `Encoded::keep`), as a request again: for a resend that goes
+/// elsewhere than a new HTTP/1.1 connection (connecting failed, or an
+/// `auto` upstream's new connection chose HTTP/2). Parsed by httparse;
+/// `None` if the bytes are not such a request.
+pub fn request_of<B>(bytes: &Bytes, body: B) -> Option<http::Request<B>> {
+    let lines = memchr::memchr_iter(b'\n', bytes).count();
+    let mut storage = vec![httparse::EMPTY_HEADER; lines];
+    let mut parsed = httparse::Request::new(&mut storage);
+    let httparse::Status::Complete(_) = parsed.parse(bytes).ok()? else { return None };
+    let mut req = http::Request::new(body);
+    *req.method_mut() = http::Method::from_bytes(parsed.method?.as_bytes()).ok()?;
+    let path = bytes.slice_ref(parsed.path?.as_bytes());
+    *req.uri_mut() = http::Uri::from(http::uri::PathAndQuery::from_maybe_shared(path).ok()?);
+    let headers = req.headers_mut();
+    for field in parsed.headers.iter() {
+        let name = HeaderName::from_bytes(field.name.as_bytes()).ok()?;
+        let mut value = HeaderValue::from_maybe_shared(bytes.slice_ref(field.value)).ok()?;
+        // The bytes do not say which values were sensitive (never indexed
+        // by HTTP/2's HPACK): the credentials are, as RFC 7541 §7.1.3
+        // advises, for a resend that goes out over HTTP/2.
+        value.set_sensitive(matches!(name, header::AUTHORIZATION | header::PROXY_AUTHORIZATION | header::COOKIE));
+        headers.append(name, value);
+    }
+    Some(req)
 }
 
 /// Fields the gateway may add to a response after its head is parsed.
@@ -434,7 +465,33 @@ mod tests {
         );
         let want = vec![HeaderName::from_static("x-sum"), header::CONTENT_LENGTH];
         assert_eq!(framing, SendFraming::Chunked(want));
+        assert_eq!(out.capacity(), out.len(), "exactly the head's room: a kept head holds no more");
         let (parts, ()) = http::Request::get("/").header("content-length", "3").body(()).unwrap().into_parts();
         assert_eq!(encode_request(&parts, &mut BytesMut::new()), SendFraming::Length(3));
+    }
+
+    #[test]
+    fn a_kept_request_is_the_request_again() {
+        let (parts, ()) = http::Request::get("/a/b?c=1")
+            .header("host", "up:8080")
+            .header("x-two", "1")
+            .header("x-two", "2")
+            .header("via", "1.1 gateway")
+            .body(())
+            .unwrap()
+            .into_parts();
+        let mut out = BytesMut::new();
+        encode_request(&parts, &mut out);
+        let again: http::Request<()> = request_of(&out.freeze(), ()).expect("a request");
+        assert_eq!((again.method(), again.uri()), (&http::Method::GET, &"/a/b?c=1".parse::<http::Uri>().unwrap()));
+        assert_eq!(again.headers(), &parts.headers);
+        let (parts, ()) =
+            http::Request::get("/").header("cookie", "a=1").header("x-a", "b").body(()).unwrap().into_parts();
+        let mut out = BytesMut::new();
+        encode_request(&parts, &mut out);
+        let again: http::Request<()> = request_of(&out.freeze(), ()).expect("a request");
+        assert!(again.headers()["cookie"].is_sensitive(), "credentials stay out of HPACK's table");
+        assert!(!again.headers()["x-a"].is_sensitive());
+        assert!(request_of(&Bytes::from_static(b"GET / HTTP/1.1\r\nhost: x\r\n"), ()).is_none(), "unfinished");
     }
 }

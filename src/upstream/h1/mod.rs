@@ -49,8 +49,8 @@ use bytes::{Buf, Bytes};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 pub use body::ResponseBody;
-pub use client::send;
-pub use head::{MAX_HEAD, MAX_HEADERS};
+pub use client::{Encoded, send, send_encoded};
+pub use head::{MAX_HEAD, MAX_HEADERS, request_of};
 
 use super::io::UpstreamIo;
 use crate::body::BoxError;

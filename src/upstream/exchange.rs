@@ -164,9 +164,8 @@ pub fn exchange<'a>(
             return Box::pin(exchange_h2(pool, req, plan, resend, timing)).await;
         }
         if let Some(conn) = pool.take_idle() {
-            let mut encoded = h1::Encoded::of(req);
-            let kept = if plan.retryable && plan.may_resend { encoded.keep() } else { None };
-            match send_h1_encoded(conn, encoded, plan).await {
+            let (encoded, kept) = h1::Encoded::keeping(req, plan.retryable && plan.may_resend);
+            match send_h1(conn, encoded, plan).await {
                 Ok(response) => return Ok(response),
                 Err(Failure::Send(e)) => match kept {
                     Some(kept) if e.is_stale() && resend() => {
@@ -189,16 +188,15 @@ pub fn exchange<'a>(
             }
             Err(e) => return Err(Failure::Connect(e, Box::new(req))),
         };
-        send_h1(conn, req, plan).await
+        send_h1(conn, h1::Encoded::of(req), plan).await
     }
 }
 
-/// Sends `req` on an HTTP/1.1 connection.
-async fn send_h1(conn: Conn, req: Request<SendBody>, plan: Plan) -> Exchanged {
-    send_h1_encoded(conn, h1::Encoded::of(req), plan).await
-}
-
-async fn send_h1_encoded(mut conn: Conn, encoded: h1::Encoded, plan: Plan) -> Exchanged {
+/// Sends a request, `encoded`, on an HTTP/1.1 connection. The callers
+/// encode it (a plain call) rather than this taking the request: the
+/// request would then be kept, beside the encoding's future, in the future
+/// of every exchange in flight.
+async fn send_h1(mut conn: Conn, encoded: h1::Encoded, plan: Plan) -> Exchanged {
     conn.prepare(plan.send_timeout, plan.large_body);
     let response = h1::send_encoded(conn, encoded).await.map_err(Failure::Send)?;
     Ok(response.map(Received::Http1))
@@ -220,7 +218,7 @@ async fn resend_h1(
 ) -> Exchanged {
     let request = |kept: &bytes::Bytes| h1::request_of(kept, Either::Right(Empty::new()));
     match open(pool, timing).await {
-        Ok(Connected::Http1(conn)) => send_h1_encoded(conn, h1::Encoded::again(kept), plan).await,
+        Ok(Connected::Http1(conn)) => send_h1(conn, h1::Encoded::again(kept), plan).await,
         Ok(Connected::Http2(sender)) => match request(&kept) {
             Some(req) => Box::pin(send_h2(sender, req, pool.scheme(), pool.authority().clone())).await,
             None => Err(Failure::Send(stale)),
@@ -249,7 +247,7 @@ async fn exchange_h2(
             // (new requests now go over HTTP/1.1 too, see `Pool::connect`).
             Ok(Connected::Http1(conn)) => {
                 to_h1(&mut req);
-                return send_h1(conn, req, plan).await;
+                return send_h1(conn, h1::Encoded::of(req), plan).await;
             }
             Err(e) => return Err(Failure::Connect(e, Box::new(req))),
         };

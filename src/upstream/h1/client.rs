@@ -51,11 +51,19 @@ impl Encoded {
         Encoded { sending, head_request }
     }
 
-    /// A bodiless request's bytes, all of it, kept to be sent again (on a
-    /// new connection, after a pooled one turned out stale): a second
-    /// handle on the bytes encoded, where a copy of the request's head
-    /// cost every request a pass over its headers.
-    pub fn keep(&mut self) -> Option<Bytes> {
+    /// `req` encoded and, if `keep` and it is bodiless, its bytes, all of
+    /// them, kept to be sent again (on a new connection, after a pooled one
+    /// turned out stale): a second handle on the bytes encoded, where a
+    /// copy of the request's head cost every request a pass over its
+    /// headers. One call, so that an exchange's future holds no borrowed
+    /// `Encoded` beside the one it sends.
+    pub fn keeping(req: Request<SendBody>, keep: bool) -> (Encoded, Option<Bytes>) {
+        let mut encoded = Encoded::of(req);
+        let kept = if keep { encoded.keep() } else { None };
+        (encoded, kept)
+    }
+
+    fn keep(&mut self) -> Option<Bytes> {
         let sending = self.sending.as_mut().filter(|s| s.body.is_none() && s.big.is_empty())?;
         let bytes = std::mem::take(&mut sending.out).freeze();
         sending.big = bytes.clone();

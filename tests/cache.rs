@@ -389,3 +389,49 @@ fn invalid_cache_settings_exit_64_naming_the_key() {
     let cases: Vec<(&str, &str)> = cases.iter().map(|(t, k)| (t.as_str(), *k)).collect();
     assert_refused_by_check(env!("CARGO_BIN_EXE_gateway"), &cases);
 }
+
+/// Every answer made from a stored head sets its own `Age`,
+/// `Cache-Status` and `X-Request-Id` (the stored head keeps a field for
+/// each, whatever the upstream sent): a fresh hit, a HEAD, a 304 to the
+/// client's conditional, with request IDs on and off.
+#[tokio::test]
+async fn answers_from_a_stored_head_carry_their_own_fields() {
+    let plain: &'static [(&str, &str)] = &[("cache-control", "max-age=60"), ("etag", "\"v1\"")];
+    let with_own: &'static [(&str, &str)] =
+        &[("cache-control", "max-age=60"), ("etag", "\"v1\""), ("x-request-id", "upstream-id"), ("age", "2")];
+    for (server, ids, stored) in [("", true, plain), ("", true, with_own), ("request_id = false", false, plain)] {
+        let (gw, seen_) = cached_with_server(server, fixed(200, stored)).await;
+        get(&gw.url("/c/a")).await;
+        let min_age = if stored == with_own { 2 } else { 0 };
+        let mut given = Vec::new();
+        type Ask = (&'static str, &'static [(&'static str, &'static str)], u16);
+        let asks: [Ask; 3] = [("GET", &[], 200), ("HEAD", &[], 200), ("GET", &[("if-none-match", "\"v1\"")], 304)];
+        for (method, request, status) in asks {
+            let mut req = Request::builder().method(method).uri(gw.url("/c/a"));
+            for (n, v) in request {
+                req = req.header(*n, *v);
+            }
+            let (parts, _) = send(req.body(full(Bytes::new())).unwrap()).await;
+            let case = format!("{server:?} {stored:?} {method} {request:?}");
+            assert_eq!(parts.status.as_u16(), status, "{case}");
+            assert!(cache_status(&parts).starts_with("gateway; hit; ttl="), "{case}: {}", cache_status(&parts));
+            let age: u64 = parts.headers["age"].to_str().unwrap().parse().expect("a number");
+            assert!(age >= min_age, "{case}: {age}");
+            let id = parts.headers.get_all("x-request-id").iter().map(|v| v.to_str().unwrap()).collect::<Vec<_>>();
+            match ids {
+                true => {
+                    assert_eq!(id.len(), 1, "{case}: {id:?}");
+                    assert_eq!(id[0].len(), 32, "{case}: a made ID, not the stored one: {id:?}");
+                    given.push(id[0].to_owned());
+                }
+                false => assert!(id.is_empty(), "{case}: no ID with request IDs off: {id:?}"),
+            }
+            for (name, value) in &parts.headers {
+                assert_ne!(value, "-", "{case}: {name} left as stored");
+            }
+        }
+        given.dedup();
+        assert_eq!(given.len(), if ids { 3 } else { 0 }, "each answer its own ID");
+        assert_eq!(seen(&seen_), 1, "answered from the cache");
+    }
+}

@@ -26,6 +26,7 @@ use super::status::Stamps;
 use super::store::{Entry, FillGuard, Filled};
 use crate::body::{Body, BoxError};
 use crate::error::GatewayError;
+use crate::headers::X_REQUEST_ID;
 use crate::request::{Peer, RequestLog};
 
 /// What the first client of a fill is answered with.
@@ -94,7 +95,7 @@ impl Fill {
         let now = SystemTime::now();
         if let (StatusCode::NOT_MODIFIED, Some(old)) = (status, &stale) {
             let (parts, _) = response.into_parts();
-            let refreshed = refresh(old, &head, &parts, now);
+            let refreshed = refresh(old, &head, &parts, now, cache.id_slot);
             // The merged head is judged again: a 304 may bring what must not
             // be stored (a `Set-Cookie` for the client that revalidated,
             // `private`, `no-store`). Then only this client gets it; the
@@ -169,7 +170,8 @@ fn judge(cache: &RouteCache, head: &request::Parts, parts: &response::Parts, now
     if content_length(&parts.headers).is_some_and(|n| n > config.max_entry) {
         return None;
     }
-    entry_of(head, parts, now, config.default_ttl, config.stale_while_revalidate, config.stale_if_error)
+    let windows = (config.stale_while_revalidate, config.stale_if_error);
+    entry_of(head, parts, now, config.default_ttl, windows, cache.id_slot)
 }
 
 /// The entry for a response head to a request head, if it may be stored.
@@ -177,9 +179,9 @@ pub fn entry_of(
     head: &request::Parts,
     parts: &response::Parts,
     now: SystemTime,
-    default_ttl: std::time::Duration,
-    while_revalidate: std::time::Duration,
-    if_error: std::time::Duration,
+    default_ttl: Duration,
+    (while_revalidate, if_error): (Duration, Duration),
+    id_slot: bool,
 ) -> Option<Entry> {
     // What is kept is copied out of the connections' read buffers (a
     // header value received is a slice of one, which it would keep
@@ -207,7 +209,7 @@ pub fn entry_of(
         born: Entry::born(&policy, now),
         policy,
         status: parts.status,
-        headers: with_room(parts.headers.clone()),
+        headers: with_slots(parts.headers.clone(), id_slot),
         body: Bytes::new(),
         lifetime: lifetime.expect("storable has a lifetime"),
         while_revalidate: rules::stale_window(&d, d.stale_while_revalidate, while_revalidate),
@@ -221,7 +223,13 @@ pub fn entry_of(
 /// from now. The crate makes the new policy; the head is merged here, as
 /// the crate's merged head comes with an `Age` and `Date` of its making,
 /// which must not be stored.
-fn refresh(old: &Entry, head: &request::Parts, not_modified: &response::Parts, now: SystemTime) -> Entry {
+fn refresh(
+    old: &Entry,
+    head: &request::Parts,
+    not_modified: &response::Parts,
+    now: SystemTime,
+    id_slot: bool,
+) -> Entry {
     let not_modified = &detached_response(not_modified);
     let policy = match old.policy.after_response(&policy_head(head, &old.headers), not_modified, now) {
         AfterResponse::NotModified(p, _) | AfterResponse::Modified(p, _) => p,
@@ -244,7 +252,7 @@ fn refresh(old: &Entry, head: &request::Parts, not_modified: &response::Parts, n
         born: Entry::born(&policy, now),
         policy,
         status: old.status,
-        headers: with_room(headers),
+        headers: with_slots(headers, id_slot),
         body: old.body.clone(),
         lifetime,
         while_revalidate: old.while_revalidate,
@@ -300,12 +308,25 @@ fn policy_head(head: &request::Parts, response: &http::HeaderMap) -> request::Pa
     r.into_parts().0
 }
 
-/// A stored head with room for the fields every answer from it adds
-/// (`Age`, `Cache-Status`): a clone keeps the size of the table of indices
-/// (its entries it does not: one of them grows on each answer), so adding
-/// them rehashes no table on the hit path.
-fn with_room(mut headers: http::HeaderMap) -> http::HeaderMap {
-    headers.reserve(2);
+/// A stored head with a field for each one every answer from it sets
+/// (`Age`, `Cache-Status`, and `X-Request-Id` when `id_slot`), a
+/// placeholder where the upstream sent none. An answer is a clone of the
+/// head, and a clone has no spare room: adding a field to it grew its
+/// entries on every hit (a reallocation and a copy of every field), where
+/// replacing a value does not (see benches/README.md, Decisions). Every
+/// placeholder is replaced before an answer leaves: `Age` and
+/// `Cache-Status` by `from_entry`, `X-Request-Id` by `App::handle`.
+fn with_slots(mut headers: http::HeaderMap, id_slot: bool) -> http::HeaderMap {
+    let slots = [(header::AGE, true), (super::CACHE_STATUS, true), (X_REQUEST_ID, id_slot)];
+    for (name, wanted) in slots {
+        if wanted && !headers.contains_key(&name) {
+            headers.insert(name, http::HeaderValue::from_static("-"));
+        }
+    }
+    // An insert reserves a place before it looks for the name: with one
+    // to spare in the table of indices (which a clone keeps), replacing a
+    // value grows nothing.
+    headers.reserve(1);
     headers
 }
 
@@ -419,5 +440,46 @@ impl http_body::Body for ChannelBody {
 
     fn size_hint(&self) -> SizeHint {
         self.length.map(SizeHint::with_exact).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::status::Status;
+
+    /// An answer made from a stored head sets its fields in place: neither
+    /// its `Age` and `Cache-Status` nor the `X-Request-Id` set after them
+    /// grow the clone of the head, whatever the upstream sent.
+    #[test]
+    fn an_answer_from_a_stored_head_grows_no_map() {
+        let fields: [&[(&str, &str)]; 4] = [
+            &[("cache-control", "max-age=60")],
+            &[("cache-control", "max-age=60"), ("age", "3"), ("x-request-id", "up"), ("cache-status", "up; hit")],
+            &[("cache-control", "max-age=60"), ("content-type", "text/plain"), ("etag", "\"e\""), ("via", "1.1 a")],
+            &[("cache-control", "max-age=60"), ("set-cookie2", "x"), ("a", "1"), ("b", "2"), ("c", "3"), ("d", "4")],
+        ];
+        let windows = (Duration::ZERO, Duration::ZERO);
+        for (fields, id_slot) in fields.iter().flat_map(|f| [(f, true), (f, false)]) {
+            let head = Request::get("http://h/x").body(()).unwrap().into_parts().0;
+            let mut response = Response::builder().status(200);
+            for (n, v) in fields.iter() {
+                response = response.header(*n, *v);
+            }
+            let parts = response.body(()).unwrap().into_parts().0;
+            let e = entry_of(&head, &parts, SystemTime::now(), Duration::ZERO, windows, id_slot).expect("storable");
+            let status = Status::hit(Some(Duration::from_secs(60)));
+            let mut answer = crate::cache::from_entry(&e, &http::Method::GET, None, status, Duration::from_secs(1));
+            // A field added (not replaced) grows the entries, a full table
+            // the indices.
+            let grown = |h: &http::HeaderMap| h.len() != e.headers.len() || h.capacity() != e.headers.capacity();
+            assert!(!grown(answer.headers()), "{fields:?}: Age or Cache-Status grew the map");
+            if id_slot {
+                answer.headers_mut().insert(X_REQUEST_ID, http::HeaderValue::from_static("0123"));
+                assert!(!grown(answer.headers()), "{fields:?}: X-Request-Id grew the map");
+            }
+            let from_upstream = fields.iter().any(|(n, _)| *n == "x-request-id");
+            assert_eq!(answer.headers().get_all(X_REQUEST_ID).iter().count(), usize::from(id_slot || from_upstream));
+        }
     }
 }

@@ -83,16 +83,20 @@ pub struct RouteCache {
     metrics: CacheMetrics,
     /// What every key starts with (see [`RouteCache::key_head`]).
     key_start: String,
+    /// Answers carry an `X-Request-Id` (the server's `request_id`): stored
+    /// heads keep a field for it (see `fill::with_slots`).
+    pub(crate) id_slot: bool,
 }
 
 impl RouteCache {
     /// The cache of route `name`; `running` is the store of the route of
     /// that name before a reload, kept when its settings did not change.
+    /// `id_slot`: whether answers carry an `X-Request-Id`.
     pub fn new(
         name: &str,
         target: &ProxyTarget,
         config: CacheConfig,
-        (prefix, max_body): (&str, u64),
+        (prefix, max_body, id_slot): (&str, u64, bool),
         upstream: Arc<Upstream>,
         running: Option<&Arc<Store>>,
     ) -> Arc<RouteCache> {
@@ -107,6 +111,7 @@ impl RouteCache {
             max_body,
             metrics: CacheMetrics::new(name),
             key_start: key_start(&upstream.config.name, target.host),
+            id_slot,
             upstream,
         })
     }

@@ -360,7 +360,8 @@ impl Route {
             Target::Proxy(p) => p.cache.map(|c| {
                 let running = old.and_then(|o| o.cache.as_ref()).map(|c| &c.store);
                 let upstream = upstreams[p.upstream].clone();
-                RouteCache::new(&r.name, p, c, (&r.prefix, r.max_body), upstream, running)
+                let id_slot = config.server.request_id;
+                RouteCache::new(&r.name, p, c, (&r.prefix, r.max_body, id_slot), upstream, running)
             }),
             _ => None,
         };

@@ -2,6 +2,7 @@
 //! of an upstream written in the test that counts the requests it sees.
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -30,6 +31,25 @@ where
     F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Response<TestBody>> + Send + 'static,
 {
+    counted(handler, |up| proxy_toml(up, name, &format!("cache = {{ {cache} }}"), "")).await
+}
+
+/// As [`cached`] with `cache = {}`, and `server` added to `[server]`.
+pub async fn cached_with_server<F, Fut>(server: &str, handler: F) -> (TestGateway, Arc<AtomicUsize>)
+where
+    F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Response<TestBody>> + Send + 'static,
+{
+    counted(handler, |up| proxy_toml(up, "c", "cache = {}", server)).await
+}
+
+/// A gateway configured by `toml` for the upstream `handler` answers from,
+/// and the count of requests the upstream saw.
+async fn counted<F, Fut>(handler: F, toml: impl FnOnce(SocketAddr) -> String) -> (TestGateway, Arc<AtomicUsize>)
+where
+    F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Response<TestBody>> + Send + 'static,
+{
     let seen = Arc::new(AtomicUsize::new(0));
     let s = seen.clone();
     let up = TestUpstream::start(move |req| {
@@ -37,8 +57,7 @@ where
         handler(req)
     })
     .await;
-    let toml = proxy_toml(up.addr, name, &format!("cache = {{ {cache} }}"), "");
-    (TestGateway::from_toml(&toml).await, seen)
+    (TestGateway::from_toml(&toml(up.addr)).await, seen)
 }
 
 pub fn answer(status: u16, headers: &[(&str, &str)], body: impl Into<Bytes>) -> Response<TestBody> {

@@ -70,7 +70,7 @@ impl Encoded {
         Some(bytes)
     }
 
-    /// The request [`Encoded::keep`] kept, to be sent again.
+    /// The request [`Encoded::keeping`] kept, to be sent again.
     pub fn again(bytes: Bytes) -> Encoded {
         let head_request = bytes.starts_with(b"HEAD ");
         let sending = Sending {

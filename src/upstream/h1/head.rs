@@ -60,7 +60,7 @@ pub enum SendFraming {
 pub fn encode_request(parts: &request::Parts, out: &mut BytesMut) -> SendFraming {
     let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     let target = if target.is_empty() { "/" } else { target };
-    // Exactly the head's length: a kept head (see `Encoded::keep`) holds
+    // Exactly the head's length: a kept head (see `Encoded::keeping`) holds
     // no spare room, and an estimate that fell short grew the buffer,
     // copying it, on most requests.
     let fields: usize = parts.headers.iter().map(|(name, value)| name.as_str().len() + value.len() + 4).sum();
@@ -89,7 +89,7 @@ pub fn encode_request(parts: &request::Parts, out: &mut BytesMut) -> SendFraming
 }
 
 /// The bodiless request `bytes` hold as [`encode_request`] wrote them
-/// (kept by `Encoded::keep`), as a request again: for a resend that goes
+/// (kept by `Encoded::keeping`), as a request again: for a resend that goes
 /// elsewhere than a new HTTP/1.1 connection (connecting failed, or an
 /// `auto` upstream's new connection chose HTTP/2). Parsed by httparse;
 /// `None` if the bytes are not such a request.

@@ -6,9 +6,9 @@
 //! With the head parsed, and before the request's future first runs, it
 //! reads the connection again (to notice a client that goes away), and its
 //! `reserve` finds the buffer shared with those slices: so it allocates a
-//! new 8 KiB buffer for every request, while the old one lives until the
-//! request lets go of its head. At a thousand slow requests in flight that
-//! churn cost about 5 KiB of resident memory a connection (see
+//! new buffer for every request, while the old one lives until the
+//! request lets go of its head: with many slow requests in flight, that
+//! churn costs resident memory on every connection (see
 //! benches/README.md, Decisions). Copied out here, in the service's
 //! synchronous call, the head leaves the buffer unshared, and hyper reuses
 //! it.
@@ -20,7 +20,7 @@
 //! until its upstream request is encoded (or its answer is made), so a
 //! block is freed soon after it is used up; one held by a request that
 //! waits (in a queue, or for a cache fill) holds at most a block, less than
-//! the 8 KiB buffer it held before.
+//! the read buffer it would hold otherwise.
 
 use bytes::{Bytes, BytesMut};
 use http::uri::PathAndQuery;
@@ -66,8 +66,8 @@ pub fn detach<B>(req: &mut Request<B>) {
         let end = at + value.len();
         let sensitive = value.is_sensitive();
         // SAFETY: the bytes are an exact copy of a valid header value.
-        // Checking them again cost about five instructions a byte, on
-        // every field of every request (see benches/README.md, Decisions).
+        // Checking them again would cost a pass over every byte of every
+        // field of every request (see benches/README.md, Decisions).
         #[allow(unsafe_code)]
         let mut copied = unsafe { HeaderValue::from_maybe_shared_unchecked(copy.slice(at..end)) };
         copied.set_sensitive(sensitive);

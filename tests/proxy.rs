@@ -388,15 +388,11 @@ async fn one_shot_upstream() -> (std::net::SocketAddr, Arc<AtomicUsize>) {
     let addr = raw_upstream(move |mut s| {
         a.fetch_add(1, Ordering::SeqCst);
         async move {
-            let mut buf = vec![0u8; 65536];
-            let mut head = Vec::new();
             // Read one request head (and any small body) and answer it.
-            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                match s.read(&mut buf).await {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => head.extend_from_slice(&buf[..n]),
-                }
+            if read_head(&mut s).await.is_none() {
+                return;
             }
+            let mut buf = vec![0u8; 65536];
             let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await;
             // The next request on this connection gets the door shut.
             let _ = s.read(&mut buf).await;

@@ -426,16 +426,7 @@ async fn resetting_upstream(failing: Arc<AtomicBool>) -> (SocketAddr, Arc<Atomic
     let addr = raw_upstream(move |mut s: TcpStream| {
         let (failing, heads) = (failing.clone(), h.clone());
         async move {
-            use tokio::io::AsyncReadExt;
-            let mut buf = [0u8; 4096];
-            loop {
-                let mut head = Vec::new();
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match s.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => head.extend_from_slice(&buf[..n]),
-                    }
-                }
+            while read_head(&mut s).await.is_some() {
                 heads.fetch_add(1, Ordering::SeqCst);
                 if failing.load(Ordering::SeqCst) {
                     let _ = socket2::SockRef::from(&s).set_linger(Some(Duration::ZERO));

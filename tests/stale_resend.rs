@@ -37,16 +37,7 @@ async fn stoppable_upstream() -> Stoppable {
             };
             let (token, seen) = (token.clone(), seen.clone());
             tokio::spawn(async move {
-                use tokio::io::AsyncReadExt;
-                let mut buf = [0u8; 4096];
-                loop {
-                    let mut head = Vec::new();
-                    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                        match s.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => head.extend_from_slice(&buf[..n]),
-                        }
-                    }
+                while let Some(head) = read_head(&mut s).await {
                     seen.lock().unwrap().push(String::from_utf8_lossy(&head).into_owned());
                     if token.is_cancelled() {
                         let _ = socket2::SockRef::from(&s).set_linger(Some(Duration::ZERO));

@@ -432,14 +432,10 @@ async fn a_pooled_tls_connection_closed_without_close_notify_is_resent_on_a_new_
             tokio::spawn(async move {
                 use tokio::io::AsyncReadExt;
                 let Ok(mut tls) = acceptor.accept(stream).await else { return };
-                let mut buf = vec![0u8; 4096];
-                let mut head = Vec::new();
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match tls.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => head.extend_from_slice(&buf[..n]),
-                    }
+                if read_head(&mut tls).await.is_none() {
+                    return;
                 }
+                let mut buf = vec![0u8; 4096];
                 let _ = tls.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await;
                 let _ = tls.flush().await;
                 let _ = tls.read(&mut buf).await;

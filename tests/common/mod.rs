@@ -348,3 +348,16 @@ pub fn endpoints_toml(name: &str, addrs: &[SocketAddr], extra_upstream: &str, ex
         list.join(", ")
     )
 }
+
+/// Reads from `s` until a request head's end (bytes past it, if any, come
+/// with it); `None` if the stream ends or fails first.
+pub async fn read_head<S: tokio::io::AsyncRead + Unpin>(s: &mut S) -> Option<Vec<u8>> {
+    let (mut buf, mut head) = ([0u8; 4096], Vec::new());
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        match s.read(&mut buf).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => head.extend_from_slice(&buf[..n]),
+        }
+    }
+    Some(head)
+}

@@ -5,22 +5,25 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
 use common::*;
 use http::Request;
 use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
 
-/// An upstream that answers `ok` on kept-alive connections, and records
+/// An upstream that answers `ok` (no body to a HEAD) on kept-alive
+/// connections, and records
 /// each request head, until it is stopped: then it no longer accepts
 /// connections (a new one is refused), and resets an open one as soon as
 /// it has read a head (a process going down).
 struct Stoppable {
     addr: SocketAddr,
     stop: tokio_util::sync::CancellationToken,
-    heads: Arc<std::sync::Mutex<Vec<String>>>,
+    heads: Arc<std::sync::Mutex<Vec<Vec<u8>>>>,
 }
 
 async fn stoppable_upstream() -> Stoppable {
@@ -38,12 +41,14 @@ async fn stoppable_upstream() -> Stoppable {
             let (token, seen) = (token.clone(), seen.clone());
             tokio::spawn(async move {
                 while let Some(head) = read_head(&mut s).await {
-                    seen.lock().unwrap().push(String::from_utf8_lossy(&head).into_owned());
+                    let bodiless = head.starts_with(b"HEAD ");
+                    seen.lock().unwrap().push(head);
                     if token.is_cancelled() {
                         let _ = socket2::SockRef::from(&s).set_linger(Some(Duration::ZERO));
                         return;
                     }
-                    if s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await.is_err() {
+                    let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                    if s.write_all(if bodiless { &answer[..answer.len() - 2] } else { answer }).await.is_err() {
                         return;
                     }
                 }
@@ -77,10 +82,11 @@ async fn a_stale_resend_that_cannot_connect_is_retried_elsewhere_whole() {
         let (parts, body) = send(req).await;
         assert_eq!((parts.status.as_u16(), &body[..]), (200, &b"ok"[..]), "probe {i}");
     }
-    let at_a: Vec<String> = a.heads.lock().unwrap().drain(1..).collect();
+    let at_a: Vec<String> =
+        a.heads.lock().unwrap().drain(1..).map(|h| String::from_utf8_lossy(&h).into_owned()).collect();
     assert_eq!(at_a.len(), 1, "one probe went to the stale connection: {at_a:?}");
     let probe = at_a[0].lines().next().unwrap().split(' ').nth(1).unwrap().to_owned();
-    let at_b = b.heads.lock().unwrap();
+    let at_b: Vec<String> = b.heads.lock().unwrap().iter().map(|h| String::from_utf8_lossy(h).into_owned()).collect();
     let again = at_b.iter().find(|h| h.contains(&probe)).expect("the probe A reset reached B");
     let header = |head: &str, name: &str| {
         head.lines()
@@ -90,4 +96,102 @@ async fn a_stale_resend_that_cannot_connect_is_retried_elsewhere_whole() {
         assert_eq!(header(again, name), header(&at_a[0], name), "{name} as first sent");
     }
     assert!(header(again, "x-probe").is_some());
+}
+
+/// Two endpoints, one pooled connection to each, then A goes down: of two
+/// requests made by `send_one`, one lands on A's stale connection, whose
+/// resend cannot connect and is parsed back and retried on B. Returns the
+/// head A saw and the head B saw for it.
+async fn stale_then_elsewhere<F, Fut>(name: &str, send_one: F) -> (Vec<u8>, Vec<u8>)
+where
+    F: Fn(TestGatewayRef, usize) -> Fut,
+    Fut: std::future::Future<Output = u16>,
+{
+    let (a, b) = (stoppable_upstream().await, stoppable_upstream().await);
+    let toml = endpoints_toml(name, &[a.addr, b.addr], "balance = \"round_robin\"", "retries = 1");
+    let gw = TestGateway::from_toml(&toml).await;
+    for _ in 0..2 {
+        assert_eq!(get(&gw.url(&format!("/{name}/warm"))).await.0.status, 200);
+    }
+    a.stop.cancel();
+    let r = TestGatewayRef { addr: gw.addr, name: name.to_owned() };
+    for i in 0..2 {
+        assert_eq!(send_one(r.clone(), i).await, 200, "probe {i}");
+    }
+    let at_a: Vec<Vec<u8>> = a.heads.lock().unwrap().drain(1..).collect();
+    assert_eq!(at_a.len(), 1, "one probe went to A's stale connection");
+    let line = request_line(&at_a[0]);
+    let at_b = b.heads.lock().unwrap();
+    let again = at_b.iter().find(|h| request_line(h) == line).expect("the probe A reset reached B").clone();
+    (at_a[0].clone(), again)
+}
+
+#[derive(Clone)]
+struct TestGatewayRef {
+    addr: SocketAddr,
+    name: String,
+}
+
+/// Everything but Host, as first sent, in order: repeated fields, a query,
+/// credentials, a HEAD.
+#[tokio::test]
+async fn a_parsed_back_resend_is_the_head_first_sent() {
+    bounded(async {
+        for method in ["GET", "HEAD"] {
+            let (first, again) = stale_then_elsewhere(&format!("pb{}", method.len()), |gw, i| async move {
+                let head = format!(
+                    "{method} /{}/p/{i}?q=1&r=%20&s HTTP/1.1\r\nHost: example.test\r\nX-Rep: 1\r\nAuthorization: Bearer t\r\n\
+                     X-Rep: 2\r\nCookie: a=1\r\nCookie: b=2\r\nX-Empty:\r\nX-Tab: a\tb\r\nX-Latin: caf\u{e9}\r\n\
+                     Accept: */*\r\nConnection: close\r\n\r\n",
+                    gw.name
+                );
+                let mut s = TcpStream::connect(gw.addr).await.unwrap();
+                s.write_all(head.as_bytes()).await.unwrap();
+                read_responses(&mut s, &[method == "HEAD"]).await[0].0[9..12].parse().unwrap()
+            })
+            .await;
+            assert_eq!(request_line(&first), request_line(&again));
+            assert_eq!(field_lines(&first), field_lines(&again), "{method}: the fields as first sent");
+        }
+    })
+    .await;
+}
+
+/// A HEAD whose pooled connection was stale, resent on a new connection
+/// from its kept bytes: still read as a HEAD's answer (no body awaited),
+/// and the connection after it is in step.
+#[tokio::test]
+async fn a_head_resent_from_its_bytes_is_answered_as_a_head() {
+    bounded(async {
+        let heads = Arc::new(Mutex::new(Vec::<(usize, usize, String)>::new()));
+        let log = heads.clone();
+        let (addr, accepted) = common::scripted::scripted(move |conn, nth, head| {
+            log.lock().unwrap().push((conn, nth, head.to_owned()));
+            if conn == 0 && nth == 1 {
+                // Closed under the second request: stale.
+                return common::scripted::Answer { pieces: vec![], close: true };
+            }
+            if head.starts_with("HEAD ") {
+                common::scripted::answer(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n")
+            } else {
+                common::scripted::answer(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello")
+            }
+        })
+        .await;
+        let gw = common::scripted::route_to(addr, "headresend", "").await;
+        assert_eq!(get(&gw.url("/h/warm")).await.0.status, 200);
+        let mut s = TcpStream::connect(gw.addr).await.unwrap();
+        s.write_all(b"HEAD /h/x?y=1 HTTP/1.1\r\nHost: h\r\nCookie: c=1\r\n\r\nGET /h/next HTTP/1.1\r\nHost: h\r\n\r\n")
+            .await
+            .unwrap();
+        let got = read_responses(&mut s, &[true, false]).await;
+        assert!(got[0].0.starts_with("HTTP/1.1 200"), "{got:?}");
+        assert!(got[1].0.starts_with("HTTP/1.1 200") && got[1].1 == b"hello", "{got:?}");
+        assert_eq!(accepted.load(Ordering::SeqCst), 2);
+        let heads = heads.lock().unwrap();
+        let stale = &heads.iter().find(|(c, n, _)| (*c, *n) == (0, 1)).unwrap().2;
+        let resent = &heads.iter().find(|(c, n, _)| (*c, *n) == (1, 0)).unwrap().2;
+        assert_eq!(stale, resent, "resent byte for byte");
+    })
+    .await;
 }

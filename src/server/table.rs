@@ -155,12 +155,16 @@ impl App {
         if new.server.access_log_format.is_none() {
             new.server.access_log_format = self.config.server.access_log_format;
         }
+        let mut needs_restart = restart_sections(&self.config, &new);
+        // `[server]` (but for its TLS files) runs on with the start's values,
+        // in what the new routes are built with too: the `X-Request-Id` field
+        // kept in stored cache heads, the trusted proxies of access rules.
+        new.server = ServerConfig { tls: new.server.tls.take(), ..self.config.server.clone() };
         self.discovery.sync(&new);
         let old = self.table.load();
         let table = Table::new(&new, Some(&old), &self.read_ahead, &self.discovery, false);
         let kept = table.upstreams.iter().filter(|u| old.upstreams.iter().any(|o| Arc::ptr_eq(o, u))).count();
         self.table.store(Arc::new(table));
-        let mut needs_restart = restart_sections(&self.config, &new);
         match (&self.config.server.tls, &new.server.tls) {
             // Renewed files: served from the next connection on.
             (Some(old), Some(new)) if old.client_ca.is_some() == new.client_ca.is_some() => {

@@ -361,3 +361,52 @@ pub async fn read_head<S: tokio::io::AsyncRead + Unpin>(s: &mut S) -> Option<Vec
     }
     Some(head)
 }
+
+/// The field lines of a raw head (after the request line), as bytes.
+pub fn field_lines(head: &[u8]) -> Vec<Vec<u8>> {
+    let text = &head[..head.len() - 4];
+    text.split(|b| *b == b'\n').skip(1).map(|l| l.strip_suffix(b"\r").unwrap_or(l).to_vec()).collect()
+}
+
+/// The request line of a raw head.
+pub fn request_line(head: &[u8]) -> String {
+    let end = head.iter().position(|b| *b == b'\r').unwrap();
+    String::from_utf8_lossy(&head[..end]).into_owned()
+}
+
+/// Reads `n` responses with `Content-Length` (none for a HEAD, as listed
+/// in `heads`) from `s`; their raw heads and bodies.
+pub async fn read_responses(s: &mut TcpStream, heads: &[bool]) -> Vec<(String, Vec<u8>)> {
+    let mut got = Vec::new();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 65536];
+    for is_head in heads {
+        let (head, length) = loop {
+            if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&got[..end + 4]).into_owned();
+                got.drain(..end + 4);
+                let length = head
+                    .lines()
+                    .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length: ").map(str::to_owned))
+                    .map_or(0, |v| v.trim().parse::<usize>().unwrap());
+                break (head, if *is_head { 0 } else { length });
+            }
+            let n = s.read(&mut buf).await.unwrap();
+            assert!(n > 0, "closed early; responses so far: {out:?}");
+            got.extend_from_slice(&buf[..n]);
+        };
+        while got.len() < length {
+            let n = s.read(&mut buf).await.unwrap();
+            assert!(n > 0, "closed in a body");
+            got.extend_from_slice(&buf[..n]);
+        }
+        let body: Vec<u8> = got.drain(..length).collect();
+        out.push((head, body));
+    }
+    out
+}
+
+/// Runs `f`, failing the test if it takes longer than ten seconds.
+pub async fn bounded<F: Future>(f: F) -> F::Output {
+    tokio::time::timeout(Duration::from_secs(10), f).await.expect("test took too long")
+}

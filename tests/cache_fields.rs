@@ -6,7 +6,6 @@
 
 mod common;
 
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -14,18 +13,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::cached::*;
 use common::*;
-use gateway::config::{self, Source};
 use http::Request;
 use hyper::body::Incoming;
-
-/// Writes `toml` as the config file in `dir` and starts a gateway from it.
-async fn from_file(dir: &Path, toml: &str) -> TestGateway {
-    let path = dir.join("gateway.toml");
-    std::fs::write(&path, toml).unwrap();
-    let mut c = config::load(&Source::File(path)).unwrap_or_else(|e| panic!("{e}"));
-    c.server.listen = "127.0.0.1:0".parse().unwrap();
-    TestGateway::start(c).await
-}
 
 /// The values of `name` in a response head.
 fn values(parts: &http::response::Parts, name: &str) -> Vec<String> {
@@ -58,7 +47,7 @@ async fn a_reload_that_turns_request_ids_on_does_not_leak_the_id_placeholder() {
             )
         };
         let dir = tempfile::tempdir().unwrap();
-        let gw = from_file(dir.path(), &toml(false)).await;
+        let gw = TestGateway::from_file(dir.path(), &toml(false)).await;
         std::fs::write(dir.path().join("gateway.toml"), toml(true)).unwrap();
         let restart = gw.app.reload().expect("a valid file");
         assert_eq!(restart, vec!["server"], "request_id needs a restart: the old value runs on");

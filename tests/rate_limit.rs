@@ -145,15 +145,6 @@ async fn a_spoofed_forwarded_for_from_an_untrusted_peer_changes_nothing() {
     assert_eq!(allowed, 2, "four claimed clients are one peer: {statuses:?}");
 }
 
-/// Writes `toml` as the config file in `dir` and starts a gateway from it.
-async fn from_file(dir: &Path, toml: &str) -> TestGateway {
-    let path = dir.join("gateway.toml");
-    std::fs::write(&path, toml).unwrap();
-    let mut c = config::load(&Source::File(path)).unwrap_or_else(|e| panic!("{e}"));
-    c.server.listen = "127.0.0.1:0".parse().unwrap();
-    TestGateway::start(c).await
-}
-
 #[tokio::test]
 async fn a_reload_that_changes_the_rate_applies_it_and_one_that_does_not_keeps_the_buckets() {
     let dir = tempfile::tempdir().unwrap();
@@ -163,7 +154,7 @@ async fn a_reload_that_changes_the_rate_applies_it_and_one_that_does_not_keeps_t
              rate_limit = {{ rate = \"1/m\", burst = {burst}, key = \"route\" }}\n"
         )
     };
-    let gw = from_file(dir.path(), &toml(1)).await;
+    let gw = TestGateway::from_file(dir.path(), &toml(1)).await;
     let url = gw.url("/");
     assert_eq!(get_with(&url, &[]).await.0, 200);
     assert_eq!(get_with(&url, &[]).await.0, 429);

@@ -76,6 +76,16 @@ impl TestGateway {
         Self::start(config(toml, Path::new(env!("CARGO_MANIFEST_DIR")))).await
     }
 
+    /// Writes `toml` as the config file `gateway.toml` in `dir` and starts
+    /// a gateway from it (on a free port), for tests that reload it.
+    pub async fn from_file(dir: &Path, toml: &str) -> TestGateway {
+        let path = dir.join("gateway.toml");
+        std::fs::write(&path, toml).unwrap();
+        let mut c = config::load(&Source::File(path)).unwrap_or_else(|e| panic!("{e}"));
+        c.server.listen = "127.0.0.1:0".parse().unwrap();
+        Self::start(c).await
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.addr, path)
     }

@@ -250,6 +250,30 @@ async fn a_changed_server_section_is_reported_and_not_applied() {
     assert_eq!(get(&gw.url(&long)).await.0.status, 200);
 }
 
+/// A route that leaves `max_body` unset takes `server.max_body`: a reload
+/// that changes only the latter (a `[server]` key, not applied until a
+/// restart) leaves the route's bound as it was too.
+#[tokio::test]
+async fn a_routes_default_from_a_changed_server_section_is_not_applied_either() {
+    let _serial = SERIAL.lock().await;
+    let (up, _) = counting_upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let small = with_routes(up.addr, "2s", "").replace("[server]\n", "[server]\nmax_body = \"1KiB\"\n");
+    let gw = from_file(dir.path(), &small).await;
+    let post = |url: String| async move {
+        let req = Request::post(url).body(full(vec![b'x'; 4096])).unwrap();
+        send(req).await.0.status.as_u16()
+    };
+    assert_eq!(post(gw.url("/a/up")).await, 413);
+    rewrite(dir.path(), &small.replace("max_body = \"1KiB\"", "max_body = \"1MiB\""));
+    assert_eq!(gw.app.reload().unwrap(), vec!["server"]);
+    assert_eq!(post(gw.url("/a/up")).await, 413, "the route's bound is still the running server's");
+    // A route's own max_body is the file's to change.
+    rewrite(dir.path(), &small.replace("timeout = \"2s\"", "timeout = \"2s\"\nmax_body = \"1MiB\""));
+    assert_eq!(gw.app.reload().unwrap(), vec![] as Vec<&str>);
+    assert_eq!(post(gw.url("/a/up")).await, 200);
+}
+
 #[tokio::test]
 async fn a_reload_keeps_counting_a_routes_max_concurrent() {
     let _serial = SERIAL.lock().await;

@@ -424,24 +424,33 @@ const DEFAULTS: &[(&str, &str)] = &[
 
 /// Loads `source`, applies environment overrides, and validates.
 pub fn load(source: &Source) -> Result<Config, ConfigError> {
-    load_from(source, None)
+    load_from(source, None, None)
 }
 
 /// [`load`] of the file at `path` with `text` as its bytes, as read by
 /// whoever checked them (the watcher), so that what is applied is what was
 /// checked, not what a later read finds.
 pub fn load_text(path: &Path, text: &str) -> Result<Config, ConfigError> {
-    load_from(&Source::File(path.to_owned()), Some(text))
+    load_from(&Source::File(path.to_owned()), Some(text), None)
 }
 
-fn load_from(source: &Source, text: Option<&str>) -> Result<Config, ConfigError> {
+/// [`load`] (of `text` as the file's bytes when given) for a reload: the
+/// file's `[server]` is checked and returned as it is, but its routes take
+/// their defaults and checks from `running` (a route's `max_body`, the
+/// fields request IDs and trace context reserve, underscore headers), as
+/// `[server]` runs on with its old values until a restart.
+pub fn load_again(source: &Source, text: Option<&str>, running: &ServerConfig) -> Result<Config, ConfigError> {
+    load_from(source, text, Some(running))
+}
+
+fn load_from(source: &Source, text: Option<&str>, running: Option<&ServerConfig>) -> Result<Config, ConfigError> {
     let name = source.name();
     let built = built(source, text)?;
     // Read before validation consumes it; a tree that does not convert
     // (it always does: TOML values are JSON values) is shown as null.
     let effective = built.clone().try_deserialize::<serde_json::Value>().map(redact::redacted).unwrap_or_default();
     let raw: RawConfig = built.try_deserialize().map_err(|e| config_crate_error(&name, e))?;
-    let mut config = validate::config(raw, &source.base_dir()).map_err(|(key, message)| ConfigError {
+    let mut config = validate::config(raw, &source.base_dir(), running).map_err(|(key, message)| ConfigError {
         source_name: name.clone(),
         key,
         message,

@@ -131,8 +131,7 @@ impl App {
         // One at a time: two at once could store the older file last.
         let mut current = self.reloading.lock().unwrap_or_else(|e| e.into_inner());
         let loaded = match (&self.config.source, text) {
-            (Some(crate::config::Source::File(path)), Some(text)) => crate::config::load_text(path, text),
-            (Some(source), _) => crate::config::load(source),
+            (Some(source), text) => crate::config::load_again(source, text, &self.config.server),
             (None, _) => Err(ConfigError {
                 source_name: self.config.source_name.clone(),
                 key: "-".into(),
@@ -157,8 +156,9 @@ impl App {
         }
         let mut needs_restart = restart_sections(&self.config, &new);
         // `[server]` (but for its TLS files) runs on with the start's values,
-        // in what the new routes are built with too: the `X-Request-Id` field
-        // kept in stored cache heads, the trusted proxies of access rules.
+        // in what the new routes are built with too (their defaults were
+        // taken from it by `load_again`): the `X-Request-Id` field kept in
+        // stored cache heads, the trusted proxies of access rules.
         new.server = ServerConfig { tls: new.server.tls.take(), ..self.config.server.clone() };
         self.discovery.sync(&new);
         let old = self.table.load();

@@ -36,8 +36,11 @@ use upstream::upstream;
 /// A problem with one key: `(key, message)`.
 type Problem = (String, String);
 
-pub(super) fn config(raw: RawConfig, base_dir: &Path) -> Result<Config, Problem> {
+/// `running`: the `[server]` routes are checked against and take their
+/// defaults from, when not the file's own (a reload).
+pub(super) fn config(raw: RawConfig, base_dir: &Path, running: Option<&ServerConfig>) -> Result<Config, Problem> {
     let server = server(&raw.server, base_dir)?;
+    let for_routes = running.unwrap_or(&server);
     let tracing = tracing(&raw.tracing)?;
     let metrics = metrics(&raw.metrics)?;
     let rate_limit_store =
@@ -58,7 +61,7 @@ pub(super) fn config(raw: RawConfig, base_dir: &Path) -> Result<Config, Problem>
             .as_ref()
             .map(|rl| ratelimit::rate_limit(rl, &format!("routes[{i}].rate_limit"), rate_limit_store.as_ref()))
             .transpose()?;
-        let route = RouteConfig { rate_limit, ..route(i, r, &server, &upstream_index, base_dir)? };
+        let route = RouteConfig { rate_limit, ..route(i, r, for_routes, &upstream_index, base_dir)? };
         let key = |k: &str| format!("routes[{i}].{k}");
         if let Some(prev) = seen_names.insert(route.name.clone(), i) {
             return Err((key("name"), format!("duplicate route name {:?} (also routes[{prev}])", route.name)));

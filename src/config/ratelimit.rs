@@ -124,7 +124,7 @@ impl OnStoreError {
 }
 
 /// The raw `rate_limit` of a route.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawRateLimit {
     pub rate: Option<String>,
@@ -137,7 +137,7 @@ pub(super) struct RawRateLimit {
 }
 
 /// The raw `[rate_limit_store]`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawRateLimitStore {
     pub url: Option<String>,

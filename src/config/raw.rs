@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawConfig {
     pub server: RawServer,
@@ -24,7 +24,7 @@ pub(super) struct RawConfig {
     pub rate_limit_store: Option<super::ratelimit::RawRateLimitStore>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawServer {
     pub listen: String,
@@ -54,7 +54,7 @@ pub(super) struct RawServer {
 }
 
 /// `[resolver]`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawResolver {
     pub nameservers: Option<Vec<String>>,
@@ -63,7 +63,7 @@ pub(super) struct RawResolver {
 }
 
 /// `[upstreams.NAME] discover = { ... }`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawDiscover {
     pub dns: Option<String>,
@@ -75,7 +75,7 @@ pub(super) struct RawDiscover {
 }
 
 /// `[server.tls]`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawServerTls {
     pub cert: Option<String>,
@@ -84,14 +84,14 @@ pub(super) struct RawServerTls {
 }
 
 /// A size: a plain integer (bytes) or a string such as "64KiB".
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(untagged)]
 pub(super) enum RawSize {
     Bytes(u64),
     Text(String),
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawTracing {
     pub otlp_endpoint: Option<String>,
@@ -99,7 +99,7 @@ pub(super) struct RawTracing {
 }
 
 /// `{ set = { name = value, ... }, remove = [name, ...] }`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawHeaderRules {
     #[serde(default)]
@@ -108,7 +108,7 @@ pub(super) struct RawHeaderRules {
     pub remove: Vec<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawMetrics {
     pub path: String,
@@ -121,7 +121,7 @@ pub(super) struct RawMetrics {
     pub hosts: Option<Vec<String>>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawUpstream {
     pub url: Option<String>,
@@ -145,7 +145,7 @@ pub(super) struct RawUpstream {
     pub max_connections: Option<usize>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawHealth {
     pub path: Option<String>,
@@ -155,21 +155,21 @@ pub(super) struct RawHealth {
     pub healthy_after: Option<u32>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawOutlier {
     pub consecutive_failures: Option<u32>,
     pub ejection_time: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawRetryBudget {
     pub ratio: Option<f64>,
     pub min_per_second: Option<u32>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawRoute {
     pub name: Option<String>,
@@ -204,7 +204,7 @@ pub(super) struct RawRoute {
     pub panic: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawRespond {
     pub status: Option<u16>,
@@ -212,7 +212,7 @@ pub(super) struct RawRespond {
 }
 
 /// A proxy route's `cache = { ... }`; every key has a default.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawCache {
     pub max_size: Option<RawSize>,

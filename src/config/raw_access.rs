@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 /// `auth = { basic | jwt | forward = {...} }`: exactly one.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawAuth {
     pub basic: Option<RawBasic>,
@@ -16,7 +16,7 @@ pub(super) struct RawAuth {
 }
 
 /// `auth.forward`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawForward {
     pub url: Option<String>,
@@ -27,7 +27,7 @@ pub(super) struct RawForward {
 }
 
 /// `auth.basic`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawBasic {
     pub htpasswd: Option<String>,
@@ -37,7 +37,7 @@ pub(super) struct RawBasic {
 }
 
 /// `auth.jwt`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawJwt {
     pub jwks_file: Option<String>,

@@ -146,34 +146,15 @@ impl App {
                 return Err(e);
             }
         };
-        // Whether the file is watched was decided at start (`--watch` or
-        // the file's key).
-        new.server.watch_config = self.config.server.watch_config;
-        // Unset in the file, the access log format followed --log-format at
-        // start (see `cli`); the same holds now.
-        if new.server.access_log_format.is_none() {
-            new.server.access_log_format = self.config.server.access_log_format;
-        }
-        let mut needs_restart = restart_sections(&self.config, &new);
-        // `[server]` (but for its TLS files) runs on with the start's values,
-        // in what the new routes are built with too (their defaults were
-        // taken from it by `load_again`): the `X-Request-Id` field kept in
-        // stored cache heads, the trusted proxies of access rules.
-        new.server = ServerConfig { tls: new.server.tls.take(), ..self.config.server.clone() };
+        let (needs_restart, renewed) = self.keep_server(&current, &mut new);
         self.discovery.sync(&new);
         let old = self.table.load();
         let table = Table::new(&new, Some(&old), &self.read_ahead, &self.discovery, false);
         let kept = table.upstreams.iter().filter(|u| old.upstreams.iter().any(|o| Arc::ptr_eq(o, u))).count();
         self.table.store(Arc::new(table));
-        match (&self.config.server.tls, &new.server.tls) {
+        if let (Some(tls), true) = (&new.server.tls, renewed) {
             // Renewed files: served from the next connection on.
-            (Some(old), Some(new)) if old.client_ca.is_some() == new.client_ca.is_some() => {
-                self.tls.store(Some(new.config.clone()));
-            }
-            (None, None) => {}
-            // Turning TLS or client certificates on or off changes what the
-            // listener is: not silently.
-            _ => needs_restart.push("server.tls (on/off, client_ca)"),
+            self.tls.store(Some(tls.config.clone()));
         }
         if !needs_restart.is_empty() {
             tracing::warn!(
@@ -245,6 +226,58 @@ impl App {
 }
 
 /// Which of the sections a reload cannot apply changed.
+impl App {
+    /// Makes `new`, the file loaded again, run on with the `[server]` of
+    /// `current` (the start's, but for TLS files a reload renewed; its
+    /// routes were built against it, see
+    /// [`config::load_again`](crate::config::load_again)) unless `new`
+    /// renews the TLS files; `/-/config` shows it so. Returns the sections
+    /// that changed from the start's and need a restart, and whether the
+    /// TLS files are renewed.
+    fn keep_server(&self, current: &Config, new: &mut Config) -> (Vec<&'static str>, bool) {
+        let start = &self.config;
+        // The start also took this from the command line (`--watch`):
+        // compared as the files have it.
+        let in_file = |c: &Config, key: &str| c.effective.get("server").and_then(|s| s.get(key)).cloned();
+        let watch_changed = in_file(start, "watch_config") != in_file(new, "watch_config");
+        new.server.watch_config = start.server.watch_config;
+        // Unset in the file, the access log format followed --log-format at
+        // start (see `cli`); the same holds now.
+        if new.server.access_log_format.is_none() {
+            new.server.access_log_format = start.server.access_log_format;
+        }
+        let mut needs_restart = restart_sections(start, new);
+        if watch_changed && !needs_restart.contains(&"server") {
+            needs_restart.insert(0, "server");
+        }
+        let renewed = match (&start.server.tls, &new.server.tls) {
+            (Some(old), Some(new)) => old.client_ca.is_some() == new.client_ca.is_some(),
+            (None, None) => false,
+            // Turning TLS or client certificates on or off changes what the
+            // listener is: not silently.
+            _ => {
+                needs_restart.push("server.tls (on/off, client_ca)");
+                false
+            }
+        };
+        let tls = if renewed { new.server.tls.take() } else { current.server.tls.clone() };
+        let mut effective = (*new.effective).clone();
+        if let (Some(tree), Some(running)) = (effective.as_object_mut(), current.effective.get("server")) {
+            let mut server = running.clone();
+            if let (Some(server), true) = (server.as_object_mut(), renewed) {
+                match new.effective.get("server").and_then(|s| s.get("tls")) {
+                    Some(tls) => server.insert("tls".into(), tls.clone()),
+                    None => server.remove("tls"),
+                };
+            }
+            tree.insert("server".into(), server);
+        }
+        new.effective = Arc::new(effective);
+        new.server = ServerConfig { tls, ..current.server.clone() };
+        (needs_restart, renewed)
+    }
+}
+
 fn restart_sections(old: &Config, new: &Config) -> Vec<&'static str> {
     // `[server.tls]` is compared apart (see `App::reload`).
     let server = |c: &Config| ServerConfig { tls: None, ..c.server.clone() };

@@ -36,11 +36,13 @@ use upstream::upstream;
 /// A problem with one key: `(key, message)`.
 type Problem = (String, String);
 
-/// `running`: the `[server]` routes are checked against and take their
-/// defaults from, when not the file's own (a reload).
+/// `running`: on a reload, the `[server]` the gateway runs on with; the
+/// routes take their defaults from it, and must hold under it and under
+/// the file's own (the next start checks them so).
 pub(super) fn config(raw: RawConfig, base_dir: &Path, running: Option<&ServerConfig>) -> Result<Config, Problem> {
     let server = server(&raw.server, base_dir)?;
-    let for_routes = running.unwrap_or(&server);
+    let running =
+        running.filter(|r| ServerConfig { tls: None, ..(*r).clone() } != ServerConfig { tls: None, ..server.clone() });
     let tracing = tracing(&raw.tracing)?;
     let metrics = metrics(&raw.metrics)?;
     let rate_limit_store =
@@ -61,7 +63,16 @@ pub(super) fn config(raw: RawConfig, base_dir: &Path, running: Option<&ServerCon
             .as_ref()
             .map(|rl| ratelimit::rate_limit(rl, &format!("routes[{i}].rate_limit"), rate_limit_store.as_ref()))
             .transpose()?;
-        let route = RouteConfig { rate_limit, ..route(i, r, for_routes, &upstream_index, base_dir)? };
+        let built = match running {
+            Some(running) => {
+                route(i, r.clone(), &server, &upstream_index, base_dir)?;
+                route(i, r, running, &upstream_index, base_dir).map_err(|(key, message)| {
+                    (key, format!("{message} (in the running [server], kept until a restart)"))
+                })?
+            }
+            None => route(i, r, &server, &upstream_index, base_dir)?,
+        };
+        let route = RouteConfig { rate_limit, ..built };
         let key = |k: &str| format!("routes[{i}].{k}");
         if let Some(prev) = seen_names.insert(route.name.clone(), i) {
             return Err((key("name"), format!("duplicate route name {:?} (also routes[{prev}])", route.name)));

@@ -22,21 +22,6 @@ use tokio::net::TcpStream;
 /// counts exactly its own.
 static COUNTING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// Waits until `s` is closed by the gateway (EOF or reset), up to `within`;
-/// returns how long that took, or `None` if it stayed open.
-async fn closed_within(s: &mut TcpStream, within: Duration) -> Option<Duration> {
-    let started = Instant::now();
-    let mut buf = [0u8; 65536];
-    loop {
-        let left = within.checked_sub(started.elapsed())?;
-        match tokio::time::timeout(left, s.read(&mut buf)).await {
-            Err(_) => return None,
-            Ok(Ok(0)) | Ok(Err(_)) => return Some(started.elapsed()),
-            Ok(Ok(_)) => {}
-        }
-    }
-}
-
 #[tokio::test]
 async fn connections_that_never_send_a_head_are_closed_at_the_header_read_timeout() {
     let _one_at_a_time = COUNTING.lock().await;

@@ -156,6 +156,28 @@ pub fn has_hop_by_hop(headers: &HeaderMap) -> bool {
     headers.keys().any(|name| HOP_BY_HOP.contains(name) || name == header::UPGRADE)
 }
 
+/// Whether the upstream may see request header `name` otherwise than the
+/// client sent it in `request`: a hop-by-hop field (always, or named in
+/// the request's `Connection`), dropped on the way, or one the gateway
+/// sets per client or per request. A response that varies on such a
+/// field cannot be keyed by the client's value. Not `Host` (a cache key
+/// holds it already), nor `X-Forwarded-Host` and `X-Forwarded-Proto`:
+/// passed on as sent from a trusted proxy, and otherwise set from `Host`
+/// and the listener, the same for every client with that `Host`.
+pub fn not_as_sent(name: &HeaderName, request: &HeaderMap) -> bool {
+    if name == header::HOST || name == X_FORWARDED_HOST || name == X_FORWARDED_PROTO {
+        return false;
+    }
+    HOP_BY_HOP.contains(name)
+        || SET_BY_GATEWAY.contains(name)
+        || request
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|token| token.trim().eq_ignore_ascii_case(name.as_str()))
+}
+
 /// [`strip_hop_by_hop`] once [`has_hop_by_hop`] said there is something to
 /// strip.
 pub fn strip_present_hop_by_hop(headers: &mut HeaderMap) {
@@ -248,13 +270,31 @@ pub fn upgrade_accepted(asked: &HeaderValue, answered: Option<&HeaderValue>) -> 
     switched.peek().is_some() && switched.all(|p| asked.split(',').any(|a| a.trim().eq_ignore_ascii_case(p)))
 }
 
-/// Whether a `Host` value is made only of what `host[:port]` may hold
-/// (RFC 3986 §3.2.2: reg-name characters, an IP literal's brackets, the
-/// port's colon). A byte scan: `http::uri::Authority`'s parser copies the
-/// value first, a cost on every proxied request (see benches/README.md,
-/// Decisions).
+/// Whether a `Host` value is `host[:port]` (RFC 9110 §7.2, RFC 3986
+/// §3.2.2): reg-name characters or an IPv4 address, or an IP literal in
+/// brackets, then at most a colon and digits. Checked by hand over the
+/// bytes: `http::uri::Authority`'s parser copies the value first, a cost
+/// on every proxied request (see benches/README.md, Decisions).
 pub fn valid_host(value: &[u8]) -> bool {
-    value.iter().all(|&b| HOST_BYTES[b as usize])
+    if !value.iter().all(|&b| HOST_BYTES[b as usize]) {
+        return false;
+    }
+    let (host, port) = match value.strip_prefix(b"[") {
+        Some(literal) => match literal.iter().position(|&b| b == b']') {
+            Some(end) if end > 0 => (&literal[..end], &literal[end + 1..]),
+            _ => return false,
+        },
+        None => value.split_at(value.iter().position(|&b| b == b':').unwrap_or(value.len())),
+    };
+    let in_brackets = value.first() == Some(&b'[');
+    if host.iter().any(|&b| b == b'[' || b == b']' || (b == b':' && !in_brackets)) {
+        return false;
+    }
+    match port.split_first() {
+        None => true,
+        Some((b':', digits)) => digits.iter().all(u8::is_ascii_digit),
+        Some(_) => false,
+    }
 }
 
 /// The bytes [`valid_host`] accepts, as a table (one load per byte).

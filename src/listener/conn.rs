@@ -75,6 +75,11 @@ pub struct ConnState {
     idle_since: AtomicU64,
     /// When the first byte of a not yet complete HTTP/1 head arrived.
     head_started: AtomicU64,
+    /// The HTTP/1 request in flight came without a body.
+    bodiless: AtomicBool,
+    /// Bytes arrived while a bodiless HTTP/1 request was in flight: the
+    /// start of a pipelined head, timed from when that request is done.
+    head_behind: AtomicBool,
     /// Since when a write to the client has been pending.
     write_blocked: AtomicU64,
     /// When bytes were last written to the client (HTTP/2 only).
@@ -99,6 +104,8 @@ impl ConnState {
             requests: AtomicU64::new(0),
             idle_since: AtomicU64::new(1),
             head_started: AtomicU64::new(0),
+            bodiless: AtomicBool::new(false),
+            head_behind: AtomicBool::new(false),
             write_blocked: AtomicU64::new(0),
             last_write: AtomicU64::new(0),
             streams: Mutex::new(Vec::new()),
@@ -117,12 +124,14 @@ impl ConnState {
         self.accepted + Duration::from_millis(ms.saturating_sub(1))
     }
 
-    /// A request head arrived: the connection is busy until the guard (the
-    /// response body's) drops.
-    pub fn request_started(self: &Arc<Self>, http2: bool) -> InFlight {
+    /// A request head arrived (`bodiless`: with no body to follow it): the
+    /// connection is busy until the guard (the response body's) drops.
+    pub fn request_started(self: &Arc<Self>, http2: bool, bodiless: bool) -> InFlight {
         self.in_flight.fetch_add(1, Relaxed);
         self.requests.fetch_add(1, Relaxed);
         self.head_started.store(0, Relaxed);
+        self.bodiless.store(bodiless && !http2, Relaxed);
+        self.head_behind.store(false, Relaxed);
         let waiting_since = http2.then(|| {
             if !self.http2.load(Relaxed) {
                 self.http2.store(true, Relaxed);
@@ -165,8 +174,15 @@ impl ConnState {
 
     /// The I/O read bytes.
     pub(super) fn read_bytes(&self) {
-        if self.in_flight.load(Relaxed) == 0 && self.head_started.load(Relaxed) == 0 {
-            self.head_started.store(self.now(), Relaxed);
+        if self.in_flight.load(Relaxed) == 0 {
+            if self.head_started.load(Relaxed) == 0 {
+                self.head_started.store(self.now(), Relaxed);
+            }
+        } else if self.bodiless.load(Relaxed) && !self.head_behind.load(Relaxed) {
+            // Not the request's body: the next head, pipelined. (After a
+            // body, what follows it cannot be told apart here: the idle
+            // timeout bounds it.)
+            self.head_behind.store(true, Relaxed);
         }
     }
 
@@ -243,7 +259,11 @@ impl InFlight {
 impl Drop for InFlight {
     fn drop(&mut self) {
         if self.state.in_flight.fetch_sub(1, Relaxed) == 1 {
-            self.state.idle_since.store(self.state.now(), Relaxed);
+            let now = self.state.now();
+            self.state.idle_since.store(now, Relaxed);
+            if self.state.head_behind.swap(false, Relaxed) && self.state.head_started.load(Relaxed) == 0 {
+                self.state.head_started.store(now, Relaxed);
+            }
         }
     }
 }
@@ -422,88 +442,5 @@ impl Future for Watchdog {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const T: Timeouts = Timeouts {
-        header_read: Duration::from_millis(100),
-        idle: Duration::from_millis(1000),
-        send: Duration::from_millis(500),
-    };
-
-    fn connection() -> (Arc<ConnState>, Watchdog) {
-        let state = Arc::new(ConnState::new(Peer::new([127, 0, 0, 1].into(), false, false)));
-        let watchdog = Watchdog::new(state.clone(), T);
-        (state, watchdog)
-    }
-
-    /// Runs the watchdog for `ms` of paused time: what expired, if anything.
-    async fn run_for(w: &mut Watchdog, ms: u64) -> Option<Expired> {
-        tokio::time::timeout(Duration::from_millis(ms), w).await.ok()
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn first_head_then_idle_then_send() {
-        let (state, mut w) = connection();
-        // No request at all: the header timeout from accept.
-        assert_eq!(run_for(&mut w, 150).await, Some(Expired::HeaderTimeout));
-
-        let (state2, mut w) = connection();
-        let request = state2.request_started(false);
-        // Busy: the header and idle timeouts do not apply.
-        assert_eq!(run_for(&mut w, 2000).await, None);
-        drop(request);
-        assert_eq!(run_for(&mut w, 900).await, None);
-        assert_eq!(run_for(&mut w, 200).await, Some(Expired::Idle));
-
-        // A write that stays blocked: the send timeout, busy or not.
-        let (state3, mut w) = connection();
-        let _request = state3.request_started(false);
-        state3.write_pending();
-        assert_eq!(run_for(&mut w, 400).await, None);
-        assert_eq!(run_for(&mut w, 200).await, Some(Expired::SendTimeout));
-        drop(state);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_second_head_is_timed_from_its_first_byte() {
-        let (state, mut w) = connection();
-        drop(state.request_started(false));
-        assert_eq!(run_for(&mut w, 500).await, None);
-        state.read_bytes();
-        assert_eq!(run_for(&mut w, 150).await, Some(Expired::HeaderTimeout));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn closing_never_cuts_a_request_in_flight() {
-        let (state, mut w) = connection();
-        drop(state.request_started(true));
-        assert_eq!(run_for(&mut w, 1100).await, Some(Expired::Idle));
-        w.closing(Duration::from_millis(100));
-        // A request the client sent before it saw the GOAWAY: served, however
-        // long it takes, and only then is the grace counted.
-        let late = state.request_started(true);
-        assert_eq!(run_for(&mut w, 3000).await, None);
-        drop(late);
-        assert_eq!(run_for(&mut w, 50).await, None);
-        assert_eq!(run_for(&mut w, 100).await, Some(Expired::GraceOver));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn an_http2_stream_waiting_on_a_full_window_is_a_send_timeout() {
-        let (state, mut w) = connection();
-        let request = state.request_started(true);
-        let mut body = ConnBody::new(Body::full("data"), request, None);
-        // The body hands out its data and is never polled again.
-        let waker = futures_util::task::noop_waker();
-        let frame = http_body::Body::poll_frame(Pin::new(&mut body), &mut Context::from_waker(&waker));
-        assert!(matches!(frame, Poll::Ready(Some(Ok(_)))));
-        // Other writes on the connection do not excuse it.
-        for _ in 0..4 {
-            state.wrote();
-            assert_eq!(run_for(&mut w, 100).await, None);
-        }
-        assert!(matches!(run_for(&mut w, 300).await, Some(Expired::SendTimeout)));
-        drop(body);
-    }
-}
+#[path = "conn_tests.rs"]
+mod tests;

@@ -357,7 +357,8 @@ where
     let service = service_fn(move |mut req: Request<Incoming>| {
         // Here, before hyper reads the connection again (see `detach`).
         detach::detach(&mut req);
-        let in_flight = requests.request_started(req.version() == Version::HTTP_2);
+        let bodiless = http_body::Body::is_end_stream(req.body());
+        let in_flight = requests.request_started(req.version() == Version::HTTP_2, bodiless);
         let app = app.clone();
         async move {
             let mut response = match kind {

@@ -420,3 +420,18 @@ pub async fn read_responses(s: &mut TcpStream, heads: &[bool]) -> Vec<(String, V
 pub async fn bounded<F: Future>(f: F) -> F::Output {
     tokio::time::timeout(Duration::from_secs(10), f).await.expect("test took too long")
 }
+
+/// Waits until `s` is closed by the gateway (EOF or reset), up to `within`;
+/// returns how long that took, or `None` if it stayed open.
+pub async fn closed_within(s: &mut TcpStream, within: Duration) -> Option<Duration> {
+    let started = std::time::Instant::now();
+    let mut buf = [0u8; 65536];
+    loop {
+        let left = within.checked_sub(started.elapsed())?;
+        match tokio::time::timeout(left, s.read(&mut buf)).await {
+            Err(_) => return None,
+            Ok(Ok(0)) | Ok(Err(_)) => return Some(started.elapsed()),
+            Ok(Ok(_)) => {}
+        }
+    }
+}

@@ -1,0 +1,108 @@
+//! The connection watchdog's deadlines, on tokio's paused clock.
+
+use super::*;
+
+const T: Timeouts = Timeouts {
+    header_read: Duration::from_millis(100),
+    idle: Duration::from_millis(1000),
+    send: Duration::from_millis(500),
+};
+
+fn connection() -> (Arc<ConnState>, Watchdog) {
+    let state = Arc::new(ConnState::new(Peer::new([127, 0, 0, 1].into(), false, false)));
+    let watchdog = Watchdog::new(state.clone(), T);
+    (state, watchdog)
+}
+
+/// Runs the watchdog for `ms` of paused time: what expired, if anything.
+async fn run_for(w: &mut Watchdog, ms: u64) -> Option<Expired> {
+    tokio::time::timeout(Duration::from_millis(ms), w).await.ok()
+}
+
+#[tokio::test(start_paused = true)]
+async fn first_head_then_idle_then_send() {
+    let (state, mut w) = connection();
+    // No request at all: the header timeout from accept.
+    assert_eq!(run_for(&mut w, 150).await, Some(Expired::HeaderTimeout));
+
+    let (state2, mut w) = connection();
+    let request = state2.request_started(false, true);
+    // Busy: the header and idle timeouts do not apply.
+    assert_eq!(run_for(&mut w, 2000).await, None);
+    drop(request);
+    assert_eq!(run_for(&mut w, 900).await, None);
+    assert_eq!(run_for(&mut w, 200).await, Some(Expired::Idle));
+
+    // A write that stays blocked: the send timeout, busy or not.
+    let (state3, mut w) = connection();
+    let _request = state3.request_started(false, true);
+    state3.write_pending();
+    assert_eq!(run_for(&mut w, 400).await, None);
+    assert_eq!(run_for(&mut w, 200).await, Some(Expired::SendTimeout));
+    drop(state);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_second_head_is_timed_from_its_first_byte() {
+    let (state, mut w) = connection();
+    drop(state.request_started(false, true));
+    assert_eq!(run_for(&mut w, 500).await, None);
+    state.read_bytes();
+    assert_eq!(run_for(&mut w, 150).await, Some(Expired::HeaderTimeout));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_head_pipelined_behind_a_bodiless_request_is_timed_from_its_end() {
+    let (state, mut w) = connection();
+    let request = state.request_started(false, true);
+    state.read_bytes();
+    assert_eq!(run_for(&mut w, 2000).await, None, "busy: no header timeout yet");
+    drop(request);
+    assert_eq!(run_for(&mut w, 150).await, Some(Expired::HeaderTimeout));
+    // Behind a request with a body, the bytes may be that body: idle.
+    let (state, mut w) = connection();
+    let request = state.request_started(false, false);
+    state.read_bytes();
+    drop(request);
+    assert_eq!(run_for(&mut w, 900).await, None);
+    assert_eq!(run_for(&mut w, 200).await, Some(Expired::Idle));
+    // Nothing read behind it: idle, and the next head's own first byte.
+    let (state, mut w) = connection();
+    drop(state.request_started(false, true));
+    assert_eq!(run_for(&mut w, 500).await, None);
+    state.read_bytes();
+    assert_eq!(run_for(&mut w, 150).await, Some(Expired::HeaderTimeout));
+}
+
+#[tokio::test(start_paused = true)]
+async fn closing_never_cuts_a_request_in_flight() {
+    let (state, mut w) = connection();
+    drop(state.request_started(true, true));
+    assert_eq!(run_for(&mut w, 1100).await, Some(Expired::Idle));
+    w.closing(Duration::from_millis(100));
+    // A request the client sent before it saw the GOAWAY: served, however
+    // long it takes, and only then is the grace counted.
+    let late = state.request_started(true, true);
+    assert_eq!(run_for(&mut w, 3000).await, None);
+    drop(late);
+    assert_eq!(run_for(&mut w, 50).await, None);
+    assert_eq!(run_for(&mut w, 100).await, Some(Expired::GraceOver));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_http2_stream_waiting_on_a_full_window_is_a_send_timeout() {
+    let (state, mut w) = connection();
+    let request = state.request_started(true, true);
+    let mut body = ConnBody::new(Body::full("data"), request, None);
+    // The body hands out its data and is never polled again.
+    let waker = futures_util::task::noop_waker();
+    let frame = http_body::Body::poll_frame(Pin::new(&mut body), &mut Context::from_waker(&waker));
+    assert!(matches!(frame, Poll::Ready(Some(Ok(_)))));
+    // Other writes on the connection do not excuse it.
+    for _ in 0..4 {
+        state.wrote();
+        assert_eq!(run_for(&mut w, 100).await, None);
+    }
+    assert!(matches!(run_for(&mut w, 300).await, Some(Expired::SendTimeout)));
+    drop(body);
+}

@@ -197,16 +197,21 @@ pub fn entry_of(
     if !policy.is_storable() {
         return None;
     }
-    // A Vary name that is not a header name cannot be matched: not stored.
+    // A Vary name that is not a header name cannot be matched, and one the
+    // upstream did not see as the client sent it (hop-by-hop, or set by
+    // the gateway) cannot key the client's answer: not stored.
     let vary = rules::vary_names(&parts.headers)
         .map(|n| {
             let name = http::HeaderName::from_bytes(n.as_bytes()).ok()?;
+            if crate::headers::not_as_sent(&name, &head.headers) {
+                return None;
+            }
             let value = rules::vary_value(&head.headers, &name);
             Some((name, value))
         })
         .collect::<Option<Vec<_>>>()?;
     Some(Entry {
-        born: Entry::born(&policy, now),
+        born: Entry::born(&policy, &parts.headers, now),
         policy,
         status: parts.status,
         headers: with_slots(parts.headers.clone(), id_slot),
@@ -249,7 +254,7 @@ fn refresh(
     let d = Directives::of(&headers);
     let lifetime = rules::lifetime(&headers, &d, old.lifetime).unwrap_or(old.lifetime);
     Entry {
-        born: Entry::born(&policy, now),
+        born: Entry::born(&policy, &not_modified.headers, now),
         policy,
         status: old.status,
         headers: with_slots(headers, id_slot),

@@ -23,6 +23,7 @@ pub mod rules;
 mod status;
 mod store;
 
+pub use status::error_status;
 use status::{Status, secs};
 
 use std::sync::Arc;
@@ -336,13 +337,17 @@ impl RouteCache {
     fn refresh(
         self: &Arc<Self>,
         key: String,
-        req: Request<Incoming>,
+        mut req: Request<Incoming>,
         peer: &Peer,
         cx: &RequestLog<'_>,
         deadline: Instant,
         stale: Arc<Entry>,
     ) {
         if let Some((guard, key)) = self.store.start(&key) {
+            // The entry is refreshed whole, whatever part this client asked
+            // for (RFC 5861 §3): a 206 could not replace it.
+            req.headers_mut().remove(header::RANGE);
+            req.headers_mut().remove(header::IF_RANGE);
             let (fill, _) = self.prepare(guard, key, req, peer, cx, deadline, Some(stale));
             fill::spawn_background(fill);
         }
@@ -500,15 +505,6 @@ fn from_entry(e: &Entry, method: &Method, client: Option<&HeaderMap>, status: St
     *response.status_mut() = code;
     *response.headers_mut() = headers;
     response
-}
-
-/// `Cache-Status` of the gateway's own error answer on a cache route: an
-/// `only-if-cached` miss went nowhere; any other failed going upstream.
-pub fn error_status(e: &GatewayError) -> HeaderValue {
-    match e {
-        GatewayError::NotCached => HeaderValue::from_static("gateway; detail=not-cached"),
-        _ => HeaderValue::from_static("gateway; fwd=miss"),
-    }
 }
 
 fn with_status(mut response: Response<Body>, status: Status) -> Response<Body> {

@@ -48,12 +48,16 @@ impl Directives {
     pub fn of(headers: &HeaderMap) -> Directives {
         let mut d = Directives::default();
         let lines = headers.get_all(header::CACHE_CONTROL).iter().filter_map(|v| v.to_str().ok());
-        for item in lines.flat_map(|l| l.split(',')) {
-            let (name, value) = match item.split_once('=') {
-                Some((n, v)) => (n.trim(), Some(v.trim().trim_matches('"'))),
-                None => (item.trim(), None),
+        for (name, value) in lines.flat_map(directives) {
+            // The first of repeated numbers counts (§4.2.1); one too large
+            // counts as 2^31 (§1.2.2); one that does not parse as 0.
+            let seconds = |now: Option<u64>| {
+                now.or_else(|| {
+                    let v = value.unwrap_or("");
+                    let digits = !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit());
+                    Some(if digits { v.parse().unwrap_or(DELTA_MAX).min(DELTA_MAX) } else { 0 })
+                })
             };
-            let seconds = || Some(value.and_then(|v| v.parse().ok()).unwrap_or(0));
             match name.to_ascii_lowercase().as_str() {
                 "no-store" => d.no_store = true,
                 "no-cache" => d.no_cache = true,
@@ -62,10 +66,10 @@ impl Directives {
                 "must-revalidate" => d.must_revalidate = true,
                 "proxy-revalidate" => d.proxy_revalidate = true,
                 "only-if-cached" => d.only_if_cached = true,
-                "max-age" => d.max_age = seconds(),
-                "s-maxage" => d.s_maxage = seconds(),
-                "stale-while-revalidate" => d.stale_while_revalidate = seconds(),
-                "stale-if-error" => d.stale_if_error = seconds(),
+                "max-age" => d.max_age = seconds(d.max_age),
+                "s-maxage" => d.s_maxage = seconds(d.s_maxage),
+                "stale-while-revalidate" => d.stale_while_revalidate = seconds(d.stale_while_revalidate),
+                "stale-if-error" => d.stale_if_error = seconds(d.stale_if_error),
                 _ => {}
             }
         }
@@ -107,6 +111,48 @@ impl Present {
         }
         p
     }
+}
+
+/// The largest delta-seconds a cache need represent (RFC 9111 §1.2.2).
+pub const DELTA_MAX: u64 = 2_147_483_648;
+
+/// The directives of one `Cache-Control` line as `(name, argument)`, the
+/// argument unquoted: a comma inside a quoted string does not start a
+/// directive (RFC 9110 §5.6.4). Hand-written: `http-cache-semantics`
+/// parses these lines only inside its policy, and not as an iterator.
+fn directives(line: &str) -> impl Iterator<Item = (&str, Option<&str>)> {
+    let mut rest = line;
+    std::iter::from_fn(move || {
+        loop {
+            if rest.is_empty() {
+                return None;
+            }
+            let (mut quoted, mut escaped, mut end) = (false, false, rest.len());
+            for (i, c) in rest.char_indices() {
+                match c {
+                    _ if escaped => escaped = false,
+                    '\\' if quoted => escaped = true,
+                    '"' => quoted = !quoted,
+                    ',' if !quoted => {
+                        end = i;
+                        break;
+                    }
+                    _ => {}
+                }
+            }
+            let item = &rest[..end];
+            rest = rest.get(end + 1..).unwrap_or("");
+            let (name, value) = match item.split_once('=') {
+                Some((n, v)) => (n.trim(), Some(v.trim())),
+                None => (item.trim(), None),
+            };
+            if name.is_empty() {
+                continue;
+            }
+            let value = value.map(|v| v.strip_prefix('"').and_then(|v| v.strip_suffix('"')).unwrap_or(v));
+            return Some((name, value));
+        }
+    })
 }
 
 /// What a request's own directives ask of the cache.
@@ -208,7 +254,13 @@ pub fn vary_names(response: &HeaderMap) -> impl Iterator<Item = String> + '_ {
 pub fn vary_value(request: &HeaderMap, name: &HeaderName) -> Option<String> {
     let mut values = request.get_all(name).iter().peekable();
     values.peek()?;
-    let joined: Vec<&str> = values.map(|v| std::str::from_utf8(v.as_bytes()).unwrap_or("")).collect();
+    // A value that is not UTF-8 is kept as its bytes in hex behind a NUL,
+    // which no field value holds: never equal to another value.
+    let text = |v: &http::HeaderValue| match v.to_str() {
+        Ok(v) => v.to_owned(),
+        Err(_) => std::iter::once("\0".to_owned()).chain(v.as_bytes().iter().map(|b| format!("{b:02x}"))).collect(),
+    };
+    let joined: Vec<String> = values.map(text).collect();
     let joined = joined.join(",");
     Some(joined.split(',').map(|p| p.split_whitespace().collect::<Vec<_>>().join(" ")).collect::<Vec<_>>().join(","))
 }

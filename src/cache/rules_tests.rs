@@ -129,6 +129,13 @@ fn vary_values_are_normalised() {
         vary_value(&head(&[("accept-language", "en, fr")]), &n)
     );
     assert_eq!(vary_value(&head(&[]), &n), None);
+    let bytes = |b: &'static [u8]| {
+        let mut h = HeaderMap::new();
+        h.insert(n.clone(), http::HeaderValue::from_bytes(b).unwrap());
+        vary_value(&h, &n)
+    };
+    assert_ne!(bytes(b"\xe9"), bytes(b"\xe8"), "values that are not UTF-8 stay apart");
+    assert_ne!(bytes(b"\xe9"), bytes(b""));
     let names: Vec<String> = vary_names(&head(&[("vary", " Accept-Language ,ACCEPT")])).collect();
     assert_eq!(names, ["accept-language", "accept"]);
 }
@@ -204,4 +211,31 @@ proptest! {
         let got = lifetime(&h, &Directives::of(&h), Duration::from_secs(default_ttl));
         prop_assert_eq!(got, life.map(Duration::from_secs));
     }
+}
+
+#[test]
+fn directives_are_parsed_as_the_rfc_says() {
+    let d = |v: &str| Directives::of(&head(&[("cache-control", v)]));
+    let cases: &[(&str, Option<u64>)] = &[
+        ("max-age=5", Some(5)),
+        ("max-age=5, max-age=100", Some(5)),
+        ("max-age=\"7\"", Some(7)),
+        ("community=\"UCI, max-age=3600\"", None),
+        ("x=\"a\\\", max-age=9\", max-age=4", Some(4)),
+        ("max-age=99999999999999999999", Some(DELTA_MAX)),
+        ("max-age=4294967296", Some(DELTA_MAX)),
+        ("max-age=2147483647", Some(2147483647)),
+        ("max-age=-1", Some(0)),
+        ("max-age=soon", Some(0)),
+        ("max-age", Some(0)),
+        (", ,max-age=3,", Some(3)),
+    ];
+    for (value, want) in cases {
+        assert_eq!(d(value).max_age, *want, "{value}");
+    }
+    let two = head(&[("cache-control", "max-age=5"), ("cache-control", "max-age=100, no-store")]);
+    assert_eq!(Directives::of(&two).max_age, Some(5), "the first line's");
+    assert!(Directives::of(&two).no_store);
+    assert!(d("private=\"set-cookie, x\"").private);
+    assert!(!d("x=\"no-store\"").no_store);
 }

@@ -7,6 +7,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::header::HeaderValue;
 
+use crate::error::GatewayError;
+
 /// What the cache did, as `Cache-Status` says it (RFC 9211 §2).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Status {
@@ -139,6 +141,15 @@ impl Line {
 
     fn value(&self) -> HeaderValue {
         HeaderValue::from_maybe_shared(Bytes::copy_from_slice(&self.buf[..self.len])).expect("ASCII")
+    }
+}
+
+/// `Cache-Status` of the gateway's own error answer on a cache route: an
+/// `only-if-cached` miss went nowhere; any other failed going upstream.
+pub fn error_status(e: &GatewayError) -> HeaderValue {
+    match e {
+        GatewayError::NotCached => HeaderValue::from_static("gateway; detail=not-cached"),
+        _ => HeaderValue::from_static("gateway; fwd=miss"),
     }
 }
 

@@ -53,9 +53,18 @@ pub struct Entry {
 }
 
 impl Entry {
-    /// When an entry whose policy is `policy` had age zero, as of `now`.
-    pub fn born(policy: &CachePolicy, now: SystemTime) -> SystemTime {
-        now.checked_sub(policy.age(now)).unwrap_or(SystemTime::UNIX_EPOCH)
+    /// When an entry whose policy is `policy` had age zero, as of `now`;
+    /// `response`: its head, whose `Age` too large to represent counts as
+    /// 2^31 seconds (RFC 9111 §1.2.2), where the crate reads none.
+    pub fn born(policy: &CachePolicy, response: &HeaderMap, now: SystemTime) -> SystemTime {
+        let too_old = response.get(http::header::AGE).and_then(|v| v.to_str().ok()).is_some_and(|v| {
+            let v = v.trim();
+            !v.is_empty()
+                && v.bytes().all(|b| b.is_ascii_digit())
+                && !v.parse::<u64>().is_ok_and(|a| a < rules::DELTA_MAX)
+        });
+        let age = if too_old { Duration::from_secs(rules::DELTA_MAX) } else { policy.age(now) };
+        now.checked_sub(age).unwrap_or(SystemTime::UNIX_EPOCH)
     }
 
     /// Its age now (the upstream's `Age` counts).
@@ -80,7 +89,9 @@ impl Entry {
 
     /// Whether it answers a request with `headers` (its `Vary` matches).
     pub fn matches(&self, headers: &HeaderMap) -> bool {
-        self.vary.iter().all(|(name, value)| rules::vary_value(headers, name) == *value)
+        self.vary.iter().all(|(name, value)| {
+            rules::vary_value(headers, name) == *value && !crate::headers::not_as_sent(name, headers)
+        })
     }
 
     /// Bytes it holds, as the store weighs it: its head twice (the policy
@@ -100,7 +111,7 @@ impl Entry {
         let fresh = self.lifetime.saturating_sub(self.age(SystemTime::now()));
         let revalidate =
             if rules::has_validator(&self.headers) { self.lifetime.max(KEEP_TO_REVALIDATE) } else { Duration::ZERO };
-        fresh + self.while_revalidate.max(self.if_error).max(revalidate)
+        fresh.saturating_add(self.while_revalidate.max(self.if_error).max(revalidate))
     }
 }
 

@@ -8,6 +8,8 @@
 //!   and every header named in `Connection`. `Trailer` is end-to-end (it is
 //!   not in that list), so declared trailers pass; `TE` is hop-by-hop, and
 //!   only its `trailers` member is passed on (the client accepts trailers).
+//!   `Expect` goes with them: the gateway answers a client's expectation
+//!   itself (see [`strip_hop_by_hop`]).
 //! - The client's address is appended to `X-Forwarded-For` (as nginx's
 //!   `$proxy_add_x_forwarded_for`). `X-Forwarded-Proto`, `X-Forwarded-Host`
 //!   and `Forwarded` (RFC 7239) are kept from a trusted proxy and replaced by
@@ -143,6 +145,13 @@ pub fn strip_forbidden_trailers(trailers: &mut HeaderMap) {
 /// [`upgrade_requested`]). A `TE`
 /// that lists `trailers` becomes `TE: trailers` (RFC 9110 §10.1.4): the
 /// client accepts trailers, which the next hop needs to know to send them.
+///
+/// `Expect` goes too. The gateway owns a client's expectation (RFC 9110
+/// §10.1.1 lets a proxy answer it): the client-facing connection sends `100
+/// Continue` when the body is first read, and HTTP/1.0's is ignored. Passed
+/// on, an upstream could refuse it with a final answer (417, 401) and leave
+/// the body, already on its way, unread on a connection that goes back to
+/// the pool, where it would be read as the next client's request.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     if has_hop_by_hop(headers) {
         strip_present_hop_by_hop(headers);
@@ -153,7 +162,7 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
 /// scan over the names present is cheaper than a hashed removal (or
 /// lookup) per hop-by-hop name.
 pub fn has_hop_by_hop(headers: &HeaderMap) -> bool {
-    headers.keys().any(|name| HOP_BY_HOP.contains(name) || name == header::UPGRADE)
+    headers.keys().any(|name| HOP_BY_HOP.contains(name) || name == header::UPGRADE || name == header::EXPECT)
 }
 
 /// Whether the upstream may see request header `name` otherwise than the
@@ -202,6 +211,7 @@ pub fn strip_present_hop_by_hop(headers: &mut HeaderMap) {
         headers.remove(name);
     }
     headers.remove(header::UPGRADE);
+    headers.remove(header::EXPECT);
     if te_trailers {
         headers.insert(header::TE, HeaderValue::from_static("trailers"));
     }

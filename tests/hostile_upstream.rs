@@ -97,7 +97,8 @@ async fn a_response_sent_to_an_idle_connection_is_never_taken_for_the_next_one()
 }
 
 /// Check: a chunk-size line longer than `MAX_CHUNK_LINE` is refused
-/// (`decode::line`), not buffered without end.
+/// (`decode::line`), not buffered without end: a 502 when it is read
+/// with the head (`client::check_body_start`), else a cut.
 #[tokio::test]
 async fn a_chunk_size_line_without_end_is_cut() {
     let mut wire = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;".to_vec();
@@ -106,7 +107,7 @@ async fn a_chunk_size_line_without_end_is_cut() {
     let (addr, _) = hostile(once(&wire, false)).await;
     let gw = gateway(addr, "achunksizelinewithoutendiscut", "").await;
     let got = fetch(&gw).await;
-    assert!(cut(&got), "{got:?}");
+    assert!(cut(&got) || got.0 == 502, "{got:?}");
 }
 
 /// Check: a chunk's data must end with CRLF (`Chunk::DataEnd`): a chunk

@@ -32,7 +32,8 @@ pub struct ResponseBody {
     keep_alive: bool,
     /// A 101: the connection is the tunnel's.
     upgrade: bool,
-    /// A frame was returned since the last wait.
+    /// A frame was returned since the last wait, or there was no wait yet
+    /// (the head itself may still sit unsent in the server's buffer).
     yielded: bool,
     /// A failure found right after a frame, reported on the next poll.
     deferred: Option<BoxError>,
@@ -49,7 +50,7 @@ impl ResponseBody {
         upgrade: bool,
     ) -> Self {
         let decoder = Decoder::new(framing);
-        let (yielded, deferred) = (false, None);
+        let (yielded, deferred) = (true, None);
         ResponseBody { conn: Some(conn), rx, decoder, sending, unfinished, keep_alive, upgrade, yielded, deferred }
     }
 
@@ -60,10 +61,12 @@ impl ResponseBody {
     }
 
     /// The next frame, sending more of the request body on the way. A
-    /// failure found right after a frame is reported on the next poll
-    /// (after a wake-up): hyper's server stops at a body error at once,
-    /// and the head and data buffered before it would never reach the
-    /// client, which would see no response at all instead of a cut one.
+    /// failure found right after a frame, or at the first poll, is
+    /// reported on the next poll (after a wake-up): hyper's server stops at
+    /// a body error at once, and the head and data buffered before it would
+    /// never reach the client, which would see no response at all instead
+    /// of a cut one. (A body broken in the bytes that came with the head
+    /// fails the exchange instead, see `client::check_body_start`.)
     pub fn poll_frame(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         if let Some(e) = self.deferred.take() {
             return Poll::Ready(Some(Err(e)));
@@ -165,5 +168,43 @@ impl ResponseBody {
     pub fn fail(&mut self) {
         self.conn = None;
         self.sending = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::Wake;
+
+    use super::*;
+    use crate::upstream::connect::Stream;
+    use crate::upstream::io::UpstreamIo;
+
+    struct Wakes(AtomicUsize);
+
+    impl Wake for Wakes {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// A body that fails at its first poll says so one poll later, after a
+    /// wake-up: hyper's server has the head buffered and sends it only when
+    /// the body waits, so an error at once would close the client's
+    /// connection with no answer at all.
+    #[tokio::test]
+    async fn a_failure_at_the_first_poll_waits_one_poll() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let tcp = tokio::net::TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+        let conn = Conn::unpooled(UpstreamIo::new(Stream::Tcp(tcp), false));
+        let rx = BytesMut::from(&b"zz\r\n"[..]);
+        let mut body = ResponseBody::new(conn, rx, Framing::Chunked, true, None, false, false);
+        let wakes = Arc::new(Wakes(AtomicUsize::new(0)));
+        let waker = wakes.clone().into();
+        let cx = &mut Context::from_waker(&waker);
+        assert!(body.poll_frame(cx).is_pending());
+        assert_eq!(wakes.0.load(Ordering::SeqCst), 1, "woken to report it");
+        assert!(matches!(body.poll_frame(cx), Poll::Ready(Some(Err(_)))));
     }
 }

@@ -3,7 +3,10 @@
 //! response head is read. An upstream may answer before the whole request
 //! body is sent (an early error, or an echo that streams back as it
 //! reads): the rest of the body then goes on alongside the response body
-//! (see [`super::ResponseBody`]), and the connection is not reused.
+//! (see [`super::ResponseBody`]), and the connection is not reused, even
+//! when all of the body gets written: nothing says the upstream read it
+//! (RFC 9110 §10.1.1 lets it answer first and leave the body unread), and
+//! an unread body on a pooled connection would be the next request.
 
 use std::io;
 use std::mem::MaybeUninit;
@@ -17,7 +20,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::Error;
 use super::body::ResponseBody;
-use super::head::{self, Head, Parsed, SendFraming};
+use super::decode::Decoder;
+use super::head::{self, Framing, Head, Parsed, SendFraming};
 use crate::upstream::io::UpstreamIo;
 use crate::upstream::pool::{Conn, SendBody};
 
@@ -106,6 +110,8 @@ fn respond(
     unfinished: bool,
 ) -> Response<ResponseBody> {
     let Head { status, version, headers, reason, framing, keep_alive } = head;
+    // Answered before the whole request was written: never pooled.
+    let keep_alive = keep_alive && sending.is_none();
     let upgrade = status == http::StatusCode::SWITCHING_PROTOCOLS;
     let body = ResponseBody::new(conn, rx, framing, keep_alive, sending, unfinished, upgrade);
     let mut response = Response::new(body);
@@ -150,7 +156,10 @@ fn poll_head(
         // its length.
         if !rx.is_empty() && (*scanned == 0 || may_end_head(rx, *scanned) || rx.len() >= head::MAX_HEAD) {
             match head::parse(rx, head_request)? {
-                Parsed::Head(head) => return Poll::Ready(Ok(head)),
+                Parsed::Head(head) => {
+                    check_body_start(head.framing, conn.io_mut(), rx, cx)?;
+                    return Poll::Ready(Ok(head));
+                }
                 Parsed::Interim => {
                     *scanned = 0;
                     continue;
@@ -170,6 +179,32 @@ fn poll_head(
             (Ok(0) | Err(_), Some(e)) => return Poll::Ready(Err(e)),
             (Ok(_), still) => failed = still,
         }
+    }
+}
+
+/// Before the head is handed on, while nothing of the answer has reached
+/// the client: a body broken at its start (a first chunk-size line that is
+/// not one, or the upstream's close before the first byte) fails the
+/// exchange, a 502; found once the head has gone on, it could only cut the
+/// answer. What came with the head is looked at, and when that is not
+/// enough to tell, one more read is tried, never waited for (a streaming
+/// answer's head is not held back for its body).
+fn check_body_start(
+    framing: Framing,
+    io: &mut UpstreamIo,
+    rx: &mut BytesMut,
+    cx: &mut Context<'_>,
+) -> Result<(), Error> {
+    let decoder = Decoder::new(framing);
+    if !decoder.check_start(rx)? {
+        return Ok(());
+    }
+    match poll_fill(io, rx, cx) {
+        Poll::Ready(Ok(0)) => Err(Error::incomplete_body()),
+        Poll::Ready(Ok(_)) => decoder.check_start(rx).map(drop),
+        // A read that failed is the body's to report, as any after the head
+        // (the exchange's failure would be taken for a stale connection's).
+        Poll::Ready(Err(_)) | Poll::Pending => Ok(()),
     }
 }
 

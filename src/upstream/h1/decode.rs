@@ -68,6 +68,22 @@ impl Decoder {
         matches!(self, Decoder::Done)
     }
 
+    /// Checks, before any of the body is decoded, that `buf` (the bytes
+    /// read past the head) can begin it: a chunked body's first chunk-size
+    /// line, whole or as far as it has come, must be one. Returns whether
+    /// the body's first byte, or all of its first size line, is still to
+    /// come. Takes nothing off `buf`.
+    pub fn check_start(&self, buf: &[u8]) -> Result<bool, Error> {
+        match self {
+            Decoder::Length(_) => Ok(buf.is_empty()),
+            Decoder::Chunked(Chunk::Size, _) => match line(buf, MAX_CHUNK_LINE)? {
+                Some(end) => size_line(&buf[..end - 2]).map(|_| false),
+                None => partial_size_line(buf).map(|()| true),
+            },
+            _ => Ok(false),
+        }
+    }
+
     /// Decodes the next frame from `buf`, taking its bytes off.
     pub fn step(&mut self, buf: &mut BytesMut) -> Result<Step, Error> {
         match self {
@@ -121,13 +137,7 @@ fn chunked(chunk: &mut Chunk, extensions: &mut u64, buf: &mut BytesMut) -> Resul
         match *chunk {
             Chunk::Size => {
                 let Some(line) = line(buf, MAX_CHUNK_LINE)? else {
-                    // What is in already must be a size line's start: a
-                    // wrong byte is refused now, not once the line ends.
-                    let partial = &buf[..buf.len().min(MAX_CHUNK_LINE)];
-                    let partial = partial.strip_suffix(b"\r").unwrap_or(partial);
-                    if !partial.is_empty() {
-                        size_line(partial)?;
-                    }
+                    partial_size_line(buf)?;
                     return Ok(Step::More);
                 };
                 let (size, ext) = size_line(&buf[..line - 2])?;
@@ -178,6 +188,17 @@ fn line(buf: &[u8], max: usize) -> Result<Option<usize>, Error> {
         None if buf.len() >= max => Err(Error::body_parse("chunk-size line too long")),
         None => Ok(None),
     }
+}
+
+/// What is in already of a chunk-size line that has not ended must be a
+/// size line's start: a wrong byte is refused now, not once the line ends.
+fn partial_size_line(buf: &[u8]) -> Result<(), Error> {
+    let partial = &buf[..buf.len().min(MAX_CHUNK_LINE)];
+    let partial = partial.strip_suffix(b"\r").unwrap_or(partial);
+    if !partial.is_empty() {
+        size_line(partial)?;
+    }
+    Ok(())
 }
 
 /// A chunk-size line without its CRLF: hex digits, then optional spaces
@@ -343,6 +364,39 @@ mod tests {
         ];
         for wire in cases {
             assert!(decode(Framing::Chunked, wire, 3).is_err(), "{:?}", String::from_utf8_lossy(wire));
+        }
+    }
+
+    /// A body's start is checked as its decoding would find it, without
+    /// taking anything off: (framing, bytes past the head, still to come
+    /// or `None` for refused).
+    #[test]
+    fn a_body_start_is_checked_without_decoding_it() {
+        let cases: &[(Framing, &[u8], Option<bool>)] = &[
+            (Framing::Length(5), b"", Some(true)),
+            (Framing::Length(5), b"he", Some(false)),
+            (Framing::Chunked, b"", Some(true)),
+            (Framing::Chunked, b"5", Some(true)),
+            (Framing::Chunked, b"5;a=b\r", Some(true)),
+            (Framing::Chunked, b"5\r\nhel", Some(false)),
+            (Framing::Chunked, b"0\r\n\r\n", Some(false)),
+            (Framing::Chunked, b"zz\r\nhello", None),
+            (Framing::Chunked, b"z", None),
+            (Framing::Chunked, b"-5\r\n", None),
+            (Framing::Chunked, b"5\nhello", None),
+            (Framing::Chunked, b"5 5\r\nhello", None),
+            (Framing::Chunked, b"5\rx", None),
+            (Framing::Chunked, &[b'e'; MAX_CHUNK_LINE], None),
+            (Framing::Close, b"", Some(false)),
+            (Framing::Empty, b"", Some(false)),
+        ];
+        for (framing, buf, want) in cases {
+            let d = Decoder::new(*framing);
+            assert_eq!(d.check_start(buf).ok(), *want, "{framing:?} {:?}", String::from_utf8_lossy(buf));
+            // The decoding that follows finds the same.
+            if want.is_none() {
+                assert!(decode(*framing, buf, 1000).is_err(), "{:?}", String::from_utf8_lossy(buf));
+            }
         }
     }
 

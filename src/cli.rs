@@ -245,13 +245,12 @@ fn run_gateway(path: Option<PathBuf>, log_format: LogFormat, watch: bool) -> Exi
                 }
             }
         }
-        let listen = config.server.listen;
         let metrics_path = config.metrics.path.clone();
         let tls = config.server.tls.is_some();
         let gateway = match Gateway::bind(config).await {
             Ok(g) => g,
             Err(e) => {
-                eprintln!("gateway: cannot listen on {listen} (or the metrics listener): {e}");
+                eprintln!("gateway: {e}");
                 return ExitCode::FAILURE;
             }
         };

@@ -52,11 +52,12 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    /// Binds the main listener (and the admin listener, if configured).
+    /// Binds the main listener (and the admin listener, if configured); an
+    /// error names the address and its key.
     pub async fn bind(config: Config) -> std::io::Result<Gateway> {
-        let listener = crate::net::bind(config.server.listen).await?;
+        let listener = crate::net::bind_for("server.listen", config.server.listen).await?;
         let admin = match config.metrics.listen {
-            Some(addr) => Some(crate::net::bind(addr).await?),
+            Some(addr) => Some(crate::net::bind_for("metrics.listen", addr).await?),
             None => None,
         };
         let app = Arc::new(App::new(config));

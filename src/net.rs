@@ -16,6 +16,21 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     socket.listen(4096)
 }
 
+/// [`bind`] for the listener `key` configures (`server.listen`): an error
+/// names the address and the key, and says how to move it when it is taken.
+pub async fn bind_for(key: &str, addr: SocketAddr) -> std::io::Result<TcpListener> {
+    bind(addr).await.map_err(|e| {
+        let hint = match e.kind() {
+            std::io::ErrorKind::AddrInUse => {
+                let var = format!("GATEWAY__{}", key.to_uppercase().replace('.', "__"));
+                format!("; another process holds it: set {key} (or {var}) to a free address")
+            }
+            _ => String::new(),
+        };
+        std::io::Error::new(e.kind(), format!("cannot listen on {addr} ({key}): {e}{hint}"))
+    })
+}
+
 /// Accepts the next connection. On errors such as EMFILE it logs and backs
 /// off for a moment instead of spinning.
 pub async fn accept(listener: &TcpListener) -> (TcpStream, SocketAddr) {

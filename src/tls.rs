@@ -120,25 +120,32 @@ pub fn client_config(
 
 /// The listener's config: its certificate chain and key, ALPN `h2` and
 /// `http/1.1`, and with `client_ca` a client certificate signed by it is
-/// required (mutual TLS).
-pub fn server_config(cert: &Path, key: &Path, client_ca: Option<&Path>) -> Result<Arc<ServerConfig>, String> {
-    let certs = load_certs(cert)?;
-    let key = load_key(key)?;
+/// required (mutual TLS). An error says which of `[server.tls]`'s keys it
+/// is about: `cert`, `key` or `client_ca`.
+pub fn server_config(
+    cert: &Path,
+    key: &Path,
+    client_ca: Option<&Path>,
+) -> Result<Arc<ServerConfig>, (&'static str, String)> {
+    let certs = load_certs(cert).map_err(|m| ("cert", m))?;
+    let key = load_key(key).map_err(|m| ("key", m))?;
     let builder = ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| ("cert", e.to_string()))?;
     let builder = match client_ca {
         Some(path) => {
-            let roots = roots(load_certs(path)?, path)?;
+            let ca = |m| ("client_ca", m);
+            let roots = roots(load_certs(path).map_err(ca)?, path).map_err(ca)?;
             let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
                 .build()
-                .map_err(|e| format!("{}: {e}", path.display()))?;
+                .map_err(|e| ("client_ca", format!("{}: {e}", path.display())))?;
             builder.with_client_cert_verifier(verifier)
         }
         None => builder.with_no_client_auth(),
     };
-    let mut config =
-        builder.with_single_cert(certs, key).map_err(|e| format!("certificate and key do not go together: {e}"))?;
+    let mut config = builder
+        .with_single_cert(certs, key)
+        .map_err(|e| ("key", format!("certificate and key do not go together: {e}")))?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }

@@ -7,6 +7,10 @@ use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+#[allow(dead_code)] // the TLS tests use the rest
+#[path = "common/pki.rs"]
+mod pki;
+
 /// The binary under test; `GATEWAY_TEST_BIN` runs these tests against
 /// another build (an older one, to see a test fail before its fix).
 fn bin() -> String {
@@ -95,5 +99,46 @@ fn override_errors_name_the_variable() {
         assert_eq!(out.status.code(), Some(64), "{stderr}");
         assert!(stderr.contains(want), "wanted {want:?} in: {stderr}");
         assert!(!stderr.contains("base.toml"), "blames the file: {stderr}");
+    }
+}
+
+/// With `server.listen` free and `metrics.listen` taken, the start names
+/// the busy address and its key (and how to move it), not the free one.
+#[test]
+fn a_busy_address_is_named_with_its_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let busy = taken.local_addr().unwrap();
+    let free = format!("127.0.0.1:{}", free_port());
+    let text = format!("[server]\nlisten = \"{free}\"\n[metrics]\nlisten = \"{busy}\"\n");
+    let path = write(dir.path(), "gw.toml", &text);
+    let out = Command::new(bin()).args(["--config", path.to_str().unwrap()]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    let want = format!("cannot listen on {busy} (metrics.listen): ");
+    assert!(stderr.contains(&want), "wanted {want:?} in: {stderr}");
+    assert!(stderr.contains("GATEWAY__METRICS__LISTEN"), "says how to move it: {stderr}");
+    assert!(!stderr.contains(&free), "names the free address: {stderr}");
+}
+
+/// A TLS file that cannot be used is named by its key: `cert`, `key` or
+/// `client_ca`.
+#[test]
+fn tls_file_errors_name_their_key() {
+    let pki = pki::Pki::new();
+    pki.issue("gw", &["localhost"], false);
+    std::fs::write(pki.path("junk.pem"), "not a certificate\n").unwrap();
+    let cases = [
+        ("cert = 'junk.pem'\nkey = 'gw.key'\n", "server.tls.cert"),
+        ("cert = 'gw.pem'\nkey = 'junk.pem'\n", "server.tls.key"),
+        ("cert = 'gw.pem'\nkey = 'ca.pem'\n", "server.tls.key"),
+        ("cert = 'gw.pem'\nkey = 'gw.key'\nclient_ca = 'junk.pem'\n", "server.tls.client_ca"),
+        ("cert = 'gw.pem'\nkey = 'gw.key'\nclient_ca = 'missing.pem'\n", "server.tls.client_ca"),
+    ];
+    for (tls, key) in cases {
+        let path = write(pki.dir.path(), "gw.toml", &format!("[server.tls]\n{tls}"));
+        let (out, stderr) = check(&path, &[]);
+        assert_eq!(out.status.code(), Some(64), "{tls}: {stderr}");
+        assert!(stderr.contains(&format!(": {key}: ")), "{tls}: wanted {key} in: {stderr}");
     }
 }

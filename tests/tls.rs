@@ -380,13 +380,17 @@ fn tls_settings_are_checked_at_load() {
         ),
         (https("tls_server_name = \"bad name!\""), "upstreams.app.tls_server_name", "not a DNS name"),
         ("[server.tls]\ncert = \"server.pem\"\n".to_owned(), "server.tls.key", "required"),
-        ("[server.tls]\ncert = \"/dev/zero\"\nkey = \"server.key\"\n".to_owned(), "server.tls", "not a regular file"),
+        (
+            "[server.tls]\ncert = \"/dev/zero\"\nkey = \"server.key\"\n".to_owned(),
+            "server.tls.cert",
+            "not a regular file",
+        ),
         (
             https("tls_client_cert = \"server.pem\"\ntls_client_key = \"nope.key\""),
             "upstreams.app.tls_client_key",
             "nope.key",
         ),
-        ("[server.tls]\ncert = \"server.pem\"\nkey = \"nope.key\"\n".to_owned(), "server.tls", "nope.key"),
+        ("[server.tls]\ncert = \"server.pem\"\nkey = \"nope.key\"\n".to_owned(), "server.tls.key", "nope.key"),
     ];
     for (toml, key, want) in &cases {
         let err = load(toml);

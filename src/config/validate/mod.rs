@@ -154,7 +154,8 @@ fn listener_tls(t: &RawServerTls, base_dir: &Path) -> Result<ListenerTls, Proble
     };
     let (cert, key) = (base_dir.join(cert), base_dir.join(key));
     let client_ca = t.client_ca.as_ref().map(|c| base_dir.join(c));
-    let config = crate::tls::server_config(&cert, &key, client_ca.as_deref()).map_err(|m| ("server.tls".into(), m))?;
+    let config = crate::tls::server_config(&cert, &key, client_ca.as_deref())
+        .map_err(|(which, m)| (format!("server.tls.{which}"), m))?;
     Ok(ListenerTls { config, cert, key, client_ca })
 }
 

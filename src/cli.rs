@@ -9,7 +9,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::config::{self, Config, Source};
-use crate::net::bind;
+use crate::net::{bind, bind_for};
 use crate::{Gateway, demo};
 
 /// EX_USAGE from sysexits.h: the configuration or command line is wrong.
@@ -21,7 +21,8 @@ pub const DEMO_UPSTREAM: &str = "127.0.0.1:8000";
 #[command(name = "gateway", version, about = "A reverse-proxy gateway with per-route timeouts and Prometheus metrics")]
 struct Cli {
     /// Configuration file (TOML). Without one, the embedded default runs, with
-    /// the built-in slow upstream on 127.0.0.1:8000.
+    /// the built-in slow upstream where upstreams.service_a.url points
+    /// (127.0.0.1:8000; move it with GATEWAY__UPSTREAMS__SERVICE_A__URL).
     #[arg(long, short, env = "GATEWAY_CONFIG", global = true)]
     config: Option<PathBuf>,
     /// Log format.
@@ -230,9 +231,9 @@ fn run_gateway(path: Option<PathBuf>, log_format: LogFormat, watch: bool) -> Exi
     };
     rt.block_on(async move {
         let (stop_demo, demo_stopped) = tokio::sync::oneshot::channel::<()>();
-        if embedded {
-            let addr: SocketAddr = DEMO_UPSTREAM.parse().expect("valid address");
-            match bind(addr).await {
+        let demo_at = if embedded { demo_address(&config) } else { None };
+        if let Some(addr) = demo_at {
+            match bind_for(demo::URL_KEY, addr).await {
                 Ok(l) => {
                     let upstream = demo::Upstream { delay: Duration::from_secs(1), cache_control: None };
                     tokio::spawn(demo::serve(l, upstream, async move {
@@ -240,7 +241,7 @@ fn run_gateway(path: Option<PathBuf>, log_format: LogFormat, watch: bool) -> Exi
                     }));
                 }
                 Err(e) => {
-                    eprintln!("gateway: cannot start the demo upstream on {addr}: {e}");
+                    eprintln!("gateway: the demo upstream: {e}");
                     return ExitCode::FAILURE;
                 }
             }
@@ -259,7 +260,10 @@ fn run_gateway(path: Option<PathBuf>, log_format: LogFormat, watch: bool) -> Exi
         tracing::info!(%addr, tls, "gateway listening");
         if embedded {
             println!("gateway: running the embedded default configuration on http://{addr}");
-            println!("  demo upstream (GET /a waits 1s): http://{DEMO_UPSTREAM}");
+            match demo_at {
+                Some(at) => println!("  demo upstream (GET /a waits 1s): http://{at}"),
+                None => println!("  demo upstream: not started ({} is not a loopback address)", demo::URL_KEY),
+            }
             println!("  demo files (carried in the binary): {demo_dir}");
             println!("  try: curl -i http://{addr}/b        # proxied to the upstream's /a");
             println!("       curl -i http://{addr}/file     # a file, with ETag and Range support");
@@ -272,6 +276,19 @@ fn run_gateway(path: Option<PathBuf>, log_format: LogFormat, watch: bool) -> Exi
         let _ = stop_demo.send(());
         ExitCode::SUCCESS
     })
+}
+
+/// Where the embedded default's demo upstream listens: the loopback
+/// address `upstreams.service_a.url` points at, so that moving the URL
+/// (`GATEWAY__UPSTREAMS__SERVICE_A__URL`) moves the demo with it. `None`
+/// when the URL points at another machine (a real service A): then no demo
+/// is started.
+fn demo_address(config: &Config) -> Option<SocketAddr> {
+    use std::net::ToSocketAddrs;
+    let up = config.upstreams.iter().find(|u| u.name == "service_a")?;
+    let config::Address::Tcp(host_port) = &up.endpoints.first()?.address else { return None };
+    let addr = host_port.to_socket_addrs().ok()?.next()?;
+    addr.ip().is_loopback().then_some(addr)
 }
 
 fn run_upstream(listen: SocketAddr, upstream: demo::Upstream) -> ExitCode {

@@ -52,6 +52,9 @@ pub fn write_files(dir: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The key whose address the embedded default's demo upstream listens on.
+pub const URL_KEY: &str = "upstreams.service_a.url";
+
 /// How the slow upstream answers.
 #[derive(Debug, Clone, Default)]
 pub struct Upstream {

@@ -168,16 +168,19 @@ fn the_binary_runs_the_embedded_default_from_anywhere() {
     let probe = TcpListener::bind("127.0.0.1:0").unwrap();
     let gw_addr = probe.local_addr().unwrap().to_string();
     drop(probe);
+    let probe = TcpListener::bind("127.0.0.1:0").unwrap();
+    let demo_url = format!("http://{}", probe.local_addr().unwrap());
+    drop(probe);
     let mut gw = Command::new(&bin)
         .current_dir(dir.path())
         .env_remove("GATEWAY_CONFIG")
         .env("GATEWAY__SERVER__LISTEN", &gw_addr)
+        .env("GATEWAY__UPSTREAMS__SERVICE_A__URL", &demo_url)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // It needs the demo upstream's port too (127.0.0.1:8000): say so if it
-    // could not start.
+    // It needs the demo upstream's port too: say so if it could not start.
     let deadline = Instant::now() + Duration::from_secs(10);
     while TcpStream::connect(&gw_addr).is_err() {
         if let Some(status) = gw.try_wait().unwrap() {

@@ -3,9 +3,11 @@
 //! its key, a start that cannot listen names the busy address and its key,
 //! and the zero-config quick start moves off a busy port.
 
-use std::net::TcpListener;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 #[allow(dead_code)] // the TLS tests use the rest
 #[path = "common/pki.rs"]
@@ -141,4 +143,75 @@ fn tls_file_errors_name_their_key() {
         assert_eq!(out.status.code(), Some(64), "{tls}: {stderr}");
         assert!(stderr.contains(&format!(": {key}: ")), "{tls}: wanted {key} in: {stderr}");
     }
+}
+
+fn http_get(addr: &str, path: &str) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+/// The embedded default run with `env`, from an empty folder: its stdout
+/// once `addr` answers, or its stderr if it exits first.
+fn run_embedded(env: &[(&str, &str)], addr: &str) -> Result<(std::process::Child, String), String> {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(bin());
+    cmd.current_dir(dir.path()).env_remove("GATEWAY_CONFIG").stdout(Stdio::piped()).stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut gw = cmd.spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(addr).is_err() {
+        if gw.try_wait().unwrap().is_some() {
+            let mut stderr = String::new();
+            gw.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+            return Err(stderr);
+        }
+        assert!(Instant::now() < deadline, "{addr} never came up");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut stdout = String::new();
+    let mut pipe = gw.stdout.take().unwrap();
+    let mut buf = [0u8; 4096];
+    while !stdout.contains("Prometheus metrics") {
+        let n = pipe.read(&mut buf).unwrap();
+        assert!(n > 0, "stdout ended: {stdout}");
+        stdout.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    Ok((gw, stdout))
+}
+
+fn stop(mut child: std::process::Child) {
+    Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+}
+
+/// The zero-config quick start moves off 8000 and 8080 by one override
+/// each: the demo upstream follows `upstreams.service_a.url`, and the
+/// banner says where it is; a busy demo port is named with the variable
+/// that moves it.
+#[test]
+fn the_quick_start_moves_off_busy_ports() {
+    let gw = format!("127.0.0.1:{}", free_port());
+    let demo = format!("127.0.0.1:{}", free_port());
+    let url = format!("http://{demo}");
+    let env = [("GATEWAY__SERVER__LISTEN", gw.as_str()), ("GATEWAY__UPSTREAMS__SERVICE_A__URL", url.as_str())];
+    let (child, stdout) = run_embedded(&env, &gw).unwrap_or_else(|e| panic!("exited: {e}"));
+    assert!(stdout.contains(&format!("demo upstream (GET /a waits 1s): http://{demo}")), "{stdout}");
+    let b = http_get(&gw, "/b");
+    assert!(b.starts_with("HTTP/1.1 200") && b.ends_with("ok"), "{b}");
+    stop(child);
+
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", taken.local_addr().unwrap());
+    let env = [("GATEWAY__SERVER__LISTEN", gw.as_str()), ("GATEWAY__UPSTREAMS__SERVICE_A__URL", url.as_str())];
+    let stderr = run_embedded(&env, &gw).map(|(c, _)| stop(c)).expect_err("starts with its demo port taken");
+    assert!(
+        stderr.contains("upstreams.service_a.url") && stderr.contains("GATEWAY__UPSTREAMS__SERVICE_A__URL"),
+        "{stderr}"
+    );
 }

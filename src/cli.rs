@@ -45,8 +45,9 @@ enum LogFormat {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the built-in slow upstream ("service A"): GET /a (any query)
-    /// waits the delay then answers "ok"; GET /hello answers at once;
-    /// GET /-/count answers how many requests for /a have arrived.
+    /// waits the delay then answers "ok"; GET /hello and GET /healthz (for
+    /// health checks) answer at once; GET /-/count answers how many requests
+    /// for /a have arrived.
     Upstream {
         /// Address to listen on.
         #[arg(long, default_value = DEMO_UPSTREAM)]

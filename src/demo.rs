@@ -1,8 +1,8 @@
 //! The built-in demo: the slow upstream ("service A" of the benchmarks:
 //! `GET /a` waits the configured delay and answers `ok`, whatever the
-//! query; `GET /hello` answers at once; `GET /-/count` answers how many
-//! requests for `/a` arrived), which tests, benchmarks and the embedded
-//! default use,
+//! query; `GET /hello` and `GET /healthz` answer at once; `GET /-/count`
+//! answers how many requests for `/a` arrived), which tests, benchmarks and
+//! the embedded default use,
 //! and the embedded default's files, carried in the binary so that it runs
 //! from any directory on any machine.
 
@@ -78,6 +78,9 @@ async fn answer(req: Request<Incoming>, upstream: &Upstream, count: &AtomicU64) 
             (StatusCode::OK, Bytes::from_static(b"ok"))
         }
         "/hello" => (StatusCode::OK, Bytes::from_static(b"hello")),
+        // For the gateway's health checks (`[upstreams.NAME.health]`), with
+        // the path the documentation's examples use.
+        "/healthz" => (StatusCode::OK, Bytes::from_static(b"ok\n")),
         "/-/count" => (StatusCode::OK, Bytes::from(format!("{}\n", count.load(Ordering::Relaxed)))),
         _ => (StatusCode::NOT_FOUND, Bytes::from_static(b"not found\n")),
     };

@@ -197,3 +197,60 @@ fn the_queue_example_gives_its_figures() {
     assert_eq!(sample(&metrics, &["gateway_rejected_total{", "reason=\"queue_timeout\""]), 3.0, "{metrics}");
     assert_eq!(sample(&metrics, &["gateway_upstream_errors_total{", "kind=\"timeout\""]), 0.0, "{metrics}");
 }
+
+/// The health `path` of every upstream in `example`.
+fn health_paths(example: &str) -> Vec<String> {
+    let doc = DeTable::parse(example).unwrap();
+    let mut paths = Vec::new();
+    if let Some(DeValue::Table(ups)) = doc.get_ref().get("upstreams").map(|v| v.get_ref()) {
+        for up in ups.values() {
+            if let DeValue::Table(up) = up.get_ref()
+                && let Some(DeValue::Table(health)) = up.get("health").map(|v| v.get_ref())
+                && let Some(DeValue::String(path)) = health.get("path").map(|v| v.get_ref())
+            {
+                paths.push(path.to_string());
+            }
+        }
+    }
+    paths
+}
+
+/// The ConfigMap's health checks, against `gateway upstream` as its app,
+/// find it healthy (the gateway is ready and proxies), and every example's
+/// health path is one the built-in upstream answers, but the gunicorn
+/// app's, which answers every path.
+#[test]
+fn health_examples_work_against_the_built_in_upstream() {
+    let (gw, up) = (free_addr(), free_addr());
+    let mut upstream = Command::new(BIN);
+    upstream.args(["upstream", "--listen", &up, "--delay", "10ms"]).stderr(Stdio::null());
+    let _upstream = Running(upstream.spawn().unwrap());
+    wait_for(&up);
+    for (place, example) in examples().iter().filter(|(_, e)| !e.contains("127.0.0.1:28000")) {
+        for path in health_paths(example) {
+            let answer = http_get(&up, &path);
+            assert!(answer.starts_with("HTTP/1.1 200"), "{place}: {path}: {answer}");
+        }
+    }
+
+    let configmap = std::fs::read_to_string(Path::new(ROOT).join("deploy/kubernetes/configmap.yaml")).unwrap();
+    let config = configmap_toml(&configmap)
+        .replace("0.0.0.0:8080", &gw)
+        .replace("http://127.0.0.1:8000", &format!("http://{up}"));
+    assert!(config.contains(&gw) && config.contains(&up), "{config}");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(&path, config).unwrap();
+    let mut gateway = Command::new(BIN);
+    gateway.args(["--config", path.to_str().unwrap()]).env_remove("GATEWAY_CONFIG").stderr(Stdio::null());
+    let _gateway = Running(gateway.spawn().unwrap());
+    wait_for(&gw);
+    // The first check runs at start-up; the next only after `interval`.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !http_get(&gw, "/readyz").starts_with("HTTP/1.1 200") {
+        assert!(Instant::now() < deadline, "never ready: {}", http_get(&gw, "/readyz"));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let a = http_get(&gw, "/a");
+    assert!(a.starts_with("HTTP/1.1 200") && a.ends_with("ok"), "{a}");
+}

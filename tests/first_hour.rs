@@ -156,26 +156,26 @@ fn http_get(addr: &str, path: &str) -> String {
 
 /// The embedded default run with `env`, from an empty folder: its stdout
 /// once `addr` answers, or its stderr if it exits first.
-fn run_embedded(env: &[(&str, &str)], addr: &str) -> Result<(std::process::Child, String), String> {
+fn run_embedded(env: &[(&str, &str)], addr: &str) -> Result<(Running, String), String> {
     let dir = tempfile::tempdir().unwrap();
     let mut cmd = Command::new(bin());
     cmd.current_dir(dir.path()).env_remove("GATEWAY_CONFIG").stdout(Stdio::piped()).stderr(Stdio::piped());
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let mut gw = cmd.spawn().unwrap();
+    let mut gw = Running(cmd.spawn().unwrap());
     let deadline = Instant::now() + Duration::from_secs(10);
     while TcpStream::connect(addr).is_err() {
-        if gw.try_wait().unwrap().is_some() {
+        if gw.0.try_wait().unwrap().is_some() {
             let mut stderr = String::new();
-            gw.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+            gw.0.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
             return Err(stderr);
         }
         assert!(Instant::now() < deadline, "{addr} never came up");
         std::thread::sleep(Duration::from_millis(20));
     }
     let mut stdout = String::new();
-    let mut pipe = gw.stdout.take().unwrap();
+    let mut pipe = gw.0.stdout.take().unwrap();
     let mut buf = [0u8; 4096];
     while !stdout.contains("Prometheus metrics") {
         let n = pipe.read(&mut buf).unwrap();
@@ -185,9 +185,21 @@ fn run_embedded(env: &[(&str, &str)], addr: &str) -> Result<(std::process::Child
     Ok((gw, stdout))
 }
 
-fn stop(mut child: std::process::Child) {
-    Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
-    assert_eq!(child.wait().unwrap().code(), Some(0));
+/// A child process, killed on drop if the test did not stop it (a failed
+/// assertion leaves nothing running).
+struct Running(std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Stops `child` with SIGTERM; it exits 0.
+fn stop(mut child: Running) {
+    Command::new("kill").args(["-TERM", &child.0.id().to_string()]).status().unwrap();
+    assert_eq!(child.0.wait().unwrap().code(), Some(0));
 }
 
 /// The zero-config quick start moves off 8000 and 8080 by one override
@@ -214,4 +226,37 @@ fn the_quick_start_moves_off_busy_ports() {
         stderr.contains("upstreams.service_a.url") && stderr.contains("GATEWAY__UPSTREAMS__SERVICE_A__URL"),
         "{stderr}"
     );
+}
+
+/// A gateway started before its app serves it soon after the app comes
+/// up: until a check has passed, checks come sooner than `interval` (an
+/// hour here) and the first pass alone makes the endpoint healthy.
+#[test]
+fn an_app_that_starts_after_the_gateway_is_served_soon() {
+    let dir = tempfile::tempdir().unwrap();
+    let (gw, app) = (format!("127.0.0.1:{}", free_port()), format!("127.0.0.1:{}", free_port()));
+    let text = format!(
+        "[server]\nlisten = \"{gw}\"\n[upstreams.app]\nurl = \"http://{app}\"\n[upstreams.app.health]\npath = \"/healthz\"\ninterval = \"1h\"\nhealthy_after = 2\n[[routes]]\nname = 'app'\nprefix = '/'\nupstream = 'app'\n"
+    );
+    let path = write(dir.path(), "gw.toml", &text);
+    let gateway =
+        Running(Command::new(bin()).args(["--config", path.to_str().unwrap()]).stderr(Stdio::null()).spawn().unwrap());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(&gw).is_err() {
+        assert!(Instant::now() < deadline, "{gw} never came up");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(http_get(&gw, "/readyz").starts_with("HTTP/1.1 503"), "not ready before its app");
+    let upstream = Running(
+        Command::new(bin()).args(["upstream", "--listen", &app, "--delay", "10ms"]).stderr(Stdio::null()).spawn().unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !http_get(&gw, "/readyz").starts_with("HTTP/1.1 200") {
+        assert!(Instant::now() < deadline, "never ready after its app came up");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let a = http_get(&gw, "/a");
+    assert!(a.starts_with("HTTP/1.1 200") && a.ends_with("ok"), "{a}");
+    stop(gateway);
+    stop(upstream);
 }

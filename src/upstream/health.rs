@@ -3,8 +3,11 @@
 //! `unhealthy_after` failures in a row mark the endpoint unhealthy (it gets
 //! no traffic) and `healthy_after` passes in a row mark it healthy again.
 //! The first check runs at start-up and decides on its own, so a sidecar
-//! that starts before its app reports "not ready" at once. A task ends when
-//! its upstream is dropped.
+//! that starts before its app reports "not ready" at once. Until a check
+//! has passed, checks come every [`UNSETTLED_INTERVAL`] (or `interval`, if
+//! shorter) and each decides on its own, so an app that comes up after its
+//! gateway is served within about that long, not `healthy_after` intervals
+//! later. A task ends when its upstream is dropped.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -21,6 +24,9 @@ use super::io::UpstreamIo;
 use super::pool::Conn;
 use crate::config::{Address, HealthConfig};
 
+/// How often an endpoint is checked until a check has passed.
+pub const UNSETTLED_INTERVAL: Duration = Duration::from_secs(1);
+
 /// Starts the checks of `endpoint`.
 pub fn spawn(endpoint: &Arc<Endpoint>, config: HealthConfig) {
     let endpoint = Arc::downgrade(endpoint);
@@ -29,7 +35,8 @@ pub fn spawn(endpoint: &Arc<Endpoint>, config: HealthConfig) {
 
 async fn run(endpoint: Weak<Endpoint>, config: HealthConfig) {
     let (mut passes, mut failures) = (0u32, 0u32);
-    let mut first = true;
+    // No check has passed yet: each decides alone, and they come sooner.
+    let mut unsettled = true;
     // A reload that replaces the endpoint ends these checks (its state goes
     // on with the new endpoint's own, if it has any).
     let generation = endpoint.upgrade().map(|e| e.checks());
@@ -62,12 +69,14 @@ async fn run(endpoint: Weak<Endpoint>, config: HealthConfig) {
         } else {
             (passes, failures) = (0, failures + 1);
         }
-        if first || (passed && passes >= config.healthy_after) || (!passed && failures >= config.unhealthy_after) {
+        if unsettled || (passed && passes >= config.healthy_after) || (!passed && failures >= config.unhealthy_after)
+        {
             e.set_healthy(passed, &failure);
         }
-        first = false;
+        unsettled &= !passed;
         drop(e);
-        tokio::time::sleep(config.interval).await;
+        let pause = if unsettled { config.interval.min(UNSETTLED_INTERVAL) } else { config.interval };
+        tokio::time::sleep(pause).await;
     }
 }
 

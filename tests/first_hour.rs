@@ -248,7 +248,11 @@ fn an_app_that_starts_after_the_gateway_is_served_soon() {
     }
     assert!(http_get(&gw, "/readyz").starts_with("HTTP/1.1 503"), "not ready before its app");
     let upstream = Running(
-        Command::new(bin()).args(["upstream", "--listen", &app, "--delay", "10ms"]).stderr(Stdio::null()).spawn().unwrap(),
+        Command::new(bin())
+            .args(["upstream", "--listen", &app, "--delay", "10ms"])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
     );
     let deadline = Instant::now() + Duration::from_secs(10);
     while !http_get(&gw, "/readyz").starts_with("HTTP/1.1 200") {

@@ -149,8 +149,24 @@ async fn config_is_shown_with_its_secrets_redacted() {
     assert_eq!(set["x-callback"], "https://user:<redacted>@cb.example/done", "{v}");
     assert_eq!(set["authorization"], "<redacted>", "{v}");
     assert_eq!(set["x-env"], "prod", "{v}");
-    // Defaults are part of the effective configuration.
+    // Defaults are part of the effective configuration: the server's, and
+    // those routes and upstreams take when the file leaves a key out,
+    // beside what the file set.
     assert!(v["server"]["max_connections"].is_number(), "{v}");
+    let (route, app, other) = (&v["routes"][0], &v["upstreams"]["app"], &v["upstreams"]["other"]);
+    assert_eq!(route["timeout"], "30s", "{v}");
+    assert_eq!(route["body_timeout"], "1m", "{v}");
+    assert_eq!(route["retries"], 0, "{v}");
+    assert_eq!(route["retry_on"], serde_json::json!(["connect"]), "{v}");
+    assert_eq!(route["max_body"], 10 << 20, "{v}");
+    assert_eq!(app["queue"], 7, "{v}");
+    assert_eq!(app["queue_timeout"], "5s", "{v}");
+    assert_eq!(app["health"]["interval"], "100ms", "{v}");
+    assert_eq!(app["connect_timeout"], "1s", "{v}");
+    assert_eq!(other["health"], serde_json::Value::Null, "no checks where none are set: {v}");
+    assert_eq!(other["outlier"]["ejection_time"], "60s", "{v}");
+    assert_eq!(other["pool_idle_timeout"], "50s", "{v}");
+    assert_eq!(v["resolver"]["attempts"], 2, "{v}");
 }
 
 #[tokio::test]

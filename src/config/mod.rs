@@ -76,6 +76,7 @@ impl Source {
 }
 
 pub mod access;
+mod effective;
 mod errors;
 pub use errors::ConfigError;
 mod files;
@@ -119,8 +120,9 @@ pub struct Config {
     pub routes: Vec<RouteConfig>,
     /// `[rate_limit_store]`, for routes whose rate limit is shared.
     pub rate_limit_store: Option<RateLimitStoreConfig>,
-    /// The configuration as loaded, defaults included, with secrets
-    /// redacted (the admin listener's `/-/config`).
+    /// The configuration as loaded, defaults included (those validation
+    /// gives routes and upstreams too), with secrets redacted (the admin
+    /// listener's `/-/config`).
     pub effective: std::sync::Arc<serde_json::Value>,
 }
 
@@ -445,7 +447,7 @@ fn load_from(source: &Source, text: Option<&str>, running: Option<&ServerConfig>
         validate::config(raw, &source.base_dir(), running).map_err(|problem| located(&name, &text, problem))?;
     config.source_name = name;
     config.source = Some(source.clone());
-    config.effective = std::sync::Arc::new(effective);
+    config.effective = std::sync::Arc::new(effective::with_defaults(effective, &config));
     Ok(config)
 }
 

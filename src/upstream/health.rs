@@ -69,8 +69,7 @@ async fn run(endpoint: Weak<Endpoint>, config: HealthConfig) {
         } else {
             (passes, failures) = (0, failures + 1);
         }
-        if unsettled || (passed && passes >= config.healthy_after) || (!passed && failures >= config.unhealthy_after)
-        {
+        if unsettled || (passed && passes >= config.healthy_after) || (!passed && failures >= config.unhealthy_after) {
             e.set_healthy(passed, &failure);
         }
         unsettled &= !passed;

@@ -109,6 +109,9 @@ fn bad_configs_name_key_and_problem() {
         ),
         ("[tracing]\notlp_endpoint='http://u:p@h:4318'\n", "tracing.otlp_endpoint", "credentials"),
         ("[[routes]]\nname='x'\nprefix='/a//b'\nupstream='a'\n", "routes[0].prefix", "not a normalised path"),
+        ("[[routes]]\nname='x'\nprefix='/x'\nrespond={status=999}\n", "routes[0].respond.status", "200 to 599"),
+        ("[[routes]]\nname='x'\nprefix='/x'\nrespond={status=600}\n", "routes[0].respond.status", "200 to 599"),
+        ("[[routes]]\nname='x'\nprefix='/x'\nrespond={status=101}\n", "routes[0].respond.status", "200 to 599"),
         ("[[routes]]\nname='x'\nprefix='/a/../b'\nupstream='a'\n", "routes[0].prefix", "not a normalised path"),
     ];
     for (text, key, msg) in cases {

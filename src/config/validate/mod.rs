@@ -351,10 +351,11 @@ fn target(
     }
     let resp = r.respond.as_ref().expect("one target is set");
     let code = resp.status.unwrap_or(200);
+    // A fixed answer is final (no 1xx), and HTTP defines no class past 5xx.
     let status = StatusCode::from_u16(code)
         .ok()
-        .filter(|s| s.as_u16() >= 200)
-        .ok_or_else(|| (key("respond.status"), format!("invalid status {code}")))?;
+        .filter(|s| (200..=599).contains(&s.as_u16()))
+        .ok_or_else(|| (key("respond.status"), format!("invalid status {code}: use 200 to 599")))?;
     Ok(Target::Respond { status, body: Bytes::from(resp.body.clone().unwrap_or_default()) })
 }
 

@@ -254,3 +254,56 @@ fn health_examples_work_against_the_built_in_upstream() {
     let a = http_get(&gw, "/a");
     assert!(a.starts_with("HTTP/1.1 200") && a.ends_with("ok"), "{a}");
 }
+
+fn retry_after(answer: &str) -> Option<&str> {
+    answer.lines().find_map(|l| l.strip_prefix("retry-after: ").or_else(|| l.strip_prefix("Retry-After: ")))
+}
+
+/// A gateway running `config` (with `{gw}` and `{dead}`, an address
+/// nothing listens on, filled in): its address and the process.
+fn gateway_with(config: &str) -> (String, Running, tempfile::TempDir) {
+    let (gw, dead) = (free_addr(), free_addr());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gw.toml");
+    std::fs::write(&path, config.replace("{gw}", &gw).replace("{dead}", &dead)).unwrap();
+    let mut gateway = Command::new(BIN);
+    gateway.args(["--config", path.to_str().unwrap()]).env_remove("GATEWAY_CONFIG").stderr(Stdio::null());
+    let running = Running(gateway.spawn().unwrap());
+    wait_for(&gw);
+    (gw, running, dir)
+}
+
+/// `docs/protecting-the-upstream.md`'s `Retry-After` figures for an
+/// upstream that is down: ejected by the default outlier settings, and
+/// unhealthy by the default health checks.
+#[test]
+fn the_unavailable_examples_give_their_retry_after() {
+    let doc = std::fs::read_to_string(Path::new(ROOT).join("docs/protecting-the-upstream.md")).unwrap();
+    assert!(doc.contains("five 502s, then 503 with `Retry-After:\n30`"), "the doc's outlier figures");
+    assert!(doc.contains("requests then got 503 with `Retry-After: 10`"), "the doc's health figures");
+    let route = "[[routes]]\nname = 'app'\nprefix = '/'\nupstream = 'app'\n";
+
+    let outlier = format!(
+        "[server]\nlisten = \"{{gw}}\"\n[upstreams.app]\nurl = \"http://{{dead}}\"\n[upstreams.app.outlier]\n{route}"
+    );
+    let (gw, _gateway, _dir) = gateway_with(&outlier);
+    let answers: Vec<String> = (0..6).map(|_| http_get(&gw, "/a")).collect();
+    for answer in &answers[..5] {
+        assert!(answer.starts_with("HTTP/1.1 502"), "{answer}");
+    }
+    assert!(answers[5].starts_with("HTTP/1.1 503"), "{}", answers[5]);
+    assert_eq!(retry_after(&answers[5]), Some("30"), "{}", answers[5]);
+
+    let health = format!(
+        "[server]\nlisten = \"{{gw}}\"\n[upstreams.app]\nurl = \"http://{{dead}}\"\n[upstreams.app.health]\npath = \"/healthz\"\n{route}"
+    );
+    let (gw, _gateway, _dir) = gateway_with(&health);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !http_get(&gw, "/readyz").starts_with("HTTP/1.1 503") {
+        assert!(Instant::now() < deadline, "never unready");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let answer = http_get(&gw, "/a");
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert_eq!(retry_after(&answer), Some("10"), "{answer}");
+}

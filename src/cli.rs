@@ -1,5 +1,5 @@
 //! The command line: `gateway [--config FILE]`, `gateway upstream`,
-//! `gateway check --config FILE`.
+//! `gateway check [--config FILE]`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -18,12 +18,18 @@ pub const EXIT_CONFIG: u8 = 64;
 pub const DEMO_UPSTREAM: &str = "127.0.0.1:8000";
 
 #[derive(Debug, Parser)]
-#[command(name = "gateway", version, about = "A reverse-proxy gateway with per-route timeouts and Prometheus metrics")]
+#[command(
+    name = "gateway",
+    version,
+    about = "A reverse-proxy gateway with per-route timeouts and Prometheus metrics",
+    after_help = "Exit status: 0 after SIGTERM or SIGINT; 64 when the configuration or the command line is wrong \
+                  (nothing was bound); 1 when it cannot start (an address taken, say)."
+)]
 struct Cli {
     /// Configuration file (TOML). Without one, the embedded default runs, with
     /// the built-in slow upstream where upstreams.service_a.url points
     /// (127.0.0.1:8000; move it with GATEWAY__UPSTREAMS__SERVICE_A__URL).
-    #[arg(long, short, env = "GATEWAY_CONFIG", global = true)]
+    #[arg(long, short, env = "GATEWAY_CONFIG")]
     config: Option<PathBuf>,
     /// Log format.
     #[arg(long, value_enum, default_value = "text", global = true)]
@@ -48,6 +54,9 @@ enum Command {
     /// waits the delay then answers "ok"; GET /hello and GET /healthz (for
     /// health checks) answer at once; GET /-/count answers how many requests
     /// for /a have arrived.
+    #[command(
+        after_help = "Exit status: 0 after SIGTERM or SIGINT; 1 when it cannot listen; 64 when the command line is wrong."
+    )]
     Upstream {
         /// Address to listen on.
         #[arg(long, default_value = DEMO_UPSTREAM)]
@@ -61,18 +70,33 @@ enum Command {
         cache_control: Option<http::HeaderValue>,
     },
     /// Validate a configuration file and print the resolved routes.
-    Check,
+    #[command(
+        after_help = "Exit status: 0 when the configuration is valid; 64 when it is not, or the command line is wrong."
+    )]
+    Check {
+        /// Configuration file (TOML) to check; without one, the embedded
+        /// default.
+        #[arg(long, short, env = "GATEWAY_CONFIG")]
+        config: Option<PathBuf>,
+    },
 }
 
 /// Entry point of the `gateway` binary.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // A wrong command line is EX_USAGE too, as a wrong configuration is.
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { EXIT_CONFIG } else { 0 });
+        }
+    };
     init_tracing(cli.log_format);
     match cli.command {
         Some(Command::Upstream { listen, delay, cache_control }) => {
             run_upstream(listen, demo::Upstream { delay, cache_control })
         }
-        Some(Command::Check) => check(cli.config),
+        Some(Command::Check { config }) => check(config.or(cli.config)),
         None => run_gateway(cli.config, cli.log_format, cli.watch),
     }
 }
@@ -119,11 +143,7 @@ fn load(path: Option<PathBuf>) -> Result<(Config, Option<tempfile::TempDir>), Ex
 }
 
 fn check(path: Option<PathBuf>) -> ExitCode {
-    let Some(path) = path else {
-        eprintln!("gateway check: --config FILE is required");
-        return ExitCode::from(EXIT_CONFIG);
-    };
-    let config = match load(Some(path)) {
+    let config = match load(path) {
         Ok((c, _)) => c,
         Err(code) => return code,
     };

@@ -264,3 +264,27 @@ fn an_app_that_starts_after_the_gateway_is_served_soon() {
     stop(gateway);
     stop(upstream);
 }
+
+/// Each command's help says what it takes and its exit status; `check`
+/// without a file checks the embedded default; a wrong command line is
+/// exit 64 as a wrong configuration is.
+#[test]
+fn help_says_what_each_command_takes_and_its_exit_status() {
+    let help = |args: &[&str]| {
+        let out = Command::new(bin()).args(args).env_remove("GATEWAY_CONFIG").output().unwrap();
+        assert!(out.status.success(), "{args:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    for args in [&["--help"][..], &["check", "--help"], &["upstream", "--help"]] {
+        assert!(help(args).contains("64"), "{args:?} names exit status 64: {}", help(args));
+    }
+    assert!(!help(&["upstream", "--help"]).contains("--config"), "upstream takes no --config");
+    assert!(help(&["check", "--help"]).contains("--config"));
+
+    let out = Command::new(bin()).arg("check").env_remove("GATEWAY_CONFIG").output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("embedded default: ok"), "{stdout}");
+    let out = Command::new(bin()).arg("--no-such-flag").output().unwrap();
+    assert_eq!(out.status.code(), Some(64));
+}

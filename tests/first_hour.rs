@@ -288,3 +288,19 @@ fn help_says_what_each_command_takes_and_its_exit_status() {
     let out = Command::new(bin()).arg("--no-such-flag").output().unwrap();
     assert_eq!(out.status.code(), Some(64));
 }
+
+/// `check` prints a `file` route's path absolute, as a `dir` route's is.
+#[test]
+fn check_prints_file_and_dir_paths_alike() {
+    let out = Command::new(bin())
+        .args(["check", "--config", "config/gateway.toml"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for kind in [" file ", " dir "] {
+        let line = stdout.lines().find(|l| l.contains(kind)).unwrap_or_else(|| panic!("{kind}: {stdout}"));
+        let path = line.rsplit(kind).next().unwrap();
+        assert!(Path::new(path).is_absolute(), "{line}");
+    }
+}

@@ -389,7 +389,9 @@ impl Target {
                 };
                 format!("proxy -> {} ({urls}){rewrite} timeout {}", up.name, humantime::format_duration(p.timeout))
             }
-            Target::File(p) => format!("file {}", p.display()),
+            // Absolute as a `dir` (canonical at load) is, but with no link
+            // followed: the file is opened by this path at each request.
+            Target::File(p) => format!("file {}", std::path::absolute(p).unwrap_or_else(|_| p.clone()).display()),
             Target::Dir(p) => format!("dir {}", p.display()),
             Target::Respond { status, body } => {
                 format!("respond {} ({} bytes)", status.as_u16(), body.len())

@@ -158,8 +158,25 @@ fn check(path: Option<PathBuf>) -> ExitCode {
         let access = r.access.as_ref().map(|a| a.describe()).unwrap_or_default();
         println!("route {:<16} {:<24} {}{methods}{access}", r.name, r.prefix, r.target.describe(&config.upstreams));
     }
+    for name in unused_upstreams(&config) {
+        println!("warning: upstream {name} is used by no route");
+    }
     check_discovery(&config);
     ExitCode::SUCCESS
+}
+
+/// Upstreams no route sends requests to: valid, but most likely a route's
+/// `upstream` misspelt or forgotten, so `check` and the start say so.
+fn unused_upstreams(config: &Config) -> Vec<&str> {
+    let used: std::collections::HashSet<usize> = config
+        .routes
+        .iter()
+        .filter_map(|r| match &r.target {
+            config::Target::Proxy(p) => Some(p.upstream),
+            _ => None,
+        })
+        .collect();
+    config.upstreams.iter().enumerate().filter(|(i, _)| !used.contains(i)).map(|(_, u)| u.name.as_str()).collect()
 }
 
 /// Looks each discovered upstream's name up once and says what it found. A
@@ -235,6 +252,9 @@ fn run_gateway(path: Option<PathBuf>, log_format: LogFormat, watch: bool) -> Exi
         Err(code) => return code,
     };
     config.server.watch_config |= watch;
+    for name in unused_upstreams(&config) {
+        tracing::warn!(upstream = name, "no route uses this upstream");
+    }
     let embedded = demo_files.is_some();
     let demo_dir = demo_files.as_ref().map(|d| d.path().display().to_string()).unwrap_or_default();
     // Unset, the access log follows the log format: JSON with JSON logs,

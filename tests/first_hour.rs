@@ -304,3 +304,16 @@ fn check_prints_file_and_dir_paths_alike() {
         assert!(Path::new(path).is_absolute(), "{line}");
     }
 }
+
+/// An upstream no route uses is valid, but `check` warns of it.
+#[test]
+fn check_warns_of_an_upstream_no_route_uses() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = "[upstreams.app]\nurl = 'http://127.0.0.1:9'\n[upstreams.spare]\nurl = 'http://127.0.0.1:9'\n[[routes]]\nname = 'app'\nprefix = '/'\nupstream = 'app'\n";
+    let path = write(dir.path(), "gw.toml", text);
+    let (out, stderr) = check(&path, &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.contains("warning: upstream spare is used by no route"), "{stdout}");
+    assert!(!stdout.contains("upstream app is used by no route"), "{stdout}");
+}

@@ -317,3 +317,28 @@ fn check_warns_of_an_upstream_no_route_uses() {
     assert!(stdout.contains("warning: upstream spare is used by no route"), "{stdout}");
     assert!(!stdout.contains("upstream app is used by no route"), "{stdout}");
 }
+
+/// The ejection's log line names how long by the key that sets it.
+#[test]
+fn the_ejection_log_names_its_time_by_its_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let (gw, dead) = (format!("127.0.0.1:{}", free_port()), format!("127.0.0.1:{}", free_port()));
+    let text = format!(
+        "[server]\nlisten = \"{gw}\"\n[upstreams.app]\nurl = \"http://{dead}\"\n[upstreams.app.outlier]\nconsecutive_failures = 1\n[[routes]]\nname = 'app'\nprefix = '/'\nupstream = 'app'\n"
+    );
+    let path = write(dir.path(), "gw.toml", &text);
+    let mut gateway =
+        Running(Command::new(bin()).args(["--config", path.to_str().unwrap()]).stderr(Stdio::piped()).spawn().unwrap());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(&gw).is_err() {
+        assert!(Instant::now() < deadline, "{gw} never came up");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(http_get(&gw, "/").starts_with("HTTP/1.1 502"));
+    let mut stderr = gateway.0.stderr.take().unwrap();
+    stop(gateway);
+    let mut log = String::new();
+    stderr.read_to_string(&mut log).unwrap();
+    let line = log.lines().find(|l| l.contains("endpoint ejected")).unwrap_or_else(|| panic!("{log}"));
+    assert!(line.contains("ejection_time=30s") && !line.contains("for_"), "{line}");
+}

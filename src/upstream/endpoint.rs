@@ -272,7 +272,7 @@ impl Endpoint {
         tracing::warn!(
             upstream = %self.upstream,
             endpoint = %self.config.url,
-            for_ = %humantime::format_duration(config.ejection_time),
+            ejection_time = %humantime::format_duration(config.ejection_time),
             "endpoint ejected after consecutive failures"
         );
     }

@@ -3,11 +3,13 @@
 //! clock, so the replicas' clocks do not matter), over one multiplexed
 //! connection that the `redis` crate's `ConnectionManager` re-establishes.
 //!
-//! While Redis fails (slower than `timeout`, refusing, or reset), requests do
-//! not wait for it: the store is marked down at the first failure (logged
-//! once), `on_error` decides every request without asking Redis, and a
-//! background probe brings the store back up once the script decides again
-//! (logged once).
+//! A command that finds its connection closed (Redis closes idle ones) is
+//! tried once more on the new connection the manager opens, within the same
+//! `timeout`. While Redis fails (slower than `timeout`, refusing, or reset),
+//! requests do not wait for it: the store is marked down at the first
+//! failure (logged once), `on_error` decides every request without asking
+//! Redis, and a background probe brings the store back up once the script
+//! decides again (logged once).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
@@ -162,18 +164,33 @@ impl RedisStore {
         burst: u32,
         wait: Duration,
     ) -> Result<Decision, (StoreError, Option<String>)> {
-        let mut conn = self.conn.clone();
+        let deadline = Instant::now() + wait;
         let mut call = self.script.key(key);
         call.arg(micros).arg(burst);
-        let result = tokio::time::timeout(wait, call.invoke_async::<Vec<i64>>(&mut conn)).await;
-        match result {
-            Err(_) => Err((StoreError::Timeout, None)),
-            Ok(Err(e)) if e.is_timeout() => Err((StoreError::Timeout, None)),
-            Ok(Err(e)) if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() => {
-                Err((StoreError::Connection, None))
-            }
-            Ok(Err(e)) => Err((StoreError::Reply, e.code().map(str::to_owned))),
-            Ok(Ok(reply)) => parse(&reply).ok_or((StoreError::Reply, None)),
+        let mut retried = false;
+        loop {
+            let mut conn = self.conn.clone();
+            let result = tokio::time::timeout_at(deadline, call.invoke_async::<Vec<i64>>(&mut conn)).await;
+            return match result {
+                Err(_) => Err((StoreError::Timeout, None)),
+                Ok(Err(e)) if e.is_timeout() => Err((StoreError::Timeout, None)),
+                // Redis closes idle connections (its `timeout`, `CLIENT
+                // KILL`, a proxy's idle limit) and that is found out only
+                // by the next command: the manager has begun a new
+                // connection, which gets one try before the store counts
+                // as down.
+                Ok(Err(e))
+                    if !retried && (e.is_connection_dropped() || e.is_io_error()) && !e.is_connection_refusal() =>
+                {
+                    retried = true;
+                    continue;
+                }
+                Ok(Err(e)) if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() => {
+                    Err((StoreError::Connection, None))
+                }
+                Ok(Err(e)) => Err((StoreError::Reply, e.code().map(str::to_owned))),
+                Ok(Ok(reply)) => parse(&reply).ok_or((StoreError::Reply, None)),
+            };
         }
     }
 

@@ -1,0 +1,71 @@
+//! Rate limits at their edges, end to end: a Redis that closes idle
+//! connections (`timeout`, `CLIENT KILL`), store URLs the Redis client
+//! refuses, one bucket per credential however it is spelt, HTTP/2 cookie
+//! crumbs and `:authority`, the keys kept at `max_keys`, the `RateLimit`
+//! fields' figures and lists, and the bound on `burst`.
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::redis_server::Redis;
+use common::*;
+use http::Request;
+
+/// A GET with `headers`: the status and the response headers.
+async fn get_with(url: &str, headers: &[(&str, &str)]) -> (u16, http::HeaderMap) {
+    let mut req = Request::get(url);
+    for (n, v) in headers {
+        req = req.header(*n, *v);
+    }
+    let (parts, _) = send(req.body(full(Bytes::new())).unwrap()).await;
+    (parts.status.as_u16(), parts.headers)
+}
+
+fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    sample(text, name, labels).unwrap_or(0.0)
+}
+
+fn shared_toml(route: &str, limit: &str, redis: &str, store: &str) -> String {
+    format!(
+        "[server]\n[[routes]]\nname = \"{route}\"\nprefix = \"/\"\nrespond = {{ status = 200 }}\n\
+         rate_limit = {{ {limit}, shared = \"redis\" }}\n\
+         [rate_limit_store]\nurl = \"{redis}\"\n{store}\n"
+    )
+}
+
+fn by_redis(m: &str, route: &str) -> f64 {
+    let decided = |result| {
+        metric(m, "gateway_rate_limit_decisions_total", &[("route", route), ("store", "redis"), ("result", result)])
+    };
+    decided("allowed") + decided("refused")
+}
+
+/// Redis closes a connection idle past its `timeout` (or one `CLIENT KILL`
+/// names): the next request is still decided by Redis, on a new
+/// connection, not by `on_error` (`deny` here, which would answer 429).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_redis_closed_is_replaced_without_counting_the_store_down() {
+    let Some(redis) = Redis::start() else { return };
+    assert_eq!(redis.cmd(&["CONFIG", "SET", "timeout", "1"]), Some(redis::Value::Okay));
+    let limit = "rate = \"100/s\", burst = 100, key = \"route\"";
+    let store = "timeout = \"1s\"\non_error = \"deny\"";
+    let gw = TestGateway::from_toml(&shared_toml("rl_idle", limit, &redis.url(), store)).await;
+    let url = gw.url("/");
+    assert_eq!(get_with(&url, &[]).await.0, 200);
+    for idle in 0..2 {
+        // Past Redis's `timeout 1` (checked ten times a second).
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        assert_eq!(get_with(&url, &[]).await.0, 200, "after idle period {idle}");
+    }
+    assert!(redis.cmd(&["CLIENT", "KILL", "TYPE", "normal"]).is_some());
+    assert_eq!(get_with(&url, &[]).await.0, 200, "after CLIENT KILL");
+    let m = metrics_text(gw.addr).await;
+    assert_eq!(by_redis(&m, "rl_idle"), 4.0, "every request decided by Redis");
+    let errors: f64 = ["timeout", "connection", "reply", "down"]
+        .iter()
+        .map(|kind| metric(&m, "gateway_rate_limit_store_errors_total", &[("kind", kind)]))
+        .sum();
+    assert_eq!(errors, 0.0, "the store never counted as down");
+}

@@ -69,3 +69,30 @@ async fn a_connection_redis_closed_is_replaced_without_counting_the_store_down()
         .sum();
     assert_eq!(errors, 0.0, "the store never counted as down");
 }
+
+fn respond_toml(route: &str, limit: &str) -> String {
+    format!(
+        "[server]\n[[routes]]\nname = \"{route}\"\nprefix = \"/\"\nrespond = {{ status = 200 }}\n\
+         rate_limit = {{ {limit} }}\n"
+    )
+}
+
+/// A store URL the Redis client refuses is refused at load, naming the key,
+/// and `gateway check` says so (exit 64); before, the gateway started with
+/// each gateway's own buckets whatever `on_error` said.
+#[test]
+fn store_urls_the_redis_client_refuses_are_refused_at_load() {
+    let with = |url: &str| {
+        format!(
+            "{}[rate_limit_store]\nurl = '{url}'\non_error = 'deny'\n",
+            respond_toml("r", "rate = '1/s', shared = 'redis'")
+        )
+    };
+    let cases = [
+        with("redis://127.0.0.1:99999"),
+        with("redis://127.0.0.1:6379/keys"),
+        with("rediss://127.0.0.1:6380#frag"),
+    ];
+    let cases: Vec<(&str, &str)> = cases.iter().map(|t| (t.as_str(), "rate_limit_store.url")).collect();
+    assert_refused_by_check(env!("CARGO_BIN_EXE_gateway"), &cases);
+}

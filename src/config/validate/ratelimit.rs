@@ -90,6 +90,12 @@ pub(super) fn store(
     if !matches!(parsed.scheme_str(), Some("redis" | "rediss")) || parsed.host().is_none() {
         return Err((k("url"), "use redis://HOST:PORT or rediss://HOST:PORT".into()));
     }
+    // What the Redis client refuses (a port past 65535, a path that is not
+    // a database number, a fragment) would otherwise be found only at start,
+    // leaving the shared routes to local buckets whatever `on_error` says.
+    // Its messages never quote the URL, which may hold a password.
+    redis::IntoConnectionInfo::into_connection_info(url.as_str())
+        .map_err(|e| (k("url"), format!("the Redis client refuses it: {e}")))?;
     let password = match &raw.password_env {
         None => None,
         Some(var) => Some(env(var).ok_or_else(|| (k("password_env"), format!("the variable {var} is not set")))?),
@@ -219,8 +225,12 @@ mod tests {
         let s = store(&raw("redis://127.0.0.1:6379"), &none).unwrap();
         assert_eq!((s.timeout, s.on_error, s.password), (DEFAULT_STORE_TIMEOUT, OnStoreError::Local, None));
         assert!(store(&raw("rediss://cache.example:6380"), &none).is_ok());
+        assert!(store(&raw("redis://cache.example:6380/2"), &none).is_ok(), "a database number");
         let key_of = |r: RawRateLimitStore| store(&r, &none).unwrap_err().0;
         assert_eq!(key_of(raw("http://127.0.0.1")), "rate_limit_store.url");
+        for refused in ["redis://127.0.0.1:99999", "redis://127.0.0.1:6379/keys", "rediss://h:6380#x", "redis://0.0.0.0"] {
+            assert_eq!(key_of(raw(refused)), "rate_limit_store.url", "{refused}");
+        }
         assert_eq!(key_of(RawRateLimitStore { url: None, ..raw("") }), "rate_limit_store.url");
         assert_eq!(
             key_of(RawRateLimitStore { timeout: Some("0s".into()), ..raw("redis://h") }),

@@ -96,3 +96,24 @@ fn store_urls_the_redis_client_refuses_are_refused_at_load() {
     let cases: Vec<(&str, &str)> = cases.iter().map(|t| (t.as_str(), "rate_limit_store.url")).collect();
     assert_refused_by_check(env!("CARGO_BIN_EXE_gateway"), &cases);
 }
+
+/// A `burst` that would take past the bound to refill is refused at load,
+/// naming the key (it overflowed the buckets' nanoseconds: `1/d` with
+/// `burst = 213510` let 6 through, then refused); the bound itself works.
+#[tokio::test]
+async fn a_burst_past_the_bound_is_refused_and_the_bound_works() {
+    let too_big = respond_toml("r", "rate = \"1/d\", burst = 213510");
+    let also = respond_toml("r", "rate = \"1/d\", burst = 36501");
+    assert_refused_by_check(
+        env!("CARGO_BIN_EXE_gateway"),
+        &[(&too_big, "routes[0].rate_limit.burst"), (&also, "routes[0].rate_limit.burst")],
+    );
+    let gw = TestGateway::from_toml(&respond_toml("rl_most", "rate = \"1/d\", burst = 36500, headers = true")).await;
+    let url = gw.url("/");
+    for remaining in [36499, 36498] {
+        let (status, h) = get_with(&url, &[]).await;
+        assert_eq!(status, 200);
+        let want = format!("\"rl_most\";r={remaining};t={}", 86_400 * (36_500 - remaining));
+        assert_eq!(h.get("ratelimit").unwrap(), want.as_str());
+    }
+}

@@ -32,6 +32,13 @@ pub(super) fn rate_limit(
     if burst == 0 {
         return Err((k("burst"), "must be at least 1".into()));
     }
+    let most = max_burst(rate);
+    if burst > most {
+        return Err((
+            k("burst"),
+            format!("{burst} at {rate_text:?} takes longer than 100 years to refill; at most {most} at this rate"),
+        ));
+    }
     let limit_key = match raw.key.as_deref().unwrap_or("client") {
         "client" => RateLimitKey::Client,
         "route" => RateLimitKey::Route,
@@ -124,6 +131,17 @@ pub(super) fn store(
     Ok(RateLimitStoreConfig { url, password, timeout, on_error, ca_file })
 }
 
+/// The longest a full bucket may take to refill (`burst` intervals): a
+/// bound far past any use that keeps the buckets' nanoseconds within u64
+/// and Redis's microseconds exact in the script's doubles.
+const MAX_REFILL: Duration = Duration::from_secs(100 * 365 * 86_400);
+
+/// The largest `burst` at `rate` within [`MAX_REFILL`].
+fn max_burst(rate: Rate) -> u32 {
+    let most = MAX_REFILL.as_nanos() / rate.interval().as_nanos().max(1);
+    u32::try_from(most).unwrap_or(u32::MAX)
+}
+
 /// `N/UNIT`: `s`, `m`, `h`, `d`, or a whole number of seconds such as `10s`.
 fn parse_rate(text: &str) -> Result<Rate, String> {
     let usage = || format!("{text:?}: use COUNT/PERIOD, e.g. \"100/s\", \"600/m\", \"10/5s\"");
@@ -203,6 +221,12 @@ mod tests {
         refused(raw("10/s", Some("header:bad name")), "key");
         refused(raw("ten/s", None), "rate");
         refused(RawRateLimit { burst: Some(0), ..raw("10/s", None) }, "burst");
+        refused(RawRateLimit { burst: Some(36_501), ..raw("1/d", None) }, "burst");
+        refused(RawRateLimit { burst: Some(213_510), ..raw("1/d", None) }, "burst");
+        refused(RawRateLimit { burst: Some(u32::MAX), ..raw("1/h", None) }, "burst");
+        let most = rate_limit(&RawRateLimit { burst: Some(36_500), ..raw("1/d", None) }, key, None).unwrap();
+        assert_eq!(most.burst, 36_500, "a century of days is the bound");
+        assert!(rate_limit(&RawRateLimit { burst: Some(u32::MAX), ..raw("1000/s", None) }, key, None).is_ok());
         refused(RawRateLimit { missing_key: Some("refuse".into()), ..raw("10/s", None) }, "missing_key");
         refused(RawRateLimit { missing_key: Some("drop".into()), ..raw("1/s", Some("header:a")) }, "missing_key");
         refused(RawRateLimit { shared: Some("redis".into()), ..raw("10/s", None) }, "shared");

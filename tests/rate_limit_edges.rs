@@ -77,6 +77,72 @@ fn respond_toml(route: &str, limit: &str) -> String {
     )
 }
 
+/// `key = "header:authorization"` counts the credential as `auth` reads it:
+/// each spelling of one (the scheme in any case, any run of blanks before
+/// the token) takes from its one bucket.
+#[tokio::test]
+async fn each_spelling_of_one_credential_takes_from_one_bucket() {
+    let limit = "rate = \"1/m\", burst = 1, key = \"header:authorization\"";
+    let gw = TestGateway::from_toml(&respond_toml("rl_cred", limit)).await;
+    let url = gw.url("/");
+    // base64("alice:pw")
+    let basic = ["Basic YWxpY2U6cHc=", "basic YWxpY2U6cHc=", "BASIC   YWxpY2U6cHc=", "bAsIc \t YWxpY2U6cHc="];
+    let bearer = ["Bearer tok.en.1", "bearer  tok.en.1", "BEARER\t\ttok.en.1", "Bearer tok.en.1 "];
+    for spellings in [basic, bearer] {
+        let statuses: Vec<u16> = {
+            let mut got = Vec::new();
+            for s in spellings {
+                got.push(get_with(&url, &[("authorization", s)]).await.0);
+            }
+            got
+        };
+        assert_eq!(statuses, [200, 429, 429, 429], "{spellings:?}");
+    }
+    assert_eq!(get_with(&url, &[("authorization", "Bearer TOK.EN.1")]).await.0, 200, "tokens keep their case");
+    assert_eq!(get_with(&url, &[("authorization", "Basic Ym9iOnB3")]).await.0, 200, "another credential");
+}
+
+/// An HTTP/2 GET to `uri` with `headers` (each its own field), over `sender`.
+async fn h2_get(
+    sender: &mut hyper::client::conn::http2::SendRequest<TestBody>,
+    uri: &str,
+    headers: &[(&str, &str)],
+) -> u16 {
+    let mut req = Request::get(uri).version(http::Version::HTTP_2);
+    for (n, v) in headers {
+        req = req.header(*n, *v);
+    }
+    let resp = sender.send_request(req.body(full(Bytes::new())).unwrap()).await.expect("an answer");
+    resp.status().as_u16()
+}
+
+/// HTTP/2: the cookie crumbs of a request are one key, joined as the
+/// upstream gets them; `key = "header:host"` reads `:authority`.
+#[tokio::test]
+async fn http2_cookie_crumbs_are_one_key_and_host_is_the_authority() {
+    let cookie = "rate = \"1/m\", burst = 1, key = \"header:cookie\", missing_key = \"refuse\"";
+    let host = "rate = \"1/m\", burst = 1, key = \"header:host\", missing_key = \"refuse\"";
+    let toml = format!(
+        "[server]\n[[routes]]\nname = \"rl_cookie\"\nprefix = \"/cookie\"\nrespond = {{ status = 200 }}\n\
+         rate_limit = {{ {cookie} }}\n\
+         [[routes]]\nname = \"rl_host\"\nprefix = \"/host\"\nrespond = {{ status = 200 }}\n\
+         rate_limit = {{ {host} }}\n"
+    );
+    let gw = TestGateway::from_toml(&toml).await;
+    let (mut h2, _conn) = h2_client(gw.addr).await;
+    let at = |path: &str| format!("http://{}{path}", gw.addr);
+    let crumbs = [("cookie", "a=1"), ("cookie", "b=2")];
+    assert_eq!(h2_get(&mut h2, &at("/cookie"), &crumbs).await, 200, "two crumbs are one key");
+    assert_eq!(h2_get(&mut h2, &at("/cookie"), &[("cookie", "a=1; b=2")]).await, 429, "the same cookie, one field");
+    assert_eq!(h2_get(&mut h2, &at("/cookie"), &crumbs).await, 429, "and its bucket is empty");
+    assert_eq!(h2_get(&mut h2, &at("/cookie"), &[("cookie", "a=1"), ("cookie", "b=3")]).await, 200, "another");
+    let port = gw.addr.port();
+    let host = |name: &str| format!("http://{name}:{port}/host");
+    assert_eq!(h2_get(&mut h2, &host("a.example"), &[]).await, 200, ":authority is the host");
+    assert_eq!(h2_get(&mut h2, &host("A.Example"), &[]).await, 429, "in any case");
+    assert_eq!(h2_get(&mut h2, &host("b.example"), &[]).await, 200, "another host, another bucket");
+}
+
 /// A store URL the Redis client refuses is refused at load, naming the key,
 /// and `gateway check` says so (exit 64); before, the gateway started with
 /// each gateway's own buckets whatever `on_error` said.

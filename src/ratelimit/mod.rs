@@ -18,15 +18,15 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{HeaderMap, HeaderName, HeaderValue};
+use http::{HeaderName, HeaderValue, Request};
 use ipnet::IpNet;
 use sha2::{Digest, Sha256};
 
 use crate::config::{MissingKey, OnStoreError, RateLimitConfig, RateLimitKey, StoreKind};
 use crate::error::GatewayError;
-use crate::headers::same_cgi_name;
 use crate::request::Peer;
 
+mod keys;
 pub mod local;
 pub mod metrics;
 pub mod redis;
@@ -114,13 +114,13 @@ impl RouteLimiter {
 
     /// Counts the request in its bucket: `Ok` with the `RateLimit` value for
     /// the response when `headers = true`, or the refusal.
-    pub async fn admit(
+    pub async fn admit<B>(
         &self,
-        headers: &HeaderMap,
+        req: &Request<B>,
         peer: &Peer,
         trusted: &[IpNet],
     ) -> Result<Option<HeaderValue>, GatewayError> {
-        let Some(key) = self.key(headers, peer, trusted) else {
+        let Some(key) = self.key(req, peer, trusted) else {
             self.metrics.decided("local", false);
             return Err(GatewayError::RateLimited {
                 retry_after: None,
@@ -182,14 +182,14 @@ impl RouteLimiter {
 
     /// The bucket of a request; `None` when it has no key and such requests
     /// are refused.
-    fn key(&self, headers: &HeaderMap, peer: &Peer, trusted: &[IpNet]) -> Option<Key> {
+    fn key<B>(&self, req: &Request<B>, peer: &Peer, trusted: &[IpNet]) -> Option<Key> {
         match &self.config.key {
             RateLimitKey::Route => Some(Key::Shared),
             // Past a broken X-Forwarded-For chain, the last address believed
             // (a trusted proxy's): such requests share that proxy's bucket.
-            RateLimitKey::Client => Some(Key::Client(client_block(peer.client(headers, trusted).believed()))),
-            RateLimitKey::Header { name, missing } => match header_key(headers, name) {
-                Some(value) => Some(value_key(value.as_bytes(), self.secret_values)),
+            RateLimitKey::Client => Some(Key::Client(keys::client_block(peer.client(req.headers(), trusted).believed()))),
+            RateLimitKey::Header { name, missing } => match keys::header_value(req, name) {
+                Some(value) => Some(value_key(&value, self.secret_values)),
                 None if *missing == MissingKey::Share => Some(Key::Shared),
                 None => None,
             },
@@ -203,21 +203,6 @@ impl RouteLimiter {
     }
 }
 
-/// The value of header `name` (in either spelling of `-` and `_`: an
-/// upstream reading CGI-style variables takes both for one); `None`
-/// without one, and `None` with more than one: a client that added a
-/// second value of its own would get a new bucket for each, while the
-/// upstream still reads the first. Such a request counts as one without
-/// the header (`missing_key` decides).
-fn header_key<'h>(headers: &'h HeaderMap, name: &HeaderName) -> Option<&'h HeaderValue> {
-    let mut values = headers.iter().filter(|(n, _)| *n == name || same_cgi_name(n.as_str(), name.as_str()));
-    let (_, value) = values.next()?;
-    if values.next().is_some() {
-        return None;
-    }
-    Some(value)
-}
-
 /// The bucket of a header's value: as sent, or its SHA-256 when it is
 /// longer than [`LONGEST_KEPT`] or `secret` (a credential is then neither
 /// held in memory nor written to Redis).
@@ -226,19 +211,6 @@ fn value_key(value: &[u8], secret: bool) -> Key {
         Key::Digest(Sha256::digest(value).into())
     } else {
         Key::Value(value.into())
-    }
-}
-
-/// The bucket of a client address: an IPv4 address, or an IPv6 address's
-/// /64. One host is commonly given a whole /64, and keyed per address it
-/// would get a fresh bucket for each of its 2^64 addresses.
-fn client_block(ip: std::net::IpAddr) -> std::net::IpAddr {
-    match ip {
-        std::net::IpAddr::V6(v6) => {
-            let bits = u128::from(v6) & !((1u128 << 64) - 1);
-            std::net::IpAddr::V6(bits.into())
-        }
-        v4 => v4,
     }
 }
 
@@ -290,7 +262,7 @@ mod tests {
     #[tokio::test]
     async fn refusals_carry_the_fields_and_retry_after() {
         let l = limiter(RateLimitKey::Client, true);
-        let h = HeaderMap::new();
+        let h = Request::new(());
         let first = l.admit(&h, &peer([192, 0, 2, 1]), &[]).await.unwrap();
         assert_eq!(first.unwrap(), "\"api\";r=1;t=5");
         assert!(l.admit(&h, &peer([192, 0, 2, 1]), &[]).await.is_ok());
@@ -331,7 +303,7 @@ mod tests {
             ("::1".parse().unwrap(), &["2001:db8::2"], "2001:db8::2"),
         ];
         for (ip, values, want) in cases {
-            let mut headers = HeaderMap::new();
+            let mut headers = http::HeaderMap::new();
             for v in *values {
                 headers.append(crate::headers::X_FORWARDED_FOR, HeaderValue::from_str(v).unwrap());
             }
@@ -341,38 +313,12 @@ mod tests {
         }
     }
 
-    #[test]
-    fn an_ipv6_client_is_its_64() {
-        let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
-        assert_eq!(client_block(ip("2001:db8:1:2:aaaa::1")), ip("2001:db8:1:2::"));
-        assert_eq!(client_block(ip("2001:db8:1:2:ffff:ffff:ffff:ffff")), ip("2001:db8:1:2::"));
-        assert_ne!(client_block(ip("2001:db8:1:3::1")), client_block(ip("2001:db8:1:2::1")));
-        assert_eq!(client_block(ip("192.0.2.7")), ip("192.0.2.7"));
-    }
-
-    #[test]
-    fn a_header_key_is_its_one_value_in_either_spelling() {
-        let name = HeaderName::from_static("x-api-key");
-        let mut h = HeaderMap::new();
-        assert_eq!(header_key(&h, &name), None);
-        h.append("x-api-key", HeaderValue::from_static("a"));
-        assert_eq!(header_key(&h, &name).unwrap(), "a");
-        h.insert("x-api-keys", HeaderValue::from_static("c"));
-        assert_eq!(header_key(&h, &name).unwrap(), "a", "another name is not the key");
-        h.append("x_api_key", HeaderValue::from_static("b"));
-        assert_eq!(header_key(&h, &name), None, "a second value, in the other spelling, is no key");
-        let mut h = HeaderMap::new();
-        h.append("x-api-key", HeaderValue::from_static("a"));
-        h.append("x-api-key", HeaderValue::from_static("r4nd0m"));
-        assert_eq!(header_key(&h, &name), None, "nor a second line");
-    }
-
     #[tokio::test]
     async fn requests_without_the_header_share_a_bucket_or_are_refused() {
         let name = HeaderName::from_static("x-api-key");
         let share = limiter(RateLimitKey::Header { name: name.clone(), missing: MissingKey::Share }, false);
         let refuse = limiter(RateLimitKey::Header { name, missing: MissingKey::Refuse }, false);
-        let h = HeaderMap::new();
+        let h = Request::new(());
         for ip in [[192, 0, 2, 1], [192, 0, 2, 2]] {
             assert!(share.admit(&h, &peer(ip), &[]).await.is_ok());
         }

@@ -40,7 +40,7 @@ impl App {
             rl => (rl.as_ref(), None),
         };
         if let Some(rl) = before {
-            *rate_state = rl.admit(req.headers(), peer, trusted).await?;
+            *rate_state = rl.admit(req, peer, trusted).await?;
         }
         if let Some(guard) = route.guard.as_deref().filter(|g| g.authenticates()) {
             // The client's Connection list applies to the client's headers,
@@ -51,7 +51,7 @@ impl App {
             req.extensions_mut().insert(crate::request::Authenticated);
         }
         if let Some(rl) = after {
-            *rate_state = rl.admit(req.headers(), peer, trusted).await?;
+            *rate_state = rl.admit(req, peer, trusted).await?;
         }
         Ok(())
     }

@@ -163,6 +163,32 @@ fn store_urls_the_redis_client_refuses_are_refused_at_load() {
     assert_refused_by_check(env!("CARGO_BIN_EXE_gateway"), &cases);
 }
 
+/// `headers = true`: the route's `RateLimit-Policy` and `RateLimit` items
+/// are appended to the upstream's own lists, never in their place.
+#[tokio::test]
+async fn the_routes_items_are_appended_to_the_upstreams_lists() {
+    let up = TestUpstream::start(|req: Request<hyper::body::Incoming>| async move {
+        let mut resp = http::Response::new(full(Bytes::from_static(b"ok")));
+        if req.uri().path().ends_with("/fields") {
+            let h = resp.headers_mut();
+            h.insert("ratelimit-policy", http::HeaderValue::from_static("\"api\";q=100;w=60"));
+            h.insert("ratelimit", http::HeaderValue::from_static("\"api\";r=42;t=30"));
+        }
+        resp
+    })
+    .await;
+    let limit = "rate_limit = { rate = \"10/m\", burst = 5, key = \"route\", headers = true }";
+    let gw = TestGateway::from_toml(&proxy_toml(up.addr, "rl_list", limit, "")).await;
+    let (status, h) = get_with(&gw.url("/rl_list/fields"), &[]).await;
+    assert_eq!(status, 200);
+    let all = |name: &str| h.get_all(name).iter().map(|v| v.to_str().unwrap().to_owned()).collect::<Vec<_>>();
+    assert_eq!(all("ratelimit-policy"), ["\"api\";q=100;w=60, \"rl_list\";q=10;w=60"]);
+    assert_eq!(all("ratelimit"), ["\"api\";r=42;t=30, \"rl_list\";r=4;t=6"]);
+    let (_, h) = get_with(&gw.url("/rl_list/plain"), &[]).await;
+    assert_eq!(h.get("ratelimit-policy").unwrap(), "\"rl_list\";q=10;w=60", "the route's alone");
+    assert!(h.get("ratelimit").unwrap().to_str().unwrap().starts_with("\"rl_list\";r=3;t="));
+}
+
 /// A `burst` that would take past the bound to refill is refused at load,
 /// naming the key (it overflowed the buckets' nanoseconds: `1/d` with
 /// `burst = 213510` let 6 through, then refused); the bound itself works.

@@ -18,7 +18,7 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{HeaderName, HeaderValue, Request};
+use http::{HeaderMap, HeaderName, HeaderValue, Request};
 use ipnet::IpNet;
 use sha2::{Digest, Sha256};
 
@@ -112,14 +112,14 @@ impl RouteLimiter {
         }
     }
 
-    /// Counts the request in its bucket: `Ok` with the `RateLimit` value for
-    /// the response when `headers = true`, or the refusal.
+    /// Counts the request in its bucket: `Ok` with the fields for the
+    /// response when `headers = true`, or the refusal.
     pub async fn admit<B>(
         &self,
         req: &Request<B>,
         peer: &Peer,
         trusted: &[IpNet],
-    ) -> Result<Option<HeaderValue>, GatewayError> {
+    ) -> Result<Option<Fields>, GatewayError> {
         let Some(key) = self.key(req, peer, trusted) else {
             self.metrics.decided("local", false);
             return Err(GatewayError::RateLimited {
@@ -134,7 +134,10 @@ impl RouteLimiter {
             Some(store) => Box::pin(self.shared(store, &key)).await,
         };
         if decision.allowed {
-            return Ok(self.config.headers.then(|| self.state(decision.remaining, decision.reset)));
+            return Ok(self.config.headers.then(|| Fields {
+                policy: self.policy.clone(),
+                state: self.state(decision.remaining, decision.reset),
+            }));
         }
         Err(GatewayError::RateLimited {
             retry_after: Some(ceil_secs(decision.retry_after).max(1)),
@@ -203,6 +206,45 @@ impl RouteLimiter {
     }
 }
 
+/// The `RateLimit-Policy` and `RateLimit` items of an answer to a request
+/// the limit let through (`headers = true`).
+#[derive(Debug, Clone)]
+pub struct Fields {
+    pub policy: HeaderValue,
+    pub state: HeaderValue,
+}
+
+impl Fields {
+    /// Appends the gateway's items after the upstream's own: both fields
+    /// are lists (draft-ietf-httpapi-ratelimit-headers-10 §3, §4), and the
+    /// upstream's limits are the client's to know as well.
+    pub fn append_to(&self, headers: &mut HeaderMap) {
+        append_item(headers, RATELIMIT_POLICY, &self.policy);
+        append_item(headers, RATELIMIT, &self.state);
+    }
+}
+
+/// `name`'s field lines and `item` as one list (RFC 9651 §3.1), empty
+/// lines left out; `item` alone when there are none.
+fn append_item(headers: &mut HeaderMap, name: HeaderName, item: &HeaderValue) {
+    let mut joined = Vec::new();
+    for line in headers.get_all(&name) {
+        let line = line.as_bytes().trim_ascii();
+        if !line.is_empty() {
+            joined.extend_from_slice(line);
+            joined.extend_from_slice(b", ");
+        }
+    }
+    let value = match joined.is_empty() {
+        true => item.clone(),
+        false => {
+            joined.extend_from_slice(item.as_bytes());
+            HeaderValue::from_bytes(&joined).unwrap_or_else(|_| item.clone())
+        }
+    };
+    headers.insert(name, value);
+}
+
 /// The bucket of a header's value: as sent, or its SHA-256 when it is
 /// longer than [`LONGEST_KEPT`] or `secret` (a credential is then neither
 /// held in memory nor written to Redis).
@@ -264,7 +306,8 @@ mod tests {
         let l = limiter(RateLimitKey::Client, true);
         let h = Request::new(());
         let first = l.admit(&h, &peer([192, 0, 2, 1]), &[]).await.unwrap();
-        assert_eq!(first.unwrap(), "\"api\";r=1;t=5");
+        let first = first.unwrap();
+        assert_eq!((first.policy.to_str().unwrap(), first.state.to_str().unwrap()), ("\"api\";q=2;w=10", "\"api\";r=1;t=5"));
         assert!(l.admit(&h, &peer([192, 0, 2, 1]), &[]).await.is_ok());
         match l.admit(&h, &peer([192, 0, 2, 1]), &[]).await {
             Err(GatewayError::RateLimited { retry_after: Some(5), policy, state }) => {
@@ -347,6 +390,25 @@ mod tests {
             limiter("authorization") && limiter("cookie") && limiter("x-api-key") && limiter("proxy-authorization")
         );
         assert!(!limiter("x-tenant"));
+    }
+
+    #[test]
+    fn the_gateways_items_follow_the_upstreams() {
+        let item = HeaderValue::from_static("\"gw\";r=1;t=5");
+        let cases: &[(&[&str], &str)] = &[
+            (&[], "\"gw\";r=1;t=5"),
+            (&["\"up\";r=9;t=1"], "\"up\";r=9;t=1, \"gw\";r=1;t=5"),
+            (&["\"a\";r=1, \"b\";r=2", "\"c\";r=3"], "\"a\";r=1, \"b\";r=2, \"c\";r=3, \"gw\";r=1;t=5"),
+            (&["", " "], "\"gw\";r=1;t=5"),
+        ];
+        for (lines, want) in cases {
+            let mut h = HeaderMap::new();
+            for l in *lines {
+                h.append(RATELIMIT, HeaderValue::from_str(l).unwrap());
+            }
+            append_item(&mut h, RATELIMIT, &item);
+            assert_eq!(h.get_all(RATELIMIT).iter().collect::<Vec<_>>(), [*want], "{lines:?}");
+        }
     }
 
     #[test]

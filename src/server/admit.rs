@@ -3,7 +3,6 @@
 //! `App::admit` gives.
 
 use http::Request;
-use http::header::HeaderValue;
 use hyper::body::Incoming;
 
 use super::table::Route;
@@ -20,14 +19,14 @@ impl App {
     /// keyed by a header the credentials set (a JWT claim forwarded as a
     /// header) comes after them, as before them that header is the
     /// client's own copy, a new bucket at will. `rate_state` gets the
-    /// `RateLimit` value for the answer, when the limit sends one.
+    /// `RateLimit` fields for the answer, when the limit sends them.
     pub(super) async fn admit(
         &self,
         route: &Route,
         req: &mut Request<Incoming>,
         peer: &Peer,
         cx: &mut RequestLog<'_>,
-        rate_state: &mut Option<HeaderValue>,
+        rate_state: &mut Option<crate::ratelimit::Fields>,
     ) -> Result<(), GatewayError> {
         if let Some(guard) = &route.guard {
             guard.admit(peer, req.headers())?;

@@ -258,8 +258,8 @@ impl App {
                 },
                 None => respond(self.screen(&req, self.config.server.max_body).and(Err(GatewayError::NoRoute))),
             };
-            if let Some(state) = rate_state {
-                response.headers_mut().insert(crate::ratelimit::RATELIMIT, state);
+            if let Some(fields) = rate_state {
+                fields.append_to(response.headers_mut());
             }
             let cx = pending.cx.take().expect("taken once");
             self.finish(route_metrics, upstream, &method, start, cx, response)

@@ -189,6 +189,33 @@ async fn the_routes_items_are_appended_to_the_upstreams_lists() {
     assert!(h.get("ratelimit").unwrap().to_str().unwrap().starts_with("\"rl_list\";r=3;t="));
 }
 
+/// `RateLimit`'s `t` on a local limit is the time until the bucket is full
+/// again, exactly (rounded up to a second), not a whole number of
+/// intervals: 10/m, a second request 3 s after the first is full 9 s later.
+#[tokio::test]
+async fn a_local_limits_t_is_the_time_until_the_bucket_is_full() {
+    let limit = "rate = \"10/m\", key = \"route\", headers = true";
+    let gw = TestGateway::from_toml(&respond_toml("rl_t", limit)).await;
+    let url = gw.url("/");
+    let t = |h: &http::HeaderMap| -> u64 {
+        let v = h.get("ratelimit").expect("RateLimit").to_str().unwrap();
+        v.rsplit_once(";t=").expect("t").1.parse().unwrap()
+    };
+    let a0 = std::time::Instant::now();
+    let (_, first) = get_with(&url, &[]).await;
+    let a1 = std::time::Instant::now();
+    assert_eq!(t(&first), 6, "one interval");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let b0 = std::time::Instant::now();
+    let (_, second) = get_with(&url, &[]).await;
+    let b1 = std::time::Instant::now();
+    // The two decisions were between (b0 - a1) and (b1 - a0) apart; the
+    // bucket is full two intervals after the first.
+    let ceil = |d: Duration| d.as_secs() + u64::from(d.subsec_nanos() > 0);
+    let (soonest, latest) = (ceil(Duration::from_secs(12) - (b1 - a0)), ceil(Duration::from_secs(12) - (b0 - a1)));
+    assert!((soonest..=latest).contains(&t(&second)), "t = {}, not in {soonest}..={latest}", t(&second));
+}
+
 /// A `burst` that would take past the bound to refill is refused at load,
 /// naming the key (it overflowed the buckets' nanoseconds: `1/d` with
 /// `burst = 213510` let 6 through, then refused); the bound itself works.

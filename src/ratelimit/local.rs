@@ -1,21 +1,17 @@
-//! A route's buckets in this gateway's memory: governor's GCRA, with each
-//! key's state in a moka cache of at most `max_keys` keys. At the bound
-//! moka evicts, and its TinyLFU admission keeps the keys asked for often:
+//! A route's buckets in this gateway's memory: GCRA (the Redis store's
+//! steps, on this process's monotonic clock), with each key's state in a
+//! moka cache of at most `max_keys` keys. At the bound moka evicts, and
+//! its TinyLFU admission keeps the keys asked for often:
 //! a flood of one-off keys (distinct addresses or header values) displaces
 //! other one-off keys rather than the clients being counted, and a new key
 //! still gets a bucket of its own. A key left idle until its bucket is full
 //! again is dropped, since its state is then that of a fresh bucket.
 
 use std::net::IpAddr;
-use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use governor::clock::{Clock, DefaultClock};
-use governor::middleware::{StateInformationMiddleware, StateSnapshot};
-use governor::nanos::Nanos;
-use governor::state::{InMemoryState, NotKeyed, StateStore};
-use governor::{NotUntil, Quota, RateLimiter};
 use moka::notification::RemovalCause;
 use moka::policy::EvictionPolicy;
 use moka::sync::Cache;
@@ -57,37 +53,61 @@ impl std::fmt::Debug for Key {
     }
 }
 
-type States = Cache<Key, Arc<InMemoryState>>;
+/// A bucket: its theoretical arrival time (GCRA's TAT), in nanoseconds
+/// since the buckets' origin; 0 in a fresh one.
+type Tat = AtomicU64;
 
-/// The keys' GCRA states as a governor state store, so that governor's
-/// `RateLimiter` does the maths on states that moka keeps and evicts.
-struct Buckets(States);
+type States = Cache<Key, Arc<Tat>>;
 
-impl StateStore for Buckets {
-    type Key = Key;
+/// GCRA, the same steps as the Redis store's script, in nanoseconds: `t`
+/// the interval, `limit` the interval times the burst.
+#[derive(Debug, Clone, Copy)]
+struct Gcra {
+    t: u64,
+    limit: u64,
+}
 
-    fn measure_and_replace<T, F, E>(&self, key: &Key, f: F) -> Result<T, E>
-    where
-        F: Fn(Option<Nanos>) -> Result<(T, Nanos), E>,
-    {
-        // A key evicted while a request holds its state leaves that request
-        // deciding on it; the next one starts a fresh bucket.
-        self.0.get_with_by_ref(key, Default::default).measure_and_replace(&NotKeyed::NonKey, f)
+impl Gcra {
+    fn new(interval: Duration, burst: u32) -> Gcra {
+        let t = u64::try_from(interval.as_nanos()).unwrap_or(u64::MAX).max(1);
+        // Validation bounds `limit` far below u64's range; saturating all the same.
+        Gcra { t, limit: t.saturating_mul(u64::from(burst.max(1))) }
+    }
+
+    /// One request at `now` on the bucket `tat`: the state it leaves is
+    /// read where it is written, so `reset` is exact (the bucket is full
+    /// again at its TAT), not a whole number of intervals.
+    fn decide(&self, tat: &Tat, now: u64) -> Decision {
+        let nanos = Duration::from_nanos;
+        let mut current = tat.load(Ordering::Acquire);
+        loop {
+            let from = current.max(now);
+            let next = from.saturating_add(self.t);
+            let ahead = next - now;
+            if ahead > self.limit {
+                let retry_after = nanos(ahead - self.limit);
+                return Decision { allowed: false, remaining: 0, retry_after, reset: nanos(from - now) };
+            }
+            match tat.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => {
+                    let remaining = u32::try_from((self.limit - ahead) / self.t).unwrap_or(u32::MAX);
+                    return Decision { allowed: true, remaining, retry_after: Duration::ZERO, reset: nanos(ahead) };
+                }
+                Err(actual) => current = actual,
+            }
+        }
     }
 }
 
-type Keyed = RateLimiter<Key, Buckets, DefaultClock, StateInformationMiddleware>;
-type Direct = RateLimiter<NotKeyed, InMemoryState, DefaultClock, StateInformationMiddleware>;
-
 /// A route's buckets in memory.
 pub struct Local {
-    keyed: Keyed,
-    /// The cache inside `keyed` (moka's handles share it), to count it.
+    gcra: Gcra,
     states: States,
     /// [`Key::Shared`]'s bucket, outside the cache: one key asked for by
     /// many must never be evicted (it would come back full).
-    shared: Direct,
-    interval: Duration,
+    shared: Tat,
+    /// What the buckets' times count from.
+    origin: Instant,
 }
 
 impl Local {
@@ -95,46 +115,25 @@ impl Local {
     /// [`RemovalCause::Expired`] when its bucket was full again,
     /// [`RemovalCause::Size`] when evicted (or not let in) at `max_keys`.
     pub fn new(config: &RateLimitConfig, removed: impl Fn(RemovalCause) + Send + Sync + 'static) -> Local {
-        let interval = config.rate.interval();
-        let burst = NonZeroU32::new(config.burst).unwrap_or(NonZeroU32::MIN);
-        let quota = Quota::with_period(interval).expect("validated: a non-zero interval").allow_burst(burst);
-        // Not governor's `burst_size_replenished_in`: it wraps past u64 nanoseconds.
-        let full_again = interval.checked_mul(burst.get()).map_or(MAX_IDLE, |d| d.min(MAX_IDLE));
+        let gcra = Gcra::new(config.rate.interval(), config.burst);
+        let full_again = Duration::from_nanos(gcra.limit).min(MAX_IDLE);
         let states: States = Cache::builder()
             .max_capacity(u64::try_from(config.max_keys).unwrap_or(u64::MAX))
             .eviction_policy(EvictionPolicy::tiny_lfu())
             .time_to_idle(full_again)
             .eviction_listener(move |_key, _state, cause| removed(cause))
             .build();
-        Local {
-            keyed: Keyed::new(quota, Buckets(states.clone()), DefaultClock::default()),
-            states,
-            shared: RateLimiter::direct(quota).with_middleware::<StateInformationMiddleware>(),
-            interval,
-        }
+        Local { gcra, states, shared: Tat::new(0), origin: Instant::now() }
     }
 
     /// Takes one request's allowance from `key`'s bucket.
     pub fn decide(&self, key: &Key) -> Decision {
-        let outcome = match key {
-            Key::Shared => self.shared.check(),
-            key => self.keyed.check_key(key),
-        };
-        self.decision(outcome)
-    }
-
-    fn decision(&self, outcome: Result<StateSnapshot, NotUntil<<DefaultClock as Clock>::Instant>>) -> Decision {
-        match outcome {
-            Ok(snapshot) => {
-                let remaining = snapshot.remaining_burst_capacity();
-                let used = snapshot.quota().burst_size().get() - remaining;
-                Decision { allowed: true, remaining, retry_after: Duration::ZERO, reset: self.interval * used }
-            }
-            Err(not_until) => {
-                let wait = not_until.wait_time_from(self.keyed.clock().now());
-                let full = not_until.quota().burst_size_replenished_in();
-                Decision { allowed: false, remaining: 0, retry_after: wait, reset: full.max(wait) }
-            }
+        let now = u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        match key {
+            Key::Shared => self.gcra.decide(&self.shared, now),
+            // A key evicted while a request holds its state leaves that
+            // request deciding on it; the next one starts a fresh bucket.
+            key => self.gcra.decide(&self.states.get_with_by_ref(key, Default::default), now),
         }
     }
 
@@ -195,6 +194,28 @@ mod tests {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let s = seen.clone();
         (Local::new(config, move |cause| s.lock().unwrap().push(cause)), seen)
+    }
+
+    #[test]
+    fn gcra_figures_are_exact() {
+        let s = |secs: u64| secs * 1_000_000_000;
+        // 10/m: one allowance every 6 s, burst 10.
+        let gcra = Gcra::new(Duration::from_secs(6), 10);
+        let tat = Tat::new(0);
+        let at = |now| {
+            let d = gcra.decide(&tat, now);
+            (d.allowed, d.remaining, d.reset.as_millis(), d.retry_after.as_millis())
+        };
+        assert_eq!(at(s(100)), (true, 9, 6_000, 0));
+        assert_eq!(at(s(103)), (true, 8, 9_000, 0), "full again 9 s later, not 12");
+        assert_eq!(at(s(200)), (true, 9, 6_000, 0), "full again: a fresh bucket");
+        // Burst 2 at 1/10s: the third at once waits 10 s; full 20 s later.
+        let gcra = Gcra::new(Duration::from_secs(10), 2);
+        let tat = Tat::new(0);
+        let d: Vec<Decision> = (0..3).map(|_| gcra.decide(&tat, s(5))).collect();
+        assert_eq!(d.iter().map(|d| (d.allowed, d.remaining)).collect::<Vec<_>>(), [(true, 1), (true, 0), (false, 0)]);
+        assert_eq!((d[2].retry_after, d[2].reset), (Duration::from_secs(10), Duration::from_secs(20)));
+        assert_eq!(gcra.decide(&tat, s(15)).allowed, true, "allowed once the wait is over");
     }
 
     #[test]

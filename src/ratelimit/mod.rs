@@ -2,7 +2,7 @@
 //! whole route) may send, decided before a request reaches the upstream, its
 //! queue or the route's concurrency limit.
 //!
-//! - `local`: the buckets in this gateway's memory (governor's GCRA, each
+//! - `local`: the buckets in this gateway's memory (GCRA as the Redis store's, each
 //!   key's state in a moka cache bounded at `max_keys`);
 //! - `redis`: the buckets shared through Redis, and what happens while
 //!   Redis cannot decide (`on_error`).

@@ -154,11 +154,8 @@ fn store_urls_the_redis_client_refuses_are_refused_at_load() {
             respond_toml("r", "rate = '1/s', shared = 'redis'")
         )
     };
-    let cases = [
-        with("redis://127.0.0.1:99999"),
-        with("redis://127.0.0.1:6379/keys"),
-        with("rediss://127.0.0.1:6380#frag"),
-    ];
+    let cases =
+        [with("redis://127.0.0.1:99999"), with("redis://127.0.0.1:6379/keys"), with("rediss://127.0.0.1:6380#frag")];
     let cases: Vec<(&str, &str)> = cases.iter().map(|t| (t.as_str(), "rate_limit_store.url")).collect();
     assert_refused_by_check(env!("CARGO_BIN_EXE_gateway"), &cases);
 }

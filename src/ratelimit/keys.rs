@@ -73,7 +73,8 @@ fn credential(value: &[u8]) -> Cow<'_, [u8]> {
         Some(at) => (&trimmed[..at], trimmed[at..].trim_ascii()),
         None => (trimmed, &b""[..]),
     };
-    let one_space = rest.is_empty() || (value.get(scheme.len()) == Some(&b' ') && value.len() == scheme.len() + 1 + rest.len());
+    let one_space =
+        rest.is_empty() || (value.get(scheme.len()) == Some(&b' ') && value.len() == scheme.len() + 1 + rest.len());
     let canonical = trimmed.len() == value.len() && one_space && !scheme.iter().any(u8::is_ascii_uppercase);
     if canonical {
         return Cow::Borrowed(value);
@@ -115,7 +116,6 @@ mod tests {
         assert_ne!(client_block(ip("2001:db8:1:3::1")), client_block(ip("2001:db8:1:2::1")));
         assert_eq!(client_block(ip("192.0.2.7")), ip("192.0.2.7"));
     }
-
 
     #[test]
     fn a_header_key_is_its_one_value_in_either_spelling() {

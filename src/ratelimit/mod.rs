@@ -190,7 +190,9 @@ impl RouteLimiter {
             RateLimitKey::Route => Some(Key::Shared),
             // Past a broken X-Forwarded-For chain, the last address believed
             // (a trusted proxy's): such requests share that proxy's bucket.
-            RateLimitKey::Client => Some(Key::Client(keys::client_block(peer.client(req.headers(), trusted).believed()))),
+            RateLimitKey::Client => {
+                Some(Key::Client(keys::client_block(peer.client(req.headers(), trusted).believed())))
+            }
             RateLimitKey::Header { name, missing } => match keys::header_value(req, name) {
                 Some(value) => Some(value_key(&value, self.secret_values)),
                 None if *missing == MissingKey::Share => Some(Key::Shared),
@@ -235,12 +237,11 @@ fn append_item(headers: &mut HeaderMap, name: HeaderName, item: &HeaderValue) {
             joined.extend_from_slice(b", ");
         }
     }
-    let value = match joined.is_empty() {
-        true => item.clone(),
-        false => {
-            joined.extend_from_slice(item.as_bytes());
-            HeaderValue::from_bytes(&joined).unwrap_or_else(|_| item.clone())
-        }
+    let value = if joined.is_empty() {
+        item.clone()
+    } else {
+        joined.extend_from_slice(item.as_bytes());
+        HeaderValue::from_bytes(&joined).unwrap_or_else(|_| item.clone())
     };
     headers.insert(name, value);
 }
@@ -307,7 +308,10 @@ mod tests {
         let h = Request::new(());
         let first = l.admit(&h, &peer([192, 0, 2, 1]), &[]).await.unwrap();
         let first = first.unwrap();
-        assert_eq!((first.policy.to_str().unwrap(), first.state.to_str().unwrap()), ("\"api\";q=2;w=10", "\"api\";r=1;t=5"));
+        assert_eq!(
+            (first.policy.to_str().unwrap(), first.state.to_str().unwrap()),
+            ("\"api\";q=2;w=10", "\"api\";r=1;t=5")
+        );
         assert!(l.admit(&h, &peer([192, 0, 2, 1]), &[]).await.is_ok());
         match l.admit(&h, &peer([192, 0, 2, 1]), &[]).await {
             Err(GatewayError::RateLimited { retry_after: Some(5), policy, state }) => {

@@ -252,7 +252,9 @@ mod tests {
         assert!(store(&raw("redis://cache.example:6380/2"), &none).is_ok(), "a database number");
         let key_of = |r: RawRateLimitStore| store(&r, &none).unwrap_err().0;
         assert_eq!(key_of(raw("http://127.0.0.1")), "rate_limit_store.url");
-        for refused in ["redis://127.0.0.1:99999", "redis://127.0.0.1:6379/keys", "rediss://h:6380#x", "redis://0.0.0.0"] {
+        for refused in
+            ["redis://127.0.0.1:99999", "redis://127.0.0.1:6379/keys", "rediss://h:6380#x", "redis://0.0.0.0"]
+        {
             assert_eq!(key_of(raw(refused)), "rate_limit_store.url", "{refused}");
         }
         assert_eq!(key_of(RawRateLimitStore { url: None, ..raw("") }), "rate_limit_store.url");

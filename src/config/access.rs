@@ -52,6 +52,25 @@ impl AccessConfig {
     }
 }
 
+impl AccessConfig {
+    /// The request headers the route's `auth` sets (a JWT's
+    /// `forward_claims`, a forward auth service's `response_headers`) or
+    /// decides on (the token's cookie, the headers sent to the auth
+    /// service): a client's request trailers may not carry them, or an
+    /// upstream that merges trailers into headers would read the client's
+    /// copy beside (or instead of) the one the gateway set or checked.
+    pub fn guarded_headers(&self) -> Vec<HeaderName> {
+        match &self.auth {
+            Some(AuthConfig::Jwt(j)) => {
+                let cookie = matches!(j.from, TokenSource::Cookie(_)).then_some(http::header::COOKIE);
+                j.forward_claims.iter().map(|(n, _)| n.clone()).chain(cookie).collect()
+            }
+            Some(AuthConfig::Forward(f)) => f.response_headers.iter().chain(&f.request_headers).cloned().collect(),
+            Some(AuthConfig::Basic(_)) | None => Vec::new(),
+        }
+    }
+}
+
 /// `auth`: one kind per route.
 #[derive(Debug, Clone)]
 pub enum AuthConfig {

@@ -325,9 +325,10 @@ pub struct ProxyTarget {
     /// `_` do not reach the upstream.
     pub drop_underscore_headers: bool,
     /// Names a client's request trailers may not carry, in any spelling of
-    /// `-` and `_`: those the gateway sets and those the route's request
-    /// rules set or remove (an upstream that merges trailers into headers
-    /// would otherwise take them from the client).
+    /// `-` and `_`: those the gateway sets, those the route's request
+    /// rules set or remove, and those its `auth` sets or decides on (an
+    /// upstream that merges trailers into headers would otherwise take them
+    /// from the client).
     pub guarded_trailers: Arc<[http::HeaderName]>,
     pub host: HostMode,
     /// Attempts after the first, on another endpoint where there is one.

@@ -266,11 +266,6 @@ fn route(
     }
     let request_headers = header_rules(r.request_headers.as_ref(), &key("request_headers"), &switched)?;
     let response_headers = header_rules(r.response_headers.as_ref(), &key("response_headers"), &response_switched)?;
-    if let Target::Proxy(p) = &mut target {
-        p.drop_underscore_headers = server.drop_underscore_headers;
-        let ruled = request_headers.remove.iter().chain(request_headers.set.iter().map(|(n, _)| n));
-        p.guarded_trailers = crate::headers::SET_BY_GATEWAY.iter().chain(ruled).cloned().collect();
-    }
     let keys = RawAccessKeys {
         allow: r.allow.as_deref(),
         deny: r.deny.as_deref(),
@@ -278,6 +273,12 @@ fn route(
         forward_credentials: r.forward_credentials,
     };
     let access = access(keys, &key, base_dir)?.map(std::sync::Arc::new);
+    if let Target::Proxy(p) = &mut target {
+        p.drop_underscore_headers = server.drop_underscore_headers;
+        let ruled = request_headers.remove.iter().chain(request_headers.set.iter().map(|(n, _)| n));
+        let authed = access.as_ref().map(|a| a.guarded_headers()).unwrap_or_default();
+        p.guarded_trailers = crate::headers::SET_BY_GATEWAY.iter().chain(ruled).chain(&authed).cloned().collect();
+    }
     if r.panic.is_some() && !cfg!(debug_assertions) {
         return Err((key("panic"), "only in debug builds, for the gateway's own tests".into()));
     }

@@ -1,0 +1,156 @@
+//! Access control against a hostile client, end to end: what the client
+//! may not slip past a route's `auth` (request trailers naming the headers
+//! auth sets, a second token cookie spelled with spaces, HTTP/2 cookie
+//! crumbs split before the auth service), on real sockets, with a
+//! raw-socket upstream that records every byte it is sent.
+
+mod auth_common;
+mod common;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use auth_common::*;
+use common::*;
+use http::{HeaderMap, Request, Response};
+use hyper::body::Incoming;
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/jwt").join(name)
+}
+
+/// A valid RS256 token (fixture key `rsa1`) for `sub`.
+fn token(sub: &str) -> String {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs();
+    let key = EncodingKey::from_rsa_pem(&std::fs::read(fixture("rsa.pem")).unwrap()).unwrap();
+    let mut header = Header::new(Algorithm::RS256);
+    header.kid = Some("rsa1".into());
+    jsonwebtoken::encode(&header, &json!({"sub": sub, "exp": now + 300}), &key).unwrap()
+}
+
+/// The JWT keys of a route reading the fixture JWKS.
+fn jwt(extra: &str) -> String {
+    let jwks = fixture("jwks.json");
+    format!("auth = {{ jwt = {{ jwks_file = {:?}, algorithms = [\"RS256\"]{extra} }} }}", jwks.display().to_string())
+}
+
+/// An upstream that records the bytes of every request (chunked ones to
+/// their trailer section's end) and answers each `200 ok`.
+async fn recording_bytes() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = seen.clone();
+    let addr = raw_upstream(move |mut stream| {
+        let s = s.clone();
+        async move {
+            let mut got = Vec::new();
+            let mut buf = [0u8; 8192];
+            while let Ok(n) = stream.read(&mut buf).await {
+                if n == 0 {
+                    return;
+                }
+                got.extend_from_slice(&buf[..n]);
+                while let Some(end) = request_end(&got) {
+                    s.lock().unwrap().push(String::from_utf8_lossy(&got[..end]).into_owned());
+                    got.drain(..end);
+                    let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                    if stream.write_all(ok).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    })
+    .await;
+    (addr, seen)
+}
+
+/// Where the first request in `got` ends: its head, or (chunked) its last
+/// chunk and trailer section. The tests send small bodies in one piece.
+fn request_end(got: &[u8]) -> Option<usize> {
+    let find = |from: usize, what: &[u8]| got[from..].windows(what.len()).position(|w| w == what).map(|p| from + p);
+    let head_end = find(0, b"\r\n\r\n")? + 4;
+    let head = String::from_utf8_lossy(&got[..head_end]).to_ascii_lowercase();
+    if !head.contains("transfer-encoding: chunked") {
+        return Some(head_end);
+    }
+    let last = find(head_end - 2, b"\r\n0\r\n")? + 2;
+    Some(find(last + 1, b"\r\n\r\n")? + 4)
+}
+
+/// An auth service that lets every request through as `ann`.
+async fn allowing_auth_service() -> (TestUpstream, Arc<Mutex<Vec<HeaderMap>>>) {
+    let asked = Arc::new(Mutex::new(Vec::new()));
+    let a = asked.clone();
+    let up = TestUpstream::start(move |req: Request<Incoming>| {
+        a.lock().unwrap().push(req.headers().clone());
+        async move { Response::builder().header("x-user", "ann").body(full("")).unwrap() }
+    })
+    .await;
+    (up, asked)
+}
+
+/// The trailer section of a recorded chunked request, lower-cased.
+fn trailer_section(request: &str) -> String {
+    let after_last_chunk = request.rsplit_once("\r\n0\r\n").map_or("", |(_, t)| t);
+    after_last_chunk.to_ascii_lowercase()
+}
+
+/// Request trailers naming what a route's auth sets (`X-User` from a JWT
+/// claim or the auth service, in any spelling of `-` and `_`) or decides on
+/// (the token's cookie, the headers sent to the auth service) never reach
+/// the upstream: one that merges trailers into headers would read the
+/// client's `admin` beside the gateway's `ann`.
+#[tokio::test]
+async fn request_trailers_cannot_carry_what_auth_sets_or_checks() {
+    let (up, seen) = recording_bytes().await;
+    let (auth, _) = allowing_auth_service().await;
+    let toml = format!(
+        "{}{}{}",
+        route(up, "claims", &jwt(", forward_claims = { \"x-user\" = \"sub\" }")),
+        route(up, "cookie", &jwt(", from = \"cookie:session\""),),
+        route(
+            up,
+            "fwd",
+            &format!(
+                "auth = {{ forward = {{ url = \"http://{}/v\", request_headers = [\"cookie\", \"x-api-key\"], \
+                 response_headers = [\"x-user\"] }} }}",
+                auth.addr
+            )
+        ),
+    );
+    let gw = TestGateway::from_toml(&toml).await;
+    let t = token("ann");
+    let cases = [
+        ("/claims", format!("Authorization: Bearer {t}\r\n")),
+        ("/cookie", format!("Cookie: session={t}\r\n")),
+        ("/fwd", "Cookie: session=s\r\nX-Api-Key: k\r\n".to_owned()),
+    ];
+    for (path, credentials) in &cases {
+        let request = format!(
+            "POST {path}/x HTTP/1.1\r\nHost: x\r\n{credentials}Transfer-Encoding: chunked\r\n\
+             Trailer: X-User, x_user, X_USER, cookie, x-api-key, x-checksum\r\nConnection: close\r\n\r\n\
+             4\r\nbody\r\n0\r\nX-User: admin\r\nx_user: root\r\nX_USER: root\r\nCookie: session=FORGED\r\n\
+             X-Api-Key: forged\r\nx-checksum: ok\r\n\r\n"
+        );
+        let r = raw(gw.addr, request.as_bytes(), Duration::from_secs(3)).await;
+        assert_eq!(r.status(), 200, "{path}: {}", r.text);
+    }
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), cases.len());
+    // What each route's auth sets or decides on.
+    let guarded: [&[&str]; 3] = [&["x-user", "x_user"], &["cookie"], &["x-user", "x_user", "cookie", "x-api-key"]];
+    for (request, names) in seen.iter().zip(guarded) {
+        let trailers = trailer_section(request);
+        assert!(trailers.contains("x-checksum: ok\r\n"), "the client's own trailer passes: {request:?}");
+        for name in names {
+            assert!(!trailers.contains(&format!("{name}:")), "{name} in the trailers: {request:?}");
+        }
+    }
+    assert!(seen[0].to_ascii_lowercase().contains("\r\nx-user: ann\r\n"), "{:?}", seen[0]);
+    assert!(seen[2].to_ascii_lowercase().contains("\r\nx-user: ann\r\n"), "{:?}", seen[2]);
+}

@@ -39,6 +39,12 @@ pub fn max_verifications() -> usize {
 /// of the credentials.
 type CredentialKey = [u8; 32];
 
+/// The longest password verified, in bytes: a longer one is refused
+/// without hashing. SHA-crypt's work grows with the square of the
+/// password's length, so one request with a long enough password would
+/// otherwise hold a verification slot for seconds.
+pub const MAX_PASSWORD: usize = 256;
+
 /// Verifications that may wait for a turn, per one that may run.
 const WAITING_PER_RUNNING: usize = 4;
 /// How long a verification waits for its turn before the request is
@@ -113,6 +119,9 @@ impl Basic {
     /// The user the request's credentials name, when they are right.
     pub async fn verify(&self, headers: &HeaderMap) -> Result<Arc<str>, GatewayError> {
         let (user, password) = credentials(headers).map_err(|reason| self.refuse(reason))?;
+        if password.len() > MAX_PASSWORD {
+            return Err(self.refuse("password too long"));
+        }
         let key = self.key(&user, &password);
         if let Some(user) = self.recall(&key) {
             return Ok(user);

@@ -154,3 +154,38 @@ async fn request_trailers_cannot_carry_what_auth_sets_or_checks() {
     assert!(seen[0].to_ascii_lowercase().contains("\r\nx-user: ann\r\n"), "{:?}", seen[0]);
     assert!(seen[2].to_ascii_lowercase().contains("\r\nx-user: ann\r\n"), "{:?}", seen[2]);
 }
+
+/// A hash whose cost is past the documented bounds (bcrypt above 17,
+/// SHA-crypt above 10,000,000 rounds, Argon2 above 2 GiB) is refused when
+/// the file is read, naming its line: one wrong password for it would hold
+/// a verification slot for hours. On a reload, nothing changes.
+#[tokio::test]
+async fn a_hash_cost_past_the_bound_is_refused_at_load() {
+    let dir = tempfile::tempdir().unwrap();
+    htpasswd(dir.path(), 4);
+    let (up, _) = recording().await;
+    let toml = route(up.addr, "cost", "auth = { basic = { htpasswd = \"users.htpasswd\" } }");
+    let gw = TestGateway::from_file(dir.path(), &toml).await;
+    let ann = basic("ann", "pw-ann");
+    assert_eq!(get_with(&gw.url("/cost"), &[("authorization", &ann)]).await.0.status, 200);
+    // The form is right; only the cost is too high (a real one would take
+    // years to make).
+    let cheap = bcrypt::hash("pw-bob", 4).unwrap();
+    let sha = "$saltsalt$/QtqGX.Gg1a/Ed93hhLT9xhrpTBSKuTyRmAfMCBy.eoFSRCO7qhDlS5ggAPqhWfBw4RlbuCWKAQZMovlc5eE01";
+    let argon = "$argon2id$v=19$m=4194304,t=1,p=1$c2FsdHNhbHQ$L0Z9S3cvszSYv7jVqfIbTg";
+    for (entry, says) in [
+        (cheap.replacen("$04$", "$31$", 1), "bcrypt cost 31 is refused: at most 17"),
+        (cheap.replacen("$04$", "$18$", 1), "bcrypt cost 18 is refused"),
+        (format!("$6$rounds=999999999{sha}"), "SHA-crypt rounds=999999999 is refused"),
+        (argon.to_owned(), "Argon2 m=4194304,t=1 is refused"),
+    ] {
+        std::fs::write(dir.path().join("users.htpasswd"), format!("# users\nbob:{entry}\n")).unwrap();
+        let e = gw.app.reload().expect_err(&entry);
+        assert!(e.to_string().contains("users.htpasswd:2"), "names the line: {e}");
+        assert!(e.to_string().contains(says), "{e}");
+        assert_eq!(get_with(&gw.url("/cost"), &[("authorization", &ann)]).await.0.status, 200, "{entry}");
+    }
+    // At the bound, accepted.
+    std::fs::write(dir.path().join("users.htpasswd"), format!("bob:{}\n", cheap.replacen("$04$", "$17$", 1))).unwrap();
+    gw.app.reload().expect("cost 17 is accepted");
+}

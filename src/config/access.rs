@@ -262,7 +262,23 @@ pub fn parse_htpasswd(text: &str) -> Result<Vec<HtpasswdEntry>, (usize, String)>
     Ok(entries)
 }
 
-/// Which accepted kind `hash` is, its form checked (not the password).
+/// The highest bcrypt cost accepted, as Apache's `htpasswd -C` allows: each
+/// step doubles the work of every verification, a wrong password's too.
+pub const MAX_BCRYPT_COST: u32 = 17;
+/// The most SHA-crypt rounds accepted: about as long to verify as bcrypt
+/// at [`MAX_BCRYPT_COST`] (the format allows nearly a billion).
+pub const MAX_SHA_CRYPT_ROUNDS: u64 = 10_000_000;
+/// The most memory (KiB) an Argon2 hash may ask for: RFC 9106's first
+/// recommended setting.
+pub const MAX_ARGON2_MEMORY_KIB: u64 = 2 * 1024 * 1024;
+/// The most memory times passes (KiB) an Argon2 hash may ask for, which
+/// its verification time follows.
+pub const MAX_ARGON2_WORK_KIB: u64 = 2 * MAX_ARGON2_MEMORY_KIB;
+
+/// Which accepted kind `hash` is, its form and cost checked (not the
+/// password). A cost past the bounds above is refused: one wrong password
+/// for such an entry (or for an unknown user, when it is the decoy) would
+/// hold a verification slot for minutes or hours.
 fn hash_kind(hash: &str) -> Result<HashKind, String> {
     const USE: &str = "use bcrypt (htpasswd -B), SHA-crypt ($5$/$6$) or Argon2";
     if hash.starts_with("$apr1$") || hash.starts_with("$1$") {
@@ -278,19 +294,42 @@ fn hash_kind(hash: &str) -> Result<HashKind, String> {
     if bcrypt {
         let cost = hash.get(4..6).and_then(|c| c.parse::<u32>().ok());
         let valid = hash.len() == 60 && hash.as_bytes()[6] == b'$' && cost.is_some_and(|c| (4..=31).contains(&c));
-        return if valid { Ok(HashKind::Bcrypt) } else { Err("malformed bcrypt hash".into()) };
+        return match cost {
+            _ if !valid => Err("malformed bcrypt hash".into()),
+            Some(c) if c > MAX_BCRYPT_COST => {
+                Err(format!("bcrypt cost {c} is refused: at most {MAX_BCRYPT_COST} (htpasswd -B -C {MAX_BCRYPT_COST})"))
+            }
+            _ => Ok(HashKind::Bcrypt),
+        };
     }
     if hash.starts_with("$5$") || hash.starts_with("$6$") {
-        return sha_crypt::PasswordHashRef::new(hash)
-            .map(|_| HashKind::ShaCrypt)
-            .map_err(|_| "malformed SHA-crypt hash".into());
+        sha_crypt::PasswordHashRef::new(hash).map_err(|_| "malformed SHA-crypt hash".to_owned())?;
+        return match sha_crypt_rounds(hash) {
+            Some(r) if r > MAX_SHA_CRYPT_ROUNDS => {
+                Err(format!("SHA-crypt rounds={r} is refused: at most {MAX_SHA_CRYPT_ROUNDS}"))
+            }
+            _ => Ok(HashKind::ShaCrypt),
+        };
     }
     if hash.starts_with("$argon2") {
-        return argon2::PasswordHash::new(hash)
-            .map(|_| HashKind::Argon2)
-            .map_err(|e| format!("malformed Argon2 hash: {e}"));
+        let parsed = argon2::PasswordHash::new(hash).map_err(|e| format!("malformed Argon2 hash: {e}"))?;
+        let params = argon2::Params::try_from(&parsed).map_err(|e| format!("malformed Argon2 hash: {e}"))?;
+        let (m, t) = (u64::from(params.m_cost()), u64::from(params.t_cost()));
+        if m > MAX_ARGON2_MEMORY_KIB || m * t > MAX_ARGON2_WORK_KIB {
+            return Err(format!(
+                "Argon2 m={m},t={t} is refused: at most m={MAX_ARGON2_MEMORY_KIB} (KiB), and m*t at most \
+                 {MAX_ARGON2_WORK_KIB}"
+            ));
+        }
+        return Ok(HashKind::Argon2);
     }
     Err(format!("unknown hash scheme; {USE}"))
+}
+
+/// The `rounds=N` of a SHA-crypt hash (`$6$rounds=N$salt$digest`); `None`
+/// for the default (5,000).
+fn sha_crypt_rounds(hash: &str) -> Option<u64> {
+    hash.get(3..)?.strip_prefix("rounds=")?.split('$').next()?.parse().ok()
 }
 
 #[cfg(test)]
@@ -313,6 +352,28 @@ mod tests {
             ("a:$2y$05$short".into(), Err("malformed bcrypt")),
             ("a:$2x$05$9EVlwSB2NC6UXZ8IVpCCUOGmBqdEtn6PcW2ph08rsBE/GChz6Cbbq".into(), Err("unknown")),
             ("a:$9$x".into(), Err("unknown")),
+            (format!("a:{}", BCRYPT.replace("$05$", "$17$")), Ok(HashKind::Bcrypt)),
+            (format!("a:{}", BCRYPT.replace("$05$", "$18$")), Err("bcrypt cost 18 is refused: at most 17")),
+            (format!("a:{}", BCRYPT.replace("$05$", "$31$")), Err("bcrypt cost 31 is refused")),
+            (format!("a:{}", BCRYPT.replace("$05$", "$32$")), Err("malformed bcrypt")),
+            (
+                "a:$6$rounds=10000000$saltsalt$Gbmxz7AL/7/V8CNyZQmvhPuqmpSPnEXyC8XiaEJI3sC".into(),
+                Ok(HashKind::ShaCrypt),
+            ),
+            (
+                "a:$5$rounds=10000001$saltsalt$Gbmxz7AL/7/V8CNyZQmvhPuqmpSPnEXyC8XiaEJI3sC".into(),
+                Err("SHA-crypt rounds=10000001 is refused: at most 10000000"),
+            ),
+            (
+                "a:$6$rounds=999999999$saltsalt$Gbmxz7AL/7/V8CNyZQmvhPuqmpSPnEXyC8XiaEJI3sC".into(),
+                Err("SHA-crypt rounds=999999999 is refused"),
+            ),
+            ("a:$argon2id$v=19$m=2097152,t=2,p=1$c2FsdHNhbHQ$L0Z9S3cvszSYv7jVqfIbTg".into(), Ok(HashKind::Argon2)),
+            (
+                "a:$argon2id$v=19$m=2097153,t=1,p=1$c2FsdHNhbHQ$L0Z9S3cvszSYv7jVqfIbTg".into(),
+                Err("Argon2 m=2097153,t=1"),
+            ),
+            ("a:$argon2id$v=19$m=65536,t=65,p=1$c2FsdHNhbHQ$L0Z9S3cvszSYv7jVqfIbTg".into(), Err("is refused")),
             ("nocolon".into(), Err("user:hash")),
         ];
         for (line, want) in cases {

@@ -189,3 +189,57 @@ async fn a_hash_cost_past_the_bound_is_refused_at_load() {
     std::fs::write(dir.path().join("users.htpasswd"), format!("bob:{}\n", cheap.replacen("$04$", "$17$", 1))).unwrap();
     gw.app.reload().expect("cost 17 is accepted");
 }
+
+/// The fixture JWKS with the RSA key's JSON changed by `change`.
+fn jwks_with(change: impl Fn(&mut serde_json::Value)) -> String {
+    let mut set: serde_json::Value = serde_json::from_slice(&std::fs::read(fixture("jwks.json")).unwrap()).unwrap();
+    change(&mut set["keys"][0]);
+    set.to_string()
+}
+
+/// A `jwks_file` key meant for encryption (`"use": "enc"`, or a `key_ops`
+/// without `verify`) refuses the file at load, as `docs/access.md` says:
+/// before, a token signed with the encryption key passed. On a reload the
+/// running keys stay.
+#[tokio::test]
+async fn a_jwks_file_with_an_encryption_key_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (up, _) = recording().await;
+    std::fs::write(dir.path().join("jwks.json"), jwks_with(|_| {})).unwrap();
+    let toml = route(up.addr, "enc", "auth = { jwt = { jwks_file = \"jwks.json\", algorithms = [\"RS256\"] } }");
+    let gw = TestGateway::from_file(dir.path(), &toml).await;
+    let bearer = format!("Bearer {}", token("ann"));
+    assert_eq!(get_with(&gw.url("/enc"), &[("authorization", &bearer)]).await.0.status, 200);
+    let cases: [(&dyn Fn(&mut serde_json::Value), &str); 3] = [
+        (&|k| k["use"] = "enc".into(), "keys[0]: an encryption key (\"use\": \"enc\") is refused"),
+        (
+            &|k| {
+                k.as_object_mut().unwrap().remove("use");
+                k["key_ops"] = json!(["encrypt", "wrapKey"]);
+            },
+            "keys[0]: a key whose \"key_ops\" lacks \"verify\" is refused",
+        ),
+        (
+            &|k| {
+                k.as_object_mut().unwrap().remove("use");
+                k["key_ops"] = json!(["verify"]);
+            },
+            "",
+        ),
+    ];
+    for (change, says) in cases {
+        let text = jwks_with(change);
+        std::fs::write(dir.path().join("jwks.json"), &text).unwrap();
+        let loaded = gateway::config::load(&gateway::config::Source::File(dir.path().join("gateway.toml")));
+        let reloaded = gw.app.reload();
+        if says.is_empty() {
+            loaded.expect(&text);
+            reloaded.expect(&text);
+        } else {
+            let e = loaded.err().unwrap_or_else(|| panic!("loaded: {text}")).to_string();
+            assert!(e.contains("routes[0].auth.jwt.jwks_file") && e.contains(says), "{e}");
+            assert!(reloaded.err().unwrap_or_else(|| panic!("reloaded: {text}")).to_string().contains(says));
+        }
+        assert_eq!(get_with(&gw.url("/enc"), &[("authorization", &bearer)]).await.0.status, 200, "{text}");
+    }
+}

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use http::HeaderName;
 use ipnet::IpNet;
-use jsonwebtoken::jwk::{AlgorithmParameters, JwkSet};
+use jsonwebtoken::jwk::{AlgorithmParameters, JwkSet, KeyOperations, PublicKeyUse};
 use jsonwebtoken::{Algorithm, DecodingKey};
 
 /// A route's `allow`, `deny`, `auth` and `forward_credentials`.
@@ -162,8 +162,9 @@ pub enum JwksSource {
     Url { url: http::Uri, refresh: Duration },
 }
 
-/// A JWKS whose every key has a `kid` and is a public key (no `oct`: RFC
-/// 8725 §3.2), less the keys whose own `alg` is not in `algorithms`: one
+/// A JWKS whose every key has a `kid`, is a public key (no `oct`: RFC
+/// 8725 §3.2) and is meant for signatures (no `"use": "enc"`, and a
+/// `key_ops` holds `verify`), less the keys whose own `alg` is not in `algorithms`: one
 /// JWKS commonly serves several algorithms, and a route that accepts some
 /// of them uses those keys only. Used for the file at load and for what a
 /// `jwks_url` serves.
@@ -183,6 +184,14 @@ fn parse_jwks_keys(mut set: JwkSet, algorithms: &[Algorithm]) -> Result<JwkSet, 
         }
         if matches!(jwk.algorithm, AlgorithmParameters::OctetKey(_)) {
             return Err(at("a symmetric (\"oct\") key is refused (RFC 8725 §3.2)"));
+        }
+        // RFC 7517 §4.2-4.3: a key its issuer meant for encryption only
+        // verifies no signature (RFC 8725 §3.12: no key for two purposes).
+        if jwk.common.public_key_use == Some(PublicKeyUse::Encryption) {
+            return Err(at("an encryption key (\"use\": \"enc\") is refused: tokens are verified with \"sig\" keys"));
+        }
+        if jwk.common.key_operations.as_ref().is_some_and(|ops| !ops.contains(&KeyOperations::Verify)) {
+            return Err(at("a key whose \"key_ops\" lacks \"verify\" is refused"));
         }
         DecodingKey::from_jwk(jwk).map_err(|e| at(&format!("unusable key: {e}")))?;
     }

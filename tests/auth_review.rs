@@ -243,3 +243,64 @@ async fn a_jwks_file_with_an_encryption_key_is_refused() {
         assert_eq!(get_with(&gw.url("/enc"), &[("authorization", &bearer)]).await.0.status, 200, "{text}");
     }
 }
+
+/// A key server answering the fixture JWKS, or `500` once `down` is set.
+async fn key_server() -> (TestUpstream, Arc<std::sync::atomic::AtomicBool>) {
+    let down = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let d = down.clone();
+    let jwks = std::fs::read_to_string(fixture("jwks.json")).unwrap();
+    let up = TestUpstream::start(move |_req: Request<Incoming>| {
+        let status = if d.load(std::sync::atomic::Ordering::SeqCst) { 500 } else { 200 };
+        let body = jwks.clone();
+        async move { Response::builder().status(status).body(full(body)).unwrap() }
+    })
+    .await;
+    (up, down)
+}
+
+/// A reload that changes a `jwks_url` route (or any other part of the
+/// configuration) but not its URL keeps the route's last good keys: before,
+/// every request was 503 until a new fetch succeeded, for good while the
+/// key server was down. Another URL starts without keys.
+#[tokio::test]
+async fn a_reload_keeps_a_jwks_url_routes_keys_while_the_url_is_the_same() {
+    let dir = tempfile::tempdir().unwrap();
+    let (up, _) = recording().await;
+    let (keys, down) = key_server().await;
+    let toml = |algorithms: &str, leeway: &str, url: &str| {
+        route(
+            up.addr,
+            "kept",
+            &format!(
+                "auth = {{ jwt = {{ jwks_url = \"{url}\", algorithms = [{algorithms}], leeway = \"{leeway}\" }} }}"
+            ),
+        )
+    };
+    let url = format!("http://{}/jwks.json", keys.addr);
+    let gw = TestGateway::from_file(dir.path(), &toml("\"RS256\"", "30s", &url)).await;
+    let bearer = format!("Bearer {}", token("ann"));
+    let status = || async { get_with(&gw.url("/kept"), &[("authorization", &bearer)]).await.0.status };
+    for _ in 0..100 {
+        if status().await == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(status().await, 200, "the first fetch");
+    down.store(true, std::sync::atomic::Ordering::SeqCst);
+    // The route's settings change, then the algorithms too: the keys stay.
+    for (algorithms, leeway) in [("\"RS256\"", "10s"), ("\"RS256\", \"ES256\"", "10s")] {
+        std::fs::write(dir.path().join("gateway.toml"), toml(algorithms, leeway, &url)).unwrap();
+        gw.app.reload().expect("reload");
+        assert_eq!(status().await, 200, "{algorithms} {leeway}: the last good keys are kept");
+    }
+    // An algorithm list without RS256 does not verify RS256 tokens with them.
+    std::fs::write(dir.path().join("gateway.toml"), toml("\"ES256\"", "10s", &url)).unwrap();
+    gw.app.reload().expect("reload");
+    assert_eq!(status().await, 401);
+    // Another URL: its keys are its own, none yet (fail closed).
+    let other = format!("http://{}/jwks.json", refused_addr().await);
+    std::fs::write(dir.path().join("gateway.toml"), toml("\"RS256\"", "10s", &other)).unwrap();
+    gw.app.reload().expect("reload");
+    assert_eq!(status().await, 503);
+}

@@ -77,7 +77,10 @@ impl Jwks {
     }
 
     /// Starts fetching `url` (in a task that ends when the set is dropped).
-    pub fn remote(url: &Uri, refresh: Duration, algorithms: &[Algorithm]) -> Arc<Jwks> {
+    /// `previous`: the running route's set, whose last good keys are used
+    /// meanwhile when it fetched the same URL (a reload must not leave the
+    /// route without keys, for good if the key server is down then).
+    pub fn remote(url: &Uri, refresh: Duration, algorithms: &[Algorithm], previous: Option<&Jwks>) -> Arc<Jwks> {
         let tls = (url.scheme_str() == Some("https"))
             .then(|| crate::tls::client_config(None, None, &[b"http/1.1"]).ok())
             .flatten();
@@ -93,7 +96,18 @@ impl Jwks {
             skipped: std::sync::Mutex::new(String::new()),
             fetched: std::sync::Mutex::new(None),
         };
-        let jwks = Arc::new(Jwks { keys: ArcSwapOption::empty(), remote: Some(remote) });
+        let kept = previous.and_then(|p| Some((p, p.remote.as_ref().filter(|r| r.url == *url)?)));
+        let keys = kept.and_then(|(p, r)| {
+            let keys = p.current()?;
+            if r.algorithms == algorithms {
+                // The same set fetched again changes nothing (see `fetch`).
+                *remote.fetched.lock().unwrap_or_else(|e| e.into_inner()) = r.fetched_set();
+                *remote.skipped.lock().unwrap_or_else(|e| e.into_inner()) = r.skipped_keys();
+                return Some(keys);
+            }
+            Some(Arc::new(keys_for(&keys, algorithms)))
+        });
+        let jwks = Arc::new(Jwks { keys: ArcSwapOption::new(keys), remote: Some(remote) });
         tokio::spawn(refresh_loop(Arc::downgrade(&jwks)));
         jwks
     }
@@ -140,6 +154,26 @@ impl Jwks {
             }
         }
     }
+}
+
+impl Remote {
+    fn fetched_set(&self) -> Option<JwkSet> {
+        self.fetched.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn skipped_keys(&self) -> String {
+        self.skipped.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+/// Of `keys`, those a route accepting `algorithms` uses: a key whose JWK
+/// pins another algorithm is left out, as [`parse_fetched_jwks`] does.
+fn keys_for(keys: &Keys, algorithms: &[Algorithm]) -> Keys {
+    let listed = |pinned: &String| algorithms.iter().any(|a| format!("{a:?}") == *pinned);
+    keys.iter()
+        .filter(|(_, (_, pinned))| pinned.as_ref().is_none_or(listed))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
 }
 
 async fn refresh_loop(jwks: Weak<Jwks>) {

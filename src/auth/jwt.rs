@@ -36,10 +36,14 @@ pub struct Jwt {
 pub type Claims = Map<String, Value>;
 
 impl Jwt {
-    pub fn new(c: &JwtConfig) -> Jwt {
+    /// `previous`: the running route's check, whose `jwks_url` keys a
+    /// reload keeps (see [`Jwks::remote`]).
+    pub fn new(c: &JwtConfig, previous: Option<&Jwt>) -> Jwt {
         let keys = match &c.source {
             JwksSource::File { keys, .. } => Jwks::fixed(keys),
-            JwksSource::Url { url, refresh } => Jwks::remote(url, *refresh, &c.algorithms),
+            JwksSource::Url { url, refresh } => {
+                Jwks::remote(url, *refresh, &c.algorithms, previous.map(|p| p.keys.as_ref()))
+            }
         };
         let mut validation = Validation::new(c.algorithms[0]);
         validation.leeway = c.leeway.as_secs();

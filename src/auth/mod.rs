@@ -59,12 +59,18 @@ enum Auth {
 }
 
 impl Guard {
-    pub fn new(route: &str, c: &AccessConfig, trusted: &[IpNet]) -> Guard {
+    /// `previous`: the running route's guard, if any, whose `jwks_url` keys
+    /// a reload keeps while the URL is the same.
+    pub fn new(route: &str, c: &AccessConfig, trusted: &[IpNet], previous: Option<&Guard>) -> Guard {
         let addresses =
             AddressList::new(&c.allow, &c.deny).map(|l| (l, crate::metrics::auth(route, "address", "allowed")));
+        let previous_jwt = match previous.and_then(|p| p.auth.as_ref()) {
+            Some((Auth::Jwt(j), _)) => Some(j),
+            _ => None,
+        };
         let auth = c.auth.as_ref().map(|a| match a {
             AuthConfig::Basic(b) => (Auth::Basic(Basic::new(b)), crate::metrics::auth(route, "basic", "allowed")),
-            AuthConfig::Jwt(j) => (Auth::Jwt(Jwt::new(j)), crate::metrics::auth(route, "jwt", "allowed")),
+            AuthConfig::Jwt(j) => (Auth::Jwt(Jwt::new(j, previous_jwt)), crate::metrics::auth(route, "jwt", "allowed")),
             AuthConfig::Forward(f) => {
                 (Auth::Forward(Box::new(Forward::new(route, f))), crate::metrics::auth(route, "forward", "allowed"))
             }

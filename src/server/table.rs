@@ -402,8 +402,10 @@ impl Route {
             Some(kept) if kept.same_settings(rl, rate_limit_store.as_ref()) => kept.clone(),
             _ => RouteLimiter::new(&r.name, rl, rate_limit_store.clone()),
         });
-        let guard = guard
-            .or_else(|| r.access.as_ref().map(|a| Arc::new(Guard::new(&r.name, a, &config.server.trusted_proxies))));
+        let guard = guard.or_else(|| {
+            let previous = old.and_then(|o| o.guard.as_deref());
+            r.access.as_ref().map(|a| Arc::new(Guard::new(&r.name, a, &config.server.trusted_proxies, previous)))
+        });
         // A limit keyed by a header the credentials set is decided after
         // them (see `App::admit`).
         let limit_after_auth = rate_limit

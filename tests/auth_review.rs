@@ -304,3 +304,36 @@ async fn a_reload_keeps_a_jwks_url_routes_keys_while_the_url_is_the_same() {
     gw.app.reload().expect("reload");
     assert_eq!(status().await, 503);
 }
+
+/// With `from = "cookie:session"`, any cookie whose trimmed name is
+/// `session` counts, in any Cookie line: a second one (`session =FORGED`,
+/// a tab before `=`, in another line) refuses the request, since the
+/// upstream's cookie parser (Go's, Python's, Node's trim names) could read
+/// it instead of the token checked.
+#[tokio::test]
+async fn a_second_token_cookie_in_any_spelling_is_refused() {
+    let (up, seen) = recording().await;
+    let gw = TestGateway::from_toml(&route(up.addr, "crumbs", &jwt(", from = \"cookie:session\""))).await;
+    let t = token("ann");
+    let valid = format!("session={t}");
+    let cases: Vec<(Vec<String>, u16)> = vec![
+        (vec![valid.clone()], 200),
+        (vec![format!("a=1; session = {t} ")], 200),
+        (vec![format!("{valid}; session =FORGED")], 401),
+        (vec![format!("session =FORGED; {valid}")], 401),
+        (vec![format!("{valid}; session\t=FORGED")], 401),
+        (vec![valid.clone(), "session =FORGED".into()], 401),
+        (vec!["session =FORGED".into(), valid.clone()], 401),
+        (vec![format!("{valid}; session")], 401),
+    ];
+    let mut wrong = Vec::new();
+    for (i, (lines, want)) in cases.iter().enumerate() {
+        let headers: Vec<(&str, &str)> = lines.iter().map(|l| ("cookie", l.as_str())).collect();
+        let (parts, _) = get_with(&gw.url("/crumbs"), &headers).await;
+        if parts.status != *want {
+            wrong.push((i, parts.status.as_u16()));
+        }
+    }
+    assert!(wrong.is_empty(), "cases answered otherwise: {wrong:?}");
+    assert_eq!(seen.lock().unwrap().len(), 2, "only the single-cookie requests went upstream");
+}

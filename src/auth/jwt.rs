@@ -144,6 +144,9 @@ fn refuse(reason: &'static str, challenge: HeaderValue) -> GatewayError {
     GatewayError::Unauthorized { kind: KIND, reason, challenge }
 }
 
+/// The whitespace cookie parsers trim around a cookie's name and value.
+const COOKIE_SPACE: [char; 4] = [' ', '\t', '\r', '\n'];
+
 /// The token from where the route reads it.
 fn token<'h>(headers: &'h HeaderMap, from: &TokenSource) -> Option<&'h str> {
     match from {
@@ -159,20 +162,25 @@ fn token<'h>(headers: &'h HeaderMap, from: &TokenSource) -> Option<&'h str> {
             scheme.eq_ignore_ascii_case("bearer").then(|| token.trim()).filter(|t| !t.is_empty())
         }
         TokenSource::Cookie(name) => {
+            // Every pair whose name, trimmed, is the one configured counts
+            // (`session =x`, a bare `session`), in every Cookie line: the
+            // cookie parsers of common upstreams (Go's, Python's, Node's)
+            // trim names, so a copy the gateway did not count could be the
+            // one they read.
             let mut found = headers
                 .get_all(header::COOKIE)
                 .iter()
                 .filter_map(|v| v.to_str().ok())
                 .flat_map(|v| v.split(';'))
-                .filter_map(|pair| pair.trim().split_once('='))
-                .filter(|(n, _)| n == name);
+                .map(|pair| pair.split_once('=').unwrap_or((pair, "")))
+                .filter(|(n, _)| n.trim_matches(COOKIE_SPACE) == name);
             let (_, value) = found.next()?;
             // Exactly one cookie of the name: the upstream gets the Cookie
             // header whole, and could read another copy than the one checked.
             if found.next().is_some() {
                 return None;
             }
-            Some(value.trim_matches('"')).filter(|t| !t.is_empty())
+            Some(value.trim_matches(COOKIE_SPACE).trim_matches('"')).filter(|t| !t.is_empty())
         }
     }
 }
@@ -214,6 +222,28 @@ mod tests {
         assert_eq!(token(&h, &TokenSource::Cookie("other".into())), None);
         h.insert(header::AUTHORIZATION, "Basic abc".parse().unwrap());
         assert_eq!(token(&h, &TokenSource::Authorization), None);
+        // Every cookie whose trimmed name is the one configured counts, in
+        // every Cookie line; two are refused.
+        let session = TokenSource::Cookie("session".into());
+        let cases: Vec<(Vec<&str>, Option<&str>)> = vec![
+            (vec!["session=t"], Some("t")),
+            (vec!["a=1;session = t "], Some("t")),
+            (vec!["session=\"t\""], Some("t")),
+            (vec!["session=t; session =forged"], None),
+            (vec!["session=t; session\t=forged"], None),
+            (vec!["session=t;  session=forged"], None),
+            (vec!["session=t", "session =forged"], None),
+            (vec!["session=t; session"], None),
+            (vec!["session=t; sessions=x; xsession=y; Session=z"], Some("t")),
+            (vec!["session="], None),
+        ];
+        for (lines, want) in cases {
+            let mut h = HeaderMap::new();
+            for line in &lines {
+                h.append(header::COOKIE, line.parse().unwrap());
+            }
+            assert_eq!(token(&h, &session), want, "{lines:?}");
+        }
     }
 
     #[test]

@@ -337,3 +337,44 @@ async fn a_second_token_cookie_in_any_spelling_is_refused() {
     assert!(wrong.is_empty(), "cases answered otherwise: {wrong:?}");
     assert_eq!(seen.lock().unwrap().len(), 2, "only the single-cookie requests went upstream");
 }
+
+/// An IPv4-mapped IPv6 entry (`::ffff:127.0.0.1`, `::ffff:127.0.0.0/104`)
+/// in `allow`, `deny`, `server.trusted_proxies` or `metrics.allow` is the
+/// IPv4 one: client addresses are compared as IPv4, so before, such an
+/// entry never matched (a `deny` failed open).
+#[tokio::test]
+async fn ipv4_mapped_entries_match_ipv4_clients() {
+    let (up, _) = recording().await;
+    let toml = format!(
+        "[server]\ntrusted_proxies = [\"::ffff:127.0.0.1\"]\n[metrics]\nlisten = \"127.0.0.1:0\"\n\
+         allow = [\"::ffff:127.0.0.0/104\"]\n{}{}{}",
+        route(up.addr, "mapped_deny", "deny = [\"::ffff:127.0.0.1\"]"),
+        route(up.addr, "mapped_allow", "allow = [\"::ffff:127.0.0.0/104\"]"),
+        route(up.addr, "mapped_xff", "allow = [\"::ffff:10.0.0.0/104\"]"),
+    );
+    let gw = TestGateway::from_toml(&toml).await;
+    let status = |path: &'static str, xff: &'static str| {
+        let url = gw.url(path);
+        async move { get_with(&url, &[("x-forwarded-for", xff)]).await.0.status.as_u16() }
+    };
+    // From the trusted peer 127.0.0.1, the client is the forwarded address.
+    let cases = [
+        ("/mapped_deny", "127.0.0.1", 403),
+        ("/mapped_deny", "192.0.2.1", 200),
+        ("/mapped_allow", "127.0.0.9", 200),
+        ("/mapped_allow", "192.0.2.1", 403),
+        ("/mapped_xff", "10.1.2.3", 200),
+        ("/mapped_xff", "::ffff:10.1.2.3", 200),
+        ("/mapped_xff", "192.0.2.1", 403),
+    ];
+    let mut wrong = Vec::new();
+    for (path, xff, want) in cases {
+        let got = status(path, xff).await;
+        if got != want {
+            wrong.push((path, xff, got));
+        }
+    }
+    assert!(wrong.is_empty(), "answered otherwise: {wrong:?}");
+    let (parts, _) = get(&format!("http://{}/healthz", gw.admin.unwrap())).await;
+    assert_eq!(parts.status, 200, "metrics.allow");
+}

@@ -13,7 +13,7 @@ use ipnet::IpNet;
 use jsonwebtoken::Algorithm;
 use jsonwebtoken::jwk::JwkSet;
 
-use super::{Problem, parse_cidr, parse_duration};
+use super::{Problem, parse_duration};
 use crate::config::access::{
     AccessConfig, AuthConfig, BasicConfig, ForwardConfig, JwksSource, JwtConfig, TokenSource, parse_htpasswd,
     parse_jwks,
@@ -68,6 +68,30 @@ pub(super) fn access(
 /// An address list (also `metrics.allow`).
 pub(super) fn cidrs(list: Option<&[String]>, key: &str) -> Result<Vec<IpNet>, Problem> {
     list.unwrap_or_default().iter().enumerate().map(|(i, c)| parse_cidr(&format!("{key}[{i}]"), c)).collect()
+}
+
+/// A CIDR block; a bare address is a block of one. An IPv4-mapped IPv6
+/// block (`::ffff:10.0.0.0/104`) is the IPv4 one (see [`canonical_net`]).
+pub(super) fn parse_cidr(key: &str, value: &str) -> Result<IpNet, Problem> {
+    let value = value.trim();
+    value
+        .parse::<IpNet>()
+        .or_else(|_| value.parse::<std::net::IpAddr>().map(IpNet::from))
+        .map(|net| canonical_net(net.trunc()))
+        .map_err(|_| (key.to_owned(), format!("invalid CIDR {value:?} (use e.g. \"10.0.0.0/8\", \"::1\")")))
+}
+
+/// A block inside `::ffff:0:0/96` as the IPv4 block it maps: client
+/// addresses are compared as IPv4 once mapped (`Peer::client`), so the
+/// IPv6 form would never match, and a `deny` would fail open.
+fn canonical_net(net: IpNet) -> IpNet {
+    if let IpNet::V6(v6) = net
+        && v6.prefix_len() >= 96
+        && let Some(v4) = v6.addr().to_ipv4_mapped()
+    {
+        return IpNet::V4(ipnet::Ipv4Net::new(v4, v6.prefix_len() - 96).expect("a prefix of at most 32"));
+    }
+    net
 }
 
 fn auth(a: &RawAuth, key: &str, base_dir: &Path) -> Result<AuthConfig, Problem> {
@@ -243,4 +267,31 @@ fn jwks_url(url: &str, refresh: Option<&str>, k: &dyn Fn(&str) -> String) -> Res
         return Err((k("refresh"), "must be at least 1s".into()));
     }
     Ok(JwksSource::Url { url: uri, refresh })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ipv4_mapped_blocks_are_ipv4() {
+        let cases = [
+            ("::ffff:127.0.0.1", Ok("127.0.0.1/32")),
+            ("::ffff:127.0.0.0/104", Ok("127.0.0.0/8")),
+            ("::FFFF:10.1.2.3/120", Ok("10.1.2.0/24")),
+            ("::ffff:0.0.0.0/96", Ok("0.0.0.0/0")),
+            ("::ffff:7f00:1", Ok("127.0.0.1/32")),
+            // Wider than the mapped block: IPv6 as written.
+            ("::ffff:0:0/95", Ok("::fffe:0:0/95")),
+            ("::1", Ok("::1/128")),
+            ("::127.0.0.1", Ok("::7f00:1/128")),
+            ("10.0.0.1/8", Ok("10.0.0.0/8")),
+            ("2001:db8::/32", Ok("2001:db8::/32")),
+            ("::ffff:1.2.3.4/129", Err(())),
+        ];
+        for (input, want) in cases {
+            let got = parse_cidr("k", input).map(|n| n.to_string()).map_err(|_| ());
+            assert_eq!(got, want.map(str::to_owned), "{input}");
+        }
+    }
 }

@@ -10,7 +10,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue};
 use http::{Method, StatusCode, Uri};
-use ipnet::IpNet;
 
 use crate::headers::rules::HeaderRules;
 
@@ -28,7 +27,7 @@ mod ratelimit;
 mod resolver;
 mod upstream;
 
-use access::{RawAccessKeys, access};
+use access::{RawAccessKeys, access, parse_cidr};
 use metrics::metrics;
 use resolver::resolver;
 use upstream::upstream;
@@ -464,16 +463,6 @@ fn parse_addr(key: &str, value: &str) -> Result<SocketAddr, Problem> {
     value
         .parse()
         .map_err(|e| (key.to_owned(), format!("invalid socket address {value:?}: {e} (use e.g. \"127.0.0.1:8080\")")))
-}
-
-/// A CIDR block; a bare address is a block of one.
-fn parse_cidr(key: &str, value: &str) -> Result<IpNet, Problem> {
-    let value = value.trim();
-    value
-        .parse::<IpNet>()
-        .or_else(|_| value.parse::<std::net::IpAddr>().map(IpNet::from))
-        .map(|net| net.trunc())
-        .map_err(|_| (key.to_owned(), format!("invalid CIDR {value:?} (use e.g. \"10.0.0.0/8\", \"::1\")")))
 }
 
 /// Normalises a route prefix: must start with `/`; a trailing `/` is dropped

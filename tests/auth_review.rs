@@ -378,3 +378,29 @@ async fn ipv4_mapped_entries_match_ipv4_clients() {
     let (parts, _) = get(&format!("http://{}/healthz", gw.admin.unwrap())).await;
     assert_eq!(parts.status, 200, "metrics.allow");
 }
+
+/// The admin listener refuses an HTTP/1.1 request with two `Host` fields or
+/// none (400, RFC 9112 §3.2), as the main listener does; before, it
+/// answered `/-/config`. An HTTP/1.0 probe may still leave `Host` out.
+#[tokio::test]
+async fn the_admin_listener_wants_exactly_one_host_in_http11() {
+    let gw = TestGateway::from_toml("[metrics]\nlisten = \"127.0.0.1:0\"\n").await;
+    let admin = gw.admin.unwrap();
+    let cases = [
+        ("GET /-/config HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n", 200),
+        ("GET /-/config HTTP/1.1\r\nConnection: close\r\n\r\n", 400),
+        ("GET /-/config HTTP/1.1\r\nHost: 127.0.0.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n", 400),
+        ("GET /-/config HTTP/1.1\r\nHost: 127.0.0.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n", 400),
+        ("GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n", 400),
+        ("GET /healthz HTTP/1.0\r\n\r\n", 200),
+        ("GET /healthz HTTP/1.0\r\nHost: a\r\nHost: b\r\n\r\n", 400),
+    ];
+    let mut wrong = Vec::new();
+    for (request, want) in cases {
+        let r = raw(admin, request.as_bytes(), Duration::from_secs(3)).await;
+        if r.status() != want {
+            wrong.push((request, r.status()));
+        }
+    }
+    assert!(wrong.is_empty(), "answered otherwise: {wrong:?}");
+}

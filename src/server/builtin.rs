@@ -46,11 +46,14 @@ impl App {
                 return error_response(&GatewayError::AddressDenied { client });
             }
         }
-        if req.version() >= http::Version::HTTP_2 {
-            let hosts = req.headers().get_all(header::HOST);
-            if let Err(e) = crate::limits::h2_host(hosts.iter().count(), hosts.iter().next(), req.uri()) {
-                return error_response(&e);
-            }
+        let hosts = req.headers().get_all(header::HOST);
+        let host_fields = if req.version() >= http::Version::HTTP_2 {
+            crate::limits::h2_host(hosts.iter().count(), hosts.iter().next(), req.uri())
+        } else {
+            h1_host_fields(req.version(), hosts.iter().count())
+        };
+        if let Err(e) = host_fields {
+            return error_response(&e);
         }
         if let Err(why) = admin_request_allowed(req, &self.config.metrics.hosts) {
             crate::metrics::auth("admin", "host", "denied").increment(1);
@@ -155,6 +158,17 @@ fn admin_request_allowed<B>(req: &Request<B>, hosts: &[String]) -> Result<(), St
     Ok(())
 }
 
+/// An HTTP/1 admin request's `Host` fields: two are refused, and none in
+/// HTTP/1.1 (RFC 9112 §3.2: 400), as on the main listener. HTTP/1.0 may
+/// leave it out: probes that speak it send none, and are no browser.
+fn h1_host_fields(version: http::Version, hosts: usize) -> Result<(), GatewayError> {
+    match hosts {
+        0 if version == http::Version::HTTP_11 => Err(GatewayError::BadRequest("missing Host header")),
+        0 | 1 => Ok(()),
+        _ => Err(GatewayError::BadRequest("more than one Host header")),
+    }
+}
+
 /// The host of an authority (`host[:port]`), lower case, brackets and a
 /// trailing dot removed; `None` when it is not one.
 fn host_of(authority: &str) -> Option<String> {
@@ -216,6 +230,22 @@ mod tests {
         for &(method, host, origin, want) in cases {
             let got = admin_request_allowed(&req(method, host, origin), &hosts);
             assert_eq!(got.is_ok(), want, "{method} Host {host:?} Origin {origin:?}: {got:?}");
+        }
+    }
+
+    #[test]
+    fn http1_admin_requests_carry_one_host() {
+        use http::Version;
+        let cases = [
+            (Version::HTTP_11, 1, true),
+            (Version::HTTP_11, 0, false),
+            (Version::HTTP_11, 2, false),
+            (Version::HTTP_10, 0, true),
+            (Version::HTTP_10, 1, true),
+            (Version::HTTP_10, 2, false),
+        ];
+        for (version, hosts, want) in cases {
+            assert_eq!(h1_host_fields(version, hosts).is_ok(), want, "{version:?} with {hosts} Host fields");
         }
     }
 }

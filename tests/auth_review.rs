@@ -404,3 +404,27 @@ async fn the_admin_listener_wants_exactly_one_host_in_http11() {
     }
     assert!(wrong.is_empty(), "answered otherwise: {wrong:?}");
 }
+
+/// An HTTP/2 client's cookie crumbs (several `cookie` fields) reach the
+/// forward auth service joined with `; `, as they reach the upstream (RFC
+/// 9113 §8.2.3): the two see the same `Cookie` header.
+#[tokio::test]
+async fn http2_cookie_crumbs_reach_the_auth_service_joined() {
+    let (up, seen) = recording().await;
+    let (auth, asked) = allowing_auth_service().await;
+    let fwd = format!("auth = {{ forward = {{ url = \"http://{}/v\", response_headers = [\"x-user\"] }} }}", auth.addr);
+    let gw = TestGateway::from_toml(&route(up.addr, "h2crumbs", &fwd)).await;
+    let (mut h2, _conn) = h2_client(gw.addr).await;
+    let req = Request::get(gw.url("/h2crumbs/x"))
+        .header("cookie", "a=1")
+        .header("cookie", "session=s")
+        .header("cookie", "b=2")
+        .body(full(""))
+        .unwrap();
+    let response = h2.send_request(req).await.unwrap();
+    assert_eq!(response.status(), 200);
+    let cookies =
+        |h: &HeaderMap| h.get_all("cookie").iter().map(|v| v.to_str().unwrap().to_owned()).collect::<Vec<_>>();
+    assert_eq!(cookies(&asked.lock().unwrap()[0]), ["a=1; session=s; b=2"], "the auth service");
+    assert_eq!(cookies(&seen.lock().unwrap()[0]), ["a=1; session=s; b=2"], "the upstream");
+}

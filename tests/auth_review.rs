@@ -428,3 +428,72 @@ async fn http2_cookie_crumbs_reach_the_auth_service_joined() {
     assert_eq!(cookies(&asked.lock().unwrap()[0]), ["a=1; session=s; b=2"], "the auth service");
     assert_eq!(cookies(&seen.lock().unwrap()[0]), ["a=1; session=s; b=2"], "the upstream");
 }
+
+/// A gateway process, killed when dropped.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A `jwks_url` is logged as `/-/config` shows it, its secret query
+/// parameters redacted: on a failed fetch (warn), on a fetch (debug), and
+/// by `gateway check`. Before, the URL was logged as written.
+#[tokio::test]
+async fn a_jwks_url_is_logged_redacted() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let (up, _) = recording().await;
+    let (keys, _) = key_server().await;
+    let down = refused_addr().await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let jwt = |url: String| format!("auth = {{ jwt = {{ jwks_url = \"{url}\", algorithms = [\"RS256\"] }} }}");
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:{port}\"\n{}{}",
+        route(up.addr, "logged_down", &jwt(format!("http://{down}/jwks.json?token=S3CRET-ONE&v=1"))),
+        route(up.addr, "logged_up", &jwt(format!("http://{}/jwks.json?api_key=S3CRET-TWO", keys.addr))),
+    );
+    let path = dir.path().join("gw.toml");
+    std::fs::write(&path, toml).unwrap();
+    let check = std::process::Command::new(env!("CARGO_BIN_EXE_gateway"))
+        .args(["check", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let said = format!("{}{}", String::from_utf8_lossy(&check.stdout), String::from_utf8_lossy(&check.stderr));
+    assert!(check.status.success(), "{said}");
+    assert!(said.contains("?token=<redacted>&v=1") && !said.contains("S3CRET"), "gateway check: {said}");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_gateway"))
+        .args(["--config"])
+        .arg(&path)
+        .env("RUST_LOG", "gateway=debug")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let _child = Child(child);
+    let lines = Arc::new(Mutex::new(Vec::<String>::new()));
+    let l = lines.clone();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            l.lock().unwrap().push(line);
+        }
+    });
+    let seen = |what: &str| lines.lock().unwrap().iter().any(|l| l.contains(what));
+    for _ in 0..200 {
+        if seen("JWKS fetch failed") && seen("JWKS fetched") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let lines = lines.lock().unwrap();
+    let failed = lines.iter().find(|l| l.contains("JWKS fetch failed")).expect("a failed fetch is logged");
+    assert!(failed.contains("?token=<redacted>&v=1"), "{failed}");
+    let fetched = lines.iter().find(|l| l.contains("JWKS fetched")).expect("a fetch is logged");
+    assert!(fetched.contains("?api_key=<redacted>"), "{fetched}");
+    let leaked: Vec<&String> = lines.iter().filter(|l| l.contains("S3CRET")).collect();
+    assert!(leaked.is_empty(), "{leaked:?}");
+}

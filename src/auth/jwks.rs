@@ -46,6 +46,9 @@ pub struct Jwks {
 
 struct Remote {
     url: Uri,
+    /// `url` as logs show it: redacted as `/-/config` shows it (a token in
+    /// its query is a secret).
+    shown: String,
     refresh: Duration,
     algorithms: Vec<Algorithm>,
     tls: Option<Arc<rustls::ClientConfig>>,
@@ -87,6 +90,7 @@ impl Jwks {
         let counter = |result| metrics::counter!(crate::metrics::AUTH_JWKS_REFRESH, "result" => result);
         let remote = Remote {
             url: url.clone(),
+            shown: crate::config::redact_url(&url.to_string()),
             refresh,
             algorithms: algorithms.to_vec(),
             tls,
@@ -135,7 +139,7 @@ impl Jwks {
         match tokio::time::timeout(FETCH_TIMEOUT, get(remote)).await.unwrap_or_else(|_| Err("timed out".into())) {
             Ok((set, max_age)) => {
                 remote.ok.increment(1);
-                tracing::debug!(url = %remote.url, keys = set.keys.len(), "JWKS fetched");
+                tracing::debug!(url = %remote.shown, keys = set.keys.len(), "JWKS fetched");
                 let mut fetched = remote.fetched.lock().unwrap_or_else(|e| e.into_inner());
                 if fetched.as_ref() != Some(&set) {
                     self.keys.store(Some(Arc::new(keys_of(&set))));
@@ -149,7 +153,7 @@ impl Jwks {
             Err(e) => {
                 remote.failed.increment(1);
                 let kept = if self.current().is_some() { "keeping the last good keys" } else { "no keys yet: 503" };
-                tracing::warn!(url = %remote.url, error = %e, "JWKS fetch failed; {kept}");
+                tracing::warn!(url = %remote.shown, error = %e, "JWKS fetch failed; {kept}");
                 remote.refresh.min(RETRY_AFTER_FAILURE)
             }
         }
@@ -219,7 +223,7 @@ async fn get(remote: &Remote) -> Result<(JwkSet, Option<Duration>), String> {
     let mut last = remote.skipped.lock().unwrap_or_else(|e| e.into_inner());
     if *last != skipped {
         if !skipped.is_empty() {
-            tracing::warn!(url = %remote.url, skipped = %skipped, "JWKS keys skipped; the others are used");
+            tracing::warn!(url = %remote.shown, skipped = %skipped, "JWKS keys skipped; the others are used");
         }
         *last = skipped;
     }

@@ -43,9 +43,11 @@ impl AccessConfig {
                 JwksSource::File { path, keys } => {
                     out += &format!(" auth jwt {} ({} keys)", path.display(), keys.keys.len());
                 }
-                JwksSource::Url { url, .. } => out += &format!(" auth jwt {url}"),
+                JwksSource::Url { url, .. } => out += &format!(" auth jwt {}", super::redact_url(&url.to_string())),
             },
-            Some(AuthConfig::Forward(f)) => out += &format!(" auth forward {}", f.url),
+            Some(AuthConfig::Forward(f)) => {
+                out += &format!(" auth forward {}", super::redact_url(&f.url.to_string()));
+            }
             None => {}
         }
         out

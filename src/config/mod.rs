@@ -85,7 +85,7 @@ mod ratelimit;
 mod raw;
 mod raw_access;
 mod redact;
-pub use redact::names_secret;
+pub use redact::{names_secret, redact_url};
 mod upstream;
 mod validate;
 

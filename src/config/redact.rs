@@ -83,8 +83,9 @@ fn redacted_under(value: Value, path: &mut Vec<String>) -> Value {
 }
 
 /// A URL's user-info password and secret-named query values redacted;
-/// any other string as it is.
-fn redact_url(s: &str) -> String {
+/// any other string as it is. Logs show URLs of the configuration this
+/// way too, so that they say no more than `/-/config` does.
+pub fn redact_url(s: &str) -> String {
     if s.starts_with('/') {
         return match s.split_once('?') {
             Some((path, query)) => format!("{path}?{}", redact_query(query)),

@@ -1,7 +1,8 @@
 //! Secrets taken out of the effective configuration before the admin
 //! listener shows it (`/-/config`): a value under a key that names a
-//! secret (a password, token, credential, or a header such as
-//! `Authorization` set by a route's rules), the password of a URL's
+//! secret (a password, token, credential, key, or a header such as
+//! `Authorization` set by a route's rules), a value that is a credential
+//! whatever its key (a JWT, `Bearer ...`), the password of a URL's
 //! user-info, and query parameters that name one. Over-redacting is the
 //! safe side, but for the few keys of the gateway's own whose names only
 //! look secret (a rate limit's `key`, `password_env`, key file paths).
@@ -12,14 +13,15 @@ use serde_json::Value;
 pub const REDACTED: &str = "<redacted>";
 
 /// Parts of key names (compared lowercased, `-` as `_`) whose values are
-/// secrets.
-const SECRET_KEYS: [&str; 9] =
-    ["password", "passwd", "secret", "token", "credential", "authorization", "cookie", "api_key", "apikey"];
+/// secrets: `X-Pwd`, `passphrase`, `X-Auth-User`, `OAuth-Token`,
+/// `X-Access-Key`, `Ocp-Apim-Subscription-Key`, `?pass=`. Broad on purpose:
+/// a name that only looks secret costs a hidden value, a secret shown
+/// costs the secret.
+const SECRET_KEYS: [&str; 8] = ["pass", "pwd", "secret", "token", "credential", "auth", "cookie", "key"];
 
-/// Whole words of key names (split at `-` and `_`) that name a secret:
-/// `X-Auth`, `X-Access-Key`, `Ocp-Apim-Subscription-Key`, a `sig` query
-/// parameter.
-const SECRET_WORDS: [&str; 5] = ["auth", "key", "sig", "signature", "code"];
+/// Whole words of key names (split at `-` and `_`) that name a secret: a
+/// `sig` query parameter, a `code` (OAuth's).
+const SECRET_WORDS: [&str; 3] = ["sig", "signature", "code"];
 
 /// Schemes of `Authorization`-like values, whatever the key they are under.
 const AUTH_SCHEMES: [&str; 4] = ["bearer ", "basic ", "token ", "digest "];
@@ -39,6 +41,9 @@ fn not_secret(path: &[String], key: &str) -> bool {
     let path: Vec<&str> = path.iter().map(String::as_str).collect();
     match key {
         "key" => path.ends_with(&["rate_limit"]) || path == ["server", "tls"],
+        "max_keys" | "missing_key" => path.ends_with(&["rate_limit"]),
+        "cache_tokens" => path.ends_with(&["auth", "jwt"]),
+        "forward_credentials" => path.len() == 1 && path[0] == "routes",
         "password_env" => path == ["rate_limit_store"],
         "tls_client_key" => path.len() == 2 && path[0] == "upstreams",
         "htpasswd" => path.ends_with(&["auth", "basic"]),
@@ -74,12 +79,30 @@ fn redacted_under(value: Value, path: &mut Vec<String>) -> Value {
                 .collect(),
         ),
         Value::Array(items) => Value::Array(items.into_iter().map(|v| redacted_under(v, path)).collect()),
-        Value::String(s) if AUTH_SCHEMES.iter().any(|p| s.len() > p.len() && s[..p.len()].eq_ignore_ascii_case(p)) => {
+        Value::String(s)
+            if looks_like_jwt(&s)
+                || AUTH_SCHEMES.iter().any(|p| s.len() > p.len() && s[..p.len()].eq_ignore_ascii_case(p)) =>
+        {
             Value::from(REDACTED)
         }
         Value::String(s) => Value::String(redact_url(&s)),
         other => other,
     }
+}
+
+/// Whether `s` is a JSON Web Token (JWS or JWE compact form: 3 or 5
+/// base64url parts, the first a JSON object's, `{"` being `eyJ`), a bearer
+/// credential under whatever name (`X-JWT-Assertion`).
+fn looks_like_jwt(s: &str) -> bool {
+    use base64::Engine;
+    let parts = s.split('.').count();
+    let header = s.split('.').next().unwrap_or("");
+    s.starts_with("eyJ")
+        && (parts == 3 || parts == 5)
+        && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+        && base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(header)
+            .is_ok_and(|h| serde_json::from_slice::<serde_json::Map<String, Value>>(&h).is_ok())
 }
 
 /// A URL's user-info password and secret-named query values redacted;
@@ -160,6 +183,8 @@ mod tests {
             ("not a url: a@b", "not a url: a@b"),
             ("/some/path", "/some/path"),
             ("/health?key=abc&v=1", "/health?key=<redacted>&v=1"),
+            ("/health?pass=abc&pwd=d&v=1", "/health?pass=<redacted>&pwd=<redacted>&v=1"),
+            ("https://h/x?access_token=t&passphrase=p", "https://h/x?access_token=<redacted>&passphrase=<redacted>"),
             (
                 "https://h/x?sig=abc&se=2030&X-Amz-Signature=f",
                 "https://h/x?sig=<redacted>&se=2030&X-Amz-Signature=<redacted>",
@@ -195,6 +220,46 @@ mod tests {
                 "key": "<redacted>",
             })
         );
+    }
+
+    #[test]
+    fn names_that_look_secret_and_jwts_anywhere() {
+        let jwt = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJhbm4ifQ.c2ln";
+        let got = redacted(json!({
+            "routes": [{
+                "rate_limit": {"key": "header:x-k", "max_keys": 10, "missing_key": "refuse"},
+                "forward_credentials": true,
+                "auth": {"jwt": {"cache_tokens": 10, "jwks_url": "https://h/k?pass=p"}},
+                "headers": {"request": {"set": {
+                    "X-JWT-Assertion": jwt, "X-Anything": jwt, "X-Pwd": "p", "X-Passphrase": "p",
+                    "X-OAuth-Token": "t", "X-Authenticated-User": "u", "X-Secret-Id": "s", "X-Monkey": "m",
+                    "X-Version": "eyJ.not.a.jwt!", "X-Host": "eyJ-like.example.com", "X-Plain": "v",
+                }}},
+            }],
+        }));
+        let set = &got["routes"][0]["headers"]["request"]["set"];
+        for name in [
+            "X-JWT-Assertion",
+            "X-Anything",
+            "X-Pwd",
+            "X-Passphrase",
+            "X-OAuth-Token",
+            "X-Authenticated-User",
+            "X-Secret-Id",
+            "X-Monkey",
+        ] {
+            assert_eq!(set[name], REDACTED, "{name}: {got}");
+        }
+        for (name, value) in [("X-Version", "eyJ.not.a.jwt!"), ("X-Host", "eyJ-like.example.com"), ("X-Plain", "v")] {
+            assert_eq!(set[name], value, "{name}: {got}");
+        }
+        let route = &got["routes"][0];
+        assert_eq!(route["rate_limit"], json!({"key": "header:x-k", "max_keys": 10, "missing_key": "refuse"}));
+        assert_eq!(route["forward_credentials"], true);
+        assert_eq!(route["auth"], json!({"jwt": {"cache_tokens": 10, "jwks_url": "https://h/k?pass=<redacted>"}}));
+        let jwe = "eyJhbGciOiJSU0EtT0FFUCJ9.a2V5..aXY.dGFn";
+        assert!(looks_like_jwt(jwt) && looks_like_jwt(jwe));
+        assert!(!looks_like_jwt("eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJhbm4ifQ") && !looks_like_jwt("abc.def.ghi"));
     }
 
     #[test]

@@ -35,3 +35,27 @@ async fn config_hides_secrets_under_names_outside_its_first_list() {
     assert_eq!(v["routes"][0]["request_headers"]["set"]["X-Env"], "prod", "{v}");
     assert_eq!(v["routes"][0]["request_headers"]["set"]["X-JWT-Assertion"], "<redacted>", "{v}");
 }
+
+/// Upstream names are held to the rule route names are (letters, digits,
+/// `_`, `-`, `.`): they become metric labels, log fields and keys of
+/// `/-/upstreams` and the status page. Before, any TOML key was taken.
+#[test]
+fn upstream_names_are_checked_as_route_names_are() {
+    let toml = |name: &str| {
+        format!(
+            "[upstreams.{name}]\nurl = \"http://127.0.0.1:9\"\n\
+             [[routes]]\nname = \"r\"\nprefix = \"/r\"\nupstream = {name}\n"
+        )
+    };
+    let cases: Vec<(String, &str)> = ["\"a b\"", "\"<img src=x onerror=alert(1)>\"", "\"\"", "\"x\\ny\"", "\"é\""]
+        .iter()
+        .map(|n| (toml(n), "use letters, digits, '_', '-' or '.'"))
+        .collect();
+    let cases: Vec<(&str, &str)> = cases.iter().map(|(t, k)| (t.as_str(), *k)).collect();
+    assert_refused_by_check(env!("CARGO_BIN_EXE_gateway"), &cases);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gw.toml");
+    std::fs::write(&path, toml("\"app-1.v2_b\"")).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gateway")).args(["check", "--config"]).arg(&path).output();
+    assert!(out.unwrap().status.success());
+}

@@ -50,6 +50,7 @@ pub(super) fn config(raw: RawConfig, base_dir: &Path, running: Option<&ServerCon
     let mut upstreams = Vec::new();
     let mut upstream_index = HashMap::new();
     for (name, up) in &raw.upstreams {
+        check_name(name).map_err(|m| (format!("upstreams.{name:?}"), m))?;
         upstream_index.insert(name.clone(), upstreams.len());
         upstreams.push(upstream(name, up, base_dir)?);
     }
@@ -230,9 +231,7 @@ fn route(
 ) -> Result<RouteConfig, Problem> {
     let key = |k: &str| format!("routes[{i}].{k}");
     let name = r.name.clone().filter(|n| !n.is_empty()).ok_or_else(|| (key("name"), "missing".into()))?;
-    if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.') {
-        return Err((key("name"), format!("{name:?}: use letters, digits, '_', '-' or '.'")));
-    }
+    check_name(&name).map_err(|m| (key("name"), m))?;
     if name == "unmatched" {
         return Err((key("name"), "\"unmatched\" is reserved for requests that match no route".into()));
     }
@@ -457,6 +456,15 @@ fn parse_size(key: &str, value: &RawSize) -> Result<u64, Problem> {
             (key.to_owned(), format!("invalid size {t:?}: {e} (use e.g. \"64KiB\", \"10MiB\" or a number of bytes)"))
         }),
     }
+}
+
+/// A route's or upstream's name: it becomes a metric label, a log field
+/// and a key of `/-/upstreams` and the status page, so it is plain.
+fn check_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.') {
+        return Err(format!("{name:?}: use letters, digits, '_', '-' or '.'"));
+    }
+    Ok(())
 }
 
 fn parse_addr(key: &str, value: &str) -> Result<SocketAddr, Problem> {

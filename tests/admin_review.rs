@@ -5,6 +5,7 @@
 mod common;
 
 use common::*;
+use std::time::Duration;
 
 /// `/-/config` redacts a JWT under any name, values under names that hold
 /// `pass`, `pwd`, `secret`, `token`, `key` or `auth`, and such query
@@ -58,4 +59,28 @@ fn upstream_names_are_checked_as_route_names_are() {
     std::fs::write(&path, toml("\"app-1.v2_b\"")).unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_gateway")).args(["check", "--config"]).arg(&path).output();
     assert!(out.unwrap().status.success());
+}
+
+/// An HTTP/1.0 client that asked for keep-alive gets an answer of unknown
+/// length (the upstream's was chunked) delimited by the connection's
+/// close: the answer must not say `Connection: keep-alive` then.
+#[tokio::test]
+async fn http10_keep_alive_is_not_promised_on_a_close_delimited_answer() {
+    let chunked = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n";
+    let sized = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello";
+    let (addr, _) = scripted::scripted(move |_, _, head| {
+        scripted::answer(if head.contains("/sized") { &sized[..] } else { &chunked[..] })
+    })
+    .await;
+    let gw = scripted::route_to(addr, "http10", "").await;
+    let ask = |path: &str| format!("GET /h/{path} HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\n\r\n");
+    let r = raw(gw.addr, ask("chunked").as_bytes(), Duration::from_secs(3)).await;
+    let head = r.text.split("\r\n\r\n").next().unwrap().to_ascii_lowercase();
+    assert!(r.text.starts_with("HTTP/1.0 200") && r.text.ends_with("\r\n\r\nhello"), "{:?}", r.text);
+    assert!(r.closed, "the answer ends with the connection: {:?}", r.text);
+    assert!(!head.contains("keep-alive"), "keep-alive promised, then closed: {head:?}");
+    // An answer of known length keeps the connection, and says so.
+    let r = raw(gw.addr, ask("sized").as_bytes(), Duration::from_millis(500)).await;
+    let head = r.text.split("\r\n\r\n").next().unwrap().to_ascii_lowercase();
+    assert!(head.contains("connection: keep-alive") && !r.closed, "{:?}", r.text);
 }

@@ -179,6 +179,7 @@ impl App {
     pub fn handle<'a>(&'a self, req: Request<Incoming>, peer: &'a Peer) -> impl Future<Output = Response<Body>> + 'a {
         async move {
             let id = self.config.server.request_id.then(|| RequestId::for_request(req.headers()));
+            let http10 = req.version() == http::Version::HTTP_10;
             let serve = std::pin::pin!(self.serve(req, peer, id.as_ref()));
             let mut response = match CatchUnwindRef(serve).await {
                 Ok(response) => response,
@@ -187,6 +188,9 @@ impl App {
             if let Some(id) = &id {
                 // Exactly one: the upstream's own, if any, is replaced.
                 response.headers_mut().insert(request_id::X_REQUEST_ID, id.header_value());
+            }
+            if http10 {
+                close_delimited_for_http10(&mut response);
             }
             response
         }
@@ -451,6 +455,18 @@ impl App {
             response.extensions_mut().insert(line);
         }
         response
+    }
+}
+
+/// An answer of unknown length to an HTTP/1.0 client can only end with the
+/// connection (it has no chunked framing). hyper would still promise
+/// `Connection: keep-alive` to a client that asked for it when the answer
+/// says HTTP/1.1, then close: said to be HTTP/1.0, the answer makes hyper
+/// leave keep-alive off (RFC 9112 §9.3).
+fn close_delimited_for_http10(response: &mut Response<Body>) {
+    let body = response.body();
+    if http_body::Body::size_hint(body).exact().is_none() && !http_body::Body::is_end_stream(body) {
+        *response.version_mut() = http::Version::HTTP_10;
     }
 }
 

@@ -210,7 +210,8 @@ async fn a_jwks_file_with_an_encryption_key_is_refused() {
     let gw = TestGateway::from_file(dir.path(), &toml).await;
     let bearer = format!("Bearer {}", token("ann"));
     assert_eq!(get_with(&gw.url("/enc"), &[("authorization", &bearer)]).await.0.status, 200);
-    let cases: [(&dyn Fn(&mut serde_json::Value), &str); 3] = [
+    type Change<'a> = &'a dyn Fn(&mut serde_json::Value);
+    let cases: [(Change, &str); 3] = [
         (&|k| k["use"] = "enc".into(), "keys[0]: an encryption key (\"use\": \"enc\") is refused"),
         (
             &|k| {

@@ -15,7 +15,6 @@ use bytes::{Bytes, BytesMut};
 use http::{Request, Response, StatusCode, header, request, response};
 use http_body::{Frame, SizeHint};
 use http_body_util::BodyExt;
-use http_cache_semantics::AfterResponse;
 use hyper::body::Incoming;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
@@ -95,12 +94,12 @@ impl Fill {
         let now = SystemTime::now();
         if let (StatusCode::NOT_MODIFIED, Some(old)) = (status, &stale) {
             let (parts, _) = response.into_parts();
-            let refreshed = refresh(old, &head, &parts, now, cache.id_slot);
+            let (refreshed, storable) = refresh(old, &head, &parts, now, cache.id_slot);
             // The merged head is judged again: a 304 may bring what must not
             // be stored (a `Set-Cookie` for the client that revalidated,
             // `private`, `no-store`). Then only this client gets it; the
             // others go upstream themselves.
-            if rules::storable(&refreshed.policy, refreshed.status, &refreshed.headers, Some(refreshed.lifetime)) {
+            if storable {
                 cache.store.put(&key, refreshed.clone_entry());
                 guard.publish(Filled::Stored);
             }
@@ -117,7 +116,7 @@ impl Fill {
             return send(tx, Answer::Upstream(Response::from_parts(parts, body), None));
         };
         guard.publish(Filled::Streaming);
-        let (chunks_tx, chunks) = mpsc::unbounded_channel();
+        let (chunks_tx, chunks) = mpsc::channel(1);
         let length = content_length(&parts.headers);
         let client = Response::from_parts(
             parts,
@@ -129,12 +128,14 @@ impl Fill {
         {
             to_client = None;
         }
-        if let Some(bytes) = collect(body, to_client.as_ref(), cache.store.config.max_entry).await {
+        if let Some(bytes) = collect(body, to_client.as_ref(), cache.store.config.max_entry, &guard).await {
             cache.store.put(&key, Entry { body: bytes, ..entry });
             guard.publish(Filled::Stored);
-        }
-        if let Some(to) = to_client {
-            let _ = to.send(Msg::End);
+            // The key is free for the next fill while the client reads on.
+            drop(guard);
+            if let Some(to) = to_client {
+                let _ = to.send(Msg::End).await;
+            }
         }
     }
 }
@@ -193,7 +194,7 @@ pub fn entry_of(
         return None;
     }
     let parts = &detached_response(parts);
-    let policy = rules::policy(&policy_head(head, &parts.headers), parts, now);
+    let policy = rules::policy(&policy_head(head), parts, now);
     if !policy.is_storable() {
         return None;
     }
@@ -212,7 +213,6 @@ pub fn entry_of(
         .collect::<Option<Vec<_>>>()?;
     Some(Entry {
         born: Entry::born(&policy, &parts.headers, now),
-        policy,
         status: parts.status,
         headers: with_slots(parts.headers.clone(), id_slot),
         body: Bytes::new(),
@@ -225,20 +225,16 @@ pub fn entry_of(
 }
 
 /// A 304's head merged into the stored one (RFC 9111 §4.3.4), fresh again
-/// from now. The crate makes the new policy; the head is merged here, as
-/// the crate's merged head comes with an `Age` and `Date` of its making,
-/// which must not be stored.
+/// from now, and whether the merged head may be stored. The crate judges
+/// the merged head as it would a new answer.
 fn refresh(
     old: &Entry,
     head: &request::Parts,
     not_modified: &response::Parts,
     now: SystemTime,
     id_slot: bool,
-) -> Entry {
+) -> (Entry, bool) {
     let not_modified = &detached_response(not_modified);
-    let policy = match old.policy.after_response(&policy_head(head, &old.headers), not_modified, now) {
-        AfterResponse::NotModified(p, _) | AfterResponse::Modified(p, _) => p,
-    };
     let mut headers = old.headers.clone();
     let updated = |name: &&header::HeaderName| {
         ![header::CONTENT_LENGTH, header::CONTENT_ENCODING, header::TRANSFER_ENCODING, header::CONTENT_RANGE]
@@ -253,18 +249,24 @@ fn refresh(
     }
     let d = Directives::of(&headers);
     let lifetime = rules::lifetime(&headers, &d, old.lifetime).unwrap_or(old.lifetime);
-    Entry {
+    let mut merged = Response::new(());
+    *merged.status_mut() = old.status;
+    *merged.headers_mut() = headers;
+    let (merged, ()) = merged.into_parts();
+    let policy = rules::policy(&policy_head(head), &merged, now);
+    let storable = rules::storable(&policy, merged.status, &merged.headers, Some(lifetime));
+    let entry = Entry {
         born: Entry::born(&policy, &not_modified.headers, now),
-        policy,
         status: old.status,
-        headers: with_slots(headers, id_slot),
+        headers: with_slots(merged.headers, id_slot),
         body: old.body.clone(),
         lifetime,
         while_revalidate: old.while_revalidate,
         if_error: old.if_error,
         vary: old.vary.clone(),
         stamps: Stamps::default(),
-    }
+    };
+    (entry, storable)
 }
 
 /// `headers` in allocations of their own.
@@ -287,29 +289,25 @@ fn detached_response(parts: &response::Parts) -> response::Parts {
     r.into_parts().0
 }
 
-/// The part of a request head the crate's policy reads (its directives,
-/// `Authorization`, `Host`, and the fields the answer varies on), detached.
-/// The policy keeps the head it is made from: the whole of it would let a
-/// client's large headers (up to `max_header_size`, on every entry) outweigh
-/// what the store's weights count.
-fn policy_head(head: &request::Parts, response: &http::HeaderMap) -> request::Parts {
+/// What the crate's policy reads of a request to judge an answer
+/// storable: its method, its URI, whether it has `Authorization` (the
+/// value is never read) and whether it said `no-store`. Nothing else of
+/// the client's head is given to it: the policy copies and parses what it
+/// is given, and a client's large fields cost far more there than the
+/// bytes it sent.
+fn policy_head(head: &request::Parts) -> request::Parts {
     let mut r = Request::new(());
     *r.method_mut() = head.method.clone();
     // The URI too is a slice of the read buffer: copied.
     *r.uri_mut() = http::Uri::try_from(head.uri.to_string()).unwrap_or_default();
     *r.version_mut() = head.version;
-    let mut kept = http::HeaderMap::new();
-    let named = [header::CACHE_CONTROL, header::PRAGMA, header::AUTHORIZATION, header::HOST];
-    let varied = rules::vary_names(response).filter_map(|n| http::HeaderName::from_bytes(n.as_bytes()).ok());
-    for name in named.into_iter().chain(varied) {
-        if kept.contains_key(&name) {
-            continue;
-        }
-        for value in head.headers.get_all(&name) {
-            kept.append(name.clone(), http::HeaderValue::from_bytes(value.as_bytes()).expect("was a header value"));
-        }
+    let headers = r.headers_mut();
+    if head.headers.contains_key(header::AUTHORIZATION) {
+        headers.insert(header::AUTHORIZATION, http::HeaderValue::from_static("-"));
     }
-    *r.headers_mut() = kept;
+    if Directives::of(&head.headers).no_store {
+        headers.insert(header::CACHE_CONTROL, http::HeaderValue::from_static("no-store"));
+    }
     r.into_parts().0
 }
 
@@ -339,7 +337,6 @@ impl Entry {
     fn clone_entry(&self) -> Entry {
         Entry {
             born: self.born,
-            policy: self.policy.clone(),
             status: self.status,
             headers: self.headers.clone(),
             body: self.body.clone(),
@@ -356,9 +353,20 @@ fn content_length(headers: &http::HeaderMap) -> Option<u64> {
     headers.get(header::CONTENT_LENGTH)?.to_str().ok()?.parse().ok()
 }
 
+/// How long the fill waits for its first client to take a frame before it
+/// stops keeping a copy for the store: past it, that client reads the rest
+/// of the answer itself, as on the uncached path.
+const CLIENT_STALL: Duration = Duration::from_secs(1);
+
 /// Reads the body, passing each frame to the client while there is one;
 /// `Some` with the whole body when it ended complete within `max_entry`.
-async fn collect(mut body: Body, client: Option<&mpsc::UnboundedSender<Msg>>, max_entry: u64) -> Option<Bytes> {
+/// The client is handed one frame at a time, the next read once it took
+/// it: a client that does not read holds back the fill rather than a copy
+/// of the answer piling up for it. One that holds it back past
+/// [`CLIENT_STALL`] gets the rest of the body to read itself and nothing is
+/// stored, so that what an idle reader holds is what it would on a route
+/// without a cache (and those waiting on the fill go upstream themselves).
+async fn collect(mut body: Body, client: Option<&mpsc::Sender<Msg>>, max_entry: u64, guard: &FillGuard) -> Option<Bytes> {
     let mut kept = BytesMut::new();
     let mut client = client.filter(|c| !c.is_closed());
     loop {
@@ -367,29 +375,58 @@ async fn collect(mut body: Body, client: Option<&mpsc::UnboundedSender<Msg>>, ma
             Some(Ok(frame)) => frame,
             Some(Err(e)) => {
                 // Cut short: never stored; the client's answer is cut short too.
+                guard.publish(Filled::NotShared);
+                drop(kept);
                 if let Some(c) = client {
-                    let _ = c.send(Msg::Error(e));
+                    let _ = c.send(Msg::Error(e)).await;
                 }
                 return None;
             }
         };
-        if let Some(data) = frame.data_ref() {
-            if kept.len() as u64 + data.len() as u64 > max_entry {
-                // Too large to store: the client reads the rest itself.
-                if let Some(c) = client {
-                    let _ = c.send(Msg::Frame(frame));
-                    let _ = c.send(Msg::Rest(body));
+        let too_large = frame.data_ref().is_some_and(|d| kept.len() as u64 + d.len() as u64 > max_entry);
+        if too_large {
+            // Too large to store: the client reads the rest itself.
+            guard.publish(Filled::NotShared);
+            drop(kept);
+            hand_over(client, frame, body).await;
+            return None;
+        }
+        let Some(c) = client else {
+            if let Some(data) = frame.data_ref() {
+                kept.extend_from_slice(data);
+            }
+            continue;
+        };
+        match tokio::time::timeout(CLIENT_STALL, c.reserve()).await {
+            Ok(Ok(permit)) => {
+                if let Some(data) = frame.data_ref() {
+                    kept.extend_from_slice(data);
                 }
+                permit.send(Msg::Frame(frame));
+            }
+            // The first client left: the fill goes on for the others.
+            Ok(Err(_)) => {
+                client = None;
+                if let Some(data) = frame.data_ref() {
+                    kept.extend_from_slice(data);
+                }
+            }
+            Err(_) => {
+                guard.publish(Filled::NotShared);
+                drop(kept);
+                hand_over(client, frame, body).await;
                 return None;
             }
-            kept.extend_from_slice(data);
         }
-        if let Some(c) = client
-            && c.send(Msg::Frame(frame)).is_err()
-        {
-            // The first client left: the fill goes on for the others.
-            client = None;
-        }
+    }
+}
+
+/// Gives the client `frame` and then the rest of `body` to read itself.
+async fn hand_over(client: Option<&mpsc::Sender<Msg>>, frame: Frame<Bytes>, body: Body) {
+    if let Some(c) = client
+        && c.send(Msg::Frame(frame)).await.is_ok()
+    {
+        let _ = c.send(Msg::Rest(body)).await;
     }
 }
 
@@ -404,7 +441,7 @@ enum Msg {
 
 /// The first client's body while a fill keeps a copy.
 struct ChannelBody {
-    rx: mpsc::UnboundedReceiver<Msg>,
+    rx: mpsc::Receiver<Msg>,
     rest: Option<Body>,
     length: Option<u64>,
     ended: bool,

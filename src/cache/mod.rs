@@ -230,10 +230,14 @@ impl RouteCache {
             Ok(Ok(f)) => *f,
             Ok(Err(_)) => Filled::NotShared,
         };
-        // The head came in time; the body takes what it takes (its stalls
-        // are bounded by the fill's `body_timeout`).
+        // The head came in time; the body is waited for until the deadline
+        // too: the fill goes at its first client's pace, and a client that
+        // reads slowly (or not at all) must not hold the others back.
         let filled = match filled {
-            Filled::Streaming => rx.wait_for(|f| *f != Filled::Streaming).await.map_or(Filled::NotShared, |f| *f),
+            Filled::Streaming => {
+                let streamed = tokio::time::timeout_at(deadline, rx.wait_for(|f| *f != Filled::Streaming)).await;
+                streamed.map_or(Filled::NotShared, |f| f.map_or(Filled::NotShared, |f| *f))
+            }
             other => other,
         };
         let entry = self.store.get(&key, req.headers());

@@ -12,7 +12,6 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
-use http_cache_semantics::CachePolicy;
 use metrics::{Counter, Gauge};
 use moka::notification::RemovalCause;
 use tokio::sync::watch;
@@ -30,11 +29,12 @@ const KEEP_TO_REVALIDATE: Duration = Duration::from_secs(60);
 
 /// One stored answer.
 pub struct Entry {
-    /// The crate's view of it: storability was judged by it, and its age
-    /// is the crate's (see [`Entry::born`]).
-    pub policy: CachePolicy,
     /// When its age was zero: the crate's age grows with the clock from the
-    /// moment it is judged, so it is read once, not on every hit.
+    /// moment it is judged, so it is read once, not on every hit. The
+    /// crate's policy itself is not kept: it holds a copy of both heads and
+    /// a parsed map of each one's directives, which the store could not
+    /// weigh (one unknown directive, a few bytes on the wire, is a map
+    /// entry and an allocation there).
     pub born: SystemTime,
     pub status: StatusCode,
     /// The head as the client gets it, less `Age` and `Cache-Status`.
@@ -56,7 +56,7 @@ impl Entry {
     /// When an entry whose policy is `policy` had age zero, as of `now`;
     /// `response`: its head, whose `Age` too large to represent counts as
     /// 2^31 seconds (RFC 9111 §1.2.2), where the crate reads none.
-    pub fn born(policy: &CachePolicy, response: &HeaderMap, now: SystemTime) -> SystemTime {
+    pub fn born(policy: &http_cache_semantics::CachePolicy, response: &HeaderMap, now: SystemTime) -> SystemTime {
         let too_old = response.get(http::header::AGE).and_then(|v| v.to_str().ok()).is_some_and(|v| {
             let v = v.trim();
             !v.is_empty()
@@ -94,14 +94,14 @@ impl Entry {
         })
     }
 
-    /// Bytes it holds, as the store weighs it: its head twice (the policy
-    /// keeps a copy), the request fields the policy and `Vary` keep, and
-    /// its body.
-    fn weight(&self) -> u64 {
+    /// Bytes it holds, as the store weighs it: its head, the request
+    /// fields its `Vary` keeps, and its body; nothing else of the request
+    /// that filled it is kept.
+    pub(super) fn weight(&self) -> u64 {
         let head: usize = self.headers.iter().map(|(n, v)| n.as_str().len() + v.len() + 32).sum();
         let vary: usize =
-            self.vary.iter().map(|(n, v)| 2 * (n.as_str().len() + v.as_ref().map_or(0, String::len) + 32)).sum();
-        (2 * head + vary + self.body.len() + 512) as u64
+            self.vary.iter().map(|(n, v)| n.as_str().len() + v.as_ref().map_or(0, String::len) + 64).sum();
+        (head + vary + self.body.len() + 512) as u64
     }
 
     /// How long the store keeps it: fresh, then the longer stale window;
@@ -120,10 +120,9 @@ impl Entry {
 pub struct Variants(pub Arc<[Arc<Entry>]>);
 
 impl Variants {
-    /// The variants' weights, with the key's bytes held once by the store
-    /// and once (as the URI) by each variant's policy.
+    /// The variants' weights, with the key's bytes held once by the store.
     fn weight(&self, key: &str) -> u32 {
-        let each = self.0.iter().map(|e| e.weight() + key.len() as u64).sum::<u64>();
+        let each = self.0.iter().map(|e| e.weight()).sum::<u64>();
         u32::try_from(each + key.len() as u64).unwrap_or(u32::MAX)
     }
 }

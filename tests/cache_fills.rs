@@ -192,7 +192,7 @@ async fn stale_if_error_serves_the_stale_entry_when_the_upstream_fails() {
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let (parts, body) = get(&gw.url("/c/x")).await;
     assert_eq!((parts.status.as_u16(), &body[..]), (200, &b"good"[..]));
-    assert_eq!(cache_status(&parts), "gateway; hit; detail=stale");
+    assert_eq!(cache_status(&parts), "gateway; fwd=stale; fwd-status=503; detail=stale");
     assert_eq!(seen(&seen_), 2);
     // Without the window the error goes through.
     let (gw, _) = cached("", move |_| std::future::ready(answer(503, &[], "down"))).await;

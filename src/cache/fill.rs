@@ -12,7 +12,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
 use bytes::{Bytes, BytesMut};
-use http::{Request, Response, StatusCode, header, request, response};
+use http::{Method, Request, Response, StatusCode, header, request, response};
 use http_body::{Frame, SizeHint};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -33,9 +33,11 @@ pub enum Answer {
     /// The upstream's answer (streaming); `Some` with its freshness left
     /// when it is being stored.
     Upstream(Response<Body>, Option<Duration>),
-    /// A stored entry: refreshed by a 304 (`Some(304)`), or served stale
-    /// because the upstream failed (`None`).
-    Entry(Arc<Entry>, Option<u16>),
+    /// A stored entry refreshed by an answer of this status (a 304).
+    Entry(Arc<Entry>, u16),
+    /// A stale entry served because the upstream failed: with the status
+    /// it answered, if it answered.
+    Stale(Arc<Entry>, Option<u16>),
     Failed(GatewayError),
 }
 
@@ -71,19 +73,43 @@ pub fn spawn_background(fill: Fill) {
 
 impl Fill {
     async fn run(mut self, tx: Option<oneshot::Sender<Answer>>) {
+        // The request again without conditionals, for a 304 that selects
+        // no stored answer (only when revalidating).
+        let mut again = None;
         if let Some(stale) = &self.stale {
             conditional(&mut self.req, stale);
+            let (mut parts, ()) = Request::new(()).into_parts();
+            (parts.method, parts.uri, parts.version) = (Method::GET, self.req.uri().clone(), self.req.version());
+            parts.headers = self.req.headers().clone();
+            parts.extensions = self.req.extensions().clone();
+            parts.headers.remove(header::IF_NONE_MATCH);
+            parts.headers.remove(header::IF_MODIFIED_SINCE);
+            again = Some(Request::from_parts(parts, ()));
         }
-        let Fill { cache, guard, key, req, head, peer, log, deadline, stale } = self;
-        let forwarded =
-            cache.upstream.forward(&cache.target, &cache.prefix, cache.max_body, req, &peer, &log, deadline);
-        let response = match forwarded.await {
+        let Fill { cache, guard, key, req, head, peer, log, deadline, mut stale } = self;
+        let up = &cache.upstream;
+        let forwarded = up.forward(&cache.target, &cache.prefix, cache.max_body, req, &peer, &log, deadline).await;
+        let mut forwarded = forwarded.map(|r| (r, SystemTime::now()));
+        // RFC 9111 §4.3.4: a 304 whose validator is not the stored answer's
+        // updates nothing; the answer is asked for whole.
+        let unselected = match (&forwarded, &stale) {
+            (Ok((r, _)), Some(old)) => {
+                r.status() == StatusCode::NOT_MODIFIED && !rules::selects(&old.headers, r.headers())
+            }
+            _ => false,
+        };
+        if unselected && let Some(again) = again {
+            stale = None;
+            let refetched = up.forward(&cache.target, &cache.prefix, cache.max_body, again, &peer, &log, deadline);
+            forwarded = refetched.await.map(|r| (r, SystemTime::now()));
+        }
+        let (response, now) = match forwarded {
             Ok(r) => r,
             Err(e) => {
                 let answer = match stale.filter(|s| serves_on_error(s)) {
                     Some(s) => {
-                        guard.publish(Filled::Failed);
-                        Answer::Entry(s, None)
+                        guard.publish(Filled::Failed(None));
+                        Answer::Stale(s, None)
                     }
                     None => Answer::Failed(e),
                 };
@@ -91,25 +117,26 @@ impl Fill {
             }
         };
         let status = response.status();
-        let now = SystemTime::now();
         if let (StatusCode::NOT_MODIFIED, Some(old)) = (status, &stale) {
             let (parts, _) = response.into_parts();
-            let (refreshed, storable) = refresh(old, &head, &parts, now, cache.id_slot);
+            let config = cache.store.config;
+            let windows = (config.stale_while_revalidate, config.stale_if_error);
+            let (refreshed, storable) = refresh(old, &head, &parts, now, windows, cache.id_slot);
             // The merged head is judged again: a 304 may bring what must not
             // be stored (a `Set-Cookie` for the client that revalidated,
             // `private`, `no-store`). Then only this client gets it; the
             // others go upstream themselves.
             if storable {
-                cache.store.put(&key, refreshed.clone_entry());
+                cache.store.replace(&key, refreshed.clone_entry(), old);
                 guard.publish(Filled::Stored);
             }
-            return send(tx, Answer::Entry(Arc::new(refreshed), Some(304)));
+            return send(tx, Answer::Entry(Arc::new(refreshed), 304));
         }
         if rules::ERROR_STATUSES.contains(&status.as_u16())
             && let Some(s) = stale.filter(|s| serves_on_error(s))
         {
-            guard.publish(Filled::Failed);
-            return send(tx, Answer::Entry(s, None));
+            guard.publish(Filled::Failed(Some(status.as_u16())));
+            return send(tx, Answer::Stale(s, Some(status.as_u16())));
         }
         let (parts, body) = response.into_parts();
         let Some(entry) = judge(&cache, &head, &parts, now) else {
@@ -190,29 +217,22 @@ pub fn entry_of(
     // weights are then what it really holds.
     let d = Directives::of(&parts.headers);
     let lifetime = rules::lifetime(&parts.headers, &d, default_ttl);
-    if !rules::storable_by_head(parts.status, &parts.headers, lifetime) {
+    if !rules::storable_by_head(parts.status, &parts.headers, lifetime) || !rules::storable_for(&head.headers, &d) {
         return None;
     }
-    let parts = &detached_response(parts);
-    let policy = rules::policy(&policy_head(head), parts, now);
-    if !policy.is_storable() {
+    let mut parts = detached_response(parts);
+    // RFC 9110 §6.6.1: an answer without `Date` is given its receipt time,
+    // or each hit would carry its own time as `Date` beside its `Age`.
+    if !parts.headers.contains_key(header::DATE) {
+        parts.headers.insert(header::DATE, date_value(now));
+    }
+    let parts = &parts;
+    if !rules::policy(&policy_head(head), parts, now).is_storable() {
         return None;
     }
-    // A Vary name that is not a header name cannot be matched, and one the
-    // upstream did not see as the client sent it (hop-by-hop, or set by
-    // the gateway) cannot key the client's answer: not stored.
-    let vary = rules::vary_names(&parts.headers)
-        .map(|n| {
-            let name = http::HeaderName::from_bytes(n.as_bytes()).ok()?;
-            if crate::headers::not_as_sent(&name, &head.headers) {
-                return None;
-            }
-            let value = rules::vary_value(&head.headers, &name);
-            Some((name, value))
-        })
-        .collect::<Option<Vec<_>>>()?;
+    let vary = vary_of(&parts.headers, head)?;
     Some(Entry {
-        born: Entry::born(&policy, &parts.headers, now),
+        born: Entry::born(&parts.headers, now),
         status: parts.status,
         headers: with_slots(parts.headers.clone(), id_slot),
         body: Bytes::new(),
@@ -224,17 +244,48 @@ pub fn entry_of(
     })
 }
 
+/// What an answer with `response`'s head to `head` varies on, or `None`
+/// when it cannot be keyed: a Vary name that is not a header name cannot
+/// be matched, and one the upstream did not see as the client sent it
+/// (hop-by-hop, or set by the gateway) cannot key the client's answer.
+fn vary_of(response: &http::HeaderMap, head: &request::Parts) -> Option<Vec<(http::HeaderName, Option<String>)>> {
+    rules::vary_names(response)
+        .map(|n| {
+            let name = http::HeaderName::from_bytes(n.as_bytes()).ok()?;
+            if crate::headers::not_as_sent(&name, &head.headers) {
+                return None;
+            }
+            let value = rules::vary_value(&head.headers, &name);
+            Some((name, value))
+        })
+        .collect()
+}
+
+/// `when` as an HTTP date.
+fn date_value(when: SystemTime) -> http::HeaderValue {
+    http::HeaderValue::from_str(&httpdate::fmt_http_date(when)).expect("an HTTP date is a header value")
+}
+
 /// A 304's head merged into the stored one (RFC 9111 §4.3.4), fresh again
-/// from now, and whether the merged head may be stored. The crate judges
-/// the merged head as it would a new answer.
+/// from now, and whether the merged head may be stored. Everything the
+/// entry's use depends on is judged again from the merged head: its
+/// storability, lifetime, stale windows and what it varies on (for the
+/// request that revalidated it).
 fn refresh(
     old: &Entry,
     head: &request::Parts,
     not_modified: &response::Parts,
     now: SystemTime,
+    (while_revalidate, if_error): (Duration, Duration),
     id_slot: bool,
 ) -> (Entry, bool) {
-    let not_modified = &detached_response(not_modified);
+    let mut not_modified = detached_response(not_modified);
+    // Its age is the 304's (the stored `Age` was the old answer's), its
+    // `Date` the receipt time when it has none.
+    if !not_modified.headers.contains_key(header::DATE) {
+        not_modified.headers.insert(header::DATE, date_value(now));
+    }
+    let not_modified = &not_modified;
     let mut headers = old.headers.clone();
     let updated = |name: &&header::HeaderName| {
         ![header::CONTENT_LENGTH, header::CONTENT_ENCODING, header::TRANSFER_ENCODING, header::CONTENT_RANGE]
@@ -247,6 +298,9 @@ fn refresh(
     for (name, value) in not_modified.headers.iter().filter(|(n, _)| updated(n)) {
         headers.append(name.clone(), value.clone());
     }
+    if !not_modified.headers.contains_key(header::AGE) {
+        headers.remove(header::AGE);
+    }
     let d = Directives::of(&headers);
     let lifetime = rules::lifetime(&headers, &d, old.lifetime).unwrap_or(old.lifetime);
     let mut merged = Response::new(());
@@ -254,16 +308,19 @@ fn refresh(
     *merged.headers_mut() = headers;
     let (merged, ()) = merged.into_parts();
     let policy = rules::policy(&policy_head(head), &merged, now);
-    let storable = rules::storable(&policy, merged.status, &merged.headers, Some(lifetime));
+    let vary = vary_of(&merged.headers, head);
+    let storable = rules::storable(&policy, merged.status, &merged.headers, Some(lifetime))
+        && rules::storable_for(&head.headers, &d)
+        && vary.is_some();
     let entry = Entry {
-        born: Entry::born(&policy, &not_modified.headers, now),
+        born: Entry::born(&not_modified.headers, now),
         status: old.status,
         headers: with_slots(merged.headers, id_slot),
         body: old.body.clone(),
         lifetime,
-        while_revalidate: old.while_revalidate,
-        if_error: old.if_error,
-        vary: old.vary.clone(),
+        while_revalidate: rules::stale_window(&d, d.stale_while_revalidate, while_revalidate),
+        if_error: rules::stale_window(&d, d.stale_if_error, if_error),
+        vary: vary.unwrap_or_else(|| old.vary.clone()),
         stamps: Stamps::default(),
     };
     (entry, storable)
@@ -290,23 +347,20 @@ fn detached_response(parts: &response::Parts) -> response::Parts {
 }
 
 /// What the crate's policy reads of a request to judge an answer
-/// storable: its method, its URI, whether it has `Authorization` (the
-/// value is never read) and whether it said `no-store`. Nothing else of
-/// the client's head is given to it: the policy copies and parses what it
-/// is given, and a client's large fields cost far more there than the
-/// bytes it sent.
+/// storable: its method, its URI and whether it said `no-store`. Nothing
+/// else of the client's head is given to it: the policy copies and parses
+/// what it is given, and a client's large fields cost far more there than
+/// the bytes it sent. `Authorization` is judged by [`rules::storable_for`]
+/// instead (the crate reads the answer's directives with a comma split
+/// that finds `public` inside a quoted argument).
 fn policy_head(head: &request::Parts) -> request::Parts {
     let mut r = Request::new(());
     *r.method_mut() = head.method.clone();
     // The URI too is a slice of the read buffer: copied.
     *r.uri_mut() = http::Uri::try_from(head.uri.to_string()).unwrap_or_default();
     *r.version_mut() = head.version;
-    let headers = r.headers_mut();
-    if head.headers.contains_key(header::AUTHORIZATION) {
-        headers.insert(header::AUTHORIZATION, http::HeaderValue::from_static("-"));
-    }
     if Directives::of(&head.headers).no_store {
-        headers.insert(header::CACHE_CONTROL, http::HeaderValue::from_static("no-store"));
+        r.headers_mut().insert(header::CACHE_CONTROL, http::HeaderValue::from_static("no-store"));
     }
     r.into_parts().0
 }
@@ -320,7 +374,16 @@ fn policy_head(head: &request::Parts) -> request::Parts {
 /// placeholder is replaced before an answer leaves: `Age` and
 /// `Cache-Status` by `from_entry`, `X-Request-Id` by `App::handle`.
 fn with_slots(mut headers: http::HeaderMap, id_slot: bool) -> http::HeaderMap {
-    let slots = [(header::AGE, true), (super::CACHE_STATUS, true), (X_REQUEST_ID, id_slot)];
+    // The gateway's `Cache-Status` member goes after the upstream's
+    // (RFC 9211 §2): its slot is the last line, whatever came before.
+    let upstream: Vec<_> =
+        headers.get_all(super::CACHE_STATUS).iter().filter(|v| v.as_bytes() != b"-").cloned().collect();
+    headers.remove(super::CACHE_STATUS);
+    for value in upstream {
+        headers.append(super::CACHE_STATUS, value);
+    }
+    headers.append(super::CACHE_STATUS, http::HeaderValue::from_static("-"));
+    let slots = [(header::AGE, true), (X_REQUEST_ID, id_slot)];
     for (name, wanted) in slots {
         if wanted && !headers.contains_key(&name) {
             headers.insert(name, http::HeaderValue::from_static("-"));

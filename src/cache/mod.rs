@@ -230,14 +230,11 @@ impl RouteCache {
             Ok(Ok(f)) => *f,
             Ok(Err(_)) => Filled::NotShared,
         };
-        // The head came in time; the body is waited for until the deadline
-        // too: the fill goes at its first client's pace, and a client that
-        // reads slowly (or not at all) must not hold the others back.
+        // The head came in time; the body takes what it takes (its stalls
+        // are bounded by the fill's `body_timeout`, and a first client that
+        // holds the fill back makes it give the key up: see `fill::collect`).
         let filled = match filled {
-            Filled::Streaming => {
-                let streamed = tokio::time::timeout_at(deadline, rx.wait_for(|f| *f != Filled::Streaming)).await;
-                streamed.map_or(Filled::NotShared, |f| f.map_or(Filled::NotShared, |f| *f))
-            }
+            Filled::Streaming => rx.wait_for(|f| *f != Filled::Streaming).await.map_or(Filled::NotShared, |f| *f),
             other => other,
         };
         let entry = self.store.get(&key, req.headers());
@@ -251,12 +248,12 @@ impl RouteCache {
         }
         // The upstream failed and the fill served the stale entry: so is
         // this request, when the entry it matches may be served on error.
-        if filled == Filled::Failed
+        if let Filled::Failed(code) = filled
             && let Some(e) = &entry
             && fill::serves_on_error(e)
         {
             self.metrics.stale.increment(1);
-            return Ok(from_entry(e, req.method(), Some(req.headers()), Status::stale(), e.age(now)));
+            return Ok(from_entry(e, req.method(), Some(req.headers()), Status::on_error(code), e.age(now)));
         }
         // Never another client's uncacheable answer, nor one for other
         // Vary values: a fill of its own, not shared.
@@ -287,15 +284,15 @@ impl RouteCache {
                 counter.increment(1);
                 Ok(with_status(response, Status { stored: ttl.is_some(), ttl: secs(ttl), ..Status::fwd(fwd) }))
             }
-            Answer::Entry(e, Some(code)) => {
+            Answer::Entry(e, code) => {
                 self.metrics.revalidated.increment(1);
                 let now = SystemTime::now();
                 let status = Status { fwd_status: Some(code), ttl: secs(e.ttl(now)), ..Status::fwd(fwd) };
                 Ok(from_entry(&e, &Method::GET, Some(&client), status, e.age(now)))
             }
-            Answer::Entry(e, None) => {
+            Answer::Stale(e, code) => {
                 self.metrics.stale.increment(1);
-                Ok(from_entry(&e, &Method::GET, Some(&client), Status::stale(), e.age(SystemTime::now())))
+                Ok(from_entry(&e, &Method::GET, Some(&client), Status::on_error(code), e.age(SystemTime::now())))
             }
             Answer::Failed(e) => Err(e),
         }
@@ -493,7 +490,18 @@ fn from_entry(e: &Entry, method: &Method, client: Option<&HeaderMap>, status: St
     let mut headers = e.headers.clone();
     let (age, status) = e.stamps.get(age.as_secs(), status);
     headers.insert(header::AGE, age);
-    headers.insert(CACHE_STATUS, status);
+    // The gateway's member is the last line (see `fill::with_slots`),
+    // after the upstream's.
+    match headers.entry(CACHE_STATUS) {
+        header::Entry::Occupied(mut o) => {
+            if let Some(last) = o.iter_mut().last() {
+                *last = status;
+            }
+        }
+        header::Entry::Vacant(v) => {
+            v.insert(status);
+        }
+    }
     // Conditionals apply only to an answer that would be 2xx (RFC 9110
     // §13.2.1): a stored 404 stays a 404.
     let not_modified = client.is_some_and(|c| e.status.is_success() && rules::not_modified(method, c, &e.headers));
@@ -511,7 +519,9 @@ fn from_entry(e: &Entry, method: &Method, client: Option<&HeaderMap>, status: St
     response
 }
 
+/// `response` with the gateway's `Cache-Status` member after the
+/// upstream's (RFC 9211 §2: the field is a list, each cache appends).
 fn with_status(mut response: Response<Body>, status: Status) -> Response<Body> {
-    response.headers_mut().insert(CACHE_STATUS, status.value());
+    response.headers_mut().append(CACHE_STATUS, status.value());
     response
 }

@@ -238,6 +238,15 @@ pub fn storable_by_head(status: StatusCode, response: &HeaderMap, lifetime: Opti
         && lifetime.is_some()
 }
 
+/// Whether a shared cache may store an answer to a request with
+/// `Authorization` (RFC 9111 §3.5): only one whose own directives allow it
+/// (`public`, `must-revalidate`, `s-maxage`), read with the quote-aware
+/// parser of [`Directives`]: a `public` inside another directive's quoted
+/// argument is not one. A request without credentials may store anything.
+pub fn storable_for(request: &HeaderMap, d: &Directives) -> bool {
+    !request.contains_key(header::AUTHORIZATION) || d.public || d.must_revalidate || d.s_maxage.is_some()
+}
+
 /// The header names a response's `Vary` lists, lowercased and trimmed.
 pub fn vary_names(response: &HeaderMap) -> impl Iterator<Item = String> + '_ {
     response
@@ -303,6 +312,40 @@ pub fn not_modified(method: &Method, request: &HeaderMap, stored: &HeaderMap) ->
         (Some(since), Some(modified)) => modified <= since,
         _ => false,
     }
+}
+
+/// Whether a 304 with head `not_modified` selects the stored answer with
+/// head `stored` for update (RFC 9111 §4.3.4): a strong `ETag` must be the
+/// stored one's, strongly; a weak one must match it weakly; a 304 with no
+/// `ETag` and a `Last-Modified` must have the stored one's. One with
+/// neither answered the stored validators the gateway sent: it selects.
+pub fn selects(stored: &HeaderMap, not_modified: &HeaderMap) -> bool {
+    fn field(h: &HeaderMap, n: HeaderName) -> Option<&str> {
+        h.get(n).and_then(|v| v.to_str().ok()).map(str::trim)
+    }
+    let old = field(stored, header::ETAG);
+    match field(not_modified, header::ETAG) {
+        Some(new) if !new.starts_with("W/") => old == Some(new),
+        Some(new) => old.is_some_and(|o| o.trim_start_matches("W/") == new.trim_start_matches("W/")),
+        None => match field(not_modified, header::LAST_MODIFIED) {
+            Some(new) => field(stored, header::LAST_MODIFIED).is_none_or(|o| o == new),
+            None => true,
+        },
+    }
+}
+
+/// An answer's age on arrival (RFC 9111 §5.1): a list-valued `Age` counts
+/// its first member; an invalid one is ignored; one too large to represent
+/// counts as 2^31 seconds (§1.2.2).
+pub fn age_of(response: &HeaderMap) -> Duration {
+    let Some(first) = response.get(header::AGE).and_then(|v| v.to_str().ok()) else {
+        return Duration::ZERO;
+    };
+    let first = first.split(',').next().unwrap_or("").trim();
+    if first.is_empty() || !first.bytes().all(|b| b.is_ascii_digit()) {
+        return Duration::ZERO;
+    }
+    Duration::from_secs(first.parse::<u64>().unwrap_or(DELTA_MAX).min(DELTA_MAX))
 }
 
 /// Whether the stored head carries a validator to revalidate with.

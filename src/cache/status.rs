@@ -35,6 +35,13 @@ impl Status {
         Status { hit: true, stale: true, ..Status::default() }
     }
 
+    /// A stale entry served because the upstream failed: the request was
+    /// forwarded (RFC 9211 §2.2), and `code` is what the upstream answered,
+    /// if it answered.
+    pub(super) fn on_error(code: Option<u16>) -> Status {
+        Status { fwd: Some("stale"), fwd_status: code, stale: true, ..Status::default() }
+    }
+
     pub(super) fn fwd(fwd: &'static str) -> Status {
         Status { fwd: Some(fwd), ..Status::default() }
     }
@@ -164,6 +171,8 @@ mod tests {
             (Status::hit(Some(Duration::from_secs(u64::MAX))), "gateway; hit; ttl=18446744073709551615"),
             (Status::stale(), "gateway; hit; detail=stale"),
             (Status::fwd("bypass"), "gateway; fwd=bypass"),
+            (Status::on_error(Some(503)), "gateway; fwd=stale; fwd-status=503; detail=stale"),
+            (Status::on_error(None), "gateway; fwd=stale; detail=stale"),
             (
                 Status { fwd: Some("stale"), fwd_status: Some(304), ttl: Some(42), ..Status::default() },
                 "gateway; fwd=stale; fwd-status=304; ttl=42",

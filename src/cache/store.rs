@@ -53,18 +53,10 @@ pub struct Entry {
 }
 
 impl Entry {
-    /// When an entry whose policy is `policy` had age zero, as of `now`;
-    /// `response`: its head, whose `Age` too large to represent counts as
-    /// 2^31 seconds (RFC 9111 §1.2.2), where the crate reads none.
-    pub fn born(policy: &http_cache_semantics::CachePolicy, response: &HeaderMap, now: SystemTime) -> SystemTime {
-        let too_old = response.get(http::header::AGE).and_then(|v| v.to_str().ok()).is_some_and(|v| {
-            let v = v.trim();
-            !v.is_empty()
-                && v.bytes().all(|b| b.is_ascii_digit())
-                && !v.parse::<u64>().is_ok_and(|a| a < rules::DELTA_MAX)
-        });
-        let age = if too_old { Duration::from_secs(rules::DELTA_MAX) } else { policy.age(now) };
-        now.checked_sub(age).unwrap_or(SystemTime::UNIX_EPOCH)
+    /// When an answer with head `response`, received `now`, had age zero
+    /// (see [`rules::age_of`]).
+    pub fn born(response: &HeaderMap, now: SystemTime) -> SystemTime {
+        now.checked_sub(rules::age_of(response)).unwrap_or(SystemTime::UNIX_EPOCH)
     }
 
     /// Its age now (the upstream's `Age` counts).
@@ -138,10 +130,10 @@ pub enum Filled {
     Stored,
     /// Not stored (uncacheable, too large, failed): go upstream yourself.
     NotShared,
-    /// The upstream failed and the fill's client was served the stale
-    /// entry (stale-if-error): serve it too, rather than each waiter
-    /// asking a failing upstream again.
-    Failed,
+    /// The upstream failed (with this status, if it answered) and the
+    /// fill's client was served the stale entry (stale-if-error): serve it
+    /// too, rather than each waiter asking a failing upstream again.
+    Failed(Option<u16>),
 }
 
 /// A fill's place in the map; dropped, it tells the waiters and frees the key.
@@ -254,9 +246,26 @@ impl Store {
 
     /// Stores `entry` for `key`, replacing the variant with the same `Vary` values.
     pub fn put(&self, key: &Arc<str>, entry: Entry) {
+        self.put_in_place_of(key, entry, None);
+    }
+
+    /// Stores `entry` for `key` in place of `old` (the variant it
+    /// refreshes, whose `Vary` may have changed) and of the variant with
+    /// the same `Vary` values.
+    pub fn replace(&self, key: &Arc<str>, entry: Entry, old: &Arc<Entry>) {
+        self.put_in_place_of(key, entry, Some(old));
+    }
+
+    fn put_in_place_of(&self, key: &Arc<str>, entry: Entry, old: Option<&Arc<Entry>>) {
         let entry = Arc::new(entry);
-        let old = self.cache.get(&**key).unwrap_or_default();
-        let kept: Vec<_> = old.0.iter().filter(|e| e.vary != entry.vary).take(MAX_VARIANTS - 1).cloned().collect();
+        let stored = self.cache.get(&**key).unwrap_or_default();
+        let kept: Vec<_> = stored
+            .0
+            .iter()
+            .filter(|e| e.vary != entry.vary && !old.is_some_and(|o| Arc::ptr_eq(e, o)))
+            .take(MAX_VARIANTS - 1)
+            .cloned()
+            .collect();
         let variants = Variants(std::iter::once(entry).chain(kept).collect());
         self.counts.add(i64::from(variants.weight(key)), variants.0.len() as i64);
         self.cache.insert(key.clone(), variants);

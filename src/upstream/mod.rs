@@ -38,7 +38,6 @@ use futures_util::FutureExt;
 use http::header::{self, HeaderValue};
 use http::{Request, Response, StatusCode};
 use http_body_util::Either;
-use hyper::body::Incoming;
 
 use metrics::{Counter, Gauge, counter, gauge};
 use tokio::time::Instant;
@@ -208,12 +207,12 @@ impl Upstream {
     /// The attempt's steps around the exchange are plain functions, so the
     /// exchange's future is this one's, not one nested in another.
     #[allow(clippy::too_many_arguments, clippy::manual_async_fn)]
-    pub fn forward<'a>(
+    pub fn forward<'a, B: proxy::ClientBody + Send + 'a>(
         &'a self,
         target: &'a ProxyTarget,
         prefix: &'a str,
         max_body: u64,
-        req: Request<Incoming>,
+        req: Request<B>,
         peer: &'a Peer,
         cx: &'a RequestLog<'_>,
         deadline: Instant,

@@ -23,6 +23,26 @@ use crate::headers;
 use crate::request::Peer;
 use crate::router::rewrite_path;
 
+/// A request body the proxy forwards: a client's, or none (`()`: a request
+/// the gateway makes itself, such as the cache's unconditional refetch).
+pub trait ClientBody {
+    fn into_incoming(self) -> Option<Incoming>;
+}
+
+impl ClientBody for Incoming {
+    #[inline]
+    fn into_incoming(self) -> Option<Incoming> {
+        Some(self)
+    }
+}
+
+impl ClientBody for () {
+    #[inline]
+    fn into_incoming(self) -> Option<Incoming> {
+        None
+    }
+}
+
 /// A request ready for an upstream, but for its `Host` (which depends on
 /// the endpoint when the route sends the upstream's own).
 pub struct Prepared {
@@ -39,8 +59,8 @@ pub struct Prepared {
 }
 
 /// Applies the route's rewrite and the header rules to a client request.
-pub fn prepare_request(
-    req: Request<Incoming>,
+pub fn prepare_request<B: ClientBody>(
+    req: Request<B>,
     target: &ProxyTarget,
     prefix: &str,
     max_body: u64,
@@ -48,6 +68,7 @@ pub fn prepare_request(
     counted: Option<Arc<AtomicU64>>,
 ) -> Result<Prepared, GatewayError> {
     let (mut parts, body) = req.into_parts();
+    let body = body.into_incoming();
     let path_and_query = upstream_path(&parts.uri, target, prefix)?;
     // HTTP/2 clients send :authority instead of Host.
     let client_host = parts
@@ -92,7 +113,7 @@ pub fn prepare_request(
     parts.uri = Uri::from(path_and_query);
     parts.version = Version::HTTP_11;
 
-    let has_body = !http_body::Body::is_end_stream(&body);
+    let has_body = body.as_ref().is_some_and(|b| !http_body::Body::is_end_stream(b));
     if has_body && !parts.headers.contains_key(header::CONTENT_LENGTH) {
         // A body of unknown length (chunked, or HTTP/2 without
         // content-length) goes upstream chunked. Said explicitly because
@@ -100,9 +121,11 @@ pub fn prepare_request(
         // silently drop its body.
         parts.headers.insert(header::TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
     }
-    let large_body =
-        has_body && http_body::Body::size_hint(&body).upper().is_none_or(|n| n > u64::from(crate::net::NOTSENT_LOWAT));
-    let (body, body_state) = if has_body {
+    let large_body = has_body
+        && body.as_ref().is_some_and(|b| {
+            http_body::Body::size_hint(b).upper().is_none_or(|n| n > u64::from(crate::net::NOTSENT_LOWAT))
+        });
+    let (body, body_state) = if let Some(body) = body.filter(|_| has_body) {
         let guarded = target.guarded_trailers.clone();
         let body = RequestBody::new(body, max_body, target.body_timeout, from_http2, counted, guarded);
         let state = body.state();

@@ -173,7 +173,11 @@ async fn stale_on_error_says_it_was_forwarded() {
     let n = Arc::new(AtomicUsize::new(0));
     let handler = move |_| {
         let i = n.fetch_add(1, Ordering::SeqCst);
-        std::future::ready(if i == 0 { answer(200, &[("cache-control", "max-age=1")], "v1") } else { answer(503, &[], "") })
+        std::future::ready(if i == 0 {
+            answer(200, &[("cache-control", "max-age=1")], "v1")
+        } else {
+            answer(503, &[], "")
+        })
     };
     let (gw, _) = cached("stale_if_error = \"60s\"", handler).await;
     get(&gw.url("/c/e")).await;

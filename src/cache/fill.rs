@@ -429,7 +429,12 @@ const CLIENT_STALL: Duration = Duration::from_secs(1);
 /// [`CLIENT_STALL`] gets the rest of the body to read itself and nothing is
 /// stored, so that what an idle reader holds is what it would on a route
 /// without a cache (and those waiting on the fill go upstream themselves).
-async fn collect(mut body: Body, client: Option<&mpsc::Sender<Msg>>, max_entry: u64, guard: &FillGuard) -> Option<Bytes> {
+async fn collect(
+    mut body: Body,
+    client: Option<&mpsc::Sender<Msg>>,
+    max_entry: u64,
+    guard: &FillGuard,
+) -> Option<Bytes> {
     let mut kept = BytesMut::new();
     let mut client = client.filter(|c| !c.is_closed());
     loop {

@@ -38,6 +38,9 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOC: Counting = Counting;
 
+/// The tests read one heap: one at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// A field value of about 52 KB: distinct comma-separated items, each an
 /// unknown directive to a `Cache-Control` parser.
 fn items(prefix: &str) -> String {
@@ -86,6 +89,7 @@ async fn held_after_flood(gw: &TestGateway, route: &str, field: &str, value: &st
 /// `public` answers), by about 6 MiB.
 #[tokio::test]
 async fn large_request_fields_are_not_kept_with_the_entries() {
+    let _one = SERIAL.lock().await;
     let floods = [
         ("cc", "cache-control", items("x-unknown-")),
         ("pragma", "pragma", items("p")),
@@ -130,6 +134,7 @@ async fn idle_reader(addr: std::net::SocketAddr, path: &str) -> tokio::net::TcpS
 /// path; the fill goes on for the store within `max_entry`.
 #[tokio::test]
 async fn a_fill_does_not_buffer_for_a_client_that_never_reads() {
+    let _one = SERIAL.lock().await;
     let big = Bytes::from(vec![b'x'; 900_000]);
     let (gw, seen_) = cached_as("idle", "max_size = \"2MiB\", max_entry = \"1MiB\"", move |_| {
         std::future::ready(answer(200, &[("cache-control", "max-age=600")], big.clone()))

@@ -1,5 +1,6 @@
 //! Micro-benchmarks of the pure pieces on the per-request path: route
-//! matching at 10, 100 and 1000 routes, path rewriting, the header rules,
+//! matching at 10, 100 and 1000 routes (and by host: 3 routes, or 1000
+//! over 100 hosts), path rewriting, the header rules,
 //! request screening, and the copy of a request head kept for a
 //! stale-connection resend.
 //! Run with `cargo bench --bench hot_paths`.
@@ -8,7 +9,7 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use divan::{Bencher, black_box};
 use gateway::headers::{add_forwarding, strip_hop_by_hop};
-use gateway::router::{Router, rewrite_path};
+use gateway::router::{HostPattern, RouteKey, Router, rewrite_path};
 use http::{HeaderMap, HeaderValue, Version};
 
 fn main() {
@@ -30,7 +31,7 @@ fn route_match(bencher: Bencher, n: usize) {
     let mut i = 0;
     bencher.bench_local(|| {
         i = (i + 1) % paths.len();
-        black_box(router.find(black_box(&paths[i])))
+        black_box(router.find_path(black_box(&paths[i])))
     });
 }
 
@@ -38,7 +39,36 @@ fn route_match(bencher: Bencher, n: usize) {
 fn route_miss_to_catch_all(bencher: Bencher, n: usize) {
     let prefixes = prefixes(n);
     let router = Router::new(prefixes.iter().map(String::as_str));
-    bencher.bench_local(|| black_box(router.find(black_box("/nowhere/deep/path/x"))));
+    bencher.bench_local(|| black_box(router.find_path(black_box("/nowhere/deep/path/x"))));
+}
+
+/// A table of `n` routes over `n / 10` hosts (at least one), each route
+/// `/svcI/v1` on host `hJ.example`, with a catch-all and one wildcard;
+/// the request carries the headers of `request_headers`.
+#[divan::bench(args = [3, 1000])]
+fn route_by_host(bencher: Bencher, n: usize) {
+    let hosts: Vec<Vec<HostPattern>> = (0..n)
+        .map(|i| vec![HostPattern::parse(&format!("h{}.example", i % (n / 10).max(1))).unwrap()])
+        .chain([vec![HostPattern::parse("*.wild.example").unwrap()], vec![]])
+        .collect();
+    let prefixes: Vec<String> = (0..n).map(|i| format!("/svc{i}/v1")).chain(["/w".into(), "/".into()]).collect();
+    let router =
+        Router::build((0..n + 2).map(|i| RouteKey { hosts: &hosts[i], prefix: &prefixes[i], conditions: None }));
+    let requests: Vec<(http::Uri, HeaderMap)> = (0..64)
+        .map(|i| {
+            let route = (i * 7919) % n;
+            let mut headers = request_headers();
+            let host = format!("h{}.example:8080", route % (n / 10).max(1));
+            headers.insert(http::header::HOST, HeaderValue::from_str(&host).unwrap());
+            (format!("/svc{route}/v1/items/{i}").parse().unwrap(), headers)
+        })
+        .collect();
+    let mut i = 0;
+    bencher.bench_local(|| {
+        i = (i + 1) % requests.len();
+        let (uri, headers) = &requests[i];
+        black_box(router.find(black_box(uri), black_box(headers)))
+    });
 }
 
 #[divan::bench]

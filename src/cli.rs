@@ -156,7 +156,13 @@ fn check(path: Option<PathBuf>) -> ExitCode {
     for r in &config.routes {
         let methods = r.methods.as_ref().map(|m| format!(" methods {m:?}")).unwrap_or_default();
         let access = r.access.as_ref().map(|a| a.describe()).unwrap_or_default();
-        println!("route {:<16} {:<24} {}{methods}{access}", r.name, r.prefix, r.target.describe(&config.upstreams));
+        let hosts = match &r.hosts[..] {
+            [] => "*".to_owned(),
+            hosts => hosts.iter().map(|h| h.describe()).collect::<Vec<_>>().join(","),
+        };
+        let when = r.conditions.as_ref().map(|c| format!(" when {}", c.describe())).unwrap_or_default();
+        let target = r.target.describe(&config.upstreams);
+        println!("route {:<16} {hosts:<20} {:<24} {target}{methods}{access}{when}", r.name, r.prefix);
     }
     for name in unused_upstreams(&config) {
         println!("warning: upstream {name} is used by no route");

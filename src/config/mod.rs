@@ -271,6 +271,10 @@ pub struct RouteConfig {
     pub name: String,
     /// Normalised prefix: starts with `/`, no trailing `/` unless it is `/`.
     pub prefix: String,
+    /// The hosts it serves; empty: any (see `crate::router`).
+    pub hosts: Vec<crate::router::HostPattern>,
+    /// Its `headers` and `query` conditions, when it has any.
+    pub conditions: Option<Arc<crate::router::Conditions>>,
     /// Allowed methods; `None` allows all (file routes allow GET and HEAD).
     pub methods: Option<Vec<Method>>,
     pub target: Target,

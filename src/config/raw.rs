@@ -174,6 +174,10 @@ pub(super) struct RawRetryBudget {
 pub(super) struct RawRoute {
     pub name: Option<String>,
     pub prefix: Option<String>,
+    /// Matchers besides the prefix (see `validate::routing`).
+    pub hosts: Option<Vec<String>>,
+    pub headers: Option<BTreeMap<String, RawWant>>,
+    pub query: Option<BTreeMap<String, RawWant>>,
     pub upstream: Option<String>,
     pub file: Option<String>,
     pub dir: Option<String>,
@@ -202,6 +206,22 @@ pub(super) struct RawRoute {
     pub forward_credentials: Option<bool>,
     /// Debug builds only: the route panics (for the panic-isolation tests).
     pub panic: Option<String>,
+}
+
+/// A `headers` or `query` condition: a text to equal (`"*"`: present),
+/// `true` (present), `false` (absent), or `{ regex = "..." }`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub(super) enum RawWant {
+    Flag(bool),
+    Text(String),
+    Pattern(RawPattern),
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawPattern {
+    pub regex: String,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -224,7 +224,7 @@ impl App {
             }
             // The routes as of now; a reload during the request does not touch it.
             let table = self.table.load_full();
-            let route = table.router.find(req.uri().path()).map(|i| &table.routes[i]);
+            let route = table.router.find(req.uri(), req.headers()).map(|i| &table.routes[i]);
             let route_metrics = route.map_or(&self.unmatched, |r| &r.metrics);
             let _active = route_metrics.start();
             let upstream = route.and_then(|r| match &r.config.target {

@@ -16,7 +16,7 @@ use crate::layers::RouteLayers;
 use crate::limits::ConcurrencyLimit;
 use crate::metrics::{self, RouteMetrics};
 use crate::ratelimit::{RedisStore, RouteLimiter};
-use crate::router::Router;
+use crate::router::{RouteKey, Router};
 use crate::upstream::Upstream;
 
 /// A route with its runtime state.
@@ -323,7 +323,11 @@ impl Table {
                 Route::new(config, r, old, kept_guard, &upstreams, &rate_limit_store)
             })
             .collect();
-        let router = Router::new(config.routes.iter().map(|r| r.prefix.as_str()));
+        let router = Router::build(config.routes.iter().map(|r| RouteKey {
+            hosts: &r.hosts,
+            prefix: &r.prefix,
+            conditions: r.conditions.as_ref(),
+        }));
         Table { router, routes, upstreams, rate_limit_store, effective: config.effective.clone() }
     }
 }

@@ -25,6 +25,7 @@ mod cache;
 mod metrics;
 mod ratelimit;
 mod resolver;
+mod routing;
 mod upstream;
 
 use access::{RawAccessKeys, access, parse_cidr};
@@ -56,7 +57,6 @@ pub(super) fn config(raw: RawConfig, base_dir: &Path, running: Option<&ServerCon
     }
     let mut routes: Vec<RouteConfig> = Vec::new();
     let mut seen_names = HashMap::new();
-    let mut seen_prefixes: HashMap<String, String> = HashMap::new();
     for (i, r) in raw.routes.into_iter().enumerate() {
         let rate_limit = r
             .rate_limit
@@ -77,11 +77,9 @@ pub(super) fn config(raw: RawConfig, base_dir: &Path, running: Option<&ServerCon
         if let Some(prev) = seen_names.insert(route.name.clone(), i) {
             return Err((key("name"), format!("duplicate route name {:?} (also routes[{prev}])", route.name)));
         }
-        if let Some(other) = seen_prefixes.insert(route.prefix.clone(), route.name.clone()) {
-            return Err((key("prefix"), format!("{:?} is already the prefix of route {other:?}", route.prefix)));
-        }
         routes.push(route);
     }
+    routing::refuse_unreachable(&routes)?;
     Ok(Config {
         source_name: String::new(),
         source: None,
@@ -237,6 +235,7 @@ fn route(
     }
     let prefix = normalize_prefix(r.prefix.as_deref().ok_or_else(|| (key("prefix"), "missing".into()))?)
         .map_err(|m| (key("prefix"), m))?;
+    let (hosts, conditions) = routing::matchers(&r, &key)?;
     let methods = r
         .methods
         .as_ref()
@@ -283,6 +282,8 @@ fn route(
     Ok(RouteConfig {
         name,
         prefix,
+        hosts,
+        conditions,
         methods,
         target,
         max_body,

@@ -1,0 +1,98 @@
+//! A route's matchers besides its prefix (`hosts`, `headers`, `query`),
+//! and the refusal of a file with a route that can never be chosen.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use http::HeaderName;
+
+use super::Problem;
+use crate::config::RouteConfig;
+use crate::config::raw::{RawRoute, RawWant};
+use crate::router::{Conditions, HostPattern, Want};
+
+/// Conditions a route may hold at most, of each kind: each is checked
+/// on every request that reaches its prefix.
+const MAX_CONDITIONS: usize = 32;
+
+/// The route's `hosts` and its `headers` and `query` conditions.
+pub(super) fn matchers(
+    r: &RawRoute,
+    key: &dyn Fn(&str) -> String,
+) -> Result<(Vec<HostPattern>, Option<Arc<Conditions>>), Problem> {
+    let mut hosts: Vec<HostPattern> = Vec::new();
+    for (i, text) in r.hosts.iter().flatten().enumerate() {
+        let k = key(&format!("hosts[{i}]"));
+        let host = HostPattern::parse(text).map_err(|m| (k.clone(), m))?;
+        if hosts.contains(&host) {
+            return Err((k, format!("{text:?} is listed twice")));
+        }
+        hosts.push(host);
+    }
+    if r.hosts.as_ref().is_some_and(Vec::is_empty) {
+        return Err((key("hosts"), "empty: leave it out for a route that serves any host".into()));
+    }
+    let mut conditions = Conditions::default();
+    for (name, raw) in r.headers.iter().flatten() {
+        let k = key(&format!("headers.{name}"));
+        let parsed = HeaderName::from_bytes(name.as_bytes()).map_err(|_| (k.clone(), "not a header name".into()))?;
+        if parsed == http::header::HOST {
+            return Err((k, "use `hosts` to match the host".into()));
+        }
+        conditions.headers.push((parsed, want(raw).map_err(|m| (k, m))?));
+    }
+    for (name, raw) in r.query.iter().flatten() {
+        let k = key(&format!("query.{name}"));
+        if name.is_empty() {
+            return Err((k, "an empty parameter name".into()));
+        }
+        conditions.query.push((name.clone(), want(raw).map_err(|m| (k, m))?));
+    }
+    for (k, n) in [("headers", conditions.headers.len()), ("query", conditions.query.len())] {
+        if n > MAX_CONDITIONS {
+            return Err((key(k), format!("{n} conditions: at most {MAX_CONDITIONS}")));
+        }
+    }
+    Ok((hosts, (!conditions.is_empty()).then(|| Arc::new(conditions))))
+}
+
+fn want(raw: &RawWant) -> Result<Want, String> {
+    Ok(match raw {
+        RawWant::Flag(true) => Want::Present,
+        RawWant::Flag(false) => Want::Absent,
+        RawWant::Text(t) if t == "*" => Want::Present,
+        RawWant::Text(t) => Want::Equals(t.as_str().into()),
+        RawWant::Pattern(p) => Want::pattern(&p.regex)?,
+    })
+}
+
+/// Refuses routes that can never be chosen: one behind an earlier route
+/// with the same prefix, a host in common (or neither naming hosts), and
+/// conditions that hold whenever its own do.
+pub(super) fn refuse_unreachable(routes: &[RouteConfig]) -> Result<(), Problem> {
+    let mut seen: HashMap<(Option<&HostPattern>, &str), Vec<usize>> = HashMap::new();
+    for (j, route) in routes.iter().enumerate() {
+        let hosts: Vec<Option<&HostPattern>> = match &route.hosts[..] {
+            [] => vec![None],
+            hosts => hosts.iter().map(Some).collect(),
+        };
+        for host in hosts {
+            let earlier = seen.entry((host, route.prefix.as_str())).or_default();
+            let conditions = |r: &RouteConfig| r.conditions.clone().unwrap_or_default();
+            if let Some(&i) = earlier.iter().find(|&&i| conditions(&routes[i]).implied_by(&conditions(route))) {
+                let on = host.map(|h| format!("host {:?}, ", h.describe())).unwrap_or_default();
+                return Err((
+                    format!("routes[{j}].prefix"),
+                    format!(
+                        "route {:?} can never be chosen: route {:?} (routes[{i}]) comes first with the same {on}prefix \
+                         {:?} and conditions that hold whenever its own do; put the more specific one first or \
+                         tell them apart with headers or query",
+                        route.name, routes[i].name, route.prefix
+                    ),
+                ));
+            }
+            earlier.push(j);
+        }
+    }
+    Ok(())
+}

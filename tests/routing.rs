@@ -203,3 +203,260 @@ fn bad_matchers_are_refused_with_their_key() {
         assert!(err.contains(key), "{extra}: {err}");
     }
 }
+
+/// Counts the requests each of `n` upstreams saw.
+async fn counted_upstreams(
+    n: usize,
+) -> (Vec<common::TestUpstream>, Vec<std::sync::Arc<std::sync::atomic::AtomicUsize>>) {
+    let mut ups = Vec::new();
+    let mut counts = Vec::new();
+    for _ in 0..n {
+        let (up, seen) = common::counting_upstream().await;
+        ups.push(up);
+        counts.push(seen);
+    }
+    (ups, counts)
+}
+
+fn seen(counts: &[std::sync::Arc<std::sync::atomic::AtomicUsize>]) -> Vec<usize> {
+    counts.iter().map(|c| c.load(std::sync::atomic::Ordering::SeqCst)).collect()
+}
+
+#[tokio::test]
+async fn endpoint_weights_share_requests_in_both_balancers() {
+    for (balance, requests) in [("round_robin", 400), ("least_request", 2000)] {
+        let (ups, counts) = counted_upstreams(2).await;
+        let toml = format!(
+            "[upstreams.pool]\nendpoints = [{{ url = \"http://{}\", weight = 3 }}, \"http://{}\"]\nbalance = \"{balance}\"\n\
+             [[routes]]\nname = \"pool\"\nprefix = \"/\"\nupstream = \"pool\"\n",
+            ups[0].addr, ups[1].addr
+        );
+        let gw = TestGateway::from_toml(&toml).await;
+        for _ in 0..requests {
+            assert_eq!(common::get(&gw.url("/x")).await.0.status, 200);
+        }
+        let got = seen(&counts);
+        let share = got[0] as f64 / requests as f64;
+        match balance {
+            "round_robin" => assert_eq!(got, vec![300, 100], "{balance}"),
+            _ => assert!((0.72..=0.78).contains(&share), "{balance}: {got:?}"),
+        }
+    }
+}
+
+#[test]
+fn endpoint_weights_are_checked() {
+    for (endpoint, key) in [
+        ("{ url = \"http://127.0.0.1:1\", weight = 0 }", "upstreams.pool.endpoints[0].weight"),
+        ("{ url = \"http://127.0.0.1:1\", weight = 10001 }", "upstreams.pool.endpoints[0].weight"),
+        ("{ url = \"http://127.0.0.1:1\", wieght = 2 }", "upstreams.pool.endpoints"),
+    ] {
+        let toml = format!("[upstreams.pool]\nendpoints = [{endpoint}]\n");
+        let err = load(&toml).expect_err(endpoint);
+        assert!(err.contains(key), "{endpoint}: {err}");
+    }
+}
+
+fn split_toml(ups: &[common::TestUpstream], weights: (u32, u32), extra: &str) -> String {
+    format!(
+        "[upstreams.v1]\nurl = \"http://{}\"\n[upstreams.v2]\nurl = \"http://{}\"\n\
+         [[routes]]\nname = \"api\"\nprefix = \"/\"\n\
+         split = [{{ upstream = \"v1\", weight = {} }}, {{ upstream = \"v2\", weight = {} }}]\n{extra}\n",
+        ups[0].addr, ups[1].addr, weights.0, weights.1
+    )
+}
+
+/// Sends `n` requests from 8 clients at once.
+async fn load_gateway(gw: &TestGateway, n: usize) {
+    let url = gw.url("/x");
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move {
+                let client = common::client();
+                for _ in 0..n / 8 {
+                    let req = Request::get(&url).body(full(Bytes::new())).unwrap();
+                    let resp = client.request(req).await.unwrap();
+                    assert_eq!(resp.status(), 200);
+                    resp.into_body().collect().await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_split_shares_requests_by_weight() {
+    let (ups, counts) = counted_upstreams(2).await;
+    let gw = TestGateway::from_toml(&split_toml(&ups, (95, 5), "")).await;
+    load_gateway(&gw, 10_000).await;
+    let got = seen(&counts);
+    assert_eq!(got[0] + got[1], 10_000);
+    let share = got[1] as f64 / 10_000.0;
+    assert!((0.03..=0.07).contains(&share), "5% within 2 points: {got:?}");
+}
+
+/// Which upstream each of `users` lands on (by the body: v1 answers `ok`
+/// from the first upstream; the counts tell them apart).
+async fn landings(
+    gw: &TestGateway,
+    counts: &[std::sync::Arc<std::sync::atomic::AtomicUsize>],
+    users: &[String],
+    how: &str,
+) -> Vec<usize> {
+    let mut out = Vec::new();
+    for user in users {
+        let before = seen(counts);
+        let req = Request::get(gw.url("/x"));
+        let req = match how {
+            "header" => req.header("x-user", user),
+            _ => req.header("cookie", format!("theme=dark; sid={user}")),
+        };
+        assert_eq!(send(req.body(full(Bytes::new())).unwrap()).await.0.status, 200);
+        let after = seen(counts);
+        out.push(if after[0] > before[0] { 0 } else { 1 });
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_sticky_split_keeps_each_user_on_one_version_across_a_reload() {
+    for (sticky, how) in [("header:x-user", "header"), ("cookie:sid", "cookie")] {
+        let (ups, counts) = counted_upstreams(2).await;
+        let dir = tempfile::tempdir().unwrap();
+        let extra = format!("sticky = \"{sticky}\"");
+        let gw = TestGateway::from_file(dir.path(), &split_toml(&ups, (70, 30), &extra)).await;
+        let users: Vec<String> = (0..200).map(|i| format!("user-{i}")).collect();
+        let first = landings(&gw, &counts, &users, how).await;
+        let on_v2 = first.iter().sum::<usize>();
+        assert!((30..=90).contains(&on_v2), "{sticky}: about 30% of users on v2: {on_v2}");
+        assert_eq!(landings(&gw, &counts, &users, how).await, first, "{sticky}: the same users, the same versions");
+        std::fs::write(
+            dir.path().join("gateway.toml"),
+            split_toml(&ups, (70, 30), &format!("{extra}\ntimeout = \"9s\"")),
+        )
+        .unwrap();
+        gw.app.reload().unwrap();
+        assert_eq!(landings(&gw, &counts, &users, how).await, first, "{sticky}: a reload keeps them");
+        std::fs::write(dir.path().join("gateway.toml"), split_toml(&ups, (60, 40), &extra)).unwrap();
+        gw.app.reload().unwrap();
+        let moved = landings(&gw, &counts, &users, how).await;
+        assert!(first.iter().zip(&moved).all(|(a, b)| a <= b), "{sticky}: v2 growing takes users only from v1");
+    }
+}
+
+#[test]
+fn bad_splits_are_refused_with_their_key() {
+    let ups = "[upstreams.v1]\nurl = \"http://127.0.0.1:1\"\n[upstreams.v2]\nurl = \"http://127.0.0.1:2\"\n";
+    let route = |extra: &str| format!("{ups}[[routes]]\nname = \"r\"\nprefix = \"/\"\n{extra}\n");
+    let two = "split = [{ upstream = \"v1\", weight = 1 }, { upstream = \"v2\", weight = 1 }]";
+    let cases: Vec<(String, &str)> = vec![
+        (route("split = [{ upstream = \"v1\", weight = 1 }]"), "routes[0].split"),
+        (
+            route("split = [{ upstream = \"v1\", weight = 1 }, { upstream = \"v3\", weight = 1 }]"),
+            "routes[0].split[1].upstream",
+        ),
+        (
+            route("split = [{ upstream = \"v1\", weight = 1 }, { upstream = \"v1\", weight = 1 }]"),
+            "routes[0].split[1].upstream",
+        ),
+        (route("split = [{ upstream = \"v1\", weight = 0 }, { upstream = \"v2\", weight = 0 }]"), "routes[0].split"),
+        (route(&format!("{two}\nupstream = \"v1\"")), "routes[0].upstream"),
+        (route(&format!("{two}\nsticky = \"query:x\"")), "routes[0].sticky"),
+        (route(&format!("{two}\ncache = {{}}")), "routes[0].cache"),
+        (route("upstream = \"v1\"\nsticky = \"header:x\""), "routes[0].sticky"),
+    ];
+    for (toml, key) in cases {
+        let err = load(&toml).expect_err(&toml);
+        assert!(err.contains(key), "{toml}: {err}");
+    }
+    load(&route(two)).unwrap();
+}
+
+/// The status and `Location` of a raw HTTP/1.1 exchange of `head`.
+async fn redirected(gw: &TestGateway, head: &str) -> (u16, Option<String>, String) {
+    let mut bytes = head.as_bytes().to_vec();
+    bytes.extend_from_slice(b"Connection: close\r\n\r\n");
+    let raw = common::raw(gw.addr, &bytes, std::time::Duration::from_secs(5)).await;
+    let location = raw
+        .text
+        .lines()
+        .find_map(|l| l.strip_prefix("location: ").or_else(|| l.strip_prefix("Location: ")))
+        .map(str::to_owned);
+    (raw.status(), location, raw.text)
+}
+
+#[tokio::test]
+async fn redirects_write_the_request_into_the_location_safely() {
+    let toml = "[server]\nmerge_slashes = false\n\
+                [[routes]]\nname = \"to-https\"\nprefix = \"/\"\nhosts = [\"www.example.com\"]\n\
+                redirect = { status = 308, location = \"https://{host}{uri}\" }\n\
+                [[routes]]\nname = \"moved\"\nprefix = \"/old\"\nredirect = { status = 301, location = \"{uri}\" }\n\
+                [[routes]]\nname = \"default-status\"\nprefix = \"/tmp\"\nredirect = { location = \"{scheme}://{host}:{port}/new?{query}\" }\n\
+                [[routes]]\nname = \"relative\"\nprefix = \"/\"\nredirect = { status = 302, location = \"{uri}\" }\n";
+    let gw = TestGateway::from_toml(toml).await;
+    let cases: &[(&str, u16, &str)] = &[
+        ("GET /a/b?x=1&y=%20 HTTP/1.1\r\nHost: WWW.example.com:8080\r\n", 308, "https://www.example.com/a/b?x=1&y=%20"),
+        ("POST /a HTTP/1.1\r\nHost: www.example.com.\r\nContent-Length: 0\r\n", 308, "https://www.example.com/a"),
+        (
+            "GET /a%0d%0aSet-Cookie:%20x HTTP/1.1\r\nHost: www.example.com\r\n",
+            308,
+            "https://www.example.com/a%0D%0ASet-Cookie:%20x",
+        ),
+        ("GET //evil.example/x HTTP/1.1\r\nHost: www.example.com\r\n", 308, "https://www.example.com//evil.example/x"),
+        ("GET /old//evil.example HTTP/1.1\r\nHost: h\r\n", 301, "/old//evil.example"),
+        ("GET /tmp/x?a=b HTTP/1.1\r\nHost: h.example:81\r\n", 308, "http://h.example:81/new?a=b"),
+        ("GET /tmp HTTP/1.1\r\nHost: h.example\r\n", 308, "http://h.example:80/new?"),
+        ("GET //evil.example/x HTTP/1.1\r\nHost: h\r\n", 302, "/evil.example/x"),
+        ("GET ///evil.example HTTP/1.1\r\nHost: h\r\n", 302, "/evil.example"),
+        ("GET /%2F%2Fevil.example HTTP/1.1\r\nHost: h\r\n", 302, "/%2F%2Fevil.example"),
+    ];
+    for (head, status, location) in cases {
+        let (got, loc, text) = redirected(&gw, head).await;
+        assert_eq!((got, loc.as_deref()), (*status, Some(*location)), "{head:?}\n{text}");
+        let injected = text.lines().any(|l| l.to_ascii_lowercase().starts_with("set-cookie"));
+        assert!(!injected, "no header injected: {text}");
+    }
+}
+
+#[test]
+fn redirect_status_and_location_are_checked() {
+    for (redirect, key) in [
+        ("{ status = 200, location = \"/\" }", "routes[0].redirect.status"),
+        ("{ status = 304, location = \"/\" }", "routes[0].redirect.status"),
+        ("{ status = 301, location = \"https://{hots}/\" }", "routes[0].redirect.location"),
+        ("{ status = 301, location = \"a b\" }", "routes[0].redirect.location"),
+    ] {
+        let toml = format!("[[routes]]\nname = \"r\"\nprefix = \"/\"\nredirect = {redirect}\n");
+        let err = load(&toml).expect_err(redirect);
+        assert!(err.contains(key), "{redirect}: {err}");
+    }
+}
+
+#[test]
+fn the_routing_page_examples_load() {
+    let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/routing.md")).unwrap();
+    let mut blocks = Vec::new();
+    let mut current: Option<String> = None;
+    for line in page.lines() {
+        match (&mut current, line.trim()) {
+            (None, "```toml") => current = Some(String::new()),
+            (Some(block), "```") => {
+                blocks.push(std::mem::take(block));
+                current = None;
+            }
+            (Some(block), _) => {
+                block.push_str(line);
+                block.push('\n');
+            }
+            (None, _) => {}
+        }
+    }
+    assert!(blocks.len() >= 5, "the page's examples: {}", blocks.len());
+    for block in blocks {
+        load(&block).unwrap_or_else(|e| panic!("{e}\n{block}"));
+    }
+}

@@ -309,13 +309,19 @@ pub enum Target {
         status: StatusCode,
         body: Bytes,
     },
+    /// A redirect to a location made from the request.
+    Redirect(crate::router::redirect::Redirect),
 }
 
 /// A proxy route's settings.
 #[derive(Debug, Clone)]
 pub struct ProxyTarget {
-    /// Index into [`Config::upstreams`].
+    /// Index into [`Config::upstreams`] (with `split`, its first member's).
     pub upstream: usize,
+    /// `split`: the upstreams a request may go to, by weight.
+    pub split: Option<Arc<crate::router::split::Split>>,
+    /// `mirror`: a share of requests copied to another upstream.
+    pub mirror: Option<MirrorConfig>,
     /// Replaces the matched prefix; `None` keeps the path as it is.
     pub rewrite: Option<String>,
     /// Bound from request arrival to the upstream's response head.
@@ -344,6 +350,31 @@ pub struct ProxyTarget {
     /// with no byte either way; `None` (`upgrade = false`) strips the
     /// upgrade headers.
     pub upgrade: Option<Duration>,
+}
+
+/// A proxy route's `mirror`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MirrorConfig {
+    /// Index into [`Config::upstreams`].
+    pub upstream: usize,
+    /// The share of requests copied, above 0 and at most 100.
+    pub percent: f64,
+}
+
+impl ProxyTarget {
+    /// The upstream a request with these headers goes to: the route's one,
+    /// or its split's choice.
+    pub fn upstream_for(&self, headers: &http::HeaderMap) -> usize {
+        match &self.split {
+            None => self.upstream,
+            Some(split) => split.choose(headers, |n| fastrand::u64(..n)),
+        }
+    }
+
+    /// Whether requests may go to upstream `i`.
+    pub fn goes_to(&self, i: usize) -> bool {
+        self.upstream == i || self.split.as_ref().is_some_and(|s| s.members.iter().any(|m| m.upstream == i))
+    }
 }
 
 /// A proxy route's response cache: its own store, sized in bytes (head +
@@ -387,12 +418,26 @@ impl Target {
             Target::Proxy(p) => {
                 let up = &upstreams[p.upstream];
                 let rewrite = p.rewrite.as_deref().map(|r| format!(" rewrite {r}")).unwrap_or_default();
-                let urls: Vec<&str> = up.endpoints.iter().map(|e| e.url.as_str()).collect();
+                let urls: Vec<String> = up
+                    .endpoints
+                    .iter()
+                    .map(|e| match e.weight {
+                        1 => e.url.clone(),
+                        w => format!("{} weight {w}", e.url),
+                    })
+                    .collect();
                 let urls = match &up.discover {
                     Some(d) => format!("discover {} {}", d.source(), d.describe()),
                     None => urls.join(", "),
                 };
-                format!("proxy -> {} ({urls}){rewrite} timeout {}", up.name, humantime::format_duration(p.timeout))
+                let split = p.split.as_ref().map(|s| {
+                    let members: Vec<String> = s.members.iter().map(|m| format!("{} {}", m.name, m.weight)).collect();
+                    let sticky = s.sticky.as_ref().map(|k| format!(" sticky {}", k.describe())).unwrap_or_default();
+                    format!(" split [{}]{sticky}", members.join(", "))
+                });
+                let split = split.unwrap_or_default();
+                let timeout = humantime::format_duration(p.timeout);
+                format!("proxy -> {} ({urls}){split}{rewrite} timeout {timeout}", up.name)
             }
             // Absolute as a `dir` (canonical at load) is, but with no link
             // followed: the file is opened by this path at each request.
@@ -401,6 +446,7 @@ impl Target {
             Target::Respond { status, body } => {
                 format!("respond {} ({} bytes)", status.as_u16(), body.len())
             }
+            Target::Redirect(r) => r.describe(),
         }
     }
 }

@@ -125,7 +125,7 @@ pub(super) struct RawMetrics {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawUpstream {
     pub url: Option<String>,
-    pub endpoints: Option<Vec<String>>,
+    pub endpoints: Option<Vec<RawEndpoint>>,
     pub discover: Option<RawDiscover>,
     pub balance: Option<String>,
     pub connect_timeout: Option<String>,
@@ -143,6 +143,36 @@ pub(super) struct RawUpstream {
     pub tls_client_key: Option<String>,
     pub protocol: Option<String>,
     pub max_connections: Option<usize>,
+}
+
+/// An entry of `endpoints`: a URL (weight 1) or `{ url, weight }`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub(super) enum RawEndpoint {
+    Url(String),
+    Weighted(RawWeighted),
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawWeighted {
+    pub url: String,
+    pub weight: Option<u32>,
+}
+
+impl RawEndpoint {
+    pub fn url(&self) -> &String {
+        match self {
+            RawEndpoint::Url(url) | RawEndpoint::Weighted(RawWeighted { url, .. }) => url,
+        }
+    }
+
+    pub fn weight(&self) -> Option<u32> {
+        match self {
+            RawEndpoint::Url(_) => None,
+            RawEndpoint::Weighted(w) => w.weight,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -179,9 +209,14 @@ pub(super) struct RawRoute {
     pub headers: Option<BTreeMap<String, RawWant>>,
     pub query: Option<BTreeMap<String, RawWant>>,
     pub upstream: Option<String>,
+    /// Weighted upstreams instead of one (see `router::split`).
+    pub split: Option<Vec<RawSplit>>,
+    pub sticky: Option<String>,
+    pub mirror: Option<RawMirror>,
     pub file: Option<String>,
     pub dir: Option<String>,
     pub respond: Option<RawRespond>,
+    pub redirect: Option<RawRedirect>,
     pub rewrite: Option<String>,
     pub timeout: Option<String>,
     pub methods: Option<Vec<String>>,
@@ -208,6 +243,22 @@ pub(super) struct RawRoute {
     pub panic: Option<String>,
 }
 
+/// A route's `mirror = { upstream, percent }`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawMirror {
+    pub upstream: String,
+    pub percent: Option<f64>,
+}
+
+/// One upstream of a route's `split`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSplit {
+    pub upstream: String,
+    pub weight: u32,
+}
+
 /// A `headers` or `query` condition: a text to equal (`"*"`: present),
 /// `true` (present), `false` (absent), or `{ regex = "..." }`.
 #[derive(Debug, Clone, Deserialize)]
@@ -222,6 +273,13 @@ pub(super) enum RawWant {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawPattern {
     pub regex: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRedirect {
+    pub status: Option<u16>,
+    pub location: String,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -94,6 +94,9 @@ pub struct EndpointConfig {
     /// For an `https://` endpoint: the name its certificate must carry, sent
     /// as SNI (the URL's host, or `tls_server_name`).
     pub tls_name: Option<ServerName<'static>>,
+    /// Its share of the upstream's requests against the others' (1 unless
+    /// the file says).
+    pub weight: u32,
 }
 
 /// `discover = { dns = "name:port" }` or `{ srv = "_http._tcp.name" }`:
@@ -170,6 +173,7 @@ impl Discover {
             authority,
             address: Address::Tcp(addr),
             tls_name: self.tls_name.clone(),
+            weight: 1,
         }
     }
 

@@ -64,6 +64,10 @@ fn describe_route_features() {
     describe_gauge!(CACHE_ENTRIES, "Answers a route's cache holds (each Vary variant counts).");
     describe_counter!(CACHE_EVICTIONS, "Answers a route's cache dropped to stay within max_size.");
     describe_counter!(
+        MIRROR_TOTAL,
+        "Copies of requests for a route's mirror, by route, shadow upstream and result: sent, skipped_in_flight, skipped_body, answered, failed."
+    );
+    describe_counter!(
         AUTH_TOTAL,
         "Access decisions, by route, kind (address, basic, jwt, forward) and result (allowed, denied, error)."
     );

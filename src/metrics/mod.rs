@@ -52,6 +52,7 @@ pub const CACHE_BYTES: &str = "gateway_cache_bytes";
 pub const CACHE_ENTRIES: &str = "gateway_cache_entries";
 pub const CACHE_EVICTIONS: &str = "gateway_cache_evictions_total";
 pub const AUTH_TOTAL: &str = "gateway_auth_total";
+pub const MIRROR_TOTAL: &str = "gateway_mirror_total";
 pub const AUTH_FORWARD_DURATION: &str = "gateway_auth_forward_duration_seconds";
 pub const AUTH_JWKS_REFRESH: &str = "gateway_auth_jwks_refresh_total";
 pub const CONFIG_RELOADS: &str = "gateway_config_reloads_total";
@@ -300,6 +301,12 @@ pub fn rejected(route: &str, reason: &'static str) {
 /// The `gateway_auth_total` counter of one route, kind and result.
 pub fn auth(route: &str, kind: &'static str, result: &'static str) -> Counter {
     counter!(AUTH_TOTAL, "route" => route.to_owned(), "kind" => kind, "result" => result)
+}
+
+/// The `gateway_mirror_total` counter of one route, shadow upstream and
+/// result.
+pub fn mirror(route: &str, upstream: &str, result: &'static str) -> Counter {
+    counter!(MIRROR_TOTAL, "route" => route.to_owned(), "upstream" => upstream.to_owned(), "result" => result)
 }
 
 /// The forward auth service's answer times of one route.

@@ -74,7 +74,9 @@ pub fn request_host<'a>(uri: &'a Uri, headers: &'a HeaderMap) -> Option<Cow<'a, 
         Some(a) => a.as_str(),
         None => headers.get(http::header::HOST)?.to_str().ok()?,
     };
-    let authority = authority.rsplit_once('@').map_or(authority, |(_, host)| host);
+    if authority.contains('@') {
+        return None;
+    }
     let host = if authority.starts_with('[') {
         &authority[..authority.find(']').map_or(authority.len(), |end| end + 1)]
     } else {

@@ -17,6 +17,8 @@ use http::{HeaderMap, Uri};
 
 pub mod conditions;
 pub mod host;
+pub mod redirect;
+pub mod split;
 
 pub use conditions::{Conditions, Want};
 pub use host::HostPattern;

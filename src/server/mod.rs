@@ -39,6 +39,7 @@ use crate::upstream::tunnel::PendingTunnel;
 
 mod admit;
 mod builtin;
+mod mirror;
 mod status;
 mod table;
 mod unanswered;
@@ -228,7 +229,7 @@ impl App {
             let route_metrics = route.map_or(&self.unmatched, |r| &r.metrics);
             let _active = route_metrics.start();
             let upstream = route.and_then(|r| match &r.config.target {
-                Target::Proxy(p) => Some(&*table.upstreams[p.upstream]),
+                Target::Proxy(p) => Some(&*table.upstreams[p.upstream_for(req.headers())]),
                 _ => None,
             });
             cx.route_found(&req, upstream.is_some());
@@ -292,6 +293,9 @@ impl App {
             match &route.config.target {
                 Target::Proxy(p) => {
                     let upstream = upstream.expect("a proxy route has its upstream");
+                    if let Some(mirror) = &route.mirror {
+                        mirror.copy(&req, cx.id);
+                    }
                     let deadline = start + p.timeout;
                     // Not boxed: boxing it made the fixed and file paths' future
                     // smaller but cost the proxy path a copy of its state and an
@@ -331,6 +335,15 @@ impl App {
                     self.files
                         .serve_dir(root, rest, req.uri(), req.method(), req.headers(), route.config.compress)
                         .await
+                }
+                Target::Redirect(redirect) => {
+                    let location = redirect
+                        .location(req.uri(), req.headers(), peer.tls)
+                        .ok_or(GatewayError::BadRequest("the host cannot be written into a redirect"))?;
+                    let mut response = Response::new(Body::empty());
+                    *response.status_mut() = redirect.status;
+                    response.headers_mut().insert(header::LOCATION, location);
+                    Ok(response)
                 }
                 Target::Respond { status, body } => {
                     let body = if req.method() == Method::HEAD { Body::empty() } else { Body::full(body.clone()) };

@@ -44,6 +44,8 @@ pub(super) struct Route {
     /// same configuration (a discovery change), so its JWKS keys and
     /// remembered credentials go on; a reload builds it anew.
     pub(super) guard: Option<Arc<Guard>>,
+    /// The route's `mirror`, if set.
+    pub(super) mirror: Option<super::mirror::Mirror>,
 }
 
 impl Route {
@@ -343,8 +345,7 @@ fn upstream(
     discovery: &Discovery,
 ) -> Arc<Upstream> {
     let u = &config.upstreams[i];
-    let retried =
-        config.routes.iter().any(|r| matches!(&r.target, Target::Proxy(p) if p.upstream == i && p.retries > 0));
+    let retried = config.routes.iter().any(|r| matches!(&r.target, Target::Proxy(p) if p.retries > 0 && p.goes_to(i)));
     let state = u.discover.as_ref().and_then(|_| discovery.state(&u.name));
     let u = match &state {
         Some(s) => UpstreamConfig { endpoints: s.endpoints(), ..u.clone() },
@@ -415,7 +416,15 @@ impl Route {
         let limit_after_auth = rate_limit
             .as_ref()
             .is_some_and(|rl| rl.key_header().is_some_and(|h| guard.as_ref().is_some_and(|g| g.sets_header(h))));
+        let mirror = match &r.target {
+            Target::Proxy(p) => p
+                .mirror
+                .as_ref()
+                .map(|m| super::mirror::Mirror::new(&r.name, &r.prefix, p, m, &config.upstreams[m.upstream])),
+            _ => None,
+        };
         Route {
+            mirror,
             cache,
             rate_limit,
             limit_after_auth,

@@ -342,6 +342,8 @@ pub struct Candidate {
     pub in_flight: usize,
     /// Already tried for this request.
     pub tried: bool,
+    /// Its `weight` (1 unless configured).
+    pub weight: u32,
 }
 
 /// The endpoint for a request, and whether it goes as a trial. An endpoint
@@ -363,9 +365,16 @@ pub fn pick(
     let eligible = |e: &Candidate| open(e) && (!fresh || !e.tried);
     let count = endpoints.iter().filter(|e| eligible(e)).count();
     let nth = |n: usize| endpoints.iter().enumerate().filter(|(_, e)| eligible(e)).nth(n).map(|(i, _)| i);
+    let weighted = endpoints.iter().any(|e| e.weight != endpoints[0].weight);
     match (count, balance) {
         (0, _) => None,
         (1, _) => nth(0).map(|i| (i, false)),
+        (_, Balance::RoundRobin) if weighted => {
+            super::weighted::round_robin(endpoints, eligible, next).map(|i| (i, false))
+        }
+        (_, Balance::LeastRequest) if weighted => {
+            super::weighted::least_request(endpoints, eligible, random).map(|i| (i, false))
+        }
         (_, Balance::RoundRobin) => {
             // The first eligible endpoint at or after the counter's position.
             let n = endpoints.len();
@@ -388,7 +397,7 @@ mod tests {
     use Availability::{Closed, Open, TrialDue};
 
     fn c(availability: Availability, in_flight: usize, tried: bool) -> Candidate {
-        Candidate { availability, in_flight, tried }
+        Candidate { availability, in_flight, tried, weight: 1 }
     }
 
     #[test]

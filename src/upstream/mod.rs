@@ -29,6 +29,7 @@ pub mod proxy;
 pub mod retry;
 pub mod series;
 pub mod tunnel;
+mod weighted;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
@@ -326,6 +327,7 @@ impl Upstream {
                         availability: e.availability(),
                         in_flight: e.in_flight(),
                         tried: tried.contains(&i),
+                        weight: e.config.weight,
                     })
                     .collect();
                 // A request's first attempt moves the rotation on; a retry

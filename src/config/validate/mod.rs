@@ -80,6 +80,7 @@ pub(super) fn config(raw: RawConfig, base_dir: &Path, running: Option<&ServerCon
         routes.push(route);
     }
     routing::refuse_unreachable(&routes)?;
+    routing::mirror_endpoints(&routes, &upstreams)?;
     Ok(Config {
         source_name: String::new(),
         source: None,
@@ -305,12 +306,21 @@ fn target(
     upstream_index: &HashMap<String, usize>,
     base_dir: &Path,
 ) -> Result<Target, Problem> {
-    let targets = [r.upstream.is_some(), r.file.is_some(), r.dir.is_some(), r.respond.is_some()];
+    let targets = [
+        r.upstream.is_some(),
+        r.split.is_some(),
+        r.file.is_some(),
+        r.dir.is_some(),
+        r.respond.is_some(),
+        r.redirect.is_some(),
+    ];
     let count = targets.iter().filter(|t| **t).count();
     if count != 1 {
         return Err((
             key("upstream"),
-            format!("route {name:?} has {count} targets; set exactly one of upstream, file, dir, respond"),
+            format!(
+                "route {name:?} has {count} targets; set exactly one of upstream, split, file, dir, respond, redirect"
+            ),
         ));
     }
     let only_for_proxy = [
@@ -324,14 +334,29 @@ fn target(
         ("upgrade", r.upgrade.is_some()),
         ("upgrade_idle_timeout", r.upgrade_idle_timeout.is_some()),
         ("cache", r.cache.is_some()),
+        ("mirror", r.mirror.is_some()),
     ];
     if r.upstream.is_none()
+        && r.split.is_none()
         && let Some((k, _)) = only_for_proxy.iter().find(|(_, set)| *set)
     {
         return Err((key(k), "only applies to routes with an upstream".into()));
     }
+    if r.sticky.is_some() && r.split.is_none() {
+        return Err((key("sticky"), "only applies to routes with a split".into()));
+    }
     if let Some(up) = &r.upstream {
         return proxy_target(up, r, key, upstream_index).map(Target::Proxy);
+    }
+    if let Some(members) = &r.split {
+        let split = routing::split(members, r.sticky.as_deref(), key, upstream_index)?;
+        if r.cache.is_some() {
+            return Err((key("cache"), "not with a split: each version would need its own store".into()));
+        }
+        let first = &split.members[0].name;
+        let mut target = proxy_target(first, r, key, upstream_index)?;
+        target.split = Some(std::sync::Arc::new(split));
+        return Ok(Target::Proxy(target));
     }
     if let Some(f) = &r.file {
         let path = base_dir.join(f);
@@ -348,6 +373,11 @@ fn target(
             .filter(|p| p.is_dir())
             .ok_or_else(|| (key("dir"), format!("{} is not a directory", path.display())))?;
         return Ok(Target::Dir(root));
+    }
+    if let Some(redirect) = &r.redirect {
+        return crate::router::redirect::Redirect::parse(redirect.status.unwrap_or(308), &redirect.location)
+            .map(Target::Redirect)
+            .map_err(|(field, m)| (key(&format!("redirect.{field}")), m));
     }
     let resp = r.respond.as_ref().expect("one target is set");
     let code = resp.status.unwrap_or(200);
@@ -412,8 +442,11 @@ fn proxy_target(
             .map_err(|_| (key("request_buffer"), "too large".to_owned()))?,
         None => DEFAULT_REQUEST_BUFFER,
     };
+    let mirror = r.mirror.as_ref().map(|m| routing::mirror(m, key, upstream_index)).transpose()?;
     Ok(ProxyTarget {
         upstream,
+        split: None,
+        mirror,
         rewrite,
         timeout,
         body_timeout,

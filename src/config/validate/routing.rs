@@ -7,8 +7,10 @@ use std::sync::Arc;
 use http::HeaderName;
 
 use super::Problem;
+use crate::config::MirrorConfig;
 use crate::config::RouteConfig;
-use crate::config::raw::{RawRoute, RawWant};
+use crate::config::raw::{RawMirror, RawRoute, RawSplit, RawWant};
+use crate::router::split::{Member, Split, Sticky};
 use crate::router::{Conditions, HostPattern, Want};
 
 /// Conditions a route may hold at most, of each kind: each is checked
@@ -92,6 +94,82 @@ pub(super) fn refuse_unreachable(routes: &[RouteConfig]) -> Result<(), Problem> 
                 ));
             }
             earlier.push(j);
+        }
+    }
+    Ok(())
+}
+
+/// A route's `split` and `sticky`.
+pub(super) fn split(
+    members: &[RawSplit],
+    sticky: Option<&str>,
+    key: &dyn Fn(&str) -> String,
+    upstream_index: &std::collections::HashMap<String, usize>,
+) -> Result<Split, Problem> {
+    if members.len() < 2 {
+        return Err((key("split"), "name two upstreams or more (one alone is `upstream`)".into()));
+    }
+    let mut parsed: Vec<Member> = Vec::new();
+    for (i, m) in members.iter().enumerate() {
+        let k = |field: &str| key(&format!("split[{i}].{field}"));
+        let upstream = *upstream_index
+            .get(&m.upstream)
+            .ok_or_else(|| (k("upstream"), format!("unknown upstream {:?}", m.upstream)))?;
+        if parsed.iter().any(|p| p.upstream == upstream) {
+            return Err((k("upstream"), format!("{:?} is listed twice", m.upstream)));
+        }
+        if m.weight > MAX_SPLIT_WEIGHT {
+            return Err((k("weight"), format!("{}: use 0 to {MAX_SPLIT_WEIGHT}", m.weight)));
+        }
+        parsed.push(Member { upstream, name: m.upstream.clone(), weight: m.weight });
+    }
+    if parsed.iter().all(|m| m.weight == 0) {
+        return Err((key("split"), "every weight is 0: no upstream would take a request".into()));
+    }
+    let sticky = sticky.map(|s| Sticky::parse(s).map_err(|m| (key("sticky"), m))).transpose()?;
+    Ok(Split::new(parsed, sticky))
+}
+
+/// The largest weight of a split's member.
+const MAX_SPLIT_WEIGHT: u32 = 10_000;
+
+/// A route's `mirror`; its upstream's endpoints are checked in
+/// [`mirror_endpoints`] once every upstream is known.
+pub(super) fn mirror(
+    m: &RawMirror,
+    key: &dyn Fn(&str) -> String,
+    upstream_index: &std::collections::HashMap<String, usize>,
+) -> Result<MirrorConfig, Problem> {
+    let upstream = *upstream_index
+        .get(&m.upstream)
+        .ok_or_else(|| (key("mirror.upstream"), format!("unknown upstream {:?}", m.upstream)))?;
+    let percent = m.percent.unwrap_or(100.0);
+    if !(percent > 0.0 && percent <= 100.0) {
+        return Err((key("mirror.percent"), format!("{percent}: above 0 and at most 100")));
+    }
+    Ok(MirrorConfig { upstream, percent })
+}
+
+/// A mirror's upstream is spoken to plainly: `http://` endpoints listed in
+/// the file (not `https://`, Unix sockets or `discover`).
+pub(super) fn mirror_endpoints(
+    routes: &[RouteConfig],
+    upstreams: &[crate::config::UpstreamConfig],
+) -> Result<(), Problem> {
+    for (i, r) in routes.iter().enumerate() {
+        let crate::config::Target::Proxy(p) = &r.target else { continue };
+        let Some(m) = &p.mirror else { continue };
+        let up = &upstreams[m.upstream];
+        let plain = up.discover.is_none()
+            && up
+                .endpoints
+                .iter()
+                .all(|e| e.scheme == http::uri::Scheme::HTTP && matches!(e.address, crate::config::Address::Tcp(_)));
+        if !plain {
+            return Err((
+                format!("routes[{i}].mirror.upstream"),
+                format!("{:?}: a mirror's upstream must list http:// endpoints (not https, unix or discover)", up.name),
+            ));
         }
     }
     Ok(())

@@ -74,15 +74,19 @@ fn upstream_tls(
     Ok(Some(UpstreamTls { config, source, files }))
 }
 
+/// The largest endpoint weight: shares finer than one in ten thousand are
+/// not worth a wheel that large.
+const MAX_WEIGHT: u32 = 10_000;
+
 pub(super) fn upstream(name: &str, up: &RawUpstream, base_dir: &Path) -> Result<UpstreamConfig, Problem> {
     let key = |k: &str| format!("upstreams.{name}.{k}");
-    let urls: Vec<(String, &String)> = match (&up.url, &up.endpoints, &up.discover) {
-        (Some(url), None, None) => vec![(key("url"), url)],
+    let urls: Vec<(String, &String, Option<u32>)> = match (&up.url, &up.endpoints, &up.discover) {
+        (Some(url), None, None) => vec![(key("url"), url, None)],
         (None, Some(list), None) if list.is_empty() => {
             return Err((key("endpoints"), "must list at least one URL".into()));
         }
         (None, Some(list), None) => {
-            list.iter().enumerate().map(|(i, u)| (key(&format!("endpoints[{i}]")), u)).collect()
+            list.iter().enumerate().map(|(i, e)| (key(&format!("endpoints[{i}]")), e.url(), e.weight())).collect()
         }
         (None, None, Some(_)) => Vec::new(),
         _ => return Err((key("url"), "set exactly one of url, endpoints and discover".into())),
@@ -96,8 +100,14 @@ pub(super) fn upstream(name: &str, up: &RawUpstream, base_dir: &Path) -> Result<
         })
         .transpose()?;
     let mut endpoints: Vec<EndpointConfig> = Vec::new();
-    for (k, url) in urls {
-        let endpoint = parse_upstream_url(url, base_dir, server_name.as_ref()).map_err(|m| (k.clone(), m))?;
+    for (k, url, weight) in urls {
+        let mut endpoint = parse_upstream_url(url, base_dir, server_name.as_ref()).map_err(|m| (k.clone(), m))?;
+        if let Some(weight) = weight {
+            if !(1..=MAX_WEIGHT).contains(&weight) {
+                return Err((format!("{k}.weight"), format!("{weight}: use 1 to {MAX_WEIGHT}")));
+            }
+            endpoint.weight = weight;
+        }
         if endpoints.iter().any(|e| e.address == endpoint.address) {
             return Err((k, format!("{url:?} is listed twice")));
         }
@@ -319,6 +329,7 @@ fn parse_upstream_url(
             authority: Authority::from_static("localhost"),
             address: Address::Unix(path),
             tls_name: None,
+            weight: 1,
         });
     }
     let uri: Uri = url.parse().map_err(|e| format!("invalid URL {url:?}: {e}"))?;
@@ -349,5 +360,5 @@ fn parse_upstream_url(
             )
         }
     };
-    Ok(EndpointConfig { url: url.to_owned(), scheme, authority, address, tls_name })
+    Ok(EndpointConfig { url: url.to_owned(), scheme, authority, address, tls_name, weight: 1 })
 }

@@ -1,0 +1,205 @@
+//! A route's `redirect = { status, location }`: the location template and
+//! its expansion for a request. Pure, table-tested.
+//!
+//! Placeholders: `{scheme}` (`http` or `https`, as the client connected),
+//! `{host}` (the request's host as routes match it: lower case, no port,
+//! no trailing dot), `{port}` (the port the request named, else its
+//! scheme's), `{path}` (the normalised path, percent-encoded as it came),
+//! `{query}` (the query without `?`, empty when none) and `{uri}` (path and
+//! `?query`). Each value is written as a URL needs it: characters a
+//! request target may not hold never reach the header, and a location that
+//! begins with the path never begins with `//` (a browser would take that
+//! as another host).
+
+use http::{HeaderMap, HeaderValue, StatusCode, Uri};
+
+/// One piece of a location template.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Piece {
+    Text(usize, usize),
+    Scheme,
+    Host,
+    Port,
+    Path,
+    Query,
+    Uri,
+}
+
+/// A parsed `redirect`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Redirect {
+    pub status: StatusCode,
+    template: String,
+    pieces: Vec<Piece>,
+}
+
+impl Redirect {
+    /// Reads `status` (301, 302, 303, 307 or 308) and `location`; the
+    /// messages say which is wrong as `(field, message)`.
+    pub fn parse(status: u16, location: &str) -> Result<Redirect, (&'static str, String)> {
+        let status = match status {
+            301 | 302 | 303 | 307 | 308 => StatusCode::from_u16(status).expect("a valid code"),
+            other => return Err(("status", format!("{other}: use 301, 302, 303, 307 or 308"))),
+        };
+        let mut pieces = Vec::new();
+        let mut at = 0;
+        while let Some(open) = location[at..].find('{').map(|i| at + i) {
+            if open > at {
+                pieces.push(Piece::Text(at, open));
+            }
+            let close = location[open..].find('}').map(|i| open + i).ok_or(("location", unclosed(location)))?;
+            pieces.push(match &location[open + 1..close] {
+                "scheme" => Piece::Scheme,
+                "host" => Piece::Host,
+                "port" => Piece::Port,
+                "path" => Piece::Path,
+                "query" => Piece::Query,
+                "uri" => Piece::Uri,
+                other => {
+                    return Err((
+                        "location",
+                        format!("unknown placeholder {{{other}}}: use {{scheme}} {{host}} {{port}} {{path}} {{query}} {{uri}}"),
+                    ));
+                }
+            });
+            at = close + 1;
+        }
+        if at < location.len() {
+            pieces.push(Piece::Text(at, location.len()));
+        }
+        let text_ok = pieces.iter().all(|p| match p {
+            Piece::Text(a, b) => location[*a..*b].bytes().all(|c| c.is_ascii_graphic() && c != b'}'),
+            _ => true,
+        });
+        if location.is_empty() || !text_ok {
+            return Err((
+                "location",
+                format!("{location:?}: a URL of visible characters, e.g. \"https://{{host}}{{uri}}\""),
+            ));
+        }
+        Ok(Redirect { status, template: location.to_owned(), pieces })
+    }
+
+    /// The `Location` for a request; `None` when its host holds characters
+    /// no host name has (the caller answers 400).
+    pub fn location(&self, uri: &Uri, headers: &HeaderMap, tls: bool) -> Option<HeaderValue> {
+        let host = || super::host::request_host(uri, headers);
+        let mut out = String::with_capacity(self.template.len() + uri.path().len() + 16);
+        for piece in &self.pieces {
+            match *piece {
+                Piece::Text(a, b) => out.push_str(&self.template[a..b]),
+                Piece::Scheme => out.push_str(if tls { "https" } else { "http" }),
+                Piece::Host => {
+                    let host = host()?;
+                    if !host.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._[]:".contains(&b)) {
+                        return None;
+                    }
+                    out.push_str(&host);
+                }
+                Piece::Port => out.push_str(&port(uri, headers).unwrap_or(if tls { "443" } else { "80" })),
+                Piece::Path => push_path(&mut out, uri.path()),
+                Piece::Query => push_escaped(&mut out, uri.query().unwrap_or("")),
+                Piece::Uri => {
+                    push_path(&mut out, uri.path());
+                    if let Some(q) = uri.query() {
+                        out.push('?');
+                        push_escaped(&mut out, q);
+                    }
+                }
+            }
+        }
+        HeaderValue::from_str(&out).ok()
+    }
+
+    pub fn describe(&self) -> String {
+        format!("redirect {} {}", self.status.as_u16(), self.template)
+    }
+}
+
+fn unclosed(location: &str) -> String {
+    format!("{location:?}: a '{{' without its '}}'")
+}
+
+/// The port the request named, if any.
+fn port<'a>(uri: &'a Uri, headers: &'a HeaderMap) -> Option<&'a str> {
+    let authority = match uri.authority() {
+        Some(a) => a.as_str(),
+        None => headers.get(http::header::HOST)?.to_str().ok()?,
+    };
+    let after_host = match authority.rfind(']') {
+        Some(end) => &authority[end + 1..],
+        None => authority,
+    };
+    let port = after_host.rsplit_once(':').map(|(_, p)| p)?;
+    (!port.is_empty() && port.bytes().all(|b| b.is_ascii_digit())).then_some(port)
+}
+
+/// The path, never starting with `//` when it starts the location.
+fn push_path(out: &mut String, path: &str) {
+    let rest = path.trim_start_matches('/');
+    let path = if out.is_empty() && path.len() - rest.len() > 1 { &path[path.len() - rest.len() - 1..] } else { path };
+    push_escaped(out, path);
+}
+
+/// Copies `s`, percent-encoding what a URL in a header must not hold raw
+/// (a parsed target holds none of it; this keeps it so whatever the
+/// parser lets through).
+fn push_escaped(out: &mut String, s: &str) {
+    for c in s.chars() {
+        if c.is_ascii_graphic() && c != '\\' && c != '"' {
+            out.push(c);
+        } else {
+            let mut buf = [0u8; 4];
+            for b in c.encode_utf8(&mut buf).bytes() {
+                out.push_str(&format!("%{b:02X}"));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn expand(template: &str, target: &str, host: Option<&str>, tls: bool) -> Option<String> {
+        let r = Redirect::parse(308, template).unwrap();
+        let mut headers = HeaderMap::new();
+        if let Some(h) = host {
+            headers.insert(http::header::HOST, h.parse().unwrap());
+        }
+        r.location(&target.parse().unwrap(), &headers, tls).map(|v| v.to_str().unwrap().to_owned())
+    }
+
+    #[test]
+    fn placeholders_expand() {
+        let cases: &[(&str, &str, Option<&str>, bool, Option<&str>)] = &[
+            ("https://{host}{uri}", "/a/b?x=1", Some("Example.COM:8080"), false, Some("https://example.com/a/b?x=1")),
+            ("https://{host}{path}", "/a/b?x=1", Some("example.com"), false, Some("https://example.com/a/b")),
+            ("{scheme}://{host}:{port}{path}?{query}", "/p?q", Some("h:81"), true, Some("https://h:81/p?q")),
+            ("{scheme}://{host}:{port}/", "/p", Some("h"), true, Some("https://h:443/")),
+            ("{scheme}://{host}:{port}/", "/p", Some("[::1]:9"), false, Some("http://[::1]:9/")),
+            ("/new{uri}", "/old?a=%20", Some("h"), false, Some("/new/old?a=%20")),
+            ("{uri}", "//evil.example/x", Some("h"), false, Some("/evil.example/x")),
+            ("{path}", "///evil.example", Some("h"), false, Some("/evil.example")),
+            ("https://{host}{path}", "//x", Some("h"), false, Some("https://h//x")),
+            ("https://{host}/", "/", Some("a/b"), false, None),
+            ("https://{host}/", "/", Some("u@evil"), false, None),
+            ("https://{host}/", "/", None, false, None),
+            ("https://fixed.example/", "/", None, false, Some("https://fixed.example/")),
+        ];
+        for (template, target, host, tls, want) in cases {
+            assert_eq!(expand(template, target, *host, *tls).as_deref(), *want, "{template} {target} {host:?}");
+        }
+    }
+
+    #[test]
+    fn templates_and_statuses_are_checked() {
+        assert!(Redirect::parse(308, "https://{host}{uri}").is_ok());
+        for status in [200, 300, 304, 305, 404] {
+            assert_eq!(Redirect::parse(status, "/").unwrap_err().0, "status", "{status}");
+        }
+        for bad in ["https://{hots}/", "https://{host", "a b", "", "/x}", "/\u{7f}"] {
+            assert_eq!(Redirect::parse(301, bad).unwrap_err().0, "location", "{bad:?}");
+        }
+    }
+}

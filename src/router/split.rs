@@ -1,0 +1,209 @@
+//! A route's `split`: which of its upstreams takes a request, by weight,
+//! optionally sticky to a header's or cookie's value. Pure, table-tested.
+//!
+//! A sticky choice is rendezvous hashing with weights: each upstream scores
+//! the key by a hash of the key and its name, scaled by its weight, and the
+//! highest score wins. The same key gets the same upstream on every
+//! gateway, across restarts and reloads; when weights move a little, only
+//! as many keys move as the change in shares makes necessary. The hash is a
+//! fixed one (FNV-1a, then a mix), not the per-process seeded one of the
+//! router's maps, for exactly that reason; a client choosing keys can only
+//! choose which upstream it lands on, which it could by sending another
+//! key anyway.
+
+use http::{HeaderMap, HeaderName};
+
+/// One upstream of a split.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Member {
+    /// Index into the configuration's upstreams.
+    pub upstream: usize,
+    pub name: String,
+    pub weight: u32,
+}
+
+/// What a sticky choice is keyed by.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Sticky {
+    Header(HeaderName),
+    Cookie(String),
+}
+
+impl Sticky {
+    /// Reads `header:NAME` or `cookie:NAME`.
+    pub fn parse(text: &str) -> Result<Sticky, String> {
+        let usage = || format!("{text:?}: use \"header:NAME\" or \"cookie:NAME\"");
+        match text.split_once(':') {
+            Some(("header", name)) => HeaderName::from_bytes(name.trim().as_bytes())
+                .map(Sticky::Header)
+                .map_err(|_| format!("{text:?}: {name:?} is not a header name")),
+            Some(("cookie", name)) if is_cookie_name(name.trim()) => Ok(Sticky::Cookie(name.trim().to_owned())),
+            _ => Err(usage()),
+        }
+    }
+
+    /// The request's key: the header's first value, or the cookie's value;
+    /// `None` when it has none (or an empty one).
+    fn key<'h>(&self, headers: &'h HeaderMap) -> Option<&'h [u8]> {
+        let key = match self {
+            Sticky::Header(name) => headers.get(name).map(|v| v.as_bytes()),
+            Sticky::Cookie(name) => headers.get_all(http::header::COOKIE).iter().find_map(|line| {
+                line.as_bytes().split(|&b| b == b';').find_map(|pair| {
+                    let pair = pair.trim_ascii();
+                    let eq = pair.iter().position(|&b| b == b'=')?;
+                    (pair[..eq].trim_ascii() == name.as_bytes()).then(|| pair[eq + 1..].trim_ascii())
+                })
+            }),
+        };
+        key.filter(|k| !k.is_empty())
+    }
+
+    pub fn describe(&self) -> String {
+        match self {
+            Sticky::Header(name) => format!("header:{name}"),
+            Sticky::Cookie(name) => format!("cookie:{name}"),
+        }
+    }
+}
+
+fn is_cookie_name(name: &str) -> bool {
+    !name.is_empty() && name.bytes().all(|b| b.is_ascii_graphic() && !b"()<>@,;:\\\"/[]?={}".contains(&b))
+}
+
+/// A route's weighted upstreams.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Split {
+    pub members: Vec<Member>,
+    pub sticky: Option<Sticky>,
+    total: u64,
+}
+
+impl Split {
+    /// `members` must hold at least one of weight above zero.
+    pub fn new(members: Vec<Member>, sticky: Option<Sticky>) -> Split {
+        let total = members.iter().map(|m| u64::from(m.weight)).sum();
+        Split { members, sticky, total }
+    }
+
+    /// The upstream for a request with these headers: by its sticky key
+    /// when it has one, else at random by weight. `random(n)` gives a
+    /// number below `n`.
+    pub fn choose(&self, headers: &HeaderMap, random: impl FnOnce(u64) -> u64) -> usize {
+        match self.sticky.as_ref().and_then(|s| s.key(headers)) {
+            Some(key) => self.by_key(key),
+            None => {
+                let mut left = random(self.total.max(1));
+                for m in &self.members {
+                    if left < u64::from(m.weight) {
+                        return m.upstream;
+                    }
+                    left -= u64::from(m.weight);
+                }
+                self.members[0].upstream
+            }
+        }
+    }
+
+    /// Weighted rendezvous: the highest `weight / -ln(u)`, `u` in (0, 1)
+    /// from the hash of the key and the member's name.
+    fn by_key(&self, key: &[u8]) -> usize {
+        let key_hash = fnv1a(key, FNV_OFFSET);
+        let score = |m: &Member| {
+            if m.weight == 0 {
+                return f64::NEG_INFINITY;
+            }
+            let h = mix(fnv1a(m.name.as_bytes(), key_hash));
+            let u = ((h >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+            f64::from(m.weight) / -u.ln()
+        };
+        let best = self.members.iter().map(|m| (score(m), m.upstream)).max_by(|a, b| a.0.total_cmp(&b.0));
+        best.map_or(self.members[0].upstream, |(_, upstream)| upstream)
+    }
+}
+
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+fn fnv1a(bytes: &[u8], seed: u64) -> u64 {
+    bytes.iter().fold(seed, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3))
+}
+
+/// splitmix64's finaliser: FNV's low bits alone are poorly spread.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn split(weights: &[(&str, u32)], sticky: Option<Sticky>) -> Split {
+        let members = weights
+            .iter()
+            .enumerate()
+            .map(|(i, (name, weight))| Member { upstream: i, name: (*name).to_owned(), weight: *weight })
+            .collect();
+        Split::new(members, sticky)
+    }
+
+    fn keyed(name: &str, value: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(HeaderName::from_bytes(name.as_bytes()).unwrap(), value.parse().unwrap());
+        h
+    }
+
+    #[test]
+    fn sticky_parses_header_and_cookie() {
+        assert_eq!(Sticky::parse("header:X-User"), Ok(Sticky::Header(HeaderName::from_static("x-user"))));
+        assert_eq!(Sticky::parse("cookie:session"), Ok(Sticky::Cookie("session".into())));
+        for bad in ["x-user", "header:", "header:bad name", "cookie:", "cookie:a;b", "query:x"] {
+            assert!(Sticky::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn cookie_key_is_found_among_others() {
+        let s = Sticky::Cookie("sid".into());
+        let cases: &[(&str, Option<&[u8]>)] = &[
+            ("sid=abc", Some(b"abc")),
+            ("a=1; sid=abc; b=2", Some(b"abc")),
+            ("a=1;sid = abc", Some(b"abc")),
+            ("sidx=abc", None),
+            ("sid=", None),
+            ("a=sid", None),
+        ];
+        for (cookie, want) in cases {
+            assert_eq!(s.key(&keyed("cookie", cookie)), *want, "{cookie}");
+        }
+    }
+
+    #[test]
+    fn random_choice_follows_weights() {
+        let s = split(&[("v1", 95), ("v2", 5)], None);
+        assert_eq!(s.choose(&HeaderMap::new(), |_| 94), 0);
+        assert_eq!(s.choose(&HeaderMap::new(), |_| 95), 1);
+        assert_eq!(s.choose(&HeaderMap::new(), |_| 99), 1);
+        assert_eq!(split(&[("v1", 0), ("v2", 3)], None).choose(&HeaderMap::new(), |_| 0), 1);
+    }
+
+    #[test]
+    fn sticky_keys_share_by_weight_and_few_move_when_weights_move_a_little() {
+        let sticky = Some(Sticky::Header(HeaderName::from_static("x-user")));
+        let before = split(&[("v1", 95), ("v2", 5)], sticky.clone());
+        let after = split(&[("v1", 90), ("v2", 10)], sticky);
+        let (mut on_v2, mut moved, mut back) = (0, 0, 0);
+        for user in 0..10_000 {
+            let h = keyed("x-user", &format!("user-{user}"));
+            let (a, b) = (before.choose(&h, |_| unreachable!()), after.choose(&h, |_| unreachable!()));
+            on_v2 += a;
+            moved += usize::from(a != b);
+            back += usize::from(a == 1 && b == 0);
+            assert_eq!(before.choose(&h, |_| unreachable!()), a, "the same key, the same upstream");
+        }
+        assert!((400..=600).contains(&on_v2), "about 5% on v2: {on_v2}");
+        // 95/5 to 90/10 moves about 5% of keys, all of them towards v2.
+        assert!((400..=650).contains(&moved), "{moved} moved");
+        assert_eq!(back, 0, "no key on v2 goes back to v1 when v2 grows");
+    }
+}

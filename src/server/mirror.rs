@@ -1,0 +1,159 @@
+//! A route's `mirror`: a copy of a share of its requests sent to another
+//! upstream, whose answer is read and dropped. The copy is made from the
+//! request head before the request goes on, and sent from a task of its
+//! own, so it never delays, fails or changes the client's answer. Only
+//! bodiless requests are copied: a body streams to the upstream as it
+//! arrives, and holding it back for a copy would cost the client's
+//! request its memory bound; requests with a body are skipped and counted.
+//! Copies in flight are bounded per route; past the bound they are skipped
+//! and counted. A copy is never retried.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{self, HeaderName, HeaderValue};
+use http::uri::{Authority, PathAndQuery, Scheme};
+use http::{Request, Uri};
+use http_body::Body as _;
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use metrics::Counter;
+use tokio::sync::Semaphore;
+
+use crate::config::{HostMode, MirrorConfig, ProxyTarget, UpstreamConfig};
+use crate::layers::request_id::RequestId;
+
+/// Copies in flight per route at most.
+pub const MAX_IN_FLIGHT: usize = 100;
+
+/// The field that marks a copy.
+pub const X_GATEWAY_MIRROR: HeaderName = HeaderName::from_static("x-gateway-mirror");
+
+/// A route's mirror, built with its table.
+pub struct Mirror {
+    percent: f64,
+    endpoints: Vec<Authority>,
+    next: AtomicUsize,
+    slots: Arc<Semaphore>,
+    client: Client<HttpConnector, Empty<Bytes>>,
+    timeout: Duration,
+    prefix: String,
+    rewrite: Option<String>,
+    host: HostMode,
+    counts: Counts,
+}
+
+#[derive(Clone)]
+struct Counts {
+    sent: Counter,
+    skipped_in_flight: Counter,
+    skipped_body: Counter,
+    answered: Counter,
+    failed: Counter,
+}
+
+impl Mirror {
+    pub fn new(route: &str, prefix: &str, p: &ProxyTarget, m: &MirrorConfig, upstream: &UpstreamConfig) -> Mirror {
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(upstream.connect_timeout));
+        connector.set_nodelay(true);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(upstream.pool_idle_timeout)
+            // A copy is never sent twice.
+            .retry_canceled_requests(false)
+            .build(connector);
+        let count = |result: &'static str| crate::metrics::mirror(route, &upstream.name, result);
+        Mirror {
+            percent: m.percent,
+            endpoints: upstream.endpoints.iter().map(|e| e.authority.clone()).collect(),
+            next: AtomicUsize::new(0),
+            slots: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
+            client,
+            timeout: p.timeout,
+            prefix: prefix.to_owned(),
+            rewrite: p.rewrite.clone(),
+            host: p.host,
+            counts: Counts {
+                sent: count("sent"),
+                skipped_in_flight: count("skipped_in_flight"),
+                skipped_body: count("skipped_body"),
+                answered: count("answered"),
+                failed: count("failed"),
+            },
+        }
+    }
+
+    /// Sends a copy of `req` if it is among the share chosen, bodiless,
+    /// and a place is free; returns at once.
+    pub fn copy(&self, req: &Request<Incoming>, request_id: Option<&RequestId>) {
+        if self.endpoints.is_empty() || fastrand::f64() * 100.0 >= self.percent {
+            return;
+        }
+        if !req.body().is_end_stream() {
+            self.counts.skipped_body.increment(1);
+            return;
+        }
+        let Ok(slot) = self.slots.clone().try_acquire_owned() else {
+            self.counts.skipped_in_flight.increment(1);
+            return;
+        };
+        let Some(copy) = self.head(req, request_id) else {
+            self.counts.failed.increment(1);
+            return;
+        };
+        self.counts.sent.increment(1);
+        let (client, counts, timeout) = (self.client.clone(), self.counts.clone(), self.timeout);
+        tokio::spawn(async move {
+            let _slot = slot;
+            let done = tokio::time::timeout(timeout, async {
+                let response = client.request(copy).await.map_err(|_| ())?;
+                // Read to its end and dropped, so the connection can be reused.
+                response.into_body().collect().await.map(drop).map_err(|_| ())
+            })
+            .await;
+            match done {
+                Ok(Ok(())) => counts.answered.increment(1),
+                _ => counts.failed.increment(1),
+            }
+        });
+    }
+
+    /// The copy's head: the request's method, path (rewritten as the route
+    /// rewrites it) and headers but hop-by-hop ones, marked as a copy.
+    fn head(&self, req: &Request<Incoming>, request_id: Option<&RequestId>) -> Option<Request<Empty<Bytes>>> {
+        let authority = self.endpoints[self.next.fetch_add(1, Relaxed) % self.endpoints.len()].clone();
+        let (path, query) = (req.uri().path(), req.uri().query());
+        let path_and_query = match &self.rewrite {
+            Some(rw) => crate::router::rewrite_path(path, query, &self.prefix, rw),
+            None => req.uri().path_and_query().map_or_else(|| "/".to_owned(), |pq| pq.as_str().to_owned()),
+        };
+        let uri = Uri::builder()
+            .scheme(Scheme::HTTP)
+            .authority(authority.clone())
+            .path_and_query(PathAndQuery::try_from(path_and_query).ok()?)
+            .build()
+            .ok()?;
+        let mut headers = req.headers().clone();
+        crate::headers::strip_hop_by_hop(&mut headers);
+        headers.remove(header::CONTENT_LENGTH);
+        headers.remove(header::TRANSFER_ENCODING);
+        if self.host == HostMode::Upstream || !headers.contains_key(header::HOST) {
+            headers.insert(header::HOST, HeaderValue::from_str(authority.as_str()).ok()?);
+        }
+        if let Some(id) = request_id {
+            headers.insert(crate::headers::X_REQUEST_ID, id.header_value());
+        }
+        headers.insert(X_GATEWAY_MIRROR, HeaderValue::from_static("1"));
+        let mut copy = Request::new(Empty::new());
+        *copy.method_mut() = req.method().clone();
+        *copy.uri_mut() = uri;
+        *copy.headers_mut() = headers;
+        Some(copy)
+    }
+}

@@ -102,7 +102,8 @@ async fn headers_and_query_choose_in_file_order_and_fall_back_to_shorter_prefixe
         ("root", "/", ""),
     ]);
     let gw = TestGateway::from_toml(&toml).await;
-    let cases: &[(&str, &[(&str, &str)], &str)] = &[
+    type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a str);
+    let cases: &[Case] = &[
         ("/api/x", &[("x-canary", "1")], "canary"),
         ("/api/x", &[("X-Canary", "1")], "canary"),
         ("/api/x?v=2", &[("x-canary", "1")], "canary"),
@@ -159,7 +160,8 @@ fn load(toml: &str) -> Result<gateway::config::Config, String> {
 
 #[test]
 fn routes_that_can_never_be_chosen_are_refused_naming_both() {
-    let refused: &[(&[(&str, &str, &str)], &str)] = &[
+    type Routes<'a> = &'a [(&'a str, &'a str, &'a str)];
+    let refused: &[(Routes, &str)] = &[
         (&[("a", "/api", ""), ("b", "/api", "")], "routes[1].prefix"),
         (&[("a", "/api", ""), ("b", "/api/", "headers = { x = \"1\" }")], "routes[1].prefix"),
         (&[("a", "/api", "headers = { x = \"*\" }"), ("b", "/api", "headers = { x = \"1\", y = \"2\" }")], "routes[1]"),

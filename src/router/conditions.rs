@@ -137,7 +137,8 @@ mod tests {
     #[test]
     fn header_conditions() {
         let eq = || Want::Equals("1".into());
-        let cases: &[(Conditions, &[(&str, &str)], bool)] = &[
+        type Case<'a> = (Conditions, &'a [(&'a str, &'a str)], bool);
+        let cases: &[Case] = &[
             (on_header("x-canary", eq()), &[("x-canary", "1")], true),
             (on_header("x-canary", eq()), &[("X-Canary", "1")], true),
             (on_header("x-canary", eq()), &[("x-canary", "2")], false),

@@ -54,6 +54,9 @@ struct Paths {
     by_prefix: HashMap<Box<str>, Slot>,
 }
 
+/// Routes by prefix as they are gathered, in file order.
+type Pending = std::collections::HashMap<Box<str>, Vec<(usize, Option<Arc<Conditions>>)>>;
+
 #[derive(Debug, Clone)]
 enum Slot {
     /// One route without conditions: no more to check.
@@ -72,7 +75,6 @@ impl Router {
 
     /// Builds a router from every route's key, in route order.
     pub fn build<'a>(routes: impl IntoIterator<Item = RouteKey<'a>>) -> Self {
-        type Pending = std::collections::HashMap<Box<str>, Vec<(usize, Option<Arc<Conditions>>)>>;
         let (mut any, mut exact, mut wild) = (Pending::new(), HashMap::default(), HashMap::default());
         for (i, key) in routes.into_iter().enumerate() {
             let choice = (i, key.conditions.filter(|c| !c.is_empty()).cloned());
@@ -88,7 +90,7 @@ impl Router {
                 add(map.entry(name.as_str().into()).or_default());
             }
         }
-        let mut wild_labels: Vec<usize> = wild.keys().map(|s: &Box<str>| host::labels(s)).collect();
+        let mut wild_labels: Vec<usize> = wild.keys().map(|s| host::labels(s)).collect();
         wild_labels.sort_unstable_by(|a, b| b.cmp(a));
         wild_labels.dedup();
         let tables = |map: HashMap<Box<str>, Pending>| map.into_iter().map(|(k, v)| (k, Paths::new(v))).collect();
@@ -120,7 +122,7 @@ impl Router {
 }
 
 impl Paths {
-    fn new(pending: std::collections::HashMap<Box<str>, Vec<(usize, Option<Arc<Conditions>>)>>) -> Paths {
+    fn new(pending: Pending) -> Paths {
         let by_prefix = pending
             .into_iter()
             .map(|(prefix, choices)| {
@@ -285,7 +287,8 @@ mod tests {
             (&[], "/", None),                                  // 6
             (&["[::1]", "Other.Example"], "/x", Some(canary)), // 7
         ]);
-        let cases: &[(Option<&str>, &str, &[(&str, &str)], Option<usize>)] = &[
+        type Case<'a> = (Option<&'a str>, &'a str, &'a [(&'a str, &'a str)], Option<usize>);
+        let cases: &[Case] = &[
             (Some("api.example.com"), "/api/x", &[], Some(0)),
             (Some("API.Example.Com.:8443"), "/api/x", &[], Some(0)),
             (Some("www.example.com"), "/api/x", &[], Some(1)),

@@ -96,7 +96,7 @@ impl Redirect {
                     }
                     out.push_str(&host);
                 }
-                Piece::Port => out.push_str(&port(uri, headers).unwrap_or(if tls { "443" } else { "80" })),
+                Piece::Port => out.push_str(port(uri, headers).unwrap_or(if tls { "443" } else { "80" })),
                 Piece::Path => push_path(&mut out, uri.path()),
                 Piece::Query => push_escaped(&mut out, uri.query().unwrap_or("")),
                 Piece::Uri => {
@@ -172,7 +172,8 @@ mod tests {
 
     #[test]
     fn placeholders_expand() {
-        let cases: &[(&str, &str, Option<&str>, bool, Option<&str>)] = &[
+        type Case<'a> = (&'a str, &'a str, Option<&'a str>, bool, Option<&'a str>);
+        let cases: &[Case] = &[
             ("https://{host}{uri}", "/a/b?x=1", Some("Example.COM:8080"), false, Some("https://example.com/a/b?x=1")),
             ("https://{host}{path}", "/a/b?x=1", Some("example.com"), false, Some("https://example.com/a/b")),
             ("{scheme}://{host}:{port}{path}?{query}", "/p?q", Some("h:81"), true, Some("https://h:81/p?q")),

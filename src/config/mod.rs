@@ -83,6 +83,8 @@ mod files;
 pub use files::named_files;
 mod ratelimit;
 mod raw;
+mod target;
+pub use target::MirrorConfig;
 mod raw_access;
 mod redact;
 pub use redact::{names_secret, redact_url};
@@ -352,31 +354,6 @@ pub struct ProxyTarget {
     pub upgrade: Option<Duration>,
 }
 
-/// A proxy route's `mirror`.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct MirrorConfig {
-    /// Index into [`Config::upstreams`].
-    pub upstream: usize,
-    /// The share of requests copied, above 0 and at most 100.
-    pub percent: f64,
-}
-
-impl ProxyTarget {
-    /// The upstream a request with these headers goes to: the route's one,
-    /// or its split's choice.
-    pub fn upstream_for(&self, headers: &http::HeaderMap) -> usize {
-        match &self.split {
-            None => self.upstream,
-            Some(split) => split.choose(headers, |n| fastrand::u64(..n)),
-        }
-    }
-
-    /// Whether requests may go to upstream `i`.
-    pub fn goes_to(&self, i: usize) -> bool {
-        self.upstream == i || self.split.as_ref().is_some_and(|s| s.members.iter().any(|m| m.upstream == i))
-    }
-}
-
 /// A proxy route's response cache: its own store, sized in bytes (head +
 /// body), and the windows the gateway applies itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -409,46 +386,6 @@ pub enum HostMode {
     Preserve,
     /// The upstream URL's authority.
     Upstream,
-}
-
-impl Target {
-    /// Short name of the target kind, for `gateway check`.
-    pub fn describe(&self, upstreams: &[UpstreamConfig]) -> String {
-        match self {
-            Target::Proxy(p) => {
-                let up = &upstreams[p.upstream];
-                let rewrite = p.rewrite.as_deref().map(|r| format!(" rewrite {r}")).unwrap_or_default();
-                let urls: Vec<String> = up
-                    .endpoints
-                    .iter()
-                    .map(|e| match e.weight {
-                        1 => e.url.clone(),
-                        w => format!("{} weight {w}", e.url),
-                    })
-                    .collect();
-                let urls = match &up.discover {
-                    Some(d) => format!("discover {} {}", d.source(), d.describe()),
-                    None => urls.join(", "),
-                };
-                let split = p.split.as_ref().map(|s| {
-                    let members: Vec<String> = s.members.iter().map(|m| format!("{} {}", m.name, m.weight)).collect();
-                    let sticky = s.sticky.as_ref().map(|k| format!(" sticky {}", k.describe())).unwrap_or_default();
-                    format!(" split [{}]{sticky}", members.join(", "))
-                });
-                let split = split.unwrap_or_default();
-                let timeout = humantime::format_duration(p.timeout);
-                format!("proxy -> {} ({urls}){split}{rewrite} timeout {timeout}", up.name)
-            }
-            // Absolute as a `dir` (canonical at load) is, but with no link
-            // followed: the file is opened by this path at each request.
-            Target::File(p) => format!("file {}", std::path::absolute(p).unwrap_or_else(|_| p.clone()).display()),
-            Target::Dir(p) => format!("dir {}", p.display()),
-            Target::Respond { status, body } => {
-                format!("respond {} ({} bytes)", status.as_u16(), body.len())
-            }
-            Target::Redirect(r) => r.describe(),
-        }
-    }
 }
 
 /// Built-in defaults: everything in `[server]` and `[metrics]` has one.

@@ -99,10 +99,11 @@ fn request_header_rules(bencher: Bencher) {
     let template = request_headers();
     let host = HeaderValue::from_static("app.example:8080");
     let client = gateway::headers::forwarded_for(IpAddr::V4(Ipv4Addr::new(10, 1, 2, 3)));
+    let via = gateway::headers::Via::default();
     bencher.with_inputs(|| template.clone()).bench_local_values(|mut h| {
         strip_hop_by_hop(&mut h);
-        add_forwarding(&mut h, &client, Some(&host), Version::HTTP_11, false, false);
-        h
+        let looped = add_forwarding(&mut h, &client, Some(&host), &via, Version::HTTP_11, false, false);
+        (h, looped)
     });
 }
 
@@ -112,9 +113,10 @@ fn response_header_rules(bencher: Bencher) {
     template.insert("content-type", HeaderValue::from_static("text/plain"));
     template.insert("content-length", HeaderValue::from_static("2"));
     template.insert("date", HeaderValue::from_static("Mon, 30 Nov 2026 06:50:22 GMT"));
+    let via = gateway::headers::Via::default();
     bencher.with_inputs(|| template.clone()).bench_local_values(|mut h| {
         strip_hop_by_hop(&mut h);
-        gateway::headers::append_via(&mut h, Version::HTTP_11);
+        gateway::headers::append_via(&mut h, &via, Version::HTTP_11);
         h
     });
 }
@@ -148,14 +150,16 @@ fn upstream_request() -> http::Request<gateway::upstream::pool::SendBody> {
     let mut h = request_headers();
     let client = gateway::headers::forwarded_for(IpAddr::V4(Ipv4Addr::new(10, 1, 2, 3)));
     strip_hop_by_hop(&mut h);
-    add_forwarding(
+    let looped = add_forwarding(
         &mut h,
         &client,
         Some(&HeaderValue::from_static("app.example:8080")),
+        &gateway::headers::Via::default(),
         Version::HTTP_11,
         false,
         false,
     );
+    assert!(!looped);
     *req.headers_mut() = h;
     req
 }

@@ -67,6 +67,10 @@ pub enum GatewayError {
     /// ejected); `retry_after` is a hint in seconds.
     #[error("upstream {upstream}: no endpoint may take traffic")]
     Unavailable { upstream: String, retry_after: u64 },
+    /// The request's `Via` says it passed this gateway already: a route
+    /// leads back to the gateway (RFC 5842 §7.2).
+    #[error("request loop: the request passed this gateway already (Via)")]
+    LoopDetected,
     /// The route's rate limit refused the request; `retry_after` (seconds)
     /// is `None` when waiting would not help (no key), `policy` and `state`
     /// are the `RateLimit-Policy` and `RateLimit` values.
@@ -154,6 +158,7 @@ impl GatewayError {
             | GatewayError::QueueTimeout { .. }
             | GatewayError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             GatewayError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            GatewayError::LoopDetected => StatusCode::LOOP_DETECTED,
             GatewayError::Io(_) => StatusCode::INTERNAL_SERVER_ERROR,
             GatewayError::UpstreamConnect { .. }
             | GatewayError::UpstreamTls { .. }
@@ -194,6 +199,7 @@ impl GatewayError {
             GatewayError::QueueTimeout { .. } | GatewayError::QueuedPastRouteTimeout { .. } => Some("queue_timeout"),
             GatewayError::BadPath(_) => Some("bad_path"),
             GatewayError::RateLimited { .. } => Some("rate_limited"),
+            GatewayError::LoopDetected => Some("loop_detected"),
             _ => None,
         }
     }
@@ -263,6 +269,7 @@ impl GatewayError {
             }
             GatewayError::Unavailable { .. } => "service unavailable: upstream has no available endpoint\n",
             GatewayError::RateLimited { .. } => "too many requests\n",
+            GatewayError::LoopDetected => "loop detected: the request came back to this gateway\n",
             GatewayError::Io(_) => "internal error\n",
             GatewayError::UpstreamConnect { .. } => "bad gateway: upstream unreachable\n",
             GatewayError::UpstreamTls { .. } => "bad gateway: upstream TLS handshake failed\n",

@@ -187,6 +187,9 @@ pub struct ServerConfig {
     /// The configuration file is reloaded when it changes on disk
     /// (`--watch` sets it too).
     pub watch_config: bool,
+    /// The name in the gateway's `Via` entries (`server.via`, or a random
+    /// one per process), by which it knows a request it passed already.
+    pub via: crate::headers::Via,
 }
 
 /// `[server.tls]`: the listener's certificate, read at load.
@@ -342,6 +345,9 @@ pub struct ProxyTarget {
     /// upstream that merges trailers into headers would otherwise take them
     /// from the client).
     pub guarded_trailers: Arc<[http::HeaderName]>,
+    /// `server.via`: the gateway's `Via` entries, and the name that tells
+    /// a request that came round again.
+    pub via: crate::headers::Via,
     pub host: HostMode,
     /// Attempts after the first, on another endpoint where there is one.
     pub retries: u32,

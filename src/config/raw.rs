@@ -51,6 +51,7 @@ pub(super) struct RawServer {
     pub trusted_proxies: Vec<String>,
     pub tls: Option<RawServerTls>,
     pub watch_config: bool,
+    pub via: Option<String>,
 }
 
 /// `[resolver]`.

@@ -14,7 +14,7 @@
 //!   `$proxy_add_x_forwarded_for`). `X-Forwarded-Proto`, `X-Forwarded-Host`
 //!   and `Forwarded` (RFC 7239) are kept from a trusted proxy and replaced by
 //!   this hop's own values from anyone else; `Via` gets this hop appended
-//!   (RFC 9110 §7.6.3).
+//!   (RFC 9110 §7.6.3) under the gateway's name (see `via`).
 //! - HTTP/2 `cookie` fields are joined with `; ` for an HTTP/1 upstream
 //!   (RFC 9113 §8.2.3).
 
@@ -24,6 +24,9 @@ use http::Version;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
 pub mod rules;
+pub mod via;
+
+pub use via::Via;
 
 /// Headers that are always hop-by-hop (RFC 9110 §7.6.1, §7.8; RFC 9112 §6.1).
 const HOP_BY_HOP: [HeaderName; 7] = [
@@ -353,19 +356,9 @@ pub fn join_cookies(headers: &mut HeaderMap) {
     }
 }
 
-/// The `Via` token for a message of `version` passing this gateway.
-fn via_value(version: Version) -> &'static str {
-    match version {
-        Version::HTTP_10 => "1.0 gateway",
-        Version::HTTP_2 => "2 gateway",
-        Version::HTTP_3 => "3 gateway",
-        _ => "1.1 gateway",
-    }
-}
-
 /// Appends this hop to `Via`, keeping earlier hops.
-pub fn append_via(headers: &mut HeaderMap, version: Version) {
-    append_list(headers, header::VIA, HeaderValue::from_static(via_value(version)));
+pub fn append_via(headers: &mut HeaderMap, via: &Via, version: Version) {
+    append_list(headers, header::VIA, via.entry(version).clone());
 }
 
 /// Appends `item` to a comma-separated list header, merging existing values
@@ -404,14 +397,18 @@ pub fn forwarded_for(ip: IpAddr) -> HeaderValue {
 /// `Host` (or HTTP/2 `:authority`); `trusted` says whether the peer is a
 /// trusted proxy, whose `X-Forwarded-Proto`, `X-Forwarded-Host` and
 /// `Forwarded` are kept (this hop's `Forwarded` element is appended).
+/// Returns true, and changes nothing, when the request has passed this
+/// gateway already (its `Via` holds `via`'s name): a loop.
+#[must_use]
 pub fn add_forwarding(
     headers: &mut HeaderMap,
     client_ip: &HeaderValue,
     original_host: Option<&HeaderValue>,
+    via_entry: &Via,
     version: Version,
     trusted: bool,
     https: bool,
-) {
+) -> bool {
     // Which of the names below the request has, in one pass over its
     // names rather than a lookup each: a lookup hashes the name (a custom
     // one byte by byte), and most requests carry none of them (see
@@ -436,6 +433,10 @@ pub fn add_forwarding(
             // spares the scan for every other header.
             underscore = true;
         }
+    }
+    // Read only when present: most requests carry no `Via`.
+    if via && via_entry.seen_in(headers) {
+        return true;
     }
     if underscore {
         remove_other_spellings(headers, SET_BY_POLICY.iter(), false);
@@ -465,7 +466,8 @@ pub fn add_forwarding(
             headers.insert(FORWARDED, element);
         }
     }
-    add_to_list(headers, header::VIA, via, HeaderValue::from_static(via_value(version)));
+    add_to_list(headers, header::VIA, via, via_entry.entry(version).clone());
+    false
 }
 
 /// This hop's `Forwarded` element: `for=...;proto=http;host=...`, quoted as

@@ -12,6 +12,11 @@ fn map(pairs: Pairs) -> HeaderMap {
     h
 }
 
+/// The gateway's `Via`, under the name the tables expect.
+fn via() -> Via {
+    Via::new("gateway").unwrap()
+}
+
 fn names(h: &HeaderMap) -> Vec<String> {
     let mut n: Vec<String> = h.keys().map(|k| k.to_string()).collect();
     n.sort();
@@ -228,7 +233,7 @@ fn forwarding_headers_append_and_set() {
         let mut h = map(input);
         let host = host.map(HeaderValue::from_static);
         let ip = forwarded_for("10.0.0.1".parse().unwrap());
-        add_forwarding(&mut h, &ip, host.as_ref(), *version, *trusted, false);
+        assert!(!add_forwarding(&mut h, &ip, host.as_ref(), &via(), *version, *trusted, false));
         let got = [X_FORWARDED_FOR, X_FORWARDED_PROTO, X_FORWARDED_HOST, FORWARDED, header::VIA].map(|n| {
             assert!(h.get_all(&n).iter().count() <= 1, "{n} repeated");
             h.get(&n).map(|v| v.to_str().unwrap().to_owned())
@@ -247,7 +252,7 @@ fn underscore_spellings_of_the_forwarding_headers_are_dropped() {
             ("x_forwarded_for", "6.6.6.6"),
             ("x_forwarded_host", "evil.example"),
         ]);
-        add_forwarding(&mut h, &ip, None, Version::HTTP_11, trusted, false);
+        assert!(!add_forwarding(&mut h, &ip, None, &via(), Version::HTTP_11, trusted, false));
         let names: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
         assert!(!names.iter().any(|n| n.contains('_')), "trusted={trusted}: {names:?}");
         assert_eq!(h.get(header::ACCEPT).unwrap(), "*/*");
@@ -259,9 +264,24 @@ fn a_client_on_tls_is_forwarded_as_https() {
     let ip = forwarded_for("10.0.0.1".parse().unwrap());
     // Untrusted: its own claim is replaced by this hop's https.
     let mut h = map(&[("x-forwarded-proto", "http"), ("forwarded", "for=1.1.1.1;proto=http")]);
-    add_forwarding(&mut h, &ip, None, Version::HTTP_11, false, true);
+    assert!(!add_forwarding(&mut h, &ip, None, &via(), Version::HTTP_11, false, true));
     assert_eq!(h.get(X_FORWARDED_PROTO).unwrap(), "https");
     assert_eq!(h.get(FORWARDED).unwrap(), "for=10.0.0.1;proto=https");
+}
+
+#[test]
+fn a_request_that_passed_here_changes_nothing() {
+    let ip = forwarded_for("10.0.0.1".parse().unwrap());
+    for seen in ["1.1 gateway", "1.0 edge, 1.1 GATEWAY (x)"] {
+        let mut h = map(&[("via", seen), ("x-forwarded-for", "1.1.1.1")]);
+        let before = h.clone();
+        assert!(add_forwarding(&mut h, &ip, None, &via(), Version::HTTP_11, false, false), "{seen}");
+        assert_eq!(h, before);
+    }
+    // Another gateway's entry is one more hop.
+    let mut h = map(&[("via", "1.1 gateway-0badcafe")]);
+    assert!(!add_forwarding(&mut h, &ip, None, &via(), Version::HTTP_11, false, false));
+    assert_eq!(h.get(header::VIA).unwrap(), "1.1 gateway-0badcafe, 1.1 gateway");
 }
 
 #[test]

@@ -267,7 +267,7 @@ impl Upstream {
                             {
                                 // The tunnel holds no slot (see `tunnel`). A 101
                                 // comes only over HTTP/1.1, on its own connection.
-                                return Ok(tunnel::switch(response, client, idle));
+                                return Ok(tunnel::switch(response, client, idle, &target.via));
                             }
                             let lease = Lease::new(attempt, slot, in_flight);
                             return Ok(self.respond(response, lease, target));
@@ -291,7 +291,7 @@ impl Upstream {
     /// streaming; `lease` is held until the body is complete.
     fn respond(&self, response: Response<Received>, lease: Lease, target: &ProxyTarget) -> Response<Body> {
         let (mut parts, body) = response.into_parts();
-        let reusable = proxy::prepare_response(&mut parts, &body);
+        let reusable = proxy::prepare_response(&mut parts, &body, &target.via);
         let (failed, stalled) = (self.metrics.body_failed.clone(), self.metrics.body_stalled.clone());
         let body = UpstreamBody::new(Leased { body, lease }, reusable, target.body_timeout, failed, stalled);
         Response::from_parts(parts, Body::Upstream(Box::new(body)))

@@ -104,7 +104,10 @@ pub fn prepare_request<B: ClientBody>(
         headers::join_cookies(&mut parts.headers);
     }
     let (forwarded_for, host) = (&peer.forwarded_for, client_host.as_ref());
-    headers::add_forwarding(&mut parts.headers, forwarded_for, host, parts.version, peer.trusted, peer.tls);
+    let via = &target.via;
+    if headers::add_forwarding(&mut parts.headers, forwarded_for, host, via, parts.version, peer.trusted, peer.tls) {
+        return Err(GatewayError::LoopDetected);
+    }
     if target.drop_underscore_headers {
         headers::remove_other_spellings(&mut parts.headers, std::iter::empty(), true);
     }
@@ -176,9 +179,9 @@ pub fn check_status(status: u16, upstream: &str, upgrading: bool) -> Result<(), 
     Ok(())
 }
 
-/// Applies the header rules to an upstream response head. Returns whether
-/// its connection may be reused.
-pub fn prepare_response(parts: &mut response::Parts, body: &Received) -> bool {
+/// Applies the header rules to an upstream response head (`via`: the
+/// gateway's `Via` entries). Returns whether its connection may be reused.
+pub fn prepare_response(parts: &mut response::Parts, body: &Received, via: &headers::Via) -> bool {
     if parts.status == http::StatusCode::SWITCHING_PROTOCOLS {
         // The protocol switched to, for the client (RFC 9110 §15.2.2); the
         // rest is stripped as from any response.
@@ -188,7 +191,7 @@ pub fn prepare_response(parts: &mut response::Parts, body: &Received) -> bool {
             parts.headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
             parts.headers.insert(header::UPGRADE, protocol);
         }
-        headers::append_via(&mut parts.headers, parts.version);
+        headers::append_via(&mut parts.headers, via, parts.version);
         return false;
     }
     // Content-Length beside Transfer-Encoding (the body is framed by the
@@ -203,6 +206,6 @@ pub fn prepare_response(parts: &mut response::Parts, body: &Received) -> bool {
         parts.headers.remove(header::CONTENT_LENGTH);
     }
     headers::strip_hop_by_hop(&mut parts.headers);
-    headers::append_via(&mut parts.headers, parts.version);
+    headers::append_via(&mut parts.headers, via, parts.version);
     reusable
 }

@@ -33,6 +33,7 @@ use super::body::Received;
 use super::h1::Upgraded;
 use super::proxy;
 use crate::body::Body;
+use crate::headers::Via;
 use crate::metrics::UPGRADED_ACTIVE;
 
 /// A tunnel waiting for the 101 to reach the client. It travels to the
@@ -65,9 +66,9 @@ pub struct Tunnel {
 
 /// The client's response to an upgrade the upstream accepted: the 101 with
 /// the protocol switched to, and the tunnel in its extensions.
-pub fn switch(response: Response<Received>, client: OnUpgrade, idle: Duration) -> Response<Body> {
+pub fn switch(response: Response<Received>, client: OnUpgrade, idle: Duration, via: &Via) -> Response<Body> {
     let (mut parts, body) = response.into_parts();
-    proxy::prepare_response(&mut parts, &body);
+    proxy::prepare_response(&mut parts, &body, via);
     let upstream = match body {
         Received::Http1(body) => body.into_upgraded().expect("a 101 leaves its connection to the tunnel"),
         Received::Http2(_) => unreachable!("a 101 comes only over HTTP/1.1"),

@@ -134,6 +134,10 @@ fn server(s: &RawServer, base_dir: &Path) -> Result<ServerConfig, Problem> {
         },
         tls: s.tls.as_ref().map(|t| listener_tls(t, base_dir)).transpose()?,
         watch_config: s.watch_config,
+        via: match &s.via {
+            Some(name) => crate::headers::Via::new(name).map_err(|m| ("server.via".to_owned(), m))?,
+            None => crate::headers::Via::default(),
+        },
     };
     // hyper's read buffer cannot be smaller than 8 KiB.
     if server.max_header_size < 8192 {
@@ -275,6 +279,7 @@ fn route(
     let access = access(keys, &key, base_dir)?.map(std::sync::Arc::new);
     if let Target::Proxy(p) = &mut target {
         p.drop_underscore_headers = server.drop_underscore_headers;
+        p.via = server.via.clone();
         let ruled = request_headers.remove.iter().chain(request_headers.set.iter().map(|(n, _)| n));
         let authed = access.as_ref().map(|a| a.guarded_headers()).unwrap_or_default();
         p.guarded_trailers = crate::headers::SET_BY_GATEWAY.iter().chain(ruled).chain(&authed).cloned().collect();

@@ -163,5 +163,6 @@ fn proxy_target(
         cache,
         drop_underscore_headers: false,
         guarded_trailers: std::sync::Arc::from([]),
+        via: Default::default(),
     })
 }

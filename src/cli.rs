@@ -213,7 +213,10 @@ fn check_discovery(config: &Config) {
                     let failed = failed.map(|why| format!(" (a part failed: {why})")).unwrap_or_default();
                     println!("{what} resolves to {}{failed}", addresses.join(", "));
                 }
-                Ok(Combined::NotFound) => println!("{what} is not resolvable now (not found)"),
+                Ok(Combined::NotFound { failed: None }) => println!("{what} is not resolvable now (not found)"),
+                Ok(Combined::NotFound { failed: Some(why) }) => {
+                    println!("{what} is not resolvable now (not found; a part failed: {why})")
+                }
                 Ok(Combined::Failed(why)) => println!("{what} is not resolvable now ({why})"),
                 Err(_) => println!("{what} is not resolvable now (no answer in time)"),
             }

@@ -42,8 +42,9 @@ pub enum Combined {
     /// Endpoints, with the smallest TTL of the parts that gave them;
     /// `failed` says why some part failed (it was asked again soon).
     Found { endpoints: Vec<EndpointConfig>, ttl: Duration, failed: Option<String> },
-    /// No part had any endpoint, and none failed.
-    NotFound,
+    /// No part had any endpoint: those that answered have none, and those
+    /// that failed (`failed` says why) had no last good ones to stand in.
+    NotFound { failed: Option<String> },
     /// Nothing learnt: every part failed (the set is kept as it is), or
     /// the lookup as a whole.
     Failed(String),
@@ -103,7 +104,7 @@ impl Held {
     pub fn combine(&mut self, answer: Answer) -> Combined {
         let parts = match answer {
             Answer::Parts { parts, .. } => parts,
-            Answer::NotFound => return Combined::NotFound,
+            Answer::NotFound => return Combined::NotFound { failed: None },
             Answer::Failed(why) => return Combined::Failed(why),
         };
         self.last_good.retain(|key, _| parts.iter().any(|p| p.key == *key));
@@ -133,8 +134,11 @@ impl Held {
             // Nothing answered: a failed lookup, which keeps the set whole.
             (_, Some(why)) if !answered => Combined::Failed(why),
             (Some(ttl), failed) => Combined::Found { endpoints, ttl, failed },
-            (None, Some(why)) => Combined::Failed(why),
-            (None, None) => Combined::NotFound,
+            // What answered has no address, and what failed none to stand
+            // in: the name is gone as far as anything says, so the rule for
+            // a name not found applies, not the one for a failed lookup
+            // (which would keep the set for ever).
+            (None, failed) => Combined::NotFound { failed },
         }
     }
 
@@ -245,7 +249,24 @@ mod tests {
             ),
             (
                 "no records anywhere",
-                vec![(parts(vec![part("A", Some(&[])), part("AAAA", Some(&[]))]), Combined::NotFound)],
+                vec![(parts(vec![part("A", Some(&[])), part("AAAA", Some(&[]))]), Combined::NotFound { failed: None })],
+            ),
+            (
+                "A has none and AAAA fails with none to stand in: not found",
+                vec![
+                    (parts(vec![part("A", Some(&[1])), part("AAAA", Some(&[]))]), found(&[1], None)),
+                    (
+                        parts(vec![part("A", Some(&[])), part("AAAA", None)]),
+                        Combined::NotFound { failed: Some("AAAA: SERVFAIL".into()) },
+                    ),
+                ],
+            ),
+            (
+                "A has none and AAAA fails with its last good: those",
+                vec![
+                    (parts(vec![part("A", Some(&[1])), part("AAAA", Some(&[2]))]), found(&[1, 2], None)),
+                    (parts(vec![part("A", Some(&[])), part("AAAA", None)]), found(&[2], Some("AAAA"))),
+                ],
             ),
             (
                 "a part no longer asked is forgotten",
@@ -258,7 +279,7 @@ mod tests {
             (
                 "the lookup as a whole",
                 vec![
-                    (Answer::NotFound, Combined::NotFound),
+                    (Answer::NotFound, Combined::NotFound { failed: None }),
                     (Answer::Failed("x".into()), Combined::Failed("x".into())),
                 ],
             ),

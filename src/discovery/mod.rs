@@ -63,7 +63,8 @@ pub enum Resolution {
     /// NXDOMAIN, or no records.
     NotFound,
     /// Some part failed (AAAA, one SRV target): this many addresses, its
-    /// last good ones among them.
+    /// last good ones among them (none: what answered found none, and the
+    /// set goes after `max_ttl` as for `NotFound`).
     Partial { addresses: usize, reason: String },
     /// Timeout, SERVFAIL, refused: the set was kept.
     Failed { reason: String },

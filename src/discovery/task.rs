@@ -109,7 +109,12 @@ impl Task {
             Combined::Found { endpoints, ttl, failed: Some(why) } => {
                 (Looked::Partial { ttl: *ttl }, Resolution::Partial { addresses: endpoints.len(), reason: why.clone() })
             }
-            Combined::NotFound => (Looked::NotFound, Resolution::NotFound),
+            Combined::NotFound { failed: None } => (Looked::NotFound, Resolution::NotFound),
+            // What answered says the name has no address: kept until max_ttl
+            // as for a name not found, and counted as partial.
+            Combined::NotFound { failed: Some(why) } => {
+                (Looked::NotFound, Resolution::Partial { addresses: 0, reason: why.clone() })
+            }
             Combined::Failed(why) => (Looked::Failed, Resolution::Failed { reason: why.clone() }),
         };
         let (change, next) = schedule::decide(looked, self.last_found, now, &self.d);
@@ -143,7 +148,7 @@ impl Task {
         let wall = SystemTime::now();
         let mut status = self.state.status.lock().unwrap_or_else(|e| e.into_inner());
         status.last_resolution = Some(wall);
-        if let Resolution::Found { .. } | Resolution::Partial { .. } = resolution {
+        if let Resolution::Found { .. } | Resolution::Partial { addresses: 1.., .. } = resolution {
             status.last_success = Some(wall);
             self.last_success.set(wall.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_secs_f64());
         }
@@ -169,6 +174,15 @@ fn log_outcome(upstream: &str, d: &Discover, resolution: &Resolution, state: &St
     let kept = state.endpoints().len();
     match resolution {
         Resolution::Found { addresses } => tracing::info!(upstream, name, addresses, "discovery: name resolves"),
+        Resolution::Partial { addresses: 0, reason } => tracing::warn!(
+            upstream,
+            name,
+            kept,
+            error = %reason,
+            max_ttl = %humantime::format_duration(d.max_ttl),
+            "discovery: the part of the lookup that answered found no address and the rest failed; \
+             its addresses go after max_ttl"
+        ),
         Resolution::Partial { addresses, reason } => tracing::warn!(
             upstream,
             name,

@@ -18,9 +18,14 @@ use tokio::net::UdpSocket;
 /// What the server answers for a (name, type).
 #[derive(Debug, Clone)]
 pub enum Reply {
-    Records { data: Vec<RData>, ttl: u32 },
+    Records {
+        data: Vec<RData>,
+        ttl: u32,
+    },
     NxDomain,
     ServFail,
+    /// No answer at all: the resolver times out.
+    Silent,
 }
 
 type Zone = HashMap<(String, RecordType), Reply>;
@@ -72,6 +77,7 @@ impl TestDns {
                     }
                     Reply::NxDomain => response.metadata.response_code = ResponseCode::NXDomain,
                     Reply::ServFail => response.metadata.response_code = ResponseCode::ServFail,
+                    Reply::Silent => continue,
                 }
                 let _ = socket.send_to(&response.to_vec().unwrap(), peer).await;
             }

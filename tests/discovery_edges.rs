@@ -1,0 +1,77 @@
+//! Discovery where answers are partial or odd, against the tests' DNS
+//! server (`discovery/dns.rs`): a name gone from A while AAAA fails.
+
+mod common;
+#[path = "discovery/dns.rs"]
+mod dns;
+#[path = "discovery/upstreams.rs"]
+mod upstreams;
+
+use std::time::Duration;
+
+use common::*;
+use dns::{Reply, TestDns};
+use gateway::discovery::Resolution;
+use hickory_proto::rr::RecordType;
+use tokio::time::Instant;
+use upstreams::*;
+
+/// Waits (`within` at most) until the upstream has `n` endpoints.
+async fn wait_for_count(gw: &TestGateway, name: &str, n: usize, within: Duration) -> Vec<String> {
+    let deadline = Instant::now() + within;
+    loop {
+        let now = endpoints(gw, name);
+        if now.len() == n {
+            return now;
+        }
+        assert!(Instant::now() < deadline, "{name}: still {now:?}, not {n} endpoints");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn resolution(gw: &TestGateway, name: &str) -> Option<Resolution> {
+    let up = gw.app.upstreams().into_iter().find(|u| u.config.name == name).expect("the upstream is there");
+    up.discovery().result
+}
+
+/// A answers NXDOMAIN (or no records) while AAAA fails (SERVFAIL, or no
+/// answer at all): what answered applies, so the address goes after
+/// `max_ttl` as for a name not found, not kept for ever as for a failed
+/// lookup.
+#[tokio::test]
+async fn a_name_gone_from_a_while_aaaa_fails_goes_after_max_ttl() {
+    let cases = [
+        ("nx-servfail", Reply::NxDomain, Reply::ServFail),
+        ("empty-silent", Reply::Records { data: vec![], ttl: 1 }, Reply::Silent),
+    ];
+    let dns = TestDns::start().await;
+    let (port, _ups) = on_one_port(&["127.0.0.1"]).await;
+    let mut gateways = Vec::new();
+    for (case, _, _) in &cases {
+        let host = format!("{case}.test");
+        dns.addresses(&host, &["127.0.0.1"], 1);
+        let discover = format!("dns = \"{host}:{port}\", interval = \"200ms\", min_ttl = \"100ms\", max_ttl = \"2s\"");
+        let gw = gateway(&dns, case, &discover, "").await;
+        wait_for_endpoints(&gw, case, 1).await;
+        gateways.push(gw);
+    }
+    for (case, a, aaaa) in &cases {
+        dns.set(&format!("{case}.test"), RecordType::A, a.clone());
+        dns.set(&format!("{case}.test"), RecordType::AAAA, aaaa.clone());
+    }
+    // Not at once: a name gone keeps its addresses until max_ttl.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    for ((case, _, _), gw) in cases.iter().zip(&gateways) {
+        assert_eq!(endpoints(gw, case).len(), 1, "{case}: emptied before max_ttl");
+    }
+    for ((case, _, _), gw) in cases.iter().zip(&gateways) {
+        wait_for_count(gw, case, 0, Duration::from_secs(6)).await;
+        assert_eq!(status_and_body(gw.url("/x")).await.0, 503, "{case}");
+        match resolution(gw, case) {
+            Some(Resolution::Partial { addresses: 0, reason }) => {
+                assert!(reason.starts_with("AAAA"), "{case}: {reason}")
+            }
+            other => panic!("{case}: {other:?}"),
+        }
+    }
+}

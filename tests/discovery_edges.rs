@@ -1,5 +1,6 @@
 //! Discovery where answers are partial or odd, against the tests' DNS
-//! server (`discovery/dns.rs`): a name gone from A while AAAA fails.
+//! server (`discovery/dns.rs`): a name gone from A while AAAA fails, a
+//! reload while a name is gone.
 
 mod common;
 #[path = "discovery/dns.rs"]
@@ -74,4 +75,47 @@ async fn a_name_gone_from_a_while_aaaa_fails_goes_after_max_ttl() {
             other => panic!("{case}: {other:?}"),
         }
     }
+}
+
+/// The gateway on `path`, whose upstream `reload` is discovered with
+/// `discover` through `dns`.
+fn reload_toml(dns: &TestDns, discover: &str, timeout: &str) -> String {
+    format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\n\
+         [resolver]\nnameservers = [\"{}\"]\ntimeout = \"{timeout}\"\nattempts = 1\n\
+         [upstreams.reload]\ndiscover = {{ {discover} }}\n\
+         [[routes]]\nname = \"reload\"\nprefix = \"/\"\nupstream = \"reload\"\n",
+        dns.addr
+    )
+}
+
+/// A reload that changes a discovered upstream's settings, or
+/// `[resolver]`, while its name is gone: the new lookups still keep the
+/// addresses until `max_ttl` after the name last had them, not one lookup.
+#[tokio::test]
+async fn a_reload_while_a_name_is_gone_still_waits_for_max_ttl() {
+    let dns = TestDns::start().await;
+    let (port, _ups) = on_one_port(&["127.0.0.1"]).await;
+    dns.addresses("reload.test", &["127.0.0.1"], 1);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gw.toml");
+    let discover = |interval: &str| {
+        format!("dns = \"reload.test:{port}\", interval = \"{interval}\", min_ttl = \"100ms\", max_ttl = \"3s\"")
+    };
+    std::fs::write(&path, reload_toml(&dns, &discover("200ms"), "500ms")).unwrap();
+    let c = gateway::config::load(&gateway::config::Source::File(path.clone())).unwrap();
+    let gw = TestGateway::start(c).await;
+    wait_for_endpoints(&gw, "reload", 1).await;
+
+    dns.all("reload.test", Reply::NxDomain);
+    // The upstream's settings, then the resolver's.
+    for (interval, timeout) in [("300ms", "500ms"), ("300ms", "400ms")] {
+        std::fs::write(&path, reload_toml(&dns, &discover(interval), timeout)).unwrap();
+        gw.app.reload().unwrap();
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(endpoints(&gw, "reload").len(), 1, "emptied after a reload ({interval}, {timeout})");
+        assert_eq!(resolution(&gw, "reload"), Some(Resolution::NotFound), "it was asked since");
+    }
+    assert_eq!(status_and_body(gw.url("/x")).await.0, 200);
+    wait_for_count(&gw, "reload", 0, Duration::from_secs(5)).await;
 }

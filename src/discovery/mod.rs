@@ -30,6 +30,7 @@ use std::time::{Duration, SystemTime};
 
 use hickory_resolver::TokioResolver;
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 use crate::config::{Config, Discover, EndpointConfig, ResolverSettings};
 
@@ -114,6 +115,10 @@ pub struct State {
     /// The addresses the name has now (as far as the rules go; see
     /// `schedule`), sorted.
     endpoints: Mutex<Vec<EndpointConfig>>,
+    /// When the name last had addresses (`None`: never): carried over to
+    /// the lookups that replace these, so that a name gone keeps its
+    /// addresses until `max_ttl` after that, a reload or not.
+    last_found: Mutex<Option<Instant>>,
     status: Mutex<Status>,
 }
 
@@ -121,6 +126,11 @@ impl State {
     /// The endpoints the upstream should have now.
     pub fn endpoints(&self) -> Vec<EndpointConfig> {
         self.endpoints.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// When the name last had addresses.
+    fn last_found(&self) -> Option<Instant> {
+        *self.last_found.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// A copy of the discovery's status.
@@ -186,11 +196,11 @@ impl Discovery {
     /// Must run on a tokio runtime.
     pub fn sync(&self, config: &Config) {
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let mut carried: HashMap<String, (Discover, Vec<EndpointConfig>)> = HashMap::new();
+        let mut carried: HashMap<String, Watch> = HashMap::new();
         if inner.settings.as_ref() != Some(&config.resolver) {
             inner.settings = Some(config.resolver.clone());
             inner.resolver = None;
-            carried = inner.watches.drain().map(|(name, w)| (name, (w.config.clone(), w.state.endpoints()))).collect();
+            carried = inner.watches.drain().collect();
         }
         let wanted: HashMap<&str, &Discover> =
             config.upstreams.iter().filter_map(|u| Some((u.name.as_str(), u.discover.as_ref()?))).collect();
@@ -202,7 +212,7 @@ impl Discovery {
             .collect();
         for name in stale {
             if let Some(w) = inner.watches.remove(&name) {
-                carried.insert(name, (w.config.clone(), w.state.endpoints()));
+                carried.insert(name, w);
             }
         }
         for (name, discover) in wanted {
@@ -211,12 +221,16 @@ impl Discovery {
             }
             let settings = inner.settings.clone().unwrap_or_else(|| config.resolver.clone());
             let resolver = inner.resolver.get_or_insert_with(|| resolve::resolver(&settings).map(Arc::new)).clone();
-            let kept = match carried.remove(name) {
-                Some((before, endpoints)) if before.same_target(discover) => endpoints,
-                _ => Vec::new(),
+            // Its task stops as it is dropped here.
+            let (kept, last_found) = match carried.remove(name) {
+                Some(before) if before.config.same_target(discover) => {
+                    (before.state.endpoints(), before.state.last_found())
+                }
+                _ => (Vec::new(), None),
             };
             let state = Arc::new(State {
                 endpoints: Mutex::new(kept),
+                last_found: Mutex::new(last_found),
                 status: Mutex::new(Status {
                     source: if discover.source() == "srv" { Source::Srv } else { Source::Dns },
                     name: Some(discover.describe()),

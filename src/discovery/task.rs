@@ -42,7 +42,6 @@ pub(super) async fn run(
         last_success: gauge!(DISCOVERY_LAST_SUCCESS, "upstream" => upstream.clone()),
         // Carried over from the lookups this task replaces, TTLs unknown.
         held: Held::carried(state.endpoints(), d.min_ttl),
-        last_found: None,
         previous: None,
         skipped: HashSet::new(),
         upstream,
@@ -68,8 +67,6 @@ struct Task {
     state: Arc<State>,
     changed: Arc<Notify>,
     held: Held,
-    /// When the name last had addresses (`None`: never, since the start).
-    last_found: Option<Instant>,
     /// The last lookup's `result` label (its change is logged).
     previous: Option<&'static str>,
     /// The records the last answer left out (each is logged when it
@@ -117,11 +114,11 @@ impl Task {
             }
             Combined::Failed(why) => (Looked::Failed, Resolution::Failed { reason: why.clone() }),
         };
-        let (change, next) = schedule::decide(looked, self.last_found, now, &self.d);
+        let (change, next) = schedule::decide(looked, self.state.last_found(), now, &self.d);
         self.record(resolution);
         let new = match (change, combined) {
             (SetChange::Replace, Combined::Found { endpoints, ttl, .. }) => {
-                self.last_found = Some(now);
+                *self.state.last_found.lock().unwrap_or_else(|e| e.into_inner()) = Some(now);
                 Some(self.held.answer(&endpoints, ttl.clamp(self.d.min_ttl, self.d.max_ttl), now))
             }
             (SetChange::Empty, _) => {

@@ -1,6 +1,6 @@
 //! Discovery where answers are partial or odd, against the tests' DNS
 //! server (`discovery/dns.rs`): a name gone from A while AAAA fails, a
-//! reload while a name is gone.
+//! reload while a name is gone, SRV targets that do not answer.
 
 mod common;
 #[path = "discovery/dns.rs"]
@@ -118,4 +118,37 @@ async fn a_reload_while_a_name_is_gone_still_waits_for_max_ttl() {
     }
     assert_eq!(status_and_body(gw.url("/x")).await.0, 200);
     wait_for_count(&gw, "reload", 0, Duration::from_secs(5)).await;
+}
+
+/// SRV targets are looked up at once: the DNS holds its answers back until
+/// every target has been asked, so a gateway asking them one after another
+/// (each waiting for its answer) would first get all but the last wrong.
+#[tokio::test]
+async fn srv_targets_are_looked_up_at_once() {
+    let dns = TestDns::start().await;
+    let ips = ["127.0.0.1", "127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5", "127.0.0.6"];
+    let (port, _ups) = on_one_port(&ips).await;
+    let targets: Vec<String> = (1..=ips.len()).map(|i| format!("t{i}.many.test")).collect();
+    for (target, ip) in targets.iter().zip(ips) {
+        dns.addresses(target, &[ip], 60);
+    }
+    let records: Vec<(u16, u16, u16, &str)> = targets.iter().map(|t| (10, 1, port, t.as_str())).collect();
+    dns.srv("_http._tcp.many.test", &records, 60);
+    dns.hold_until_all_asked(&targets.iter().map(String::as_str).collect::<Vec<_>>());
+    let discover = "srv = \"_http._tcp.many.test\", interval = \"60s\", min_ttl = \"1s\"";
+    let gw = gateway(&dns, "many", discover, "").await;
+    let deadline = Instant::now() + Duration::from_secs(8);
+    let first = loop {
+        let now = endpoints(&gw, "many");
+        if !now.is_empty() {
+            break now;
+        }
+        assert!(Instant::now() < deadline, "no endpoint");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert_eq!(first.len(), ips.len(), "the first lookup's set: {first:?}");
+    assert_eq!(resolution(&gw, "many"), Some(Resolution::Found { addresses: ips.len() }));
+    let m = metrics_text(gw.addr).await;
+    let partial = sample(&m, "gateway_discovery_resolutions_total", &[("upstream", "many"), ("result", "partial")]);
+    assert_eq!(partial, Some(0.0), "no target failed");
 }

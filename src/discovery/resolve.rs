@@ -7,6 +7,7 @@ use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::time::Duration;
 
+use futures_util::{StreamExt, stream};
 use hickory_resolver::TokioResolver;
 use hickory_resolver::config::{NameServerConfig, ResolverConfig};
 use hickory_resolver::net::NetError;
@@ -100,7 +101,7 @@ pub fn unusable(ip: IpAddr) -> Option<&'static str> {
 }
 
 /// Looks `d`'s name up: A and AAAA (both asked at once), or SRV and then
-/// its targets' addresses.
+/// its targets' addresses (all targets at once, up to a bound).
 pub async fn lookup(resolver: &TokioResolver, d: &Discover) -> Answer {
     match &d.name {
         DiscoverName::Dns { host, port } => {
@@ -170,6 +171,9 @@ fn outcome(d: &Discover, looked: Looked, port: u16, cap: Option<u32>, skipped: &
     }
 }
 
+/// How many SRV targets are looked up at once.
+const TARGETS_AT_ONCE: usize = 16;
+
 /// SRV: the records of the lowest priority (RFC 2782: the others are
 /// fallbacks, used only when all of those are unreachable, which the
 /// gateway's health checks and ejection decide instead), each target's
@@ -190,16 +194,26 @@ async fn srv(resolver: &TokioResolver, d: &Discover, name: &str) -> Answer {
         })
         .collect();
     let Some(lowest) = records.iter().map(|(_, priority, _, _)| *priority).min() else { return Answer::NotFound };
-    let (mut parts, mut skipped) = (Vec::new(), Vec::new());
+    let (mut asked, mut skipped) = (Vec::new(), Vec::new());
     for (record, _, port, target) in records.iter().filter(|(_, p, _, _)| *p == lowest) {
         // RFC 2782: port 0 means the service is not there; nothing listens.
         if *port == 0 {
             skipped.push(Skipped { record: format!("{target}:0"), reason: "port_zero" });
             continue;
         }
-        let (v4, v6) = families(resolver, target).await;
+        asked.push((record.ttl, *port, target));
+    }
+    // At once, so that targets that do not answer cost one timeout, not
+    // one each; bounded, so that a huge record set is not as many queries
+    // in flight. In record order, as the parts' keys are.
+    // (The futures made first: a stream holding the closure would not be
+    // `Send` for every lifetime, as a spawned task must be.)
+    let queries: Vec<_> = asked.iter().map(|(_, _, target)| families(resolver, target)).collect();
+    let looked: Vec<(Looked, Looked)> = stream::iter(queries).buffered(TARGETS_AT_ONCE).collect().await;
+    let mut parts = Vec::new();
+    for ((ttl, port, target), (v4, v6)) in asked.into_iter().zip(looked) {
         for (family, looked) in [("A", v4), ("AAAA", v6)] {
-            let outcome = outcome(d, looked, *port, Some(record.ttl), &mut skipped);
+            let outcome = outcome(d, looked, port, Some(ttl), &mut skipped);
             parts.push(Part { key: format!("{target}:{port} {family}"), outcome });
         }
     }

@@ -6,7 +6,7 @@
 // Shared by discovery.rs and tls.rs, which use different parts of it.
 #![allow(dead_code)]
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 
@@ -34,6 +34,16 @@ pub struct TestDns {
     pub addr: SocketAddr,
     zone: Arc<Mutex<Zone>>,
     queries: Arc<Mutex<Vec<(String, RecordType)>>>,
+    gate: Arc<Gate>,
+}
+
+/// Names whose answers are held back until every one of them has been
+/// asked (see [`TestDns::hold_until_all_asked`]).
+#[derive(Default)]
+struct Gate {
+    /// The names held back, and those of them not asked yet; `None`: no gate.
+    waiting: Mutex<Option<(HashSet<String>, HashSet<String>)>>,
+    open: tokio::sync::Notify,
 }
 
 /// Lower case, without the final dot.
@@ -43,11 +53,12 @@ fn key(name: &str) -> String {
 
 impl TestDns {
     pub async fn start() -> TestDns {
-        let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let socket = Arc::new(UdpSocket::bind("127.0.0.1:0").await.unwrap());
         let addr = socket.local_addr().unwrap();
         let zone: Arc<Mutex<Zone>> = Arc::default();
         let queries: Arc<Mutex<Vec<(String, RecordType)>>> = Arc::default();
-        let (z, q) = (zone.clone(), queries.clone());
+        let gate: Arc<Gate> = Arc::default();
+        let (z, q, g) = (zone.clone(), queries.clone(), gate.clone());
         tokio::spawn(async move {
             let mut buf = [0u8; 4096];
             loop {
@@ -79,10 +90,27 @@ impl TestDns {
                     Reply::ServFail => response.metadata.response_code = ResponseCode::ServFail,
                     Reply::Silent => continue,
                 }
-                let _ = socket.send_to(&response.to_vec().unwrap(), peer).await;
+                let bytes = response.to_vec().unwrap();
+                if g.held(&name) {
+                    let (g, socket) = (g.clone(), socket.clone());
+                    tokio::spawn(async move {
+                        g.opened().await;
+                        let _ = socket.send_to(&bytes, peer).await;
+                    });
+                    continue;
+                }
+                let _ = socket.send_to(&bytes, peer).await;
             }
         });
-        TestDns { addr, zone, queries }
+        TestDns { addr, zone, queries, gate }
+    }
+
+    /// Answers for `names` are held back until each of them has been asked
+    /// (then all go out): a client that asks them one after another, each
+    /// waiting for its answer, gets none.
+    pub fn hold_until_all_asked(&self, names: &[&str]) {
+        let names: HashSet<String> = names.iter().map(|n| key(n)).collect();
+        *self.gate.waiting.lock().unwrap() = Some((names.clone(), names));
     }
 
     pub fn set(&self, name: &str, rtype: RecordType, reply: Reply) {
@@ -126,5 +154,35 @@ impl TestDns {
     pub fn queries(&self, name: &str, rtype: RecordType) -> usize {
         let name = key(name);
         self.queries.lock().unwrap().iter().filter(|(n, t)| *n == name && *t == rtype).count()
+    }
+}
+
+impl Gate {
+    /// Whether the answer to a query for `name` waits: `name` is gated and
+    /// some gated name has not been asked yet. Opens the gate once all were.
+    fn held(&self, name: &str) -> bool {
+        let mut waiting = self.waiting.lock().unwrap();
+        let Some((gated, names)) = waiting.as_mut() else { return false };
+        if !gated.contains(name) {
+            return false;
+        }
+        names.remove(name);
+        if names.is_empty() {
+            *waiting = None;
+            self.open.notify_waiters();
+            return false;
+        }
+        true
+    }
+
+    /// Waits until the gate is open.
+    async fn opened(&self) {
+        loop {
+            let notified = self.open.notified();
+            if self.waiting.lock().unwrap().is_none() {
+                return;
+            }
+            notified.await;
+        }
     }
 }

@@ -297,3 +297,23 @@ async fn a_fix_without_an_event_after_a_failed_reload_is_applied() {
     drop(f);
     assert!(wait_for(&gw, "/two", 200).await, "the fixed file was not applied");
 }
+
+/// A file truncated and then rewritten in place, with a pause between
+/// the two longer than the watcher waits for a file to settle: the empty
+/// file (a valid configuration with no routes) is never applied; the
+/// rewrite is.
+#[tokio::test]
+async fn a_file_truncated_in_place_is_not_applied_while_empty() {
+    let _serial = SERIAL.lock().await;
+    let (_dir, path, gw) = watching(&["one"]).await;
+    let (ok, errors) = (reloads(&gw, "ok").await, reloads(&gw, "error").await);
+    std::fs::File::create(&path).unwrap();
+    // Past the quiet period, the two reads and a poll.
+    tokio::time::sleep(Duration::from_millis(3000)).await;
+    assert_eq!(get(&gw.url("/one")).await.0.status, 200, "the empty file was applied");
+    assert_eq!((reloads(&gw, "ok").await, reloads(&gw, "error").await), (ok, errors), "no reload of an empty file");
+
+    std::fs::write(&path, toml(&["one", "two"])).unwrap();
+    assert!(wait_for(&gw, "/two", 200).await, "the rewritten file was not loaded");
+    assert_eq!(get(&gw.url("/one")).await.0.status, 200);
+}

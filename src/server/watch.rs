@@ -18,7 +18,10 @@
 //! twice, `SETTLE` apart, and applied only when both reads agree (a file
 //! still being written is not applied half-way, even if its first part
 //! parses; a certificate and its key renewed one after the other are
-//! applied together) and differ from the last bytes applied or tried, so
+//! applied together), are not empty (a file rewritten in place is empty
+//! for a while, and an empty configuration is valid: it has no routes; an
+//! empty file is waited out as a missing one) and differ from the last
+//! bytes applied or tried, so
 //! the several events of one save make at most one reload. The reload
 //! parses exactly the configuration bytes checked. Without events the
 //! files are still compared every `POLL`, so the last state of the files
@@ -50,8 +53,8 @@ pub const SETTLE: Duration = Duration::from_millis(500);
 /// applied or tried (and checks that the app still runs).
 const POLL: Duration = Duration::from_secs(2);
 
-/// What each watched file held at a look (`None`: missing or unreadable),
-/// in the order of the watched paths.
+/// What each watched file held at a look (`None`: missing, unreadable or
+/// empty), in the order of the watched paths.
 type Contents = Vec<Option<Vec<u8>>>;
 
 /// Watches `path`, and the files its configuration names, for as long as
@@ -94,7 +97,7 @@ pub async fn watch(app: Weak<App>, path: PathBuf) {
                 continue;
             }
             Read::Unreadable(file) => {
-                tracing::debug!(file = %file.display(), "file unreadable after a change; waiting for the next");
+                tracing::debug!(file = %file.display(), "file unreadable or empty after a change; waiting for the next");
                 continue;
             }
         };
@@ -222,20 +225,29 @@ impl Watching {
         for file in &self.files {
             match before.iter().position(|f| f == file) {
                 Some(i) => next.push(seen[i].take()),
-                None => next.push(tokio::fs::read(file).await.ok()),
+                None => next.push(read(file).await),
             }
         }
         next
     }
 }
 
-/// Each file's bytes (`None`: missing or unreadable).
+/// Each file's bytes (`None`: missing, unreadable or empty; see [`read`]).
 async fn read_all(files: &[PathBuf]) -> Contents {
     let mut out = Vec::with_capacity(files.len());
     for file in files {
-        out.push(tokio::fs::read(file).await.ok());
+        out.push(read(file).await);
     }
     out
+}
+
+/// A file's bytes; `None` when it is missing, unreadable or empty. A file
+/// rewritten in place is empty from its truncation to its first write,
+/// and an empty configuration is a valid one with no routes (an empty
+/// htpasswd file, one with no users): so an empty file is waited out as a
+/// missing one is, never applied.
+async fn read(file: &Path) -> Option<Vec<u8>> {
+    tokio::fs::read(file).await.ok().filter(|bytes| !bytes.is_empty())
 }
 
 /// What reading the files that have just been quiet gave.
@@ -244,8 +256,8 @@ enum Read {
     Settled(Contents),
     /// Different bytes: still being written.
     Moving,
-    /// The configuration file missing or unreadable (being replaced: its
-    /// arrival is an event). A file it names may be missing: a
+    /// The configuration file missing, unreadable or empty (being
+    /// replaced or rewritten: its arrival is an event). A file it names may be missing: a
     /// configuration changed meanwhile may not name it any more.
     Unreadable(PathBuf),
 }

@@ -1,6 +1,7 @@
 //! Discovery where answers are partial or odd, against the tests' DNS
 //! server (`discovery/dns.rs`): a name gone from A while AAAA fails, a
-//! reload while a name is gone, SRV targets that do not answer.
+//! reload while a name is gone, SRV targets that do not answer, SRV
+//! priorities whose lowest has no address.
 
 mod common;
 #[path = "discovery/dns.rs"]
@@ -151,4 +152,42 @@ async fn srv_targets_are_looked_up_at_once() {
     let m = metrics_text(gw.addr).await;
     let partial = sample(&m, "gateway_discovery_resolutions_total", &[("upstream", "many"), ("result", "partial")]);
     assert_eq!(partial, Some(0.0), "no target failed");
+}
+
+/// RFC 2782: the lowest priority the client can reach. Priorities whose
+/// targets have no usable address (NXDOMAIN, only 0.0.0.0, port 0) are
+/// passed over for the next; once the lowest has an address again, it is
+/// the one used.
+#[tokio::test]
+async fn srv_passes_over_priorities_without_an_address() {
+    let dns = TestDns::start().await;
+    let (port, ups) = on_one_port(&["127.0.0.1", "127.0.0.2"]).await;
+    dns.srv(
+        "_http._tcp.prio.test",
+        &[
+            (1, 1, 0, "z.prio.test"),
+            (5, 1, port, "c.prio.test"),
+            (10, 1, port, "a.prio.test"),
+            (20, 1, port, "b.prio.test"),
+        ],
+        1,
+    );
+    dns.addresses("z.prio.test", &["127.0.0.1"], 1);
+    dns.addresses("c.prio.test", &["0.0.0.0"], 1);
+    dns.addresses("b.prio.test", &["127.0.0.2"], 1);
+    let discover = "srv = \"_http._tcp.prio.test\", interval = \"200ms\", min_ttl = \"100ms\"";
+    let gw = gateway(&dns, "prio", discover, "").await;
+    assert_eq!(wait_for_endpoints(&gw, "prio", 1).await, [format!("127.0.0.2:{port}")]);
+    for _ in 0..3 {
+        assert_eq!(status_and_body(gw.url("/x")).await.0, 200);
+    }
+    assert_eq!(counts(&ups), [0, 3]);
+
+    // The lowest priority with a target reachable has an address again.
+    dns.addresses("a.prio.test", &["127.0.0.1"], 1);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while endpoints(&gw, "prio") != [format!("127.0.0.1:{port}")] {
+        assert!(Instant::now() < deadline, "still {:?}", endpoints(&gw, "prio"));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

@@ -100,7 +100,9 @@ impl Held {
 
     /// A lookup's parts combined: a failed part gives its last good
     /// endpoints; a part no longer asked (an SRV target that left) is
-    /// forgotten.
+    /// forgotten. Of SRV parts, those of the lowest priority that has an
+    /// endpoint (RFC 2782: the lowest the client can reach; the gateway's
+    /// health checks and ejection decide among its endpoints).
     pub fn combine(&mut self, answer: Answer) -> Combined {
         let parts = match answer {
             Answer::Parts { parts, .. } => parts,
@@ -108,23 +110,32 @@ impl Held {
             Answer::Failed(why) => return Combined::Failed(why),
         };
         self.last_good.retain(|key, _| parts.iter().any(|p| p.key == *key));
-        let (mut endpoints, mut ttl, mut failed) = (Vec::new(), None::<Duration>, None);
-        let mut answered = false;
-        for Part { key, outcome } in parts {
-            let (got, t) = match outcome {
+        // Each part's priority, endpoints (`None`: failed, none good
+        // before) and why it failed.
+        let mut taken = Vec::with_capacity(parts.len());
+        for Part { key, priority, outcome } in parts {
+            match outcome {
                 Outcome::Found { endpoints, ttl } => {
-                    answered = true;
                     self.last_good.insert(key, (endpoints.clone(), ttl));
-                    (endpoints, ttl)
+                    taken.push((priority, Some((endpoints, ttl)), None));
                 }
                 Outcome::Failed(why) => {
-                    failed = Some(format!("{key}: {why}"));
-                    match self.last_good.get(&key) {
-                        Some((kept, t)) => (kept.clone(), *t),
-                        None => continue,
-                    }
+                    let kept = self.last_good.get(&key).cloned();
+                    taken.push((priority, kept, Some(format!("{key}: {why}"))));
                 }
-            };
+            }
+        }
+        // Whether the lookup learnt anything: some part answered.
+        let answered = taken.iter().any(|(_, _, why)| why.is_none());
+        let has_some = |got: &Option<(Vec<EndpointConfig>, Duration)>| got.as_ref().is_some_and(|(e, _)| !e.is_empty());
+        // With none, every part says what the lookup came to.
+        if let Some(lowest) = taken.iter().filter(|(_, got, _)| has_some(got)).map(|(p, _, _)| *p).min() {
+            taken.retain(|(p, _, _)| *p == lowest);
+        }
+        let (mut endpoints, mut ttl, mut failed) = (Vec::new(), None::<Duration>, None);
+        for (_, got, why) in taken {
+            failed = why.or(failed);
+            let Some((got, t)) = got else { continue };
             if !got.is_empty() {
                 ttl = Some(ttl.map_or(t, |u| u.min(t)));
             }
@@ -206,13 +217,18 @@ mod tests {
     }
 
     fn part(key: &str, ports: Option<&[u16]>) -> Part {
+        tier(0, key, ports)
+    }
+
+    /// A part of an SRV record of `priority`.
+    fn tier(priority: u16, key: &str, ports: Option<&[u16]>) -> Part {
         let outcome = match ports {
             Some(ports) => {
                 Outcome::Found { endpoints: ports.iter().map(|p| at(*p)).collect(), ttl: Duration::from_secs(5) }
             }
             None => Outcome::Failed("SERVFAIL".into()),
         };
-        Part { key: key.into(), outcome }
+        Part { key: key.into(), priority, outcome }
     }
 
     #[test]
@@ -274,6 +290,25 @@ mod tests {
                     (parts(vec![part("a:1 A", Some(&[1])), part("b:2 A", Some(&[2]))]), found(&[1, 2], None)),
                     (parts(vec![part("a:1 A", Some(&[1]))]), found(&[1], None)),
                     (parts(vec![part("a:1 A", Some(&[1])), part("b:2 A", None)]), found(&[1], Some("b:2 A"))),
+                ],
+            ),
+            (
+                "the lowest priority with an address",
+                vec![
+                    (parts(vec![tier(10, "a:1 A", Some(&[1])), tier(20, "b:2 A", Some(&[2]))]), found(&[1], None)),
+                    // None there: the next.
+                    (parts(vec![tier(10, "a:1 A", Some(&[])), tier(20, "b:2 A", Some(&[2]))]), found(&[2], None)),
+                    // Failing there with its last good: those.
+                    (parts(vec![tier(10, "a:1 A", None), tier(20, "b:2 A", Some(&[2]))]), found(&[2], None)),
+                    (parts(vec![tier(10, "a:1 A", Some(&[1])), tier(20, "b:2 A", Some(&[2]))]), found(&[1], None)),
+                    (parts(vec![tier(10, "a:1 A", None), tier(20, "b:2 A", Some(&[2]))]), found(&[1], Some("a:1 A"))),
+                    // A failing fallback says nothing of the set.
+                    (parts(vec![tier(10, "a:1 A", Some(&[1])), tier(20, "b:2 A", None)]), found(&[1], None)),
+                    // No priority has one: all parts say.
+                    (
+                        parts(vec![tier(10, "a:1 A", Some(&[])), tier(20, "b:2 A", Some(&[]))]),
+                        Combined::NotFound { failed: None },
+                    ),
                 ],
             ),
             (

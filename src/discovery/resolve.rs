@@ -62,6 +62,8 @@ pub enum Answer {
 pub struct Part {
     /// Which query: `A`, `AAAA`, or `target:port A` for SRV.
     pub key: String,
+    /// The SRV record's priority (0 for a name's own A and AAAA).
+    pub priority: u16,
     pub outcome: Outcome,
 }
 
@@ -109,6 +111,7 @@ pub async fn lookup(resolver: &TokioResolver, d: &Discover) -> Answer {
             let mut skipped = Vec::new();
             let mut part = |key: &str, looked| Part {
                 key: key.to_owned(),
+                priority: 0,
                 outcome: outcome(d, looked, *port, None, &mut skipped),
             };
             let parts = vec![part("A", v4), part("AAAA", v6)];
@@ -174,11 +177,11 @@ fn outcome(d: &Discover, looked: Looked, port: u16, cap: Option<u32>, skipped: &
 /// How many SRV targets are looked up at once.
 const TARGETS_AT_ONCE: usize = 16;
 
-/// SRV: the records of the lowest priority (RFC 2782: the others are
-/// fallbacks, used only when all of those are unreachable, which the
-/// gateway's health checks and ejection decide instead), each target's
-/// addresses on the record's port, each family of each target a part of
-/// its own. Weights are not used: balancing has no weights.
+/// SRV: every record's target, its addresses on the record's port, each
+/// family of each target a part of its own, with the record's priority:
+/// which priority serves is decided with the last good addresses of the
+/// parts that fail (`hold`), so every priority's targets are asked.
+/// Weights are not used: balancing has no weights.
 async fn srv(resolver: &TokioResolver, d: &Discover, name: &str) -> Answer {
     let lookup = match resolver.lookup(name, RecordType::SRV).await {
         Ok(lookup) => lookup,
@@ -193,28 +196,30 @@ async fn srv(resolver: &TokioResolver, d: &Discover, name: &str) -> Answer {
             _ => None,
         })
         .collect();
-    let Some(lowest) = records.iter().map(|(_, priority, _, _)| *priority).min() else { return Answer::NotFound };
+    if records.is_empty() {
+        return Answer::NotFound;
+    }
     let (mut asked, mut skipped) = (Vec::new(), Vec::new());
-    for (record, _, port, target) in records.iter().filter(|(_, p, _, _)| *p == lowest) {
+    for (record, priority, port, target) in &records {
         // RFC 2782: port 0 means the service is not there; nothing listens.
         if *port == 0 {
             skipped.push(Skipped { record: format!("{target}:0"), reason: "port_zero" });
             continue;
         }
-        asked.push((record.ttl, *port, target));
+        asked.push((record.ttl, *priority, *port, target));
     }
     // At once, so that targets that do not answer cost one timeout, not
     // one each; bounded, so that a huge record set is not as many queries
     // in flight. In record order, as the parts' keys are.
     // (The futures made first: a stream holding the closure would not be
     // `Send` for every lifetime, as a spawned task must be.)
-    let queries: Vec<_> = asked.iter().map(|(_, _, target)| families(resolver, target)).collect();
+    let queries: Vec<_> = asked.iter().map(|(_, _, _, target)| families(resolver, target)).collect();
     let looked: Vec<(Looked, Looked)> = stream::iter(queries).buffered(TARGETS_AT_ONCE).collect().await;
     let mut parts = Vec::new();
-    for ((ttl, port, target), (v4, v6)) in asked.into_iter().zip(looked) {
+    for ((ttl, priority, port, target), (v4, v6)) in asked.into_iter().zip(looked) {
         for (family, looked) in [("A", v4), ("AAAA", v6)] {
             let outcome = outcome(d, looked, port, Some(ttl), &mut skipped);
-            parts.push(Part { key: format!("{target}:{port} {family}"), outcome });
+            parts.push(Part { key: format!("{target}:{port} {family}"), priority, outcome });
         }
     }
     Answer::Parts { parts, skipped }

@@ -1,7 +1,8 @@
 //! Discovery where answers are partial or odd, against the tests' DNS
 //! server (`discovery/dns.rs`): a name gone from A while AAAA fails, a
 //! reload while a name is gone, SRV targets that do not answer, SRV
-//! priorities whose lowest has no address.
+//! priorities whose lowest has no address; records that are not the
+//! name's, link-local addresses, an SRV target of `.`.
 
 mod common;
 #[path = "discovery/dns.rs"]
@@ -14,7 +15,8 @@ use std::time::Duration;
 use common::*;
 use dns::{Reply, TestDns};
 use gateway::discovery::Resolution;
-use hickory_proto::rr::RecordType;
+use hickory_proto::rr::rdata::{A, CNAME};
+use hickory_proto::rr::{Name, RData, RecordType};
 use tokio::time::Instant;
 use upstreams::*;
 
@@ -190,4 +192,62 @@ async fn srv_passes_over_priorities_without_an_address() {
         assert!(Instant::now() < deadline, "still {:?}", endpoints(&gw, "prio"));
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+fn skipped(m: &str, upstream: &str, reason: &str) -> f64 {
+    sample(m, "gateway_discovery_skipped_total", &[("upstream", upstream), ("reason", reason)]).unwrap_or(0.0)
+}
+
+fn a(ip: &str) -> RData {
+    RData::A(A(ip.parse().unwrap()))
+}
+
+/// Records in the answer for another name than the one asked, with no
+/// CNAME leading to it, are not the name's: left out, counted
+/// `other_name`. A CNAME chain's records are the name's.
+#[tokio::test]
+async fn records_of_another_name_are_left_out_and_a_cname_chain_is_followed() {
+    let dns = TestDns::start().await;
+    let (port, _ups) = on_one_port(&["127.0.0.1", "127.0.0.2", "127.0.0.3"]).await;
+    let records = vec![("odd.test".to_owned(), a("127.0.0.1")), ("evil.test".to_owned(), a("127.0.0.2"))];
+    dns.set("odd.test", RecordType::A, Reply::Owned { records, ttl: 60 });
+    dns.set("odd.test", RecordType::AAAA, Reply::Records { data: vec![], ttl: 60 });
+    let gw = gateway(&dns, "odd", &format!("dns = \"odd.test:{port}\", interval = \"60s\""), "").await;
+    assert_eq!(wait_for_endpoints(&gw, "odd", 1).await, [format!("127.0.0.1:{port}")]);
+    assert!(skipped(&metrics_text(gw.addr).await, "odd", "other_name") >= 1.0);
+
+    let cname = RData::CNAME(CNAME(Name::from_ascii("real.test.").unwrap()));
+    let records = vec![("alias.test".to_owned(), cname), ("real.test".to_owned(), a("127.0.0.3"))];
+    dns.set("alias.test", RecordType::A, Reply::Owned { records, ttl: 60 });
+    dns.set("alias.test", RecordType::AAAA, Reply::Records { data: vec![], ttl: 60 });
+    let gw = gateway(&dns, "alias", &format!("dns = \"alias.test:{port}\", interval = \"60s\""), "").await;
+    assert_eq!(wait_for_endpoints(&gw, "alias", 1).await, [format!("127.0.0.3:{port}")]);
+    assert_eq!(skipped(&metrics_text(gw.addr).await, "alias", "other_name"), 0.0);
+}
+
+/// Link-local addresses (169.254.169.254, where clouds serve instance
+/// credentials; fe80::/10) from DNS are never endpoints: left out,
+/// counted `link_local`.
+#[tokio::test]
+async fn link_local_addresses_are_left_out() {
+    let dns = TestDns::start().await;
+    let (port, _ups) = on_one_port(&["127.0.0.1"]).await;
+    dns.addresses("ll.test", &["169.254.169.254", "127.0.0.1", "fe80::1"], 60);
+    let gw = gateway(&dns, "ll", &format!("dns = \"ll.test:{port}\", interval = \"60s\""), "").await;
+    assert_eq!(wait_for_endpoints(&gw, "ll", 1).await, [format!("127.0.0.1:{port}")]);
+    assert!(skipped(&metrics_text(gw.addr).await, "ll", "link_local") >= 2.0);
+}
+
+/// RFC 2782: an SRV target of `.` means no service at this name: not
+/// looked up, counted `no_service`; the next priority serves.
+#[tokio::test]
+async fn an_srv_target_of_dot_is_no_service() {
+    let dns = TestDns::start().await;
+    let (port, _ups) = on_one_port(&["127.0.0.1"]).await;
+    dns.srv("_http._tcp.dot.test", &[(10, 1, port, "."), (20, 1, port, "b.dot.test")], 60);
+    dns.addresses("b.dot.test", &["127.0.0.1"], 60);
+    let gw = gateway(&dns, "dot", "srv = \"_http._tcp.dot.test\", interval = \"60s\"", "").await;
+    assert_eq!(wait_for_endpoints(&gw, "dot", 1).await, [format!("127.0.0.1:{port}")]);
+    assert!(skipped(&metrics_text(gw.addr).await, "dot", "no_service") >= 1.0);
+    assert_eq!(dns.queries(".", RecordType::A) + dns.queries(".", RecordType::AAAA), 0, "the root was asked");
 }

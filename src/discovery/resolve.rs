@@ -3,16 +3,17 @@
 //! holds a thread per lookup), and one lookup of a discovered name turned
 //! into endpoints.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
 use std::time::Duration;
 
 use futures_util::{StreamExt, stream};
 use hickory_resolver::TokioResolver;
 use hickory_resolver::config::{NameServerConfig, ResolverConfig};
+use hickory_resolver::lookup::Lookup;
 use hickory_resolver::net::NetError;
 use hickory_resolver::net::runtime::TokioRuntimeProvider;
-use hickory_resolver::proto::rr::{RData, Record, RecordType};
+use hickory_resolver::proto::rr::{Name, RData, Record, RecordType};
 
 use crate::config::{Discover, DiscoverName, EndpointConfig, ResolverSettings};
 
@@ -82,22 +83,29 @@ pub enum Outcome {
 pub struct Skipped {
     /// The address, or the SRV record (`target:port`).
     pub record: String,
-    /// `port_zero`, `unspecified`, `multicast` or `broadcast`.
+    /// One of [`SKIP_REASONS`].
     pub reason: &'static str,
 }
 
 /// The `reason` label values of `gateway_discovery_skipped_total`.
-pub const SKIP_REASONS: [&str; 4] = ["port_zero", "unspecified", "multicast", "broadcast"];
+pub const SKIP_REASONS: [&str; 7] =
+    ["port_zero", "no_service", "other_name", "unspecified", "multicast", "broadcast", "link_local"];
 
 /// Why an answer's address can never be an upstream, if it cannot: no one
 /// listens on 0.0.0.0 or `::` (a connect to it reaches the gateway's own
-/// host), and TCP has no multicast or broadcast. Loopback is allowed: a
-/// sidecar answering on 127.0.0.1 is a real upstream.
+/// host), and TCP has no multicast or broadcast. Link-local addresses are
+/// refused too: an IPv6 one cannot be reached without an interface the
+/// DNS cannot name, and 169.254.169.254 is where clouds serve instance
+/// credentials, which a DNS record must not turn into an upstream.
+/// Loopback is allowed: a sidecar answering on 127.0.0.1 is a real
+/// upstream.
 pub fn unusable(ip: IpAddr) -> Option<&'static str> {
     match ip.to_canonical() {
         ip if ip.is_unspecified() => Some("unspecified"),
         ip if ip.is_multicast() => Some("multicast"),
         IpAddr::V4(v4) if v4.is_broadcast() => Some("broadcast"),
+        IpAddr::V4(v4) if v4.is_link_local() => Some("link_local"),
+        IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80 => Some("link_local"),
         _ => None,
     }
 }
@@ -121,9 +129,19 @@ pub async fn lookup(resolver: &TokioResolver, d: &Discover) -> Answer {
     }
 }
 
-/// One family's addresses and their smallest TTL (`None`: no records), or
-/// why the query failed.
-type Looked = Result<(Vec<IpAddr>, Option<u32>), String>;
+/// One family's addresses, or why the query failed.
+type Looked = Result<Addresses, String>;
+
+/// What one family's answer held.
+#[derive(Debug, Default)]
+struct Addresses {
+    ips: Vec<IpAddr>,
+    /// The smallest TTL among them (`None`: no records).
+    ttl: Option<u32>,
+    /// Addresses of a name that is neither the one asked nor one a CNAME
+    /// of the answer leads to from it: not the name's, left out.
+    others: Vec<IpAddr>,
+}
 
 /// The A and the AAAA records of `host`, asked at once.
 async fn families(resolver: &TokioResolver, host: &str) -> (Looked, Looked) {
@@ -131,24 +149,56 @@ async fn families(resolver: &TokioResolver, host: &str) -> (Looked, Looked) {
     (addresses(v4), addresses(v6))
 }
 
-fn addresses(looked: Result<hickory_resolver::lookup::Lookup, NetError>) -> Looked {
+fn addresses(looked: Result<Lookup, NetError>) -> Looked {
     let lookup = match looked {
         Ok(lookup) => lookup,
-        Err(e) if e.is_no_records_found() => return Ok((Vec::new(), None)),
+        Err(e) if e.is_no_records_found() => return Ok(Addresses::default()),
         Err(e) => return Err(describe(&e)),
     };
-    let mut ips = Vec::new();
-    let mut ttl: Option<u32> = None;
+    let names = owners(&lookup);
+    let mut found = Addresses::default();
     for record in lookup.answers() {
         let ip = match &record.data {
             RData::A(a) => IpAddr::V4(a.0),
             RData::AAAA(a) => IpAddr::V6(a.0),
             _ => continue,
         };
-        ips.push(ip);
-        ttl = Some(ttl.map_or(record.ttl, |t| t.min(record.ttl)));
+        if !names.contains(&name_key(&record.name)) {
+            found.others.push(ip);
+            continue;
+        }
+        found.ips.push(ip);
+        found.ttl = Some(found.ttl.map_or(record.ttl, |t| t.min(record.ttl)));
     }
-    Ok((ips, ttl))
+    Ok(found)
+}
+
+/// The names whose records answer `lookup`'s question: the name asked, and
+/// each one the answer's CNAME records lead to from it. Other records in
+/// the answer section say nothing of the name (a server may add them,
+/// answer for another name, or be lied to).
+fn owners(lookup: &Lookup) -> HashSet<String> {
+    let mut cnames: HashMap<String, String> = HashMap::new();
+    for r in lookup.answers() {
+        if let RData::CNAME(target) = &r.data {
+            cnames.entry(name_key(&r.name)).or_insert_with(|| name_key(&target.0));
+        }
+    }
+    let mut names = HashSet::new();
+    let mut name = name_key(lookup.query().name());
+    // Each name once: a CNAME loop ends.
+    while names.insert(name.clone()) {
+        match cnames.get(&name) {
+            Some(next) => name = next.clone(),
+            None => break,
+        }
+    }
+    names
+}
+
+/// A DNS name as compared: lower case, without the final dot.
+fn name_key(name: &Name) -> String {
+    name.to_ascii().trim_end_matches('.').to_ascii_lowercase()
 }
 
 /// A part's outcome: its addresses on `port`, sorted and without repeats,
@@ -156,7 +206,10 @@ fn addresses(looked: Result<hickory_resolver::lookup::Lookup, NetError>) -> Look
 /// [`unusable`] ones go to `skipped`.
 fn outcome(d: &Discover, looked: Looked, port: u16, cap: Option<u32>, skipped: &mut Vec<Skipped>) -> Outcome {
     match looked {
-        Ok((ips, ttl)) => {
+        Ok(Addresses { ips, ttl, others }) => {
+            for ip in others {
+                skipped.push(Skipped { record: ip.to_string(), reason: "other_name" });
+            }
             let mut unique = BTreeSet::new();
             for ip in ips {
                 match unusable(ip) {
@@ -188,6 +241,7 @@ async fn srv(resolver: &TokioResolver, d: &Discover, name: &str) -> Answer {
         Err(e) if e.is_no_records_found() => return Answer::NotFound,
         Err(e) => return Answer::Failed(describe(&e)),
     };
+    let names = owners(&lookup);
     let records: Vec<(&Record, u16, u16, String)> = lookup
         .answers()
         .iter()
@@ -201,12 +255,22 @@ async fn srv(resolver: &TokioResolver, d: &Discover, name: &str) -> Answer {
     }
     let (mut asked, mut skipped) = (Vec::new(), Vec::new());
     for (record, priority, port, target) in &records {
-        // RFC 2782: port 0 means the service is not there; nothing listens.
-        if *port == 0 {
-            skipped.push(Skipped { record: format!("{target}:0"), reason: "port_zero" });
-            continue;
+        let skip = if !names.contains(&name_key(&record.name)) {
+            Some("other_name")
+        } else if *port == 0 {
+            // RFC 2782: port 0 means the service is not there; nothing listens.
+            Some("port_zero")
+        } else if target == "." {
+            // RFC 2782: the target "." means the service is decidedly not
+            // available at this name.
+            Some("no_service")
+        } else {
+            None
+        };
+        match skip {
+            Some(reason) => skipped.push(Skipped { record: format!("{target}:{port}"), reason }),
+            None => asked.push((record.ttl, *priority, *port, target)),
         }
-        asked.push((record.ttl, *priority, *port, target));
     }
     // At once, so that targets that do not answer cost one timeout, not
     // one each; bounded, so that a huge record set is not as many queries
@@ -252,6 +316,12 @@ mod tests {
             ("255.255.255.255", Some("broadcast")),
             // A subnet's broadcast address cannot be told from a host's.
             ("10.1.2.255", None),
+            ("169.254.169.254", Some("link_local")),
+            ("::ffff:169.254.1.1", Some("link_local")),
+            ("fe80::1", Some("link_local")),
+            ("febf::1", Some("link_local")),
+            ("fec0::1", None),
+            ("169.253.255.255", None),
         ];
         for (ip, want) in cases {
             assert_eq!(unusable(ip.parse().unwrap()), want, "{ip}");

@@ -125,7 +125,7 @@ fn describe_operations() {
     );
     describe_counter!(
         DISCOVERY_SKIPPED,
-        "Records of a discovered name left out, by reason: port_zero (SRV), unspecified, multicast, broadcast."
+        "Records of a discovered name left out, by reason: port_zero and no_service (SRV), other_name, unspecified, multicast, broadcast, link_local."
     );
     describe_gauge!(UPGRADED_ACTIVE, "Upgraded connections (WebSocket tunnels) open now, per route.");
     describe_counter!(

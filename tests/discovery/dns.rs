@@ -22,6 +22,11 @@ pub enum Reply {
         data: Vec<RData>,
         ttl: u32,
     },
+    /// Records of the names given, whatever name was asked.
+    Owned {
+        records: Vec<(String, RData)>,
+        ttl: u32,
+    },
     NxDomain,
     ServFail,
     /// No answer at all: the resolver times out.
@@ -84,6 +89,11 @@ impl TestDns {
                     Reply::Records { data, ttl } => {
                         for d in data {
                             response.add_answer(Record::from_rdata(query.name().clone(), ttl, d));
+                        }
+                    }
+                    Reply::Owned { records, ttl } => {
+                        for (owner, d) in records {
+                            response.add_answer(Record::from_rdata(Name::from_ascii(&owner).unwrap(), ttl, d));
                         }
                     }
                     Reply::NxDomain => response.metadata.response_code = ResponseCode::NXDomain,

@@ -6,7 +6,7 @@
 //! each request round until descriptors run out; seeing its own name, the
 //! gateway answers 508 Loop Detected (RFC 5842 §7.2) instead.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use http::Version;
 use http::header::{self, HeaderMap, HeaderValue};
@@ -14,9 +14,13 @@ use http::header::{self, HeaderMap, HeaderValue};
 /// The longest `server.via` name taken.
 pub const MAX_NAME: usize = 64;
 
-/// This gateway's `Via` entries, one per protocol version, and its name.
+/// This gateway's `Via` entries, one per protocol version, and its name;
+/// shared, as every proxy route holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Via {
+pub struct Via(Arc<Entries>);
+
+#[derive(Debug, PartialEq, Eq)]
+struct Entries {
     name: Box<str>,
     /// `1.0 name`, `1.1 name`, `2 name`, `3 name`: made once, cloned per
     /// message.
@@ -42,21 +46,23 @@ impl Via {
         let entry = |protocol: &str| {
             HeaderValue::from_str(&format!("{protocol} {name}")).expect("a token makes a valid header value")
         };
-        Ok(Via { name: name.into(), entries: [entry("1.0"), entry("1.1"), entry("2"), entry("3")] })
+        let entries = [entry("1.0"), entry("1.1"), entry("2"), entry("3")];
+        Ok(Via(Arc::new(Entries { name: name.into(), entries })))
     }
 
     /// The name in this gateway's entries.
     pub fn name(&self) -> &str {
-        &self.name
+        &self.0.name
     }
 
     /// The entry for a message of `version` passing this gateway.
     pub fn entry(&self, version: Version) -> &HeaderValue {
+        let entries = &self.0.entries;
         match version {
-            Version::HTTP_10 => &self.entries[0],
-            Version::HTTP_2 => &self.entries[2],
-            Version::HTTP_3 => &self.entries[3],
-            _ => &self.entries[1],
+            Version::HTTP_10 => &entries[0],
+            Version::HTTP_2 => &entries[2],
+            Version::HTTP_3 => &entries[3],
+            _ => &entries[1],
         }
     }
 
@@ -70,7 +76,7 @@ impl Via {
                 let mut words = entry.split(|b| *b == b' ' || *b == b'\t').filter(|w| !w.is_empty());
                 // The received-protocol, then the received-by.
                 words.next();
-                words.next().is_some_and(|by| by.eq_ignore_ascii_case(self.name.as_bytes()))
+                words.next().is_some_and(|by| by.eq_ignore_ascii_case(self.0.name.as_bytes()))
             })
         })
     }

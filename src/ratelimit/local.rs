@@ -6,6 +6,10 @@
 //! other one-off keys rather than the clients being counted, and a new key
 //! still gets a bucket of its own. A key left idle until its bucket is full
 //! again is dropped, since its state is then that of a fresh bucket.
+//!
+//! Hand-written rather than governor's limiter: governor keeps a bucket's
+//! state private, so the time until a bucket is full (`RateLimit`'s `t`)
+//! could only be guessed, and the two stores would answer differently.
 
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -18,6 +18,7 @@
 //! - `fill`: one request upstream for a key, in its own task, streaming to
 //!   the first client while it keeps the bytes for the store.
 
+mod entry;
 mod fill;
 pub mod rules;
 mod status;
@@ -30,7 +31,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
-use http::{Method, Request, Response, StatusCode, Uri};
+use http::{Method, Request, Response, Uri};
 use hyper::body::Incoming;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -44,6 +45,7 @@ use crate::request::{Authenticated, Peer, RequestLog};
 use crate::router::Rewritten;
 use crate::upstream::Upstream;
 use crate::upstream::proxy::upstream_path;
+use entry::from_entry;
 use fill::{Answer, Fill};
 use rules::{Ask, Present};
 pub use store::Store;
@@ -85,7 +87,7 @@ pub struct RouteCache {
     /// What every key starts with (see [`RouteCache::key_head`]).
     key_start: String,
     /// Answers carry an `X-Request-Id` (the server's `request_id`): stored
-    /// heads keep a field for it (see `fill::with_slots`).
+    /// heads keep a field for it (see `entry::with_slots`).
     pub(crate) id_slot: bool,
 }
 
@@ -481,42 +483,6 @@ fn same_origin(value: &HeaderValue, host: Option<&str>) -> Option<Uri> {
 fn under_prefix(path: &str, prefix: &str) -> bool {
     let prefix = prefix.trim_end_matches('/');
     prefix.is_empty() || path.strip_prefix(prefix).is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
-}
-
-/// The client's answer from a stored entry of age `age`: the full answer,
-/// its head (a HEAD), or 304 when the conditionals of `client` (the
-/// request's headers, `None` when it has none) match.
-fn from_entry(e: &Entry, method: &Method, client: Option<&HeaderMap>, status: Status, age: Duration) -> Response<Body> {
-    let mut headers = e.headers.clone();
-    let (age, status) = e.stamps.get(age.as_secs(), status);
-    headers.insert(header::AGE, age);
-    // The gateway's member is the last line (see `fill::with_slots`),
-    // after the upstream's.
-    match headers.entry(CACHE_STATUS) {
-        header::Entry::Occupied(mut o) => {
-            if let Some(last) = o.iter_mut().last() {
-                *last = status;
-            }
-        }
-        header::Entry::Vacant(v) => {
-            v.insert(status);
-        }
-    }
-    // Conditionals apply only to an answer that would be 2xx (RFC 9110
-    // §13.2.1): a stored 404 stays a 404.
-    let not_modified = client.is_some_and(|c| e.status.is_success() && rules::not_modified(method, c, &e.headers));
-    let (code, body) = if not_modified {
-        headers.remove(header::CONTENT_LENGTH);
-        (StatusCode::NOT_MODIFIED, Body::empty())
-    } else if method == Method::HEAD {
-        (e.status, Body::empty())
-    } else {
-        (e.status, Body::full(e.body.clone()))
-    };
-    let mut response = Response::new(body);
-    *response.status_mut() = code;
-    *response.headers_mut() = headers;
-    response
 }
 
 /// `response` with the gateway's `Cache-Status` member after the

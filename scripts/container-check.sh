@@ -508,10 +508,11 @@ buildah run --isolation chroot "$CTR" -- "${ARGV[0]}" check --config "$CONFIG" >
 cat "$WORK/check.out"
 
 # From the resolved configuration: the listen address and the first proxy
-# route, e.g. "route b  /b  proxy -> service_a (http://127.0.0.1:8000) rewrite /a".
+# route, e.g. "route b  *  /b  proxy -> service_a (http://127.0.0.1:8000) rewrite /a"
+# (name, hosts, prefix, target).
 LISTEN=$(awk '$1 == "listen" { print $2; exit }' "$WORK/check.out")
 read -r ROUTE_PREFIX UPSTREAM_URL REWRITE < <(
-    sed -nE 's/^route +[^ ]+ +([^ ]+) +proxy -> [^ ]+ \(([^)]+)\)( rewrite ([^ ]+))?.*/\1 \2 \4/p' "$WORK/check.out" | head -n 1
+    sed -nE 's/^route +[^ ]+ +[^ ]+ +([^ ]+) +.*proxy -> [^ ]+ \(([^)]+)\)( rewrite ([^ ]+))?.*/\1 \2 \4/p' "$WORK/check.out" | head -n 1
 ) || true
 [ -n "$LISTEN" ] || die "gateway check printed no listen address"
 [ -n "${UPSTREAM_URL:-}" ] || die "the image's config has no proxy route to check"

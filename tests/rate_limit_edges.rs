@@ -233,3 +233,31 @@ async fn a_burst_past_the_bound_is_refused_and_the_bound_works() {
         assert_eq!(h.get("ratelimit").unwrap(), want.as_str());
     }
 }
+
+/// `max_keys`: a key that keeps asking keeps its bucket while one-off keys
+/// flood the store, whatever the fill level (with moka's TinyLFU, which
+/// counts no frequencies until the store has been half full, an exhausted
+/// key that asked 15 times was pushed out by 300 one-off keys and came back
+/// to a fresh bucket).
+#[tokio::test]
+async fn a_key_that_keeps_asking_is_not_pushed_out_by_one_off_keys() {
+    let limit = "rate = \"1/m\", burst = 1, key = \"header:x-key\", max_keys = 200";
+    let gw = TestGateway::from_toml(&respond_toml("rl_keep", limit)).await;
+    let url = gw.url("/");
+    let busy = [("x-key", "busy")];
+    let mut allowed = 0;
+    for _ in 0..15 {
+        allowed += usize::from(get_with(&url, &busy).await.0 == 200);
+    }
+    assert_eq!(allowed, 1, "burst 1");
+    for i in 0..300 {
+        let key = format!("one-off-{i}");
+        assert_eq!(get_with(&url, &[("x-key", &key)]).await.0, 200, "a one-off key has a bucket of its own");
+    }
+    // The local buckets are counted (moka's pending evictions applied) every 5 s.
+    tokio::time::sleep(Duration::from_millis(5500)).await;
+    let m = metrics_text(gw.addr).await;
+    let evicted = metric(&m, "gateway_rate_limit_keys_evicted_total", &[("route", "rl_keep")]);
+    assert!(evicted >= 100.0, "the store went past max_keys: {evicted} evicted");
+    assert_eq!(get_with(&url, &busy).await.0, 429, "the busy key kept its empty bucket");
+}

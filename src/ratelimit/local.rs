@@ -1,11 +1,10 @@
 //! A route's buckets in this gateway's memory: GCRA (the Redis store's
-//! steps, on this process's monotonic clock), with each key's state in a
-//! moka cache of at most `max_keys` keys. At the bound moka evicts, and
-//! its TinyLFU admission keeps the keys asked for often:
-//! a flood of one-off keys (distinct addresses or header values) displaces
-//! other one-off keys rather than the clients being counted, and a new key
-//! still gets a bucket of its own. A key left idle until its bucket is full
-//! again is dropped, since its state is then that of a fresh bucket.
+//! steps, on this process's monotonic clock), with each key's state in
+//! [`Segments`] of at most `max_keys` keys: a flood of one-off keys
+//! (distinct addresses or header values) displaces other one-off keys
+//! rather than the clients being counted, and a new key still gets a bucket
+//! of its own. A key left idle until its bucket is full again is dropped,
+//! since its state is then that of a fresh bucket.
 //!
 //! Hand-written rather than governor's limiter: governor keeps a bucket's
 //! state private, so the time until a bucket is full (`RateLimit`'s `t`)
@@ -17,10 +16,9 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use moka::notification::RemovalCause;
-use moka::policy::EvictionPolicy;
-use moka::sync::Cache;
 
 use super::Decision;
+use super::segments::Segments;
 use crate::config::RateLimitConfig;
 
 /// How often the keys are counted, expired ones dropped first, for
@@ -60,8 +58,6 @@ impl std::fmt::Debug for Key {
 /// A bucket: its theoretical arrival time (GCRA's TAT), in nanoseconds
 /// since the buckets' origin; 0 in a fresh one.
 type Tat = AtomicU64;
-
-type States = Cache<Key, Arc<Tat>>;
 
 /// GCRA, the same steps as the Redis store's script, in nanoseconds: `t`
 /// the interval, `limit` the interval times the burst.
@@ -106,8 +102,8 @@ impl Gcra {
 /// A route's buckets in memory.
 pub struct Local {
     gcra: Gcra,
-    states: States,
-    /// [`Key::Shared`]'s bucket, outside the cache: one key asked for by
+    states: Segments<Tat>,
+    /// [`Key::Shared`]'s bucket, outside the segments: one key asked for by
     /// many must never be evicted (it would come back full).
     shared: Tat,
     /// What the buckets' times count from.
@@ -117,16 +113,12 @@ pub struct Local {
 impl Local {
     /// The buckets of `config`; `removed` hears why each key was dropped:
     /// [`RemovalCause::Expired`] when its bucket was full again,
-    /// [`RemovalCause::Size`] when evicted (or not let in) at `max_keys`.
+    /// [`RemovalCause::Size`] when evicted at `max_keys`,
+    /// [`RemovalCause::Explicit`] when it moved between the segments.
     pub fn new(config: &RateLimitConfig, removed: impl Fn(RemovalCause) + Send + Sync + 'static) -> Local {
         let gcra = Gcra::new(config.rate.interval(), config.burst);
         let full_again = Duration::from_nanos(gcra.limit).min(MAX_IDLE);
-        let states: States = Cache::builder()
-            .max_capacity(u64::try_from(config.max_keys).unwrap_or(u64::MAX))
-            .eviction_policy(EvictionPolicy::tiny_lfu())
-            .time_to_idle(full_again)
-            .eviction_listener(move |_key, _state, cause| removed(cause))
-            .build();
+        let states = Segments::new(config.max_keys, full_again, removed);
         Local { gcra, states, shared: Tat::new(0), origin: Instant::now() }
     }
 
@@ -137,15 +129,14 @@ impl Local {
             Key::Shared => self.gcra.decide(&self.shared, now),
             // A key evicted while a request holds its state leaves that
             // request deciding on it; the next one starts a fresh bucket.
-            key => self.gcra.decide(&self.states.get_with_by_ref(key, Default::default), now),
+            key => self.gcra.decide(&self.states.get(key), now),
         }
     }
 
     /// Drops the keys whose bucket is full again and applies moka's
     /// pending evictions; returns the keys held.
     pub fn count(&self) -> u64 {
-        self.states.run_pending_tasks();
-        self.states.entry_count()
+        self.states.count()
     }
 }
 
@@ -241,7 +232,7 @@ mod tests {
     fn at_max_keys_one_off_keys_neither_share_a_bucket_nor_push_out_a_busy_one() {
         let (local, removed) = recorded(&config(1, 60, 2, 100));
         let busy = client(0);
-        // Past half of max_keys, moka starts counting how often keys are asked for.
+        // A first crowd of keys, asked for once each.
         for i in 1..=60 {
             local.decide(&client(i));
         }

@@ -61,7 +61,7 @@ impl LimiterMetrics {
         move |cause| match cause {
             RemovalCause::Expired => dropped.increment(1),
             RemovalCause::Size => evicted.increment(1),
-            // The limiter neither replaces nor removes keys itself.
+            // A key moved between the local buckets' two halves is still held.
             RemovalCause::Explicit | RemovalCause::Replaced => {}
         }
     }

@@ -3,7 +3,7 @@
 //! queue or the route's concurrency limit.
 //!
 //! - `local`: the buckets in this gateway's memory (GCRA as the Redis store's, each
-//!   key's state in a moka cache bounded at `max_keys`);
+//!   key's state in two moka caches bounded at `max_keys` together);
 //! - `redis`: the buckets shared through Redis, and what happens while
 //!   Redis cannot decide (`on_error`).
 //!
@@ -30,6 +30,7 @@ mod keys;
 pub mod local;
 pub mod metrics;
 pub mod redis;
+mod segments;
 
 use local::{Key, Local};
 use metrics::LimiterMetrics;

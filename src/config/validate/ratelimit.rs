@@ -15,7 +15,7 @@ use super::{Problem, positive_duration};
 /// costs more than the limit saves.
 const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_millis(50);
 
-/// The default `max_keys`: a key's bucket in moka's cache is a few hundred
+/// The default `max_keys`: a key's bucket in a moka cache is a few hundred
 /// bytes, so this bounds a route's local buckets to some tens of MiB.
 pub const DEFAULT_MAX_KEYS: usize = 100_000;
 

@@ -1,11 +1,16 @@
 //! The binary's command line: `check`, bad configs refused with status 64
 //! before anything binds, and the built-in upstream.
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+#[path = "common/process.rs"]
+mod process;
+
+use process::{http_get, wait_for};
 
 const BIN: &str = env!("CARGO_BIN_EXE_gateway");
 
@@ -91,23 +96,6 @@ fn environment_overrides_the_file() {
         .unwrap();
     assert_eq!(out.status.code(), Some(64));
     assert!(String::from_utf8_lossy(&out.stderr).contains("server.shutdown_timeout"));
-}
-
-fn http_get(addr: &str, path: &str) -> String {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
-}
-
-fn wait_for(addr: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(addr).is_err() {
-        assert!(Instant::now() < deadline, "{addr} never came up");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 #[test]

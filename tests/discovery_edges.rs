@@ -20,19 +20,6 @@ use hickory_proto::rr::{Name, RData, RecordType};
 use tokio::time::Instant;
 use upstreams::*;
 
-/// Waits (`within` at most) until the upstream has `n` endpoints.
-async fn wait_for_count(gw: &TestGateway, name: &str, n: usize, within: Duration) -> Vec<String> {
-    let deadline = Instant::now() + within;
-    loop {
-        let now = endpoints(gw, name);
-        if now.len() == n {
-            return now;
-        }
-        assert!(Instant::now() < deadline, "{name}: still {now:?}, not {n} endpoints");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 fn resolution(gw: &TestGateway, name: &str) -> Option<Resolution> {
     let up = gw.app.upstreams().into_iter().find(|u| u.config.name == name).expect("the upstream is there");
     up.discovery().result

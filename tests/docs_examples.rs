@@ -3,13 +3,16 @@
 //! fills in filled), and the examples that give figures give them.
 
 use std::collections::BTreeSet;
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use toml::de::{DeTable, DeValue};
+
+#[path = "common/process.rs"]
+mod process;
+
+use process::{Running, free_addr, http_get, wait_for};
 
 const BIN: &str = env!("CARGO_BIN_EXE_gateway");
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
@@ -112,37 +115,6 @@ fn every_toml_example_passes_check() {
             .unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{place}: {stderr}\n{example}");
-    }
-}
-
-fn free_addr() -> String {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string()
-}
-
-fn wait_for(addr: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(addr).is_err() {
-        assert!(Instant::now() < deadline, "{addr} never came up");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn http_get(addr: &str, path: &str) -> String {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
-}
-
-/// Stops `child` on drop, whatever the test did.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }
 

@@ -3,7 +3,7 @@
 //! its key, a start that cannot listen names the busy address and its key,
 //! and the zero-config quick start moves off a busy port.
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -12,6 +12,10 @@ use std::time::{Duration, Instant};
 #[allow(dead_code)] // the TLS tests use the rest
 #[path = "common/pki.rs"]
 mod pki;
+#[path = "common/process.rs"]
+mod process;
+
+use process::{Running, http_get};
 
 /// The binary under test; `GATEWAY_TEST_BIN` runs these tests against
 /// another build (an older one, to see a test fail before its fix).
@@ -145,15 +149,6 @@ fn tls_file_errors_name_their_key() {
     }
 }
 
-fn http_get(addr: &str, path: &str) -> String {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
-}
-
 /// The embedded default run with `env`, from an empty folder: its stdout
 /// once `addr` answers, or its stderr if it exits first.
 fn run_embedded(env: &[(&str, &str)], addr: &str) -> Result<(Running, String), String> {
@@ -183,17 +178,6 @@ fn run_embedded(env: &[(&str, &str)], addr: &str) -> Result<(Running, String), S
         stdout.push_str(&String::from_utf8_lossy(&buf[..n]));
     }
     Ok((gw, stdout))
-}
-
-/// A child process, killed on drop if the test did not stop it (a failed
-/// assertion leaves nothing running).
-struct Running(std::process::Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// Stops `child` with SIGTERM; it exits 0.

@@ -13,28 +13,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use common::limits::*;
 use common::redis_server::Redis;
 use common::*;
 use gateway::config::{self, Source};
 use http::Request;
 use sha2::Digest;
 
-/// A GET with `headers`: the status and the response headers.
-async fn get_with(url: &str, headers: &[(&str, &str)]) -> (u16, http::HeaderMap) {
-    let mut req = Request::get(url);
-    for (n, v) in headers {
-        req = req.header(*n, *v);
-    }
-    let (parts, _) = send(req.body(full(Bytes::new())).unwrap()).await;
-    (parts.status.as_u16(), parts.headers)
-}
-
 fn header<'a>(h: &'a http::HeaderMap, name: &str) -> &'a str {
     h.get(name).and_then(|v| v.to_str().ok()).unwrap_or("")
-}
-
-fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
-    sample(text, name, labels).unwrap_or(0.0)
 }
 
 const TRUSTING: &str = "trusted_proxies = [\"127.0.0.1\"]";
@@ -191,14 +178,6 @@ fn bad_rate_limits_are_refused_at_load_naming_the_key() {
 
 // ---------------------------------------------------------------------------
 // Shared through a real Redis.
-
-fn shared_toml(route: &str, limit: &str, redis: &str, store: &str) -> String {
-    format!(
-        "[server]\n[[routes]]\nname = \"{route}\"\nprefix = \"/\"\nrespond = {{ status = 200 }}\n\
-         rate_limit = {{ {limit}, shared = \"redis\" }}\n\
-         [rate_limit_store]\nurl = \"{redis}\"\n{store}\n"
-    )
-}
 
 /// Sends requests to `addr` from `loops` connections until `until`; counts
 /// the 200s.

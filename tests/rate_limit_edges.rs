@@ -9,31 +9,10 @@ mod common;
 use std::time::Duration;
 
 use bytes::Bytes;
+use common::limits::*;
 use common::redis_server::Redis;
 use common::*;
 use http::Request;
-
-/// A GET with `headers`: the status and the response headers.
-async fn get_with(url: &str, headers: &[(&str, &str)]) -> (u16, http::HeaderMap) {
-    let mut req = Request::get(url);
-    for (n, v) in headers {
-        req = req.header(*n, *v);
-    }
-    let (parts, _) = send(req.body(full(Bytes::new())).unwrap()).await;
-    (parts.status.as_u16(), parts.headers)
-}
-
-fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
-    sample(text, name, labels).unwrap_or(0.0)
-}
-
-fn shared_toml(route: &str, limit: &str, redis: &str, store: &str) -> String {
-    format!(
-        "[server]\n[[routes]]\nname = \"{route}\"\nprefix = \"/\"\nrespond = {{ status = 200 }}\n\
-         rate_limit = {{ {limit}, shared = \"redis\" }}\n\
-         [rate_limit_store]\nurl = \"{redis}\"\n{store}\n"
-    )
-}
 
 fn by_redis(m: &str, route: &str) -> f64 {
     let decided = |result| {

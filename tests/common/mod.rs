@@ -3,6 +3,8 @@
 #![allow(dead_code)]
 
 pub mod cached;
+pub mod counting;
+pub mod limits;
 pub mod pki;
 pub mod redis_server;
 pub mod scripted;

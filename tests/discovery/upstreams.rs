@@ -1,7 +1,8 @@
 //! Upstreams and a gateway for the discovery tests: upstreams on loopback
 //! addresses that say who they are, a gateway whose upstream is discovered
 //! through the tests' DNS server, and waits on its endpoints.
-// Shared by discovery.rs and discovery_churn.rs, which use different parts.
+// Shared by discovery.rs, discovery_churn.rs and discovery_edges.rs, which
+// use different parts.
 #![allow(dead_code)]
 
 use std::convert::Infallible;
@@ -98,7 +99,12 @@ pub fn endpoints(gw: &TestGateway, name: &str) -> Vec<String> {
 
 /// Waits (5 s at most) until the upstream has `n` endpoints.
 pub async fn wait_for_endpoints(gw: &TestGateway, name: &str, n: usize) -> Vec<String> {
-    let deadline = Instant::now() + Duration::from_secs(5);
+    wait_for_count(gw, name, n, Duration::from_secs(5)).await
+}
+
+/// Waits (`within` at most) until the upstream has `n` endpoints.
+pub async fn wait_for_count(gw: &TestGateway, name: &str, n: usize, within: Duration) -> Vec<String> {
+    let deadline = Instant::now() + within;
     loop {
         let now = endpoints(gw, name);
         if now.len() == n {

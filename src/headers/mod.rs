@@ -23,9 +23,11 @@ use std::net::IpAddr;
 use http::Version;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
+mod cookies;
 pub mod rules;
 pub mod via;
 
+pub use cookies::{cookie_line, join_cookies};
 pub use via::Via;
 
 /// Headers that are always hop-by-hop (RFC 9110 §7.6.1, §7.8; RFC 9112 §6.1).
@@ -334,26 +336,6 @@ fn list_has(value: &HeaderValue, token: &str) -> bool {
     value.to_str().is_ok_and(|v| {
         v.split(',').any(|item| item.split(';').next().is_some_and(|t| t.trim().eq_ignore_ascii_case(token)))
     })
-}
-
-/// Joins repeated `cookie` fields into one with `; ` (RFC 9113 §8.2.3): an
-/// HTTP/2 client may send each cookie as its own field, which an HTTP/1
-/// upstream must receive as one line.
-pub fn join_cookies(headers: &mut HeaderMap) {
-    let mut cookies = headers.get_all(header::COOKIE).iter();
-    if cookies.next().is_none() || cookies.next().is_none() {
-        return;
-    }
-    let mut joined = Vec::new();
-    for (i, v) in headers.get_all(header::COOKIE).iter().enumerate() {
-        if i > 0 {
-            joined.extend_from_slice(b"; ");
-        }
-        joined.extend_from_slice(v.as_bytes());
-    }
-    if let Ok(v) = HeaderValue::from_bytes(&joined) {
-        headers.insert(header::COOKIE, v);
-    }
 }
 
 /// Appends this hop to `Via`, keeping earlier hops.

@@ -6,7 +6,7 @@ use std::borrow::Cow;
 
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Version, header};
 
-use crate::headers::same_cgi_name;
+use crate::headers::{cookie_line, same_cgi_name};
 
 /// The value a `header:NAME` key counts `req` by, or `None` without one
 /// (see [`header_key`]). Three headers are read as the gateway reads them:
@@ -24,7 +24,7 @@ pub(super) fn header_value<'r, B>(req: &'r Request<B>, name: &HeaderName) -> Opt
         return Some(lower_case(host));
     }
     if *name == header::COOKIE && req.version() == Version::HTTP_2 {
-        return joined_cookies(headers);
+        return cookie_line(headers);
     }
     let value = header_key(headers, name)?.as_bytes();
     if *name == header::AUTHORIZATION || *name == header::PROXY_AUTHORIZATION {
@@ -46,20 +46,6 @@ fn header_key<'h>(headers: &'h HeaderMap, name: &HeaderName) -> Option<&'h Heade
         return None;
     }
     Some(value)
-}
-
-/// An HTTP/2 request's `cookie` fields as the one line an HTTP/1 upstream
-/// gets; `None` without one.
-fn joined_cookies(headers: &HeaderMap) -> Option<Cow<'_, [u8]>> {
-    let mut crumbs = headers.get_all(header::COOKIE).iter();
-    let first = crumbs.next()?.as_bytes();
-    let Some(second) = crumbs.next() else { return Some(Cow::Borrowed(first)) };
-    let mut joined = first.to_vec();
-    for crumb in std::iter::once(second).chain(crumbs) {
-        joined.extend_from_slice(b"; ");
-        joined.extend_from_slice(crumb.as_bytes());
-    }
-    Some(Cow::Owned(joined))
 }
 
 /// A credential (`auth-scheme [ 1*SP token68 / #auth-param ]`, RFC 9110

@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderName, Method, Request, Response, StatusCode, header, request, response};
+use http::{HeaderMap, HeaderName, Method, Response, StatusCode, header, request, response};
 
 use super::CACHE_STATUS;
 use super::RouteCache;
@@ -51,9 +51,6 @@ pub fn entry_of(
     let d = Directives::of(&judged.headers);
     let lifetime = rules::lifetime(&judged.headers, &d, default_ttl);
     if !rules::storable_by_head(parts.status, &judged.headers, lifetime) || !rules::storable_for(&head.headers, &d) {
-        return None;
-    }
-    if !rules::policy(&policy_head(head), &judged, now).is_storable() {
         return None;
     }
     drop(judged);
@@ -162,9 +159,8 @@ pub(super) fn refresh(
     let (judged, targeted) = judged(&merged, targets);
     let d = Directives::of(&judged.headers);
     let lifetime = rules::lifetime(&judged.headers, &d, old.lifetime).unwrap_or(old.lifetime);
-    let policy = rules::policy(&policy_head(head), &judged, now);
     let vary = vary_of(&merged.headers, head);
-    let storable = rules::storable(&policy, merged.status, &judged.headers, Some(lifetime))
+    let storable = rules::storable_by_head(merged.status, &judged.headers, Some(lifetime))
         && rules::storable_for(&head.headers, &d)
         && vary.is_some();
     drop(judged);
@@ -200,25 +196,6 @@ pub(super) fn detached_response(parts: &response::Parts) -> response::Parts {
     *r.status_mut() = parts.status;
     *r.version_mut() = parts.version;
     *r.headers_mut() = detached(&parts.headers);
-    r.into_parts().0
-}
-
-/// What the crate's policy reads of a request to judge an answer
-/// storable: its method, its URI and whether it said `no-store`. Nothing
-/// else of the client's head is given to it: the policy copies and parses
-/// what it is given, and a client's large fields cost far more there than
-/// the bytes it sent. `Authorization` is judged by [`rules::storable_for`]
-/// instead (the crate reads the answer's directives with a comma split
-/// that finds `public` inside a quoted argument).
-pub(super) fn policy_head(head: &request::Parts) -> request::Parts {
-    let mut r = Request::new(());
-    *r.method_mut() = head.method.clone();
-    // The URI too is a slice of the read buffer: copied.
-    *r.uri_mut() = http::Uri::try_from(head.uri.to_string()).unwrap_or_default();
-    *r.version_mut() = head.version;
-    if Directives::of(&head.headers).no_store {
-        r.headers_mut().insert(header::CACHE_CONTROL, http::HeaderValue::from_static("no-store"));
-    }
     r.into_parts().0
 }
 
@@ -320,6 +297,7 @@ pub(super) fn from_entry(
 mod tests {
     use super::*;
     use crate::cache::status::Status;
+    use http::Request;
 
     /// An answer made from a stored head sets its fields in place: neither
     /// its `Age` and `Cache-Status` nor the `X-Request-Id` set after them

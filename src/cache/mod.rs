@@ -27,7 +27,6 @@ mod targeted;
 
 pub use status::error_status;
 use status::{Status, secs};
-pub use targeted::DEFAULT_TARGETED;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};

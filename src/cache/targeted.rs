@@ -14,11 +14,6 @@ use sfv::{BareItem, Dictionary, ListEntry, Parser};
 
 use super::rules::DELTA_MAX;
 
-/// The targeted fields a cache route obeys when its configuration names
-/// none (`cache.targeted` unset): `CDN-Cache-Control`, the field RFC 9213
-/// defines for the caches of whoever runs the origin's front.
-pub const DEFAULT_TARGETED: &str = "cdn-cache-control";
-
 /// `response`'s head as the cache judges it, and the targeted field that
 /// decided, if one did: its directives stand for `Cache-Control` and
 /// `Expires` is gone. Without a targeted field (the usual case) the head
@@ -177,7 +172,8 @@ mod tests {
     #[test]
     fn selection_and_the_judged_head() {
         let targets = names(&["gateway-cache-control", "cdn-cache-control"]);
-        let cases: &[(&[(&str, &str)], Option<(&str, Option<&str>)>)] = &[
+        type Case<'a> = (&'a [(&'a str, &'a str)], Option<(&'a str, Option<&'a str>)>);
+        let cases: &[Case] = &[
             (&[("cache-control", "max-age=5")], None),
             (
                 &[("cdn-cache-control", "max-age=9"), ("cache-control", "no-store")],

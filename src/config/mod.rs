@@ -387,8 +387,6 @@ pub struct CacheConfig {
 /// The longest name `cache.targeted` takes (the name goes into every
 /// `Cache-Status` of an entry it decided).
 pub const MAX_TARGETED_NAME: usize = 64;
-/// The most names `cache.targeted` takes.
-pub const MAX_TARGETED: usize = 8;
 
 /// `cache.max_size` when not set.
 pub const DEFAULT_CACHE_MAX_SIZE: u64 = 64 << 20;

@@ -2,9 +2,15 @@
 //! naming its key (`routes[2].cache.max_entry`).
 
 use super::{Problem, parse_duration, parse_size};
-use crate::cache::DEFAULT_TARGETED;
 use crate::config::raw::RawCache;
-use crate::config::{CacheConfig, DEFAULT_CACHE_MAX_ENTRY, DEFAULT_CACHE_MAX_SIZE, MAX_TARGETED, MAX_TARGETED_NAME};
+use crate::config::{CacheConfig, DEFAULT_CACHE_MAX_ENTRY, DEFAULT_CACHE_MAX_SIZE, MAX_TARGETED_NAME};
+
+/// The targeted field a cache route obeys when `cache.targeted` is unset:
+/// `CDN-Cache-Control`, the one RFC 9213 defines for the caches of whoever
+/// runs the origin's front.
+const DEFAULT_TARGETED: &str = "cdn-cache-control";
+/// The most names `cache.targeted` takes.
+const MAX_TARGETED: usize = 8;
 
 pub(super) fn cache(raw: &RawCache, key: &dyn Fn(&str) -> String) -> Result<CacheConfig, Problem> {
     let size = |k: &str, v, default| match v {

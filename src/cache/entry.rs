@@ -2,11 +2,10 @@
 //! the filling request: only its `Vary` fields), the windows it may be
 //! served in, and how a 304 refreshes it.
 
-use std::borrow::Cow;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderName, Method, Response, StatusCode, header, request, response};
+use http::{HeaderMap, Method, Response, StatusCode, header, request, response};
 
 use super::CACHE_STATUS;
 use super::RouteCache;
@@ -45,12 +44,12 @@ pub fn entry_of(
 ) -> Option<Entry> {
     // What is kept is copied out of the connections' read buffers (a
     // header value received is a slice of one, which it would keep
-    // alive), and of the request only what the policy reads: the store's
+    // alive), and of the request only its `Vary` fields: the store's
     // weights are then what it really holds.
-    let (judged, targeted) = judged(parts, targets);
-    let d = Directives::of(&judged.headers);
-    let lifetime = rules::lifetime(&judged.headers, &d, default_ttl);
-    if !rules::storable_by_head(parts.status, &judged.headers, lifetime) || !rules::storable_for(&head.headers, &d) {
+    let (judged, targeted) = targeted::judged(&parts.headers, targets);
+    let d = Directives::of(&judged);
+    let lifetime = rules::lifetime(&judged, &d, default_ttl);
+    if !rules::storable_by_head(parts.status, &judged, lifetime) || !rules::storable_for(&head.headers, &d) {
         return None;
     }
     drop(judged);
@@ -73,23 +72,6 @@ pub fn entry_of(
         targeted,
         stamps: Stamps::default(),
     })
-}
-
-/// `parts` as the cache judges it: with the directives of its first
-/// valid targeted field of `targets` as its `Cache-Control` and no
-/// `Expires` (see [`targeted::judged`]), and that field's name; borrowed
-/// as it is when none decided.
-fn judged<'a>(parts: &'a response::Parts, targets: &[HeaderName]) -> (Cow<'a, response::Parts>, Option<HeaderName>) {
-    match targeted::judged(&parts.headers, targets) {
-        (Cow::Borrowed(_), decided) => (Cow::Borrowed(parts), decided),
-        (Cow::Owned(headers), decided) => {
-            let mut r = Response::new(());
-            *r.status_mut() = parts.status;
-            *r.version_mut() = parts.version;
-            *r.headers_mut() = headers;
-            (Cow::Owned(r.into_parts().0), decided)
-        }
-    }
 }
 
 /// What an answer with `response`'s head to `head` varies on, or `None`
@@ -152,22 +134,18 @@ pub(super) fn refresh(
     if !not_modified.headers.contains_key(header::AGE) {
         headers.remove(header::AGE);
     }
-    let mut merged = Response::new(());
-    *merged.status_mut() = old.status;
-    *merged.headers_mut() = headers;
-    let (merged, ()) = merged.into_parts();
-    let (judged, targeted) = judged(&merged, targets);
-    let d = Directives::of(&judged.headers);
-    let lifetime = rules::lifetime(&judged.headers, &d, old.lifetime).unwrap_or(old.lifetime);
-    let vary = vary_of(&merged.headers, head);
-    let storable = rules::storable_by_head(merged.status, &judged.headers, Some(lifetime))
+    let (judged, targeted) = targeted::judged(&headers, targets);
+    let d = Directives::of(&judged);
+    let lifetime = rules::lifetime(&judged, &d, old.lifetime).unwrap_or(old.lifetime);
+    let vary = vary_of(&headers, head);
+    let storable = rules::storable_by_head(old.status, &judged, Some(lifetime))
         && rules::storable_for(&head.headers, &d)
         && vary.is_some();
     drop(judged);
     let entry = Entry {
         born: Entry::born(&not_modified.headers, now),
         status: old.status,
-        headers: with_slots(merged.headers, id_slot),
+        headers: with_slots(headers, id_slot),
         body: old.body.clone(),
         lifetime,
         while_revalidate: rules::stale_window(&d, d.stale_while_revalidate, while_revalidate),

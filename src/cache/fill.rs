@@ -47,7 +47,7 @@ pub struct Fill {
     pub guard: FillGuard,
     pub key: Arc<str>,
     pub req: Request<Incoming>,
-    /// The client's head as the policy judges it (before the conditionals
+    /// The client's head as the rules judge it (before the conditionals
     /// the fill adds).
     pub head: request::Parts,
     pub peer: Peer,

@@ -3,9 +3,9 @@
 //! own. The first field of the route's list (`cache.targeted`) that the
 //! response has with a valid, non-empty value wins wholly: the cache then
 //! ignores `Cache-Control` and `Expires` (§2.1). The rules of [`super::rules`]
-//! and `http-cache-semantics` judge the head as it would be with the
-//! targeted directives for its `Cache-Control`, so one set of rules serves
-//! both; the answer itself is forwarded with every field unchanged.
+//! judge the head as it would be with the targeted directives for its
+//! `Cache-Control`, so one set of rules serves both; the answer itself is
+//! forwarded with every field unchanged.
 
 use std::borrow::Cow;
 

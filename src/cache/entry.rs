@@ -5,13 +5,14 @@
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use http::{HeaderMap, Method, Request, Response, StatusCode, header, request, response};
+use http::{HeaderMap, Method, Response, StatusCode, header, request, response};
 
 use super::CACHE_STATUS;
 use super::RouteCache;
 use super::rules::{self, Directives};
 use super::status::{Stamps, Status};
 use super::store::Entry;
+use super::targeted;
 use crate::body::Body;
 use crate::headers::X_REQUEST_ID;
 
@@ -22,52 +23,53 @@ pub(super) fn judge(
     parts: &response::Parts,
     now: SystemTime,
 ) -> Option<Entry> {
-    let config = cache.store.config;
+    let config = &cache.store.config;
     if content_length(&parts.headers).is_some_and(|n| n > config.max_entry) {
         return None;
     }
     let windows = (config.stale_while_revalidate, config.stale_if_error);
-    entry_of(head, parts, now, config.default_ttl, windows, cache.id_slot)
+    entry_of(head, parts, now, (config.default_ttl, &config.targeted), windows, cache.id_slot)
 }
 
-/// The entry for a response head to a request head, if it may be stored.
+/// The entry for a response head to a request head, if it may be stored,
+/// judged by its first valid targeted field of `targets` in place of its
+/// `Cache-Control` and `Expires` (RFC 9213), or by those.
 pub fn entry_of(
     head: &request::Parts,
     parts: &response::Parts,
     now: SystemTime,
-    default_ttl: Duration,
+    (default_ttl, targets): (Duration, &[http::HeaderName]),
     (while_revalidate, if_error): (Duration, Duration),
     id_slot: bool,
 ) -> Option<Entry> {
     // What is kept is copied out of the connections' read buffers (a
     // header value received is a slice of one, which it would keep
-    // alive), and of the request only what the policy reads: the store's
+    // alive), and of the request only its `Vary` fields: the store's
     // weights are then what it really holds.
-    let d = Directives::of(&parts.headers);
-    let lifetime = rules::lifetime(&parts.headers, &d, default_ttl);
-    if !rules::storable_by_head(parts.status, &parts.headers, lifetime) || !rules::storable_for(&head.headers, &d) {
+    let (judged, targeted) = targeted::judged(&parts.headers, targets);
+    let d = Directives::of(&judged);
+    let lifetime = rules::lifetime(&judged, &d, default_ttl);
+    if !rules::storable_by_head(parts.status, &judged, lifetime) || !rules::storable_for(&head.headers, &d) {
         return None;
     }
+    drop(judged);
     let mut parts = detached_response(parts);
     // RFC 9110 §6.6.1: an answer without `Date` is given its receipt time,
     // or each hit would carry its own time as `Date` beside its `Age`.
     if !parts.headers.contains_key(header::DATE) {
         parts.headers.insert(header::DATE, date_value(now));
     }
-    let parts = &parts;
-    if !rules::policy(&policy_head(head), parts, now).is_storable() {
-        return None;
-    }
     let vary = vary_of(&parts.headers, head)?;
     Some(Entry {
         born: Entry::born(&parts.headers, now),
         status: parts.status,
-        headers: with_slots(parts.headers.clone(), id_slot),
+        headers: with_slots(parts.headers, id_slot),
         body: Bytes::new(),
         lifetime: lifetime.expect("storable has a lifetime"),
         while_revalidate: rules::stale_window(&d, d.stale_while_revalidate, while_revalidate),
         if_error: rules::stale_window(&d, d.stale_if_error, if_error),
         vary,
+        targeted,
         stamps: Stamps::default(),
     })
 }
@@ -108,7 +110,7 @@ pub(super) fn refresh(
     not_modified: &response::Parts,
     now: SystemTime,
     (while_revalidate, if_error): (Duration, Duration),
-    id_slot: bool,
+    (id_slot, targets): (bool, &[http::HeaderName]),
 ) -> (Entry, bool) {
     let mut not_modified = detached_response(not_modified);
     // Its age is the 304's (the stored `Age` was the old answer's), its
@@ -132,26 +134,24 @@ pub(super) fn refresh(
     if !not_modified.headers.contains_key(header::AGE) {
         headers.remove(header::AGE);
     }
-    let d = Directives::of(&headers);
-    let lifetime = rules::lifetime(&headers, &d, old.lifetime).unwrap_or(old.lifetime);
-    let mut merged = Response::new(());
-    *merged.status_mut() = old.status;
-    *merged.headers_mut() = headers;
-    let (merged, ()) = merged.into_parts();
-    let policy = rules::policy(&policy_head(head), &merged, now);
-    let vary = vary_of(&merged.headers, head);
-    let storable = rules::storable(&policy, merged.status, &merged.headers, Some(lifetime))
+    let (judged, targeted) = targeted::judged(&headers, targets);
+    let d = Directives::of(&judged);
+    let lifetime = rules::lifetime(&judged, &d, old.lifetime).unwrap_or(old.lifetime);
+    let vary = vary_of(&headers, head);
+    let storable = rules::storable_by_head(old.status, &judged, Some(lifetime))
         && rules::storable_for(&head.headers, &d)
         && vary.is_some();
+    drop(judged);
     let entry = Entry {
         born: Entry::born(&not_modified.headers, now),
         status: old.status,
-        headers: with_slots(merged.headers, id_slot),
+        headers: with_slots(headers, id_slot),
         body: old.body.clone(),
         lifetime,
         while_revalidate: rules::stale_window(&d, d.stale_while_revalidate, while_revalidate),
         if_error: rules::stale_window(&d, d.stale_if_error, if_error),
         vary: vary.unwrap_or_else(|| old.vary.clone()),
+        targeted,
         stamps: Stamps::default(),
     };
     (entry, storable)
@@ -174,25 +174,6 @@ pub(super) fn detached_response(parts: &response::Parts) -> response::Parts {
     *r.status_mut() = parts.status;
     *r.version_mut() = parts.version;
     *r.headers_mut() = detached(&parts.headers);
-    r.into_parts().0
-}
-
-/// What the crate's policy reads of a request to judge an answer
-/// storable: its method, its URI and whether it said `no-store`. Nothing
-/// else of the client's head is given to it: the policy copies and parses
-/// what it is given, and a client's large fields cost far more there than
-/// the bytes it sent. `Authorization` is judged by [`rules::storable_for`]
-/// instead (the crate reads the answer's directives with a comma split
-/// that finds `public` inside a quoted argument).
-pub(super) fn policy_head(head: &request::Parts) -> request::Parts {
-    let mut r = Request::new(());
-    *r.method_mut() = head.method.clone();
-    // The URI too is a slice of the read buffer: copied.
-    *r.uri_mut() = http::Uri::try_from(head.uri.to_string()).unwrap_or_default();
-    *r.version_mut() = head.version;
-    if Directives::of(&head.headers).no_store {
-        r.headers_mut().insert(header::CACHE_CONTROL, http::HeaderValue::from_static("no-store"));
-    }
     r.into_parts().0
 }
 
@@ -238,6 +219,7 @@ impl Entry {
             while_revalidate: self.while_revalidate,
             if_error: self.if_error,
             vary: self.vary.clone(),
+            targeted: self.targeted.clone(),
             stamps: Stamps::default(),
         }
     }
@@ -258,7 +240,7 @@ pub(super) fn from_entry(
     age: Duration,
 ) -> Response<Body> {
     let mut headers = e.headers.clone();
-    let (age, status) = e.stamps.get(age.as_secs(), status);
+    let (age, status) = e.stamps.get(age.as_secs(), status, e.targeted.as_ref());
     headers.insert(header::AGE, age);
     // The gateway's member is the last line (see `with_slots`),
     // after the upstream's.
@@ -293,6 +275,7 @@ pub(super) fn from_entry(
 mod tests {
     use super::*;
     use crate::cache::status::Status;
+    use http::Request;
 
     /// An answer made from a stored head sets its fields in place: neither
     /// its `Age` and `Cache-Status` nor the `X-Request-Id` set after them
@@ -313,7 +296,8 @@ mod tests {
                 response = response.header(*n, *v);
             }
             let parts = response.body(()).unwrap().into_parts().0;
-            let e = entry_of(&head, &parts, SystemTime::now(), Duration::ZERO, windows, id_slot).expect("storable");
+            let e =
+                entry_of(&head, &parts, SystemTime::now(), (Duration::ZERO, &[]), windows, id_slot).expect("storable");
             let status = Status::hit(Some(Duration::from_secs(60)));
             let mut answer = super::from_entry(&e, &http::Method::GET, None, status, Duration::from_secs(1));
             // A field added (not replaced) grows the entries, a full table

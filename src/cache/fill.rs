@@ -12,7 +12,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
 use bytes::{Bytes, BytesMut};
-use http::{Method, Request, Response, StatusCode, header, request};
+use http::{HeaderName, Method, Request, Response, StatusCode, header, request};
 use http_body::{Frame, SizeHint};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -23,6 +23,7 @@ use super::RouteCache;
 use super::entry::{content_length, judge, refresh};
 use super::rules;
 use super::store::{Entry, FillGuard, Filled};
+use super::targeted;
 use crate::body::{Body, BoxError};
 use crate::error::GatewayError;
 use crate::request::{Peer, RequestLog};
@@ -30,8 +31,8 @@ use crate::request::{Peer, RequestLog};
 /// What the first client of a fill is answered with.
 pub enum Answer {
     /// The upstream's answer (streaming); `Some` with its freshness left
-    /// when it is being stored.
-    Upstream(Response<Body>, Option<Duration>),
+    /// when it is being stored; the targeted field that decided, if one did.
+    Upstream(Response<Body>, Option<Duration>, Option<HeaderName>),
     /// A stored entry refreshed by an answer of this status (a 304).
     Entry(Arc<Entry>, u16),
     /// A stale entry served because the upstream failed: with the status
@@ -46,7 +47,7 @@ pub struct Fill {
     pub guard: FillGuard,
     pub key: Arc<str>,
     pub req: Request<Incoming>,
-    /// The client's head as the policy judges it (before the conditionals
+    /// The client's head as the rules judge it (before the conditionals
     /// the fill adds).
     pub head: request::Parts,
     pub peer: Peer,
@@ -118,9 +119,9 @@ impl Fill {
         let status = response.status();
         if let (StatusCode::NOT_MODIFIED, Some(old)) = (status, &stale) {
             let (parts, _) = response.into_parts();
-            let config = cache.store.config;
+            let config = &cache.store.config;
             let windows = (config.stale_while_revalidate, config.stale_if_error);
-            let (refreshed, storable) = refresh(old, &head, &parts, now, windows, cache.id_slot);
+            let (refreshed, storable) = refresh(old, &head, &parts, now, windows, (cache.id_slot, &config.targeted));
             // The merged head is judged again: a 304 may bring what must not
             // be stored (a `Set-Cookie` for the client that revalidated,
             // `private`, `no-store`). Then only this client gets it; the
@@ -139,7 +140,10 @@ impl Fill {
         }
         let (parts, body) = response.into_parts();
         let Some(entry) = judge(&cache, &head, &parts, now) else {
-            return send(tx, Answer::Upstream(Response::from_parts(parts, body), None));
+            // Which targeted field decided, for `Cache-Status`: read again,
+            // only for an answer that has one.
+            let targeted = targeted::select(&parts.headers, &cache.store.config.targeted).map(|(name, _)| name);
+            return send(tx, Answer::Upstream(Response::from_parts(parts, body), None, targeted));
         };
         guard.publish(Filled::Streaming);
         let (chunks_tx, chunks) = mpsc::channel(1);
@@ -150,7 +154,13 @@ impl Fill {
         );
         let mut to_client = Some(chunks_tx);
         if let Some(tx) = tx
-            && tx.send(Answer::Upstream(client, Some(entry.lifetime.saturating_sub(entry.age(now))))).is_err()
+            && tx
+                .send(Answer::Upstream(
+                    client,
+                    Some(entry.lifetime.saturating_sub(entry.age(now))),
+                    entry.targeted.clone(),
+                ))
+                .is_err()
         {
             to_client = None;
         }

@@ -23,6 +23,7 @@ mod fill;
 pub mod rules;
 mod status;
 mod store;
+mod targeted;
 
 pub use status::error_status;
 use status::{Status, secs};
@@ -281,10 +282,11 @@ impl RouteCache {
         let (fill, client) = self.prepare(guard, key, req, peer, cx, deadline, stale);
         let answer = fill::spawn(fill).await.map_err(|_| std::io::Error::other("cache fill task failed"))?;
         match answer {
-            Answer::Upstream(response, ttl) => {
+            Answer::Upstream(response, ttl, targeted) => {
                 let counter = if ttl.is_some() { &self.metrics.miss } else { &self.metrics.uncacheable };
                 counter.increment(1);
-                Ok(with_status(response, Status { stored: ttl.is_some(), ttl: secs(ttl), ..Status::fwd(fwd) }))
+                let status = Status { stored: ttl.is_some(), ttl: secs(ttl), ..Status::fwd(fwd) };
+                Ok(with_status(response, status, targeted.as_ref()))
             }
             Answer::Entry(e, code) => {
                 self.metrics.revalidated.increment(1);
@@ -367,7 +369,7 @@ impl RouteCache {
     ) -> Result<Response<Body>, GatewayError> {
         let response =
             self.upstream.forward(&self.target, &self.prefix, self.max_body, req, peer, cx, deadline).await?;
-        Ok(with_status(response, status))
+        Ok(with_status(response, status, None))
     }
 
     /// Any method but GET and HEAD goes upstream; a successful unsafe one
@@ -486,8 +488,9 @@ fn under_prefix(path: &str, prefix: &str) -> bool {
 }
 
 /// `response` with the gateway's `Cache-Status` member after the
-/// upstream's (RFC 9211 §2: the field is a list, each cache appends).
-fn with_status(mut response: Response<Body>, status: Status) -> Response<Body> {
-    response.headers_mut().append(CACHE_STATUS, status.value());
+/// upstream's (RFC 9211 §2: the field is a list, each cache appends),
+/// naming the targeted field that decided, if one did.
+fn with_status(mut response: Response<Body>, status: Status, targeted: Option<&HeaderName>) -> Response<Body> {
+    response.headers_mut().append(CACHE_STATUS, status.value_for(targeted));
     response
 }

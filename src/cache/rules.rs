@@ -3,17 +3,21 @@
 //! the request's own directives ask, and whether a client's conditional
 //! matches. Table-tested here and property-tested against the RFC's rules.
 //!
-//! Storability and age come from `http-cache-semantics`. The freshness
-//! lifetime is computed here: the crate gives a `proxy-revalidate` or a
+//! Storability, freshness and age are computed here, from the head the
+//! cache judges (see `targeted`: a targeted field's directives stand for
+//! `Cache-Control` there). They were the `http-cache-semantics` crate's
+//! once; its storability refused statuses RFC 9111 §3 lets a cache store
+//! (a 500 with `max-age`), knew nothing of `must-understand` or targeted
+//! fields, read `Authorization`'s `public` with a comma split, and copied
+//! and parsed both heads on every miss. It gave a `proxy-revalidate` or a
 //! `Set-Cookie` response a lifetime of zero (RFC 9111 gives neither that
-//! meaning), has no fixed default lifetime (only a fraction of
-//! `Last-Modified`'s age), and knows nothing of RFC 5861's stale windows.
+//! meaning), had no fixed default lifetime, and knew nothing of RFC 5861's
+//! stale windows.
 
 use std::time::{Duration, SystemTime};
 
 use http::header::{self, HeaderMap, HeaderName};
 use http::{Method, StatusCode};
-use http_cache_semantics::{CacheOptions, CachePolicy};
 
 /// Statuses a shared cache may store without explicit freshness
 /// (RFC 9110 §15.1), as the issue lists them.
@@ -35,6 +39,7 @@ pub struct Directives {
     pub must_revalidate: bool,
     pub proxy_revalidate: bool,
     pub only_if_cached: bool,
+    pub must_understand: bool,
     pub max_age: Option<u64>,
     pub s_maxage: Option<u64>,
     pub stale_while_revalidate: Option<u64>,
@@ -66,6 +71,7 @@ impl Directives {
                 "must-revalidate" => d.must_revalidate = true,
                 "proxy-revalidate" => d.proxy_revalidate = true,
                 "only-if-cached" => d.only_if_cached = true,
+                "must-understand" => d.must_understand = true,
                 "max-age" => d.max_age = seconds(d.max_age),
                 "s-maxage" => d.s_maxage = seconds(d.s_maxage),
                 "stale-while-revalidate" => d.stale_while_revalidate = seconds(d.stale_while_revalidate),
@@ -118,8 +124,8 @@ pub const DELTA_MAX: u64 = 2_147_483_648;
 
 /// The directives of one `Cache-Control` line as `(name, argument)`, the
 /// argument unquoted: a comma inside a quoted string does not start a
-/// directive (RFC 9110 §5.6.4). Hand-written: `http-cache-semantics`
-/// parses these lines only inside its policy, and not as an iterator.
+/// directive (RFC 9110 §5.6.4). Hand-written: the `http` crate has no
+/// directive parser.
 fn directives(line: &str) -> impl Iterator<Item = (&str, Option<&str>)> {
     let mut rest = line;
     std::iter::from_fn(move || {
@@ -180,21 +186,16 @@ pub fn ask(request: &HeaderMap) -> (Ask, bool, Option<u64>) {
     (ask, d.only_if_cached, d.max_age)
 }
 
-/// The crate's policy for a response to a `GET` with `request`'s headers,
-/// as a shared cache with heuristic freshness off.
-pub fn policy(request: &http::request::Parts, response: &http::response::Parts, now: SystemTime) -> CachePolicy {
-    let options = CacheOptions { shared: true, cache_heuristic: 0.0, ..CacheOptions::default() };
-    CachePolicy::new_options(request, response, now, options)
-}
-
 /// How long a response is fresh from its generation (RFC 9111 §4.2.1):
 /// `s-maxage`, then `max-age`, then `Expires` − `Date`, then
 /// `default_ttl`. `None`: it states none and there is no default. A
 /// response's `no-cache` (§5.2.2.4) may be stored but never used without
-/// revalidation: its lifetime is zero, whatever else it says.
+/// revalidation: its lifetime is zero, whatever else it says, and with a
+/// validator it is stored even when it states none (to be revalidated
+/// with a conditional rather than fetched whole).
 pub fn lifetime(response: &HeaderMap, d: &Directives, default_ttl: Duration) -> Option<Duration> {
     let stated = stated_lifetime(response, d, default_ttl);
-    if d.no_cache { stated.map(|_| Duration::ZERO) } else { stated }
+    if d.no_cache { (stated.is_some() || has_validator(response)).then_some(Duration::ZERO) } else { stated }
 }
 
 fn stated_lifetime(response: &HeaderMap, d: &Directives, default_ttl: Duration) -> Option<Duration> {
@@ -214,37 +215,48 @@ fn stated_lifetime(response: &HeaderMap, d: &Directives, default_ttl: Duration) 
     (!default_ttl.is_zero()).then_some(default_ttl)
 }
 
-/// Whether the cache may store `response` to a `GET` with `request`'s
-/// headers (RFC 9111 §3, with the issue's stricter rules: never with
-/// `Set-Cookie`, never a 206, never `Vary: *`, never without a lifetime).
-pub fn storable(policy: &CachePolicy, status: StatusCode, response: &HeaderMap, lifetime: Option<Duration>) -> bool {
-    policy.is_storable() && storable_by_head(status, response, lifetime)
-}
-
-/// [`storable`] but for the crate's policy: what the response head alone
-/// decides. Most responses a cache route forwards fail here, before a
-/// policy (which copies and parses both heads) is made for them.
+/// Whether the cache may store `response` (RFC 9111 §3, with the issue's
+/// stricter rules: never with `Set-Cookie`, never a 206 or a 304, never
+/// `Vary: *`, never without a lifetime). A status not cacheable by default
+/// is stored with explicit freshness, whatever it is (a 500 with
+/// `max-age`); with `must-understand` only a status the cache understands
+/// (see [`understood`]) is, and then `no-store` is ignored (§5.2.2.3).
+/// The request's part is [`storable_for`].
 pub fn storable_by_head(status: StatusCode, response: &HeaderMap, lifetime: Option<Duration>) -> bool {
     let d = Directives::of(response);
     let explicit = d.s_maxage.is_some() || d.max_age.is_some() || response.contains_key(header::EXPIRES);
-    let status_ok =
-        CACHEABLE_BY_DEFAULT.contains(&status.as_u16()) || (explicit && status != StatusCode::PARTIAL_CONTENT);
+    let never = [StatusCode::PARTIAL_CONTENT, StatusCode::NOT_MODIFIED];
+    let status_ok = !status.is_informational()
+        && !never.contains(&status)
+        && (CACHEABLE_BY_DEFAULT.contains(&status.as_u16()) || explicit);
+    let no_store = if d.must_understand { !understood(status) } else { d.no_store };
     status_ok
-        && status != StatusCode::PARTIAL_CONTENT
         && !d.private
-        && !d.no_store
+        && !no_store
         && !response.contains_key(header::SET_COOKIE)
         && !vary_names(response).any(|n| n == "*")
         && lifetime.is_some()
 }
 
-/// Whether a shared cache may store an answer to a request with
-/// `Authorization` (RFC 9111 §3.5): only one whose own directives allow it
-/// (`public`, `must-revalidate`, `s-maxage`), read with the quote-aware
-/// parser of [`Directives`]: a `public` inside another directive's quoted
-/// argument is not one. A request without credentials may store anything.
+/// Whether the cache understands a status's caching requirements (RFC 9111
+/// §5.2.2.3): one HTTP registers (a name the `http` crate knows), final,
+/// and not one it never stores (206, 304).
+pub fn understood(status: StatusCode) -> bool {
+    status.canonical_reason().is_some()
+        && !status.is_informational()
+        && status != StatusCode::PARTIAL_CONTENT
+        && status != StatusCode::NOT_MODIFIED
+}
+
+/// Whether a shared cache may store an answer with directives `d` to a
+/// request with headers `request`: never when the request said `no-store`
+/// (RFC 9111 §5.2.1.5); with `Authorization` (§3.5) only one whose own
+/// directives allow it (`public`, `must-revalidate`, `s-maxage`), read with
+/// the quote-aware parser of [`Directives`]: a `public` inside another
+/// directive's quoted argument is not one.
 pub fn storable_for(request: &HeaderMap, d: &Directives) -> bool {
-    !request.contains_key(header::AUTHORIZATION) || d.public || d.must_revalidate || d.s_maxage.is_some()
+    let shared = !request.contains_key(header::AUTHORIZATION) || d.public || d.must_revalidate || d.s_maxage.is_some();
+    shared && !(request.contains_key(header::CACHE_CONTROL) && Directives::of(request).no_store)
 }
 
 /// The header names a response's `Vary` lists, lowercased and trimmed.

@@ -22,10 +22,9 @@ fn is_storable(req: &[(&str, &str)], status: u16, res: &[(&str, &str)], default_
     *rs.status_mut() = StatusCode::from_u16(status).unwrap();
     *rs.headers_mut() = head(res);
     let (rs, ()) = rs.into_parts();
-    let p = policy(&rq, &rs, SystemTime::now());
     let d = Directives::of(&rs.headers);
     let life = lifetime(&rs.headers, &d, Duration::from_secs(default_ttl));
-    storable(&p, rs.status, &rs.headers, life)
+    storable_by_head(rs.status, &rs.headers, life) && storable_for(&rq.headers, &d)
 }
 
 type Headers<'a> = &'a [(&'a str, &'a str)];
@@ -74,6 +73,16 @@ fn storing_rules() {
         (&[("authorization", "x")], 200, &[("cache-control", "max-age=5, must-revalidate")], 0, true),
         (&[], 200, &[("cache-control", "max-age=5"), ("vary", "*")], 0, false),
         (&[], 500, &[], 10, false),
+        (&[], 500, &[("cache-control", "max-age=5")], 0, true),
+        (&[], 599, &[("cache-control", "max-age=5")], 0, true),
+        (&[], 400, &[("expires", "Fri, 01 Jan 2100 00:00:00 GMT")], 0, true),
+        (&[], 304, &[("cache-control", "max-age=5")], 0, false),
+        (&[], 200, &[("cache-control", "max-age=5, no-store, must-understand")], 0, true),
+        (&[], 503, &[("cache-control", "max-age=5, no-store, must-understand")], 0, true),
+        (&[], 599, &[("cache-control", "max-age=5, no-store, must-understand")], 0, false),
+        (&[], 599, &[("cache-control", "max-age=5, must-understand")], 0, false),
+        (&[], 200, &[("cache-control", "max-age=5, private, must-understand")], 0, false),
+        (&[("cache-control", "no-store")], 200, &[("cache-control", "max-age=5, must-understand")], 0, false),
     ];
     for (i, (req, status, res, ttl, want)) in cases.iter().enumerate() {
         assert_eq!(is_storable(req, *status, res, *ttl), *want, "case {i}");
@@ -83,6 +92,18 @@ fn storing_rules() {
 #[test]
 fn lifetime_order() {
     let d = |h: &HeaderMap| Directives::of(h);
+    // no-cache: zero, and stored without stated freshness only with a
+    // validator to revalidate it by.
+    let cases: &[(Headers, Option<u64>)] = &[
+        (&[("cache-control", "no-cache")], None),
+        (&[("cache-control", "no-cache"), ("etag", "\"a\"")], Some(0)),
+        (&[("cache-control", "no-cache"), ("last-modified", "Thu, 01 Jan 2099 00:00:00 GMT")], Some(0)),
+        (&[("cache-control", "no-cache, max-age=60")], Some(0)),
+    ];
+    for (fields, want) in cases {
+        let h = head(fields);
+        assert_eq!(lifetime(&h, &d(&h), Duration::ZERO), want.map(Duration::from_secs), "{fields:?}");
+    }
     let h = head(&[("cache-control", "max-age=10, s-maxage=20"), ("expires", "Thu, 01 Jan 2099 00:00:00 GMT")]);
     assert_eq!(lifetime(&h, &d(&h), Duration::ZERO), Some(Duration::from_secs(20)));
     let h = head(&[("cache-control", "max-age=10"), ("expires", "Thu, 01 Jan 2099 00:00:00 GMT")]);
@@ -172,8 +193,8 @@ fn expected(
 ) -> (bool, Option<u64>) {
     let life = s_maxage.or(max_age).or(expires).or((default_ttl > 0).then_some(default_ttl));
     let explicit = max_age.is_some() || s_maxage.is_some() || expires.is_some();
-    let status_ok = [200, 203, 204, 300, 301, 308, 404, 405, 410, 414, 501].contains(&status)
-        || (explicit && [302, 303, 307].contains(&status));
+    let status_ok =
+        [200, 203, 204, 300, 301, 308, 404, 405, 410, 414, 501].contains(&status) || (explicit && status != 206);
     let auth_ok = !auth || public || s_maxage.is_some();
     let ok = status_ok && !no_store && !private && !cookie && auth_ok && life.is_some();
     (ok, life)

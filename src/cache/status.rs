@@ -5,7 +5,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::HeaderValue;
+use http::header::{HeaderName, HeaderValue};
 
 use crate::error::GatewayError;
 
@@ -46,7 +46,10 @@ impl Status {
         Status { fwd: Some(fwd), ..Status::default() }
     }
 
-    pub(super) fn value(&self) -> HeaderValue {
+    /// The value, its `detail` naming the targeted field (RFC 9213) that
+    /// decided the entry's policy, if one did: `detail="NAME"`, or
+    /// `detail="stale NAME"` for an entry served stale.
+    pub(super) fn value_for(&self, targeted: Option<&HeaderName>) -> HeaderValue {
         let mut v = Line::default();
         v.push(b"gateway");
         if self.hit {
@@ -67,8 +70,15 @@ impl Status {
             v.push(b"; ttl=");
             v.number(ttl);
         }
-        if self.stale {
-            v.push(b"; detail=stale");
+        match (self.stale, targeted) {
+            (false, None) => {}
+            (true, None) => v.push(b"; detail=stale"),
+            (stale, Some(name)) => {
+                let start: &[u8] = if stale { b"; detail=\"stale " } else { b"; detail=\"" };
+                v.push(start);
+                v.push(name.as_str().as_bytes());
+                v.push(b"\"");
+            }
         }
         v.value()
     }
@@ -87,13 +97,14 @@ struct Stamp {
 }
 
 impl Stamps {
-    /// `Age: age` and `status`'s `Cache-Status`, made or as last made.
-    pub(super) fn get(&self, age: u64, status: Status) -> (HeaderValue, HeaderValue) {
+    /// `Age: age` and `status`'s `Cache-Status`, made or as last made;
+    /// `targeted` is the entry's own (see [`Status::value_for`]).
+    pub(super) fn get(&self, age: u64, status: Status, targeted: Option<&HeaderName>) -> (HeaderValue, HeaderValue) {
         let mut last = self.0.lock().unwrap_or_else(|e| e.into_inner());
         match &*last {
             Some(s) if s.age == age && s.status == status => s.values.clone(),
             _ => {
-                let values = (number(age), status.value());
+                let values = (number(age), status.value_for(targeted));
                 *last = Some(Stamp { age, status, values: values.clone() });
                 values
             }
@@ -113,18 +124,19 @@ pub(super) fn number(n: u64) -> HeaderValue {
 /// would allocate twice (the buffer, then the shared `Bytes` for its spare
 /// capacity).
 struct Line {
-    buf: [u8; 128],
+    buf: [u8; 192],
     len: usize,
 }
 
 impl Default for Line {
     fn default() -> Self {
-        Line { buf: [0; 128], len: 0 }
+        Line { buf: [0; 192], len: 0 }
     }
 }
 
 impl Line {
-    /// Appends `s`; the longest value built here is well within the buffer.
+    /// Appends `s`; the longest value built here (with the longest
+    /// targeted field name configuration allows) is within the buffer.
     fn push(&mut self, s: &[u8]) {
         self.buf[self.len..self.len + s.len()].copy_from_slice(s);
         self.len += s.len();
@@ -183,12 +195,21 @@ mod tests {
             ),
         ];
         for (status, want) in cases {
-            assert_eq!(status.value(), want);
+            assert_eq!(status.value_for(None), want);
         }
         let longest = Status { fwd: Some("request"), fwd_status: Some(599), stored: true, ..Status::stale() };
         let longest = Status { ttl: Some(u64::MAX), ..longest };
         let want = "gateway; hit; fwd=request; fwd-status=599; stored; ttl=18446744073709551615; detail=stale";
-        assert_eq!(longest.value(), want);
+        assert_eq!(longest.value_for(None), want);
+        let cdn = HeaderName::from_static("cdn-cache-control");
+        assert_eq!(
+            Status::hit(Some(Duration::from_secs(5))).value_for(Some(&cdn)),
+            "gateway; hit; ttl=5; detail=\"cdn-cache-control\""
+        );
+        assert_eq!(Status::stale().value_for(Some(&cdn)), "gateway; hit; detail=\"stale cdn-cache-control\"");
+        let name = HeaderName::from_bytes(&[b'x'; crate::config::MAX_TARGETED_NAME]).unwrap();
+        let value = longest.value_for(Some(&name));
+        assert!(value.to_str().unwrap().ends_with(&format!("; detail=\"stale {}\"", name.as_str())));
         for (n, want) in [(0, "0"), (7, "7"), (86_400, "86400"), (u64::MAX, "18446744073709551615")] {
             assert_eq!(number(n), want);
         }
@@ -209,7 +230,7 @@ mod tests {
             (5, hit(3), "5", "gateway; hit; ttl=3"),
         ];
         for (age, status, want_age, want_status) in cases {
-            let (a, s) = stamps.get(age, status);
+            let (a, s) = stamps.get(age, status, None);
             assert_eq!((a.to_str().unwrap(), s.to_str().unwrap()), (want_age, want_status));
         }
     }

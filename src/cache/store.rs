@@ -48,6 +48,9 @@ pub struct Entry {
     pub if_error: Duration,
     /// The request headers its `Vary` names, as [`rules::vary_value`] has them.
     pub vary: Vec<(http::HeaderName, Option<String>)>,
+    /// The targeted field (RFC 9213) whose directives it was judged by, in
+    /// place of `Cache-Control` (shared with the route's configuration).
+    pub targeted: Option<http::HeaderName>,
     /// Its latest answer's `Age` and `Cache-Status`.
     pub stamps: Stamps,
 }

@@ -129,6 +129,7 @@ fn route(r: &RouteConfig) -> Map<String, Value> {
             "coalesce": c.coalesce,
             "stale_while_revalidate": duration(c.stale_while_revalidate),
             "stale_if_error": duration(c.stale_if_error),
+            "targeted": c.targeted.iter().map(|n| n.as_str()).collect::<Vec<_>>(),
         }});
         fill(&mut out, object(cache));
     }

@@ -362,7 +362,7 @@ pub struct ProxyTarget {
 
 /// A proxy route's response cache: its own store, sized in bytes (head +
 /// body), and the windows the gateway applies itself.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CacheConfig {
     /// Bytes the store holds at most (heads and bodies).
     pub max_size: u64,
@@ -378,7 +378,15 @@ pub struct CacheConfig {
     pub stale_while_revalidate: Duration,
     /// How long past its freshness an entry is served when the upstream fails.
     pub stale_if_error: Duration,
+    /// The targeted cache-control fields obeyed (RFC 9213), first first:
+    /// the first a response has with a valid value replaces its
+    /// `Cache-Control` and `Expires` for the cache.
+    pub targeted: std::sync::Arc<[http::HeaderName]>,
 }
+
+/// The longest name `cache.targeted` takes (the name goes into every
+/// `Cache-Status` of an entry it decided).
+pub const MAX_TARGETED_NAME: usize = 64;
 
 /// `cache.max_size` when not set.
 pub const DEFAULT_CACHE_MAX_SIZE: u64 = 64 << 20;

@@ -300,4 +300,5 @@ pub(super) struct RawCache {
     pub coalesce: Option<bool>,
     pub stale_while_revalidate: Option<String>,
     pub stale_if_error: Option<String>,
+    pub targeted: Option<Vec<String>>,
 }

@@ -395,7 +395,7 @@ impl Route {
         // The entries of a route whose cache settings did not change are
         // kept (see `RouteCache::new`).
         let cache = match &r.target {
-            Target::Proxy(p) => p.cache.map(|c| {
+            Target::Proxy(p) => p.cache.clone().map(|c| {
                 let running = old.and_then(|o| o.cache.as_ref()).map(|c| &c.store);
                 let upstream = upstreams[p.upstream].clone();
                 let id_slot = config.server.request_id;

@@ -294,7 +294,7 @@ impl App {
                 Target::Proxy(p) => {
                     let upstream = upstream.expect("a proxy route has its upstream");
                     if let Some(mirror) = &route.mirror {
-                        mirror.copy(&req, cx.id);
+                        mirror.copy(&mut req, cx.id);
                     }
                     let deadline = start + p.timeout;
                     // Not boxed: boxing it made the fixed and file paths' future

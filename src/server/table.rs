@@ -3,19 +3,22 @@
 
 use std::sync::{Arc, Weak};
 
-use http::Method;
+use http::{HeaderValue, Method, Request};
+use hyper::body::Incoming;
 use tokio::sync::Notify;
 
 use super::App;
 use crate::auth::Guard;
 use crate::body::ReadAhead;
 use crate::cache::RouteCache;
-use crate::config::{Config, ConfigError, RouteConfig, ServerConfig, Target, UpstreamConfig};
+use crate::config::{Config, ConfigError, ProxyTarget, RouteConfig, ServerConfig, Target, UpstreamConfig};
 use crate::discovery::Discovery;
 use crate::layers::RouteLayers;
+use crate::layers::request_id::RequestId;
 use crate::limits::ConcurrencyLimit;
 use crate::metrics::{self, RouteMetrics};
 use crate::ratelimit::{RedisStore, RouteLimiter};
+use crate::router::split::NewCookie;
 use crate::router::{RouteKey, Router};
 use crate::upstream::Upstream;
 
@@ -51,6 +54,21 @@ pub(super) struct Route {
 impl Route {
     pub(super) fn allows(&self, method: &Method) -> bool {
         self.methods.as_ref().is_none_or(|(ms, _)| ms.contains(method))
+    }
+
+    /// What a proxy route does as the request goes on: its mirror's copy;
+    /// returns the sticky cookie its split sets, for the answer.
+    pub(super) fn before_proxy(
+        &self,
+        p: &ProxyTarget,
+        req: &mut Request<Incoming>,
+        id: Option<&RequestId>,
+    ) -> Option<HeaderValue> {
+        if let Some(mirror) = &self.mirror {
+            mirror.copy(req, id);
+        }
+        let sets = p.split.as_ref().is_some_and(|s| s.set_cookie.is_some());
+        sets.then(|| req.extensions_mut().remove::<NewCookie>()).flatten().map(|c| c.0)
     }
 }
 

@@ -10,7 +10,7 @@
 //! and counted. A copy is never retried.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
 
 use http::header::{self, HeaderName, HeaderValue};
@@ -37,6 +37,7 @@ pub const X_GATEWAY_MIRROR: HeaderName = HeaderName::from_static("x-gateway-mirr
 
 /// A route's mirror, built with its table.
 pub struct Mirror {
+    upstream: String,
     percent: f64,
     endpoints: Vec<Authority>,
     next: AtomicUsize,
@@ -51,17 +52,40 @@ pub struct Mirror {
     counts: Counts,
 }
 
+/// What became of a route's copies: the metric's counters, and the same
+/// counts kept for `/-/routes`.
 #[derive(Clone)]
 struct Counts {
-    sent: Counter,
-    skipped_in_flight: Counter,
-    skipped_body: Counter,
-    answered: Counter,
-    failed: Counter,
+    counters: [Counter; 5],
+    tally: Arc<[AtomicU64; 5]>,
+}
+
+/// The `result` label values, in [`Counts`]' order.
+const RESULTS: [&str; 5] = ["sent", "skipped_in_flight", "skipped_body", "answered", "failed"];
+const SENT: usize = 0;
+const SKIPPED_IN_FLIGHT: usize = 1;
+const SKIPPED_BODY: usize = 2;
+const ANSWERED: usize = 3;
+const FAILED: usize = 4;
+
+impl Counts {
+    fn add(&self, result: usize) {
+        self.counters[result].increment(1);
+        self.tally[result].fetch_add(1, Relaxed);
+    }
 }
 
 impl Mirror {
-    pub fn new(route: &str, prefix: &str, p: &ProxyTarget, m: &MirrorConfig, upstream: &UpstreamConfig) -> Mirror {
+    /// The mirror of route `route`; `old` is the running one of that route,
+    /// whose copies in flight and counts go on here (a reload, or a
+    /// discovery change, rebuilds every route).
+    pub fn new(
+        (route, prefix): (&str, &str),
+        p: &ProxyTarget,
+        m: &MirrorConfig,
+        upstream: &UpstreamConfig,
+        old: Option<&Mirror>,
+    ) -> Mirror {
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(upstream.connect_timeout));
         connector.set_nodelay(true);
@@ -73,10 +97,11 @@ impl Mirror {
             .build(connector);
         let count = |result: &'static str| crate::metrics::mirror(route, &upstream.name, result);
         Mirror {
+            upstream: upstream.name.clone(),
             percent: m.percent,
             endpoints: upstream.endpoints.iter().map(|e| e.authority.clone()).collect(),
             next: AtomicUsize::new(0),
-            slots: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
+            slots: old.map_or_else(|| Arc::new(Semaphore::new(MAX_IN_FLIGHT)), |o| o.slots.clone()),
             client,
             timeout: p.timeout,
             buffer: p.request_buffer,
@@ -84,11 +109,8 @@ impl Mirror {
             rewrite: p.rewrite.clone(),
             host: p.host,
             counts: Counts {
-                sent: count("sent"),
-                skipped_in_flight: count("skipped_in_flight"),
-                skipped_body: count("skipped_body"),
-                answered: count("answered"),
-                failed: count("failed"),
+                counters: RESULTS.map(count),
+                tally: old.map_or_else(Default::default, |o| o.counts.tally.clone()),
             },
         }
     }
@@ -103,15 +125,15 @@ impl Mirror {
         let bodiless = req.body().is_end_stream();
         // A body announced longer than can be held is skipped at once.
         if !bodiless && (self.buffer == 0 || req.body().size_hint().lower() > self.buffer as u64) {
-            self.counts.skipped_body.increment(1);
+            self.counts.add(SKIPPED_BODY);
             return;
         }
         let Ok(slot) = self.slots.clone().try_acquire_owned() else {
-            self.counts.skipped_in_flight.increment(1);
+            self.counts.add(SKIPPED_IN_FLIGHT);
             return;
         };
         let Some(head) = self.head(req, request_id) else {
-            self.counts.failed.increment(1);
+            self.counts.add(FAILED);
             return;
         };
         let pending = Pending { head: Some((head, slot)), client: self.client.clone(), counts: self.counts.clone(), timeout: self.timeout };
@@ -120,6 +142,20 @@ impl Mirror {
         } else {
             req.extensions_mut().insert(WantsCopy::new(move |body| pending.send(body)));
         }
+    }
+
+    /// For `/-/routes`: the shadow, the share, the copies in flight and
+    /// what became of those sent so far.
+    pub fn status(&self) -> serde_json::Value {
+        let mut out = serde_json::json!({
+            "upstream": self.upstream,
+            "percent": self.percent,
+            "in_flight": MAX_IN_FLIGHT - self.slots.available_permits(),
+        });
+        for (name, n) in RESULTS.iter().zip(self.counts.tally.iter()) {
+            out[*name] = n.load(Relaxed).into();
+        }
+        out
     }
 
     /// The copy's head: the request's method, path (rewritten as the route
@@ -174,7 +210,7 @@ impl Pending {
         if len > 0 {
             copy.headers_mut().insert(header::CONTENT_LENGTH, HeaderValue::from(len));
         }
-        self.counts.sent.increment(1);
+        self.counts.add(SENT);
         let (client, counts, timeout) = (self.client.clone(), self.counts.clone(), self.timeout);
         tokio::spawn(async move {
             let _slot = slot;
@@ -185,8 +221,8 @@ impl Pending {
             })
             .await;
             match done {
-                Ok(Ok(())) => counts.answered.increment(1),
-                _ => counts.failed.increment(1),
+                Ok(Ok(())) => counts.add(ANSWERED),
+                _ => counts.add(FAILED),
             }
         });
     }
@@ -195,7 +231,7 @@ impl Pending {
 impl Drop for Pending {
     fn drop(&mut self) {
         if self.head.is_some() {
-            self.counts.skipped_body.increment(1);
+            self.counts.add(SKIPPED_BODY);
         }
     }
 }

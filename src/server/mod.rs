@@ -228,10 +228,7 @@ impl App {
             let route = table.router.find(req.uri(), req.headers()).map(|i| &table.routes[i]);
             let route_metrics = route.map_or(&self.unmatched, |r| &r.metrics);
             let _active = route_metrics.start();
-            let upstream = route.and_then(|r| match &r.config.target {
-                Target::Proxy(p) => Some(&*table.upstreams[p.upstream_for(&mut req, peer.tls)]),
-                _ => None,
-            });
+            let upstream = route.and_then(|r| r.upstream(&table.upstreams, &mut req, peer.tls));
             cx.route_found(&req, upstream.is_some());
             let mut pending =
                 Unanswered { app: self, route: route_metrics, upstream, method: &method, start, cx: Some(cx) };

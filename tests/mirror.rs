@@ -145,7 +145,10 @@ async fn copies_carry_the_clients_request_id() {
 
 /// A request body of unknown length (sent chunked), in two pieces.
 fn chunked(a: &'static str, b: String) -> common::TestBody {
-    let frames = [Ok::<_, Box<dyn std::error::Error + Send + Sync>>(http_body::Frame::data(Bytes::from(a))), Ok(http_body::Frame::data(Bytes::from(b)))];
+    let frames = [
+        Ok::<_, Box<dyn std::error::Error + Send + Sync>>(http_body::Frame::data(Bytes::from(a))),
+        Ok(http_body::Frame::data(Bytes::from(b))),
+    ];
     http_body_util::BodyExt::boxed(http_body_util::StreamBody::new(futures_util::stream::iter(frames)))
 }
 

@@ -66,14 +66,16 @@ type Seen = Arc<Mutex<Vec<(usize, u16, String)>>>;
 
 /// A client: HTTP/1.1 with `Host`, or HTTP/2 with `:authority`.
 enum Sender {
-    H1(Client<hyper_util::client::legacy::connect::HttpConnector, TestBody>, String),
+    H1(Box<Client<hyper_util::client::legacy::connect::HttpConnector, TestBody>>, String),
     H2(hyper::client::conn::http2::SendRequest<TestBody>),
 }
 
 impl Sender {
     async fn new(http2: bool, gw: &str) -> Sender {
         match http2 {
-            false => Sender::H1(Client::builder(TokioExecutor::new()).build_http(), format!("http://{gw}/api/x")),
+            false => {
+                Sender::H1(Box::new(Client::builder(TokioExecutor::new()).build_http()), format!("http://{gw}/api/x"))
+            }
             true => Sender::H2(common::h2_client(gw.parse().unwrap()).await.0),
         }
     }
@@ -106,7 +108,8 @@ async fn reloads_that_change_routing_under_load_lose_no_request_and_leave_remove
     let ups = [naming("a").await, naming("b").await, naming("c").await];
     let dir = tempfile::tempdir().unwrap();
     let gw = TestGateway::from_file(dir.path(), &file(0, &ups)).await;
-    let (stop, step, seen): (_, _, Seen) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicUsize::new(0)), Seen::default());
+    let (stop, step, seen): (_, _, Seen) =
+        (Arc::new(AtomicBool::new(false)), Arc::new(AtomicUsize::new(0)), Seen::default());
     let clients: Vec<_> = (0..8)
         .map(|i| {
             let (stop, step, seen, addr) = (stop.clone(), step.clone(), seen.clone(), gw.addr.to_string());

@@ -100,9 +100,10 @@ fn sticky_tables_are_checked_with_their_key() {
         ("{ cookie = \"a;b\", set = true }", "routes[0].sticky"),
     ] {
         let toml = format!("{ups}[[routes]]\nname = \"r\"\nprefix = \"/\"\n{split}\nsticky = {sticky}\n");
-        let err = gateway::config::load(&gateway::config::Source::Inline { text: toml, base_dir: std::env::temp_dir() })
-            .expect_err(sticky)
-            .to_string();
+        let err =
+            gateway::config::load(&gateway::config::Source::Inline { text: toml, base_dir: std::env::temp_dir() })
+                .expect_err(sticky)
+                .to_string();
         assert!(err.contains(key), "{sticky}: {err}");
     }
 }

@@ -46,7 +46,11 @@ upstream = "v2"
 
 async fn json_of(url: &str) -> Value {
     let (parts, body) = get(url).await;
-    assert_eq!((parts.status.as_u16(), parts.headers["content-type"].to_str().unwrap()), (200, "application/json"), "{url}");
+    assert_eq!(
+        (parts.status.as_u16(), parts.headers["content-type"].to_str().unwrap()),
+        (200, "application/json"),
+        "{url}"
+    );
     serde_json::from_slice(&body).unwrap()
 }
 
@@ -82,7 +86,10 @@ async fn routes_show_splits_and_mirrors_with_their_copies() {
     send_api(&gw, 20).await;
     let v = routes_settled(admin, 20).await;
     let api = &v[0];
-    assert_eq!((&api["name"], &api["hosts"], &api["prefix"], &api["upstream"]), (&json!("api"), &json!(["api.example.com"]), &json!("/api"), &json!("v1")));
+    assert_eq!(
+        (&api["name"], &api["hosts"], &api["prefix"], &api["upstream"]),
+        (&json!("api"), &json!(["api.example.com"]), &json!("/api"), &json!("v1"))
+    );
     assert_eq!(
         api["split"],
         json!({ "upstreams": [{ "upstream": "v1", "weight": 95 }, { "upstream": "v2", "weight": 5 }], "sticky": "cookie:gw_v", "sets_cookie": true })
@@ -90,7 +97,10 @@ async fn routes_show_splits_and_mirrors_with_their_copies() {
     let mirror = json!({ "upstream": "shadow", "percent": 100.0, "in_flight": 0, "sent": 20, "skipped_in_flight": 0, "skipped_body": 0, "answered": 20, "failed": 0 });
     assert_eq!(api["mirror"], mirror, "{v}");
     assert!(api["target"].as_str().unwrap().contains("split [v1 95, v2 5] sticky cookie:gw_v (set)"), "{v}");
-    assert_eq!((&v[1]["name"], &v[1]["hosts"], &v[1]["split"], &v[1]["mirror"]), (&json!("plain"), &json!([]), &Value::Null, &Value::Null));
+    assert_eq!(
+        (&v[1]["name"], &v[1]["hosts"], &v[1]["split"], &v[1]["mirror"]),
+        (&json!("plain"), &json!([]), &Value::Null, &Value::Null)
+    );
 
     // The metrics say the same, each request counted on the upstream chosen.
     let m = metrics_text(admin).await;

@@ -59,7 +59,8 @@ impl Target {
                 let split = p.split.as_ref().map(|s| {
                     let members: Vec<String> = s.members.iter().map(|m| format!("{} {}", m.name, m.weight)).collect();
                     let sets = if s.set_cookie.is_some() { " (set)" } else { "" };
-                    let sticky = s.sticky.as_ref().map(|k| format!(" sticky {}{sets}", k.describe())).unwrap_or_default();
+                    let sticky =
+                        s.sticky.as_ref().map(|k| format!(" sticky {}{sets}", k.describe())).unwrap_or_default();
                     format!(" split [{}]{sticky}", members.join(", "))
                 });
                 let split = split.unwrap_or_default();

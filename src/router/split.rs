@@ -281,7 +281,10 @@ mod tests {
         }
         // Without `set`, or keyed by a header, nothing is set.
         let mut h = HeaderMap::new();
-        assert_eq!(split(&[("v1", 1), ("v2", 1)], Some(Sticky::Cookie("sid".into()))).choose_or_set(&mut h, false, |_| 1).1, None);
+        assert_eq!(
+            split(&[("v1", 1), ("v2", 1)], Some(Sticky::Cookie("sid".into()))).choose_or_set(&mut h, false, |_| 1).1,
+            None
+        );
         assert!(h.is_empty());
     }
 

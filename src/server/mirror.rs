@@ -136,7 +136,12 @@ impl Mirror {
             self.counts.add(FAILED);
             return;
         };
-        let pending = Pending { head: Some((head, slot)), client: self.client.clone(), counts: self.counts.clone(), timeout: self.timeout };
+        let pending = Pending {
+            head: Some((head, slot)),
+            client: self.client.clone(),
+            counts: self.counts.clone(),
+            timeout: self.timeout,
+        };
         if bodiless {
             pending.send(BodyCopy::default());
         } else {

@@ -17,11 +17,11 @@ use crate::layers::RouteLayers;
 use crate::layers::request_id::RequestId;
 use crate::limits::ConcurrencyLimit;
 use crate::metrics::{self, RouteMetrics};
-use ::metrics::Counter;
 use crate::ratelimit::{RedisStore, RouteLimiter};
 use crate::router::split::NewCookie;
 use crate::router::{RouteKey, Router};
 use crate::upstream::Upstream;
+use ::metrics::Counter;
 
 /// A route with its runtime state.
 pub(super) struct Route {
@@ -454,13 +454,10 @@ impl Route {
             .as_ref()
             .is_some_and(|rl| rl.key_header().is_some_and(|h| guard.as_ref().is_some_and(|g| g.sets_header(h))));
         let mirror = match &r.target {
-            Target::Proxy(p) => p
-                .mirror
-                .as_ref()
-                .map(|m| {
-                    let running = old.and_then(|o| o.mirror.as_ref());
-                    super::mirror::Mirror::new((&r.name, &r.prefix), p, m, &config.upstreams[m.upstream], running)
-                }),
+            Target::Proxy(p) => p.mirror.as_ref().map(|m| {
+                let running = old.and_then(|o| o.mirror.as_ref());
+                super::mirror::Mirror::new((&r.name, &r.prefix), p, m, &config.upstreams[m.upstream], running)
+            }),
             _ => None,
         };
         let split_counts = match &r.target {

@@ -1,7 +1,7 @@
 //! A route's `mirror` (docs/routing.md#shadow-traffic), end to end: copies
-//! marked and carrying the request ID, bounded in flight, bodies skipped,
-//! and the client's answer untouched by a shadow that hangs, fails or is
-//! slow.
+//! marked and carrying the request ID, bounded in flight, bodies copied up
+//! to `request_buffer` and longer ones skipped, and the client's answer
+//! untouched by a shadow that hangs, fails or is slow.
 
 mod common;
 
@@ -11,7 +11,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::{TestGateway, counting_upstream, full, metrics_text, raw_upstream, read_head, sample, send};
 use http::Request;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// How a shadow upstream treats each copy.
 #[derive(Clone, Copy)]
@@ -24,15 +24,17 @@ enum Shadow {
     Slow,
 }
 
-/// A shadow upstream that keeps every request head it reads.
+/// A shadow upstream that keeps every request it reads: its head (lower
+/// case) and its body (by `content-length`; copies are never chunked).
 async fn shadow(how: Shadow) -> (std::net::SocketAddr, Arc<Mutex<Vec<String>>>) {
     let heads = Arc::new(Mutex::new(Vec::new()));
     let seen = heads.clone();
     let addr = raw_upstream(move |mut s| {
         let seen = seen.clone();
         async move {
-            while let Some(head) = read_head(&mut s).await {
-                seen.lock().unwrap().push(String::from_utf8_lossy(&head).to_ascii_lowercase());
+            let mut rest = Vec::new();
+            while let Some(got) = next_request(&mut s, &mut rest).await {
+                seen.lock().unwrap().push(got);
                 match how {
                     Shadow::Hangs => tokio::time::sleep(Duration::from_secs(3600)).await,
                     Shadow::Fails => return,
@@ -48,13 +50,37 @@ async fn shadow(how: Shadow) -> (std::net::SocketAddr, Arc<Mutex<Vec<String>>>) 
     (addr, heads)
 }
 
+/// The next request on `s`, its head lower-cased and its body after it;
+/// `rest` keeps what was read past it.
+async fn next_request(s: &mut tokio::net::TcpStream, rest: &mut Vec<u8>) -> Option<String> {
+    let mut buf = std::mem::take(rest);
+    let end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        buf.extend(read_head(s).await?);
+    };
+    let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length: "))
+        .map_or(0, |n| n.trim().parse().expect("a length"));
+    let mut chunk = [0u8; 4096];
+    while buf.len() < end + length {
+        let n = s.read(&mut chunk).await.ok().filter(|&n| n > 0)?;
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    *rest = buf.split_off(end + length);
+    Some(format!("{head}{}", String::from_utf8_lossy(&buf[end..])))
+}
+
 /// A route `name` on `/api` to `main`, mirrored to `shadow` (metrics are
 /// the process's: each test has a route name of its own).
 fn mirrored_toml(name: &str, main: std::net::SocketAddr, shadow: std::net::SocketAddr, percent: u32) -> String {
     format!(
         "[upstreams.main]\nurl = \"http://{main}\"\n[upstreams.shadow]\nurl = \"http://{shadow}\"\n\
          [[routes]]\nname = \"{name}\"\nprefix = \"/api\"\nupstream = \"main\"\ntimeout = \"20s\"\n\
-         mirror = {{ upstream = \"shadow\", percent = {percent} }}\n"
+         request_buffer = \"1KiB\"\nmirror = {{ upstream = \"shadow\", percent = {percent} }}\n"
     )
 }
 
@@ -68,10 +94,15 @@ async fn the_client_answer_is_untouched_whatever_the_shadow_does() {
         let (main, seen) = counting_upstream().await;
         let (shadow_addr, heads) = shadow(how).await;
         let gw = TestGateway::from_toml(&mirrored_toml("untouched", main.addr, shadow_addr, 100)).await;
+        // Every other request has a body, copied with it.
         for i in 0..20 {
-            let req = Request::get(gw.url(&format!("/api/x?i={i}"))).body(full(Bytes::new())).unwrap();
+            let url = gw.url(&format!("/api/x?i={i}"));
+            let (req, want) = match i % 2 {
+                0 => (Request::get(url).body(full(Bytes::new())).unwrap(), "ok".to_owned()),
+                _ => (Request::post(url).body(full(format!("body {i}"))).unwrap(), format!("body {i}")),
+            };
             let (parts, body) = common::bounded(send(req)).await;
-            assert_eq!((parts.status.as_u16(), &body[..]), (200, &b"ok"[..]), "the main upstream's answer");
+            assert_eq!((parts.status.as_u16(), &body[..]), (200, want.as_bytes()), "the main upstream's answer");
             assert!(parts.headers.get("x-gateway-mirror").is_none());
         }
         assert_eq!(common::cached::seen(&seen), 20);
@@ -85,7 +116,11 @@ async fn the_client_answer_is_untouched_whatever_the_shadow_does() {
         let heads = heads.lock().unwrap().clone();
         assert!(!heads.is_empty(), "copies reach the shadow");
         for head in &heads {
-            assert!(head.starts_with("get /api/x?i="), "{head}");
+            assert!(head.starts_with("get /api/x?i=") || head.starts_with("post /api/x?i="), "{head}");
+            if head.starts_with("post") {
+                let i = head["post /api/x?i=".len()..].split(' ').next().unwrap();
+                assert!(head.ends_with(&format!("\r\n\r\nbody {i}")), "{head}");
+            }
             assert!(head.contains("x-gateway-mirror: 1\r\n"), "{head}");
             assert!(head.contains("x-request-id: "), "{head}");
         }
@@ -93,22 +128,59 @@ async fn the_client_answer_is_untouched_whatever_the_shadow_does() {
 }
 
 #[tokio::test]
-async fn copies_carry_the_clients_request_id_and_skip_bodies() {
+async fn copies_carry_the_clients_request_id() {
     let (main, _) = counting_upstream().await;
     let (shadow_addr, heads) = shadow(Shadow::Slow).await;
     let gw = TestGateway::from_toml(&mirrored_toml("ids", main.addr, shadow_addr, 100)).await;
     let req = Request::get(gw.url("/api/id")).header("x-request-id", "mirror-test-1").body(full(Bytes::new())).unwrap();
-    assert_eq!(send(req).await.0.status, 200);
-    let req = Request::post(gw.url("/api/body")).body(full("a body")).unwrap();
     assert_eq!(send(req).await.0.status, 200);
     tokio::time::sleep(Duration::from_millis(500)).await;
     let heads = heads.lock().unwrap().clone();
     assert_eq!(heads.len(), 1, "{heads:?}");
     assert!(heads[0].contains("x-request-id: mirror-test-1\r\n"), "{}", heads[0]);
     let text = metrics_text(gw.addr).await;
-    assert_eq!(mirror_count(&text, "ids", "skipped_body"), 1.0);
     assert_eq!(mirror_count(&text, "ids", "sent"), 1.0);
     assert_eq!(mirror_count(&text, "ids", "answered"), 1.0);
+}
+
+/// A request body of unknown length (sent chunked), in two pieces.
+fn chunked(a: &'static str, b: String) -> common::TestBody {
+    let frames = [
+        Ok::<_, Box<dyn std::error::Error + Send + Sync>>(http_body::Frame::data(Bytes::from(a))),
+        Ok(http_body::Frame::data(Bytes::from(b))),
+    ];
+    http_body_util::BodyExt::boxed(http_body_util::StreamBody::new(futures_util::stream::iter(frames)))
+}
+
+#[tokio::test]
+async fn bodies_are_copied_up_to_request_buffer_and_longer_ones_skipped() {
+    let (main, _) = counting_upstream().await;
+    let (shadow_addr, heads) = shadow(Shadow::Slow).await;
+    let gw = TestGateway::from_toml(&mirrored_toml("bodies", main.addr, shadow_addr, 100)).await;
+    let long = "x".repeat(4096);
+    let cases: Vec<(common::TestBody, String, bool)> = vec![
+        (full("a body"), "a body".to_owned(), true),
+        (chunked("in ", "pieces".to_owned()), "in pieces".to_owned(), true),
+        // Longer than request_buffer (1 KiB): announced, or found out.
+        (full(long.clone()), long.clone(), false),
+        (chunked("long: ", long.clone()), format!("long: {long}"), false),
+    ];
+    for (i, (body, want, _)) in cases.into_iter().enumerate() {
+        let req = Request::post(gw.url(&format!("/api/body{i}"))).body(body).unwrap();
+        let (parts, answer) = common::bounded(send(req)).await;
+        assert_eq!((parts.status.as_u16(), &answer[..]), (200, want.as_bytes()), "case {i}: the client's answer");
+    }
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let heads = heads.lock().unwrap().clone();
+    assert_eq!(heads.len(), 2, "{heads:?}");
+    assert!(heads[0].starts_with("post /api/body0 ") && heads[0].ends_with("\r\n\r\na body"), "{}", heads[0]);
+    assert!(heads[0].contains("content-length: 6\r\n"), "{}", heads[0]);
+    assert!(heads[1].starts_with("post /api/body1 ") && heads[1].ends_with("\r\n\r\nin pieces"), "{}", heads[1]);
+    assert!(!heads[1].contains("transfer-encoding"), "{}", heads[1]);
+    let text = metrics_text(gw.addr).await;
+    assert_eq!(mirror_count(&text, "bodies", "sent"), 2.0, "{text}");
+    assert_eq!(mirror_count(&text, "bodies", "skipped_body"), 2.0);
+    assert_eq!(mirror_count(&text, "bodies", "answered"), 2.0);
 }
 
 #[tokio::test]

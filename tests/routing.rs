@@ -125,6 +125,17 @@ async fn headers_and_query_choose_in_file_order_and_fall_back_to_shorter_prefixe
     for (target, headers, want) in cases {
         assert_eq!(chosen(&gw, Some("h"), target, headers).await, *want, "{target} {headers:?}");
     }
+    // The same over HTTP/2, whose header names come lower case.
+    let (mut sender, _conn) = h2_client(gw.addr).await;
+    for (target, headers, want) in cases {
+        let mut req = Request::get(format!("http://h{target}"));
+        for (k, v) in *headers {
+            req = req.header(*k, *v);
+        }
+        let resp = sender.send_request(req.body(full(Bytes::new())).unwrap()).await.unwrap();
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(&body[..], want.as_bytes(), "HTTP/2 {target} {headers:?}");
+    }
 }
 
 #[tokio::test]
@@ -422,6 +433,9 @@ async fn redirects_write_the_request_into_the_location_safely() {
         let injected = text.lines().any(|l| l.to_ascii_lowercase().starts_with("set-cookie"));
         assert!(!injected, "no header injected: {text}");
     }
+    // Browsers read `/\` as `//`: such a target is refused, never redirected.
+    let (got, loc, text) = redirected(&gw, "GET /\\evil.example HTTP/1.1\r\nHost: h\r\n").await;
+    assert_eq!((got, loc), (400, None), "{text}");
 }
 
 #[test]

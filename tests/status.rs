@@ -1,6 +1,6 @@
 //! The admin listener's status endpoints: `/-/upstreams` tells what the
 //! gateway thinks of each endpoint, `/-/config` shows the effective
-//! configuration with its secrets redacted, `/-/status` renders both in a
+//! configuration with its secrets redacted, `/-/status` renders them in a
 //! real (headless) browser; none of them answers on the main listener.
 
 mod common;
@@ -173,7 +173,7 @@ async fn config_is_shown_with_its_secrets_redacted() {
 async fn none_of_it_is_served_on_the_main_listener() {
     let (_good, _bad, toml) = two_endpoints().await;
     let gw = TestGateway::from_toml(&toml).await;
-    for path in ["/-/upstreams", "/-/config", "/-/status"] {
+    for path in ["/-/upstreams", "/-/routes", "/-/config", "/-/status"] {
         assert_eq!(get(&gw.url(path)).await.0.status, StatusCode::NOT_FOUND, "{path}");
     }
     // Without an admin listener there is no place they are served.
@@ -199,7 +199,7 @@ async fn a_name_rebound_to_the_admin_address_is_refused() {
         (format!("evil.example:{port}"), 403),
         (format!("127.0.0.1.evil.example:{port}"), 403),
     ] {
-        for path in ["/-/config", "/-/upstreams", "/metrics"] {
+        for path in ["/-/config", "/-/upstreams", "/-/routes", "/metrics"] {
             let req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
             let got = raw(admin, req.as_bytes(), Duration::from_secs(5)).await;
             assert_eq!(got.status(), want, "Host {host} {path}: {}", got.text);

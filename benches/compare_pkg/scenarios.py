@@ -66,6 +66,12 @@ def python_service_b_variants():
     return variants
 
 
+# Issue 39's shadow traffic: route b copies a tenth of its requests to
+# service A itself (rewritten like the requests, so a copy is as slow as
+# the request), its answers dropped; the client's latency should not move.
+GATEWAY_MIRROR = 'mirror = { upstream = "a", percent = 10 }'
+
+
 def service_b_variants(a_path):
     return [
         Variant("direct", KIND_CEILING, "load straight to service A", a_path, None),
@@ -76,6 +82,13 @@ def service_b_variants(a_path):
             "the same with request_id = false, trace_context = false",
             "/b",
             gateway_lean,
+        ),
+        Variant(
+            "gateway-mirror",
+            KIND_GATEWAY,
+            f"the same as gateway with route b's {GATEWAY_MIRROR}",
+            "/b",
+            gateway_with_route("mirror", GATEWAY_MIRROR),
         ),
         Variant("nginx", KIND_TUNED, f"nginx, 1 worker, upstream keepalive {POOL}", "/b", nginx),
         Variant(

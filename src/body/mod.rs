@@ -17,8 +17,10 @@ use tokio::time::{Instant, Sleep};
 use tokio_util::io::ReaderStream;
 use tower_http::compression::CompressionBody;
 
+mod copy;
 mod request;
 mod upstream;
+pub use copy::{BodyCopy, WantsCopy};
 pub use request::{BodyState, BodyTooLarge, ClientBodyFailed, ClientFault, ReadAhead, RequestBody};
 pub use upstream::{Held, UpstreamBody};
 

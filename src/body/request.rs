@@ -28,6 +28,7 @@ use http::HeaderName;
 use http_body::{Frame, SizeHint};
 use hyper::body::Incoming;
 
+use super::copy::{BodyCopy, Share};
 use super::{BodyIdle, BoxError, IdleTimer};
 use crate::error::GatewayError;
 
@@ -135,13 +136,13 @@ impl ReadAhead {
     }
 
     /// Takes `n` bytes of the bound, if they fit.
-    fn take(&self, n: usize) -> bool {
+    pub(super) fn take(&self, n: usize) -> bool {
         self.used
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| used.checked_add(n).filter(|&u| u <= self.limit))
             .is_ok()
     }
 
-    fn give_back(&self, n: usize) {
+    pub(super) fn give_back(&self, n: usize) {
         self.used.fetch_sub(n, Ordering::Relaxed);
     }
 }
@@ -249,6 +250,21 @@ impl RequestBody {
             }
         }
         Ok(())
+    }
+
+    /// A copy of the body's data when all of it, at most `limit` bytes,
+    /// was read ahead and `bound` has room to hold it a while longer (see
+    /// [`super::copy`]); trailers are not copied.
+    pub fn copy_whole(&self, limit: usize, bound: &Arc<ReadAhead>) -> Option<BodyCopy> {
+        if !self.state.complete.load(Ordering::Relaxed) || self.ahead.held > limit {
+            return None;
+        }
+        let share = match self.ahead.held {
+            0 => None,
+            n => Some(Share::take(bound, n)?),
+        };
+        let chunks = self.ahead.frames.iter().filter_map(|f| f.data_ref().cloned()).collect();
+        Some(BodyCopy::new(chunks, share))
     }
 
     fn failed(&self, fault: ClientFault, e: BoxError) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {

@@ -212,7 +212,7 @@ pub(super) struct RawRoute {
     pub upstream: Option<String>,
     /// Weighted upstreams instead of one (see `router::split`).
     pub split: Option<Vec<RawSplit>>,
-    pub sticky: Option<String>,
+    pub sticky: Option<RawSticky>,
     pub mirror: Option<RawMirror>,
     pub file: Option<String>,
     pub dir: Option<String>,
@@ -250,6 +250,24 @@ pub(super) struct RawRoute {
 pub(super) struct RawMirror {
     pub upstream: String,
     pub percent: Option<f64>,
+}
+
+/// A split's `sticky`: `"header:NAME"`, `"cookie:NAME"`, or a table
+/// `{ header = "NAME" }` / `{ cookie = "NAME", set = true, max_age = "30d" }`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub(super) enum RawSticky {
+    Text(String),
+    Table(RawStickyTable),
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawStickyTable {
+    pub header: Option<String>,
+    pub cookie: Option<String>,
+    pub set: Option<bool>,
+    pub max_age: Option<String>,
 }
 
 /// One upstream of a route's `split`.

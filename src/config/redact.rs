@@ -44,6 +44,8 @@ fn not_secret(path: &[String], key: &str) -> bool {
         "max_keys" | "missing_key" => path.ends_with(&["rate_limit"]),
         "cache_tokens" => path.ends_with(&["auth", "jwt"]),
         "forward_credentials" => path.len() == 1 && path[0] == "routes",
+        // The name of a split's sticky cookie, never a cookie's value.
+        "cookie" => path == ["routes", "sticky"],
         "password_env" => path == ["rate_limit_store"],
         "tls_client_key" => path.len() == 2 && path[0] == "upstreams",
         "htpasswd" => path.ends_with(&["auth", "basic"]),
@@ -229,6 +231,7 @@ mod tests {
             "routes": [{
                 "rate_limit": {"key": "header:x-k", "max_keys": 10, "missing_key": "refuse"},
                 "forward_credentials": true,
+                "sticky": {"cookie": "gw_v", "set": true},
                 "auth": {"jwt": {"cache_tokens": 10, "jwks_url": "https://h/k?pass=p"}},
                 "headers": {"request": {"set": {
                     "X-JWT-Assertion": jwt, "X-Anything": jwt, "X-Pwd": "p", "X-Passphrase": "p",
@@ -256,6 +259,7 @@ mod tests {
         let route = &got["routes"][0];
         assert_eq!(route["rate_limit"], json!({"key": "header:x-k", "max_keys": 10, "missing_key": "refuse"}));
         assert_eq!(route["forward_credentials"], true);
+        assert_eq!(route["sticky"], json!({"cookie": "gw_v", "set": true}));
         assert_eq!(route["auth"], json!({"jwt": {"cache_tokens": 10, "jwks_url": "https://h/k?pass=<redacted>"}}));
         let jwe = "eyJhbGciOiJSU0EtT0FFUCJ9.a2V5..aXY.dGFn";
         assert!(looks_like_jwt(jwt) && looks_like_jwt(jwe));

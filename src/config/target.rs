@@ -3,6 +3,7 @@
 //! description `gateway check` prints).
 
 use super::*;
+use crate::router::split::NewCookie;
 
 /// A proxy route's `mirror`.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -14,12 +15,19 @@ pub struct MirrorConfig {
 }
 
 impl ProxyTarget {
-    /// The upstream a request with these headers goes to: the route's one,
-    /// or its split's choice.
-    pub fn upstream_for(&self, headers: &http::HeaderMap) -> usize {
+    /// The upstream a request goes to: the route's one, or its split's
+    /// choice; a sticky cookie the split sets for it goes in its extensions
+    /// ([`NewCookie`], for the answer).
+    pub fn upstream_for<B>(&self, req: &mut http::Request<B>, tls: bool) -> usize {
         match &self.split {
             None => self.upstream,
-            Some(split) => split.choose(headers, |n| fastrand::u64(..n)),
+            Some(split) => {
+                let (chosen, cookie) = split.choose_or_set(req.headers_mut(), tls, |n| fastrand::u64(..n));
+                if let Some(cookie) = cookie {
+                    req.extensions_mut().insert(NewCookie(cookie));
+                }
+                chosen
+            }
         }
     }
 
@@ -50,7 +58,9 @@ impl Target {
                 };
                 let split = p.split.as_ref().map(|s| {
                     let members: Vec<String> = s.members.iter().map(|m| format!("{} {}", m.name, m.weight)).collect();
-                    let sticky = s.sticky.as_ref().map(|k| format!(" sticky {}", k.describe())).unwrap_or_default();
+                    let sets = if s.set_cookie.is_some() { " (set)" } else { "" };
+                    let sticky =
+                        s.sticky.as_ref().map(|k| format!(" sticky {}{sets}", k.describe())).unwrap_or_default();
                     format!(" split [{}]{sticky}", members.join(", "))
                 });
                 let split = split.unwrap_or_default();

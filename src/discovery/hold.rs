@@ -72,16 +72,18 @@ impl Held {
     /// TTL has not passed since the first answer without them, in address
     /// order.
     pub fn answer(&mut self, found: &[EndpointConfig], ttl: Duration, now: Instant) -> Vec<EndpointConfig> {
+        // By address: an answer may change an endpoint's weight.
         self.entries.retain_mut(|e| {
-            if found.contains(&e.endpoint) {
+            if found.iter().any(|f| f.url == e.endpoint.url) {
                 return true;
             }
             let since = *e.missing_since.get_or_insert(now);
             now.saturating_duration_since(since) < e.ttl
         });
         for f in found {
-            match self.entries.iter_mut().find(|e| e.endpoint == *f) {
+            match self.entries.iter_mut().find(|e| e.endpoint.url == f.url) {
                 Some(e) => {
+                    e.endpoint = f.clone();
                     e.ttl = ttl;
                     e.missing_since = None;
                 }
@@ -111,36 +113,41 @@ impl Held {
         };
         self.last_good.retain(|key, _| parts.iter().any(|p| p.key == *key));
         // Each part's priority, endpoints (`None`: failed, none good
-        // before) and why it failed.
+        // before) and why it failed, with its record and weight.
         let mut taken = Vec::with_capacity(parts.len());
-        for Part { key, priority, outcome } in parts {
+        for Part { key, priority, weight, outcome } in parts {
+            let record = key.rsplit_once(' ').map_or(key.as_str(), |(record, _)| record).to_owned();
             match outcome {
                 Outcome::Found { endpoints, ttl } => {
                     self.last_good.insert(key, (endpoints.clone(), ttl));
-                    taken.push((priority, Some((endpoints, ttl)), None));
+                    taken.push((priority, Some((endpoints, ttl)), None, (record, weight)));
                 }
                 Outcome::Failed(why) => {
                     let kept = self.last_good.get(&key).cloned();
-                    taken.push((priority, kept, Some(format!("{key}: {why}"))));
+                    taken.push((priority, kept, Some(format!("{key}: {why}")), (record, weight)));
                 }
             }
         }
         // Whether the lookup learnt anything: some part answered.
-        let answered = taken.iter().any(|(_, _, why)| why.is_none());
+        let answered = taken.iter().any(|(_, _, why, _)| why.is_none());
         let has_some = |got: &Option<(Vec<EndpointConfig>, Duration)>| got.as_ref().is_some_and(|(e, _)| !e.is_empty());
         // With none, every part says what the lookup came to.
-        if let Some(lowest) = taken.iter().filter(|(_, got, _)| has_some(got)).map(|(p, _, _)| *p).min() {
-            taken.retain(|(p, _, _)| *p == lowest);
+        if let Some(lowest) = taken.iter().filter(|(_, got, _, _)| has_some(got)).map(|(p, _, _, _)| *p).min() {
+            taken.retain(|(p, _, _, _)| *p == lowest);
         }
-        let (mut endpoints, mut ttl, mut failed) = (Vec::new(), None::<Duration>, None);
-        for (_, got, why) in taken {
+        let (mut records, mut ttl, mut failed) = (Vec::<Record>::new(), None::<Duration>, None);
+        for (_, got, why, (record, weight)) in taken {
             failed = why.or(failed);
             let Some((got, t)) = got else { continue };
             if !got.is_empty() {
                 ttl = Some(ttl.map_or(t, |u| u.min(t)));
             }
-            endpoints.extend(got.into_iter().filter(|e| !endpoints.contains(e)).collect::<Vec<_>>());
+            match records.iter_mut().find(|r| r.0 == record) {
+                Some(r) => r.2.extend(got),
+                None => records.push((record, weight, got)),
+            }
         }
+        let endpoints = weighted(records);
         match (ttl, failed) {
             // Nothing answered: a failed lookup, which keeps the set whole.
             (_, Some(why)) if !answered => Combined::Failed(why),
@@ -157,6 +164,66 @@ impl Held {
     pub fn endpoints(&self) -> Vec<EndpointConfig> {
         self.entries.iter().map(|e| e.endpoint.clone()).collect()
     }
+}
+
+/// One SRV record's endpoints (both families), by its key and weight.
+type Record = (String, u16, Vec<EndpointConfig>);
+
+/// The heaviest an endpoint weighs (as in the file).
+const MAX_WEIGHT: u64 = 10_000;
+
+/// How many times a record of weight 0 the lightest other weighs, when
+/// there are both.
+const ZERO_WEIGHT_SHARE: u64 = 100;
+
+/// The endpoints of one priority's records, weighted as RFC 2782 has the
+/// records chosen: each record's weight is shared among its addresses, in
+/// the smallest whole numbers that keep the proportions (so round robin's
+/// runs stay short), at most [`MAX_WEIGHT`]. A record of weight 0 among
+/// heavier ones weighs 1 an address against at least
+/// [`ZERO_WEIGHT_SHARE`] for the lightest other (the RFC's "very small
+/// chance"; it still serves when they cannot); when every record weighs 0
+/// (and for a name's own A and AAAA), every address weighs 1. An address of
+/// several records weighs their sum.
+fn weighted(records: Vec<Record>) -> Vec<EndpointConfig> {
+    let records: Vec<Record> = records.into_iter().filter(|(_, _, e)| !e.is_empty()).collect();
+    // Each record's weight an address, in whole numbers: over the least
+    // common multiple of the address counts (bounded: they are small).
+    let lcm = records.iter().fold(1u64, |l, (_, _, e)| (l / gcd(l, e.len() as u64) * e.len() as u64).min(MAX_WEIGHT));
+    let mut shares: Vec<u64> = records.iter().map(|(_, w, e)| u64::from(*w) * lcm / e.len() as u64).collect();
+    let g = shares.iter().fold(0, |g, &s| gcd(g, s));
+    if g > 0 {
+        shares.iter_mut().for_each(|s| *s /= g);
+        let lightest = shares.iter().copied().filter(|&s| s > 0).min().unwrap_or(1);
+        if shares.contains(&0) {
+            let times = ZERO_WEIGHT_SHARE.div_ceil(lightest);
+            shares.iter_mut().for_each(|s| *s = (*s * times).max(1));
+        }
+        let heaviest = shares.iter().copied().max().unwrap_or(1);
+        if heaviest > MAX_WEIGHT {
+            let scale = |s: u64| ((s as f64 * MAX_WEIGHT as f64 / heaviest as f64).round() as u64).max(1);
+            shares.iter_mut().for_each(|s| *s = scale(*s));
+        }
+    }
+    let mut out: Vec<EndpointConfig> = Vec::new();
+    for ((_, _, endpoints), share) in records.into_iter().zip(shares) {
+        let share = share.max(1) as u32;
+        for mut e in endpoints {
+            match out.iter_mut().find(|o| o.url == e.url) {
+                Some(o) if g > 0 => o.weight = (o.weight + share).min(MAX_WEIGHT as u32),
+                Some(_) => {}
+                None => {
+                    e.weight = share;
+                    out.push(e);
+                }
+            }
+        }
+    }
+    out
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 { a } else { gcd(b, a % b) }
 }
 
 #[cfg(test)]
@@ -228,7 +295,46 @@ mod tests {
             }
             None => Outcome::Failed("SERVFAIL".into()),
         };
-        Part { key: key.into(), priority, outcome }
+        Part { key: key.into(), priority, weight: 0, outcome }
+    }
+
+    #[test]
+    fn srv_weights_table() {
+        // (records: weight, ports), the endpoints' (port, weight)
+        type Case = (&'static str, Vec<(u16, &'static [u16])>, &'static [(u16, u32)]);
+        let cases: Vec<Case> = vec![
+            ("all 0: each weighs 1", vec![(0, &[1]), (0, &[2, 3])], &[(1, 1), (2, 1), (3, 1)]),
+            ("in proportion, smallest numbers", vec![(60, &[1]), (40, &[2])], &[(1, 3), (2, 2)]),
+            ("one of 0 among others", vec![(5, &[1]), (0, &[2])], &[(1, 100), (2, 1)]),
+            ("0 among unequal others", vec![(2, &[1]), (3, &[2]), (0, &[3])], &[(1, 100), (2, 150), (3, 1)]),
+            ("a record's weight shared by its addresses", vec![(50, &[1, 2]), (50, &[3])], &[(1, 1), (2, 1), (3, 2)]),
+            ("an address of two records weighs both", vec![(10, &[1]), (10, &[1]), (30, &[2])], &[(1, 2), (2, 3)]),
+            ("two records of 0, one address", vec![(0, &[1]), (0, &[1])], &[(1, 1)]),
+            ("a record without addresses", vec![(9, &[]), (1, &[2])], &[(2, 1)]),
+            ("too heavy: scaled to the bound", vec![(65535, &[1]), (1, &[2])], &[(1, 10_000), (2, 1)]),
+            ("three addresses and two", vec![(1, &[1, 2, 3]), (1, &[4, 5])], &[(1, 2), (2, 2), (3, 2), (4, 3), (5, 3)]),
+        ];
+        for (name, records, want) in cases {
+            let records = records
+                .into_iter()
+                .enumerate()
+                .map(|(i, (w, ports))| (format!("t{i}:80"), w, ports.iter().map(|p| at(*p)).collect()))
+                .collect();
+            let got: Vec<(u16, u32)> = weighted(records)
+                .iter()
+                .map(|e| (e.url.rsplit(':').next().unwrap().parse().unwrap(), e.weight))
+                .collect();
+            assert_eq!(got, want, "{name}");
+        }
+    }
+
+    #[test]
+    fn an_answer_that_reweighs_an_address_keeps_one_entry() {
+        let t0 = Instant::now();
+        let mut held = Held::default();
+        let heavy = EndpointConfig { weight: 7, ..at(1) };
+        assert_eq!(held.answer(&[at(1), at(2)], Duration::from_secs(5), t0), vec![at(1), at(2)]);
+        assert_eq!(held.answer(&[heavy.clone(), at(2)], Duration::from_secs(5), t0), vec![heavy, at(2)]);
     }
 
     #[test]

@@ -65,6 +65,9 @@ pub struct Part {
     pub key: String,
     /// The SRV record's priority (0 for a name's own A and AAAA).
     pub priority: u16,
+    /// The SRV record's weight (0 for a name's own A and AAAA). The parts
+    /// of one record share the key but for the family after its space.
+    pub weight: u16,
     pub outcome: Outcome,
 }
 
@@ -120,6 +123,7 @@ pub async fn lookup(resolver: &TokioResolver, d: &Discover) -> Answer {
             let mut part = |key: &str, looked| Part {
                 key: key.to_owned(),
                 priority: 0,
+                weight: 0,
                 outcome: outcome(d, looked, *port, None, &mut skipped),
             };
             let parts = vec![part("A", v4), part("AAAA", v6)];
@@ -233,8 +237,8 @@ const TARGETS_AT_ONCE: usize = 16;
 /// SRV: every record's target, its addresses on the record's port, each
 /// family of each target a part of its own, with the record's priority:
 /// which priority serves is decided with the last good addresses of the
-/// parts that fail (`hold`), so every priority's targets are asked.
-/// Weights are not used: balancing has no weights.
+/// parts that fail (`hold`), so every priority's targets are asked, and
+/// the records' weights become the endpoints' there.
 async fn srv(resolver: &TokioResolver, d: &Discover, name: &str) -> Answer {
     let lookup = match resolver.lookup(name, RecordType::SRV).await {
         Ok(lookup) => lookup,
@@ -242,11 +246,11 @@ async fn srv(resolver: &TokioResolver, d: &Discover, name: &str) -> Answer {
         Err(e) => return Answer::Failed(describe(&e)),
     };
     let names = owners(&lookup);
-    let records: Vec<(&Record, u16, u16, String)> = lookup
+    let records: Vec<(&Record, u16, u16, u16, String)> = lookup
         .answers()
         .iter()
         .filter_map(|r| match &r.data {
-            RData::SRV(s) => Some((r, s.priority, s.port, s.target.to_ascii())),
+            RData::SRV(s) => Some((r, s.priority, s.weight, s.port, s.target.to_ascii())),
             _ => None,
         })
         .collect();
@@ -254,7 +258,7 @@ async fn srv(resolver: &TokioResolver, d: &Discover, name: &str) -> Answer {
         return Answer::NotFound;
     }
     let (mut asked, mut skipped) = (Vec::new(), Vec::new());
-    for (record, priority, port, target) in &records {
+    for (record, priority, weight, port, target) in &records {
         let skip = if !names.contains(&name_key(&record.name)) {
             Some("other_name")
         } else if *port == 0 {
@@ -269,7 +273,7 @@ async fn srv(resolver: &TokioResolver, d: &Discover, name: &str) -> Answer {
         };
         match skip {
             Some(reason) => skipped.push(Skipped { record: format!("{target}:{port}"), reason }),
-            None => asked.push((record.ttl, *priority, *port, target)),
+            None => asked.push((record.ttl, *priority, *weight, *port, target)),
         }
     }
     // At once, so that targets that do not answer cost one timeout, not
@@ -277,13 +281,13 @@ async fn srv(resolver: &TokioResolver, d: &Discover, name: &str) -> Answer {
     // in flight. In record order, as the parts' keys are.
     // (The futures made first: a stream holding the closure would not be
     // `Send` for every lifetime, as a spawned task must be.)
-    let queries: Vec<_> = asked.iter().map(|(_, _, _, target)| families(resolver, target)).collect();
+    let queries: Vec<_> = asked.iter().map(|(_, _, _, _, target)| families(resolver, target)).collect();
     let looked: Vec<(Looked, Looked)> = stream::iter(queries).buffered(TARGETS_AT_ONCE).collect().await;
     let mut parts = Vec::new();
-    for ((ttl, priority, port, target), (v4, v6)) in asked.into_iter().zip(looked) {
+    for ((ttl, priority, weight, port, target), (v4, v6)) in asked.into_iter().zip(looked) {
         for (family, looked) in [("A", v4), ("AAAA", v6)] {
             let outcome = outcome(d, looked, port, Some(ttl), &mut skipped);
-            parts.push(Part { key: format!("{target}:{port} {family}"), priority, outcome });
+            parts.push(Part { key: format!("{target}:{port} {family}"), priority, weight, outcome });
         }
     }
     Answer::Parts { parts, skipped }

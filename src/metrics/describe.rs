@@ -68,6 +68,10 @@ fn describe_route_features() {
         "Copies of requests for a route's mirror, by route, shadow upstream and result: sent, skipped_in_flight, skipped_body, answered, failed."
     );
     describe_counter!(
+        SPLIT_TOTAL,
+        "Requests a route's split sent to each of its upstreams (as chosen, before admission), by route and upstream."
+    );
+    describe_counter!(
         AUTH_TOTAL,
         "Access decisions, by route, kind (address, basic, jwt, forward) and result (allowed, denied, error)."
     );

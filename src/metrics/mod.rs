@@ -53,6 +53,7 @@ pub const CACHE_ENTRIES: &str = "gateway_cache_entries";
 pub const CACHE_EVICTIONS: &str = "gateway_cache_evictions_total";
 pub const AUTH_TOTAL: &str = "gateway_auth_total";
 pub const MIRROR_TOTAL: &str = "gateway_mirror_total";
+pub const SPLIT_TOTAL: &str = "gateway_split_requests_total";
 pub const AUTH_FORWARD_DURATION: &str = "gateway_auth_forward_duration_seconds";
 pub const AUTH_JWKS_REFRESH: &str = "gateway_auth_jwks_refresh_total";
 pub const CONFIG_RELOADS: &str = "gateway_config_reloads_total";
@@ -307,6 +308,12 @@ pub fn auth(route: &str, kind: &'static str, result: &'static str) -> Counter {
 /// result.
 pub fn mirror(route: &str, upstream: &str, result: &'static str) -> Counter {
     counter!(MIRROR_TOTAL, "route" => route.to_owned(), "upstream" => upstream.to_owned(), "result" => result)
+}
+
+/// The `gateway_split_requests_total` counter of one route and upstream of
+/// its split.
+pub fn split(route: &str, upstream: &str) -> Counter {
+    counter!(SPLIT_TOTAL, "route" => route.to_owned(), "upstream" => upstream.to_owned())
 }
 
 /// The forward auth service's answer times of one route.

@@ -10,7 +10,16 @@
 //! router's maps, for exactly that reason; a client choosing keys can only
 //! choose which upstream it lands on, which it could by sending another
 //! key anyway.
+//!
+//! A split keyed by a cookie may set the cookie itself (`set = true`): a
+//! request without it is given a random key, chosen by like any other, and
+//! the answer carries it back. The key names no upstream, so the cookie
+//! tells a client nothing of the versions there are; it is not a secret
+//! either (a client may send any key it likes).
 
+use std::time::Duration;
+
+use http::header::{COOKIE, HeaderValue};
 use http::{HeaderMap, HeaderName};
 
 /// One upstream of a split.
@@ -51,7 +60,8 @@ impl Sticky {
                 line.as_bytes().split(|&b| b == b';').find_map(|pair| {
                     let pair = pair.trim_ascii();
                     let eq = pair.iter().position(|&b| b == b'=')?;
-                    (pair[..eq].trim_ascii() == name.as_bytes()).then(|| pair[eq + 1..].trim_ascii())
+                    let value = pair[eq + 1..].trim_ascii();
+                    (pair[..eq].trim_ascii() == name.as_bytes() && !value.is_empty()).then_some(value)
                 })
             }),
         };
@@ -70,11 +80,39 @@ fn is_cookie_name(name: &str) -> bool {
     !name.is_empty() && name.bytes().all(|b| b.is_ascii_graphic() && !b"()<>@,;:\\\"/[]?={}".contains(&b))
 }
 
+/// The sticky cookie a split sets for a request without it (`set = true`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SetCookie {
+    /// `Max-Age`; without it the cookie lasts the browser's session.
+    pub max_age: Option<Duration>,
+}
+
+impl SetCookie {
+    /// The `Set-Cookie` field: for the whole site, out of scripts' reach,
+    /// not sent on other sites' subrequests, and over TLS only when the
+    /// client came over TLS.
+    fn field(&self, name: &str, key: &str, tls: bool) -> HeaderValue {
+        let mut field = format!("{name}={key}; Path=/; HttpOnly; SameSite=Lax");
+        if let Some(age) = self.max_age {
+            field.push_str(&format!("; Max-Age={}", age.as_secs()));
+        }
+        if tls {
+            field.push_str("; Secure");
+        }
+        HeaderValue::try_from(field).expect("a cookie name is checked at load; the key is hex")
+    }
+}
+
+/// The `Set-Cookie` field a request's answer carries, in its extensions.
+#[derive(Debug, Clone)]
+pub struct NewCookie(pub HeaderValue);
+
 /// A route's weighted upstreams.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Split {
     pub members: Vec<Member>,
     pub sticky: Option<Sticky>,
+    pub set_cookie: Option<SetCookie>,
     total: u64,
 }
 
@@ -82,7 +120,36 @@ impl Split {
     /// `members` must hold at least one of weight above zero.
     pub fn new(members: Vec<Member>, sticky: Option<Sticky>) -> Split {
         let total = members.iter().map(|m| u64::from(m.weight)).sum();
-        Split { members, sticky, total }
+        Split { members, sticky, set_cookie: None, total }
+    }
+
+    /// [`Split::choose`], but for a request without the sticky cookie when
+    /// the split sets it: a new random key chooses, is added to the
+    /// request's `Cookie` (so the upstream sees what later requests will
+    /// carry), and comes back as the `Set-Cookie` field for the answer.
+    pub fn choose_or_set(
+        &self,
+        headers: &mut HeaderMap,
+        tls: bool,
+        random: impl FnOnce(u64) -> u64,
+    ) -> (usize, Option<HeaderValue>) {
+        // (The new key is drawn with `fastrand`, like request IDs: it
+        // only places a client, it guards nothing.)
+        let (Some(set), Some(sticky @ Sticky::Cookie(name))) = (&self.set_cookie, &self.sticky) else {
+            return (self.choose(headers, random), None);
+        };
+        if sticky.key(headers).is_some() {
+            return (self.choose(headers, random), None);
+        }
+        let key = format!("{:032x}", fastrand::u128(..));
+        // One `Cookie` line, as RFC 6265 has it: the pair joins the others.
+        let mut pairs: Vec<&[u8]> = headers.get_all(COOKIE).iter().map(|v| v.as_bytes().trim_ascii()).collect();
+        pairs.retain(|p| !p.is_empty());
+        let pair = format!("{name}={key}");
+        pairs.push(pair.as_bytes());
+        let joined = HeaderValue::from_bytes(&pairs.join(&b"; "[..])).expect("from header values and visible ASCII");
+        headers.insert(COOKIE, joined);
+        (self.by_key(key.as_bytes()), Some(set.field(name, &key, tls)))
     }
 
     /// The upstream for a request with these headers: by its sticky key
@@ -171,11 +238,54 @@ mod tests {
             ("a=1;sid = abc", Some(b"abc")),
             ("sidx=abc", None),
             ("sid=", None),
+            ("sid=; sid=abc", Some(b"abc")),
             ("a=sid", None),
         ];
         for (cookie, want) in cases {
             assert_eq!(s.key(&keyed("cookie", cookie)), *want, "{cookie}");
         }
+    }
+
+    #[test]
+    fn a_split_that_sets_its_cookie_gives_one_to_requests_without_it() {
+        let mut s = split(&[("v1", 1), ("v2", 1)], Some(Sticky::Cookie("sid".into())));
+        s.set_cookie = Some(SetCookie { max_age: Some(Duration::from_secs(3600)) });
+        // (cookie lines sent, TLS) -> the Cookie the upstream gets, the field's attributes
+        let cases: &[(&[&str], bool, Option<&str>, &str)] = &[
+            (&[], false, Some("sid=K"), "; Path=/; HttpOnly; SameSite=Lax; Max-Age=3600"),
+            (&["a=1"], true, Some("a=1; sid=K"), "; Path=/; HttpOnly; SameSite=Lax; Max-Age=3600; Secure"),
+            (&["a=1", "b=2"], false, Some("a=1; b=2; sid=K"), "; Path=/; HttpOnly; SameSite=Lax; Max-Age=3600"),
+            (&["sid="], false, Some("sid=; sid=K"), "; Path=/; HttpOnly; SameSite=Lax; Max-Age=3600"),
+            // Has one: chosen by it, nothing set.
+            (&["a=1; sid=mine"], false, None, ""),
+        ];
+        for (lines, tls, want_cookie, attributes) in cases {
+            let mut h = HeaderMap::new();
+            for line in *lines {
+                h.append(COOKIE, line.parse().unwrap());
+            }
+            let (chosen, field) = s.choose_or_set(&mut h, *tls, |_| 0);
+            let Some(want_cookie) = want_cookie else {
+                assert!(field.is_none(), "{lines:?}");
+                assert_eq!(chosen, s.by_key(b"mine"));
+                continue;
+            };
+            let field = field.expect("a cookie is set").to_str().unwrap().to_owned();
+            let key = &field["sid=".len()..field.find(';').unwrap()];
+            assert!(key.len() == 32 && key.bytes().all(|b| b.is_ascii_hexdigit()), "{field}");
+            assert_eq!(field, format!("sid={key}{attributes}"));
+            assert_eq!(h.get(COOKIE).unwrap(), &want_cookie.replace('K', key), "{lines:?}");
+            assert_eq!(h.get_all(COOKIE).iter().count(), 1);
+            assert_eq!(chosen, s.by_key(key.as_bytes()), "the new key chooses");
+            assert_eq!(s.choose(&h, |_| unreachable!()), chosen, "and chooses the same again");
+        }
+        // Without `set`, or keyed by a header, nothing is set.
+        let mut h = HeaderMap::new();
+        assert_eq!(
+            split(&[("v1", 1), ("v2", 1)], Some(Sticky::Cookie("sid".into()))).choose_or_set(&mut h, false, |_| 1).1,
+            None
+        );
+        assert!(h.is_empty());
     }
 
     #[test]

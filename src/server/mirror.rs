@@ -1,30 +1,31 @@
 //! A route's `mirror`: a copy of a share of its requests sent to another
-//! upstream, whose answer is read and dropped. The copy is made from the
-//! request head before the request goes on, and sent from a task of its
-//! own, so it never delays, fails or changes the client's answer. Only
-//! bodiless requests are copied: a body streams to the upstream as it
-//! arrives, and holding it back for a copy would cost the client's
-//! request its memory bound; requests with a body are skipped and counted.
+//! upstream, whose answer is read and dropped. The copy's head is made
+//! before the request goes on, and it is sent from a task of its own, so
+//! it never delays, fails or changes the client's answer. A request's body
+//! is copied when the proxy has read all of it ahead (`request_buffer`,
+//! see [`crate::body::WantsCopy`]): a larger body streams to the upstream
+//! as it arrives, and holding it back for a copy would cost the client's
+//! request its memory bound, so such requests are skipped and counted.
 //! Copies in flight are bounded per route; past the bound they are skipped
 //! and counted. A copy is never retried.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
 
-use bytes::Bytes;
 use http::header::{self, HeaderName, HeaderValue};
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{Request, Uri};
 use http_body::Body as _;
-use http_body_util::{BodyExt, Empty};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use metrics::Counter;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use crate::body::{BodyCopy, WantsCopy};
 use crate::config::{HostMode, MirrorConfig, ProxyTarget, UpstreamConfig};
 use crate::layers::request_id::RequestId;
 
@@ -36,29 +37,55 @@ pub const X_GATEWAY_MIRROR: HeaderName = HeaderName::from_static("x-gateway-mirr
 
 /// A route's mirror, built with its table.
 pub struct Mirror {
+    upstream: String,
     percent: f64,
     endpoints: Vec<Authority>,
     next: AtomicUsize,
     slots: Arc<Semaphore>,
-    client: Client<HttpConnector, Empty<Bytes>>,
+    client: Client<HttpConnector, BodyCopy>,
     timeout: Duration,
+    /// The route's `request_buffer`: a longer body is not copied.
+    buffer: usize,
     prefix: String,
     rewrite: Option<String>,
     host: HostMode,
     counts: Counts,
 }
 
+/// What became of a route's copies: the metric's counters, and the same
+/// counts kept for `/-/routes`.
 #[derive(Clone)]
 struct Counts {
-    sent: Counter,
-    skipped_in_flight: Counter,
-    skipped_body: Counter,
-    answered: Counter,
-    failed: Counter,
+    counters: [Counter; 5],
+    tally: Arc<[AtomicU64; 5]>,
+}
+
+/// The `result` label values, in [`Counts`]' order.
+const RESULTS: [&str; 5] = ["sent", "skipped_in_flight", "skipped_body", "answered", "failed"];
+const SENT: usize = 0;
+const SKIPPED_IN_FLIGHT: usize = 1;
+const SKIPPED_BODY: usize = 2;
+const ANSWERED: usize = 3;
+const FAILED: usize = 4;
+
+impl Counts {
+    fn add(&self, result: usize) {
+        self.counters[result].increment(1);
+        self.tally[result].fetch_add(1, Relaxed);
+    }
 }
 
 impl Mirror {
-    pub fn new(route: &str, prefix: &str, p: &ProxyTarget, m: &MirrorConfig, upstream: &UpstreamConfig) -> Mirror {
+    /// The mirror of route `route`; `old` is the running one of that route,
+    /// whose copies in flight and counts go on here (a reload, or a
+    /// discovery change, rebuilds every route).
+    pub fn new(
+        (route, prefix): (&str, &str),
+        p: &ProxyTarget,
+        m: &MirrorConfig,
+        upstream: &UpstreamConfig,
+        old: Option<&Mirror>,
+    ) -> Mirror {
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(upstream.connect_timeout));
         connector.set_nodelay(true);
@@ -70,63 +97,75 @@ impl Mirror {
             .build(connector);
         let count = |result: &'static str| crate::metrics::mirror(route, &upstream.name, result);
         Mirror {
+            upstream: upstream.name.clone(),
             percent: m.percent,
             endpoints: upstream.endpoints.iter().map(|e| e.authority.clone()).collect(),
             next: AtomicUsize::new(0),
-            slots: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
+            slots: old.map_or_else(|| Arc::new(Semaphore::new(MAX_IN_FLIGHT)), |o| o.slots.clone()),
             client,
             timeout: p.timeout,
+            buffer: p.request_buffer,
             prefix: prefix.to_owned(),
             rewrite: p.rewrite.clone(),
             host: p.host,
             counts: Counts {
-                sent: count("sent"),
-                skipped_in_flight: count("skipped_in_flight"),
-                skipped_body: count("skipped_body"),
-                answered: count("answered"),
-                failed: count("failed"),
+                counters: RESULTS.map(count),
+                tally: old.map_or_else(Default::default, |o| o.counts.tally.clone()),
             },
         }
     }
 
-    /// Sends a copy of `req` if it is among the share chosen, bodiless,
-    /// and a place is free; returns at once.
-    pub fn copy(&self, req: &Request<Incoming>, request_id: Option<&RequestId>) {
+    /// Sends a copy of `req` if it is among the share chosen and a place
+    /// is free; returns at once. A request with a body is sent once the
+    /// body has been read ahead (see [`Pending`]).
+    pub fn copy(&self, req: &mut Request<Incoming>, request_id: Option<&RequestId>) {
         if self.endpoints.is_empty() || fastrand::f64() * 100.0 >= self.percent {
             return;
         }
-        if !req.body().is_end_stream() {
-            self.counts.skipped_body.increment(1);
+        let bodiless = req.body().is_end_stream();
+        // A body announced longer than can be held is skipped at once.
+        if !bodiless && (self.buffer == 0 || req.body().size_hint().lower() > self.buffer as u64) {
+            self.counts.add(SKIPPED_BODY);
             return;
         }
         let Ok(slot) = self.slots.clone().try_acquire_owned() else {
-            self.counts.skipped_in_flight.increment(1);
+            self.counts.add(SKIPPED_IN_FLIGHT);
             return;
         };
-        let Some(copy) = self.head(req, request_id) else {
-            self.counts.failed.increment(1);
+        let Some(head) = self.head(req, request_id) else {
+            self.counts.add(FAILED);
             return;
         };
-        self.counts.sent.increment(1);
-        let (client, counts, timeout) = (self.client.clone(), self.counts.clone(), self.timeout);
-        tokio::spawn(async move {
-            let _slot = slot;
-            let done = tokio::time::timeout(timeout, async {
-                let response = client.request(copy).await.map_err(|_| ())?;
-                // Read to its end and dropped, so the connection can be reused.
-                response.into_body().collect().await.map(drop).map_err(|_| ())
-            })
-            .await;
-            match done {
-                Ok(Ok(())) => counts.answered.increment(1),
-                _ => counts.failed.increment(1),
-            }
+        let pending = Pending {
+            head: Some((head, slot)),
+            client: self.client.clone(),
+            counts: self.counts.clone(),
+            timeout: self.timeout,
+        };
+        if bodiless {
+            pending.send(BodyCopy::default());
+        } else {
+            req.extensions_mut().insert(WantsCopy::new(move |body| pending.send(body)));
+        }
+    }
+
+    /// For `/-/routes`: the shadow, the share, the copies in flight and
+    /// what became of those sent so far.
+    pub fn status(&self) -> serde_json::Value {
+        let mut out = serde_json::json!({
+            "upstream": self.upstream,
+            "percent": self.percent,
+            "in_flight": MAX_IN_FLIGHT - self.slots.available_permits(),
         });
+        for (name, n) in RESULTS.iter().zip(self.counts.tally.iter()) {
+            out[*name] = n.load(Relaxed).into();
+        }
+        out
     }
 
     /// The copy's head: the request's method, path (rewritten as the route
     /// rewrites it) and headers but hop-by-hop ones, marked as a copy.
-    fn head(&self, req: &Request<Incoming>, request_id: Option<&RequestId>) -> Option<Request<Empty<Bytes>>> {
+    fn head(&self, req: &Request<Incoming>, request_id: Option<&RequestId>) -> Option<Request<()>> {
         let authority = self.endpoints[self.next.fetch_add(1, Relaxed) % self.endpoints.len()].clone();
         let (path, query) = (req.uri().path(), req.uri().query());
         let path_and_query = match &self.rewrite {
@@ -150,10 +189,54 @@ impl Mirror {
             headers.insert(crate::headers::X_REQUEST_ID, id.header_value());
         }
         headers.insert(X_GATEWAY_MIRROR, HeaderValue::from_static("1"));
-        let mut copy = Request::new(Empty::new());
+        let mut copy = Request::new(());
         *copy.method_mut() = req.method().clone();
         *copy.uri_mut() = uri;
         *copy.headers_mut() = headers;
         Some(copy)
+    }
+}
+
+/// A copy with its head made and its place taken, waiting for its body;
+/// dropped without it (the body was longer than `request_buffer`, or the
+/// client's failed), it is counted as skipped.
+struct Pending {
+    head: Option<(Request<()>, OwnedSemaphorePermit)>,
+    client: Client<HttpConnector, BodyCopy>,
+    counts: Counts,
+    timeout: Duration,
+}
+
+impl Pending {
+    fn send(mut self, body: BodyCopy) {
+        let Some((head, slot)) = self.head.take() else { return };
+        let mut copy = head.map(|()| body);
+        let len = copy.body().len();
+        if len > 0 {
+            copy.headers_mut().insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+        }
+        self.counts.add(SENT);
+        let (client, counts, timeout) = (self.client.clone(), self.counts.clone(), self.timeout);
+        tokio::spawn(async move {
+            let _slot = slot;
+            let done = tokio::time::timeout(timeout, async {
+                let response = client.request(copy).await.map_err(|_| ())?;
+                // Read to its end and dropped, so the connection can be reused.
+                response.into_body().collect().await.map(drop).map_err(|_| ())
+            })
+            .await;
+            match done {
+                Ok(Ok(())) => counts.add(ANSWERED),
+                _ => counts.add(FAILED),
+            }
+        });
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if self.head.is_some() {
+            self.counts.add(SKIPPED_BODY);
+        }
     }
 }

@@ -228,10 +228,7 @@ impl App {
             let route = table.router.find(req.uri(), req.headers()).map(|i| &table.routes[i]);
             let route_metrics = route.map_or(&self.unmatched, |r| &r.metrics);
             let _active = route_metrics.start();
-            let upstream = route.and_then(|r| match &r.config.target {
-                Target::Proxy(p) => Some(&*table.upstreams[p.upstream_for(req.headers())]),
-                _ => None,
-            });
+            let upstream = route.and_then(|r| r.upstream(&table.upstreams, &mut req, peer.tls));
             cx.route_found(&req, upstream.is_some());
             let mut pending =
                 Unanswered { app: self, route: route_metrics, upstream, method: &method, start, cx: Some(cx) };
@@ -293,9 +290,7 @@ impl App {
             match &route.config.target {
                 Target::Proxy(p) => {
                     let upstream = upstream.expect("a proxy route has its upstream");
-                    if let Some(mirror) = &route.mirror {
-                        mirror.copy(&req, cx.id);
-                    }
+                    let new_cookie = route.before_proxy(p, &mut req, cx.id);
                     let deadline = start + p.timeout;
                     // Not boxed: boxing it made the fixed and file paths' future
                     // smaller but cost the proxy path a copy of its state and an
@@ -319,6 +314,9 @@ impl App {
                             })
                         }
                     };
+                    if let Some(cookie) = new_cookie {
+                        response.headers_mut().append(http::header::SET_COOKIE, cookie);
+                    }
                     if response.status() == StatusCode::SWITCHING_PROTOCOLS
                         && let Some(tunnel) = response.extensions_mut().get_mut::<PendingTunnel>()
                     {

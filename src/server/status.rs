@@ -1,7 +1,8 @@
 //! What the gateway thinks of its upstreams, for operators: the admin
-//! listener's `/-/upstreams` (JSON), `/-/config` (the effective
-//! configuration, secrets redacted) and `/-/status` (one self-contained
-//! HTML page over the same two, refreshing itself). Never served on the
+//! listener's `/-/upstreams` (JSON), `/-/routes` (JSON: each route's
+//! target, split and mirror, with the mirror's copies so far), `/-/config`
+//! (the effective configuration, secrets redacted) and `/-/status` (one
+//! self-contained HTML page over the three, refreshing itself). Never served on the
 //! main listener: endpoint addresses and health details are for whoever
 //! runs the gateway, not for its clients.
 
@@ -13,6 +14,7 @@ use serde_json::{Value, json};
 
 use super::App;
 use crate::body::Body;
+use crate::config::Target;
 use crate::discovery::Resolution;
 use crate::upstream::Upstream;
 use crate::upstream::endpoint::Endpoint;
@@ -25,10 +27,12 @@ const PAGE: &str = include_str!("status.html");
 const PAGE_POLICY: &str = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; frame-ancestors 'none'";
 
 impl App {
-    /// `/-/upstreams`, `/-/config` or `/-/status`, if `path` is one.
+    /// `/-/upstreams`, `/-/routes`, `/-/config` or `/-/status`, if `path`
+    /// is one.
     pub(super) fn status(&self, path: &str) -> Option<Response<Body>> {
         let (content_type, body) = match path {
             "/-/upstreams" => ("application/json", to_json(&self.upstreams_status())),
+            "/-/routes" => ("application/json", to_json(&self.routes_status())),
             "/-/config" => ("application/json", to_json(&self.table.load().effective)),
             "/-/status" => ("text/html; charset=utf-8", PAGE.to_owned()),
             _ => return None,
@@ -49,6 +53,40 @@ impl App {
     fn upstreams_status(&self) -> Value {
         let table = self.table.load();
         Value::Array(table.upstreams.iter().map(|u| upstream_status(u)).collect())
+    }
+}
+
+impl App {
+    /// One object per route being served now, in file order.
+    fn routes_status(&self) -> Value {
+        let table = self.table.load();
+        let upstreams: Vec<_> = table.upstreams.iter().map(|u| u.config.clone()).collect();
+        let routes = table.routes.iter().map(|r| {
+            let c = &r.config;
+            let mut out = json!({
+                "name": c.name,
+                "hosts": c.hosts.iter().map(|h| h.describe()).collect::<Vec<_>>(),
+                "prefix": c.prefix,
+                "target": c.target.describe(&upstreams),
+            });
+            if let Target::Proxy(p) = &c.target {
+                out["upstream"] = table.upstreams[p.upstream].config.name.clone().into();
+                if let Some(split) = &p.split {
+                    let members: Vec<Value> =
+                        split.members.iter().map(|m| json!({ "upstream": m.name, "weight": m.weight })).collect();
+                    out["split"] = json!({
+                        "upstreams": members,
+                        "sticky": split.sticky.as_ref().map(|s| s.describe()),
+                        "sets_cookie": split.set_cookie.is_some(),
+                    });
+                }
+            }
+            if let Some(mirror) = &r.mirror {
+                out["mirror"] = mirror.status();
+            }
+            out
+        });
+        Value::Array(routes.collect())
     }
 }
 
@@ -80,6 +118,7 @@ fn endpoint_status(e: &Endpoint) -> Value {
     let (open, idle) = e.pool.connections();
     json!({
         "address": e.config.url,
+        "weight": e.config.weight,
         "healthy": e.is_healthy(),
         "ejected": ejected_for.is_some(),
         "ejected_until": ejected_for.map(|d| timestamp(SystemTime::now() + d)),

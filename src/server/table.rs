@@ -3,21 +3,25 @@
 
 use std::sync::{Arc, Weak};
 
-use http::Method;
+use http::{HeaderValue, Method, Request};
+use hyper::body::Incoming;
 use tokio::sync::Notify;
 
 use super::App;
 use crate::auth::Guard;
 use crate::body::ReadAhead;
 use crate::cache::RouteCache;
-use crate::config::{Config, ConfigError, RouteConfig, ServerConfig, Target, UpstreamConfig};
+use crate::config::{Config, ConfigError, ProxyTarget, RouteConfig, ServerConfig, Target, UpstreamConfig};
 use crate::discovery::Discovery;
 use crate::layers::RouteLayers;
+use crate::layers::request_id::RequestId;
 use crate::limits::ConcurrencyLimit;
 use crate::metrics::{self, RouteMetrics};
 use crate::ratelimit::{RedisStore, RouteLimiter};
+use crate::router::split::NewCookie;
 use crate::router::{RouteKey, Router};
 use crate::upstream::Upstream;
+use ::metrics::Counter;
 
 /// A route with its runtime state.
 pub(super) struct Route {
@@ -46,11 +50,44 @@ pub(super) struct Route {
     pub(super) guard: Option<Arc<Guard>>,
     /// The route's `mirror`, if set.
     pub(super) mirror: Option<super::mirror::Mirror>,
+    /// Requests its split sent to each of its upstreams (by index).
+    split_counts: Vec<(usize, Counter)>,
 }
 
 impl Route {
     pub(super) fn allows(&self, method: &Method) -> bool {
         self.methods.as_ref().is_none_or(|(ms, _)| ms.contains(method))
+    }
+
+    /// The upstream a proxy route sends the request to (its split's
+    /// choice, counted).
+    pub(super) fn upstream<'t>(
+        &self,
+        upstreams: &'t [Arc<Upstream>],
+        req: &mut Request<Incoming>,
+        tls: bool,
+    ) -> Option<&'t Upstream> {
+        let Target::Proxy(p) = &self.config.target else { return None };
+        let chosen = p.upstream_for(req, tls);
+        if let Some((_, counter)) = self.split_counts.iter().find(|(i, _)| *i == chosen) {
+            counter.increment(1);
+        }
+        Some(&upstreams[chosen])
+    }
+
+    /// What a proxy route does as the request goes on: its mirror's copy;
+    /// returns the sticky cookie its split sets, for the answer.
+    pub(super) fn before_proxy(
+        &self,
+        p: &ProxyTarget,
+        req: &mut Request<Incoming>,
+        id: Option<&RequestId>,
+    ) -> Option<HeaderValue> {
+        if let Some(mirror) = &self.mirror {
+            mirror.copy(req, id);
+        }
+        let sets = p.split.as_ref().is_some_and(|s| s.set_cookie.is_some());
+        sets.then(|| req.extensions_mut().remove::<NewCookie>()).flatten().map(|c| c.0)
     }
 }
 
@@ -417,14 +454,21 @@ impl Route {
             .as_ref()
             .is_some_and(|rl| rl.key_header().is_some_and(|h| guard.as_ref().is_some_and(|g| g.sets_header(h))));
         let mirror = match &r.target {
-            Target::Proxy(p) => p
-                .mirror
-                .as_ref()
-                .map(|m| super::mirror::Mirror::new(&r.name, &r.prefix, p, m, &config.upstreams[m.upstream])),
+            Target::Proxy(p) => p.mirror.as_ref().map(|m| {
+                let running = old.and_then(|o| o.mirror.as_ref());
+                super::mirror::Mirror::new((&r.name, &r.prefix), p, m, &config.upstreams[m.upstream], running)
+            }),
             _ => None,
+        };
+        let split_counts = match &r.target {
+            Target::Proxy(ProxyTarget { split: Some(split), .. }) => {
+                split.members.iter().map(|m| (m.upstream, metrics::split(&r.name, &m.name))).collect()
+            }
+            _ => Vec::new(),
         };
         Route {
             mirror,
+            split_counts,
             cache,
             rate_limit,
             limit_after_auth,

@@ -44,7 +44,7 @@ use metrics::{Counter, Gauge, counter, gauge};
 use tokio::time::Instant;
 use tower::retry::budget::{Budget, TpsBudget};
 
-use crate::body::{Body, ReadAhead, RequestBody, UpstreamBody};
+use crate::body::{Body, ReadAhead, RequestBody, UpstreamBody, WantsCopy};
 use crate::config::{Balance, ProxyTarget, UpstreamConfig};
 use crate::discovery;
 use crate::error::GatewayError;
@@ -234,6 +234,7 @@ impl Upstream {
                 && target.request_buffer > 0
             {
                 read_ahead(body, target, &self.read_ahead, deadline).await?;
+                give_copy(&mut req, target.request_buffer, &self.read_ahead);
             }
             let slot = match &self.admission {
                 Some(admission) => Some(admission.admit(deadline, target.timeout).await?),
@@ -385,6 +386,17 @@ fn stamp(req: &mut Request<SendBody>, upgrading: bool, cx: &RequestLog<'_>) -> O
         trace.propagate(req.headers_mut());
     }
     asked
+}
+
+/// A route's mirror waiting for the request's body (see
+/// [`crate::body::WantsCopy`]) is given it when all of it was read ahead.
+fn give_copy(req: &mut Request<SendBody>, limit: usize, bound: &Arc<ReadAhead>) {
+    if let Some(wants) = req.extensions_mut().remove::<WantsCopy>()
+        && let Either::Left(body) = req.body()
+        && let Some(copy) = body.copy_whole(limit, bound)
+    {
+        wants.give(copy);
+    }
 }
 
 /// Reads the first `request_buffer` bytes of a request's body (all of a

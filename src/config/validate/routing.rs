@@ -9,8 +9,8 @@ use http::HeaderName;
 use super::Problem;
 use crate::config::MirrorConfig;
 use crate::config::RouteConfig;
-use crate::config::raw::{RawMirror, RawRoute, RawSplit, RawWant};
-use crate::router::split::{Member, Split, Sticky};
+use crate::config::raw::{RawMirror, RawRoute, RawSplit, RawSticky, RawWant};
+use crate::router::split::{Member, SetCookie, Split, Sticky};
 use crate::router::{Conditions, HostPattern, Want};
 
 /// Conditions a route may hold at most, of each kind: each is checked
@@ -102,7 +102,7 @@ pub(super) fn refuse_unreachable(routes: &[RouteConfig]) -> Result<(), Problem> 
 /// A route's `split` and `sticky`.
 pub(super) fn split(
     members: &[RawSplit],
-    sticky: Option<&str>,
+    sticky: Option<&RawSticky>,
     key: &dyn Fn(&str) -> String,
     upstream_index: &std::collections::HashMap<String, usize>,
 ) -> Result<Split, Problem> {
@@ -126,8 +126,35 @@ pub(super) fn split(
     if parsed.iter().all(|m| m.weight == 0) {
         return Err((key("split"), "every weight is 0: no upstream would take a request".into()));
     }
-    let sticky = sticky.map(|s| Sticky::parse(s).map_err(|m| (key("sticky"), m))).transpose()?;
-    Ok(Split::new(parsed, sticky))
+    let (sticky, set_cookie) = match sticky {
+        Some(s) => sticky_key(s, key).map(|(k, set)| (Some(k), set))?,
+        None => (None, None),
+    };
+    let mut split = Split::new(parsed, sticky);
+    split.set_cookie = set_cookie;
+    Ok(split)
+}
+
+/// A split's `sticky`, in either form, and the cookie it sets (if any).
+fn sticky_key(s: &RawSticky, key: &dyn Fn(&str) -> String) -> Result<(Sticky, Option<SetCookie>), Problem> {
+    let t = match s {
+        RawSticky::Text(text) => return Ok((Sticky::parse(text).map_err(|m| (key("sticky"), m))?, None)),
+        RawSticky::Table(t) => t,
+    };
+    let sticky = match (&t.header, &t.cookie) {
+        (Some(name), None) => Sticky::parse(&format!("header:{name}")),
+        (None, Some(name)) => Sticky::parse(&format!("cookie:{name}")),
+        _ => Err("name either `header` or `cookie`".to_owned()),
+    }
+    .map_err(|m| (key("sticky"), m))?;
+    if t.set == Some(true) && t.cookie.is_none() {
+        return Err((key("sticky.set"), "only a cookie is set".into()));
+    }
+    if t.max_age.is_some() && t.set != Some(true) {
+        return Err((key("sticky.max_age"), "only with set = true".into()));
+    }
+    let max_age = t.max_age.as_deref().map(|a| super::positive_duration(&key("sticky.max_age"), a)).transpose()?;
+    Ok((sticky, (t.set == Some(true)).then_some(SetCookie { max_age })))
 }
 
 /// The largest weight of a split's member.

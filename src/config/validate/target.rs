@@ -54,7 +54,7 @@ pub(super) fn target(
         return proxy_target(up, r, key, upstream_index).map(Target::Proxy);
     }
     if let Some(members) = &r.split {
-        let split = routing::split(members, r.sticky.as_deref(), key, upstream_index)?;
+        let split = routing::split(members, r.sticky.as_ref(), key, upstream_index)?;
         if r.cache.is_some() {
             return Err((key("cache"), "not with a split: each version would need its own store".into()));
         }

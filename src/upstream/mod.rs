@@ -15,6 +15,7 @@
 //!   connection after a 101; `series` writes the endpoints' metric series
 //!   at each scrape.
 
+pub mod adaptive;
 pub mod admission;
 mod attempt;
 pub mod body;
@@ -24,6 +25,7 @@ pub mod exchange;
 pub mod h1;
 pub mod health;
 pub mod io;
+mod learned;
 pub mod pool;
 pub mod proxy;
 pub mod retry;
@@ -181,6 +183,11 @@ impl Upstream {
         self.admission.as_ref().map(|a| a.queued())
     }
 
+    /// Its limit on requests in flight now, when it has `max_requests`.
+    pub fn limit(&self) -> Option<admission::Limit> {
+        self.admission.as_ref().map(|a| a.limit())
+    }
+
     /// False while the upstream has health checks and no endpoint passes
     /// them (`/readyz`).
     pub fn ready(&self) -> bool {
@@ -261,7 +268,7 @@ impl Upstream {
                     Ok(Ok(response)) => match self.judge(&response, &mut attempt, copy, &tries, target) {
                         Some(tried) => tried,
                         None => {
-                            self.answered(&response, &attempt, timing, started);
+                            self.answered(&response, &attempt, timing, started, slot.as_ref());
                             if response.status() == StatusCode::SWITCHING_PROTOCOLS
                                 && let (Some(client), Some(idle)) = (upgrade.take(), target.upgrade)
                             {
@@ -274,7 +281,7 @@ impl Upstream {
                         }
                     },
                     Ok(Err(failure)) => self.failed(failure, attempt, copy, &tries, target.retry_on),
-                    Err(_) => self.timed_out(attempt, &tries, target),
+                    Err(_) => self.timed_out(attempt, &tries, target, slot.as_ref(), started),
                 };
                 match tried {
                     Tried::Again(again) => {

@@ -25,10 +25,12 @@
 //! minute). It is also what the issue describes, a measured minimum and a
 //! gradient against recent latency.
 //!
-//! Two departures, each said where it is made:
+//! Three departures, each said where it is made:
 //! - a window's latency is the mean of its samples, not a percentile: two
 //!   atomic adds per answer instead of a locked histogram (Gradient2 also
 //!   averages);
+//! - a window lasts the minimum RTT when that is longer than 100 ms
+//!   (`learned`);
 //! - the limit does not grow in a window in which fewer than half of it
 //!   were in use (Netflix Gradient2's "app-limited" rule): an upstream whose
 //!   latency does not change with load would otherwise see its limit grow

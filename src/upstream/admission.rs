@@ -122,8 +122,9 @@ impl Admission {
 
     /// Applies a reload's settings to the slots and queue in use. A
     /// learned limit stays learned while the upstream stays `"auto"`
-    /// (within the new bounds).
-    pub fn reconfigure(&self, new: AdmissionConfig) {
+    /// (within the new bounds) and `same_target` (its requests go where they
+    /// went); else it is learned again.
+    pub fn reconfigure(&self, new: AdmissionConfig, same_target: bool) {
         let mut state = self.state.lock().expect("admission lock");
         state.config = new;
         self.queue.store(new.queue, Relaxed);
@@ -133,11 +134,11 @@ impl Admission {
                 *gradient = None;
                 n
             }
-            (MaxRequests::Auto(bounds), Some(g)) => {
+            (MaxRequests::Auto(bounds), Some(g)) if same_target => {
                 g.set_bounds(bounds);
                 g.limit()
             }
-            (MaxRequests::Auto(bounds), gradient @ None) => {
+            (MaxRequests::Auto(bounds), gradient) => {
                 self.learned.new_epoch();
                 gradient.insert(Gradient::new(bounds, fastrand::u64(..))).limit()
             }
@@ -217,6 +218,7 @@ impl Admission {
             if g.measuring() && !was_measuring {
                 self.learned.new_epoch();
             }
+            self.learned.set_window(g.min_rtt());
             self.resize(&mut state, limit);
         }
     }

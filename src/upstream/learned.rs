@@ -27,6 +27,8 @@ pub(super) struct Learned {
     origin: Instant,
     /// When the window ends, in microseconds since `origin`.
     window_end_us: AtomicU64,
+    /// How long a window lasts (see [`Learned::set_window`]).
+    window_us: AtomicU64,
     packed: AtomicU64,
     busiest: AtomicUsize,
     in_flight: AtomicUsize,
@@ -42,6 +44,7 @@ impl Learned {
             at_once: AtomicBool::new(false),
             origin: Instant::now(),
             window_end_us: AtomicU64::new(WINDOW.as_micros() as u64),
+            window_us: AtomicU64::new(WINDOW.as_micros() as u64),
             packed: AtomicU64::new(0),
             busiest: AtomicUsize::new(0),
             in_flight: AtomicUsize::new(0),
@@ -77,7 +80,10 @@ impl Learned {
         let end = self.window_end_us.load(Relaxed);
         // One answer closes the window; the others go on filling the next.
         if now_us < end
-            || self.window_end_us.compare_exchange(end, now_us + WINDOW.as_micros() as u64, Relaxed, Relaxed).is_err()
+            || self
+                .window_end_us
+                .compare_exchange(end, now_us + self.window_us.load(Relaxed), Relaxed, Relaxed)
+                .is_err()
         {
             return None;
         }
@@ -85,6 +91,15 @@ impl Learned {
         let busiest = self.busiest.swap(self.in_flight.load(Relaxed), Relaxed);
         let total = Duration::from_micros(packed & ((1 << TOTAL_BITS) - 1));
         Some(Window { samples: packed >> TOTAL_BITS, total, busiest })
+    }
+
+    /// Windows last Envoy's 100 ms, or the upstream's minimum latency when
+    /// that is longer (a departure): a shorter window would judge a limit
+    /// by answers to requests sent under the one before, and let it grow
+    /// several times over before the first answer to the growth came back.
+    pub(super) fn set_window(&self, min_rtt: Option<Duration>) {
+        let window = min_rtt.map_or(WINDOW, |m| m.max(WINDOW));
+        self.window_us.store(window.as_micros() as u64, Relaxed);
     }
 
     /// A measurement of the minimum starts: answers to requests admitted

@@ -122,9 +122,9 @@ impl Upstream {
                 Arc::new(TpsBudget::new(Duration::from_secs(10), b.min_per_second, b.ratio))
             }
         });
-        let admission = config.admission.map(|a| match before.and_then(|b| b.admission.clone()) {
-            Some(kept) => {
-                kept.reconfigure(a);
+        let admission = config.admission.map(|a| match before.and_then(|b| b.admission.clone().map(|k| (b, k))) {
+            Some((b, kept)) => {
+                kept.reconfigure(a, b.same_target(&config));
                 kept
             }
             None => Arc::new(Admission::new(a, &name)),
@@ -169,6 +169,20 @@ impl Upstream {
     /// then.
     pub fn same_settings(&self, config: &UpstreamConfig, retried: bool) -> bool {
         self.budget.is_some() == retried && self.config == *config
+    }
+
+    /// Whether `config` sends requests where this one does (the same URLs,
+    /// or the same name to discover), so that what was learned of the
+    /// upstream still holds.
+    fn same_target(&self, config: &UpstreamConfig) -> bool {
+        match (&self.config.discover, &config.discover) {
+            (Some(a), Some(b)) => a.same_target(b),
+            (None, None) => {
+                let urls = |c: &UpstreamConfig| c.endpoints.iter().map(|e| e.url.clone()).collect::<Vec<_>>();
+                urls(&self.config) == urls(config)
+            }
+            _ => false,
+        }
     }
 
     /// Its endpoints, as configured (a discovered upstream's: as resolved

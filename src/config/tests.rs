@@ -190,7 +190,7 @@ fn sizes_parse_as_text_or_bytes() {
 
 #[test]
 fn max_requests_is_a_number_or_auto_with_bounds() {
-    use crate::upstream::adaptive::Bounds;
+    use super::AutoBounds as Bounds;
     // (keys, limit)
     let cases = [
         ("max_requests = 8", MaxRequests::Fixed(8)),

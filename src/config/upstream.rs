@@ -229,7 +229,14 @@ pub enum MaxRequests {
     Fixed(usize),
     /// `"auto"`: learned from the upstream's latency, within `auto_min` and
     /// `auto_max` (see `crate::upstream::adaptive`).
-    Auto(crate::upstream::adaptive::Bounds),
+    Auto(AutoBounds),
+}
+
+/// `auto_min` and `auto_max`: the learned limit stays within them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AutoBounds {
+    pub min: usize,
+    pub max: usize,
 }
 
 impl MaxRequests {

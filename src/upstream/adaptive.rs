@@ -58,12 +58,7 @@ const BUFFER: f64 = 0.25;
 /// Windows in a row at the floor that call for a new measurement.
 const FLOOR_WINDOWS: u32 = 5;
 
-/// `auto_min` and `auto_max`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Bounds {
-    pub min: usize,
-    pub max: usize,
-}
+pub use crate::config::AutoBounds as Bounds;
 
 /// What the answers of one window came to.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -9,11 +9,10 @@ use rustls_pki_types::ServerName;
 
 use super::super::raw::{RawDiscover, RawHealth, RawMaxRequests, RawOutlier, RawRetryBudget, RawUpstream};
 use super::super::{
-    Address, Admission, Balance, Discover, DiscoverName, EndpointConfig, HealthConfig, MaxRequests, OutlierConfig,
-    Protocol, RetryBudget, UpstreamConfig, UpstreamTls,
+    Address, Admission, AutoBounds as Bounds, Balance, Discover, DiscoverName, EndpointConfig, HealthConfig,
+    MaxRequests, OutlierConfig, Protocol, RetryBudget, UpstreamConfig, UpstreamTls,
 };
 use super::{Problem, parse_duration, positive_duration};
-use crate::upstream::adaptive::Bounds;
 
 /// The largest `max_requests` (tokio's semaphore takes up to 2^61 permits;
 /// anything near that is a typo).

@@ -227,6 +227,7 @@ impl Admission {
         let epoch = self.learned.on.load(Relaxed).then(|| self.learned.admitted());
         Slot { permit: Some(permit), admission: self.clone(), epoch }
     }
+
     /// A slot, at once or after waiting in the queue. `deadline` is the
     /// route's: past it the request gets 504 as any route timeout. A
     /// request that waited and has less time left than the upstream

@@ -288,6 +288,7 @@ async fn status_page_shows_an_unhealthy_endpoint_in_a_real_browser() {
     assert!(dom.contains(&cell(&format!("http://{}", good.addr), "healthy")), "good endpoint not shown healthy: {dom}");
     assert!(dom.contains("class=\"unhealthy\""), "{dom}");
     assert!(dom.contains("<td>/app</td>"), "routes listed: {dom}");
+    assert!(dom.contains("max_requests 4, queue 0 / 7"), "the limit shown: {dom}");
     assert!(dom.contains(r#"<div id="error"></div>"#), "the refresh failed: {dom}");
 }
 

@@ -403,6 +403,13 @@ OVERLOAD_VARIANTS = [
         ),
     ),
     Variant(
+        "gateway-auto",
+        KIND_GATEWAY,
+        'max_requests = "auto", nothing else set (queue 100, queue_timeout 5s: the defaults)',
+        "/b",
+        protect_gateway("auto", 'max_requests = "auto"'),
+    ),
+    Variant(
         "gateway-no-queue",
         KIND_GATEWAY,
         f"max_requests = {OVERLOAD_WORKERS}, queue = 0 (nginx max_conns' behaviour)",
@@ -487,7 +494,7 @@ OVERLOAD = RateScenario(
     duration_s=12,
     quick_duration_s=6,
     variants=OVERLOAD_VARIANTS,
-    quick_variants={"gateway-queue", "gateway-plain", "nginx-max-conns", "go-reverseproxy"},
+    quick_variants={"gateway-queue", "gateway-auto", "gateway-plain", "nginx-max-conns", "go-reverseproxy"},
     a_path="/a",
     rate=3 * OVERLOAD_WORKERS * 1000 / OVERLOAD_SERVICE_MS,
     workers=OVERLOAD_WORKERS,

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
-use super::{Balance, Config, Protocol, RouteConfig, Target, UpstreamConfig};
+use super::{Balance, Config, MaxRequests, Protocol, RouteConfig, Target, UpstreamConfig};
 
 /// `tree` with the resolved values of `config` where it has no key.
 pub(super) fn with_defaults(mut tree: Value, config: &Config) -> Value {
@@ -79,6 +79,10 @@ fn upstream(up: &UpstreamConfig) -> Map<String, Value> {
     if let Some(a) = &up.admission {
         out.insert("queue".into(), json!(a.queue));
         out.insert("queue_timeout".into(), json!(duration(a.queue_timeout)));
+        if let MaxRequests::Auto(b) = a.max_requests {
+            out.insert("auto_min".into(), json!(b.min));
+            out.insert("auto_max".into(), json!(b.max));
+        }
     }
     if let Some(h) = &up.health {
         let health = json!({

@@ -95,8 +95,8 @@ pub use ratelimit::{
     MissingKey, OnStoreError, Rate, RateLimitConfig, RateLimitKey, RateLimitStoreConfig, StoreCa, StoreKind,
 };
 pub use upstream::{
-    Address, Admission, Balance, Discover, DiscoverName, EndpointConfig, HealthConfig, OutlierConfig, Protocol,
-    RetryBudget, UpstreamConfig, UpstreamTls,
+    Address, Admission, AutoBounds, Balance, Discover, DiscoverName, EndpointConfig, HealthConfig, MaxRequests,
+    OutlierConfig, Protocol, RetryBudget, UpstreamConfig, UpstreamTls,
 };
 
 use raw::RawConfig;

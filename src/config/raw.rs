@@ -132,7 +132,9 @@ pub(super) struct RawUpstream {
     pub connect_timeout: Option<String>,
     pub pool_max_idle_per_host: Option<usize>,
     pub pool_idle_timeout: Option<String>,
-    pub max_requests: Option<usize>,
+    pub max_requests: Option<RawMaxRequests>,
+    pub auto_min: Option<usize>,
+    pub auto_max: Option<usize>,
     pub queue: Option<usize>,
     pub queue_timeout: Option<String>,
     pub health: Option<RawHealth>,
@@ -144,6 +146,14 @@ pub(super) struct RawUpstream {
     pub tls_client_key: Option<String>,
     pub protocol: Option<String>,
     pub max_connections: Option<usize>,
+}
+
+/// `max_requests`: a number, or `"auto"`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub(super) enum RawMaxRequests {
+    Count(u64),
+    Text(String),
 }
 
 /// An entry of `endpoints`: a URL (weight 1) or `{ url, weight }`.

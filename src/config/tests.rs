@@ -102,6 +102,20 @@ fn bad_configs_name_key_and_problem() {
             "upstreams.x.max_requests",
             "between 1 and",
         ),
+        ("[upstreams.x]\nurl='http://h:1'\nmax_requests='fast'\n", "upstreams.x.max_requests", "or \"auto\""),
+        ("[upstreams.x]\nurl='http://h:1'\nmax_requests=0\n", "upstreams.x.max_requests", "between 1 and"),
+        ("[upstreams.x]\nurl='http://h:1'\nmax_requests='auto'\nauto_min=0\n", "upstreams.x.auto_min", "between 1 and"),
+        (
+            "[upstreams.x]\nurl='http://h:1'\nmax_requests='auto'\nauto_min=10\nauto_max=5\n",
+            "upstreams.x.auto_max",
+            "between auto_min (10)",
+        ),
+        (
+            "[upstreams.x]\nurl='http://h:1'\nmax_requests=8\nauto_max=50\n",
+            "upstreams.x.auto_max",
+            "only applies with max_requests = \"auto\"",
+        ),
+        ("[upstreams.x]\nurl='http://h:1'\nauto_min=2\n", "upstreams.x.auto_min", "only applies with max_requests"),
         (
             "[upstreams.x]\nurl='http://h:1'\nretry_budget={ratio=1.0, min_per_second=4294967295}\n",
             "upstreams.x.retry_budget.min_per_second",
@@ -172,4 +186,22 @@ fn sizes_parse_as_text_or_bytes() {
     assert_eq!(c.routes[0].max_body, 64 * 1024);
     assert_eq!(c.routes[0].max_concurrent, Some(3));
     assert_eq!(c.routes[1].max_body, 2048);
+}
+
+#[test]
+fn max_requests_is_a_number_or_auto_with_bounds() {
+    use super::AutoBounds as Bounds;
+    // (keys, limit)
+    let cases = [
+        ("max_requests = 8", MaxRequests::Fixed(8)),
+        ("max_requests = \"8\"", MaxRequests::Fixed(8)),
+        ("max_requests = \"auto\"", MaxRequests::Auto(Bounds { min: 3, max: 1000 })),
+        ("max_requests = \"auto\"\nauto_min = 1\nauto_max = 64", MaxRequests::Auto(Bounds { min: 1, max: 64 })),
+        ("max_requests = \"auto\"\nauto_min = 8\nauto_max = 8", MaxRequests::Auto(Bounds { min: 8, max: 8 })),
+    ];
+    for (keys, want) in cases {
+        let c = inline(&format!("[upstreams.a]\nurl = \"http://127.0.0.1:9\"\n{keys}\n")).unwrap();
+        let a = c.upstreams[0].admission.expect("admission");
+        assert_eq!((a.max_requests, a.queue, a.queue_timeout), (want, 100, Duration::from_secs(5)), "{keys}");
+    }
 }

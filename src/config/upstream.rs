@@ -215,11 +215,39 @@ pub enum Balance {
 /// `max_requests` and its FIFO queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Admission {
-    pub max_requests: usize,
+    pub max_requests: MaxRequests,
     /// Requests that may wait; past it, 503 at once.
     pub queue: usize,
     /// Longest wait in the queue; past it, 503.
     pub queue_timeout: Duration,
+}
+
+/// The limit on requests in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MaxRequests {
+    /// As configured.
+    Fixed(usize),
+    /// `"auto"`: learned from the upstream's latency, within `auto_min` and
+    /// `auto_max` (see `crate::upstream::adaptive`).
+    Auto(AutoBounds),
+}
+
+/// `auto_min` and `auto_max`: the learned limit stays within them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AutoBounds {
+    pub min: usize,
+    pub max: usize,
+}
+
+impl MaxRequests {
+    /// The limit a new admission starts with: a learned one starts at its
+    /// floor, where it measures the upstream's minimum latency.
+    pub fn initial(self) -> usize {
+        match self {
+            MaxRequests::Fixed(n) => n,
+            MaxRequests::Auto(b) => b.min,
+        }
+    }
 }
 
 /// `[upstreams.NAME.health]`: active checks of each endpoint.

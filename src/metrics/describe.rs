@@ -46,7 +46,28 @@ fn describe_upstreams() {
         metrics::Unit::Seconds,
         "Time requests waited for a max_requests slot (0 when admitted at once)."
     );
-    describe_gauge!(UPSTREAM_MAX_REQUESTS, "The upstream's configured max_requests.");
+    describe_gauge!(UPSTREAM_MAX_REQUESTS, "The upstream's max_requests: as configured, or as learned for \"auto\".");
+    describe_gauge!(
+        UPSTREAM_CONCURRENCY_LIMIT,
+        "The limit on requests in flight to the upstream now: max_requests, or the one learned for \"auto\"."
+    );
+    describe_gauge!(
+        UPSTREAM_MIN_RTT,
+        metrics::Unit::Seconds,
+        "max_requests = \"auto\": the upstream's latency measured with it all but idle, which the limit follows."
+    );
+    describe_gauge!(
+        UPSTREAM_MIN_RTT_MEASURING,
+        "1 while that minimum is measured (the limit held at auto_min), else 0."
+    );
+    describe_gauge!(
+        UPSTREAM_QUEUE_OVERLOADED,
+        "max_requests = \"auto\": 1 while the queue has stood for a whole interval (CoDel), else 0."
+    );
+    describe_counter!(
+        UPSTREAM_QUEUE_SLOUGHED,
+        "Requests turned away with 503 when their turn came, having waited past the target while the queue stood."
+    );
     describe_gauge!(UPSTREAM_QUEUE_SIZE, "The upstream's configured queue places.");
     describe_gauge!(
         UPSTREAM_ENDPOINTS,

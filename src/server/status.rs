@@ -109,6 +109,14 @@ fn upstream_status(u: &Upstream) -> Value {
         "last_success": d.last_success.map(timestamp),
         "ready": u.ready(),
         "queue": u.queued().map(|(waiting, size)| json!({ "waiting": waiting, "size": size })),
+        "limit": u.limit().map(|l| json!({
+            "max_requests": l.limit,
+            "auto": l.learned.map(|a| json!({
+                "min_rtt_seconds": a.min_rtt.map(|d| d.as_secs_f64()),
+                "measuring": a.measuring,
+                "overloaded": a.overloaded,
+            })),
+        })),
         "endpoints": u.endpoints().iter().map(|e| endpoint_status(e)).collect::<Vec<_>>(),
     })
 }

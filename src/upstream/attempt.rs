@@ -12,6 +12,7 @@ use http::header::{self, HeaderValue};
 use http::{Request, Response};
 use tokio::time::Instant;
 
+use super::admission::Slot;
 use super::body::Received;
 use super::endpoint::{Attempt, Endpoint};
 use super::exchange::{Failure, Plan};
@@ -97,9 +98,22 @@ impl Upstream {
     /// endpoint's failure, unless the gateway was still waiting for the
     /// client's body (its own fault, no verdict on the endpoint: else a
     /// client that never finishes its body could get every endpoint ejected).
-    pub(super) fn timed_out(&self, mut attempt: Attempt, tries: &Tries, target: &ProxyTarget) -> Tried {
+    /// A learned limit counts it as an answer that took all that time (as
+    /// Envoy's filter sees its own 504).
+    pub(super) fn timed_out(
+        &self,
+        mut attempt: Attempt,
+        tries: &Tries,
+        target: &ProxyTarget,
+        slot: Option<&Slot>,
+        started: Instant,
+    ) -> Tried {
         if tries.body_state.as_ref().is_some_and(|b| b.awaiting_client()) {
             return Tried::Failed(GatewayError::BodyNotInTime { after: target.timeout });
+        }
+        if let Some(slot) = slot {
+            let now = Instant::now();
+            slot.observed(now - started, now);
         }
         attempt.failure();
         let after = target.timeout;
@@ -151,18 +165,20 @@ impl Upstream {
     }
 
     /// A response head that goes to the client: its time in the metrics,
-    /// the admission's moving average and the access log.
+    /// the admission's (`slot`'s) and the access log.
     pub(super) fn answered(
         &self,
         response: &Response<Received>,
         attempt: &Attempt,
         timing: Option<&UpstreamTiming>,
         started: Instant,
+        slot: Option<&Slot>,
     ) {
-        let took = started.elapsed();
+        let now = Instant::now();
+        let took = now - started;
         self.metrics.record(response.status().as_u16(), took);
-        if let Some(admission) = &self.admission {
-            admission.observed(took);
+        if let Some(slot) = slot {
+            slot.observed(took, now);
         }
         if let Some(t) = timing {
             t.set_header(took, &attempt.endpoint().config.url);

@@ -15,6 +15,7 @@
 //!   connection after a 101; `series` writes the endpoints' metric series
 //!   at each scrape.
 
+pub mod adaptive;
 pub mod admission;
 mod attempt;
 pub mod body;
@@ -24,6 +25,7 @@ pub mod exchange;
 pub mod h1;
 pub mod health;
 pub mod io;
+mod learned;
 pub mod pool;
 pub mod proxy;
 pub mod retry;
@@ -120,9 +122,9 @@ impl Upstream {
                 Arc::new(TpsBudget::new(Duration::from_secs(10), b.min_per_second, b.ratio))
             }
         });
-        let admission = config.admission.map(|a| match before.and_then(|b| b.admission.clone()) {
-            Some(kept) => {
-                kept.reconfigure(a);
+        let admission = config.admission.map(|a| match before.and_then(|b| b.admission.clone().map(|k| (b, k))) {
+            Some((b, kept)) => {
+                kept.reconfigure(a, b.same_target(&config));
                 kept
             }
             None => Arc::new(Admission::new(a, &name)),
@@ -169,6 +171,20 @@ impl Upstream {
         self.budget.is_some() == retried && self.config == *config
     }
 
+    /// Whether `config` sends requests where this one does (the same URLs,
+    /// or the same name to discover), so that what was learned of the
+    /// upstream still holds.
+    fn same_target(&self, config: &UpstreamConfig) -> bool {
+        match (&self.config.discover, &config.discover) {
+            (Some(a), Some(b)) => a.same_target(b),
+            (None, None) => {
+                let urls = |c: &UpstreamConfig| c.endpoints.iter().map(|e| e.url.clone()).collect::<Vec<_>>();
+                urls(&self.config) == urls(config)
+            }
+            _ => false,
+        }
+    }
+
     /// Its endpoints, as configured (a discovered upstream's: as resolved
     /// when it was built), for the status endpoints and metrics.
     pub fn endpoints(&self) -> &[Arc<Endpoint>] {
@@ -179,6 +195,11 @@ impl Upstream {
     /// `max_requests`.
     pub fn queued(&self) -> Option<(usize, usize)> {
         self.admission.as_ref().map(|a| a.queued())
+    }
+
+    /// Its limit on requests in flight now, when it has `max_requests`.
+    pub fn limit(&self) -> Option<admission::Limit> {
+        self.admission.as_ref().map(|a| a.limit())
     }
 
     /// False while the upstream has health checks and no endpoint passes
@@ -262,7 +283,7 @@ impl Upstream {
                     Ok(Ok(response)) => match self.judge(&response, &mut attempt, copy, &tries, target) {
                         Some(tried) => tried,
                         None => {
-                            self.answered(&response, &attempt, timing, started);
+                            self.answered(&response, &attempt, timing, started, slot.as_ref());
                             if response.status() == StatusCode::SWITCHING_PROTOCOLS
                                 && let (Some(client), Some(idle)) = (upgrade.take(), target.upgrade)
                             {
@@ -275,7 +296,7 @@ impl Upstream {
                         }
                     },
                     Ok(Err(failure)) => self.failed(failure, attempt, copy, &tries, target.retry_on),
-                    Err(_) => self.timed_out(attempt, &tries, target),
+                    Err(_) => self.timed_out(attempt, &tries, target, slot.as_ref(), started),
                 };
                 match tried {
                     Tried::Again(again) => {

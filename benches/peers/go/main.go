@@ -1,7 +1,8 @@
 // Command benchpeers holds the Go peers of benches/compare, one subcommand
 // each, with the standard library only:
 //
-//	benchpeers service-a     -listen ADDR -delay 1s [-workers N]   GET /a waits, then "ok"; GET /hello at once
+//	benchpeers service-a     -listen ADDR -delay 1s [-workers N]   GET /a waits, then "ok"; GET /hello at once;
+//	                         POST /workers?n=N sets the workers while it runs (with -workers > 0)
 //	benchpeers client        -listen ADDR -upstream URL   GET /b through http.Get (seed 000's service B)
 //	benchpeers reverse-proxy -listen ADDR -upstream URL -pool N   GET /b through httputil.ReverseProxy
 //	benchpeers file          -listen ADDR -file PATH   GET /file with http.ServeFile (seed 001)
@@ -45,7 +46,9 @@ func main() {
 	mux := http.NewServeMux()
 	switch os.Args[1] {
 	case "service-a":
-		mux.HandleFunc("/a", slowHandler(*delay, *workers))
+		pool := newWorkerPool(*workers)
+		mux.HandleFunc("/a", slowHandler(*delay, pool))
+		mux.HandleFunc("/workers", pool.handleSet)
 		mux.HandleFunc("/hello", helloHandler)
 	case "client":
 		mux.HandleFunc("/b", defaultClientHandler(*upstream))
@@ -73,21 +76,17 @@ func helloHandler(w http.ResponseWriter, _ *http.Request) {
 
 // slowHandler is seed 000's service A: it waits, then answers "ok".
 //
-// With workers > 0 it is an app with that many workers (a gunicorn app's
-// shape): at most `workers` requests are served at once and the others wait
-// inside it, first come first served (a Go channel queues blocked senders in
-// order), with no limit on the wait. Like a sync worker it never looks at
-// whether the client is still there: a request whose client gave up while it
-// waited is still served, and its worker time is lost.
-func slowHandler(delay time.Duration, workers int) http.HandlerFunc {
-	var slots chan struct{}
-	if workers > 0 {
-		slots = make(chan struct{}, workers)
-	}
+// With workers (a non-nil pool) it is an app with that many workers (a
+// gunicorn app's shape): at most `workers` requests are served at once and
+// the others wait inside it, first come first served, with no limit on the
+// wait. Like a sync worker it never looks at whether the client is still
+// there: a request whose client gave up while it waited is still served, and
+// its worker time is lost.
+func slowHandler(delay time.Duration, pool *workerPool) http.HandlerFunc {
 	return func(w http.ResponseWriter, _ *http.Request) {
-		if slots != nil {
-			slots <- struct{}{}
-			defer func() { <-slots }()
+		if pool != nil {
+			pool.acquire()
+			defer pool.release()
 		}
 		time.Sleep(delay)
 		w.Write([]byte("ok"))

@@ -7,10 +7,10 @@ use http::Uri;
 use http::uri::{Authority, Scheme};
 use rustls_pki_types::ServerName;
 
-use super::super::raw::{RawDiscover, RawHealth, RawOutlier, RawRetryBudget, RawUpstream};
+use super::super::raw::{RawDiscover, RawHealth, RawMaxRequests, RawOutlier, RawRetryBudget, RawUpstream};
 use super::super::{
-    Address, Admission, Balance, Discover, DiscoverName, EndpointConfig, HealthConfig, OutlierConfig, Protocol,
-    RetryBudget, UpstreamConfig, UpstreamTls,
+    Address, Admission, AutoBounds as Bounds, Balance, Discover, DiscoverName, EndpointConfig, HealthConfig,
+    MaxRequests, OutlierConfig, Protocol, RetryBudget, UpstreamConfig, UpstreamTls,
 };
 use super::{Problem, parse_duration, positive_duration};
 
@@ -237,20 +237,57 @@ fn dns_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// `max_requests`, `queue` and `queue_timeout`.
+/// `max_requests` (a number or `"auto"`, with `auto_min` and `auto_max`),
+/// `queue` and `queue_timeout`.
 fn admission(up: &RawUpstream, key: &dyn Fn(&str) -> String) -> Result<Option<Admission>, Problem> {
-    let Some(max_requests) = up.max_requests else {
-        if up.queue.is_some() || up.queue_timeout.is_some() {
-            let k = if up.queue.is_some() { "queue" } else { "queue_timeout" };
+    let Some(raw) = &up.max_requests else {
+        let stray = [("queue", up.queue.is_some()), ("queue_timeout", up.queue_timeout.is_some())];
+        if let Some((k, _)) = stray.iter().find(|(_, set)| *set) {
             return Err((key(k), "only applies with max_requests".into()));
         }
-        return Ok(None);
+        return auto_bounds(up, key, false).map(|_| None);
     };
-    if max_requests == 0 || max_requests > MAX_REQUESTS {
-        return Err((key("max_requests"), format!("must be between 1 and {MAX_REQUESTS} (leave it out for no limit)")));
+    let range = || format!("must be between 1 and {MAX_REQUESTS}, or \"auto\" (leave it out for no limit)");
+    let max_requests = match raw {
+        RawMaxRequests::Text(t) if t == "auto" => MaxRequests::Auto(auto_bounds(up, key, true)?),
+        RawMaxRequests::Count(n) => MaxRequests::Fixed(in_range(*n).ok_or_else(|| (key("max_requests"), range()))?),
+        RawMaxRequests::Text(t) => match t.parse().ok().and_then(in_range) {
+            Some(n) => MaxRequests::Fixed(n),
+            None => return Err((key("max_requests"), format!("{t:?}: {}", range()))),
+        },
+    };
+    if let MaxRequests::Fixed(_) = max_requests {
+        auto_bounds(up, key, false)?;
     }
     let queue_timeout = positive_duration(&key("queue_timeout"), up.queue_timeout.as_deref().unwrap_or("5s"))?;
     Ok(Some(Admission { max_requests, queue: up.queue.unwrap_or(100), queue_timeout }))
+}
+
+fn in_range(n: u64) -> Option<usize> {
+    usize::try_from(n).ok().filter(|n| (1..=MAX_REQUESTS).contains(n))
+}
+
+/// `auto_min` (default 3, the concurrency the minimum latency is measured
+/// at) and `auto_max` (default 1000), Envoy's defaults; only with
+/// `max_requests = "auto"`.
+fn auto_bounds(up: &RawUpstream, key: &dyn Fn(&str) -> String, auto: bool) -> Result<Bounds, Problem> {
+    if !auto {
+        return match (up.auto_min, up.auto_max) {
+            (None, None) => Ok(Bounds { min: 0, max: 0 }),
+            (min, _) => {
+                let k = if min.is_some() { "auto_min" } else { "auto_max" };
+                Err((key(k), "only applies with max_requests = \"auto\"".into()))
+            }
+        };
+    }
+    let (min, max) = (up.auto_min.unwrap_or(3), up.auto_max.unwrap_or(1000));
+    if !(1..=MAX_REQUESTS).contains(&min) {
+        return Err((key("auto_min"), format!("must be between 1 and {MAX_REQUESTS}")));
+    }
+    if max < min || max > MAX_REQUESTS {
+        return Err((key("auto_max"), format!("must be between auto_min ({min}) and {MAX_REQUESTS}")));
+    }
+    Ok(Bounds { min, max })
 }
 
 fn health(h: &RawHealth, key: &dyn Fn(&str) -> String) -> Result<HealthConfig, Problem> {

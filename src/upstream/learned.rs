@@ -1,0 +1,220 @@
+//! The request path's side of `max_requests = "auto"`: the window of
+//! latency samples being filled, in atomics (no lock per request), handed
+//! to the controller ([`super::adaptive::Gradient`]) by the answer that
+//! closes the window; and the queue's overload state ([`Codel`]).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::adaptive::{WINDOW, Window};
+
+/// A window's samples and their total, in one word so that one atomic add
+/// records an answer: the count above `TOTAL_BITS`, microseconds below.
+const TOTAL_BITS: u32 = 40;
+/// The longest sample, in microseconds: past it a sample says no more (the
+/// gradient is at its floor long before), and the total cannot overflow.
+const LONGEST_SAMPLE_US: u64 = 60_000_000;
+
+/// The window being filled, and the requests in flight.
+pub(super) struct Learned {
+    /// On while `max_requests = "auto"` (a reload may switch it).
+    pub(super) on: AtomicBool,
+    /// A request was let in at once since the queue's last turn (CoDel
+    /// counts it as a wait of nothing).
+    pub(super) at_once: AtomicBool,
+    origin: Instant,
+    /// When the window ends, in microseconds since `origin`.
+    window_end_us: AtomicU64,
+    /// How long a window lasts (see [`Learned::set_window`]).
+    window_us: AtomicU64,
+    packed: AtomicU64,
+    busiest: AtomicUsize,
+    in_flight: AtomicUsize,
+    /// Bumped when a measurement of the minimum starts: a request admitted
+    /// before it is not sampled (its latency is of the load before).
+    epoch: AtomicU64,
+}
+
+impl Learned {
+    pub(super) fn new(on: bool) -> Self {
+        Learned {
+            on: AtomicBool::new(on),
+            at_once: AtomicBool::new(false),
+            origin: Instant::now(),
+            window_end_us: AtomicU64::new(WINDOW.as_micros() as u64),
+            window_us: AtomicU64::new(WINDOW.as_micros() as u64),
+            packed: AtomicU64::new(0),
+            busiest: AtomicUsize::new(0),
+            in_flight: AtomicUsize::new(0),
+            epoch: AtomicU64::new(0),
+        }
+    }
+
+    /// A request admitted: its epoch, for [`Learned::sample`].
+    pub(super) fn admitted(&self) -> u64 {
+        let now = self.in_flight.fetch_add(1, Relaxed) + 1;
+        self.busiest.fetch_max(now, Relaxed);
+        self.epoch.load(Relaxed)
+    }
+
+    pub(super) fn released(&self) {
+        self.in_flight.fetch_sub(1, Relaxed);
+    }
+
+    /// Since the controller's origin, for its clock.
+    pub(super) fn elapsed(&self, now: Instant) -> Duration {
+        now.saturating_duration_since(self.origin)
+    }
+
+    /// An answer of a request admitted in `epoch` took `took`, at `now`:
+    /// the window that ends with it, when it is the first past the end.
+    pub(super) fn sample(&self, took: Duration, epoch: u64, now: Instant) -> Option<Window> {
+        if epoch != self.epoch.load(Relaxed) {
+            return None;
+        }
+        let us = (took.as_micros() as u64).min(LONGEST_SAMPLE_US);
+        self.packed.fetch_add((1 << TOTAL_BITS) | us, Relaxed);
+        let now_us = self.elapsed(now).as_micros() as u64;
+        let end = self.window_end_us.load(Relaxed);
+        // One answer closes the window; the others go on filling the next.
+        if now_us < end
+            || self
+                .window_end_us
+                .compare_exchange(end, now_us + self.window_us.load(Relaxed), Relaxed, Relaxed)
+                .is_err()
+        {
+            return None;
+        }
+        let packed = self.packed.swap(0, Relaxed);
+        let busiest = self.busiest.swap(self.in_flight.load(Relaxed), Relaxed);
+        let total = Duration::from_micros(packed & ((1 << TOTAL_BITS) - 1));
+        Some(Window { samples: packed >> TOTAL_BITS, total, busiest })
+    }
+
+    /// Windows last Envoy's 100 ms, or the upstream's minimum latency when
+    /// that is longer (a departure): a shorter window would judge a limit
+    /// by answers to requests sent under the one before, and let it grow
+    /// several times over before the first answer to the growth came back.
+    pub(super) fn set_window(&self, min_rtt: Option<Duration>) {
+        let window = min_rtt.map_or(WINDOW, |m| m.max(WINDOW));
+        self.window_us.store(window.as_micros() as u64, Relaxed);
+    }
+
+    /// A measurement of the minimum starts: answers to requests admitted
+    /// before it no longer count.
+    pub(super) fn new_epoch(&self) {
+        self.epoch.fetch_add(1, Relaxed);
+        self.packed.store(0, Relaxed);
+    }
+}
+
+/// CoDel's interval: a queue that has not once been short for this long
+/// is a standing queue.
+pub(super) const INTERVAL: Duration = Duration::from_millis(100);
+/// CoDel's target, the least: the standing delay accepted.
+const TARGET: Duration = Duration::from_millis(5);
+
+/// The queue's overload state, as folly's `Codel` (Facebook's servers)
+/// keeps it, after CoDel (RFC 8289): at the end of each `INTERVAL`, the
+/// queue is overloaded for the next one when the shortest wait of the one
+/// that ended was above the target; while overloaded, a request whose turn
+/// comes after more than twice the target is turned away instead (folly:
+/// "slough"), which drains a standing queue at once and serves the requests
+/// that can still be served in time. Pure: the caller keeps it under the
+/// admission's lock and gives the time.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Codel {
+    interval_end: Duration,
+    min_delay: Duration,
+    overloaded: bool,
+}
+
+impl Codel {
+    /// A request's turn came after waiting `delay`, at `now`, with `target`
+    /// (see [`target`]): whether it is turned away.
+    pub(super) fn dequeued(&mut self, delay: Duration, now: Duration, target: Duration) -> bool {
+        if now > self.interval_end {
+            self.interval_end = now + INTERVAL;
+            self.overloaded = self.min_delay > target;
+            // More than one request must come in an interval before any is
+            // turned away.
+            self.min_delay = delay;
+            return false;
+        }
+        self.min_delay = self.min_delay.min(delay);
+        self.overloaded && delay > target * 2
+    }
+
+    pub(super) fn overloaded(&self) -> bool {
+        self.overloaded
+    }
+}
+
+/// CoDel's target for an upstream: 5 ms, or the time between two slots
+/// freeing (its typical latency over the limit) when that is longer. A
+/// waiter turned away sooner would leave the slot that frees next with no
+/// one to take it, and the upstream idle: folly's 5 ms suits servers that
+/// answer in milliseconds, not a service whose workers take 100 ms each.
+pub(super) fn target(typical: Duration, limit: usize) -> Duration {
+    TARGET.max(typical / limit.max(1) as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn codel_turns_away_only_after_a_whole_interval_above_the_target() {
+        // (time, delay, turned away, overloaded after), target 5 ms.
+        let steps = [
+            (1, 0, false, false),   // first interval opens
+            (50, 20, false, false), // above the target, but the interval is not over
+            (90, 30, false, false),
+            (102, 40, false, false), // interval over, its shortest wait 0: fine
+            (150, 40, false, false),
+            (203, 12, false, true), // interval over, shortest 40 ms: overloaded
+            (210, 8, false, true),  // within twice the target
+            (220, 11, true, true),  // past twice the target: turned away
+            (250, 3, false, true),
+            (304, 30, false, false), // the last interval's shortest was 3 ms: over
+            (320, 30, false, false),
+        ];
+        let mut c = Codel::default();
+        for (at, delay, away, overloaded) in steps {
+            assert_eq!(c.dequeued(delay * MS, at * MS, 5 * MS), away, "at {at} ms");
+            assert_eq!(c.overloaded(), overloaded, "at {at} ms");
+        }
+    }
+
+    #[test]
+    fn the_target_is_the_time_between_two_slots_freeing_at_least_5_ms() {
+        // (typical latency, limit, target)
+        let cases = [(100, 8, 12.5), (100, 40, 5.0), (1000, 1, 1000.0), (0, 0, 5.0), (20, 2, 10.0)];
+        for (typical, limit, want) in cases {
+            assert_eq!(target(typical * MS, limit), MS.mul_f64(want), "{typical} ms / {limit}");
+        }
+    }
+
+    #[test]
+    fn a_window_closes_once_with_its_samples() {
+        let l = Learned::new(true);
+        let epoch = l.admitted();
+        l.admitted();
+        let start = l.origin;
+        assert_eq!(l.sample(30 * MS, epoch, start + 10 * MS), None);
+        assert_eq!(l.sample(50 * MS, epoch, start + 20 * MS), None);
+        let w = l.sample(70 * MS, epoch, start + 101 * MS).expect("the window ended");
+        assert_eq!(w, Window { samples: 3, total: 150 * MS, busiest: 2 });
+        assert_eq!(l.sample(10 * MS, epoch, start + 150 * MS), None, "the next window ends 100 ms later");
+        // A measurement began: answers to requests admitted before it do
+        // not count.
+        l.new_epoch();
+        assert_eq!(l.sample(10 * MS, epoch, start + 400 * MS), None);
+        let w = l.sample(10 * MS, l.admitted(), start + 401 * MS).expect("the window ended");
+        assert_eq!((w.samples, w.busiest), (1, 3));
+    }
+}

@@ -1,0 +1,174 @@
+//! `max_requests = "auto"` on real sockets: an upstream with a fixed
+//! number of workers (a semaphore; requests past it wait inside the
+//! upstream, as in a thread pool's queue), clients that offer far more than
+//! it can do, and what the gateway learns and answers. Each test has its
+//! own upstream name: the metrics are the process's.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use common::*;
+use http::{Request, Response};
+use serde_json::Value;
+use tokio::sync::Semaphore;
+
+/// The upstream: `workers` at `service` each; counts the requests inside it
+/// at once (working or waiting for a worker) and the most since reset.
+struct Workers {
+    up: TestUpstream,
+    peak: Arc<AtomicUsize>,
+}
+
+async fn workers(workers: usize, service: Duration) -> Workers {
+    let (sem, inside, peak) =
+        (Arc::new(Semaphore::new(workers)), Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (i, p) = (inside.clone(), peak.clone());
+    let up = TestUpstream::start(move |_req: Request<hyper::body::Incoming>| {
+        let (sem, i, p) = (sem.clone(), i.clone(), p.clone());
+        async move {
+            p.fetch_max(i.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+            let worker = sem.acquire_owned().await.unwrap();
+            tokio::time::sleep(service).await;
+            drop(worker);
+            i.fetch_sub(1, Ordering::SeqCst);
+            Response::new(full("done"))
+        }
+    })
+    .await;
+    Workers { up, peak }
+}
+
+/// `clients` clients, each sending one request after another to `url`
+/// until `until`, pausing `pause` after a 503 as a client told to retry
+/// later would.
+async fn load(url: String, clients: usize, until: Instant, pause: Duration) -> Vec<(u16, Duration)> {
+    let tasks: Vec<_> = (0..clients)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move {
+                let mut out = Vec::new();
+                while Instant::now() < until {
+                    let started = Instant::now();
+                    let status = get(&url).await.0.status.as_u16();
+                    out.push((status, started.elapsed()));
+                    if status == 503 {
+                        tokio::time::sleep(pause).await;
+                    }
+                }
+                out
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    all
+}
+
+fn gateway_toml(name: &str, up: std::net::SocketAddr, upstream_keys: &str, route_keys: &str) -> String {
+    format!(
+        "[metrics]\nlisten = \"127.0.0.1:0\"\n\
+         [upstreams.{name}]\nurl = \"http://{up}\"\nmax_requests = \"auto\"\n{upstream_keys}\n\
+         [[routes]]\nname = \"{name}\"\nprefix = \"/{name}\"\nupstream = \"{name}\"\n{route_keys}\n"
+    )
+}
+
+async fn upstream_status(admin: std::net::SocketAddr, name: &str) -> Value {
+    let (_, body) = get(&format!("http://{admin}/-/upstreams")).await;
+    let v: Value = serde_json::from_slice(&body).unwrap();
+    v.as_array().unwrap().iter().find(|u| u["name"] == name).cloned().expect("the upstream is listed")
+}
+
+/// Clients offering eight times what the upstream can work on: the limit
+/// learned settles near its four workers (the algorithm keeps a little
+/// queue at the upstream to keep them busy), far below the 32 clients, and
+/// the minimum latency measured is the upstream's own service time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_limit_settles_near_the_upstreams_capacity() {
+    let up = workers(4, Duration::from_millis(50)).await;
+    let gw = TestGateway::from_toml(&gateway_toml("ad_conv", up.up.addr, "", "timeout = \"5s\"")).await;
+    let admin = gw.admin.unwrap();
+    let start = Instant::now();
+    let clients = tokio::spawn(load(gw.url("/ad_conv"), 32, start + Duration::from_secs(5), Duration::from_millis(50)));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    up.peak.store(0, Ordering::SeqCst);
+    let mut limits = Vec::new();
+    while start.elapsed() < Duration::from_millis(4800) {
+        let m = metrics_text(admin).await;
+        limits.push(sample(&m, "gateway_upstream_concurrency_limit", &[("upstream", "ad_conv")]).unwrap());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let answers = clients.await.unwrap();
+    let m = metrics_text(admin).await;
+    let min_rtt = sample(&m, "gateway_upstream_min_rtt_seconds", &[("upstream", "ad_conv")]).unwrap();
+    assert!((0.045..0.2).contains(&min_rtt), "min RTT {min_rtt}");
+    assert!(limits.iter().all(|l| (3.0..=16.0).contains(l)), "limits {limits:?}");
+    let peak = up.peak.load(Ordering::SeqCst);
+    assert!(peak <= 16, "{peak} requests inside the upstream at once");
+    assert!(answers.iter().any(|(s, _)| *s == 200), "nothing served");
+    assert!(answers.iter().all(|(s, _)| *s == 200 || *s == 503), "{answers:?}");
+    let status = upstream_status(admin, "ad_conv").await;
+    let limit = &status["limit"];
+    assert!(limit["max_requests"].as_u64().is_some_and(|l| (3..=16).contains(&l)), "{status}");
+    assert!(limit["auto"]["min_rtt_seconds"].as_f64().is_some_and(|s| (0.045..0.2).contains(&s)), "{status}");
+}
+
+/// Under overload with nothing tuned (the default queue of 100 places and
+/// 5 s), the queue stays useful: the ones that cannot be served in time are
+/// told so soon with 503, not after seconds in the queue or with the
+/// route's 504, and the requests served waited little. Without CoDel on
+/// the queue, 40 clients in a FIFO queue before an upstream that does 10
+/// a second would wait there past the route's 3 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overload_gets_fast_503s_not_timeouts() {
+    let up = workers(2, Duration::from_millis(200)).await;
+    let gw = TestGateway::from_toml(&gateway_toml("ad_over", up.up.addr, "", "timeout = \"3s\"")).await;
+    let start = Instant::now();
+    let answers = load(gw.url("/ad_over"), 40, start + Duration::from_secs(6), Duration::from_millis(200)).await;
+    let of = |status| answers.iter().filter(|(s, _)| *s == status).map(|(_, d)| *d).collect::<Vec<_>>();
+    let (served, refused) = (of(200), of(503));
+    assert!(answers.iter().all(|(s, _)| *s == 200 || *s == 503), "not only 200 and 503: {answers:?}");
+    assert!(!served.is_empty() && !refused.is_empty(), "{} served, {} refused", served.len(), refused.len());
+    // Bounds far from the route's timeout, for a loaded machine: what is
+    // tested is that no one waits it out.
+    let slowest = |d: &[Duration]| d.iter().max().copied().unwrap();
+    assert!(slowest(&refused) < Duration::from_millis(1500), "a 503 took {:?}", slowest(&refused));
+    assert!(slowest(&served) < Duration::from_secs(2), "a 200 took {:?}", slowest(&served));
+    let m = metrics_text(gw.admin.unwrap()).await;
+    let sloughed = sample(&m, "gateway_upstream_queue_sloughed_total", &[("upstream", "ad_over")]).unwrap_or(0.0);
+    assert!(sloughed > 0.0, "CoDel turned none away");
+    assert!(up.peak.load(Ordering::SeqCst) <= 12, "the upstream had {} at once", up.peak.load(Ordering::SeqCst));
+}
+
+/// A reload that changes the upstream's settings but not where it sends
+/// keeps what was learned (the limit, the minimum latency); one that points
+/// it elsewhere learns again, from a new measurement.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_keeps_a_learned_limit_for_the_same_upstream() {
+    let up = workers(4, Duration::from_millis(30)).await;
+    let other = workers(4, Duration::from_millis(30)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let toml = |addr, queue: usize| gateway_toml("ad_reload", addr, &format!("queue = {queue}"), "");
+    let gw = TestGateway::from_file(dir.path(), &toml(up.up.addr, 100)).await;
+    let admin = gw.admin.unwrap();
+    load(gw.url("/ad_reload"), 16, Instant::now() + Duration::from_secs(3), Duration::from_millis(20)).await;
+    let before = upstream_status(admin, "ad_reload").await["limit"].clone();
+    assert_eq!(before["auto"]["measuring"], false, "{before}");
+    assert!(before["auto"]["min_rtt_seconds"].as_f64().is_some(), "{before}");
+
+    std::fs::write(dir.path().join("gateway.toml"), toml(up.up.addr, 50)).unwrap();
+    gw.app.reload().expect("reload");
+    let after = upstream_status(admin, "ad_reload").await;
+    assert_eq!(after["limit"], before, "the learned limit was not kept");
+    assert_eq!(after["queue"]["size"], 50);
+
+    std::fs::write(dir.path().join("gateway.toml"), toml(other.up.addr, 50)).unwrap();
+    gw.app.reload().expect("reload");
+    let elsewhere = upstream_status(admin, "ad_reload").await["limit"].clone();
+    assert_eq!(elsewhere["auto"]["measuring"], true, "{elsewhere}");
+    assert_eq!(elsewhere["max_requests"], 3, "{elsewhere}");
+}

@@ -106,6 +106,7 @@ class Ctx:
             "BACKLOG": BACKLOG,
             "FILE": DEMO_FILE,
             "ROUTE_B": "",
+            "UPSTREAM_A": "",
             "TOP": "",
         }
 
@@ -155,6 +156,18 @@ def gateway_with_route(tag, route):
     def build(ctx):
         config = RUN_DIR / f"gateway-{tag}-{ctx.scenario.name}.toml"
         values = {**ctx.template_values(), "ROUTE_B": route}
+        config.write_text(fill_template(PEERS / "gateway" / "gateway.toml.in", values))
+        return ctx.proc([GATEWAY_BIN, "--config", config], config=config)
+
+    return build
+
+
+def gateway_with_upstream(tag, keys):
+    """The gateway on gateway.toml.in with these keys added to upstream a."""
+
+    def build(ctx):
+        config = RUN_DIR / f"gateway-{tag}-{ctx.scenario.name}.toml"
+        values = {**ctx.template_values(), "UPSTREAM_A": keys}
         config.write_text(fill_template(PEERS / "gateway" / "gateway.toml.in", values))
         return ctx.proc([GATEWAY_BIN, "--config", config], config=config)
 

@@ -172,3 +172,34 @@ async fn a_reload_keeps_a_learned_limit_for_the_same_upstream() {
     assert_eq!(elsewhere["auto"]["measuring"], true, "{elsewhere}");
     assert_eq!(elsewhere["max_requests"], 3, "{elsewhere}");
 }
+
+/// No overload: an upstream that answers every request in the same time
+/// however many it has (no workers to wait for), and more clients than the
+/// floor. The limit soon lets every client's request through at once: the
+/// first measurement of the minimum does not hold it at the floor until 50
+/// answers came (8 s here, and 4 s more to climb), but about a second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flat_upstream_soon_gets_every_request_at_once() {
+    const CLIENTS: usize = 60;
+    let up = workers(10 * CLIENTS, Duration::from_millis(500)).await;
+    let gw = TestGateway::from_toml(&gateway_toml("ad_flat", up.up.addr, "", "timeout = \"5s\"")).await;
+    let admin = gw.admin.unwrap();
+    let start = Instant::now();
+    let _clients =
+        tokio::spawn(load(gw.url("/ad_flat"), CLIENTS, start + Duration::from_secs(15), Duration::from_millis(50)));
+    let limit = || async {
+        let m = metrics_text(admin).await;
+        sample(&m, "gateway_upstream_concurrency_limit", &[("upstream", "ad_flat")]).unwrap_or(0.0)
+    };
+    // About 5 s; far from the 12 s it took before, for a loaded machine.
+    let mut limits = Vec::new();
+    while limits.last().is_none_or(|&l| l < CLIENTS as f64) && start.elapsed() < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        limits.push(limit().await);
+    }
+    assert!(limits.last().is_some_and(|&l| l >= CLIENTS as f64), "limits every 100 ms: {limits:?}");
+    // From then on every client has its request at the upstream at once.
+    up.peak.store(0, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(up.peak.load(Ordering::SeqCst), CLIENTS, "limits every 100 ms: {limits:?}");
+}

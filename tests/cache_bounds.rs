@@ -10,10 +10,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::cached::*;
-use common::counting::{Counting, LIVE};
+use common::counting::{Counting, LIVE, heap_growth};
 use common::*;
-use http::Request;
-use http_body_util::BodyExt;
 use tokio::io::AsyncWriteExt;
 
 #[global_allocator]
@@ -40,26 +38,7 @@ fn items(prefix: &str) -> String {
 /// 120 misses, each with a 52 KB request field, on one connection: what
 /// the gateway still holds after them, in bytes.
 async fn held_after_flood(gw: &TestGateway, route: &str, field: &str, value: &str) -> isize {
-    let c = client();
-    let get_one = |path: String| {
-        let req = Request::get(gw.url(&path)).header(field, value).body(full(Bytes::new())).unwrap();
-        let c = c.clone();
-        async move {
-            let resp = c.request(req).await.unwrap();
-            assert_eq!(resp.status(), 200);
-            resp.into_body().collect().await.unwrap();
-        }
-    };
-    for i in 0..10 {
-        get_one(format!("/{route}/warm{i}")).await;
-    }
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let before = LIVE.load(Ordering::Relaxed);
-    for i in 0..120 {
-        get_one(format!("/{route}/{i}")).await;
-    }
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    LIVE.load(Ordering::Relaxed) - before
+    heap_growth(&gw.url(&format!("/{route}/")), Some((field, value)), 10, 120).await
 }
 
 /// `max_size` bounds what the entries hold: each entry kept the filling

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::cached::*;
-use common::counting::{Counting, LIVE};
+use common::counting::{Counting, heap_growth};
 use common::*;
 use http::Request;
 use http_body_util::BodyExt;
@@ -164,26 +164,7 @@ async fn max_size_bounds_what_entries_really_hold() {
         cached("max_size = \"512KiB\", max_entry = \"64KiB\"", fixed(200, &[("cache-control", "max-age=600")])).await;
     let junk = "j".repeat(40 << 10);
     // One client connection throughout: what grows is what the gateway keeps.
-    let c = client();
-    let get_junk = |path: String| {
-        let req = Request::get(gw.url(&path)).header("x-junk", &junk).body(full(Bytes::new())).unwrap();
-        let c = c.clone();
-        async move {
-            let resp = c.request(req).await.unwrap();
-            resp.into_body().collect().await.unwrap();
-        }
-    };
-    // Warm up (connection pools, buffers) before measuring.
-    for i in 0..20 {
-        get_junk(format!("/c/warm{i}")).await;
-    }
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let before = LIVE.load(Ordering::Relaxed);
-    for i in 0..300 {
-        get_junk(format!("/c/{i}")).await;
-    }
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let grown = LIVE.load(Ordering::Relaxed) - before;
+    let grown = heap_growth(&gw.url("/c/"), Some(("x-junk", &junk)), 20, 300).await;
     assert_eq!(seen(&seen_), 320);
     assert!(grown < 4 << 20, "a 512 KiB cache holds {} KiB more", grown >> 10);
 }
@@ -196,25 +177,7 @@ async fn max_size_bounds_what_entries_really_hold() {
 async fn many_small_entries_stay_within_max_size() {
     let (gw, seen_) =
         cached("max_size = \"1MiB\", max_entry = \"64KiB\"", fixed(200, &[("cache-control", "max-age=600")])).await;
-    let c = client();
-    let get_one = |path: String| {
-        let req = Request::get(gw.url(&path)).body(full(Bytes::new())).unwrap();
-        let c = c.clone();
-        async move {
-            let resp = c.request(req).await.unwrap();
-            resp.into_body().collect().await.unwrap();
-        }
-    };
-    for i in 0..20 {
-        get_one(format!("/c/warm{i}")).await;
-    }
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let before = LIVE.load(Ordering::Relaxed);
-    for i in 0..1500 {
-        get_one(format!("/c/{i}")).await;
-    }
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let grown = LIVE.load(Ordering::Relaxed) - before;
+    let grown = heap_growth(&gw.url("/c/"), None, 20, 1500).await;
     assert_eq!(seen(&seen_), 1520);
     assert!(grown < 3 << 20, "a 1 MiB cache holds {} KiB more", grown >> 10);
 }

@@ -219,12 +219,28 @@ fn the_access_log_follows_its_key_not_the_log_level() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    // Read as it is written: the line is written once the answer's body is
+    // done with, which may come a moment after the client has the answer,
+    // so the gateway is stopped only once it is there (or 10 s went by).
+    let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let mut pipe = gw.stderr.take().unwrap();
+    let sink = stderr.clone();
+    let reader = std::thread::spawn(move || {
+        let mut chunk = [0u8; 4096];
+        while let Ok(n @ 1..) = pipe.read(&mut chunk) {
+            sink.lock().unwrap().push_str(&String::from_utf8_lossy(&chunk[..n]));
+        }
+    });
     wait_for(&addr);
     assert!(http_get(&addr, "/al/logged").starts_with("HTTP/1.1 200"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !stderr.lock().unwrap().contains("/al/logged") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     Command::new("kill").args(["-TERM", &gw.id().to_string()]).status().unwrap();
     assert_eq!(gw.wait().unwrap().code(), Some(0));
-    let mut stderr = String::new();
-    gw.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    reader.join().unwrap();
+    let stderr = stderr.lock().unwrap().clone();
     assert!(stderr.contains("/al/logged"), "no access line under RUST_LOG=warn:\n{stderr}");
     assert!(!stderr.contains("gateway listening"), "RUST_LOG=warn still holds for the rest:\n{stderr}");
 }

@@ -77,6 +77,11 @@ def parse_args():
     parser.add_argument("--repeat", type=int, default=1, help="runs per variant, the better one is kept")
     parser.add_argument("--warmup", type=parse_seconds, help="warm-up seconds (default: 2, 1 with --quick)")
     parser.add_argument(
+        "--warmup-connections",
+        type=int,
+        help="warm-up connections (default: the run's, or the scenario's few: 10 in slow-upstream)",
+    )
+    parser.add_argument(
         "--service-a",
         choices=["auto", "gateway", "go"],
         default="auto",
@@ -156,6 +161,7 @@ def make_settings(args, gateway_error):
         duration_s=args.duration,
         connections=[int(c) for c in args.connections.split(",")] if args.connections else None,
         warmup_s=args.warmup if args.warmup is not None else (1 if args.quick else 2),
+        warmup_connections=args.warmup_connections,
         repeat=max(1, args.repeat),
         quick=args.quick,
         gateway_error=gateway_error,

@@ -155,6 +155,8 @@ def write_results(scenario, rows, settings, started):
         "tool": settings.tool.name,
         "duration_s": duration,
         "repeat": settings.repeat,
+        "warmup_s": settings.warmup_s,
+        "warmup_connections": settings.warmup_connections,
         "pinning": vars(settings.pinning),
         "backlog": BACKLOG,
         "pool": max(POOL, *settings.connections_for(scenario)),

@@ -36,6 +36,8 @@ class Settings:
     duration_s: float | None
     connections: list | None
     warmup_s: float
+    # --warmup-connections: overrides the scenario's (and the run's) count.
+    warmup_connections: int | None
     repeat: int
     quick: bool
     gateway_error: str | None
@@ -124,7 +126,8 @@ def measure(scenario, variant, settings, url, connections, under_test, command, 
     during the run, per second."""
     tool, cpu, keys = settings.tool, settings.pinning.load, scenario.keys
     try:
-        tool.run(url, min(connections, scenario.warmup_connections or connections), settings.warmup_s, cpu, keys)
+        warm = settings.warmup_connections or min(connections, scenario.warmup_connections or connections)
+        tool.run(url, warm, settings.warmup_s, cpu, keys)
         # Let requests still in flight from the warm-up finish.
         time.sleep(scenario.delay_s or 0.2)
         counted = upstream_counter(count_url)

@@ -106,6 +106,7 @@ class Ctx:
             "BACKLOG": BACKLOG,
             "FILE": DEMO_FILE,
             "ROUTE_B": "",
+            "UPSTREAM_A": "",
             "TOP": "",
         }
 
@@ -149,12 +150,13 @@ def gateway_lean(ctx):
     return ctx.proc([GATEWAY_BIN, "--config", config])
 
 
-def gateway_with_route(tag, route):
-    """The gateway on gateway.toml.in with these keys added to route b."""
+def gateway_with(tag, route="", upstream=""):
+    """The gateway on gateway.toml.in with these keys added to route b and
+    to upstream a."""
 
     def build(ctx):
         config = RUN_DIR / f"gateway-{tag}-{ctx.scenario.name}.toml"
-        values = {**ctx.template_values(), "ROUTE_B": route}
+        values = {**ctx.template_values(), "ROUTE_B": route, "UPSTREAM_A": upstream}
         config.write_text(fill_template(PEERS / "gateway" / "gateway.toml.in", values))
         return ctx.proc([GATEWAY_BIN, "--config", config], config=config)
 

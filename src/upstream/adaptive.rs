@@ -25,7 +25,7 @@
 //! minute). It is also what the issue describes, a measured minimum and a
 //! gradient against recent latency.
 //!
-//! Three departures, each said where it is made:
+//! Four departures, each said where it is made:
 //! - a window's latency is the mean of its samples, not a percentile: two
 //!   atomic adds per answer instead of a locked histogram (Gradient2 also
 //!   averages);
@@ -35,7 +35,12 @@
 //!   were in use (Netflix Gradient2's "app-limited" rule): an upstream whose
 //!   latency does not change with load would otherwise see its limit grow
 //!   to `auto_max` while nothing tests it, and then be no protection at all
-//!   the day it slows down.
+//!   the day it slows down;
+//! - a measurement of the minimum ends after a second if it has had a
+//!   round of answers by then, not only after 50 of them: 50 answers at
+//!   `auto_min` requests at once hold the limit at its floor for 50 ×
+//!   the latency / `auto_min`, most of a minute for an upstream that
+//!   takes seconds.
 //!
 //! Failures count as they do in Envoy's filter: every answer with a head is
 //! a sample (a 5xx as any other status), a route timeout is a sample of the
@@ -49,6 +54,8 @@ use std::time::Duration;
 pub const WINDOW: Duration = Duration::from_millis(100);
 /// Answers the minimum RTT is measured over.
 const MIN_RTT_SAMPLES: u64 = 50;
+/// Past this, a measurement that has had `auto_min` answers ends with them.
+const MIN_RTT_LONGEST: Duration = Duration::from_secs(1);
 /// How often the minimum RTT is measured again, before jitter.
 const MIN_RTT_INTERVAL: Duration = Duration::from_secs(60);
 /// Up to this share of `MIN_RTT_INTERVAL` is added at random.
@@ -93,12 +100,14 @@ struct Measuring {
     resume: usize,
     samples: u64,
     total: Duration,
+    /// When it started, on the clock of [`Gradient::window`].
+    started: Duration,
 }
 
 impl Gradient {
     /// A controller that starts by measuring the minimum RTT, at the floor.
-    /// `seed` draws the jitter.
-    pub fn new(bounds: Bounds, seed: u64) -> Self {
+    /// `seed` draws the jitter; `now` is on the clock of [`Gradient::window`].
+    pub fn new(bounds: Bounds, seed: u64, now: Duration) -> Self {
         let mut g = Gradient {
             bounds,
             limit: bounds.min,
@@ -108,7 +117,7 @@ impl Gradient {
             next_measure: Duration::ZERO,
             rng: fastrand::Rng::with_seed(seed),
         };
-        g.measure();
+        g.measure(now);
         g
     }
 
@@ -138,12 +147,12 @@ impl Gradient {
 
     /// Pins the limit to the floor until the minimum RTT is measured; the
     /// samples before it are no measure of it.
-    fn measure(&mut self) {
+    fn measure(&mut self, now: Duration) {
         let resume = match self.measuring {
             Some(m) => m.resume,
             None => self.limit,
         };
-        self.measuring = Some(Measuring { resume, samples: 0, total: Duration::ZERO });
+        self.measuring = Some(Measuring { resume, samples: 0, total: Duration::ZERO, started: now });
         self.limit = self.bounds.min;
         self.at_floor = 0;
     }
@@ -154,7 +163,8 @@ impl Gradient {
         if let Some(m) = &mut self.measuring {
             m.samples += w.samples;
             m.total += w.total;
-            if m.samples >= MIN_RTT_SAMPLES {
+            let enough = m.samples >= self.bounds.min as u64 && now >= m.started + MIN_RTT_LONGEST;
+            if m.samples >= MIN_RTT_SAMPLES || enough {
                 self.min_rtt = Some(mean(m.total, m.samples));
                 self.limit = m.resume.clamp(self.bounds.min, self.bounds.max);
                 self.measuring = None;
@@ -164,7 +174,7 @@ impl Gradient {
             return self.limit;
         }
         if now >= self.next_measure {
-            self.measure();
+            self.measure(now);
             return self.limit;
         }
         let Some(min_rtt) = self.min_rtt.filter(|_| w.samples > 0) else {
@@ -183,7 +193,7 @@ impl Gradient {
         self.at_floor = if floored { self.at_floor + 1 } else { 0 };
         self.limit = new;
         if self.at_floor >= FLOOR_WINDOWS {
-            self.measure();
+            self.measure(now);
         }
         self.limit
     }

@@ -44,7 +44,7 @@ struct Sim {
 
 impl Sim {
     fn new(bounds: Bounds) -> Self {
-        Sim { g: Gradient::new(bounds, 7), now: Duration::ZERO, carry: 0.0 }
+        Sim { g: Gradient::new(bounds, 7, Duration::ZERO), now: Duration::ZERO, carry: 0.0 }
     }
 
     /// `windows` windows of `up` offered `offered` requests at once; the
@@ -52,17 +52,19 @@ impl Sim {
     fn run(&mut self, up: Upstream, offered: usize, windows: usize) -> Vec<usize> {
         (0..windows)
             .map(|_| {
+                // As `learned` sets it: the minimum RTT when longer.
+                let window = self.g.min_rtt().map_or(WINDOW, |m| m.max(WINDOW));
                 let in_flight = offered.min(self.g.limit());
                 let w = match up.latency(in_flight) {
                     Some(latency) => {
-                        self.carry += in_flight as f64 * WINDOW.as_secs_f64() / latency.as_secs_f64();
+                        self.carry += in_flight as f64 * window.as_secs_f64() / latency.as_secs_f64();
                         let samples = self.carry.floor();
                         self.carry -= samples;
                         Window { samples: samples as u64, total: latency.mul_f64(samples), busiest: in_flight }
                     }
                     None => Window { samples: 0, total: Duration::ZERO, busiest: in_flight },
                 };
-                self.now += WINDOW;
+                self.now += window;
                 self.g.window(w, self.now)
             })
             .collect()
@@ -75,11 +77,73 @@ fn starts_at_the_floor_measuring_then_learns_the_minimum() {
     assert!(sim.g.measuring());
     assert_eq!(sim.g.limit(), 3);
     assert_eq!(sim.g.min_rtt(), None);
-    // 3 in flight at 100 ms: 3 answers a window, 50 answers in 17 windows.
-    let limits = sim.run(Upstream::Workers(8, 100 * MS), 100, 17);
+    // 3 in flight at 100 ms: 3 answers a window; after a second, its 30
+    // answers will do.
+    let limits = sim.run(Upstream::Workers(8, 100 * MS), 100, 10);
     assert!(limits.iter().all(|&l| l == 3), "{limits:?}");
     assert!(!sim.g.measuring());
     assert_eq!(ms(sim.g.min_rtt()), 100);
+}
+
+/// The measurement of the minimum ends after 50 answers or, past a
+/// second, with a round of `auto_min` answers: an upstream that takes
+/// seconds does not hold the limit at its floor for 50 × its latency /
+/// `auto_min` (17 s for 1 s at 3).
+#[test]
+fn the_measurement_ends_after_fifty_answers_or_a_second() {
+    // (floor, latency, windows at the floor, give or take one)
+    let cases = [(3, 100 * MS, 10), (10, 100 * MS, 5), (3, 1000 * MS, 10), (3, 5000 * MS, 50), (1, 2000 * MS, 20)];
+    for (min, latency, want) in cases {
+        let mut sim = Sim::new(Bounds { min, max: 1000 });
+        let mut windows = 0;
+        while sim.g.measuring() && windows < 1000 {
+            sim.run(Upstream::Flat(latency), 1000, 1);
+            windows += 1;
+        }
+        assert!(
+            (want..=want + 1).contains(&windows),
+            "floor {min}, {latency:?}: measured in {windows} windows, wanted {want}"
+        );
+        assert_eq!(ms(sim.g.min_rtt()), latency.as_millis(), "floor {min}, {latency:?}");
+    }
+}
+
+/// Under no overload (an upstream whose latency does not change with load,
+/// clients keeping more requests in flight than the floor), the limit lets
+/// all of them through soon after the start: a second or so measuring the
+/// minimum (not 50 answers at the floor: 17 s at 1 s), then the climb by
+/// the gradient's quarter and its root a window, which a flat latency never
+/// stops, up to the clients' count (or `auto_max`); and it stays there.
+#[test]
+fn a_flat_latency_at_high_concurrency_lets_every_request_through() {
+    // (latency, clients, bounds, windows to get there: a window is the
+    // latency, or 100 ms while the first minimum is measured)
+    let cases = [
+        (1000 * MS, 1000, DEFAULT, 27),
+        (100 * MS, 1000, DEFAULT, 27),
+        (1000 * MS, 2000, Bounds { min: 3, max: 5000 }, 30),
+        (5000 * MS, 300, DEFAULT, 63),
+        (20 * MS, 64, DEFAULT, 12),
+    ];
+    for (latency, clients, bounds, windows) in cases {
+        let mut sim = Sim::new(bounds);
+        let limits = sim.run(Upstream::Flat(latency), clients, windows);
+        let reached = limits.iter().position(|&l| l >= clients.min(bounds.max));
+        assert!(reached.is_some_and(|r| r < windows), "{clients} clients at {latency:?}: {limits:?}");
+        // Then for 1200 windows, but while the minimum is measured: a
+        // second and a window at most, once a minute.
+        let since = sim.now;
+        let after = sim.run(Upstream::Flat(latency), clients, 1200);
+        let window = latency.max(WINDOW);
+        let held = window * after.iter().filter(|&&l| l < clients.min(bounds.max)).count() as u32;
+        let minutes = ((sim.now - since).as_secs() / 60).max(1) as u32;
+        assert!(
+            held <= (Duration::from_secs(1) + window) * minutes,
+            "{clients} clients at {latency:?}: held below them for {held:?} in {minutes} minutes"
+        );
+        let hi = *after.iter().max().unwrap();
+        assert!(hi <= 4 * clients + 8, "{clients} clients at {latency:?}: the limit grew to {hi}");
+    }
 }
 
 /// Under overload (clients offering far more than the upstream's workers),
@@ -160,6 +224,13 @@ fn a_failing_upstream_counts_as_the_algorithm_says() {
     let limits = timeouts.run(Upstream::TimesOut(Duration::from_secs(1)), 200, 30);
     assert_eq!(limits[10], 3, "timeouts did not drive the limit to the floor: {limits:?}");
     assert!(timeouts.g.measuring(), "five windows at the floor did not start a measurement: {limits:?}");
+    // That measurement finds the timeouts' time, and the limit climbs from
+    // the floor against it by the gradient (a quarter and its root a
+    // window) as Envoy's does.
+    let limits = timeouts.run(Upstream::TimesOut(Duration::from_secs(1)), 200, 30);
+    assert_eq!(ms(timeouts.g.min_rtt()), 1000, "{limits:?}");
+    let quarter = |l: usize| (l as f64 * 1.25 + (l as f64 * 1.25).sqrt()) as usize;
+    assert!(limits.windows(2).all(|w| w[1] <= quarter(w[0])), "{limits:?}");
 
     let mut fast_errors = sim.clone_state();
     let limits = fast_errors.run(Upstream::Flat(MS), 200, 50);
@@ -198,7 +269,7 @@ fn new_bounds_keep_the_learned_limit_within_them() {
         g.set_bounds(Bounds { min, max });
         assert_eq!(g.limit(), want, "bounds {min}..={max}");
     }
-    let mut fresh = Gradient::new(DEFAULT, 1);
+    let mut fresh = Gradient::new(DEFAULT, 1, Duration::ZERO);
     fresh.set_bounds(Bounds { min: 5, max: 10 });
     assert_eq!((fresh.limit(), fresh.measuring()), (5, true));
 }

@@ -101,7 +101,7 @@ impl Admission {
         gauge!(UPSTREAM_QUEUE_SIZE, "upstream" => upstream.to_owned()).set(config.queue as f64);
         let limit = config.max_requests.initial();
         let gradient = match config.max_requests {
-            MaxRequests::Auto(bounds) => Some(Gradient::new(bounds, fastrand::u64(..))),
+            MaxRequests::Auto(bounds) => Some(Gradient::new(bounds, fastrand::u64(..), Duration::ZERO)),
             MaxRequests::Fixed(_) => None,
         };
         let admission = Admission {
@@ -140,7 +140,8 @@ impl Admission {
             }
             (MaxRequests::Auto(bounds), gradient) => {
                 self.learned.new_epoch();
-                gradient.insert(Gradient::new(bounds, fastrand::u64(..))).limit()
+                let now = self.learned.elapsed(Instant::now());
+                gradient.insert(Gradient::new(bounds, fastrand::u64(..), now)).limit()
             }
         };
         self.learned.on.store(state.gradient.is_some(), Relaxed);

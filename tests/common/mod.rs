@@ -312,6 +312,14 @@ pub async fn slamming_upstream() -> (SocketAddr, Arc<AtomicUsize>) {
     (addr, accepted)
 }
 
+/// `toml` must fail to load (in-process, relative paths from the temp dir)
+/// with an error naming `key`.
+pub fn assert_refused_at_load(toml: &str, key: &str) {
+    let source = Source::Inline { text: toml.to_owned(), base_dir: std::env::temp_dir() };
+    let err = config::load(&source).expect_err(toml).to_string();
+    assert!(err.contains(key), "{toml}: {err}");
+}
+
 /// Runs `gateway check` (the binary `bin`) on each `(toml, key)`: each must
 /// exit 64 naming its key.
 pub fn assert_refused_by_check(bin: &str, cases: &[(&str, &str)]) {

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use http::header::{self, HeaderValue};
 use http::{HeaderMap, Request};
-use hyper::body::Incoming;
+use crate::body::Incoming;
 use ipnet::IpNet;
 use tokio::time::Instant;
 

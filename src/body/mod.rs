@@ -18,9 +18,11 @@ use tokio_util::io::ReaderStream;
 use tower_http::compression::CompressionBody;
 
 mod copy;
+mod incoming;
 mod request;
 mod upstream;
 pub use copy::{BodyCopy, WantsCopy};
+pub use incoming::Incoming;
 pub use request::{BodyState, BodyTooLarge, ClientBodyFailed, ClientFault, ReadAhead, RequestBody};
 pub use upstream::{Held, UpstreamBody};
 

@@ -15,7 +15,7 @@ use bytes::{Bytes, BytesMut};
 use http::{HeaderName, Method, Request, Response, StatusCode, header, request};
 use http_body::{Frame, SizeHint};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
+use crate::body::Incoming;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 

@@ -33,7 +33,7 @@ use std::time::{Duration, SystemTime};
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Response, Uri};
-use hyper::body::Incoming;
+use crate::body::Incoming;
 use tokio::sync::watch;
 use tokio::time::Instant;
 

@@ -190,6 +190,16 @@ pub struct ServerConfig {
     /// The name in the gateway's `Via` entries (`server.via`, or a random
     /// one per process), by which it knows a request it passed already.
     pub via: crate::headers::Via,
+    /// Which HTTP/1.1 connection serves clients.
+    pub http1: Http1Server,
+}
+
+/// `server.http1`: hyper's HTTP/1.1 server connection, or the gateway's own
+/// (`listener::h1`). HTTP/2 is hyper's either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Http1Server {
+    Hyper,
+    Gateway,
 }
 
 /// `[server.tls]`: the listener's certificate, read at load.

@@ -52,6 +52,7 @@ pub(super) struct RawServer {
     pub tls: Option<RawServerTls>,
     pub watch_config: bool,
     pub via: Option<String>,
+    pub http1: Option<String>,
 }
 
 /// `[resolver]`.

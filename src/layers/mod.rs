@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, Version};
-use hyper::body::Incoming;
+use crate::body::Incoming;
 use tower::ServiceBuilder;
 use tower::ServiceExt;
 use tower::util::{MapRequestLayer, MapResponseLayer};

@@ -13,6 +13,7 @@
 
 pub mod conn;
 mod detach;
+mod h1;
 pub mod io;
 
 use std::convert::Infallible;
@@ -23,8 +24,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::FutureExt;
-use http::{Request, StatusCode, Version};
-use hyper::body::Incoming;
+use http::{Request, Response, StatusCode, Version};
+use crate::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -293,6 +294,9 @@ async fn connection(
             }
             _ = c.stops.graceful.cancelled() => return,
         };
+        if http == Http::One && c.own_http1() {
+            return h1::serve(h1::ClientStream::Plain(io), c).await;
+        }
         return serve_connection(io, c, http).await;
     };
     // Boxed: a TLS connection's future (rustls' state, the TLS stream) is
@@ -311,6 +315,13 @@ struct Connection {
     stops: Stops,
     state: Arc<ConnState>,
     watchdog: Watchdog,
+}
+
+impl Connection {
+    /// HTTP/1.1 is served by the gateway's own connection ([`h1`]).
+    fn own_http1(&self) -> bool {
+        self.app.config().server.http1 == crate::config::Http1Server::Gateway
+    }
 }
 
 /// [`connection`] on a TLS listener: the handshake, then [`serve_connection`].
@@ -342,6 +353,9 @@ async fn secure_connection(acceptor: TlsAcceptor, io: ClientIo, mut c: Connectio
         Some(b"http/1.1") => Http::One,
         _ => Http::Auto,
     };
+    if http == Http::One && c.own_http1() {
+        return h1::serve(h1::ClientStream::Tls(Box::new(secured)), c).await;
+    }
     serve_connection(secured, c, http).await
 }
 
@@ -354,28 +368,14 @@ where
     let Connection { builders, addr, app, kind, timeouts, stops, state, mut watchdog } = c;
     let io = TokioIo::new(io);
     let requests = state.clone();
-    let service = service_fn(move |mut req: Request<Incoming>| {
+    let service = service_fn(move |req: Request<hyper::body::Incoming>| {
+        let mut req = req.map(Incoming::Hyper);
         // Here, before hyper reads the connection again (see `detach`).
         detach::detach(&mut req);
         let bodiless = http_body::Body::is_end_stream(req.body());
         let in_flight = requests.request_started(req.version() == Version::HTTP_2, bodiless);
-        let app = app.clone();
-        async move {
-            let mut response = match kind {
-                Kind::Main => app.handle(req, in_flight.peer()).await,
-                Kind::Admin => app.admin(&req, in_flight.peer()).await,
-            };
-            if response.status() == StatusCode::SWITCHING_PROTOCOLS
-                && let Some(tunnel) = response.extensions_mut().remove::<PendingTunnel>().and_then(|t| t.take())
-            {
-                in_flight.upgraded(tunnel);
-            }
-            let access = match app.config().server.access_log {
-                true => response.extensions_mut().remove::<Box<AccessLine>>(),
-                false => None,
-            };
-            Ok::<_, Infallible>(response.map(|body| ConnBody::new(body, in_flight, access)))
-        }
+        let answered = answer(app.clone(), kind, req, in_flight);
+        async move { Ok::<_, Infallible>(answered.await) }
     });
     let driven = match http {
         Http::One => {
@@ -406,6 +406,26 @@ where
             _ = stops.now.cancelled() => {}
         }
     }
+}
+
+/// The service's answer to one request: the app's response, with the
+/// tunnel a 101 opened kept for the connection and the access log line
+/// written once the body is done.
+async fn answer(app: Arc<App>, kind: Kind, req: Request<Incoming>, in_flight: conn::InFlight) -> Response<ConnBody> {
+    let mut response = match kind {
+        Kind::Main => app.handle(req, in_flight.peer()).await,
+        Kind::Admin => app.admin(&req, in_flight.peer()).await,
+    };
+    if response.status() == StatusCode::SWITCHING_PROTOCOLS
+        && let Some(tunnel) = response.extensions_mut().remove::<PendingTunnel>().and_then(|t| t.take())
+    {
+        in_flight.upgraded(tunnel);
+    }
+    let access = match app.config().server.access_log {
+        true => response.extensions_mut().remove::<Box<AccessLine>>(),
+        false => None,
+    };
+    response.map(|body| ConnBody::new(body, in_flight, access))
 }
 
 /// How [`drive`] returned.

@@ -3,7 +3,7 @@
 //! `App::admit` gives.
 
 use http::Request;
-use hyper::body::Incoming;
+use crate::body::Incoming;
 
 use super::table::Route;
 use super::{App, Peer, RequestLog};

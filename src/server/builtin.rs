@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 
 use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
-use hyper::body::Incoming;
+use crate::body::Incoming;
 
 use super::{App, Peer, Trigger, error_response};
 use crate::body::Body;

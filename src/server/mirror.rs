@@ -18,7 +18,7 @@ use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{Request, Uri};
 use http_body::Body as _;
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
+use crate::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};

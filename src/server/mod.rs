@@ -18,7 +18,7 @@ use arc_swap::{ArcSwap, ArcSwapOption};
 use http::header::{self, HeaderValue};
 use http::uri::PathAndQuery;
 use http::{Method, Request, Response, StatusCode, Uri};
-use hyper::body::Incoming;
+use crate::body::Incoming;
 use tokio::time::Instant;
 
 use crate::body::{Body, ReadAhead};

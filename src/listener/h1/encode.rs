@@ -1,0 +1,323 @@
+//! A response head encoded for the client (RFC 9112 §4, §6), with the
+//! body's framing decided the way hyper's server decides it
+//! (`proto::h1::role::Server::encode` and `Conn::enforce_version`), and
+//! the body's frames encoded in that framing. Pure: parts in, bytes out.
+
+use std::cell::RefCell;
+use std::time::{Duration, SystemTime};
+
+use bytes::{BufMut, Bytes, BytesMut};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, StatusCode, Version, response};
+
+use super::head::has_token;
+
+/// What the response's body is known to be, as hyper's dispatcher tells
+/// its encoder: none at all, a known length, or a stream of unknown length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyLength {
+    None,
+    Known(u64),
+    Unknown,
+}
+
+/// How the body goes on the wire.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Encoder {
+    /// Exactly this many bytes (0: none is written).
+    Length(u64),
+    /// Chunks, with the trailer fields the response declared in `Trailer`.
+    Chunked(Vec<HeaderName>),
+    /// Until the connection closes.
+    Close,
+}
+
+/// The request a response answers, as far as the response's framing goes.
+#[derive(Debug, Clone, Copy)]
+pub struct Asked<'a> {
+    pub method: &'a Method,
+    pub version: Version,
+    /// The connection may carry another request (the request allowed it
+    /// and no shutdown has begun).
+    pub keep_alive: bool,
+}
+
+/// Encodes the response head into `out`; returns the body's encoder and
+/// whether the connection must close after the response.
+pub fn head(parts: &mut response::Parts, body: BodyLength, asked: Asked<'_>, out: &mut BytesMut) -> (Encoder, bool) {
+    let status = parts.status;
+    let mut keep_alive = asked.keep_alive;
+    let mut version = parts.version;
+    if asked.version == Version::HTTP_10 {
+        // hyper's `fix_keep_alive`: an HTTP/1.0 client keeps the connection
+        // only when told so.
+        let told = parts.headers.get_all(header::CONNECTION).iter().any(|v| has_token(v, "keep-alive"));
+        if !told {
+            match version {
+                Version::HTTP_10 => keep_alive = false,
+                _ if keep_alive => {
+                    parts.headers.append(header::CONNECTION, HeaderValue::from_static("keep-alive"));
+                }
+                _ => {}
+            }
+        }
+        version = Version::HTTP_10;
+    } else if !keep_alive && !parts.headers.get_all(header::CONNECTION).iter().any(|v| has_token(v, "close")) {
+        parts.headers.append(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    let connect_ok = *asked.method == Method::CONNECT && status.is_success();
+    let mut last = status == StatusCode::SWITCHING_PROTOCOLS || connect_ok || !keep_alive;
+    let (can_chunk, can_length) = (can_chunk(asked.method, status), !(status.is_informational() || connect_ok || bodiless(status)));
+    status_line(out, version, status, parts.extensions.get::<hyper::ext::ReasonPhrase>());
+    let mut encoder = Encoder::Length(0);
+    let (mut wrote_len, mut wrote_date, mut trailer_names) = (connect_ok, false, None::<Vec<HeaderName>>);
+    let chunk_ok = version != Version::HTTP_10 && can_chunk;
+    for name in parts.headers.keys() {
+        let values = parts.headers.get_all(name);
+        match *name {
+            header::CONTENT_LENGTH => {
+                if wrote_len {
+                    continue;
+                }
+                let first = values.iter().next().expect("a value");
+                match body {
+                    BodyLength::Known(n) => encoder = Encoder::Length(n),
+                    BodyLength::Unknown => match digits(first.as_bytes()) {
+                        Some(n) => encoder = Encoder::Length(n),
+                        None => continue,
+                    },
+                    BodyLength::None if *asked.method != Method::HEAD => continue,
+                    BodyLength::None => {}
+                }
+                field(out, "content-length", first.as_bytes());
+                wrote_len = true;
+            }
+            header::TRANSFER_ENCODING => {
+                if wrote_len || !chunk_ok {
+                    continue;
+                }
+                wrote_len = true;
+                encoder = Encoder::Chunked(Vec::new());
+                let mut line = joined(values.iter());
+                let last_item = values.iter().last().expect("a value");
+                if !is_chunked(last_item) {
+                    line.extend_from_slice(b", chunked");
+                }
+                field(out, "transfer-encoding", &line);
+            }
+            header::CONNECTION => {
+                last |= values.iter().any(|v| has_token(v, "close"));
+                field(out, "connection", &joined(values.iter()));
+            }
+            header::TRAILER => {
+                if !chunk_ok {
+                    continue;
+                }
+                let names = values.iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(','));
+                let names = names.filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok());
+                trailer_names.get_or_insert_with(Vec::new).extend(names);
+                field(out, "trailer", &joined(values.iter()));
+            }
+            _ => {
+                wrote_date |= *name == header::DATE;
+                for value in values {
+                    field(out, name.as_str(), value.as_bytes());
+                }
+            }
+        }
+    }
+    if !wrote_len {
+        encoder = match body {
+            BodyLength::Unknown if chunk_ok => {
+                out.put_slice(b"transfer-encoding: chunked\r\n");
+                Encoder::Chunked(Vec::new())
+            }
+            BodyLength::Unknown => Encoder::Close,
+            BodyLength::None | BodyLength::Known(0) => {
+                if can_length && *asked.method != Method::HEAD {
+                    out.put_slice(b"content-length: 0\r\n");
+                }
+                Encoder::Length(0)
+            }
+            BodyLength::Known(n) if can_length => {
+                field(out, "content-length", n.to_string().as_bytes());
+                Encoder::Length(n)
+            }
+            BodyLength::Known(_) => Encoder::Length(0),
+        };
+    }
+    if !can_chunk {
+        encoder = Encoder::Length(0);
+    }
+    if let (Encoder::Chunked(allowed), Some(names)) = (&mut encoder, trailer_names) {
+        *allowed = names;
+    }
+    last |= encoder == Encoder::Close;
+    if !wrote_date {
+        date(out);
+    }
+    out.put_slice(b"\r\n");
+    (encoder, last)
+}
+
+/// Whether a response may have a body at all (and so chunks).
+fn can_chunk(method: &Method, status: StatusCode) -> bool {
+    !(*method == Method::HEAD || *method == Method::CONNECT && status.is_success() || status.is_informational())
+        && !bodiless(status)
+}
+
+fn bodiless(status: StatusCode) -> bool {
+    matches!(status, StatusCode::NO_CONTENT | StatusCode::NOT_MODIFIED)
+}
+
+fn status_line(out: &mut BytesMut, version: Version, status: StatusCode, reason: Option<&hyper::ext::ReasonPhrase>) {
+    out.put_slice(if version == Version::HTTP_10 { b"HTTP/1.0 " } else { b"HTTP/1.1 " });
+    out.put_slice(status.as_str().as_bytes());
+    out.put_u8(b' ');
+    match reason {
+        Some(reason) => out.put_slice(reason.as_bytes()),
+        // A reason must be written: many parsers expect one.
+        None => out.put_slice(status.canonical_reason().unwrap_or("<none>").as_bytes()),
+    }
+    out.put_slice(b"\r\n");
+}
+
+fn field(out: &mut BytesMut, name: &str, value: &[u8]) {
+    out.reserve(name.len() + value.len() + 4);
+    out.put_slice(name.as_bytes());
+    out.put_slice(b": ");
+    out.put_slice(value);
+    out.put_slice(b"\r\n");
+}
+
+/// The values of a field's lines as one line's value, joined by `, `.
+fn joined<'a>(values: impl Iterator<Item = &'a HeaderValue>) -> Vec<u8> {
+    let mut line = Vec::new();
+    for v in values {
+        if !line.is_empty() {
+            line.extend_from_slice(b", ");
+        }
+        line.extend_from_slice(v.as_bytes());
+    }
+    line
+}
+
+fn is_chunked(value: &HeaderValue) -> bool {
+    value.to_str().is_ok_and(|s| s.rsplit(',').next().is_some_and(|c| c.trim().eq_ignore_ascii_case("chunked")))
+}
+
+fn digits(bytes: &[u8]) -> Option<u64> {
+    if bytes.is_empty() {
+        return None;
+    }
+    bytes.iter().try_fold(0u64, |n, &b| match b {
+        b'0'..=b'9' => n.checked_mul(10)?.checked_add(u64::from(b - b'0')),
+        _ => None,
+    })
+}
+
+/// Appends a `date` field, formatted once a second per thread.
+fn date(out: &mut BytesMut) {
+    thread_local! {
+        static CACHED: RefCell<(u64, Bytes)> = const { RefCell::new((0, Bytes::new())) };
+    }
+    let now = SystemTime::now();
+    let second = now.duration_since(SystemTime::UNIX_EPOCH).unwrap_or(Duration::ZERO).as_secs();
+    CACHED.with_borrow_mut(|(at, text)| {
+        if *at != second || text.is_empty() {
+            *text = Bytes::from(httpdate::fmt_http_date(now));
+            *at = second;
+        }
+        field(out, "date", text);
+    });
+}
+
+/// Trailer fields no sender may put in a trailer section (RFC 9110 §6.5.1),
+/// as hyper's encoder drops them.
+const NOT_IN_TRAILERS: &[HeaderName] = &[
+    header::AUTHORIZATION,
+    header::CACHE_CONTROL,
+    header::CONTENT_ENCODING,
+    header::CONTENT_LENGTH,
+    header::CONTENT_RANGE,
+    header::CONTENT_TYPE,
+    header::HOST,
+    header::MAX_FORWARDS,
+    header::SET_COOKIE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::TE,
+];
+
+/// One data frame as a chunk (`chunked`), into `out`.
+pub fn chunk(out: &mut BytesMut, data: &[u8]) {
+    if data.is_empty() {
+        return;
+    }
+    out.reserve(data.len() + 20);
+    out.put_slice(format!("{:X}\r\n", data.len()).as_bytes());
+    out.put_slice(data);
+    out.put_slice(b"\r\n");
+}
+
+/// The chunked body's end, with the trailer fields `allowed` lets through.
+pub fn last_chunk(out: &mut BytesMut, trailers: Option<&HeaderMap>, allowed: &[HeaderName]) {
+    out.put_slice(b"0\r\n");
+    for (name, value) in trailers.into_iter().flatten() {
+        if allowed.contains(name) && !NOT_IN_TRAILERS.contains(name) {
+            field(out, name.as_str(), value.as_bytes());
+        }
+    }
+    out.put_slice(b"\r\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn encode(resp: http::Response<()>, body: BodyLength, method: Method, version: Version, keep: bool) -> (String, Encoder, bool) {
+        let (mut parts, ()) = resp.into_parts();
+        let mut out = BytesMut::new();
+        let asked = Asked { method: &method, version, keep_alive: keep };
+        let (encoder, last) = head(&mut parts, body, asked, &mut out);
+        let text = String::from_utf8(out.to_vec()).unwrap();
+        let text = text.lines().filter(|l| !l.starts_with("date: ")).collect::<Vec<_>>().join("|");
+        (text, encoder, last)
+    }
+
+    #[test]
+    fn framing_follows_hyper() {
+        use BodyLength::*;
+        let ok = || http::Response::builder().status(200);
+        let get = Method::GET;
+        let cases: Vec<(http::Response<()>, BodyLength, Method, Version, bool, &str, Encoder, bool)> = vec![
+            (ok().body(()).unwrap(), Known(5), get.clone(), Version::HTTP_11, true, "HTTP/1.1 200 OK|content-length: 5|", Encoder::Length(5), false),
+            (ok().body(()).unwrap(), Unknown, get.clone(), Version::HTTP_11, true, "HTTP/1.1 200 OK|transfer-encoding: chunked|", Encoder::Chunked(vec![]), false),
+            (ok().body(()).unwrap(), Unknown, get.clone(), Version::HTTP_10, true, "HTTP/1.0 200 OK|connection: keep-alive|", Encoder::Close, true),
+            (ok().version(Version::HTTP_10).body(()).unwrap(), Unknown, get.clone(), Version::HTTP_10, true, "HTTP/1.0 200 OK|", Encoder::Close, true),
+            (ok().body(()).unwrap(), None, get.clone(), Version::HTTP_11, false, "HTTP/1.1 200 OK|connection: close|content-length: 0|", Encoder::Length(0), true),
+            (ok().header("content-length", "9").body(()).unwrap(), None, Method::HEAD, Version::HTTP_11, true, "HTTP/1.1 200 OK|content-length: 9|", Encoder::Length(0), false),
+            (ok().body(()).unwrap(), Known(9), Method::HEAD, Version::HTTP_11, true, "HTTP/1.1 200 OK|content-length: 9|", Encoder::Length(0), false),
+            (http::Response::builder().status(204).body(()).unwrap(), None, get.clone(), Version::HTTP_11, true, "HTTP/1.1 204 No Content|", Encoder::Length(0), false),
+            (http::Response::builder().status(304).body(()).unwrap(), Known(3), get.clone(), Version::HTTP_11, true, "HTTP/1.1 304 Not Modified|", Encoder::Length(0), false),
+            (http::Response::builder().status(101).header("upgrade", "websocket").body(()).unwrap(), None, get.clone(), Version::HTTP_11, true, "HTTP/1.1 101 Switching Protocols|upgrade: websocket|", Encoder::Length(0), true),
+            (ok().header("trailer", "x-sum").body(()).unwrap(), Unknown, get.clone(), Version::HTTP_11, true, "HTTP/1.1 200 OK|trailer: x-sum|transfer-encoding: chunked|", Encoder::Chunked(vec![HeaderName::from_static("x-sum")]), false),
+            (ok().header("connection", "close").body(()).unwrap(), Known(1), get, Version::HTTP_11, true, "HTTP/1.1 200 OK|connection: close|content-length: 1|", Encoder::Length(1), true),
+        ];
+        for (resp, body, method, version, keep, want, encoder, last) in cases {
+            let got = encode(resp, body, method.clone(), version, keep);
+            assert_eq!(got, (format!("{want}"), encoder, last), "{want}");
+        }
+    }
+
+    #[test]
+    fn chunks_and_trailers() {
+        let mut out = BytesMut::new();
+        chunk(&mut out, b"hello world, this is 26 b.");
+        let mut trailers = HeaderMap::new();
+        trailers.insert("x-sum", HeaderValue::from_static("1"));
+        trailers.insert("x-other", HeaderValue::from_static("2"));
+        last_chunk(&mut out, Some(&trailers), &[HeaderName::from_static("x-sum")]);
+        assert_eq!(&out[..], b"1A\r\nhello world, this is 26 b.\r\n0\r\nx-sum: 1\r\n\r\n");
+    }
+}

@@ -1,0 +1,383 @@
+//! The gateway's own client-facing HTTP/1.1 connection (`server.http1 =
+//! "gateway"`), in place of hyper's server connection; HTTP/2 stays on
+//! hyper, chosen as before by the connection preface or ALPN.
+//!
+//! Why: hyper's server keeps two 8 KiB buffers for every connection's
+//! whole life, idle or not, and a task-sized future per connection. Here a
+//! connection waiting for its next request holds its socket and a few
+//! words: the read buffer is dropped whenever it holds nothing (reads go
+//! through a buffer on the stack until bytes arrive), and response bytes
+//! are encoded per response.
+//!
+//! How its parts fit: `head` parses a request head with `httparse` into
+//! `http::request::Parts` and decides the body's framing; `wire` holds the
+//! socket and the bytes read, shared with the request body in flight,
+//! which decodes itself (the upstream client's decoder, `Expect:
+//! 100-continue` answered when the body is first asked for); `encode`
+//! writes the response head and the body's framing; this file runs one
+//! exchange after the other beside the connection's watchdog, as hyper's
+//! connection runs in `listener`.
+//!
+//! Where it decides differently from hyper's server connection:
+//! - A TLS connection without ALPN goes to hyper-util's `auto` connection
+//!   as before (it may be HTTP/2 with prior knowledge), so it is served by
+//!   hyper whatever `server.http1` says.
+//! - A response body that fails mid-way has the bytes buffered before the
+//!   failure written before the connection is closed (hyper drops them).
+//! - A request body's framing error reads "invalid response body" in the
+//!   gateway's log (the decoder is the upstream client's).
+
+mod encode;
+mod head;
+mod wire;
+
+use std::future::Future;
+use std::pin::pin;
+use std::sync::Arc;
+use std::task::Poll;
+
+use bytes::{Bytes, BytesMut};
+use http::{Method, Request, Response, Version};
+use http_body::Body as _;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+
+use super::conn::{ConnBody, ConnState, Expired, Timeouts, Watchdog};
+use super::{Connection, Kind, Stops};
+use crate::body::Incoming;
+use crate::metrics;
+use crate::server::App;
+use crate::upstream::h1::Framing as DecodeFraming;
+use crate::upstream::h1::decode::Decoder;
+use crate::upstream::tunnel::SwitchOnConnection;
+use encode::{Asked, BodyLength, Encoder};
+use head::{Framing, Head, Refused};
+pub use wire::ClientStream;
+use wire::{Shared, Switched, WireBody};
+
+/// Response bytes gathered before a write: the head with a small body
+/// goes in one.
+const COALESCE: usize = 16 * 1024;
+
+/// Why a wait ended other than by what was awaited.
+enum Stop {
+    /// Close the connection: idle, or shutting down while idle.
+    Close,
+    /// Cut it at once (a timeout, the shutdown timeout).
+    Cut,
+}
+
+/// One client connection served by the gateway's own HTTP/1.1 code.
+struct Own {
+    wire: Shared,
+    app: Arc<App>,
+    kind: Kind,
+    state: Arc<ConnState>,
+    watchdog: Watchdog,
+    stops: Stops,
+    timeouts: Timeouts,
+    addr: std::net::SocketAddr,
+    /// The bytes a request head may take.
+    max_head: usize,
+    /// A graceful shutdown has begun: the response in flight is the last.
+    closing: bool,
+}
+
+/// Serves requests on `io` until the connection closes, then runs its
+/// tunnel if it switched protocols.
+pub(super) async fn serve(io: ClientStream, c: Connection) {
+    let Connection { addr, app, kind, timeouts, stops, state, watchdog, .. } = c;
+    let max_head = app.config().server.max_header_size as usize;
+    let wire = Shared::new(io);
+    let mut own = Own { wire, app, kind, state, watchdog, stops, timeouts, addr, max_head, closing: false };
+    loop {
+        let head = match own.next_head().await {
+            Ok(Ok(head)) => head,
+            Ok(Err(refused)) => return own.refuse(refused).await,
+            Err(Stop::Close) => return own.close().await,
+            Err(Stop::Cut) => return,
+        };
+        match own.exchange(head).await {
+            Ok(true) => own.release_buffer(),
+            Ok(false) => return own.close().await,
+            Err(Stop::Close) => return own.close().await,
+            Err(Stop::Cut) => return,
+        }
+        if let Some(tunnel) = own.state.take_tunnel() {
+            return own.switch(tunnel).await;
+        }
+    }
+}
+
+impl Own {
+    /// Runs `f` beside the watchdog and the shutdown signals. `idle`: the
+    /// connection is between requests, where a shutdown closes it.
+    async fn guarded<F: Future>(&mut self, f: F, idle: bool) -> Result<F::Output, Stop> {
+        let mut f = pin!(f);
+        loop {
+            tokio::select! {
+                biased;
+                out = &mut f => return Ok(out),
+                expired = &mut self.watchdog => return Err(self.expired(expired)),
+                _ = self.stops.now.cancelled(), if self.closing => return Err(Stop::Cut),
+                _ = self.stops.graceful.cancelled(), if !self.closing => {
+                    self.closing = true;
+                    if idle {
+                        return Err(Stop::Close);
+                    }
+                }
+            }
+        }
+    }
+
+    fn expired(&mut self, expired: Expired) -> Stop {
+        let addr = self.addr;
+        match expired {
+            Expired::Idle => return Stop::Close,
+            Expired::HeaderTimeout => {
+                metrics::rejected("", "header_timeout");
+                tracing::debug!(client = %addr, "no request head within the header read timeout");
+            }
+            Expired::SendTimeout => {
+                metrics::rejected("", "send_timeout");
+                tracing::debug!(client = %addr, "client accepted no bytes within the send timeout");
+            }
+            Expired::GraceOver => {}
+        }
+        Stop::Cut
+    }
+
+    /// Waits for the next request head; a clean close between requests
+    /// (or a close inside a head, as hyper treats it) is [`Stop::Close`].
+    async fn next_head(&mut self) -> Result<Result<Head, Refused>, Stop> {
+        if self.closing {
+            return Err(Stop::Close);
+        }
+        let (wire, max) = (self.wire.clone(), self.max_head);
+        let read = std::future::poll_fn(move |cx| {
+            let mut w = wire.lock();
+            loop {
+                if !w.rx.is_empty() {
+                    match head::parse(&mut w.rx, max) {
+                        Ok(Some(head)) => return Poll::Ready(Some(Ok(head))),
+                        Ok(None) => {}
+                        Err(refused) => return Poll::Ready(Some(Err(refused))),
+                    }
+                }
+                match std::task::ready!(w.poll_fill(cx)) {
+                    Ok(0) | Err(_) => return Poll::Ready(None),
+                    Ok(_) => {}
+                }
+            }
+        });
+        self.guarded(read, true).await?.ok_or(Stop::Close)
+    }
+
+    /// Answers a head that could not be taken, and closes.
+    async fn refuse(mut self, refused: Refused) {
+        metrics::rejected("", refused.reason);
+        tracing::debug!(client = %self.addr, status = %refused.status, "request head refused");
+        let (mut parts, ()) = Response::new(()).into_parts();
+        parts.status = refused.status;
+        let asked = Asked { method: &Method::GET, version: Version::HTTP_11, keep_alive: false };
+        let mut out = BytesMut::new();
+        encode::head(&mut parts, BodyLength::None, asked, &mut out);
+        if self.write(out.freeze()).await.is_ok() {
+            self.close().await;
+        }
+    }
+
+    /// One request and its response; returns whether the connection may
+    /// carry another.
+    async fn exchange(&mut self, head: Head) -> Result<bool, Stop> {
+        let Head { mut parts, framing, keep_alive, expect_continue } = head;
+        let (method, version) = (parts.method.clone(), parts.version);
+        let decoder = match framing {
+            Framing::Empty => Decoder::Done,
+            Framing::Length(n) => Decoder::new(DecodeFraming::Length(n)),
+            Framing::Chunked => Decoder::new(DecodeFraming::Chunked),
+        };
+        let continue_owed = expect_continue && version == Version::HTTP_11 && framing != Framing::Empty;
+        self.wire.lock().begin_body(decoder, continue_owed);
+        let body = match framing {
+            Framing::Empty => Incoming::Empty,
+            _ => Incoming::Own(Box::pin(WireBody(self.wire.clone()))),
+        };
+        if version == Version::HTTP_11 {
+            parts.extensions.insert(SwitchOnConnection);
+        }
+        let in_flight = self.state.request_started(false, framing == Framing::Empty);
+        let req = Request::from_parts(parts, body);
+        let response = self.wait_for_answer(super::answer(self.app.clone(), self.kind, req, in_flight)).await?;
+        let keep_alive = keep_alive && !self.closing;
+        let last = self.respond(response, Asked { method: &method, version, keep_alive }).await?;
+        Ok(!last && !self.closing && self.wire.lock().body_drained())
+    }
+
+    /// Waits for the answer, watching the socket once the request body is
+    /// in: a client that closes its side meanwhile has left (as hyper's
+    /// connection sees it), and its request is dropped.
+    async fn wait_for_answer<F: Future<Output = Response<ConnBody>>>(
+        &mut self,
+        answer: F,
+    ) -> Result<Response<ConnBody>, Stop> {
+        let mut answer = pin!(answer);
+        let mut watching = true;
+        loop {
+            let wire = self.wire.clone();
+            let watch = std::future::poll_fn(|cx| match watching {
+                true => wire.lock().poll_watch(cx),
+                false => Poll::Pending,
+            });
+            let raced = async {
+                tokio::select! {
+                    biased;
+                    response = &mut answer => Ok(response),
+                    gone = watch => Err(gone),
+                }
+            };
+            match self.guarded(raced, false).await? {
+                Ok(response) => return Ok(response),
+                Err(Ok(false)) => watching = false,
+                Err(_) => {
+                    tracing::debug!(client = %self.addr, "client closed the connection while its request was in flight");
+                    return Err(Stop::Cut);
+                }
+            }
+        }
+    }
+
+    /// Writes the response; returns whether it must be the connection's
+    /// last.
+    async fn respond(&mut self, response: Response<ConnBody>, asked: Asked<'_>) -> Result<bool, Stop> {
+        let (mut parts, mut body) = response.into_parts();
+        let length = match body.size_hint().exact() {
+            _ if body.is_end_stream() => BodyLength::None,
+            Some(n) => BodyLength::Known(n),
+            None => BodyLength::Unknown,
+        };
+        let mut out = BytesMut::new();
+        let (encoder, last) = encode::head(&mut parts, length, asked, &mut out);
+        drop(parts);
+        let ended = match encoder {
+            Encoder::Length(0) => true,
+            encoder => self.stream(&mut body, encoder, &mut out).await?,
+        };
+        self.write(out.freeze()).await?;
+        self.flush().await?;
+        drop(body);
+        if !ended {
+            return Err(Stop::Cut);
+        }
+        Ok(last)
+    }
+
+    /// Writes the body's frames in `encoder`'s framing, `out` (the head)
+    /// first; leaves the last bytes in `out`. Returns whether the body
+    /// ended as its framing says (else the connection is cut after them).
+    async fn stream(&mut self, body: &mut ConnBody, encoder: Encoder, out: &mut BytesMut) -> Result<bool, Stop> {
+        let mut left = match encoder {
+            Encoder::Length(n) => n,
+            _ => u64::MAX,
+        };
+        let mut trailers = None;
+        loop {
+            let frame = match std::future::poll_fn(|cx| Poll::Ready(std::pin::Pin::new(&mut *body).poll_frame(cx))).await {
+                Poll::Ready(frame) => frame,
+                Poll::Pending => {
+                    self.write(std::mem::take(out).freeze()).await?;
+                    self.flush().await?;
+                    self.guarded(std::future::poll_fn(|cx| std::pin::Pin::new(&mut *body).poll_frame(cx)), false).await?
+                }
+            };
+            let data = match frame {
+                None => break,
+                Some(Err(e)) => {
+                    tracing::debug!(client = %self.addr, error = %e, "response body failed");
+                    return Ok(false);
+                }
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) => data,
+                    Err(frame) => {
+                        trailers = frame.into_trailers().ok();
+                        continue;
+                    }
+                },
+            };
+            match &encoder {
+                Encoder::Chunked(_) => encode::chunk(out, &data),
+                _ => {
+                    let n = usize::try_from(left).unwrap_or(usize::MAX).min(data.len());
+                    left = left.saturating_sub(n as u64);
+                    self.put(out, data.slice(..n)).await?;
+                }
+            }
+            if out.len() >= COALESCE {
+                self.write(std::mem::take(out).freeze()).await?;
+            }
+            if left == 0 {
+                return Ok(true);
+            }
+        }
+        match &encoder {
+            Encoder::Chunked(allowed) => encode::last_chunk(out, trailers.as_ref(), allowed),
+            Encoder::Length(_) if left > 0 => return Ok(false),
+            _ => {}
+        }
+        Ok(true)
+    }
+
+    /// `data` after `out`: copied beside it when small, else written after it.
+    async fn put(&mut self, out: &mut BytesMut, data: Bytes) -> Result<(), Stop> {
+        if data.len() < COALESCE / 2 {
+            out.extend_from_slice(&data);
+            return Ok(());
+        }
+        self.write(std::mem::take(out).freeze()).await?;
+        self.write(data).await
+    }
+
+    /// Writes all of `bytes`, within the send timeout.
+    async fn write(&mut self, bytes: Bytes) -> Result<(), Stop> {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        let wire = self.wire.clone();
+        let mut at = 0;
+        let written = std::future::poll_fn(|cx| wire.lock().poll_write_all(&bytes, &mut at, cx));
+        self.guarded(written, false).await?.map_err(|_| Stop::Cut)
+    }
+
+    async fn flush(&mut self) -> Result<(), Stop> {
+        let wire = self.wire.clone();
+        let flushed = std::future::poll_fn(|cx| std::pin::Pin::new(&mut wire.lock().io).poll_flush(cx));
+        self.guarded(flushed, false).await?.map_err(|_| Stop::Cut)
+    }
+
+    /// Between requests, an empty read buffer is given back.
+    fn release_buffer(&mut self) {
+        let mut w = self.wire.lock();
+        if w.rx.is_empty() && w.rx.capacity() > 0 {
+            w.rx = BytesMut::new();
+        }
+    }
+
+    /// Closes the connection cleanly (a TLS close_notify, a FIN).
+    async fn close(mut self) {
+        let wire = self.wire.clone();
+        let shut = std::future::poll_fn(|cx| std::pin::Pin::new(&mut wire.lock().io).poll_shutdown(cx));
+        let _ = self.guarded(shut, false).await;
+    }
+
+    /// After a 101: the tunnel over the client's socket, until it ends or
+    /// the shutdown timeout cuts it.
+    async fn switch(self, tunnel: crate::upstream::tunnel::Tunnel) {
+        let Own { wire, stops, timeouts, .. } = self;
+        let Some((io, read)) = wire.into_parts() else { return };
+        let mut client = Switched { io, read };
+        tokio::select! {
+            _ = Box::pin(tunnel.run_over(&mut client, timeouts.send)) => {}
+            _ = stops.now.cancelled() => {}
+        }
+        let _ = client.shutdown().await;
+    }
+}

@@ -96,14 +96,14 @@ pub(super) async fn serve(io: ClientStream, c: Connection) {
             Err(Stop::Close) => return own.close().await,
             Err(Stop::Cut) => return,
         };
-        match own.exchange(head).await {
-            Ok(true) => own.release_buffer(),
-            Ok(false) => return own.close().await,
-            Err(Stop::Close) => return own.close().await,
-            Err(Stop::Cut) => return,
-        }
+        let again = own.exchange(head).await;
         if let Some(tunnel) = own.state.take_tunnel() {
             return own.switch(tunnel).await;
+        }
+        match again {
+            Ok(true) => own.release_buffer(),
+            Ok(false) | Err(Stop::Close) => return own.close().await,
+            Err(Stop::Cut) => return,
         }
     }
 }

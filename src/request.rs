@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use std::time::Duration;
 
+use crate::body::Incoming;
 use http::header::{self, HeaderValue};
 use http::{HeaderMap, Request};
-use crate::body::Incoming;
 use ipnet::IpNet;
 use tokio::time::Instant;
 

@@ -104,13 +104,21 @@ fn streams() -> Vec<Vec<u8>> {
         s("GET /d/a HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"),
         s("HEAD /d/h HTTP/1.1\r\nHost: x\r\n\r\n"),
         s("POST /d/p HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello"),
-        s("POST /d/c HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nTrailer: x-t\r\n\r\n5;e=1\r\nhello\r\n0\r\nx-t: 1\r\n\r\n"),
-        s("GET /d/1 HTTP/1.1\r\nHost: x\r\n\r\nGET /d/2 HTTP/1.1\r\nHost: x\r\n\r\nPOST /d/3 HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi"),
+        s(
+            "POST /d/c HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nTrailer: x-t\r\n\r\n5;e=1\r\nhello\r\n0\r\nx-t: 1\r\n\r\n",
+        ),
+        s(
+            "GET /d/1 HTTP/1.1\r\nHost: x\r\n\r\nGET /d/2 HTTP/1.1\r\nHost: x\r\n\r\nPOST /d/3 HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi",
+        ),
         s("PUT /d/e HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\nabc"),
         s("GET http://x/d/abs HTTP/1.1\r\nHost: x\r\n\r\n"),
         // Smuggling classics.
-        s("POST /d/s HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /d/smuggled HTTP/1.1\r\nHost: x\r\n\r\n"),
-        s("POST /d/s HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 4\r\n\r\n0\r\n\r\nGET /d/smuggled HTTP/1.1\r\nHost: x\r\n\r\n"),
+        s(
+            "POST /d/s HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /d/smuggled HTTP/1.1\r\nHost: x\r\n\r\n",
+        ),
+        s(
+            "POST /d/s HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 4\r\n\r\n0\r\n\r\nGET /d/smuggled HTTP/1.1\r\nHost: x\r\n\r\n",
+        ),
         s("POST /d/s HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nContent-Length: 5\r\n\r\nhello"),
         s("POST /d/s HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\nhello"),
         s("POST /d/s HTTP/1.1\r\nHost: x\r\nContent-Length: 5, 5\r\n\r\nhello"),
@@ -123,7 +131,9 @@ fn streams() -> Vec<Vec<u8>> {
         s("GET /d/lf HTTP/1.1\nHost: x\nX: lf\n\n"),
         s("GET /d/sp HTTP/1.1\r\nHost : x\r\n\r\n"),
         s("GET /d/nul HTTP/1.1\r\nHost: x\r\nX: a\0b\r\n\r\n"),
-        s("POST /d/big HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nFFFFFFFFFFFFFFFFFF\r\nhello\r\n0\r\n\r\n"),
+        s(
+            "POST /d/big HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nFFFFFFFFFFFFFFFFFF\r\nhello\r\n0\r\n\r\n",
+        ),
         s("POST /d/bad HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5x\r\nhello\r\n0\r\n\r\n"),
         s("POST /d/lfchunk HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\nhello\r\n0\r\n\r\n"),
         s("POST /d/short HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nhello"),

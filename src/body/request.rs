@@ -23,10 +23,10 @@ use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use super::Incoming;
 use bytes::Bytes;
 use http::HeaderName;
 use http_body::{Frame, SizeHint};
-use super::Incoming;
 
 use super::copy::{BodyCopy, Share};
 use super::{BodyIdle, BoxError, IdleTimer};

@@ -31,9 +31,9 @@ use status::{Status, secs};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use crate::body::Incoming;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Response, Uri};
-use crate::body::Incoming;
 use tokio::sync::watch;
 use tokio::time::Instant;
 

@@ -23,9 +23,9 @@ use std::pin::{Pin, pin};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::body::Incoming;
 use futures_util::FutureExt;
 use http::{Request, Response, StatusCode, Version};
-use crate::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};

@@ -2,8 +2,8 @@
 //! its address lists, its rate limit and its credentials, in the order
 //! `App::admit` gives.
 
-use http::Request;
 use crate::body::Incoming;
+use http::Request;
 
 use super::table::Route;
 use super::{App, Peer, RequestLog};

@@ -5,12 +5,12 @@
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
+use crate::body::Incoming;
 use bytes::Bytes;
 use http::header::{self, HeaderValue};
 use http::uri::PathAndQuery;
 use http::{Request, Uri, Version, request, response};
 use http_body_util::{Either, Empty};
-use crate::body::Incoming;
 
 use super::body::Received;
 use super::exchange::{Plan, is_idempotent};

@@ -121,18 +121,18 @@ async fn relay<C: AsyncRead + AsyncWrite + Unpin>(
     route: String,
     send_timeout: Duration,
 ) {
-        upstream.io_mut().into_tunnel(idle);
-        let _active = Active::new(gauge!(UPGRADED_ACTIVE, "route" => route.clone()));
-        let clock = Clock { start: Instant::now(), last_read: AtomicU64::new(0), blocked: Default::default() };
-        let mut client = Watched { io: client, clock: &clock, side: 0 };
-        let mut upstream = Watched { io: upstream, clock: &clock, side: 1 };
-        tokio::select! {
-            copied = tokio::io::copy_bidirectional(&mut client, &mut upstream) => match copied {
-                Ok((up, down)) => tracing::debug!(route, up, down, "tunnel closed"),
-                Err(e) => tracing::debug!(route, error = %e, "tunnel failed"),
-            },
-            why = clock.expired(idle, send_timeout) => tracing::debug!(route, "tunnel {why}; closing"),
-        }
+    upstream.io_mut().into_tunnel(idle);
+    let _active = Active::new(gauge!(UPGRADED_ACTIVE, "route" => route.clone()));
+    let clock = Clock { start: Instant::now(), last_read: AtomicU64::new(0), blocked: Default::default() };
+    let mut client = Watched { io: client, clock: &clock, side: 0 };
+    let mut upstream = Watched { io: upstream, clock: &clock, side: 1 };
+    tokio::select! {
+        copied = tokio::io::copy_bidirectional(&mut client, &mut upstream) => match copied {
+            Ok((up, down)) => tracing::debug!(route, up, down, "tunnel closed"),
+            Err(e) => tracing::debug!(route, error = %e, "tunnel failed"),
+        },
+        why = clock.expired(idle, send_timeout) => tracing::debug!(route, "tunnel {why}; closing"),
+    }
 }
 
 /// What a tunnel's two sides report, in milliseconds since `start`.

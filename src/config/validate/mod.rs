@@ -15,9 +15,9 @@ use crate::headers::rules::HeaderRules;
 
 use super::raw::{RawConfig, RawHeaderRules, RawRoute, RawServer, RawServerTls, RawSize, RawTracing};
 use super::{
-    AccessLogFormat, Config, DEFAULT_BODY_TIMEOUT, Http1Server, DEFAULT_REQUEST_BUFFER, DEFAULT_ROUTE_TIMEOUT,
-    DEFAULT_UPGRADE_IDLE_TIMEOUT, HostMode, ListenerTls, ProxyTarget, RetryOn, RouteConfig, ServerConfig, Target,
-    TracingConfig,
+    AccessLogFormat, Config, DEFAULT_BODY_TIMEOUT, DEFAULT_REQUEST_BUFFER, DEFAULT_ROUTE_TIMEOUT,
+    DEFAULT_UPGRADE_IDLE_TIMEOUT, HostMode, Http1Server, ListenerTls, ProxyTarget, RetryOn, RouteConfig, ServerConfig,
+    Target, TracingConfig,
 };
 
 mod access;

@@ -46,88 +46,16 @@ pub struct Asked<'a> {
 /// whether the connection must close after the response.
 pub fn head(parts: &mut response::Parts, body: BodyLength, asked: Asked<'_>, out: &mut BytesMut) -> (Encoder, bool) {
     let status = parts.status;
-    let mut keep_alive = asked.keep_alive;
-    let mut version = parts.version;
-    if asked.version == Version::HTTP_10 {
-        // hyper's `fix_keep_alive`: an HTTP/1.0 client keeps the connection
-        // only when told so.
-        let told = parts.headers.get_all(header::CONNECTION).iter().any(|v| has_token(v, "keep-alive"));
-        if !told {
-            match version {
-                Version::HTTP_10 => keep_alive = false,
-                _ if keep_alive => {
-                    parts.headers.append(header::CONNECTION, HeaderValue::from_static("keep-alive"));
-                }
-                _ => {}
-            }
-        }
-        version = Version::HTTP_10;
-    } else if !keep_alive && !parts.headers.get_all(header::CONNECTION).iter().any(|v| has_token(v, "close")) {
-        parts.headers.append(header::CONNECTION, HeaderValue::from_static("close"));
-    }
+    let (version, keep_alive) = fix_connection(parts, asked);
     let connect_ok = *asked.method == Method::CONNECT && status.is_success();
-    let mut last = status == StatusCode::SWITCHING_PROTOCOLS || connect_ok || !keep_alive;
-    let (can_chunk, can_length) = (can_chunk(asked.method, status), !(status.is_informational() || connect_ok || bodiless(status)));
+    let can_chunk = can_chunk(asked.method, status);
+    let can_length = !(status.is_informational() || connect_ok || bodiless(status));
     status_line(out, version, status, parts.extensions.get::<hyper::ext::ReasonPhrase>());
-    let mut encoder = Encoder::Length(0);
-    let (mut wrote_len, mut wrote_date, mut trailer_names) = (connect_ok, false, None::<Vec<HeaderName>>);
     let chunk_ok = version != Version::HTTP_10 && can_chunk;
-    for name in parts.headers.keys() {
-        let values = parts.headers.get_all(name);
-        match *name {
-            header::CONTENT_LENGTH => {
-                if wrote_len {
-                    continue;
-                }
-                let first = values.iter().next().expect("a value");
-                match body {
-                    BodyLength::Known(n) => encoder = Encoder::Length(n),
-                    BodyLength::Unknown => match digits(first.as_bytes()) {
-                        Some(n) => encoder = Encoder::Length(n),
-                        None => continue,
-                    },
-                    BodyLength::None if *asked.method != Method::HEAD => continue,
-                    BodyLength::None => {}
-                }
-                field(out, "content-length", first.as_bytes());
-                wrote_len = true;
-            }
-            header::TRANSFER_ENCODING => {
-                if wrote_len || !chunk_ok {
-                    continue;
-                }
-                wrote_len = true;
-                encoder = Encoder::Chunked(Vec::new());
-                let mut line = joined(values.iter());
-                let last_item = values.iter().last().expect("a value");
-                if !is_chunked(last_item) {
-                    line.extend_from_slice(b", chunked");
-                }
-                field(out, "transfer-encoding", &line);
-            }
-            header::CONNECTION => {
-                last |= values.iter().any(|v| has_token(v, "close"));
-                field(out, "connection", &joined(values.iter()));
-            }
-            header::TRAILER => {
-                if !chunk_ok {
-                    continue;
-                }
-                let names = values.iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(','));
-                let names = names.filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok());
-                trailer_names.get_or_insert_with(Vec::new).extend(names);
-                field(out, "trailer", &joined(values.iter()));
-            }
-            _ => {
-                wrote_date |= *name == header::DATE;
-                for value in values {
-                    field(out, name.as_str(), value.as_bytes());
-                }
-            }
-        }
-    }
-    if !wrote_len {
-        encoder = match body {
+    let written = fields(&parts.headers, body, asked.method, chunk_ok, connect_ok, out);
+    let mut encoder = match written.encoder {
+        Some(encoder) => encoder,
+        None => match body {
             BodyLength::Unknown if chunk_ok => {
                 out.put_slice(b"transfer-encoding: chunked\r\n");
                 Encoder::Chunked(Vec::new())
@@ -144,26 +72,129 @@ pub fn head(parts: &mut response::Parts, body: BodyLength, asked: Asked<'_>, out
                 Encoder::Length(n)
             }
             BodyLength::Known(_) => Encoder::Length(0),
-        };
-    }
+        },
+    };
     if !can_chunk {
         encoder = Encoder::Length(0);
     }
-    if let (Encoder::Chunked(allowed), Some(names)) = (&mut encoder, trailer_names) {
+    if let (Encoder::Chunked(allowed), Some(names)) = (&mut encoder, written.trailers) {
         *allowed = names;
     }
-    last |= encoder == Encoder::Close;
-    if !wrote_date {
+    let last = status == StatusCode::SWITCHING_PROTOCOLS
+        || connect_ok
+        || !keep_alive
+        || written.close
+        || encoder == Encoder::Close;
+    if !written.date {
         date(out);
     }
     out.put_slice(b"\r\n");
     (encoder, last)
 }
 
+/// hyper's `enforce_version`: an HTTP/1.0 client keeps the connection
+/// only when told so (and gets an HTTP/1.0 status line); an HTTP/1.1 one
+/// is told when it will not. Returns the status line's version and
+/// whether the connection stays open.
+fn fix_connection(parts: &mut response::Parts, asked: Asked<'_>) -> (Version, bool) {
+    let says = |token| parts.headers.get_all(header::CONNECTION).iter().any(|v| has_token(v, token));
+    let keep_alive = asked.keep_alive;
+    if asked.version != Version::HTTP_10 {
+        if !keep_alive && !says("close") {
+            parts.headers.append(header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        return (parts.version, keep_alive);
+    }
+    if says("keep-alive") {
+        return (Version::HTTP_10, keep_alive);
+    }
+    if parts.version == Version::HTTP_10 {
+        return (Version::HTTP_10, false);
+    }
+    if keep_alive && parts.version == Version::HTTP_11 {
+        parts.headers.append(header::CONNECTION, HeaderValue::from_static("keep-alive"));
+    }
+    (Version::HTTP_10, keep_alive)
+}
+
+/// What writing the fields found.
+struct Written {
+    /// The framing a `Content-Length` or `Transfer-Encoding` field set.
+    encoder: Option<Encoder>,
+    date: bool,
+    /// The names `Trailer` declared.
+    trailers: Option<Vec<HeaderName>>,
+    /// `Connection: close`.
+    close: bool,
+}
+
+/// Writes the header fields, each name on one line but for the ordinary
+/// ones (as hyper does), and the framing fields only where they may be.
+fn fields(
+    headers: &HeaderMap,
+    body: BodyLength,
+    method: &Method,
+    chunk_ok: bool,
+    connect_ok: bool,
+    out: &mut BytesMut,
+) -> Written {
+    let mut w = Written { encoder: None, date: false, trailers: None, close: false };
+    let mut wrote_len = connect_ok;
+    for name in headers.keys() {
+        let values = headers.get_all(name);
+        match *name {
+            header::CONTENT_LENGTH if !wrote_len => {
+                let first = values.iter().next().expect("a value");
+                let n = match body {
+                    BodyLength::Known(n) => n,
+                    BodyLength::Unknown => match digits(first.as_bytes()) {
+                        Some(n) => n,
+                        None => continue,
+                    },
+                    BodyLength::None if *method != Method::HEAD => continue,
+                    BodyLength::None => 0,
+                };
+                w.encoder = Some(Encoder::Length(n));
+                field(out, "content-length", first.as_bytes());
+                wrote_len = true;
+            }
+            header::CONTENT_LENGTH => {}
+            header::TRANSFER_ENCODING if !wrote_len && chunk_ok => {
+                wrote_len = true;
+                w.encoder = Some(Encoder::Chunked(Vec::new()));
+                let mut line = joined(values.iter());
+                if !is_chunked(values.iter().next_back().expect("a value")) {
+                    line.extend_from_slice(b", chunked");
+                }
+                field(out, "transfer-encoding", &line);
+            }
+            header::TRANSFER_ENCODING => {}
+            header::CONNECTION => {
+                w.close |= values.iter().any(|v| has_token(v, "close"));
+                field(out, "connection", &joined(values.iter()));
+            }
+            header::TRAILER if chunk_ok => {
+                let names = values.iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(','));
+                let names = names.filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok());
+                w.trailers.get_or_insert_with(Vec::new).extend(names);
+                field(out, "trailer", &joined(values.iter()));
+            }
+            header::TRAILER => {}
+            _ => {
+                w.date |= *name == header::DATE;
+                for value in values {
+                    field(out, name.as_str(), value.as_bytes());
+                }
+            }
+        }
+    }
+    w
+}
+
 /// Whether a response may have a body at all (and so chunks).
 fn can_chunk(method: &Method, status: StatusCode) -> bool {
-    !(*method == Method::HEAD || *method == Method::CONNECT && status.is_success() || status.is_informational())
-        && !bodiless(status)
+    let connect_ok = *method == Method::CONNECT && status.is_success();
+    !(*method == Method::HEAD || status.is_informational() || bodiless(status) || connect_ok)
 }
 
 fn bodiless(status: StatusCode) -> bool {
@@ -275,7 +306,13 @@ pub fn last_chunk(out: &mut BytesMut, trailers: Option<&HeaderMap>, allowed: &[H
 mod tests {
     use super::*;
 
-    fn encode(resp: http::Response<()>, body: BodyLength, method: Method, version: Version, keep: bool) -> (String, Encoder, bool) {
+    fn encode(
+        resp: http::Response<()>,
+        body: BodyLength,
+        method: Method,
+        version: Version,
+        keep: bool,
+    ) -> (String, Encoder, bool) {
         let (mut parts, ()) = resp.into_parts();
         let mut out = BytesMut::new();
         let asked = Asked { method: &method, version, keep_alive: keep };
@@ -285,28 +322,140 @@ mod tests {
         (text, encoder, last)
     }
 
+    /// A response, its body's length, the request's method and version,
+    /// keep-alive; the head written (without `date`), encoder, last.
+    type Case = (http::Response<()>, BodyLength, Method, Version, bool, &'static str, Encoder, bool);
+
     #[test]
     fn framing_follows_hyper() {
         use BodyLength::*;
         let ok = || http::Response::builder().status(200);
         let get = Method::GET;
-        let cases: Vec<(http::Response<()>, BodyLength, Method, Version, bool, &str, Encoder, bool)> = vec![
-            (ok().body(()).unwrap(), Known(5), get.clone(), Version::HTTP_11, true, "HTTP/1.1 200 OK|content-length: 5|", Encoder::Length(5), false),
-            (ok().body(()).unwrap(), Unknown, get.clone(), Version::HTTP_11, true, "HTTP/1.1 200 OK|transfer-encoding: chunked|", Encoder::Chunked(vec![]), false),
-            (ok().body(()).unwrap(), Unknown, get.clone(), Version::HTTP_10, true, "HTTP/1.0 200 OK|connection: keep-alive|", Encoder::Close, true),
-            (ok().version(Version::HTTP_10).body(()).unwrap(), Unknown, get.clone(), Version::HTTP_10, true, "HTTP/1.0 200 OK|", Encoder::Close, true),
-            (ok().body(()).unwrap(), None, get.clone(), Version::HTTP_11, false, "HTTP/1.1 200 OK|connection: close|content-length: 0|", Encoder::Length(0), true),
-            (ok().header("content-length", "9").body(()).unwrap(), None, Method::HEAD, Version::HTTP_11, true, "HTTP/1.1 200 OK|content-length: 9|", Encoder::Length(0), false),
-            (ok().body(()).unwrap(), Known(9), Method::HEAD, Version::HTTP_11, true, "HTTP/1.1 200 OK|content-length: 9|", Encoder::Length(0), false),
-            (http::Response::builder().status(204).body(()).unwrap(), None, get.clone(), Version::HTTP_11, true, "HTTP/1.1 204 No Content|", Encoder::Length(0), false),
-            (http::Response::builder().status(304).body(()).unwrap(), Known(3), get.clone(), Version::HTTP_11, true, "HTTP/1.1 304 Not Modified|", Encoder::Length(0), false),
-            (http::Response::builder().status(101).header("upgrade", "websocket").body(()).unwrap(), None, get.clone(), Version::HTTP_11, true, "HTTP/1.1 101 Switching Protocols|upgrade: websocket|", Encoder::Length(0), true),
-            (ok().header("trailer", "x-sum").body(()).unwrap(), Unknown, get.clone(), Version::HTTP_11, true, "HTTP/1.1 200 OK|trailer: x-sum|transfer-encoding: chunked|", Encoder::Chunked(vec![HeaderName::from_static("x-sum")]), false),
-            (ok().header("connection", "close").body(()).unwrap(), Known(1), get, Version::HTTP_11, true, "HTTP/1.1 200 OK|connection: close|content-length: 1|", Encoder::Length(1), true),
+        let cases: Vec<Case> = vec![
+            (
+                ok().body(()).unwrap(),
+                Known(5),
+                get.clone(),
+                Version::HTTP_11,
+                true,
+                "HTTP/1.1 200 OK|content-length: 5|",
+                Encoder::Length(5),
+                false,
+            ),
+            (
+                ok().body(()).unwrap(),
+                Unknown,
+                get.clone(),
+                Version::HTTP_11,
+                true,
+                "HTTP/1.1 200 OK|transfer-encoding: chunked|",
+                Encoder::Chunked(vec![]),
+                false,
+            ),
+            (
+                ok().body(()).unwrap(),
+                Unknown,
+                get.clone(),
+                Version::HTTP_10,
+                true,
+                "HTTP/1.0 200 OK|connection: keep-alive|",
+                Encoder::Close,
+                true,
+            ),
+            (
+                ok().version(Version::HTTP_10).body(()).unwrap(),
+                Unknown,
+                get.clone(),
+                Version::HTTP_10,
+                true,
+                "HTTP/1.0 200 OK|",
+                Encoder::Close,
+                true,
+            ),
+            (
+                ok().body(()).unwrap(),
+                None,
+                get.clone(),
+                Version::HTTP_11,
+                false,
+                "HTTP/1.1 200 OK|connection: close|content-length: 0|",
+                Encoder::Length(0),
+                true,
+            ),
+            (
+                ok().header("content-length", "9").body(()).unwrap(),
+                None,
+                Method::HEAD,
+                Version::HTTP_11,
+                true,
+                "HTTP/1.1 200 OK|content-length: 9|",
+                Encoder::Length(0),
+                false,
+            ),
+            (
+                ok().body(()).unwrap(),
+                Known(9),
+                Method::HEAD,
+                Version::HTTP_11,
+                true,
+                "HTTP/1.1 200 OK|content-length: 9|",
+                Encoder::Length(0),
+                false,
+            ),
+            (
+                http::Response::builder().status(204).body(()).unwrap(),
+                None,
+                get.clone(),
+                Version::HTTP_11,
+                true,
+                "HTTP/1.1 204 No Content|",
+                Encoder::Length(0),
+                false,
+            ),
+            (
+                http::Response::builder().status(304).body(()).unwrap(),
+                Known(3),
+                get.clone(),
+                Version::HTTP_11,
+                true,
+                "HTTP/1.1 304 Not Modified|",
+                Encoder::Length(0),
+                false,
+            ),
+            (
+                http::Response::builder().status(101).header("upgrade", "websocket").body(()).unwrap(),
+                None,
+                get.clone(),
+                Version::HTTP_11,
+                true,
+                "HTTP/1.1 101 Switching Protocols|upgrade: websocket|",
+                Encoder::Length(0),
+                true,
+            ),
+            (
+                ok().header("trailer", "x-sum").body(()).unwrap(),
+                Unknown,
+                get.clone(),
+                Version::HTTP_11,
+                true,
+                "HTTP/1.1 200 OK|trailer: x-sum|transfer-encoding: chunked|",
+                Encoder::Chunked(vec![HeaderName::from_static("x-sum")]),
+                false,
+            ),
+            (
+                ok().header("connection", "close").body(()).unwrap(),
+                Known(1),
+                get,
+                Version::HTTP_11,
+                true,
+                "HTTP/1.1 200 OK|connection: close|content-length: 1|",
+                Encoder::Length(1),
+                true,
+            ),
         ];
         for (resp, body, method, version, keep, want, encoder, last) in cases {
             let got = encode(resp, body, method.clone(), version, keep);
-            assert_eq!(got, (format!("{want}"), encoder, last), "{want}");
+            assert_eq!(got, (want.to_string(), encoder, last), "{want}");
         }
     }
 

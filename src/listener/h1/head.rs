@@ -85,7 +85,7 @@ pub fn parse(buf: &mut BytesMut, max: usize) -> Result<Option<Head>, Refused> {
     let uri = Uri::from_maybe_shared(frozen.slice(target.0 as usize..target.1 as usize)).map_err(|_| MALFORMED)?;
     let version = if version == 1 { Version::HTTP_11 } else { Version::HTTP_10 };
     let fields = spans[..count].iter().map(|&(n0, n1, v0, v1)| (&frozen[n0 as usize..n1 as usize], (v0, v1)));
-    let mut head = Fields::new(version, method == Method::CONNECT);
+    let mut head = Fields::new(version);
     let mut headers = HeaderMap::with_capacity(count);
     for (name, (v0, v1)) in fields {
         let name = HeaderName::from_bytes(name).map_err(|_| MALFORMED)?;
@@ -118,7 +118,7 @@ struct Fields {
 }
 
 impl Fields {
-    fn new(version: Version, _connect: bool) -> Fields {
+    fn new(version: Version) -> Fields {
         Fields {
             version,
             framing: Framing::Empty,
@@ -222,12 +222,15 @@ mod tests {
         parse(&mut BytesMut::from(raw), 8192)
     }
 
-    /// (head, framing and keep-alive, or the status refusing it).
+    /// Framing and keep-alive, or the status refusing the head.
+    type Decided = Result<(Framing, bool), u16>;
+
+    /// (head, what is decided).
     #[test]
     fn framing_and_keep_alive_are_decided_as_hyper_decides_them() {
         use Framing::*;
         let ok = |f, k| Ok((f, k));
-        let cases: &[(&str, Result<(Framing, bool), u16>)] = &[
+        let cases: &[(&str, Decided)] = &[
             ("GET / HTTP/1.1\r\nhost: a\r\n\r\n", ok(Empty, true)),
             ("GET / HTTP/1.0\r\n\r\n", ok(Empty, false)),
             ("GET / HTTP/1.0\r\nconnection: keep-alive\r\n\r\n", ok(Empty, true)),
@@ -270,7 +273,10 @@ mod tests {
         let long = format!("GET / HTTP/1.1\r\nx: {}", "a".repeat(9000));
         assert_eq!(head(&long).unwrap_err().status, 431);
         let many: String = (0..=MAX_HEADERS).map(|i| format!("x{i}: y\r\n")).collect();
-        assert_eq!(parse(&mut BytesMut::from(format!("GET / HTTP/1.1\r\n{many}\r\n").as_str()), 1 << 20).unwrap_err().status, 431);
+        assert_eq!(
+            parse(&mut BytesMut::from(format!("GET / HTTP/1.1\r\n{many}\r\n").as_str()), 1 << 20).unwrap_err().status,
+            431
+        );
         let expect = head("PUT / HTTP/1.1\r\nexpect: 100-Continue\r\ncontent-length: 1\r\n\r\n").unwrap().unwrap();
         assert!(expect.expect_continue);
     }

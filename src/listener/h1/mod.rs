@@ -281,14 +281,16 @@ impl Own {
         };
         let mut trailers = None;
         loop {
-            let frame = match std::future::poll_fn(|cx| Poll::Ready(std::pin::Pin::new(&mut *body).poll_frame(cx))).await {
-                Poll::Ready(frame) => frame,
-                Poll::Pending => {
-                    self.write(std::mem::take(out).freeze()).await?;
-                    self.flush().await?;
-                    self.guarded(std::future::poll_fn(|cx| std::pin::Pin::new(&mut *body).poll_frame(cx)), false).await?
-                }
-            };
+            let frame =
+                match std::future::poll_fn(|cx| Poll::Ready(std::pin::Pin::new(&mut *body).poll_frame(cx))).await {
+                    Poll::Ready(frame) => frame,
+                    Poll::Pending => {
+                        self.write(std::mem::take(out).freeze()).await?;
+                        self.flush().await?;
+                        self.guarded(std::future::poll_fn(|cx| std::pin::Pin::new(&mut *body).poll_frame(cx)), false)
+                            .await?
+                    }
+                };
             let data = match frame {
                 None => break,
                 Some(Err(e)) => {

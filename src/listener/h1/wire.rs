@@ -85,7 +85,8 @@ pub struct Shared(Arc<Mutex<Wire>>);
 
 impl Shared {
     pub fn new(io: ClientStream) -> Shared {
-        let wire = Wire { io, rx: BytesMut::new(), decoder: Decoder::Done, continue_at: None, watcher: None, eof: false };
+        let wire =
+            Wire { io, rx: BytesMut::new(), decoder: Decoder::Done, continue_at: None, watcher: None, eof: false };
         Shared(Arc::new(Mutex::new(wire)))
     }
 

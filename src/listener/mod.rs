@@ -13,7 +13,7 @@
 
 pub mod conn;
 mod detach;
-mod h1;
+pub mod h1;
 pub mod io;
 
 use std::convert::Infallible;

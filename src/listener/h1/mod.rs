@@ -29,6 +29,7 @@
 
 mod encode;
 mod head;
+mod replay;
 mod wire;
 
 use std::future::Future;
@@ -51,6 +52,7 @@ use crate::upstream::h1::decode::Decoder;
 use crate::upstream::tunnel::SwitchOnConnection;
 use encode::{Asked, BodyLength, Encoder};
 use head::{Framing, Head, Refused};
+pub use replay::replay;
 pub use wire::ClientStream;
 use wire::{Shared, Switched, WireBody};
 
@@ -153,10 +155,16 @@ impl Own {
             return Err(Stop::Close);
         }
         let (wire, max) = (self.wire.clone(), self.max_head);
+        // Parsed again only once a line has ended since the last parse (or
+        // the head is as long as it may be): a head trickling in byte by
+        // byte costs a parse per line, not one per read.
+        let mut scanned = 0;
         let read = std::future::poll_fn(move |cx| {
             let mut w = wire.lock();
             loop {
-                if !w.rx.is_empty() {
+                let ended = memchr::memchr(b'\n', &w.rx[scanned..]).is_some();
+                scanned = w.rx.len();
+                if ended || w.rx.len() >= max {
                     match head::parse(&mut w.rx, max) {
                         Ok(Some(head)) => return Poll::Ready(Some(Ok(head))),
                         Ok(None) => {}

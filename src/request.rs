@@ -4,7 +4,9 @@
 //! below the server, the listeners and the upstreams, which all use it.
 
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
 
 use std::time::Duration;
 
@@ -26,6 +28,47 @@ use crate::layers::trace::TraceContext;
 /// §3.5), as it would with `Authorization`.
 #[derive(Debug, Clone, Copy)]
 pub struct Authenticated;
+
+/// 1xx heads other than 100 and 101 (103 Early Hints, 102) an upstream
+/// sent before its answer, as it sent them, for the client connection to
+/// forward (RFC 9110 §15.2: a proxy forwards 1xx it did not ask for). A
+/// request extension, put there by a connection that can send them.
+#[derive(Clone, Default)]
+pub struct Interims(Arc<Mutex<(VecDeque<bytes::Bytes>, Option<Waker>)>>);
+
+impl Interims {
+    /// Heads kept waiting at most: an upstream that floods them loses the
+    /// rest, it does not grow the gateway.
+    const MAX_WAITING: usize = 4;
+
+    /// An interim head arrived from the upstream.
+    pub fn push(&self, head: bytes::Bytes) {
+        let mut inner = self.0.lock().expect("interims lock");
+        if inner.0.len() < Self::MAX_WAITING {
+            inner.0.push_back(head);
+        }
+        if let Some(w) = inner.1.take() {
+            w.wake();
+        }
+    }
+
+    /// The next interim head, waiting for one.
+    pub fn poll_next(&self, cx: &mut Context<'_>) -> Poll<bytes::Bytes> {
+        let mut inner = self.0.lock().expect("interims lock");
+        match inner.0.pop_front() {
+            Some(head) => Poll::Ready(head),
+            None => {
+                inner.1 = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+
+    /// The next interim head, if one is waiting.
+    pub fn take(&self) -> Option<bytes::Bytes> {
+        self.0.lock().expect("interims lock").0.pop_front()
+    }
+}
 
 /// Who is on the other end of a client connection.
 pub struct Peer {

@@ -180,3 +180,38 @@ async fn pieces_decide_as_the_whole() {
         assert_eq!(b, a, "{:?} cut at {cuts:?}", String::from_utf8_lossy(bytes));
     }
 }
+
+/// An upstream's 103 Early Hints reach an HTTP/1.1 client before the
+/// answer with the gateway's own connection (RFC 9110 §15.2), without its
+/// hop-by-hop fields; an HTTP/1.0 client gets none. hyper's server
+/// connection cannot send a 1xx: with it the 103 is dropped.
+#[tokio::test]
+async fn early_hints_reach_an_http11_client_before_the_answer() {
+    let up = common::raw_upstream(|mut s: TcpStream| async move {
+        while common::read_head(&mut s).await.is_some() {
+            let hints = b"HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\nConnection: x\r\nX: y\r\n\r\n";
+            let _ = s.write_all(hints).await;
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await;
+        }
+    })
+    .await;
+    for http1 in [Http1Server::Gateway, Http1Server::Hyper] {
+        let mut config = common::config(&proxy_toml(up, "d", "", ""), Path::new(env!("CARGO_MANIFEST_DIR")));
+        config.server.http1 = http1;
+        let gw = TestGateway::start(config).await;
+        let got = common::raw(gw.addr, b"GET /d/x HTTP/1.1\r\nHost: x\r\n\r\n", Duration::from_millis(500)).await;
+        let answer = got.text.find("HTTP/1.1 200 OK\r\n").expect("the answer");
+        match http1 {
+            Http1Server::Gateway => {
+                assert!(got.text.starts_with("HTTP/1.1 103 Early Hints\r\n"), "{}", got.text);
+                let hints = &got.text[..answer];
+                assert!(hints.contains("link: </s.css>; rel=preload\r\n") && hints.contains("x: y\r\n"), "{hints}");
+                assert!(!hints.contains("connection"), "hop-by-hop fields stay behind: {hints}");
+            }
+            Http1Server::Hyper => assert_eq!(answer, 0, "{}", got.text),
+        }
+        let old = common::raw(gw.addr, b"GET /d/x HTTP/1.0\r\nHost: x\r\n\r\n", Duration::from_millis(500)).await;
+        assert!(old.text.starts_with("HTTP/1.0 200 OK\r\n"), "no 1xx to HTTP/1.0: {}", old.text);
+    }
+}

@@ -263,6 +263,27 @@ fn date(out: &mut BytesMut) {
     });
 }
 
+/// A 1xx head from the upstream (`raw`, as it came) as the client gets
+/// it: the status, and the fields but the hop-by-hop ones (RFC 9110 §7.6.1).
+/// Nothing is written if `raw` is not such a head.
+pub fn interim(raw: &[u8], out: &mut BytesMut) {
+    let mut storage = [httparse::EMPTY_HEADER; super::head::MAX_HEADERS];
+    let mut parsed = httparse::Response::new(&mut storage);
+    let Ok(httparse::Status::Complete(_)) = parsed.parse(raw) else { return };
+    let Some(status) = parsed.code.and_then(|c| StatusCode::from_u16(c).ok()).filter(StatusCode::is_informational)
+    else {
+        return;
+    };
+    status_line(out, Version::HTTP_11, status, None);
+    for f in parsed.headers.iter() {
+        let Ok(name) = HeaderName::from_bytes(f.name.as_bytes()) else { continue };
+        if !crate::headers::is_hop_by_hop(&name) {
+            field(out, name.as_str(), f.value);
+        }
+    }
+    out.put_slice(b"\r\n");
+}
+
 /// Trailer fields no sender may put in a trailer section (RFC 9110 §6.5.1),
 /// as hyper's encoder drops them.
 const NOT_IN_TRAILERS: &[HeaderName] = &[

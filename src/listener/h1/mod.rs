@@ -46,6 +46,7 @@ use super::conn::{ConnBody, ConnState, Expired, Timeouts, Watchdog};
 use super::{Connection, Kind, Stops};
 use crate::body::Incoming;
 use crate::metrics;
+use crate::request::Interims;
 use crate::server::App;
 use crate::upstream::h1::Framing as DecodeFraming;
 use crate::upstream::h1::decode::Decoder;
@@ -59,6 +60,15 @@ use wire::{Shared, Switched, WireBody};
 /// Response bytes gathered before a write: the head with a small body
 /// goes in one.
 const COALESCE: usize = 16 * 1024;
+
+/// What a wait for the answer found.
+enum Waited {
+    Answer(Response<ConnBody>),
+    /// A 1xx head from the upstream.
+    Interim(Bytes),
+    /// The client closed its side (`true`) or sent more.
+    Watched(std::io::Result<bool>),
+}
 
 /// Why a wait ended other than by what was awaited.
 enum Stop {
@@ -210,23 +220,32 @@ impl Own {
             Framing::Empty => Incoming::Empty,
             _ => Incoming::Own(Box::pin(WireBody(self.wire.clone()))),
         };
-        if version == Version::HTTP_11 {
+        // 1xx answers go to HTTP/1.1 clients only (RFC 9110 §15.2).
+        let interims = (version == Version::HTTP_11).then(Interims::default);
+        if let Some(interims) = &interims {
             parts.extensions.insert(SwitchOnConnection);
+            parts.extensions.insert(interims.clone());
         }
         let in_flight = self.state.request_started(false, framing == Framing::Empty);
         let req = Request::from_parts(parts, body);
-        let response = self.wait_for_answer(super::answer(self.app.clone(), self.kind, req, in_flight)).await?;
+        // Boxed, as hyper's connection boxes its service's future: inline,
+        // the app's future would be kept in every connection's task, idle
+        // or not.
+        let answer = Box::pin(super::answer(self.app.clone(), self.kind, req, in_flight));
+        let response = self.wait_for_answer(answer, interims).await?;
         let keep_alive = keep_alive && !self.closing;
         let last = self.respond(response, Asked { method: &method, version, keep_alive }).await?;
         Ok(!last && !self.closing && self.wire.lock().body_drained())
     }
 
-    /// Waits for the answer, watching the socket once the request body is
-    /// in: a client that closes its side meanwhile has left (as hyper's
-    /// connection sees it), and its request is dropped.
+    /// Waits for the answer, forwarding the 1xx heads that come before it
+    /// and watching the socket once the request body is in: a client that
+    /// closes its side meanwhile has left (as hyper's connection sees it),
+    /// and its request is dropped.
     async fn wait_for_answer<F: Future<Output = Response<ConnBody>>>(
         &mut self,
         answer: F,
+        interims: Option<Interims>,
     ) -> Result<Response<ConnBody>, Stop> {
         let mut answer = pin!(answer);
         let mut watching = true;
@@ -236,22 +255,42 @@ impl Own {
                 true => wire.lock().poll_watch(cx),
                 false => Poll::Pending,
             });
+            let interim = std::future::poll_fn(|cx| match &interims {
+                Some(i) => i.poll_next(cx),
+                None => Poll::Pending,
+            });
             let raced = async {
                 tokio::select! {
                     biased;
-                    response = &mut answer => Ok(response),
-                    gone = watch => Err(gone),
+                    response = &mut answer => Waited::Answer(response),
+                    interim = interim => Waited::Interim(interim),
+                    gone = watch => Waited::Watched(gone),
                 }
             };
             match self.guarded(raced, false).await? {
-                Ok(response) => return Ok(response),
-                Err(Ok(false)) => watching = false,
-                Err(_) => {
+                Waited::Answer(response) => {
+                    // Those that came with the answer's head go first.
+                    while let Some(interim) = interims.as_ref().and_then(Interims::take) {
+                        self.forward_interim(&interim).await?;
+                    }
+                    return Ok(response);
+                }
+                Waited::Interim(interim) => self.forward_interim(&interim).await?,
+                Waited::Watched(Ok(false)) => watching = false,
+                Waited::Watched(_) => {
                     tracing::debug!(client = %self.addr, "client closed the connection while its request was in flight");
                     return Err(Stop::Cut);
                 }
             }
         }
+    }
+
+    /// Writes a 1xx head from the upstream to the client.
+    async fn forward_interim(&mut self, raw: &[u8]) -> Result<(), Stop> {
+        let mut out = BytesMut::new();
+        encode::interim(raw, &mut out);
+        self.write(out.freeze()).await?;
+        self.flush().await
     }
 
     /// Writes the response; returns whether it must be the connection's

@@ -22,6 +22,7 @@ use super::Error;
 use super::body::ResponseBody;
 use super::decode::Decoder;
 use super::head::{self, Framing, Head, Parsed, SendFraming};
+use crate::request::Interims;
 use crate::upstream::io::UpstreamIo;
 use crate::upstream::pool::{Conn, SendBody};
 
@@ -47,12 +48,15 @@ pub async fn send(conn: Conn, req: Request<SendBody>) -> Result<Response<Respons
 pub struct Encoded {
     sending: Option<Sending>,
     head_request: bool,
+    /// Where 1xx heads go, when the client's connection forwards them.
+    interims: Option<Interims>,
 }
 
 impl Encoded {
-    pub fn of(req: Request<SendBody>) -> Encoded {
+    pub fn of(mut req: Request<SendBody>) -> Encoded {
+        let interims = req.extensions_mut().remove::<Interims>();
         let (sending, head_request) = Sending::new(req);
-        Encoded { sending, head_request }
+        Encoded { sending, head_request, interims }
     }
 
     /// `req` encoded and, if `keep` and it is bodiless, its bytes, all of
@@ -85,17 +89,18 @@ impl Encoded {
             framing: SendFraming::Length(0),
             left: 0,
         };
-        Encoded { sending: Some(sending), head_request }
+        Encoded { sending: Some(sending), head_request, interims: None }
     }
 }
 
 /// [`send`] of a request already encoded.
 pub async fn send_encoded(mut conn: Conn, encoded: Encoded) -> Result<Response<ResponseBody>, Error> {
-    let Encoded { mut sending, head_request } = encoded;
+    let Encoded { mut sending, head_request, interims } = encoded;
     let mut rx = BytesMut::new();
     let (mut unfinished, mut scanned) = (false, 0);
     let head = std::future::poll_fn(|cx| {
-        poll_head(&mut conn, &mut sending, &mut unfinished, (&mut rx, &mut scanned), head_request, cx)
+        let rx = (&mut rx, &mut scanned);
+        poll_head(&mut conn, &mut sending, &mut unfinished, rx, (head_request, interims.as_ref()), cx)
     })
     .await?;
     Ok(respond(head, conn, rx, sending.map(Box::new), unfinished))
@@ -133,7 +138,7 @@ fn poll_head(
     sending: &mut Option<Sending>,
     unfinished: &mut bool,
     (rx, scanned): (&mut BytesMut, &mut usize),
-    head_request: bool,
+    (head_request, interims): (bool, Option<&Interims>),
     cx: &mut Context<'_>,
 ) -> Poll<Result<Head, Error>> {
     let mut failed = None;
@@ -160,7 +165,11 @@ fn poll_head(
                     check_body_start(head.framing, conn.io_mut(), rx, cx)?;
                     return Poll::Ready(Ok(head));
                 }
-                Parsed::Interim => {
+                Parsed::Interim(interim) => {
+                    // A 100 answers the gateway's own expectation, if any.
+                    if let Some(sink) = interims.filter(|_| interim.get(9..12) != Some(b"100")) {
+                        sink.push(interim);
+                    }
                     *scanned = 0;
                     continue;
                 }

@@ -226,6 +226,8 @@ impl Own {
             parts.extensions.insert(SwitchOnConnection);
             parts.extensions.insert(interims.clone());
         }
+        // As hyper: trailer fields only to a client that said it takes them.
+        let trailers_ok = parts.headers.get_all(http::header::TE).iter().any(|te| head::has_token(te, "trailers"));
         let in_flight = self.state.request_started(false, framing == Framing::Empty);
         let req = Request::from_parts(parts, body);
         // Boxed, as hyper's connection boxes its service's future: inline,
@@ -234,7 +236,7 @@ impl Own {
         let answer = Box::pin(super::answer(self.app.clone(), self.kind, req, in_flight));
         let response = self.wait_for_answer(answer, interims).await?;
         let keep_alive = keep_alive && !self.closing;
-        let last = self.respond(response, Asked { method: &method, version, keep_alive }).await?;
+        let last = self.respond(response, Asked { method: &method, version, keep_alive }, trailers_ok).await?;
         Ok(!last && !self.closing && self.wire.lock().body_drained())
     }
 
@@ -295,7 +297,12 @@ impl Own {
 
     /// Writes the response; returns whether it must be the connection's
     /// last.
-    async fn respond(&mut self, response: Response<ConnBody>, asked: Asked<'_>) -> Result<bool, Stop> {
+    async fn respond(
+        &mut self,
+        response: Response<ConnBody>,
+        asked: Asked<'_>,
+        trailers_ok: bool,
+    ) -> Result<bool, Stop> {
         let (mut parts, mut body) = response.into_parts();
         let length = match body.size_hint().exact() {
             _ if body.is_end_stream() => BodyLength::None,
@@ -303,8 +310,11 @@ impl Own {
             None => BodyLength::Unknown,
         };
         let mut out = BytesMut::new();
-        let (encoder, last) = encode::head(&mut parts, length, asked, &mut out);
+        let (mut encoder, last) = encode::head(&mut parts, length, asked, &mut out);
         drop(parts);
+        if let (Encoder::Chunked(allowed), false) = (&mut encoder, trailers_ok) {
+            allowed.clear();
+        }
         let ended = match encoder {
             Encoder::Length(0) => true,
             encoder => self.stream(&mut body, encoder, &mut out).await?,

@@ -3,8 +3,8 @@
 //! logs, trace and upstream need to know about it ([`RequestLog`]). A leaf
 //! below the server, the listeners and the upstreams, which all use it.
 
-use std::net::{IpAddr, SocketAddr};
 use std::collections::VecDeque;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 

@@ -295,6 +295,36 @@ impl Own {
         self.flush().await
     }
 
+    /// Waits for `f` (the answer's next bytes) watching the socket, as
+    /// [`Own::wait_for_answer`] does: a client that leaves while a streamed
+    /// answer is silent is noticed (as hyper's connection notices it).
+    async fn watched<F: Future>(&mut self, f: F) -> Result<F::Output, Stop> {
+        let mut f = pin!(f);
+        let mut watching = true;
+        loop {
+            let wire = self.wire.clone();
+            let watch = std::future::poll_fn(|cx| match watching {
+                true => wire.lock().poll_watch(cx),
+                false => Poll::Pending,
+            });
+            let raced = async {
+                tokio::select! {
+                    biased;
+                    out = &mut f => Ok(out),
+                    gone = watch => Err(gone),
+                }
+            };
+            match self.guarded(raced, false).await? {
+                Ok(out) => return Ok(out),
+                Err(Ok(false)) => watching = false,
+                Err(_) => {
+                    tracing::debug!(client = %self.addr, "client closed the connection while its answer was streaming");
+                    return Err(Stop::Cut);
+                }
+            }
+        }
+    }
+
     /// Writes the response; returns whether it must be the connection's
     /// last.
     async fn respond(
@@ -344,8 +374,7 @@ impl Own {
                     Poll::Pending => {
                         self.write(std::mem::take(out).freeze()).await?;
                         self.flush().await?;
-                        self.guarded(std::future::poll_fn(|cx| std::pin::Pin::new(&mut *body).poll_frame(cx)), false)
-                            .await?
+                        self.watched(std::future::poll_fn(|cx| std::pin::Pin::new(&mut *body).poll_frame(cx))).await?
                     }
                 };
             let data = match frame {

@@ -25,7 +25,9 @@
 //! - A response body that fails mid-way has the bytes buffered before the
 //!   failure written before the connection is closed (hyper drops them).
 //! - A request body's framing error reads "invalid response body" in the
-//!   gateway's log (the decoder is the upstream client's).
+//!   gateway's log (the decoder is the upstream client's), and a chunk-size
+//!   line past that decoder's bound (thousands of leading zeros) is a 400
+//!   where hyper's takes it.
 
 mod encode;
 mod head;

@@ -92,6 +92,8 @@ async fn decide(gw: &Gw, bytes: &[u8], wait: Duration) -> Decision {
 fn streams() -> Vec<Vec<u8>> {
     let s = |t: &str| t.as_bytes().to_vec();
     vec![
+        // A TLS ClientHello's first bytes on the plain port: no line end.
+        b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03".to_vec(),
         s("CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\nGET /d/after HTTP/1.1\r\nHost: x\r\n\r\n"),
         s("OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n"),
         s("GET example.com:80 HTTP/1.1\r\nHost: x\r\n\r\n"),

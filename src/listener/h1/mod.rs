@@ -167,16 +167,18 @@ impl Own {
             return Err(Stop::Close);
         }
         let (wire, max) = (self.wire.clone(), self.max_head);
-        // Parsed again only once a line has ended since the last parse (or
-        // the head is as long as it may be): a head trickling in byte by
-        // byte costs a parse per line, not one per read.
+        // Parsed at the first bytes (which may be refused at once, as
+        // hyper's are), then again only once a line has ended since the
+        // last parse (or the head is as long as it may be): a head
+        // trickling in byte by byte costs a parse per line, not one per read.
         let mut scanned = 0;
         let read = std::future::poll_fn(move |cx| {
             let mut w = wire.lock();
             loop {
+                let first = scanned == 0 && !w.rx.is_empty();
                 let ended = memchr::memchr(b'\n', &w.rx[scanned..]).is_some();
                 scanned = w.rx.len();
-                if ended || w.rx.len() >= max {
+                if first || ended || w.rx.len() >= max {
                     match head::parse(&mut w.rx, max) {
                         Ok(Some(head)) => return Poll::Ready(Some(Ok(head))),
                         Ok(None) => {}

@@ -368,14 +368,24 @@ where
     let Connection { builders, addr, app, kind, timeouts, stops, state, mut watchdog } = c;
     let io = TokioIo::new(io);
     let requests = state.clone();
-    let service = service_fn(move |req: Request<hyper::body::Incoming>| {
-        let mut req = req.map(Incoming::Hyper);
+    let service = service_fn(move |mut req: Request<hyper::body::Incoming>| {
         // Here, before hyper reads the connection again (see `detach`).
         detach::detach(&mut req);
         let bodiless = http_body::Body::is_end_stream(req.body());
         let in_flight = requests.request_started(req.version() == Version::HTTP_2, bodiless);
-        let answered = answer(app.clone(), kind, req, in_flight);
-        async move { Ok::<_, Infallible>(answered.await) }
+        let app = app.clone();
+        // The app's future awaited here, not through [`answer`]'s, and the
+        // body made the gateway's inside: a nested future, or a request
+        // rebuilt outside, made every move hyper makes of the service's
+        // future copy more of its (large) state.
+        async move {
+            let req = req.map(Incoming::Hyper);
+            let response = match kind {
+                Kind::Main => app.handle(req, in_flight.peer()).await,
+                Kind::Admin => app.admin(&req, in_flight.peer()).await,
+            };
+            Ok::<_, Infallible>(answered(&app, response, in_flight))
+        }
     });
     let driven = match http {
         Http::One => {
@@ -412,10 +422,15 @@ where
 /// tunnel a 101 opened kept for the connection and the access log line
 /// written once the body is done.
 async fn answer(app: Arc<App>, kind: Kind, req: Request<Incoming>, in_flight: conn::InFlight) -> Response<ConnBody> {
-    let mut response = match kind {
+    let response = match kind {
         Kind::Main => app.handle(req, in_flight.peer()).await,
         Kind::Admin => app.admin(&req, in_flight.peer()).await,
     };
+    answered(&app, response, in_flight)
+}
+
+/// The app's `response` made the connection's: see [`answer`].
+fn answered(app: &App, mut response: Response<crate::body::Body>, in_flight: conn::InFlight) -> Response<ConnBody> {
     if response.status() == StatusCode::SWITCHING_PROTOCOLS
         && let Some(tunnel) = response.extensions_mut().remove::<PendingTunnel>().and_then(|t| t.take())
     {

@@ -88,6 +88,8 @@ pub use target::MirrorConfig;
 mod raw_access;
 mod redact;
 pub use redact::{names_secret, redact_url};
+mod server;
+pub use server::{AccessLogFormat, Http1Server};
 mod upstream;
 mod validate;
 
@@ -194,14 +196,6 @@ pub struct ServerConfig {
     pub http1: Http1Server,
 }
 
-/// `server.http1`: hyper's HTTP/1.1 server connection, or the gateway's own
-/// (`listener::h1`). HTTP/2 is hyper's either way.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Http1Server {
-    Hyper,
-    Gateway,
-}
-
 /// `[server.tls]`: the listener's certificate, read at load.
 #[derive(Debug, Clone)]
 pub struct ListenerTls {
@@ -217,15 +211,6 @@ impl PartialEq for ListenerTls {
     fn eq(&self, other: &Self) -> bool {
         self.cert == other.cert && self.client_ca == other.client_ca
     }
-}
-
-/// How access log lines are written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AccessLogFormat {
-    /// One event with a field per item (JSON with `--log-format json`).
-    Json,
-    /// Apache/nginx combined format, plus the request time.
-    Combined,
 }
 
 /// `[tracing]`.

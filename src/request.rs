@@ -81,11 +81,21 @@ pub struct Peer {
     pub trusted: bool,
     /// The client connected over TLS (`X-Forwarded-Proto: https`).
     pub tls: bool,
+    /// The connection may forward an upstream's 1xx (the gateway's own
+    /// HTTP/1.1 connection may be serving it): only then is a request's
+    /// [`Interims`] looked for, a lookup hyper's connections would pay for
+    /// every request in vain.
+    pub forwards_1xx: bool,
 }
 
 impl Peer {
     pub fn new(ip: IpAddr, trusted: bool, tls: bool) -> Self {
-        Peer { ip, forwarded_for: crate::headers::forwarded_for(ip), trusted, tls }
+        Peer { ip, forwarded_for: crate::headers::forwarded_for(ip), trusted, tls, forwards_1xx: false }
+    }
+
+    /// With [`Peer::forwards_1xx`] set to `yes`.
+    pub fn forwarding_1xx(self, yes: bool) -> Self {
+        Peer { forwards_1xx: yes, ..self }
     }
 }
 

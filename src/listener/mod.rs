@@ -279,7 +279,9 @@ async fn connection(
     // A dual-stack listener sees IPv4 clients as ::ffff:a.b.c.d: trust and
     // X-Forwarded-For use the plain IPv4 address.
     let ip = addr.ip().to_canonical();
-    let state = Arc::new(ConnState::new(Peer::new(ip, app.trusts(ip), tls.is_some())));
+    let own_http1 = app.config().server.http1 == crate::config::Http1Server::Gateway;
+    let peer = Peer::new(ip, app.trusts(ip), tls.is_some()).forwarding_1xx(own_http1);
+    let state = Arc::new(ConnState::new(peer));
     let io = ClientIo::new(stream, state.clone());
     let watchdog = Watchdog::new(state.clone(), timeouts);
     let mut c = Connection { builders, addr, app, kind, timeouts, stops, state, watchdog };

@@ -140,7 +140,8 @@ pub fn prepare_request<B: ClientBody>(
         (Either::Right(Empty::new()), None)
     };
     let retryable = !has_body && is_idempotent(&parts.method);
-    let plan = Plan { retryable, send_timeout: target.body_timeout, large_body, may_resend: true };
+    let forwards_1xx = peer.forwards_1xx;
+    let plan = Plan { retryable, send_timeout: target.body_timeout, large_body, may_resend: true, forwards_1xx };
     Ok(Prepared { parts, body, plan, client_host, upgrade, body_state })
 }
 

@@ -84,7 +84,7 @@ pub struct Peer {
     /// The connection may forward an upstream's 1xx (the gateway's own
     /// HTTP/1.1 connection may be serving it): only then is a request's
     /// [`Interims`] looked for, a lookup hyper's connections would pay for
-    /// every request in vain.
+    /// every request in vain (see benches/README.md, Decisions).
     pub forwards_1xx: bool,
 }
 

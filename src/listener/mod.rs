@@ -379,7 +379,8 @@ where
         // The app's future awaited here, not through [`answer`]'s, and the
         // body made the gateway's inside: a nested future, or a request
         // rebuilt outside, made every move hyper makes of the service's
-        // future copy more of its (large) state.
+        // future copy more of its (large) state (see benches/README.md,
+        // Decisions).
         async move {
             let req = req.map(Incoming::Hyper);
             let response = match kind {

@@ -192,12 +192,22 @@ pub struct ServerConfig {
     pub via: crate::headers::Via,
     /// Which HTTP/1.1 connection serves clients.
     pub http1: Http1Server,
+    /// Which HTTP/2 connection serves clients.
+    pub http2: Http2Server,
 }
 
 /// `server.http1`: hyper's HTTP/1.1 server connection, or the gateway's own
 /// (`listener::h1`). HTTP/2 is hyper's either way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Http1Server {
+    Hyper,
+    Gateway,
+}
+
+/// `server.http2`: hyper's HTTP/2 server connection, or the gateway's own
+/// on the h2 crate (`listener::h2`), which forwards an upstream's 1xx.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Http2Server {
     Hyper,
     Gateway,
 }

@@ -247,8 +247,13 @@ fn digits(bytes: &[u8]) -> Option<u64> {
     })
 }
 
-/// Appends a `date` field, formatted once a second per thread.
+/// Appends a `date` field.
 fn date(out: &mut BytesMut) {
+    field(out, "date", &date_text());
+}
+
+/// The `date` field's value, formatted once a second per thread.
+pub fn date_text() -> Bytes {
     thread_local! {
         static CACHED: RefCell<(u64, Bytes)> = const { RefCell::new((0, Bytes::new())) };
     }
@@ -259,8 +264,8 @@ fn date(out: &mut BytesMut) {
             *text = Bytes::from(httpdate::fmt_http_date(now));
             *at = second;
         }
-        field(out, "date", text);
-    });
+        text.clone()
+    })
 }
 
 /// A 1xx head from the upstream (`raw`, as it came) as the client gets

@@ -53,6 +53,7 @@ use crate::server::App;
 use crate::upstream::h1::Framing as DecodeFraming;
 use crate::upstream::h1::decode::Decoder;
 use crate::upstream::tunnel::SwitchOnConnection;
+pub(super) use encode::date_text;
 use encode::{Asked, BodyLength, Encoder};
 use head::{Framing, Head, Refused};
 pub use replay::replay;

@@ -10,11 +10,10 @@ use bytes::Bytes;
 use http_body::{Frame, SizeHint};
 
 use super::BoxError;
-use crate::request::Interims;
 
-/// What a server answers to `Expect: 100-continue` when the body is first
-/// asked for, as an upstream's interim head would come.
-const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+/// Run when the body is first asked for: sends the `100 Continue` a
+/// client that sent `Expect: 100-continue` waits for.
+pub type OnFirstPoll = Box<dyn FnOnce() + Send + Sync>;
 
 /// A request body read from an HTTP/2 stream.
 pub struct H2Body {
@@ -22,19 +21,17 @@ pub struct H2Body {
     /// What is left of the declared length, if one was declared.
     left: Option<u64>,
     data_done: bool,
-    /// Where the `100 Continue` goes when the body is first asked for, if
-    /// the client waits for one.
-    continue_to: Option<Interims>,
+    /// See [`OnFirstPoll`].
+    first_poll: Option<OnFirstPoll>,
 }
 
 impl H2Body {
-    /// `length`: the request's `Content-Length`. `continue_to`: the
-    /// stream's interim heads, when the client sent `Expect: 100-continue`.
-    pub fn new(recv: ::h2::RecvStream, length: Option<u64>, continue_to: Option<Interims>) -> Self {
+    /// `length`: the request's `Content-Length`.
+    pub fn new(recv: ::h2::RecvStream, length: Option<u64>, first_poll: Option<OnFirstPoll>) -> Self {
         // A stream already at its end has no body, whatever it declared.
         let left = if recv.is_end_stream() { Some(0) } else { length };
-        let continue_to = continue_to.filter(|_| !recv.is_end_stream());
-        H2Body { recv, left, data_done: false, continue_to }
+        let first_poll = first_poll.filter(|_| !recv.is_end_stream());
+        H2Body { recv, left, data_done: false, first_poll }
     }
 }
 
@@ -50,8 +47,8 @@ impl http_body::Body for H2Body {
 
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
-        if let Some(interims) = this.continue_to.take() {
-            interims.push(Bytes::from_static(CONTINUE));
+        if let Some(first_poll) = this.first_poll.take() {
+            first_poll();
         }
         if !this.data_done {
             match ready!(this.recv.poll_data(cx)) {

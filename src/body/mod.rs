@@ -23,7 +23,7 @@ mod incoming;
 mod request;
 mod upstream;
 pub use copy::{BodyCopy, WantsCopy};
-pub use h2::H2Body;
+pub use h2::{H2Body, OnFirstPoll};
 pub use incoming::Incoming;
 pub use request::{BodyState, BodyTooLarge, ClientBodyFailed, ClientFault, ReadAhead, RequestBody};
 pub use upstream::{Held, UpstreamBody};

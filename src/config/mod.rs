@@ -77,6 +77,8 @@ impl Source {
 
 pub mod access;
 mod effective;
+mod listener;
+pub use listener::{Http1Server, Http2Server, ListenerTls};
 mod errors;
 pub use errors::ConfigError;
 mod files;
@@ -194,39 +196,6 @@ pub struct ServerConfig {
     pub http1: Http1Server,
     /// Which HTTP/2 connection serves clients.
     pub http2: Http2Server,
-}
-
-/// `server.http1`: hyper's HTTP/1.1 server connection, or the gateway's own
-/// (`listener::h1`). HTTP/2 is hyper's either way.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Http1Server {
-    Hyper,
-    Gateway,
-}
-
-/// `server.http2`: hyper's HTTP/2 server connection, or the gateway's own
-/// on the h2 crate (`listener::h2`), which forwards an upstream's 1xx.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Http2Server {
-    Hyper,
-    Gateway,
-}
-
-/// `[server.tls]`: the listener's certificate, read at load.
-#[derive(Debug, Clone)]
-pub struct ListenerTls {
-    pub config: Arc<rustls::ServerConfig>,
-    /// The files it was read from (for `gateway check` and the watcher).
-    pub cert: PathBuf,
-    pub key: PathBuf,
-    pub client_ca: Option<PathBuf>,
-}
-
-impl PartialEq for ListenerTls {
-    /// By the files named: what they hold is read again on every reload.
-    fn eq(&self, other: &Self) -> bool {
-        self.cert == other.cert && self.client_ca == other.client_ca
-    }
 }
 
 /// How access log lines are written.

@@ -4,13 +4,15 @@
 //! - [`serve`] accepts until told to stop, holding at most `max_connections`
 //!   at once (the rest wait in the kernel's backlog), then drains.
 //! - Each connection runs hyper's HTTP/1 connection, or hyper-util's `auto`
-//!   one where it may be HTTP/2 (h2c, or `h2` by ALPN), beside a
+//!   one where it may be HTTP/2 (h2c, or `h2` by ALPN), or the gateway's
+//!   own ([`h1`], [`h2`]) where `server.http1` or `server.http2` asks, beside a
 //!   [`conn::Watchdog`] that enforces the header-read, idle and send
 //!   timeouts from what [`io::ClientIo`] and the requests report to the
 //!   connection's [`conn::ConnState`].
 //! - The main listener serves [`App::handle`]; the optional admin listener
 //!   serves only the built-ins, with the same timeouts and its own small cap.
 
+mod builders;
 pub mod conn;
 mod detach;
 pub mod h1;
@@ -27,10 +29,8 @@ use std::time::Duration;
 use crate::body::Incoming;
 use futures_util::FutureExt;
 use http::{Request, Response, StatusCode, Version};
-use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
+use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
@@ -44,6 +44,7 @@ use crate::metrics;
 use crate::request::Peer;
 use crate::server::App;
 use crate::upstream::tunnel::PendingTunnel;
+use builders::{Builders, builders};
 use conn::{ConnBody, ConnState, Expired, Timeouts, Watchdog};
 use io::ClientIo;
 
@@ -176,53 +177,6 @@ impl LimitWarning {
             self.since_last = 0;
         }
     }
-}
-
-/// The HTTP settings every connection of a listener shares: hyper's HTTP/1
-/// builder for connections known to speak HTTP/1 (see [`Http`]),
-/// hyper-util's `auto` builder, with the same HTTP/1 settings, for the
-/// rest, and the h2 crate's for the own HTTP/2 connection ([`h2`]), with
-/// the HTTP/2 settings `auto` has.
-struct Builders {
-    http1: http1::Builder,
-    auto: auto::Builder<TokioExecutor>,
-    h2: ::h2::server::Builder,
-}
-
-/// The HTTP/1 settings, applied alike to hyper's builder and to `auto`'s
-/// (two types with the same setters), so the two paths cannot drift apart.
-macro_rules! http1_settings {
-    ($builder:expr, $server:expr) => {
-        $builder
-            // The watchdog times request heads instead: hyper's timer would
-            // also cut idle keep-alive connections at the header timeout.
-            .header_read_timeout(None)
-            // Bounds the request head: past it hyper answers 431 and closes.
-            .max_buf_size($server.max_header_size as usize)
-            // One write of head and body copied together beats a two-part
-            // writev for the small responses a sidecar mostly sends.
-            .writev(false)
-            .keep_alive(true)
-    };
-}
-
-fn builders(app: &App) -> Builders {
-    let server = &app.config().server;
-    let mut http1 = http1::Builder::new();
-    http1_settings!(http1, server);
-    let mut auto = auto::Builder::new(TokioExecutor::new());
-    http1_settings!(auto.http1(), server);
-    let h2 = h2::Settings::of(server);
-    auto.http2()
-        .timer(TokioTimer::new())
-        .initial_stream_window_size(h2.stream_window)
-        .initial_connection_window_size(h2.connection_window)
-        .max_frame_size(h2.max_frame_size)
-        .max_concurrent_streams(h2.max_concurrent_streams)
-        .max_send_buf_size(h2.max_send_buffer)
-        .max_local_error_reset_streams(h2.max_local_error_resets)
-        .max_header_list_size(h2.max_header_list_size);
-    Builders { http1, auto, h2: h2.builder() }
 }
 
 /// Which hyper connection serves a connection.

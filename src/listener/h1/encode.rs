@@ -249,11 +249,12 @@ fn digits(bytes: &[u8]) -> Option<u64> {
 
 /// Appends a `date` field.
 fn date(out: &mut BytesMut) {
-    field(out, "date", &date_text());
+    with_date(|text| field(out, "date", text));
 }
 
-/// The `date` field's value, formatted once a second per thread.
-pub fn date_text() -> Bytes {
+/// Runs `f` on the `date` field's value, formatted once a second per
+/// thread.
+pub fn with_date<R>(f: impl FnOnce(&Bytes) -> R) -> R {
     thread_local! {
         static CACHED: RefCell<(u64, Bytes)> = const { RefCell::new((0, Bytes::new())) };
     }
@@ -264,7 +265,7 @@ pub fn date_text() -> Bytes {
             *text = Bytes::from(httpdate::fmt_http_date(now));
             *at = second;
         }
-        text.clone()
+        f(text)
     })
 }
 

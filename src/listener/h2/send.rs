@@ -21,7 +21,7 @@ pub(super) async fn respond(response: Response<ConnBody>, mut reply: SendRespons
     let (mut parts, body) = response.into_parts();
     strip_connection_fields(&mut parts.headers);
     if !parts.headers.contains_key(header::DATE)
-        && let Ok(date) = HeaderValue::from_maybe_shared(super::super::h1::date_text())
+        && let Ok(date) = super::super::h1::with_date(|t| HeaderValue::from_maybe_shared(t.clone()))
     {
         parts.headers.insert(header::DATE, date);
     }

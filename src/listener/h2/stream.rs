@@ -12,10 +12,14 @@ use http::header::{self, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 
 use super::Streams;
-use crate::body::{H2Body, Incoming};
+use crate::body::{H2Body, Incoming, OnFirstPoll};
 use crate::listener::conn::ConnBody;
 use crate::request::Interims;
 use crate::upstream::h1::{MAX_HEADERS, content_length};
+
+/// What a server answers to `Expect: 100-continue` when the body is first
+/// asked for, as an upstream's interim head would come.
+const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 
 /// Answers one stream: the app's answer, then its body.
 pub(super) async fn serve(streams: Streams, req: Request<RecvStream>, mut reply: SendResponse<Bytes>) {
@@ -43,7 +47,11 @@ fn request(req: Request<RecvStream>, interims: &Interims) -> (Request<Incoming>,
     }
     let length = content_length(&parts.headers).ok().flatten();
     let expects = parts.headers.get(header::EXPECT).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
-    let body = H2Body::new(recv, length, expects.then(|| interims.clone()));
+    let first_poll = expects.then(|| {
+        let interims = interims.clone();
+        Box::new(move || interims.push(Bytes::from_static(CONTINUE))) as OnFirstPoll
+    });
+    let body = H2Body::new(recv, length, first_poll);
     (Request::from_parts(parts, Incoming::H2(body)), None)
 }
 

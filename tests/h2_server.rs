@@ -205,6 +205,76 @@ async fn a_large_answer_flows_through_a_small_window_with_its_trailers() {
     }
 }
 
+/// A shutdown sends GOAWAY: the stream in flight gets its whole answer,
+/// then the connection closes.
+#[tokio::test]
+async fn a_shutdown_finishes_the_stream_in_flight_then_closes() {
+    let up = common::raw_upstream(|mut s: TcpStream| async move {
+        while common::read_head(&mut s).await.is_some() {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\ndone").await;
+        }
+    })
+    .await;
+    for http2 in [Http2Server::Gateway, Http2Server::Hyper] {
+        let mut gw = gateway(up, http2).await;
+        let tcp = TcpStream::connect(gw.addr).await.unwrap();
+        let (client, connection) = h2::client::handshake(tcp).await.unwrap();
+        let connection = tokio::spawn(connection);
+        let mut client = client.ready().await.unwrap();
+        let (answer, _) = client.send_request(get(&gw, "/d/slow"), true).unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        gw.shutdown();
+        let body = bounded(async {
+            let mut body = answer.await.unwrap().into_body();
+            let mut got = Vec::new();
+            while let Some(chunk) = body.data().await {
+                got.extend_from_slice(&chunk.unwrap());
+            }
+            got
+        })
+        .await;
+        assert_eq!(body, b"done", "{http2:?}");
+        let _ = bounded(connection).await.unwrap();
+        let again = client.send_request(get(&gw, "/d/x"), true);
+        assert!(again.is_err(), "no new stream after GOAWAY ({http2:?})");
+    }
+}
+
+/// An answer cut short upstream is cut short to the client: the bytes
+/// that came, then the stream reset, alike on both connections.
+#[tokio::test]
+async fn an_answer_cut_upstream_resets_the_stream() {
+    let up = common::raw_upstream(|mut s: TcpStream| async move {
+        if common::read_head(&mut s).await.is_some() {
+            let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nabcd").await;
+        }
+    })
+    .await;
+    let mut seen = Vec::new();
+    for http2 in [Http2Server::Gateway, Http2Server::Hyper] {
+        let gw = gateway(up, http2).await;
+        let (mut client, _ping) = common::raw_h2(gw.addr, 65_535).await;
+        let (answer, _) = client.send_request(get(&gw, "/d/cut"), true).unwrap();
+        let (got, reason) = bounded(async {
+            let mut body = answer.await.unwrap().into_body();
+            let mut got = Vec::new();
+            loop {
+                match body.data().await {
+                    Some(Ok(chunk)) => got.extend_from_slice(&chunk),
+                    Some(Err(e)) => break (got, e.reason()),
+                    None => break (got, None),
+                }
+            }
+        })
+        .await;
+        assert_eq!(got, b"abcd", "{http2:?}");
+        seen.push(reason);
+    }
+    assert!(seen[0].is_some(), "the stream is reset, not ended: {seen:?}");
+    assert_eq!(seen[0], seen[1], "the same reset as hyper's");
+}
+
 /// `server.http2` takes `hyper` or `gateway`.
 #[test]
 fn server_http2_is_checked_at_load() {

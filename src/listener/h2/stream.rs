@@ -27,8 +27,9 @@ pub(super) async fn serve(streams: Streams, req: Request<RecvStream>, mut reply:
     let (req, _held) = request(req, &interims);
     let bodiless = http_body::Body::is_end_stream(req.body());
     let in_flight = streams.state.request_started(true, bodiless);
-    // Boxed, as hyper boxes its service's future: the app's future is large
-    // and the stream's task would otherwise carry it inline.
+    // Boxed: inline, the app's future would be copied with the stream's
+    // whenever that is moved, as in its spawn (see benches/README.md,
+    // Decisions).
     let answer = Box::pin(super::super::answer(streams.app, streams.kind, req, in_flight));
     if let Some(response) = wait(answer, &interims, &mut reply).await {
         super::send::respond(response, reply).await;

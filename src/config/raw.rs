@@ -53,6 +53,7 @@ pub(super) struct RawServer {
     pub watch_config: bool,
     pub via: Option<String>,
     pub http1: Option<String>,
+    pub http2: Option<String>,
 }
 
 /// `[resolver]`.

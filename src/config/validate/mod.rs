@@ -16,8 +16,8 @@ use crate::headers::rules::HeaderRules;
 use super::raw::{RawConfig, RawHeaderRules, RawRoute, RawServer, RawServerTls, RawSize, RawTracing};
 use super::{
     AccessLogFormat, Config, DEFAULT_BODY_TIMEOUT, DEFAULT_REQUEST_BUFFER, DEFAULT_ROUTE_TIMEOUT,
-    DEFAULT_UPGRADE_IDLE_TIMEOUT, HostMode, Http1Server, ListenerTls, ProxyTarget, RetryOn, RouteConfig, ServerConfig,
-    Target, TracingConfig,
+    DEFAULT_UPGRADE_IDLE_TIMEOUT, HostMode, Http1Server, Http2Server, ListenerTls, ProxyTarget, RetryOn, RouteConfig,
+    ServerConfig, Target, TracingConfig,
 };
 
 mod access;
@@ -138,6 +138,11 @@ fn server(s: &RawServer, base_dir: &Path) -> Result<ServerConfig, Problem> {
             None | Some("hyper") => Http1Server::Hyper,
             Some("gateway") => Http1Server::Gateway,
             Some(other) => return Err(("server.http1".into(), format!("{other:?}: use \"hyper\" or \"gateway\""))),
+        },
+        http2: match s.http2.as_deref() {
+            None | Some("hyper") => Http2Server::Hyper,
+            Some("gateway") => Http2Server::Gateway,
+            Some(other) => return Err(("server.http2".into(), format!("{other:?}: use \"hyper\" or \"gateway\""))),
         },
         via: match &s.via {
             Some(name) => crate::headers::Via::new(name).map_err(|m| ("server.via".to_owned(), m))?,

@@ -247,8 +247,14 @@ fn digits(bytes: &[u8]) -> Option<u64> {
     })
 }
 
-/// Appends a `date` field, formatted once a second per thread.
+/// Appends a `date` field.
 fn date(out: &mut BytesMut) {
+    with_date(|text| field(out, "date", text));
+}
+
+/// Runs `f` on the `date` field's value, formatted once a second per
+/// thread.
+pub fn with_date<R>(f: impl FnOnce(&Bytes) -> R) -> R {
     thread_local! {
         static CACHED: RefCell<(u64, Bytes)> = const { RefCell::new((0, Bytes::new())) };
     }
@@ -259,8 +265,8 @@ fn date(out: &mut BytesMut) {
             *text = Bytes::from(httpdate::fmt_http_date(now));
             *at = second;
         }
-        field(out, "date", text);
-    });
+        f(text)
+    })
 }
 
 /// A 1xx head from the upstream (`raw`, as it came) as the client gets

@@ -1,6 +1,7 @@
 //! The gateway's own client-facing HTTP/1.1 connection (`server.http1 =
-//! "gateway"`), in place of hyper's server connection; HTTP/2 stays on
-//! hyper, chosen as before by the connection preface or ALPN.
+//! "gateway"`), in place of hyper's server connection; HTTP/2, chosen as
+//! before by the connection preface or ALPN, is served as `server.http2`
+//! says.
 //!
 //! Why: hyper's server keeps two 8 KiB buffers for every connection's
 //! whole life, idle or not, and a task-sized future per connection. Here a
@@ -53,6 +54,7 @@ use crate::server::App;
 use crate::upstream::h1::Framing as DecodeFraming;
 use crate::upstream::h1::decode::Decoder;
 use crate::upstream::tunnel::SwitchOnConnection;
+pub(super) use encode::with_date;
 use encode::{Asked, BodyLength, Encoder};
 use head::{Framing, Head, Refused};
 pub use replay::replay;

@@ -62,7 +62,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 pub use body::ResponseBody;
 pub use client::{Encoded, send, send_encoded};
 pub(crate) use head::Framing;
-pub use head::{MAX_HEAD, MAX_HEADERS, request_of};
+pub use head::{MAX_HEAD, MAX_HEADERS, content_length, request_of};
 
 use super::io::UpstreamIo;
 use crate::body::BoxError;

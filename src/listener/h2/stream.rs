@@ -98,7 +98,7 @@ fn forward(raw: &[u8], reply: &mut SendResponse<Bytes>) {
 
 /// A 1xx head from the upstream (`raw`, as it came) as an HTTP/2 client
 /// gets it: the status, and the fields but the connection-specific ones
-/// (RFC 9113 §8.2.2). `None` if `raw` is not such a head, or is a 101,
+/// and those its `Connection` field names (RFC 9113 §8.2.2). `None` if `raw` is not such a head, or is a 101,
 /// which HTTP/2 has no use for.
 fn informational(raw: &[u8]) -> Option<Response<()>> {
     let mut storage = [httparse::EMPTY_HEADER; MAX_HEADERS];
@@ -111,14 +111,14 @@ fn informational(raw: &[u8]) -> Option<Response<()>> {
     let mut head = Response::new(());
     *head.status_mut() = status;
     for f in parsed.headers.iter() {
-        let (Ok(name), Ok(value)) = (HeaderName::from_bytes(f.name.as_bytes()), HeaderValue::from_bytes(f.value))
-        else {
-            continue;
-        };
-        if !crate::headers::is_hop_by_hop(&name) {
+        if let (Ok(name), Ok(value)) = (HeaderName::from_bytes(f.name.as_bytes()), HeaderValue::from_bytes(f.value)) {
             head.headers_mut().append(name, value);
         }
     }
+    // All in first, so that the fields `Connection` names go with it
+    // (RFC 9110 §7.6.1); `TE` is a request's field.
+    crate::headers::strip_hop_by_hop(head.headers_mut());
+    head.headers_mut().remove(header::TE);
     Some(head)
 }
 
@@ -139,6 +139,10 @@ mod tests {
             (
                 "HTTP/1.1 103 Early Hints\r\nConnection: x\r\nKeep-Alive: 5\r\nLink: <a>\r\nLink: <b>\r\n\r\n",
                 Some((103, &["link: <a>", "link: <b>"])),
+            ),
+            (
+                "HTTP/1.1 103 Early Hints\r\nConnection: X-Hint\r\nX-Hint: 1\r\nTE: trailers\r\nLink: <a>\r\n\r\n",
+                Some((103, &["link: <a>"])),
             ),
             ("HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\n\r\n", None),
             ("HTTP/1.1 200 OK\r\n\r\n", None),

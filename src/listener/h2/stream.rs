@@ -56,7 +56,13 @@ fn request(req: Request<RecvStream>, interims: &Interims) -> (Request<Incoming>,
     (Request::from_parts(parts, Incoming::H2(body)), None)
 }
 
-/// Waits for the answer, sending each interim head that comes before it;
+/// Interim answers forwarded on one stream at most: h2 queues a HEADERS
+/// frame for each outside flow control, so an upstream's endless 1xx held
+/// for a client that does not read would grow the gateway without end.
+const MAX_INTERIMS: usize = 16;
+
+/// Waits for the answer, sending each interim head that comes before it
+/// (the first [`MAX_INTERIMS`] of them);
 /// `None` when the client reset the stream (or the connection failed)
 /// first, and the app's future is dropped.
 async fn wait<F: Future<Output = Response<ConnBody>>>(
@@ -65,17 +71,18 @@ async fn wait<F: Future<Output = Response<ConnBody>>>(
     reply: &mut SendResponse<Bytes>,
 ) -> Option<Response<ConnBody>> {
     let mut answer = pin!(answer);
+    let mut left = MAX_INTERIMS;
     std::future::poll_fn(|cx| {
         loop {
             if let Poll::Ready(response) = answer.as_mut().poll(cx) {
                 // Those that came with the answer's head go first.
                 while let Some(raw) = interims.take() {
-                    forward(&raw, reply);
+                    forward(&raw, reply, &mut left);
                 }
                 return Poll::Ready(Some(response));
             }
             if let Poll::Ready(raw) = interims.poll_next(cx) {
-                forward(&raw, reply);
+                forward(&raw, reply, &mut left);
                 continue;
             }
             if let Poll::Ready(reset) = reply.poll_reset(cx) {
@@ -88,9 +95,14 @@ async fn wait<F: Future<Output = Response<ConnBody>>>(
     .await
 }
 
-/// Sends the interim head `raw` (as the upstream sent it) to the client.
-fn forward(raw: &[u8], reply: &mut SendResponse<Bytes>) {
+/// Sends the interim head `raw` (as the upstream sent it) to the client,
+/// while `left` allows.
+fn forward(raw: &[u8], reply: &mut SendResponse<Bytes>, left: &mut usize) {
+    if *left == 0 {
+        return;
+    }
     let Some(head) = informational(raw) else { return };
+    *left -= 1;
     if let Err(e) = reply.send_informational(head) {
         tracing::debug!(error = %e, "cannot send an interim answer");
     }

@@ -231,3 +231,95 @@ async fn malformed_requests_end_as_on_hyper() {
         assert_eq!(upstream_answered, valid, "{name}: {mine:?}");
     }
 }
+
+const PING: u8 = 6;
+const CONTINUATION: u8 = 9;
+
+/// Writes the preface and `frames` while reading what comes back; the
+/// code of the connection error the server sent (`None`: none, the
+/// connection left open or closed without one).
+async fn flood(gw: &TestGateway, frames: Vec<u8>) -> Option<u32> {
+    let (mut rx, mut tx) = TcpStream::connect(gw.addr).await.unwrap().into_split();
+    tokio::spawn(async move {
+        let _ = tx.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await;
+        let _ = tx.write_all(&frame(SETTINGS, 0, 0, &[])).await;
+        let _ = tx.write_all(&frames).await;
+        // Held open: the server decides when it ends.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    });
+    let read = async {
+        loop {
+            let mut head = [0u8; 9];
+            rx.read_exact(&mut head).await.ok()?;
+            let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+            let mut payload = vec![0u8; len];
+            rx.read_exact(&mut payload).await.ok()?;
+            if head[3] == GOAWAY && len >= 8 {
+                let code = u32::from_be_bytes(payload[4..8].try_into().unwrap());
+                if code != 0 {
+                    return Some(code);
+                }
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(3), read).await.ok().flatten()
+}
+
+fn get_block() -> Vec<u8> {
+    let mut block = Vec::new();
+    for (n, v) in [(":method", "GET"), (":scheme", "http"), (":path", "/d/x"), (":authority", "a")] {
+        field(&mut block, n, v);
+    }
+    block
+}
+
+/// Floods a client can send on one connection (rapid reset, CVE-2023-44487;
+/// a header list in endless CONTINUATION frames, CVE-2024-27316; PINGs
+/// and SETTINGS that each ask for an answer) end the same way on both
+/// connections where the end does not hang on timing, and the gateway
+/// goes on serving other connections.
+#[tokio::test]
+async fn floods_end_as_on_hyper_and_others_are_served() {
+    let up = ok_upstream().await;
+    let (rapid_reset, continuation, pings, settings) = {
+        let (mut rr, mut cont, mut pings, mut settings) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for i in 0..5_000u32 {
+            rr.extend(frame(HEADERS, END_HEADERS | END_STREAM, 2 * i + 1, &get_block()));
+            rr.extend(frame(RST_STREAM, 0, 2 * i + 1, &8u32.to_be_bytes()));
+        }
+        cont.extend(frame(HEADERS, END_STREAM, 1, &get_block()));
+        let mut pad = Vec::new();
+        field(&mut pad, "x-pad", &"p".repeat(100));
+        for _ in 0..20_000 {
+            cont.extend(frame(CONTINUATION, 0, 1, &pad));
+        }
+        for i in 0..20_000u64 {
+            pings.extend(frame(PING, 0, 0, &i.to_be_bytes()));
+            settings.extend(frame(SETTINGS, 0, 0, &[0, 3, 0, 0, 0, 100]));
+        }
+        (rr, cont, pings, settings)
+    };
+    let (own, hyper) = (gateway(up, Http2Server::Gateway).await, gateway(up, Http2Server::Hyper).await);
+    for (name, frames, compared) in [
+        ("rapid reset", rapid_reset, false),
+        ("continuation", continuation, true),
+        ("ping", pings, true),
+        ("settings", settings, true),
+    ] {
+        let mine = flood(&own, frames.clone()).await;
+        let theirs = flood(&hyper, frames).await;
+        if compared {
+            assert_eq!(mine, theirs, "{name}");
+        }
+        for gw in [&own, &hyper] {
+            let fresh = raw_exchange(
+                gw,
+                &[(":method", "GET"), (":scheme", "http"), (":path", "/d/x"), (":authority", "a")],
+                true,
+                &[],
+            )
+            .await;
+            assert_eq!(fresh, Outcome::Answered(vec![0x88]), "{name}: another connection is served");
+        }
+    }
+}

@@ -323,3 +323,68 @@ async fn floods_end_as_on_hyper_and_others_are_served() {
         }
     }
 }
+
+/// A client that resets its stream while the request waits on the
+/// upstream: the upstream's request is dropped (its connection closed) on
+/// both connections.
+#[tokio::test]
+async fn a_reset_while_the_upstream_thinks_drops_the_upstream_request() {
+    let (tx, mut closed) = tokio::sync::mpsc::unbounded_channel();
+    let up = common::raw_upstream(move |mut s: TcpStream| {
+        let tx = tx.clone();
+        async move {
+            let _ = common::read_head(&mut s).await;
+            let mut buf = [0u8; 64];
+            // Never answers; tells when the gateway lets go.
+            while matches!(s.read(&mut buf).await, Ok(n) if n > 0) {}
+            let _ = tx.send(());
+        }
+    })
+    .await;
+    for http2 in [Http2Server::Gateway, Http2Server::Hyper] {
+        let gw = gateway(up, http2).await;
+        let (mut client, _ping) = common::raw_h2(gw.addr, 65_535).await;
+        let (answer, mut stream) = client.send_request(req(&gw, "GET", "/d/x"), true).unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        stream.send_reset(h2::Reason::CANCEL);
+        assert_eq!(bounded(closed.recv()).await, Some(()), "{http2:?}");
+        drop(answer);
+    }
+}
+
+/// A client that gives no window while the upstream sends a large body:
+/// what the gateway takes from the upstream meanwhile is bounded (the
+/// send buffer and the sockets'), as with hyper's connection.
+#[tokio::test]
+async fn a_client_that_gives_no_window_holds_the_upstream_back() {
+    let (tx, mut taken) = tokio::sync::mpsc::unbounded_channel();
+    let up = common::raw_upstream(move |mut s: TcpStream| {
+        let tx = tx.clone();
+        async move {
+            let _ = common::read_head(&mut s).await;
+            let total = 256u64 << 20;
+            let _ = s.write_all(format!("HTTP/1.1 200 OK\r\ncontent-length: {total}\r\n\r\n").as_bytes()).await;
+            let chunk = vec![b'x'; 64 * 1024];
+            let mut sent = 0u64;
+            // Until the gateway stops taking bytes for a while.
+            while sent < total {
+                match tokio::time::timeout(Duration::from_millis(500), s.write_all(&chunk)).await {
+                    Ok(Ok(())) => sent += chunk.len() as u64,
+                    _ => break,
+                }
+            }
+            let _ = tx.send(sent);
+        }
+    })
+    .await;
+    for http2 in [Http2Server::Gateway, Http2Server::Hyper] {
+        let gw = gateway(up, http2).await;
+        let (mut client, _ping) = common::raw_h2(gw.addr, 0).await;
+        let (answer, _) = client.send_request(req(&gw, "GET", "/d/big"), true).unwrap();
+        let response = bounded(answer).await.unwrap();
+        assert_eq!(response.status(), 200);
+        let sent = tokio::time::timeout(Duration::from_secs(30), taken.recv()).await.unwrap().unwrap();
+        assert!(sent < 32 << 20, "{http2:?}: the gateway took {sent} bytes for a client that takes none");
+        drop(response);
+    }
+}

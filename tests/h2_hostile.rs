@@ -388,3 +388,43 @@ async fn a_client_that_gives_no_window_holds_the_upstream_back() {
         drop(response);
     }
 }
+
+/// Answers that carry no body (to HEAD, 204, 304, an empty 200) have the
+/// same head and no DATA on both connections: a HEAD's `Content-Length`
+/// kept, no body invented.
+#[tokio::test]
+async fn bodiless_answers_are_alike_on_both() {
+    let up = common::raw_upstream(|mut s: TcpStream| async move {
+        while let Some(head) = common::read_head(&mut s).await {
+            let text = String::from_utf8_lossy(&head).into_owned();
+            let answer: &[u8] = if text.starts_with("HEAD") {
+                b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n"
+            } else if text.contains("/d/204") {
+                b"HTTP/1.1 204 No Content\r\n\r\n"
+            } else if text.contains("/d/304") {
+                b"HTTP/1.1 304 Not Modified\r\netag: \"x\"\r\ncontent-length: 50\r\n\r\n"
+            } else {
+                b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"
+            };
+            let _ = s.write_all(answer).await;
+        }
+    })
+    .await;
+    let cases = [("HEAD", "/d/x"), ("GET", "/d/204"), ("GET", "/d/304"), ("GET", "/d/empty")];
+    let mut seen = Vec::new();
+    for http2 in [Http2Server::Gateway, Http2Server::Hyper] {
+        let gw = gateway(up, http2).await;
+        let mut got = Vec::new();
+        for (method, path) in cases {
+            let (mut client, _ping) = common::raw_h2(gw.addr, 65_535).await;
+            let (answer, _) = client.send_request(req(&gw, method, path), true).unwrap();
+            let (head, mut body) = bounded(answer).await.unwrap().into_parts();
+            let ended = body.is_end_stream();
+            let data = bounded(body.data()).await.map(|d| d.unwrap().len());
+            let length = head.headers.get("content-length").map(|v| v.to_str().unwrap().to_owned());
+            got.push((method, path, head.status.as_u16(), length, ended, data));
+        }
+        seen.push(got);
+    }
+    assert_eq!(seen[0], seen[1]);
+}

@@ -428,3 +428,43 @@ async fn bodiless_answers_are_alike_on_both() {
     }
     assert_eq!(seen[0], seen[1]);
 }
+
+/// Streams past the 200 a connection takes at once are refused
+/// (REFUSED_STREAM) on both connections, the rest wait on the upstream.
+#[tokio::test]
+async fn streams_past_the_concurrency_limit_are_refused_alike() {
+    let up = common::raw_upstream(|mut s: TcpStream| async move {
+        let _ = common::read_head(&mut s).await;
+        // Never answers.
+        tokio::time::sleep(Duration::from_secs(10)).await;
+    })
+    .await;
+    let mut frames = Vec::new();
+    for i in 0..250u32 {
+        frames.extend(frame(HEADERS, END_HEADERS | END_STREAM, 2 * i + 1, &get_block()));
+    }
+    let mut refused = Vec::new();
+    for http2 in [Http2Server::Gateway, Http2Server::Hyper] {
+        let gw = gateway(up, http2).await;
+        let mut s = TcpStream::connect(gw.addr).await.unwrap();
+        s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await.unwrap();
+        s.write_all(&frame(SETTINGS, 0, 0, &[])).await.unwrap();
+        s.write_all(&frames).await.unwrap();
+        let mut resets = 0;
+        let read = async {
+            loop {
+                let mut head = [0u8; 9];
+                s.read_exact(&mut head).await.unwrap();
+                let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+                let mut payload = vec![0u8; len];
+                s.read_exact(&mut payload).await.unwrap();
+                if head[3] == RST_STREAM && payload == 7u32.to_be_bytes() {
+                    resets += 1;
+                }
+            }
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(2), read).await;
+        refused.push(resets);
+    }
+    assert_eq!(refused, [50, 50]);
+}

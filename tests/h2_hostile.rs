@@ -325,8 +325,8 @@ async fn floods_end_as_on_hyper_and_others_are_served() {
 }
 
 /// A client that resets its stream while the request waits on the
-/// upstream: the upstream's request is dropped (its connection closed) on
-/// both connections.
+/// upstream, or closes its connection: the upstream's request is dropped
+/// (its connection closed) on both connections.
 #[tokio::test]
 async fn a_reset_while_the_upstream_thinks_drops_the_upstream_request() {
     let (tx, mut closed) = tokio::sync::mpsc::unbounded_channel();
@@ -349,6 +349,14 @@ async fn a_reset_while_the_upstream_thinks_drops_the_upstream_request() {
         stream.send_reset(h2::Reason::CANCEL);
         assert_eq!(bounded(closed.recv()).await, Some(()), "{http2:?}");
         drop(answer);
+        // And a client that closes its connection instead.
+        let mut s = TcpStream::connect(gw.addr).await.unwrap();
+        s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await.unwrap();
+        s.write_all(&frame(SETTINGS, 0, 0, &[])).await.unwrap();
+        s.write_all(&frame(HEADERS, END_HEADERS | END_STREAM, 1, &get_block())).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        drop(s);
+        assert_eq!(bounded(closed.recv()).await, Some(()), "{http2:?}: closed connection");
     }
 }
 

@@ -219,6 +219,7 @@ async fn malformed_requests_end_as_on_hyper() {
         ("CONNECT without :authority", vec![(":method", "CONNECT")], true, vec![]),
         ("body short of its length", post("10"), false, vec![data.clone()]),
         ("body past its length", post("3"), false, vec![data.clone()]),
+        ("a length but no body", post("5"), true, vec![]),
     ];
     let (own, hyper) = (gateway(up, Http2Server::Gateway).await, gateway(up, Http2Server::Hyper).await);
     for (name, fields, end, more) in cases {
@@ -418,7 +419,7 @@ async fn bodiless_answers_are_alike_on_both() {
         }
     })
     .await;
-    let cases = [("HEAD", "/d/x"), ("GET", "/d/204"), ("GET", "/d/304"), ("GET", "/d/empty")];
+    let cases = [("HEAD", "/d/x"), ("GET", "/d/204"), ("GET", "/d/304"), ("GET", "/d/empty"), ("HEAD", "/alive")];
     let mut seen = Vec::new();
     for http2 in [Http2Server::Gateway, Http2Server::Hyper] {
         let gw = gateway(up, http2).await;

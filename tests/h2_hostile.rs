@@ -7,6 +7,7 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
+use bytes::Bytes;
 use common::{TestGateway, bounded, proxy_toml};
 use gateway::config::Http2Server;
 use http::Request;
@@ -476,4 +477,48 @@ async fn streams_past_the_concurrency_limit_are_refused_alike() {
         refused.push(resets);
     }
     assert_eq!(refused, [50, 50]);
+}
+
+/// Trailer fields both ways, alike on both connections: the upstream's
+/// reach the client (with no `TE: trailers`, as HTTP/2 allows); a
+/// client's are not passed to an HTTP/1.1 upstream by either.
+#[tokio::test]
+async fn trailers_pass_both_ways_alike() {
+    let (tx, mut upstream_saw) = tokio::sync::mpsc::unbounded_channel();
+    let up = common::raw_upstream(move |mut s: TcpStream| {
+        let tx = tx.clone();
+        async move {
+            let Some(mut got) = common::read_head(&mut s).await else { return };
+            let mut buf = [0u8; 4096];
+            while !got.ends_with(b"\r\n\r\n") || !got.windows(3).any(|w| w == b"\n0\r") {
+                match s.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                }
+            }
+            let _ = tx.send(String::from_utf8_lossy(&got).to_ascii_lowercase().contains("x-req-t: 1"));
+            let answer = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ntrailer: x-res-t\r\n\r\n\
+                           2\r\nok\r\n0\r\nx-res-t: 2\r\n\r\n";
+            let _ = s.write_all(answer).await;
+        }
+    })
+    .await;
+    let mut seen = Vec::new();
+    for http2 in [Http2Server::Gateway, Http2Server::Hyper] {
+        let gw = gateway(up, http2).await;
+        let (mut client, _ping) = common::raw_h2(gw.addr, 65_535).await;
+        let (answer, mut body) = client.send_request(req(&gw, "POST", "/d/t"), false).unwrap();
+        body.send_data(Bytes::from_static(b"abc"), false).unwrap();
+        let mut trailers = http::HeaderMap::new();
+        trailers.insert("x-req-t", "1".parse().unwrap());
+        body.send_trailers(trailers).unwrap();
+        let (_, mut got) = bounded(answer).await.unwrap().into_parts();
+        let data = bounded(got.data()).await.map(|d| d.unwrap());
+        let trailers = bounded(got.trailers()).await.unwrap();
+        let sent_on = bounded(upstream_saw.recv()).await.unwrap();
+        seen.push((sent_on, data, trailers.and_then(|t| t.get("x-res-t").cloned())));
+    }
+    assert_eq!(seen[0], seen[1]);
+    assert_eq!(seen[0].2.as_ref().map(|v| v.as_bytes()), Some(&b"2"[..]), "{seen:?}");
+    assert!(!seen[0].0, "{seen:?}");
 }

@@ -524,3 +524,42 @@ async fn trailers_pass_both_ways_alike() {
     assert_eq!(seen[0].2.as_ref().map(|v| v.as_bytes()), Some(&b"2"[..]), "{seen:?}");
     assert!(seen[0].0, "{seen:?}");
 }
+
+/// A connection idle past `server.idle_timeout` after its streams are
+/// answered gets a GOAWAY (NO_ERROR) and is closed, alike on both.
+#[tokio::test]
+async fn an_idle_connection_is_sent_goaway_and_closed_alike() {
+    let up = ok_upstream().await;
+    for http2 in [Http2Server::Gateway, Http2Server::Hyper] {
+        let toml = proxy_toml(up, "d", "", "idle_timeout = \"300ms\"\nheader_read_timeout = \"300ms\"");
+        let mut config = common::config(&toml, Path::new(env!("CARGO_MANIFEST_DIR")));
+        config.server.http2 = http2;
+        let gw = TestGateway::start(config).await;
+        let mut s = TcpStream::connect(gw.addr).await.unwrap();
+        s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await.unwrap();
+        s.write_all(&frame(SETTINGS, 0, 0, &[])).await.unwrap();
+        s.write_all(&frame(HEADERS, END_HEADERS | END_STREAM, 1, &get_block())).await.unwrap();
+        let (mut goaway, mut answered) = (None, false);
+        let read = async {
+            loop {
+                let mut head = [0u8; 9];
+                if s.read_exact(&mut head).await.is_err() {
+                    return;
+                }
+                let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+                let mut payload = vec![0u8; len];
+                if s.read_exact(&mut payload).await.is_err() {
+                    return;
+                }
+                match head[3] {
+                    SETTINGS if head[4] & 1 == 0 => s.write_all(&frame(SETTINGS, 1, 0, &[])).await.unwrap(),
+                    DATA if head[4] & END_STREAM != 0 => answered = true,
+                    GOAWAY => goaway = Some(u32::from_be_bytes(payload[4..8].try_into().unwrap())),
+                    _ => {}
+                }
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(5), read).await.expect("closed after idling");
+        assert_eq!((answered, goaway), (true, Some(0)), "{http2:?}");
+    }
+}

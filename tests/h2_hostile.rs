@@ -443,3 +443,79 @@ async fn an_idle_connection_is_sent_goaway_and_closed_alike() {
         assert_eq!((answered, goaway), (true, Some(0)), "{http2:?}");
     }
 }
+
+/// A graceful shutdown with two streams in flight, read frame by frame:
+/// the same GOAWAYs on both connections, the first naming the largest
+/// stream id, the last the last stream taken (one opened between the
+/// two is taken and answered), and a stream opened after the last never
+/// reaches the upstream.
+#[tokio::test]
+async fn a_shutdown_sends_the_same_goaways_as_hyper() {
+    let (tx, mut heads) = tokio::sync::mpsc::unbounded_channel();
+    let up = common::raw_upstream(move |mut s: TcpStream| {
+        let tx = tx.clone();
+        async move {
+            while let Some(head) = common::read_head(&mut s).await {
+                let _ = tx.send(String::from_utf8_lossy(&head).lines().next().unwrap_or("").to_owned());
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\ndone").await;
+            }
+        }
+    })
+    .await;
+    let mut seen = Vec::new();
+    for http2 in [Http2Server::Gateway, Http2Server::Hyper] {
+        let mut gw = gateway(up, http2).await;
+        let mut s = TcpStream::connect(gw.addr).await.unwrap();
+        s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await.unwrap();
+        s.write_all(&frame(SETTINGS, 0, 0, &[])).await.unwrap();
+        for id in [1, 3] {
+            s.write_all(&frame(HEADERS, END_HEADERS | END_STREAM, id, &get_block())).await.unwrap();
+        }
+        for _ in 0..2 {
+            bounded(heads.recv()).await.unwrap();
+        }
+        gw.shutdown();
+        let (mut goaways, mut ended) = (Vec::new(), Vec::new());
+        let read = async {
+            loop {
+                let mut head = [0u8; 9];
+                if s.read_exact(&mut head).await.is_err() {
+                    return;
+                }
+                let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+                let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]);
+                let mut payload = vec![0u8; len];
+                if s.read_exact(&mut payload).await.is_err() {
+                    return;
+                }
+                match head[3] {
+                    SETTINGS if head[4] & 1 == 0 => s.write_all(&frame(SETTINGS, 1, 0, &[])).await.unwrap(),
+                    PING if head[4] & 1 == 0 => s.write_all(&frame(PING, 1, 0, &payload)).await.unwrap(),
+                    DATA if head[4] & END_STREAM != 0 => ended.push(stream),
+                    GOAWAY => {
+                        let word = |at: usize| u32::from_be_bytes(payload[at..at + 4].try_into().unwrap());
+                        goaways.push((word(0) & 0x7fff_ffff, word(4)));
+                        // After the first (the stream id's maximum) a stream
+                        // may still be taken (RFC 9113 §6.8); after the
+                        // last, none.
+                        if goaways.len() <= 2 {
+                            let late =
+                                frame(HEADERS, END_HEADERS | END_STREAM, 3 + 2 * goaways.len() as u32, &get_block());
+                            let _ = s.write_all(&late).await;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        };
+        bounded(read).await;
+        ended.sort();
+        assert!(heads.recv().await.is_some_and(|line| line.starts_with("GET")), "{http2:?}: stream 5");
+        assert!(heads.try_recv().is_err(), "{http2:?}: stream 7, after the last GOAWAY, reached the upstream");
+        seen.push((goaways, ended));
+    }
+    assert_eq!(seen[0], seen[1]);
+    assert_eq!(seen[0].0, [(0x7fff_ffff, 0), (5, 0)], "{seen:?}");
+    assert_eq!(seen[0].1, [1, 3, 5], "{seen:?}");
+}

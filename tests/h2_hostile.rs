@@ -519,3 +519,46 @@ async fn a_shutdown_sends_the_same_goaways_as_hyper() {
     assert_eq!(seen[0].0, [(0x7fff_ffff, 0), (5, 0)], "{seen:?}");
     assert_eq!(seen[0].1, [1, 3, 5], "{seen:?}");
 }
+
+/// An answer given before the request body is read (a path no route
+/// takes), while the client is still sending: the frames stream 1 gets
+/// (the answer, then how the unread body is ended) alike on both.
+#[tokio::test]
+async fn an_early_answer_to_an_unfinished_body_ends_alike() {
+    let up = ok_upstream().await;
+    let mut seen = Vec::new();
+    for http2 in [Http2Server::Gateway, Http2Server::Hyper] {
+        let gw = gateway(up, http2).await;
+        let mut block = Vec::new();
+        for (n, v) in [(":method", "POST"), (":scheme", "http"), (":path", "/nope"), (":authority", "a")] {
+            field(&mut block, n, v);
+        }
+        let mut s = TcpStream::connect(gw.addr).await.unwrap();
+        s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await.unwrap();
+        s.write_all(&frame(SETTINGS, 0, 0, &[])).await.unwrap();
+        s.write_all(&frame(HEADERS, END_HEADERS, 1, &block)).await.unwrap();
+        s.write_all(&frame(DATA, 0, 1, &[b'x'; 1000])).await.unwrap();
+        let mut frames = Vec::new();
+        let read = async {
+            loop {
+                let mut head = [0u8; 9];
+                s.read_exact(&mut head).await.unwrap();
+                let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+                let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]);
+                let mut payload = vec![0u8; len];
+                s.read_exact(&mut payload).await.unwrap();
+                match (head[3], stream) {
+                    (SETTINGS, 0) if head[4] & 1 == 0 => s.write_all(&frame(SETTINGS, 1, 0, &[])).await.unwrap(),
+                    (RST_STREAM, 1) => frames.push((RST_STREAM, u32::from_be_bytes(payload[..4].try_into().unwrap()))),
+                    (kind @ (HEADERS | DATA), 1) => frames.push((kind, u32::from(head[4] & END_STREAM))),
+                    _ => {}
+                }
+            }
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(1), read).await;
+        seen.push(frames);
+    }
+    assert_eq!(seen[0], seen[1]);
+    // The answer, then RST_STREAM(NO_ERROR): the rest of the body is not wanted.
+    assert_eq!(seen[0], [(HEADERS, 0), (DATA, 1), (RST_STREAM, 0)]);
+}

@@ -26,6 +26,9 @@
 //!   resets one that declares a body); the app refuses `CONNECT` either way.
 //! - A response's connection-specific fields are dropped quietly where
 //!   hyper logs a warning for each.
+//! - An upstream's 1xx answers (which hyper's cannot send) go out at most
+//!   `stream::MAX_INTERIMS` to a stream, the rest dropped: each is a
+//!   HEADERS frame queued outside flow control.
 
 mod send;
 mod stream;

@@ -56,7 +56,13 @@ fn request(req: Request<RecvStream>, interims: &Interims) -> (Request<Incoming>,
     (Request::from_parts(parts, Incoming::H2(body)), None)
 }
 
-/// Waits for the answer, sending each interim head that comes before it;
+/// Interim answers forwarded on one stream at most: h2 queues a HEADERS
+/// frame for each outside flow control, so an upstream's endless 1xx held
+/// for a client that does not read would grow the gateway without end.
+const MAX_INTERIMS: usize = 16;
+
+/// Waits for the answer, sending each interim head that comes before it
+/// (the first [`MAX_INTERIMS`] of them);
 /// `None` when the client reset the stream (or the connection failed)
 /// first, and the app's future is dropped.
 async fn wait<F: Future<Output = Response<ConnBody>>>(
@@ -65,17 +71,18 @@ async fn wait<F: Future<Output = Response<ConnBody>>>(
     reply: &mut SendResponse<Bytes>,
 ) -> Option<Response<ConnBody>> {
     let mut answer = pin!(answer);
+    let mut left = MAX_INTERIMS;
     std::future::poll_fn(|cx| {
         loop {
             if let Poll::Ready(response) = answer.as_mut().poll(cx) {
                 // Those that came with the answer's head go first.
                 while let Some(raw) = interims.take() {
-                    forward(&raw, reply);
+                    forward(&raw, reply, &mut left);
                 }
                 return Poll::Ready(Some(response));
             }
             if let Poll::Ready(raw) = interims.poll_next(cx) {
-                forward(&raw, reply);
+                forward(&raw, reply, &mut left);
                 continue;
             }
             if let Poll::Ready(reset) = reply.poll_reset(cx) {
@@ -88,9 +95,14 @@ async fn wait<F: Future<Output = Response<ConnBody>>>(
     .await
 }
 
-/// Sends the interim head `raw` (as the upstream sent it) to the client.
-fn forward(raw: &[u8], reply: &mut SendResponse<Bytes>) {
+/// Sends the interim head `raw` (as the upstream sent it) to the client,
+/// while `left` allows.
+fn forward(raw: &[u8], reply: &mut SendResponse<Bytes>, left: &mut usize) {
+    if *left == 0 {
+        return;
+    }
     let Some(head) = informational(raw) else { return };
+    *left -= 1;
     if let Err(e) = reply.send_informational(head) {
         tracing::debug!(error = %e, "cannot send an interim answer");
     }
@@ -98,7 +110,7 @@ fn forward(raw: &[u8], reply: &mut SendResponse<Bytes>) {
 
 /// A 1xx head from the upstream (`raw`, as it came) as an HTTP/2 client
 /// gets it: the status, and the fields but the connection-specific ones
-/// (RFC 9113 §8.2.2). `None` if `raw` is not such a head, or is a 101,
+/// and those its `Connection` field names (RFC 9113 §8.2.2). `None` if `raw` is not such a head, or is a 101,
 /// which HTTP/2 has no use for.
 fn informational(raw: &[u8]) -> Option<Response<()>> {
     let mut storage = [httparse::EMPTY_HEADER; MAX_HEADERS];
@@ -111,14 +123,14 @@ fn informational(raw: &[u8]) -> Option<Response<()>> {
     let mut head = Response::new(());
     *head.status_mut() = status;
     for f in parsed.headers.iter() {
-        let (Ok(name), Ok(value)) = (HeaderName::from_bytes(f.name.as_bytes()), HeaderValue::from_bytes(f.value))
-        else {
-            continue;
-        };
-        if !crate::headers::is_hop_by_hop(&name) {
+        if let (Ok(name), Ok(value)) = (HeaderName::from_bytes(f.name.as_bytes()), HeaderValue::from_bytes(f.value)) {
             head.headers_mut().append(name, value);
         }
     }
+    // All in first, so that the fields `Connection` names go with it
+    // (RFC 9110 §7.6.1); `TE` is a request's field.
+    crate::headers::strip_hop_by_hop(head.headers_mut());
+    head.headers_mut().remove(header::TE);
     Some(head)
 }
 
@@ -139,6 +151,10 @@ mod tests {
             (
                 "HTTP/1.1 103 Early Hints\r\nConnection: x\r\nKeep-Alive: 5\r\nLink: <a>\r\nLink: <b>\r\n\r\n",
                 Some((103, &["link: <a>", "link: <b>"])),
+            ),
+            (
+                "HTTP/1.1 103 Early Hints\r\nConnection: X-Hint\r\nX-Hint: 1\r\nTE: trailers\r\nLink: <a>\r\n\r\n",
+                Some((103, &["link: <a>"])),
             ),
             ("HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\n\r\n", None),
             ("HTTP/1.1 200 OK\r\n\r\n", None),

@@ -68,7 +68,8 @@ pub fn head(parts: &mut response::Parts, body: BodyLength, asked: Asked<'_>, out
                 Encoder::Length(0)
             }
             BodyLength::Known(n) if can_length => {
-                field(out, "content-length", n.to_string().as_bytes());
+                let mut digits = [0u8; 20];
+                field(out, "content-length", number(n, 10, &mut digits));
                 Encoder::Length(n)
             }
             BodyLength::Known(_) => Encoder::Length(0),
@@ -90,6 +91,14 @@ pub fn head(parts: &mut response::Parts, body: BodyLength, asked: Asked<'_>, out
     }
     out.put_slice(b"\r\n");
     (encoder, last)
+}
+
+/// Room for a response head with `headers` and the fields and framing
+/// this module adds, so that it is written into one allocation.
+pub fn capacity(headers: &HeaderMap) -> usize {
+    let fields: usize = headers.iter().map(|(name, value)| name.as_str().len() + value.len() + 4).sum();
+    // The status line, `date`, and a framing and a `connection` field.
+    fields + 160
 }
 
 /// hyper's `enforce_version`: an HTTP/1.0 client keeps the connection
@@ -140,11 +149,21 @@ fn fields(
 ) -> Written {
     let mut w = Written { encoder: None, date: false, trailers: None, close: false };
     let mut wrote_len = connect_ok;
-    for name in headers.keys() {
-        let values = headers.get_all(name);
+    // One walk over the fields (a name's lines come one after the other,
+    // sharing the name's address): a look-up per name costs a hash each.
+    let mut previous: *const HeaderName = std::ptr::null();
+    for (name, value) in headers.iter() {
+        let again = std::ptr::eq(previous, name);
+        previous = name;
+        let whole =
+            matches!(*name, header::CONTENT_LENGTH | header::TRANSFER_ENCODING | header::CONNECTION | header::TRAILER);
+        if again && whole {
+            continue;
+        }
+        let values = || headers.get_all(name);
         match *name {
             header::CONTENT_LENGTH if !wrote_len => {
-                let first = values.iter().next().expect("a value");
+                let first = value;
                 let n = match body {
                     BodyLength::Known(n) => n,
                     BodyLength::Unknown => match digits(first.as_bytes()) {
@@ -162,29 +181,27 @@ fn fields(
             header::TRANSFER_ENCODING if !wrote_len && chunk_ok => {
                 wrote_len = true;
                 w.encoder = Some(Encoder::Chunked(Vec::new()));
-                let mut line = joined(values.iter());
-                if !is_chunked(values.iter().next_back().expect("a value")) {
+                let mut line = joined(values().iter());
+                if !is_chunked(values().iter().next_back().expect("a value")) {
                     line.extend_from_slice(b", chunked");
                 }
                 field(out, "transfer-encoding", &line);
             }
             header::TRANSFER_ENCODING => {}
             header::CONNECTION => {
-                w.close |= values.iter().any(|v| has_token(v, "close"));
-                field(out, "connection", &joined(values.iter()));
+                w.close |= values().iter().any(|v| has_token(v, "close"));
+                field(out, "connection", &joined(values().iter()));
             }
             header::TRAILER if chunk_ok => {
-                let names = values.iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(','));
+                let names = values().into_iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(','));
                 let names = names.filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok());
                 w.trailers.get_or_insert_with(Vec::new).extend(names);
-                field(out, "trailer", &joined(values.iter()));
+                field(out, "trailer", &joined(values().iter()));
             }
             header::TRAILER => {}
             _ => {
                 w.date |= *name == header::DATE;
-                for value in values {
-                    field(out, name.as_str(), value.as_bytes());
-                }
+                field(out, name.as_str(), value.as_bytes());
             }
         }
     }
@@ -219,6 +236,20 @@ fn field(out: &mut BytesMut, name: &str, value: &[u8]) {
     out.put_slice(b": ");
     out.put_slice(value);
     out.put_slice(b"\r\n");
+}
+
+/// `n` in base `radix` (10, or 16 with capitals), written without an
+/// allocation into `buf`.
+fn number(mut n: u64, radix: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b"0123456789ABCDEF"[(n % radix) as usize];
+        n /= radix;
+        if n == 0 {
+            return &buf[at..];
+        }
+    }
 }
 
 /// The values of a field's lines as one line's value, joined by `, `.
@@ -313,7 +344,9 @@ pub fn chunk(out: &mut BytesMut, data: &[u8]) {
         return;
     }
     out.reserve(data.len() + 20);
-    out.put_slice(format!("{:X}\r\n", data.len()).as_bytes());
+    let mut digits = [0u8; 20];
+    out.put_slice(number(data.len() as u64, 16, &mut digits));
+    out.put_slice(b"\r\n");
     out.put_slice(data);
     out.put_slice(b"\r\n");
 }
@@ -330,170 +363,5 @@ pub fn last_chunk(out: &mut BytesMut, trailers: Option<&HeaderMap>, allowed: &[H
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn encode(
-        resp: http::Response<()>,
-        body: BodyLength,
-        method: Method,
-        version: Version,
-        keep: bool,
-    ) -> (String, Encoder, bool) {
-        let (mut parts, ()) = resp.into_parts();
-        let mut out = BytesMut::new();
-        let asked = Asked { method: &method, version, keep_alive: keep };
-        let (encoder, last) = head(&mut parts, body, asked, &mut out);
-        let text = String::from_utf8(out.to_vec()).unwrap();
-        let text = text.lines().filter(|l| !l.starts_with("date: ")).collect::<Vec<_>>().join("|");
-        (text, encoder, last)
-    }
-
-    /// A response, its body's length, the request's method and version,
-    /// keep-alive; the head written (without `date`), encoder, last.
-    type Case = (http::Response<()>, BodyLength, Method, Version, bool, &'static str, Encoder, bool);
-
-    #[test]
-    fn framing_follows_hyper() {
-        use BodyLength::*;
-        let ok = || http::Response::builder().status(200);
-        let get = Method::GET;
-        let cases: Vec<Case> = vec![
-            (
-                ok().body(()).unwrap(),
-                Known(5),
-                get.clone(),
-                Version::HTTP_11,
-                true,
-                "HTTP/1.1 200 OK|content-length: 5|",
-                Encoder::Length(5),
-                false,
-            ),
-            (
-                ok().body(()).unwrap(),
-                Unknown,
-                get.clone(),
-                Version::HTTP_11,
-                true,
-                "HTTP/1.1 200 OK|transfer-encoding: chunked|",
-                Encoder::Chunked(vec![]),
-                false,
-            ),
-            (
-                ok().body(()).unwrap(),
-                Unknown,
-                get.clone(),
-                Version::HTTP_10,
-                true,
-                "HTTP/1.0 200 OK|connection: keep-alive|",
-                Encoder::Close,
-                true,
-            ),
-            (
-                ok().version(Version::HTTP_10).body(()).unwrap(),
-                Unknown,
-                get.clone(),
-                Version::HTTP_10,
-                true,
-                "HTTP/1.0 200 OK|",
-                Encoder::Close,
-                true,
-            ),
-            (
-                ok().body(()).unwrap(),
-                None,
-                get.clone(),
-                Version::HTTP_11,
-                false,
-                "HTTP/1.1 200 OK|connection: close|content-length: 0|",
-                Encoder::Length(0),
-                true,
-            ),
-            (
-                ok().header("content-length", "9").body(()).unwrap(),
-                None,
-                Method::HEAD,
-                Version::HTTP_11,
-                true,
-                "HTTP/1.1 200 OK|content-length: 9|",
-                Encoder::Length(0),
-                false,
-            ),
-            (
-                ok().body(()).unwrap(),
-                Known(9),
-                Method::HEAD,
-                Version::HTTP_11,
-                true,
-                "HTTP/1.1 200 OK|content-length: 9|",
-                Encoder::Length(0),
-                false,
-            ),
-            (
-                http::Response::builder().status(204).body(()).unwrap(),
-                None,
-                get.clone(),
-                Version::HTTP_11,
-                true,
-                "HTTP/1.1 204 No Content|",
-                Encoder::Length(0),
-                false,
-            ),
-            (
-                http::Response::builder().status(304).body(()).unwrap(),
-                Known(3),
-                get.clone(),
-                Version::HTTP_11,
-                true,
-                "HTTP/1.1 304 Not Modified|",
-                Encoder::Length(0),
-                false,
-            ),
-            (
-                http::Response::builder().status(101).header("upgrade", "websocket").body(()).unwrap(),
-                None,
-                get.clone(),
-                Version::HTTP_11,
-                true,
-                "HTTP/1.1 101 Switching Protocols|upgrade: websocket|",
-                Encoder::Length(0),
-                true,
-            ),
-            (
-                ok().header("trailer", "x-sum").body(()).unwrap(),
-                Unknown,
-                get.clone(),
-                Version::HTTP_11,
-                true,
-                "HTTP/1.1 200 OK|trailer: x-sum|transfer-encoding: chunked|",
-                Encoder::Chunked(vec![HeaderName::from_static("x-sum")]),
-                false,
-            ),
-            (
-                ok().header("connection", "close").body(()).unwrap(),
-                Known(1),
-                get,
-                Version::HTTP_11,
-                true,
-                "HTTP/1.1 200 OK|connection: close|content-length: 1|",
-                Encoder::Length(1),
-                true,
-            ),
-        ];
-        for (resp, body, method, version, keep, want, encoder, last) in cases {
-            let got = encode(resp, body, method.clone(), version, keep);
-            assert_eq!(got, (want.to_string(), encoder, last), "{want}");
-        }
-    }
-
-    #[test]
-    fn chunks_and_trailers() {
-        let mut out = BytesMut::new();
-        chunk(&mut out, b"hello world, this is 26 b.");
-        let mut trailers = HeaderMap::new();
-        trailers.insert("x-sum", HeaderValue::from_static("1"));
-        trailers.insert("x-other", HeaderValue::from_static("2"));
-        last_chunk(&mut out, Some(&trailers), &[HeaderName::from_static("x-sum")]);
-        assert_eq!(&out[..], b"1A\r\nhello world, this is 26 b.\r\n0\r\nx-sum: 1\r\n\r\n");
-    }
-}
+#[path = "encode_tests.rs"]
+mod tests;

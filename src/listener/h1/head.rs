@@ -11,6 +11,9 @@ use http::{Method, StatusCode, Uri, Version, request};
 /// Header fields a request head may have, as hyper allows.
 pub const MAX_HEADERS: usize = 100;
 
+/// Fields the gateway may add to a request on its way (see `parse`).
+const ADDED_FIELDS: usize = 8;
+
 /// The longest request target hyper's parser takes (past it, 414).
 const MAX_URI_LEN: usize = (u16::MAX - 1) as usize;
 
@@ -86,7 +89,9 @@ pub fn parse(buf: &mut BytesMut, max: usize) -> Result<Option<Head>, Refused> {
     let version = if version == 1 { Version::HTTP_11 } else { Version::HTTP_10 };
     let fields = spans[..count].iter().map(|&(n0, n1, v0, v1)| (&frozen[n0 as usize..n1 as usize], (v0, v1)));
     let mut head = Fields::new(version);
-    let mut headers = HeaderMap::with_capacity(count);
+    // Room for the fields the gateway adds before it forwards the request
+    // (forwarding, `via`, request id), which would grow the map twice.
+    let mut headers = HeaderMap::with_capacity(count + ADDED_FIELDS);
     for (name, (v0, v1)) in fields {
         let name = HeaderName::from_bytes(name).map_err(|_| MALFORMED)?;
         let value = HeaderValue::from_maybe_shared(slice(&frozen, v0, v1)).map_err(|_| MALFORMED)?;

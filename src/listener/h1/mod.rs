@@ -345,7 +345,13 @@ impl Own {
             Some(n) => BodyLength::Known(n),
             None => BodyLength::Unknown,
         };
-        let mut out = BytesMut::new();
+        // The head and a body small enough to be copied beside it (see
+        // `put`) in one allocation.
+        let body_room = match length {
+            BodyLength::Known(n) if n < (COALESCE / 2) as u64 => n as usize,
+            _ => 0,
+        };
+        let mut out = BytesMut::with_capacity(encode::capacity(&parts.headers) + body_room);
         let (mut encoder, last) = encode::head(&mut parts, length, asked, &mut out);
         drop(parts);
         if let (Encoder::Chunked(allowed), false) = (&mut encoder, trailers_ok) {

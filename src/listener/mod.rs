@@ -271,7 +271,10 @@ async fn connection(
         match c.served_by(http) {
             Own::Http1 => return h1::serve(h1::ClientStream::Plain(io), c).await,
             Own::Http2 => return h2::serve(io, c).await,
-            Own::No => return serve_connection(io, c, http).await,
+            // Boxed: hyper's connection is larger than the gateway's own,
+            // and every connection's task, hyper's or not, would reserve
+            // its space.
+            Own::No => return Box::pin(serve_connection(io, c, http)).await,
         }
     };
     // Boxed: a TLS connection's future (rustls' state, the TLS stream) is

@@ -38,6 +38,7 @@ mod wire;
 use std::future::Future;
 use std::pin::pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::task::Poll;
 
 use bytes::{Bytes, BytesMut};
@@ -53,7 +54,7 @@ use crate::request::Interims;
 use crate::server::App;
 use crate::upstream::h1::Framing as DecodeFraming;
 use crate::upstream::h1::decode::Decoder;
-use crate::upstream::tunnel::SwitchOnConnection;
+use crate::upstream::tunnel::{SwitchOnConnection, Tunnel};
 pub(super) use encode::with_date;
 use encode::{Asked, BodyLength, Encoder};
 use head::{Framing, Head, Refused};
@@ -82,90 +83,155 @@ enum Stop {
     Cut,
 }
 
-/// One client connection served by the gateway's own HTTP/1.1 code.
-struct Own {
+/// One client connection served by the gateway's own HTTP/1.1 code: its
+/// exchanges, which [`guard`] runs beside the watchdog and the shutdown
+/// signals.
+struct Own<'a> {
     wire: Shared,
     app: Arc<App>,
     kind: Kind,
     state: Arc<ConnState>,
-    watchdog: Watchdog,
-    stops: Stops,
-    timeouts: Timeouts,
     addr: std::net::SocketAddr,
     /// The bytes a request head may take.
     max_head: usize,
+    flags: &'a Flags,
+}
+
+/// What the exchanges and their guard tell each other.
+#[derive(Default)]
+struct Flags {
     /// A graceful shutdown has begun: the response in flight is the last.
-    closing: bool,
+    closing: AtomicBool,
+    /// The connection waits for its next request, where a shutdown closes it.
+    idle: AtomicBool,
+}
+
+impl Flags {
+    fn closing(&self) -> bool {
+        self.closing.load(Relaxed)
+    }
+}
+
+/// How the exchanges on a connection ended.
+enum Ended {
+    Stop(Stop),
+    /// After a 101: the tunnel to run over the socket.
+    Switch(Tunnel),
 }
 
 /// Serves requests on `io` until the connection closes, then runs its
 /// tunnel if it switched protocols.
 pub(super) async fn serve(io: ClientStream, c: Connection) {
-    let Connection { addr, app, kind, timeouts, stops, state, watchdog, .. } = c;
+    let Connection { addr, app, kind, timeouts, stops, state, mut watchdog, .. } = c;
     let max_head = app.config().server.max_header_size as usize;
     let wire = Shared::new(io);
-    let mut own = Own { wire, app, kind, state, watchdog, stops, timeouts, addr, max_head, closing: false };
-    loop {
-        let head = match own.next_head().await {
-            Ok(Ok(head)) => head,
-            Ok(Err(refused)) => return own.refuse(refused).await,
-            Err(Stop::Close) => return own.close().await,
-            Err(Stop::Cut) => return,
-        };
-        let again = own.exchange(head).await;
-        if let Some(tunnel) = own.state.take_tunnel() {
-            return own.switch(tunnel).await;
+    let flags = Flags::default();
+    let own = Own { wire: wire.clone(), app, kind, state: state.clone(), addr, max_head, flags: &flags };
+    let ended = match guard(own.run(), &mut watchdog, &stops, &flags, addr).await {
+        Ok(ended) => ended,
+        // Cut inside an exchange whose answer switched protocols: the
+        // tunnel runs all the same.
+        Err(stop) => state.take_tunnel().map_or(Ended::Stop(stop), Ended::Switch),
+    };
+    match ended {
+        // Boxed: a tunnel's future is several KiB, and every connection's
+        // task would reserve that space for it.
+        Ended::Switch(tunnel) => Box::pin(switch(wire, tunnel, stops, timeouts)).await,
+        Ended::Stop(Stop::Close) => {
+            // A clean close (a TLS close_notify, a FIN).
+            let shut = std::future::poll_fn(|cx| std::pin::Pin::new(&mut wire.lock().io).poll_shutdown(cx));
+            let _ = guard(shut, &mut watchdog, &stops, &flags, addr).await;
         }
-        match again {
-            Ok(true) => own.release_buffer(),
-            Ok(false) | Err(Stop::Close) => return own.close().await,
-            Err(Stop::Cut) => return,
-        }
+        Ended::Stop(Stop::Cut) => {}
     }
 }
 
-impl Own {
-    /// Runs `f` beside the watchdog and the shutdown signals. `idle`: the
-    /// connection is between requests, where a shutdown closes it.
-    async fn guarded<F: Future>(&mut self, f: F, idle: bool) -> Result<F::Output, Stop> {
-        let mut f = pin!(f);
-        loop {
-            tokio::select! {
-                biased;
-                out = &mut f => return Ok(out),
-                expired = &mut self.watchdog => return Err(self.expired(expired)),
-                _ = self.stops.now.cancelled(), if self.closing => return Err(Stop::Cut),
-                _ = self.stops.graceful.cancelled(), if !self.closing => {
-                    self.closing = true;
-                    if idle {
-                        return Err(Stop::Close);
-                    }
+/// Runs `f` beside the watchdog and the shutdown signals: a shutdown ends
+/// it while the connection is idle (see [`Flags`]), else marks the
+/// response in flight the last.
+async fn guard<F: Future>(
+    f: F,
+    watchdog: &mut Watchdog,
+    stops: &Stops,
+    flags: &Flags,
+    addr: std::net::SocketAddr,
+) -> Result<F::Output, Stop> {
+    let mut f = pin!(f);
+    // Made once: a cancellation future registers itself when first polled.
+    let mut graceful = pin!(stops.graceful.cancelled());
+    let mut now = pin!(stops.now.cancelled());
+    loop {
+        tokio::select! {
+            biased;
+            out = &mut f => return Ok(out),
+            expired = &mut *watchdog => return Err(expired_stop(expired, addr)),
+            _ = &mut now, if flags.closing() => return Err(Stop::Cut),
+            _ = &mut graceful, if !flags.closing() => {
+                flags.closing.store(true, Relaxed);
+                if flags.idle.load(Relaxed) {
+                    return Err(Stop::Close);
                 }
             }
         }
     }
+}
 
-    fn expired(&mut self, expired: Expired) -> Stop {
-        let addr = self.addr;
-        match expired {
-            Expired::Idle => return Stop::Close,
-            Expired::HeaderTimeout => {
-                metrics::rejected("", "header_timeout");
-                tracing::debug!(client = %addr, "no request head within the header read timeout");
-            }
-            Expired::SendTimeout => {
-                metrics::rejected("", "send_timeout");
-                tracing::debug!(client = %addr, "client accepted no bytes within the send timeout");
-            }
-            Expired::GraceOver => {}
+fn expired_stop(expired: Expired, addr: std::net::SocketAddr) -> Stop {
+    match expired {
+        Expired::Idle => return Stop::Close,
+        Expired::HeaderTimeout => {
+            metrics::rejected("", "header_timeout");
+            tracing::debug!(client = %addr, "no request head within the header read timeout");
         }
-        Stop::Cut
+        Expired::SendTimeout => {
+            metrics::rejected("", "send_timeout");
+            tracing::debug!(client = %addr, "client accepted no bytes within the send timeout");
+        }
+        Expired::GraceOver => {}
+    }
+    Stop::Cut
+}
+
+/// After a 101: the tunnel over the client's socket, until it ends or the
+/// shutdown timeout cuts it.
+async fn switch(wire: Shared, tunnel: Tunnel, stops: Stops, timeouts: Timeouts) {
+    let Some((io, read)) = wire.into_parts() else { return };
+    let mut client = Switched { io, read };
+    tokio::select! {
+        _ = Box::pin(tunnel.run_over(&mut client, timeouts.send)) => {}
+        _ = stops.now.cancelled() => {}
+    }
+    let _ = client.shutdown().await;
+}
+
+impl Own<'_> {
+    /// One exchange after the other, until one ends the connection.
+    async fn run(mut self) -> Ended {
+        loop {
+            let head = match self.next_head().await {
+                Ok(Ok(head)) => head,
+                Ok(Err(refused)) => return Ended::Stop(self.refuse(refused).await),
+                Err(stop) => return Ended::Stop(stop),
+            };
+            // Boxed: the exchange's future (over a KiB) is needed only
+            // while a request is; inline, every idle connection's task
+            // would keep room for it.
+            let again = Box::pin(self.exchange(head)).await;
+            if let Some(tunnel) = self.state.take_tunnel() {
+                return Ended::Switch(tunnel);
+            }
+            match again {
+                Ok(true) => self.release_buffer(),
+                Ok(false) => return Ended::Stop(Stop::Close),
+                Err(stop) => return Ended::Stop(stop),
+            }
+        }
     }
 
     /// Waits for the next request head; a clean close between requests
     /// (or a close inside a head, as hyper treats it) is [`Stop::Close`].
     async fn next_head(&mut self) -> Result<Result<Head, Refused>, Stop> {
-        if self.closing {
+        if self.flags.closing() {
             return Err(Stop::Close);
         }
         let (wire, max) = (self.wire.clone(), self.max_head);
@@ -193,11 +259,14 @@ impl Own {
                 }
             }
         });
-        self.guarded(read, true).await?.ok_or(Stop::Close)
+        self.flags.idle.store(true, Relaxed);
+        let head = read.await;
+        self.flags.idle.store(false, Relaxed);
+        head.ok_or(Stop::Close)
     }
 
-    /// Answers a head that could not be taken, and closes.
-    async fn refuse(mut self, refused: Refused) {
+    /// Answers a head that could not be taken; the connection closes.
+    async fn refuse(&mut self, refused: Refused) -> Stop {
         metrics::rejected("", refused.reason);
         tracing::debug!(client = %self.addr, status = %refused.status, "request head refused");
         let (mut parts, ()) = Response::new(()).into_parts();
@@ -205,8 +274,9 @@ impl Own {
         let asked = Asked { method: &Method::GET, version: Version::HTTP_11, keep_alive: false };
         let mut out = BytesMut::new();
         encode::head(&mut parts, BodyLength::None, asked, &mut out);
-        if self.write(out.freeze()).await.is_ok() {
-            self.close().await;
+        match self.write(out.freeze()).await {
+            Ok(()) => Stop::Close,
+            Err(stop) => stop,
         }
     }
 
@@ -241,9 +311,9 @@ impl Own {
         // or not.
         let answer = Box::pin(super::answer(self.app.clone(), self.kind, req, in_flight));
         let response = self.wait_for_answer(answer, interims).await?;
-        let keep_alive = keep_alive && !self.closing;
+        let keep_alive = keep_alive && !self.flags.closing();
         let last = self.respond(response, Asked { method: &method, version, keep_alive }, trailers_ok).await?;
-        Ok(!last && !self.closing && self.wire.lock().body_drained())
+        Ok(!last && !self.flags.closing() && self.wire.lock().body_drained())
     }
 
     /// Waits for the answer, forwarding the 1xx heads that come before it
@@ -275,7 +345,7 @@ impl Own {
                     gone = watch => Waited::Watched(gone),
                 }
             };
-            match self.guarded(raced, false).await? {
+            match raced.await {
                 Waited::Answer(response) => {
                     // Those that came with the answer's head go first.
                     while let Some(interim) = interims.as_ref().and_then(Interims::take) {
@@ -320,7 +390,7 @@ impl Own {
                     gone = watch => Err(gone),
                 }
             };
-            match self.guarded(raced, false).await? {
+            match raced.await {
                 Ok(out) => return Ok(out),
                 Err(Ok(false)) => watching = false,
                 Err(_) => {
@@ -444,13 +514,13 @@ impl Own {
         let wire = self.wire.clone();
         let mut at = 0;
         let written = std::future::poll_fn(|cx| wire.lock().poll_write_all(&bytes, &mut at, cx));
-        self.guarded(written, false).await?.map_err(|_| Stop::Cut)
+        written.await.map_err(|_| Stop::Cut)
     }
 
     async fn flush(&mut self) -> Result<(), Stop> {
         let wire = self.wire.clone();
         let flushed = std::future::poll_fn(|cx| std::pin::Pin::new(&mut wire.lock().io).poll_flush(cx));
-        self.guarded(flushed, false).await?.map_err(|_| Stop::Cut)
+        flushed.await.map_err(|_| Stop::Cut)
     }
 
     /// Between requests, an empty read buffer is given back.
@@ -459,25 +529,5 @@ impl Own {
         if w.rx.is_empty() && w.rx.capacity() > 0 {
             w.rx = BytesMut::new();
         }
-    }
-
-    /// Closes the connection cleanly (a TLS close_notify, a FIN).
-    async fn close(mut self) {
-        let wire = self.wire.clone();
-        let shut = std::future::poll_fn(|cx| std::pin::Pin::new(&mut wire.lock().io).poll_shutdown(cx));
-        let _ = self.guarded(shut, false).await;
-    }
-
-    /// After a 101: the tunnel over the client's socket, until it ends or
-    /// the shutdown timeout cuts it.
-    async fn switch(self, tunnel: crate::upstream::tunnel::Tunnel) {
-        let Own { wire, stops, timeouts, .. } = self;
-        let Some((io, read)) = wire.into_parts() else { return };
-        let mut client = Switched { io, read };
-        tokio::select! {
-            _ = Box::pin(tunnel.run_over(&mut client, timeouts.send)) => {}
-            _ = stops.now.cancelled() => {}
-        }
-        let _ = client.shutdown().await;
     }
 }

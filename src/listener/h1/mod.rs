@@ -116,7 +116,9 @@ impl Flags {
 enum Ended {
     Stop(Stop),
     /// After a 101: the tunnel to run over the socket.
-    Switch(Tunnel),
+    /// (Boxed: held where the connection closes, it would make every
+    /// connection's task larger.)
+    Switch(Box<Tunnel>),
 }
 
 /// Serves requests on `io` until the connection closes, then runs its
@@ -131,7 +133,7 @@ pub(super) async fn serve(io: ClientStream, c: Connection) {
         Ok(ended) => ended,
         // Cut inside an exchange whose answer switched protocols: the
         // tunnel runs all the same.
-        Err(stop) => state.take_tunnel().map_or(Ended::Stop(stop), Ended::Switch),
+        Err(stop) => state.take_tunnel().map_or(Ended::Stop(stop), |t| Ended::Switch(Box::new(t))),
     };
     match ended {
         // Boxed: a tunnel's future is several KiB, and every connection's
@@ -194,7 +196,7 @@ fn expired_stop(expired: Expired, addr: std::net::SocketAddr) -> Stop {
 
 /// After a 101: the tunnel over the client's socket, until it ends or the
 /// shutdown timeout cuts it.
-async fn switch(wire: Shared, tunnel: Tunnel, stops: Stops, timeouts: Timeouts) {
+async fn switch(wire: Shared, tunnel: Box<Tunnel>, stops: Stops, timeouts: Timeouts) {
     let Some((io, read)) = wire.into_parts() else { return };
     let mut client = Switched { io, read };
     tokio::select! {
@@ -218,7 +220,7 @@ impl Own<'_> {
             // would keep room for it.
             let again = Box::pin(self.exchange(head)).await;
             if let Some(tunnel) = self.state.take_tunnel() {
-                return Ended::Switch(tunnel);
+                return Ended::Switch(Box::new(tunnel));
             }
             match again {
                 Ok(true) => self.release_buffer(),

@@ -16,8 +16,8 @@
 //! which decodes itself (the upstream client's decoder, `Expect:
 //! 100-continue` answered when the body is first asked for); `encode`
 //! writes the response head and the body's framing; this file runs one
-//! exchange after the other beside the connection's watchdog, as hyper's
-//! connection runs in `listener`.
+//! exchange after the other, and `guard` runs them beside the connection's
+//! watchdog and shutdown signals, as hyper's connection runs in `listener`.
 //!
 //! Where it decides differently from hyper's server connection:
 //! - A TLS connection without ALPN goes to hyper-util's `auto` connection
@@ -31,6 +31,7 @@
 //!   where hyper's takes it.
 
 mod encode;
+mod guard;
 mod head;
 mod replay;
 mod wire;
@@ -38,16 +39,16 @@ mod wire;
 use std::future::Future;
 use std::pin::pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::task::Poll;
 
 use bytes::{Bytes, BytesMut};
 use http::{Method, Request, Response, Version};
 use http_body::Body as _;
-use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::io::AsyncWrite;
 
-use super::conn::{ConnBody, ConnState, Expired, Timeouts, Watchdog};
-use super::{Connection, Kind, Stops};
+use super::conn::{ConnBody, ConnState};
+use super::{Connection, Kind};
 use crate::body::Incoming;
 use crate::metrics;
 use crate::request::Interims;
@@ -57,10 +58,11 @@ use crate::upstream::h1::decode::Decoder;
 use crate::upstream::tunnel::{SwitchOnConnection, Tunnel};
 pub(super) use encode::with_date;
 use encode::{Asked, BodyLength, Encoder};
+use guard::{Flags, guard, switch};
 use head::{Framing, Head, Refused};
 pub use replay::replay;
 pub use wire::ClientStream;
-use wire::{Shared, Switched, WireBody};
+use wire::{Shared, WireBody};
 
 /// Response bytes gathered before a write: the head with a small body
 /// goes in one.
@@ -97,21 +99,6 @@ struct Own<'a> {
     flags: &'a Flags,
 }
 
-/// What the exchanges and their guard tell each other.
-#[derive(Default)]
-struct Flags {
-    /// A graceful shutdown has begun: the response in flight is the last.
-    closing: AtomicBool,
-    /// The connection waits for its next request, where a shutdown closes it.
-    idle: AtomicBool,
-}
-
-impl Flags {
-    fn closing(&self) -> bool {
-        self.closing.load(Relaxed)
-    }
-}
-
 /// How the exchanges on a connection ended.
 enum Ended {
     Stop(Stop),
@@ -146,64 +133,6 @@ pub(super) async fn serve(io: ClientStream, c: Connection) {
         }
         Ended::Stop(Stop::Cut) => {}
     }
-}
-
-/// Runs `f` beside the watchdog and the shutdown signals: a shutdown ends
-/// it while the connection is idle (see [`Flags`]), else marks the
-/// response in flight the last.
-async fn guard<F: Future>(
-    f: F,
-    watchdog: &mut Watchdog,
-    stops: &Stops,
-    flags: &Flags,
-    addr: std::net::SocketAddr,
-) -> Result<F::Output, Stop> {
-    let mut f = pin!(f);
-    // Made once: a cancellation future registers itself when first polled.
-    let mut graceful = pin!(stops.graceful.cancelled());
-    let mut now = pin!(stops.now.cancelled());
-    loop {
-        tokio::select! {
-            biased;
-            out = &mut f => return Ok(out),
-            expired = &mut *watchdog => return Err(expired_stop(expired, addr)),
-            _ = &mut now, if flags.closing() => return Err(Stop::Cut),
-            _ = &mut graceful, if !flags.closing() => {
-                flags.closing.store(true, Relaxed);
-                if flags.idle.load(Relaxed) {
-                    return Err(Stop::Close);
-                }
-            }
-        }
-    }
-}
-
-fn expired_stop(expired: Expired, addr: std::net::SocketAddr) -> Stop {
-    match expired {
-        Expired::Idle => return Stop::Close,
-        Expired::HeaderTimeout => {
-            metrics::rejected("", "header_timeout");
-            tracing::debug!(client = %addr, "no request head within the header read timeout");
-        }
-        Expired::SendTimeout => {
-            metrics::rejected("", "send_timeout");
-            tracing::debug!(client = %addr, "client accepted no bytes within the send timeout");
-        }
-        Expired::GraceOver => {}
-    }
-    Stop::Cut
-}
-
-/// After a 101: the tunnel over the client's socket, until it ends or the
-/// shutdown timeout cuts it.
-async fn switch(wire: Shared, tunnel: Box<Tunnel>, stops: Stops, timeouts: Timeouts) {
-    let Some((io, read)) = wire.into_parts() else { return };
-    let mut client = Switched { io, read };
-    tokio::select! {
-        _ = Box::pin(tunnel.run_over(&mut client, timeouts.send)) => {}
-        _ = stops.now.cancelled() => {}
-    }
-    let _ = client.shutdown().await;
 }
 
 impl Own<'_> {

@@ -311,12 +311,19 @@ pub fn interim(raw: &[u8], out: &mut BytesMut) {
     else {
         return;
     };
-    status_line(out, Version::HTTP_11, status, None);
+    let mut fields = HeaderMap::with_capacity(parsed.headers.len());
     for f in parsed.headers.iter() {
-        let Ok(name) = HeaderName::from_bytes(f.name.as_bytes()) else { continue };
-        if !crate::headers::is_hop_by_hop(&name) {
-            field(out, name.as_str(), f.value);
+        if let (Ok(name), Ok(value)) = (HeaderName::from_bytes(f.name.as_bytes()), HeaderValue::from_bytes(f.value)) {
+            fields.append(name, value);
         }
+    }
+    // All in first, so that the fields `Connection` names go with it
+    // (RFC 9110 §7.6.1); `TE` is a request's field.
+    crate::headers::strip_hop_by_hop(&mut fields);
+    fields.remove(header::TE);
+    status_line(out, Version::HTTP_11, status, None);
+    for (name, value) in &fields {
+        field(out, name.as_str(), value.as_bytes());
     }
     out.put_slice(b"\r\n");
 }

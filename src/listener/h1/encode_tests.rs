@@ -174,3 +174,27 @@ fn chunks_and_trailers() {
     last_chunk(&mut out, Some(&trailers), &[HeaderName::from_static("x-sum")]);
     assert_eq!(&out[..], b"1A\r\nhello world, this is 26 b.\r\n0\r\nx-sum: 1\r\n\r\n");
 }
+
+/// An upstream's 1xx head as the client gets it: hop-by-hop fields, those
+/// its `Connection` field names and `TE` are dropped (RFC 9110 §7.6.1).
+#[test]
+fn interim_heads_lose_their_connection_fields() {
+    let cases: &[(&str, &str)] = &[
+        (
+            "HTTP/1.1 103 Early Hints\r\nLink: <a>\r\nLink: <b>\r\n\r\n",
+            "HTTP/1.1 103 Early Hints\r\nlink: <a>\r\nlink: <b>\r\n\r\n",
+        ),
+        (
+            "HTTP/1.1 103 Early Hints\r\nConnection: X-Hint\r\nX-Hint: 1\r\nKeep-Alive: 5\r\nTE: trailers\r\nLink: <a>\r\n\r\n",
+            "HTTP/1.1 103 Early Hints\r\nlink: <a>\r\n\r\n",
+        ),
+        ("HTTP/1.1 102 Processing\r\n\r\n", "HTTP/1.1 102 Processing\r\n\r\n"),
+        ("HTTP/1.1 200 OK\r\n\r\n", ""),
+        ("HTTP/1.1 103 Early", ""),
+    ];
+    for (raw, want) in cases {
+        let mut out = BytesMut::new();
+        interim(raw.as_bytes(), &mut out);
+        assert_eq!(String::from_utf8_lossy(&out), *want, "{raw:?}");
+    }
+}

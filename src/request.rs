@@ -3,14 +3,16 @@
 //! logs, trace and upstream need to know about it ([`RequestLog`]). A leaf
 //! below the server, the listeners and the upstreams, which all use it.
 
+use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
 
 use std::time::Duration;
 
+use crate::body::Incoming;
 use http::header::{self, HeaderValue};
 use http::{HeaderMap, Request};
-use hyper::body::Incoming;
 use ipnet::IpNet;
 use tokio::time::Instant;
 
@@ -27,6 +29,47 @@ use crate::layers::trace::TraceContext;
 #[derive(Debug, Clone, Copy)]
 pub struct Authenticated;
 
+/// 1xx heads other than 100 and 101 (103 Early Hints, 102) an upstream
+/// sent before its answer, as it sent them, for the client connection to
+/// forward (RFC 9110 §15.2: a proxy forwards 1xx it did not ask for). A
+/// request extension, put there by a connection that can send them.
+#[derive(Clone, Default)]
+pub struct Interims(Arc<Mutex<(VecDeque<bytes::Bytes>, Option<Waker>)>>);
+
+impl Interims {
+    /// Heads kept waiting at most: an upstream that floods them loses the
+    /// rest, it does not grow the gateway.
+    const MAX_WAITING: usize = 4;
+
+    /// An interim head arrived from the upstream.
+    pub fn push(&self, head: bytes::Bytes) {
+        let mut inner = self.0.lock().expect("interims lock");
+        if inner.0.len() < Self::MAX_WAITING {
+            inner.0.push_back(head);
+        }
+        if let Some(w) = inner.1.take() {
+            w.wake();
+        }
+    }
+
+    /// The next interim head, waiting for one.
+    pub fn poll_next(&self, cx: &mut Context<'_>) -> Poll<bytes::Bytes> {
+        let mut inner = self.0.lock().expect("interims lock");
+        match inner.0.pop_front() {
+            Some(head) => Poll::Ready(head),
+            None => {
+                inner.1 = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+
+    /// The next interim head, if one is waiting.
+    pub fn take(&self) -> Option<bytes::Bytes> {
+        self.0.lock().expect("interims lock").0.pop_front()
+    }
+}
+
 /// Who is on the other end of a client connection.
 pub struct Peer {
     /// The client's IP (IPv4-mapped IPv6 as plain IPv4).
@@ -38,11 +81,21 @@ pub struct Peer {
     pub trusted: bool,
     /// The client connected over TLS (`X-Forwarded-Proto: https`).
     pub tls: bool,
+    /// The connection may forward an upstream's 1xx (the gateway's own
+    /// HTTP/1.1 connection may be serving it): only then is a request's
+    /// [`Interims`] looked for, a lookup hyper's connections would pay for
+    /// every request in vain (see benches/README.md, Decisions).
+    pub forwards_1xx: bool,
 }
 
 impl Peer {
     pub fn new(ip: IpAddr, trusted: bool, tls: bool) -> Self {
-        Peer { ip, forwarded_for: crate::headers::forwarded_for(ip), trusted, tls }
+        Peer { ip, forwarded_for: crate::headers::forwarded_for(ip), trusted, tls, forwards_1xx: false }
+    }
+
+    /// With [`Peer::forwards_1xx`] set to `yes`.
+    pub fn forwarding_1xx(self, yes: bool) -> Self {
+        Peer { forwards_1xx: yes, ..self }
     }
 }
 

@@ -18,9 +18,13 @@ use tokio_util::io::ReaderStream;
 use tower_http::compression::CompressionBody;
 
 mod copy;
+mod h2;
+mod incoming;
 mod request;
 mod upstream;
 pub use copy::{BodyCopy, WantsCopy};
+pub use h2::{H2Body, OnFirstPoll};
+pub use incoming::Incoming;
 pub use request::{BodyState, BodyTooLarge, ClientBodyFailed, ClientFault, ReadAhead, RequestBody};
 pub use upstream::{Held, UpstreamBody};
 

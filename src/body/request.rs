@@ -23,10 +23,10 @@ use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use super::Incoming;
 use bytes::Bytes;
 use http::HeaderName;
 use http_body::{Frame, SizeHint};
-use hyper::body::Incoming;
 
 use super::copy::{BodyCopy, Share};
 use super::{BodyIdle, BoxError, IdleTimer};
@@ -41,7 +41,7 @@ pub struct BodyTooLarge(pub u64);
 #[derive(Debug, thiserror::Error)]
 pub enum ClientBodyFailed {
     #[error("client body: {0}")]
-    Read(hyper::Error),
+    Read(BoxError),
     /// An HTTP/2 client reset its stream before END_STREAM. hyper ends the
     /// body cleanly for a reset with NO_ERROR or CANCEL (it reads that as an
     /// early response), which would let a cut upload pass as complete.

@@ -11,11 +11,11 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
+use crate::body::Incoming;
 use bytes::{Bytes, BytesMut};
 use http::{HeaderName, Method, Request, Response, StatusCode, header, request};
 use http_body::{Frame, SizeHint};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 

@@ -31,9 +31,9 @@ use status::{Status, secs};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use crate::body::Incoming;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Response, Uri};
-use hyper::body::Incoming;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -331,8 +331,8 @@ impl RouteCache {
         if let Some(id) = cx.id {
             req.headers_mut().insert(X_REQUEST_ID, id.header_value());
         }
-        let peer =
-            Peer { ip: peer.ip, forwarded_for: peer.forwarded_for.clone(), trusted: peer.trusted, tls: peer.tls };
+        let (ip, trusted, tls, forwards_1xx) = (peer.ip, peer.trusted, peer.tls, peer.forwards_1xx);
+        let peer = Peer { ip, forwarded_for: peer.forwarded_for.clone(), trusted, tls, forwards_1xx };
         let client = head.headers.clone();
         let log = cx.detached();
         (Fill { cache: self.clone(), guard, key, req, head, peer, log, deadline, stale }, client)

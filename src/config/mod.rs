@@ -77,6 +77,8 @@ impl Source {
 
 pub mod access;
 mod effective;
+mod listener;
+pub use listener::{Http1Server, Http2Server, ListenerTls};
 mod errors;
 pub use errors::ConfigError;
 mod files;
@@ -88,6 +90,8 @@ pub use target::MirrorConfig;
 mod raw_access;
 mod redact;
 pub use redact::{names_secret, redact_url};
+mod server;
+pub use server::AccessLogFormat;
 mod upstream;
 mod validate;
 
@@ -190,32 +194,10 @@ pub struct ServerConfig {
     /// The name in the gateway's `Via` entries (`server.via`, or a random
     /// one per process), by which it knows a request it passed already.
     pub via: crate::headers::Via,
-}
-
-/// `[server.tls]`: the listener's certificate, read at load.
-#[derive(Debug, Clone)]
-pub struct ListenerTls {
-    pub config: Arc<rustls::ServerConfig>,
-    /// The files it was read from (for `gateway check` and the watcher).
-    pub cert: PathBuf,
-    pub key: PathBuf,
-    pub client_ca: Option<PathBuf>,
-}
-
-impl PartialEq for ListenerTls {
-    /// By the files named: what they hold is read again on every reload.
-    fn eq(&self, other: &Self) -> bool {
-        self.cert == other.cert && self.client_ca == other.client_ca
-    }
-}
-
-/// How access log lines are written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AccessLogFormat {
-    /// One event with a field per item (JSON with `--log-format json`).
-    Json,
-    /// Apache/nginx combined format, plus the request time.
-    Combined,
+    /// Which HTTP/1.1 connection serves clients.
+    pub http1: Http1Server,
+    /// Which HTTP/2 connection serves clients.
+    pub http2: Http2Server,
 }
 
 /// `[tracing]`.

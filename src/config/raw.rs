@@ -52,6 +52,8 @@ pub(super) struct RawServer {
     pub tls: Option<RawServerTls>,
     pub watch_config: bool,
     pub via: Option<String>,
+    pub http1: Option<String>,
+    pub http2: Option<String>,
 }
 
 /// `[resolver]`.

@@ -21,9 +21,9 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::sync::Arc;
 
+use crate::body::Incoming;
 use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, Version};
-use hyper::body::Incoming;
 use tower::ServiceBuilder;
 use tower::ServiceExt;
 use tower::util::{MapRequestLayer, MapResponseLayer};

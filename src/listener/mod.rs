@@ -4,15 +4,19 @@
 //! - [`serve`] accepts until told to stop, holding at most `max_connections`
 //!   at once (the rest wait in the kernel's backlog), then drains.
 //! - Each connection runs hyper's HTTP/1 connection, or hyper-util's `auto`
-//!   one where it may be HTTP/2 (h2c, or `h2` by ALPN), beside a
+//!   one where it may be HTTP/2 (h2c, or `h2` by ALPN), or the gateway's
+//!   own ([`h1`], [`h2`]) where `server.http1` or `server.http2` asks, beside a
 //!   [`conn::Watchdog`] that enforces the header-read, idle and send
 //!   timeouts from what [`io::ClientIo`] and the requests report to the
 //!   connection's [`conn::ConnState`].
 //! - The main listener serves [`App::handle`]; the optional admin listener
 //!   serves only the built-ins, with the same timeouts and its own small cap.
 
+mod builders;
 pub mod conn;
 mod detach;
+pub mod h1;
+mod h2;
 pub mod io;
 
 use std::convert::Infallible;
@@ -22,13 +26,11 @@ use std::pin::{Pin, pin};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::body::Incoming;
 use futures_util::FutureExt;
-use http::{Request, StatusCode, Version};
-use hyper::body::Incoming;
-use hyper::server::conn::http1;
+use http::{Request, Response, StatusCode, Version};
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
+use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
@@ -42,6 +44,7 @@ use crate::metrics;
 use crate::request::Peer;
 use crate::server::App;
 use crate::upstream::tunnel::PendingTunnel;
+use builders::{Builders, builders};
 use conn::{ConnBody, ConnState, Expired, Timeouts, Watchdog};
 use io::ClientIo;
 
@@ -176,41 +179,6 @@ impl LimitWarning {
     }
 }
 
-/// The HTTP settings every connection of a listener shares: hyper's HTTP/1
-/// builder for connections known to speak HTTP/1 (see [`Http`]), and
-/// hyper-util's `auto` builder, with the same HTTP/1 settings, for the rest.
-struct Builders {
-    http1: http1::Builder,
-    auto: auto::Builder<TokioExecutor>,
-}
-
-/// The HTTP/1 settings, applied alike to hyper's builder and to `auto`'s
-/// (two types with the same setters), so the two paths cannot drift apart.
-macro_rules! http1_settings {
-    ($builder:expr, $server:expr) => {
-        $builder
-            // The watchdog times request heads instead: hyper's timer would
-            // also cut idle keep-alive connections at the header timeout.
-            .header_read_timeout(None)
-            // Bounds the request head: past it hyper answers 431 and closes.
-            .max_buf_size($server.max_header_size as usize)
-            // One write of head and body copied together beats a two-part
-            // writev for the small responses a sidecar mostly sends.
-            .writev(false)
-            .keep_alive(true)
-    };
-}
-
-fn builders(app: &App) -> Builders {
-    let server = &app.config().server;
-    let mut http1 = http1::Builder::new();
-    http1_settings!(http1, server);
-    let mut auto = auto::Builder::new(TokioExecutor::new());
-    http1_settings!(auto.http1(), server);
-    auto.http2().timer(TokioTimer::new()).max_header_list_size(server.max_header_size.min(u32::MAX as u64) as u32);
-    Builders { http1, auto }
-}
-
 /// Which hyper connection serves a connection.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Http {
@@ -219,6 +187,9 @@ enum Http {
     /// HTTP/1 or HTTP/2 (h2c prior knowledge, or `h2` by ALPN): hyper-util's
     /// `auto` connection reads the first bytes and chooses.
     Auto,
+    /// Known to be HTTP/2 (its whole preface seen, or `h2` by ALPN): served
+    /// as [`Http::Auto`], or by the own HTTP/2 connection ([`h2`]).
+    Two,
 }
 
 /// HTTP/2's connection preface (RFC 9113 §3.4).
@@ -226,8 +197,9 @@ const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 /// What a plain connection speaks, from its first bytes, peeked (left in
 /// the socket for hyper to read): [`Http::One`] as soon as they differ
-/// from HTTP/2's preface, else [`Http::Auto`] (the preface so far, or
-/// nothing: the end of the stream, an error).
+/// from HTTP/2's preface, [`Http::Two`] on the whole preface, else
+/// [`Http::Auto`] (part of the preface, or nothing: the end of the stream,
+/// an error).
 ///
 /// Why not `auto` for every connection: it reads those first bytes itself
 /// and hands them to hyper's HTTP/1 connection in front of the socket, so
@@ -239,6 +211,7 @@ async fn sniff(stream: &TcpStream) -> Http {
     let mut first = [0u8; H2_PREFACE.len()];
     match stream.peek(&mut first).await {
         Ok(n) if n > 0 && first[..n] != H2_PREFACE[..n] => Http::One,
+        Ok(n) if n == H2_PREFACE.len() => Http::Two,
         _ => Http::Auto,
     }
 }
@@ -278,7 +251,9 @@ async fn connection(
     // A dual-stack listener sees IPv4 clients as ::ffff:a.b.c.d: trust and
     // X-Forwarded-For use the plain IPv4 address.
     let ip = addr.ip().to_canonical();
-    let state = Arc::new(ConnState::new(Peer::new(ip, app.trusts(ip), tls.is_some())));
+    let own_http1 = app.config().server.http1 == crate::config::Http1Server::Gateway;
+    let peer = Peer::new(ip, app.trusts(ip), tls.is_some()).forwarding_1xx(own_http1);
+    let state = Arc::new(ConnState::new(peer));
     let io = ClientIo::new(stream, state.clone());
     let watchdog = Watchdog::new(state.clone(), timeouts);
     let mut c = Connection { builders, addr, app, kind, timeouts, stops, state, watchdog };
@@ -293,7 +268,14 @@ async fn connection(
             }
             _ = c.stops.graceful.cancelled() => return,
         };
-        return serve_connection(io, c, http).await;
+        match c.served_by(http) {
+            Own::Http1 => return h1::serve(h1::ClientStream::Plain(io), c).await,
+            Own::Http2 => return h2::serve(io, c).await,
+            // Boxed: hyper's connection is larger than the gateway's own,
+            // and every connection's task, hyper's or not, would reserve
+            // its space.
+            Own::No => return Box::pin(serve_connection(io, c, http)).await,
+        }
     };
     // Boxed: a TLS connection's future (rustls' state, the TLS stream) is
     // several KiB larger, and every plain connection's task would reserve
@@ -311,6 +293,26 @@ struct Connection {
     stops: Stops,
     state: Arc<ConnState>,
     watchdog: Watchdog,
+}
+
+impl Connection {
+    /// Which of the gateway's own connections serves `http`, if one does.
+    fn served_by(&self, http: Http) -> Own {
+        let server = &self.app.config().server;
+        match http {
+            Http::One if server.http1 == crate::config::Http1Server::Gateway => Own::Http1,
+            Http::Two if server.http2 == crate::config::Http2Server::Gateway => Own::Http2,
+            _ => Own::No,
+        }
+    }
+}
+
+/// Which of the gateway's own connections serves a connection.
+enum Own {
+    Http1,
+    Http2,
+    /// None: hyper's does.
+    No,
 }
 
 /// [`connection`] on a TLS listener: the handshake, then [`serve_connection`].
@@ -336,13 +338,18 @@ async fn secure_connection(acceptor: TlsAcceptor, io: ClientIo, mut c: Connectio
         }
         _ = c.stops.graceful.cancelled() => return,
     };
-    // ALPN's `http/1.1` is HTTP/1 for sure; `h2`, or no ALPN, goes to
-    // `auto`, which also takes HTTP/2 with prior knowledge.
+    // ALPN's `http/1.1` is HTTP/1 for sure, and `h2` HTTP/2; no ALPN goes
+    // to `auto`, which also takes HTTP/2 with prior knowledge.
     let http = match secured.get_ref().1.alpn_protocol() {
         Some(b"http/1.1") => Http::One,
+        Some(b"h2") => Http::Two,
         _ => Http::Auto,
     };
-    serve_connection(secured, c, http).await
+    match c.served_by(http) {
+        Own::Http1 => h1::serve(h1::ClientStream::Tls(Box::new(secured)), c).await,
+        Own::Http2 => h2::serve(secured, c).await,
+        Own::No => serve_connection(secured, c, http).await,
+    }
 }
 
 /// Serves HTTP on a connection's (plain or TLS) byte stream until it ends,
@@ -354,27 +361,24 @@ where
     let Connection { builders, addr, app, kind, timeouts, stops, state, mut watchdog } = c;
     let io = TokioIo::new(io);
     let requests = state.clone();
-    let service = service_fn(move |mut req: Request<Incoming>| {
+    let service = service_fn(move |mut req: Request<hyper::body::Incoming>| {
         // Here, before hyper reads the connection again (see `detach`).
         detach::detach(&mut req);
         let bodiless = http_body::Body::is_end_stream(req.body());
         let in_flight = requests.request_started(req.version() == Version::HTTP_2, bodiless);
         let app = app.clone();
+        // The app's future awaited here, not through [`answer`]'s, and the
+        // body made the gateway's inside: a nested future, or a request
+        // rebuilt outside, made every move hyper makes of the service's
+        // future copy more of its (large) state (see benches/README.md,
+        // Decisions).
         async move {
-            let mut response = match kind {
+            let req = req.map(Incoming::Hyper);
+            let response = match kind {
                 Kind::Main => app.handle(req, in_flight.peer()).await,
                 Kind::Admin => app.admin(&req, in_flight.peer()).await,
             };
-            if response.status() == StatusCode::SWITCHING_PROTOCOLS
-                && let Some(tunnel) = response.extensions_mut().remove::<PendingTunnel>().and_then(|t| t.take())
-            {
-                in_flight.upgraded(tunnel);
-            }
-            let access = match app.config().server.access_log {
-                true => response.extensions_mut().remove::<Box<AccessLine>>(),
-                false => None,
-            };
-            Ok::<_, Infallible>(response.map(|body| ConnBody::new(body, in_flight, access)))
+            Ok::<_, Infallible>(answered(&app, response, in_flight))
         }
     });
     let driven = match http {
@@ -384,7 +388,7 @@ where
         }
         // Boxed: `auto`'s connection, able to hold either protocol's state,
         // is larger, and only HTTP/2 and undecided connections take it.
-        Http::Auto => {
+        Http::Auto | Http::Two => {
             let mut conn = Box::pin(builders.auto.serve_connection_with_upgrades(io, service));
             drive(conn.as_mut(), |c| c.graceful_shutdown(), &mut watchdog, &stops, timeouts, addr).await
         }
@@ -406,6 +410,31 @@ where
             _ = stops.now.cancelled() => {}
         }
     }
+}
+
+/// The service's answer to one request: the app's response, with the
+/// tunnel a 101 opened kept for the connection and the access log line
+/// written once the body is done.
+async fn answer(app: Arc<App>, kind: Kind, req: Request<Incoming>, in_flight: conn::InFlight) -> Response<ConnBody> {
+    let response = match kind {
+        Kind::Main => app.handle(req, in_flight.peer()).await,
+        Kind::Admin => app.admin(&req, in_flight.peer()).await,
+    };
+    answered(&app, response, in_flight)
+}
+
+/// The app's `response` made the connection's: see [`answer`].
+fn answered(app: &App, mut response: Response<crate::body::Body>, in_flight: conn::InFlight) -> Response<ConnBody> {
+    if response.status() == StatusCode::SWITCHING_PROTOCOLS
+        && let Some(tunnel) = response.extensions_mut().remove::<PendingTunnel>().and_then(|t| t.take())
+    {
+        in_flight.upgraded(tunnel);
+    }
+    let access = match app.config().server.access_log {
+        true => response.extensions_mut().remove::<Box<AccessLine>>(),
+        false => None,
+    };
+    response.map(|body| ConnBody::new(body, in_flight, access))
 }
 
 /// How [`drive`] returned.

@@ -2,8 +2,8 @@
 //! its address lists, its rate limit and its credentials, in the order
 //! `App::admit` gives.
 
+use crate::body::Incoming;
 use http::Request;
-use hyper::body::Incoming;
 
 use super::table::Route;
 use super::{App, Peer, RequestLog};

@@ -6,9 +6,9 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use crate::body::Incoming;
 use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
-use hyper::body::Incoming;
 
 use super::{App, Peer, Trigger, error_response};
 use crate::body::Body;

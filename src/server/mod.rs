@@ -14,11 +14,11 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use crate::body::Incoming;
 use arc_swap::{ArcSwap, ArcSwapOption};
 use http::header::{self, HeaderValue};
 use http::uri::PathAndQuery;
 use http::{Method, Request, Response, StatusCode, Uri};
-use hyper::body::Incoming;
 use tokio::time::Instant;
 
 use crate::body::{Body, ReadAhead};

@@ -3,8 +3,8 @@
 
 use std::sync::{Arc, Weak};
 
+use crate::body::Incoming;
 use http::{HeaderValue, Method, Request};
-use hyper::body::Incoming;
 use tokio::sync::Notify;
 
 use super::App;

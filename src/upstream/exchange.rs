@@ -135,6 +135,8 @@ pub struct Plan {
     /// The request has not been resent after a stale pooled connection yet
     /// (that happens once a request at most).
     pub may_resend: bool,
+    /// The client's connection may forward 1xx (see `Peer::forwards_1xx`).
+    pub forwards_1xx: bool,
 }
 
 /// Sends `req` on an idle pooled connection of `pool`, or a new one. A
@@ -164,7 +166,7 @@ pub fn exchange<'a>(
             return Box::pin(exchange_h2(pool, req, plan, resend, timing)).await;
         }
         if let Some(conn) = pool.take_idle() {
-            let (encoded, kept) = h1::Encoded::keeping(req, plan.retryable && plan.may_resend);
+            let (encoded, kept) = h1::Encoded::keeping(req, plan.retryable && plan.may_resend, plan.forwards_1xx);
             match send_h1(conn, encoded, plan).await {
                 Ok(response) => return Ok(response),
                 Err(Failure::Send(e)) => match kept {
@@ -188,7 +190,7 @@ pub fn exchange<'a>(
             }
             Err(e) => return Err(Failure::Connect(e, Box::new(req))),
         };
-        send_h1(conn, h1::Encoded::of(req), plan).await
+        send_h1(conn, h1::Encoded::of(req, plan.forwards_1xx), plan).await
     }
 }
 
@@ -247,7 +249,7 @@ async fn exchange_h2(
             // (new requests now go over HTTP/1.1 too, see `Pool::connect`).
             Ok(Connected::Http1(conn)) => {
                 to_h1(&mut req);
-                return send_h1(conn, h1::Encoded::of(req), plan).await;
+                return send_h1(conn, h1::Encoded::of(req, plan.forwards_1xx), plan).await;
             }
             Err(e) => return Err(Failure::Connect(e, Box::new(req))),
         };

@@ -5,17 +5,17 @@
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
+use crate::body::Incoming;
 use bytes::Bytes;
 use http::header::{self, HeaderValue};
 use http::uri::PathAndQuery;
 use http::{Request, Uri, Version, request, response};
 use http_body_util::{Either, Empty};
-use hyper::body::Incoming;
-use hyper::upgrade::OnUpgrade;
 
 use super::body::Received;
 use super::exchange::{Plan, is_idempotent};
 use super::pool::SendBody;
+use super::tunnel::{ClientSide, SwitchOnConnection};
 use crate::body::{BodyState, RequestBody};
 use crate::config::ProxyTarget;
 use crate::error::GatewayError;
@@ -53,7 +53,7 @@ pub struct Prepared {
     pub client_host: Option<HeaderValue>,
     /// The client's side of the connection, once switched, when the request
     /// asks for an upgrade the route tunnels.
-    pub upgrade: Option<OnUpgrade>,
+    pub upgrade: Option<ClientSide>,
     /// What the request body tells of itself (when there is a body).
     pub body_state: Option<Arc<BodyState>>,
 }
@@ -96,7 +96,10 @@ pub fn prepare_request<B: ClientBody>(
             // side of the tunnel is taken from the request.
             parts.headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
             parts.headers.insert(header::UPGRADE, protocol);
-            upgrade = parts.extensions.remove::<OnUpgrade>();
+            upgrade = match parts.extensions.remove::<hyper::upgrade::OnUpgrade>() {
+                Some(on) => Some(ClientSide::Hyper(on)),
+                None => parts.extensions.remove::<SwitchOnConnection>().map(|_| ClientSide::Connection),
+            };
         }
     }
     let from_http2 = parts.version == Version::HTTP_2;
@@ -137,7 +140,8 @@ pub fn prepare_request<B: ClientBody>(
         (Either::Right(Empty::new()), None)
     };
     let retryable = !has_body && is_idempotent(&parts.method);
-    let plan = Plan { retryable, send_timeout: target.body_timeout, large_body, may_resend: true };
+    let forwards_1xx = peer.forwards_1xx;
+    let plan = Plan { retryable, send_timeout: target.body_timeout, large_body, may_resend: true, forwards_1xx };
     Ok(Prepared { parts, body, plan, client_host, upgrade, body_state })
 }
 

@@ -56,9 +56,24 @@ impl PendingTunnel {
     }
 }
 
+/// The client's side of a tunnel.
+pub enum ClientSide {
+    /// hyper's connection hands the client's socket over once the 101 is out.
+    Hyper(OnUpgrade),
+    /// The gateway's own HTTP/1.1 connection runs the tunnel over its
+    /// socket itself (see [`Tunnel::run_over`]).
+    Connection,
+}
+
+/// Put in a request's extensions by the gateway's own HTTP/1.1 connection:
+/// it can switch protocols after a 101 (hyper's connection puts its
+/// `OnUpgrade` there instead).
+#[derive(Debug, Clone, Copy)]
+pub struct SwitchOnConnection;
+
 /// Both sides of a switched connection and how long it may stay silent.
 pub struct Tunnel {
-    client: OnUpgrade,
+    client: ClientSide,
     upstream: Upgraded,
     idle: Duration,
     route: String,
@@ -66,7 +81,7 @@ pub struct Tunnel {
 
 /// The client's response to an upgrade the upstream accepted: the 101 with
 /// the protocol switched to, and the tunnel in its extensions.
-pub fn switch(response: Response<Received>, client: OnUpgrade, idle: Duration, via: &Via) -> Response<Body> {
+pub fn switch(response: Response<Received>, client: ClientSide, idle: Duration, via: &Via) -> Response<Body> {
     let (mut parts, body) = response.into_parts();
     proxy::prepare_response(&mut parts, &body, via);
     let upstream = match body {
@@ -84,26 +99,39 @@ impl Tunnel {
     /// blocked for `send_timeout` (a side that stopped reading: bytes the
     /// other side sends would otherwise keep the tunnel "busy" forever).
     pub async fn run(self, send_timeout: Duration) {
-        let Tunnel { client, mut upstream, idle, route } = self;
-        let client = match client.await {
-            Ok(client) => client,
-            Err(e) => {
-                tracing::debug!(route, error = %e, "upgrade did not complete");
-                return;
-            }
-        };
-        upstream.io_mut().into_tunnel(idle);
-        let _active = Active::new(gauge!(UPGRADED_ACTIVE, "route" => route.clone()));
-        let clock = Clock { start: Instant::now(), last_read: AtomicU64::new(0), blocked: Default::default() };
-        let mut client = Watched { io: TokioIo::new(client), clock: &clock, side: 0 };
-        let mut upstream = Watched { io: upstream, clock: &clock, side: 1 };
-        tokio::select! {
-            copied = tokio::io::copy_bidirectional(&mut client, &mut upstream) => match copied {
-                Ok((up, down)) => tracing::debug!(route, up, down, "tunnel closed"),
-                Err(e) => tracing::debug!(route, error = %e, "tunnel failed"),
-            },
-            why = clock.expired(idle, send_timeout) => tracing::debug!(route, "tunnel {why}; closing"),
+        let ClientSide::Hyper(on) = self.client else { return };
+        match on.await {
+            Ok(client) => relay(TokioIo::new(client), self.upstream, self.idle, self.route, send_timeout).await,
+            Err(e) => tracing::debug!(route = self.route, error = %e, "upgrade did not complete"),
         }
+    }
+
+    /// [`Tunnel::run`] over the client's socket `client`, handed over by
+    /// the gateway's own HTTP/1.1 connection.
+    pub async fn run_over<C: AsyncRead + AsyncWrite + Unpin>(self, client: C, send_timeout: Duration) {
+        relay(client, self.upstream, self.idle, self.route, send_timeout).await
+    }
+}
+
+/// Copies bytes both ways between the two sides (see [`Tunnel::run`]).
+async fn relay<C: AsyncRead + AsyncWrite + Unpin>(
+    client: C,
+    mut upstream: Upgraded,
+    idle: Duration,
+    route: String,
+    send_timeout: Duration,
+) {
+    upstream.io_mut().into_tunnel(idle);
+    let _active = Active::new(gauge!(UPGRADED_ACTIVE, "route" => route.clone()));
+    let clock = Clock { start: Instant::now(), last_read: AtomicU64::new(0), blocked: Default::default() };
+    let mut client = Watched { io: client, clock: &clock, side: 0 };
+    let mut upstream = Watched { io: upstream, clock: &clock, side: 1 };
+    tokio::select! {
+        copied = tokio::io::copy_bidirectional(&mut client, &mut upstream) => match copied {
+            Ok((up, down)) => tracing::debug!(route, up, down, "tunnel closed"),
+            Err(e) => tracing::debug!(route, error = %e, "tunnel failed"),
+        },
+        why = clock.expired(idle, send_timeout) => tracing::debug!(route, "tunnel {why}; closing"),
     }
 }
 

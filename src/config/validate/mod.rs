@@ -16,8 +16,8 @@ use crate::headers::rules::HeaderRules;
 use super::raw::{RawConfig, RawHeaderRules, RawRoute, RawServer, RawServerTls, RawSize, RawTracing};
 use super::{
     AccessLogFormat, Config, DEFAULT_BODY_TIMEOUT, DEFAULT_REQUEST_BUFFER, DEFAULT_ROUTE_TIMEOUT,
-    DEFAULT_UPGRADE_IDLE_TIMEOUT, HostMode, ListenerTls, ProxyTarget, RetryOn, RouteConfig, ServerConfig, Target,
-    TracingConfig,
+    DEFAULT_UPGRADE_IDLE_TIMEOUT, HostMode, Http1Server, Http2Server, ListenerTls, ProxyTarget, RetryOn, RouteConfig,
+    ServerConfig, Target, TracingConfig,
 };
 
 mod access;
@@ -134,6 +134,16 @@ fn server(s: &RawServer, base_dir: &Path) -> Result<ServerConfig, Problem> {
         },
         tls: s.tls.as_ref().map(|t| listener_tls(t, base_dir)).transpose()?,
         watch_config: s.watch_config,
+        http1: match s.http1.as_deref() {
+            None | Some("hyper") => Http1Server::Hyper,
+            Some("gateway") => Http1Server::Gateway,
+            Some(other) => return Err(("server.http1".into(), format!("{other:?}: use \"hyper\" or \"gateway\""))),
+        },
+        http2: match s.http2.as_deref() {
+            None | Some("hyper") => Http2Server::Hyper,
+            Some("gateway") => Http2Server::Gateway,
+            Some(other) => return Err(("server.http2".into(), format!("{other:?}: use \"hyper\" or \"gateway\""))),
+        },
         via: match &s.via {
             Some(name) => crate::headers::Via::new(name).map_err(|m| ("server.via".to_owned(), m))?,
             None => crate::headers::Via::default(),

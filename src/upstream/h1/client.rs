@@ -22,6 +22,7 @@ use super::Error;
 use super::body::ResponseBody;
 use super::decode::Decoder;
 use super::head::{self, Framing, Head, Parsed, SendFraming};
+use crate::request::Interims;
 use crate::upstream::io::UpstreamIo;
 use crate::upstream::pool::{Conn, SendBody};
 
@@ -40,19 +41,24 @@ const COPY_UP_TO: usize = 8192;
 /// than 101). The response's body reads on from the connection and gives
 /// it back to its pool at its end.
 pub async fn send(conn: Conn, req: Request<SendBody>) -> Result<Response<ResponseBody>, Error> {
-    send_encoded(conn, Encoded::of(req)).await
+    send_encoded(conn, Encoded::of(req, true)).await
 }
 
 /// A request encoded for an HTTP/1.1 connection, not sent yet.
 pub struct Encoded {
     sending: Option<Sending>,
     head_request: bool,
+    /// Where 1xx heads go, when the client's connection forwards them.
+    interims: Option<Interims>,
 }
 
 impl Encoded {
-    pub fn of(req: Request<SendBody>) -> Encoded {
+    /// `req` encoded; its [`Interims`] taken along when `interims` says
+    /// the client's connection may have put one there.
+    pub fn of(mut req: Request<SendBody>, interims: bool) -> Encoded {
+        let interims = if interims { req.extensions_mut().remove::<Interims>() } else { None };
         let (sending, head_request) = Sending::new(req);
-        Encoded { sending, head_request }
+        Encoded { sending, head_request, interims }
     }
 
     /// `req` encoded and, if `keep` and it is bodiless, its bytes, all of
@@ -61,8 +67,8 @@ impl Encoded {
     /// copy of the request's head cost every request a pass over its
     /// headers. One call, so that an exchange's future holds no borrowed
     /// `Encoded` beside the one it sends.
-    pub fn keeping(req: Request<SendBody>, keep: bool) -> (Encoded, Option<Bytes>) {
-        let mut encoded = Encoded::of(req);
+    pub fn keeping(req: Request<SendBody>, keep: bool, interims: bool) -> (Encoded, Option<Bytes>) {
+        let mut encoded = Encoded::of(req, interims);
         let kept = if keep { encoded.keep() } else { None };
         (encoded, kept)
     }
@@ -85,17 +91,18 @@ impl Encoded {
             framing: SendFraming::Length(0),
             left: 0,
         };
-        Encoded { sending: Some(sending), head_request }
+        Encoded { sending: Some(sending), head_request, interims: None }
     }
 }
 
 /// [`send`] of a request already encoded.
 pub async fn send_encoded(mut conn: Conn, encoded: Encoded) -> Result<Response<ResponseBody>, Error> {
-    let Encoded { mut sending, head_request } = encoded;
+    let Encoded { mut sending, head_request, interims } = encoded;
     let mut rx = BytesMut::new();
     let (mut unfinished, mut scanned) = (false, 0);
     let head = std::future::poll_fn(|cx| {
-        poll_head(&mut conn, &mut sending, &mut unfinished, (&mut rx, &mut scanned), head_request, cx)
+        let rx = (&mut rx, &mut scanned);
+        poll_head(&mut conn, &mut sending, &mut unfinished, rx, (head_request, interims.as_ref()), cx)
     })
     .await?;
     Ok(respond(head, conn, rx, sending.map(Box::new), unfinished))
@@ -133,7 +140,7 @@ fn poll_head(
     sending: &mut Option<Sending>,
     unfinished: &mut bool,
     (rx, scanned): (&mut BytesMut, &mut usize),
-    head_request: bool,
+    (head_request, interims): (bool, Option<&Interims>),
     cx: &mut Context<'_>,
 ) -> Poll<Result<Head, Error>> {
     let mut failed = None;
@@ -160,7 +167,11 @@ fn poll_head(
                     check_body_start(head.framing, conn.io_mut(), rx, cx)?;
                     return Poll::Ready(Ok(head));
                 }
-                Parsed::Interim => {
+                Parsed::Interim(interim) => {
+                    // A 100 answers the gateway's own expectation, if any.
+                    if let Some(sink) = interims.filter(|_| interim.get(9..12) != Some(b"100")) {
+                        sink.push(interim);
+                    }
                     *scanned = 0;
                     continue;
                 }

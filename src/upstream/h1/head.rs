@@ -122,8 +122,8 @@ const ADDED_ON_THE_WAY_BACK: usize = 4;
 pub enum Parsed {
     /// The head is not complete yet.
     Partial,
-    /// A 1xx other than 101: skipped (RFC 9110 §15.2), its bytes consumed.
-    Interim,
+    /// A 1xx other than 101, its bytes taken off (RFC 9110 §15.2).
+    Interim(Bytes),
     /// The response head, its bytes consumed.
     Head(Head),
 }
@@ -160,8 +160,7 @@ pub fn parse(buf: &mut BytesMut, head_request: bool) -> Result<Parsed, Error> {
         (len, res.code.unwrap_or(0), res.version.unwrap_or(0), reason, res.headers.len())
     };
     if (100..200).contains(&code) && code != 101 {
-        let _ = buf.split_to(len);
-        return Ok(Parsed::Interim);
+        return Ok(Parsed::Interim(buf.split_to(len).freeze()));
     }
     let status = StatusCode::from_u16(code).map_err(|_| Error::parse("invalid status code"))?;
     let frozen = buf.split_to(len).freeze();
@@ -343,7 +342,7 @@ mod tests {
                 assert_eq!(&buf[..], b"body", "{raw:?}");
                 Ok(h)
             }
-            Parsed::Interim => panic!("interim"),
+            Parsed::Interim(_) => panic!("interim"),
             Parsed::Partial => panic!("partial"),
         }
     }
@@ -448,9 +447,9 @@ mod tests {
     #[test]
     fn interim_responses_are_skipped_and_heads_are_bounded() {
         let mut buf = BytesMut::from(&b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n"[..]);
-        assert!(matches!(parse(&mut buf, false), Ok(Parsed::Interim)));
+        assert!(matches!(parse(&mut buf, false), Ok(Parsed::Interim(_))));
         assert!(matches!(parse(&mut buf, false), Ok(Parsed::Head(h)) if h.status == 204));
-        assert!(matches!(parse_str("HTTP/1.1 103 Early Hints\r\nlink: x\r\n\r\n"), Ok(Parsed::Interim)));
+        assert!(matches!(parse_str("HTTP/1.1 103 Early Hints\r\nlink: x\r\n\r\n"), Ok(Parsed::Interim(_))));
         assert!(matches!(parse_str("HTTP/1.1 200 OK\r\ncontent-le"), Ok(Parsed::Partial)));
         let long = format!("HTTP/1.1 200 OK\r\nx: {}", "a".repeat(MAX_HEAD));
         assert!(parse_str(&long).is_err_and(|e| e.is_parse()));

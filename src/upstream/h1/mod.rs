@@ -49,7 +49,7 @@
 
 mod body;
 mod client;
-mod decode;
+pub(crate) mod decode;
 mod head;
 
 use std::io;
@@ -61,7 +61,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 pub use body::ResponseBody;
 pub use client::{Encoded, send, send_encoded};
-pub use head::{MAX_HEAD, MAX_HEADERS, request_of};
+pub(crate) use head::Framing;
+pub use head::{MAX_HEAD, MAX_HEADERS, content_length, request_of};
 
 use super::io::UpstreamIo;
 use crate::body::BoxError;

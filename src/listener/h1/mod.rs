@@ -1,0 +1,464 @@
+//! The gateway's own client-facing HTTP/1.1 connection (`server.http1 =
+//! "gateway"`), in place of hyper's server connection; HTTP/2, chosen as
+//! before by the connection preface or ALPN, is served as `server.http2`
+//! says.
+//!
+//! Why: hyper's server keeps two 8 KiB buffers for every connection's
+//! whole life, idle or not, and a task-sized future per connection. Here a
+//! connection waiting for its next request holds its socket and a few
+//! words: the read buffer is dropped whenever it holds nothing (reads go
+//! through a buffer on the stack until bytes arrive), and response bytes
+//! are encoded per response.
+//!
+//! How its parts fit: `head` parses a request head with `httparse` into
+//! `http::request::Parts` and decides the body's framing; `wire` holds the
+//! socket and the bytes read, shared with the request body in flight,
+//! which decodes itself (the upstream client's decoder, `Expect:
+//! 100-continue` answered when the body is first asked for); `encode`
+//! writes the response head and the body's framing; this file runs one
+//! exchange after the other, and `guard` runs them beside the connection's
+//! watchdog and shutdown signals, as hyper's connection runs in `listener`.
+//!
+//! Where it decides differently from hyper's server connection:
+//! - A TLS connection without ALPN goes to hyper-util's `auto` connection
+//!   as before (it may be HTTP/2 with prior knowledge), so it is served by
+//!   hyper whatever `server.http1` says.
+//! - A response body that fails mid-way has the bytes buffered before the
+//!   failure written before the connection is closed (hyper drops them).
+//! - A request body's framing error reads "invalid response body" in the
+//!   gateway's log (the decoder is the upstream client's), and a chunk-size
+//!   line past that decoder's bound (thousands of leading zeros) is a 400
+//!   where hyper's takes it.
+
+mod encode;
+mod guard;
+mod head;
+mod replay;
+mod wire;
+
+use std::future::Future;
+use std::pin::pin;
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::task::Poll;
+
+use bytes::{Bytes, BytesMut};
+use http::{Method, Request, Response, Version};
+use http_body::Body as _;
+use tokio::io::AsyncWrite;
+
+use super::conn::{ConnBody, ConnState};
+use super::{Connection, Kind};
+use crate::body::Incoming;
+use crate::metrics;
+use crate::request::Interims;
+use crate::server::App;
+use crate::upstream::h1::Framing as DecodeFraming;
+use crate::upstream::h1::decode::Decoder;
+use crate::upstream::tunnel::{SwitchOnConnection, Tunnel};
+pub(super) use encode::with_date;
+use encode::{Asked, BodyLength, Encoder};
+use guard::{Flags, guard, switch};
+use head::{Framing, Head, Refused};
+pub use replay::replay;
+pub use wire::ClientStream;
+use wire::{Shared, WireBody};
+
+/// Response bytes gathered before a write: the head with a small body
+/// goes in one.
+const COALESCE: usize = 16 * 1024;
+
+/// What a wait for the answer found.
+enum Waited {
+    Answer(Response<ConnBody>),
+    /// A 1xx head from the upstream.
+    Interim(Bytes),
+    /// The client closed its side (`true`) or sent more.
+    Watched(std::io::Result<bool>),
+}
+
+/// Why a wait ended other than by what was awaited.
+enum Stop {
+    /// Close the connection: idle, or shutting down while idle.
+    Close,
+    /// Cut it at once (a timeout, the shutdown timeout).
+    Cut,
+}
+
+/// One client connection served by the gateway's own HTTP/1.1 code: its
+/// exchanges, which [`guard`] runs beside the watchdog and the shutdown
+/// signals.
+struct Own<'a> {
+    wire: Shared,
+    app: Arc<App>,
+    kind: Kind,
+    state: Arc<ConnState>,
+    addr: std::net::SocketAddr,
+    /// The bytes a request head may take.
+    max_head: usize,
+    flags: &'a Flags,
+}
+
+/// How the exchanges on a connection ended.
+enum Ended {
+    Stop(Stop),
+    /// After a 101: the tunnel to run over the socket.
+    /// (Boxed: held where the connection closes, it would make every
+    /// connection's task larger.)
+    Switch(Box<Tunnel>),
+}
+
+/// Serves requests on `io` until the connection closes, then runs its
+/// tunnel if it switched protocols.
+pub(super) async fn serve(io: ClientStream, c: Connection) {
+    let Connection { addr, app, kind, timeouts, stops, state, mut watchdog, .. } = c;
+    let max_head = app.config().server.max_header_size as usize;
+    let wire = Shared::new(io);
+    let flags = Flags::default();
+    let own = Own { wire: wire.clone(), app, kind, state: state.clone(), addr, max_head, flags: &flags };
+    let ended = match guard(own.run(), &mut watchdog, &stops, &flags, addr).await {
+        Ok(ended) => ended,
+        // Cut inside an exchange whose answer switched protocols: the
+        // tunnel runs all the same.
+        Err(stop) => state.take_tunnel().map_or(Ended::Stop(stop), |t| Ended::Switch(Box::new(t))),
+    };
+    match ended {
+        // Boxed: a tunnel's future is several KiB, and every connection's
+        // task would reserve that space for it.
+        Ended::Switch(tunnel) => Box::pin(switch(wire, tunnel, stops, timeouts)).await,
+        Ended::Stop(Stop::Close) => {
+            // A clean close (a TLS close_notify, a FIN).
+            let shut = std::future::poll_fn(|cx| std::pin::Pin::new(&mut wire.lock().io).poll_shutdown(cx));
+            let _ = guard(shut, &mut watchdog, &stops, &flags, addr).await;
+        }
+        Ended::Stop(Stop::Cut) => {}
+    }
+}
+
+impl Own<'_> {
+    /// One exchange after the other, until one ends the connection.
+    async fn run(mut self) -> Ended {
+        loop {
+            let head = match self.next_head().await {
+                Ok(Ok(head)) => head,
+                Ok(Err(refused)) => return Ended::Stop(self.refuse(refused).await),
+                Err(stop) => return Ended::Stop(stop),
+            };
+            // Boxed: the exchange's future (over a KiB) is needed only
+            // while a request is; inline, every idle connection's task
+            // would keep room for it.
+            let again = Box::pin(self.exchange(head)).await;
+            if let Some(tunnel) = self.state.take_tunnel() {
+                return Ended::Switch(Box::new(tunnel));
+            }
+            match again {
+                Ok(true) => self.release_buffer(),
+                Ok(false) => return Ended::Stop(Stop::Close),
+                Err(stop) => return Ended::Stop(stop),
+            }
+        }
+    }
+
+    /// Waits for the next request head; a clean close between requests
+    /// (or a close inside a head, as hyper treats it) is [`Stop::Close`].
+    async fn next_head(&mut self) -> Result<Result<Head, Refused>, Stop> {
+        if self.flags.closing() {
+            return Err(Stop::Close);
+        }
+        let (wire, max) = (self.wire.clone(), self.max_head);
+        // Parsed at the first bytes (which may be refused at once, as
+        // hyper's are), then again only once a line has ended since the
+        // last parse (or the head is as long as it may be): a head
+        // trickling in byte by byte costs a parse per line, not one per read.
+        let mut scanned = 0;
+        let read = std::future::poll_fn(move |cx| {
+            let mut w = wire.lock();
+            loop {
+                let first = scanned == 0 && !w.rx.is_empty();
+                let ended = memchr::memchr(b'\n', &w.rx[scanned..]).is_some();
+                scanned = w.rx.len();
+                if first || ended || w.rx.len() >= max {
+                    match head::parse(&mut w.rx, max) {
+                        Ok(Some(head)) => return Poll::Ready(Some(Ok(head))),
+                        Ok(None) => {}
+                        Err(refused) => return Poll::Ready(Some(Err(refused))),
+                    }
+                }
+                match std::task::ready!(w.poll_fill(cx)) {
+                    Ok(0) | Err(_) => return Poll::Ready(None),
+                    Ok(_) => {}
+                }
+            }
+        });
+        self.flags.idle.store(true, Relaxed);
+        let head = read.await;
+        self.flags.idle.store(false, Relaxed);
+        head.ok_or(Stop::Close)
+    }
+
+    /// Answers a head that could not be taken; the connection closes.
+    async fn refuse(&mut self, refused: Refused) -> Stop {
+        metrics::rejected("", refused.reason);
+        tracing::debug!(client = %self.addr, status = %refused.status, "request head refused");
+        let (mut parts, ()) = Response::new(()).into_parts();
+        parts.status = refused.status;
+        let asked = Asked { method: &Method::GET, version: Version::HTTP_11, keep_alive: false };
+        let mut out = BytesMut::new();
+        encode::head(&mut parts, BodyLength::None, asked, &mut out);
+        match self.write(out.freeze()).await {
+            Ok(()) => Stop::Close,
+            Err(stop) => stop,
+        }
+    }
+
+    /// One request and its response; returns whether the connection may
+    /// carry another.
+    async fn exchange(&mut self, head: Head) -> Result<bool, Stop> {
+        let Head { mut parts, framing, keep_alive, expect_continue } = head;
+        let (method, version) = (parts.method.clone(), parts.version);
+        let decoder = match framing {
+            Framing::Empty => Decoder::Done,
+            Framing::Length(n) => Decoder::new(DecodeFraming::Length(n)),
+            Framing::Chunked => Decoder::new(DecodeFraming::Chunked),
+        };
+        let continue_owed = expect_continue && version == Version::HTTP_11 && framing != Framing::Empty;
+        self.wire.lock().begin_body(decoder, continue_owed);
+        let body = match framing {
+            Framing::Empty => Incoming::Empty,
+            _ => Incoming::Own(Box::pin(WireBody(self.wire.clone()))),
+        };
+        // 1xx answers go to HTTP/1.1 clients only (RFC 9110 §15.2).
+        let interims = (version == Version::HTTP_11).then(Interims::default);
+        if let Some(interims) = &interims {
+            parts.extensions.insert(SwitchOnConnection);
+            parts.extensions.insert(interims.clone());
+        }
+        // As hyper: trailer fields only to a client that said it takes them.
+        let trailers_ok = parts.headers.get_all(http::header::TE).iter().any(|te| head::has_token(te, "trailers"));
+        let in_flight = self.state.request_started(false, framing == Framing::Empty);
+        let req = Request::from_parts(parts, body);
+        // Boxed, as hyper's connection boxes its service's future: inline,
+        // the app's future would be kept in every connection's task, idle
+        // or not.
+        let answer = Box::pin(super::answer(self.app.clone(), self.kind, req, in_flight));
+        let response = self.wait_for_answer(answer, interims).await?;
+        let keep_alive = keep_alive && !self.flags.closing();
+        let last = self.respond(response, Asked { method: &method, version, keep_alive }, trailers_ok).await?;
+        Ok(!last && !self.flags.closing() && self.wire.lock().body_drained())
+    }
+
+    /// Waits for the answer, forwarding the 1xx heads that come before it
+    /// and watching the socket once the request body is in: a client that
+    /// closes its side meanwhile has left (as hyper's connection sees it),
+    /// and its request is dropped.
+    async fn wait_for_answer<F: Future<Output = Response<ConnBody>>>(
+        &mut self,
+        answer: F,
+        interims: Option<Interims>,
+    ) -> Result<Response<ConnBody>, Stop> {
+        let mut answer = pin!(answer);
+        let mut watching = true;
+        loop {
+            let wire = self.wire.clone();
+            let watch = std::future::poll_fn(|cx| match watching {
+                true => wire.lock().poll_watch(cx),
+                false => Poll::Pending,
+            });
+            let interim = std::future::poll_fn(|cx| match &interims {
+                Some(i) => i.poll_next(cx),
+                None => Poll::Pending,
+            });
+            let raced = async {
+                tokio::select! {
+                    biased;
+                    response = &mut answer => Waited::Answer(response),
+                    interim = interim => Waited::Interim(interim),
+                    gone = watch => Waited::Watched(gone),
+                }
+            };
+            match raced.await {
+                Waited::Answer(response) => {
+                    // Those that came with the answer's head go first.
+                    while let Some(interim) = interims.as_ref().and_then(Interims::take) {
+                        self.forward_interim(&interim).await?;
+                    }
+                    return Ok(response);
+                }
+                Waited::Interim(interim) => self.forward_interim(&interim).await?,
+                Waited::Watched(Ok(false)) => watching = false,
+                Waited::Watched(_) => {
+                    tracing::debug!(client = %self.addr, "client closed the connection while its request was in flight");
+                    return Err(Stop::Cut);
+                }
+            }
+        }
+    }
+
+    /// Writes a 1xx head from the upstream to the client.
+    async fn forward_interim(&mut self, raw: &[u8]) -> Result<(), Stop> {
+        let mut out = BytesMut::new();
+        encode::interim(raw, &mut out);
+        self.write(out.freeze()).await?;
+        self.flush().await
+    }
+
+    /// Waits for `f` (the answer's next bytes) watching the socket, as
+    /// [`Own::wait_for_answer`] does: a client that leaves while a streamed
+    /// answer is silent is noticed (as hyper's connection notices it).
+    async fn watched<F: Future>(&mut self, f: F) -> Result<F::Output, Stop> {
+        let mut f = pin!(f);
+        let mut watching = true;
+        loop {
+            let wire = self.wire.clone();
+            let watch = std::future::poll_fn(|cx| match watching {
+                true => wire.lock().poll_watch(cx),
+                false => Poll::Pending,
+            });
+            let raced = async {
+                tokio::select! {
+                    biased;
+                    out = &mut f => Ok(out),
+                    gone = watch => Err(gone),
+                }
+            };
+            match raced.await {
+                Ok(out) => return Ok(out),
+                Err(Ok(false)) => watching = false,
+                Err(_) => {
+                    tracing::debug!(client = %self.addr, "client closed the connection while its answer was streaming");
+                    return Err(Stop::Cut);
+                }
+            }
+        }
+    }
+
+    /// Writes the response; returns whether it must be the connection's
+    /// last.
+    async fn respond(
+        &mut self,
+        response: Response<ConnBody>,
+        asked: Asked<'_>,
+        trailers_ok: bool,
+    ) -> Result<bool, Stop> {
+        let (mut parts, mut body) = response.into_parts();
+        let length = match body.size_hint().exact() {
+            _ if body.is_end_stream() => BodyLength::None,
+            Some(n) => BodyLength::Known(n),
+            None => BodyLength::Unknown,
+        };
+        // The head and a body small enough to be copied beside it (see
+        // `put`) in one allocation.
+        let body_room = match length {
+            BodyLength::Known(n) if n < (COALESCE / 2) as u64 => n as usize,
+            _ => 0,
+        };
+        let mut out = BytesMut::with_capacity(encode::capacity(&parts.headers) + body_room);
+        let (mut encoder, last) = encode::head(&mut parts, length, asked, &mut out);
+        drop(parts);
+        if let (Encoder::Chunked(allowed), false) = (&mut encoder, trailers_ok) {
+            allowed.clear();
+        }
+        let ended = match encoder {
+            Encoder::Length(0) => true,
+            encoder => self.stream(&mut body, encoder, &mut out).await?,
+        };
+        self.write(out.freeze()).await?;
+        self.flush().await?;
+        drop(body);
+        if !ended {
+            return Err(Stop::Cut);
+        }
+        Ok(last)
+    }
+
+    /// Writes the body's frames in `encoder`'s framing, `out` (the head)
+    /// first; leaves the last bytes in `out`. Returns whether the body
+    /// ended as its framing says (else the connection is cut after them).
+    async fn stream(&mut self, body: &mut ConnBody, encoder: Encoder, out: &mut BytesMut) -> Result<bool, Stop> {
+        let mut left = match encoder {
+            Encoder::Length(n) => n,
+            _ => u64::MAX,
+        };
+        let mut trailers = None;
+        loop {
+            let frame =
+                match std::future::poll_fn(|cx| Poll::Ready(std::pin::Pin::new(&mut *body).poll_frame(cx))).await {
+                    Poll::Ready(frame) => frame,
+                    Poll::Pending => {
+                        self.write(std::mem::take(out).freeze()).await?;
+                        self.flush().await?;
+                        self.watched(std::future::poll_fn(|cx| std::pin::Pin::new(&mut *body).poll_frame(cx))).await?
+                    }
+                };
+            let data = match frame {
+                None => break,
+                Some(Err(e)) => {
+                    tracing::debug!(client = %self.addr, error = %e, "response body failed");
+                    return Ok(false);
+                }
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) => data,
+                    Err(frame) => {
+                        trailers = frame.into_trailers().ok();
+                        continue;
+                    }
+                },
+            };
+            match &encoder {
+                Encoder::Chunked(_) => encode::chunk(out, &data),
+                _ => {
+                    let n = usize::try_from(left).unwrap_or(usize::MAX).min(data.len());
+                    left = left.saturating_sub(n as u64);
+                    self.put(out, data.slice(..n)).await?;
+                }
+            }
+            if out.len() >= COALESCE {
+                self.write(std::mem::take(out).freeze()).await?;
+            }
+            if left == 0 {
+                return Ok(true);
+            }
+        }
+        match &encoder {
+            Encoder::Chunked(allowed) => encode::last_chunk(out, trailers.as_ref(), allowed),
+            Encoder::Length(_) if left > 0 => return Ok(false),
+            _ => {}
+        }
+        Ok(true)
+    }
+
+    /// `data` after `out`: copied beside it when small, else written after it.
+    async fn put(&mut self, out: &mut BytesMut, data: Bytes) -> Result<(), Stop> {
+        if data.len() < COALESCE / 2 {
+            out.extend_from_slice(&data);
+            return Ok(());
+        }
+        self.write(std::mem::take(out).freeze()).await?;
+        self.write(data).await
+    }
+
+    /// Writes all of `bytes`, within the send timeout.
+    async fn write(&mut self, bytes: Bytes) -> Result<(), Stop> {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        let wire = self.wire.clone();
+        let mut at = 0;
+        let written = std::future::poll_fn(|cx| wire.lock().poll_write_all(&bytes, &mut at, cx));
+        written.await.map_err(|_| Stop::Cut)
+    }
+
+    async fn flush(&mut self) -> Result<(), Stop> {
+        let wire = self.wire.clone();
+        let flushed = std::future::poll_fn(|cx| std::pin::Pin::new(&mut wire.lock().io).poll_flush(cx));
+        flushed.await.map_err(|_| Stop::Cut)
+    }
+
+    /// Between requests, an empty read buffer is given back.
+    fn release_buffer(&mut self) {
+        let mut w = self.wire.lock();
+        if w.rx.is_empty() && w.rx.capacity() > 0 {
+            w.rx = BytesMut::new();
+        }
+    }
+}

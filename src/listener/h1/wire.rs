@@ -1,0 +1,280 @@
+//! The connection's socket and what has been read from it, shared by the
+//! connection (heads, responses) and the request body of the request in
+//! flight ([`WireBody`], which reads and decodes its own bytes as the
+//! gateway polls it), behind one lock that is never held across a wait.
+
+use std::io;
+use std::mem::MaybeUninit;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker, ready};
+
+use bytes::{Buf, Bytes, BytesMut};
+use http_body::{Frame, SizeHint};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio_rustls::server::TlsStream;
+
+use crate::body::BoxError;
+use crate::listener::io::ClientIo;
+use crate::upstream::h1::decode::{Decoder, Step};
+
+/// Bytes read at a time into a buffer on the stack when the read buffer
+/// has no room: a connection waiting for bytes holds no buffer of its own.
+const READ: usize = 4096;
+
+/// What a server answers to `Expect: 100-continue` when the body is first
+/// asked for (RFC 9110 §10.1.1).
+const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+
+/// The client's byte stream, plain or TLS.
+pub enum ClientStream {
+    Plain(ClientIo),
+    Tls(Box<TlsStream<ClientIo>>),
+}
+
+impl AsyncRead for ClientStream {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ClientStream::Plain(io) => Pin::new(io).poll_read(cx, buf),
+            ClientStream::Tls(io) => Pin::new(&mut **io).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for ClientStream {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            ClientStream::Plain(io) => Pin::new(io).poll_write(cx, buf),
+            ClientStream::Tls(io) => Pin::new(&mut **io).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ClientStream::Plain(io) => Pin::new(io).poll_flush(cx),
+            ClientStream::Tls(io) => Pin::new(&mut **io).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ClientStream::Plain(io) => Pin::new(io).poll_shutdown(cx),
+            ClientStream::Tls(io) => Pin::new(&mut **io).poll_shutdown(cx),
+        }
+    }
+}
+
+/// The socket, the bytes read and not yet taken, and the request body's
+/// decoding.
+pub struct Wire {
+    pub io: ClientStream,
+    pub rx: BytesMut,
+    pub decoder: Decoder,
+    /// Bytes of the `100 Continue` still owed before the body is read.
+    continue_at: Option<usize>,
+    /// The connection's task, waiting for the body to end to watch the
+    /// socket for a client that leaves.
+    watcher: Option<Waker>,
+    /// The client closed its side.
+    pub eof: bool,
+}
+
+/// The wire, shared by the connection and the request body in flight.
+#[derive(Clone)]
+pub struct Shared(Arc<Mutex<Wire>>);
+
+impl Shared {
+    pub fn new(io: ClientStream) -> Shared {
+        let wire =
+            Wire { io, rx: BytesMut::new(), decoder: Decoder::Done, continue_at: None, watcher: None, eof: false };
+        Shared(Arc::new(Mutex::new(wire)))
+    }
+
+    pub fn lock(&self) -> MutexGuard<'_, Wire> {
+        self.0.lock().expect("wire lock")
+    }
+
+    /// The socket and the bytes read past the last head, once nothing else
+    /// holds the wire (for a tunnel).
+    pub fn into_parts(self) -> Option<(ClientStream, Bytes)> {
+        let wire = Arc::into_inner(self.0)?.into_inner().ok()?;
+        Some((wire.io, wire.rx.freeze()))
+    }
+}
+
+impl Wire {
+    /// A new request's body begins: `continue_owed` when the client waits
+    /// for a `100 Continue` before sending it.
+    pub fn begin_body(&mut self, decoder: Decoder, continue_owed: bool) {
+        self.decoder = decoder;
+        self.continue_at = continue_owed.then_some(0);
+    }
+
+    /// Reads more bytes into `rx` (see [`poll_fill`]), noting the end.
+    pub fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        let n = ready!(poll_fill(&mut self.io, &mut self.rx, cx))?;
+        if n == 0 {
+            self.eof = true;
+        }
+        Poll::Ready(Ok(n))
+    }
+
+    /// Writes `buf` from `at` on, as far as the socket takes it.
+    pub fn poll_write_all(&mut self, buf: &[u8], at: &mut usize, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while *at < buf.len() {
+            match ready!(Pin::new(&mut self.io).poll_write(cx, &buf[*at..]))? {
+                0 => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                n => *at += n,
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    /// While the request is in flight: resolves when the client closed its
+    /// side (`true`) or sent more (`false`, left in `rx`); waits while the
+    /// body is still being read, for the body to wake it at its end.
+    pub fn poll_watch(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<bool>> {
+        if !self.decoder.is_done() {
+            self.watcher = Some(cx.waker().clone());
+            return Poll::Pending;
+        }
+        if !self.rx.is_empty() || self.eof {
+            return Poll::Ready(Ok(self.eof));
+        }
+        Poll::Ready(Ok(ready!(self.poll_fill(cx))? == 0))
+    }
+
+    /// Decodes the body's next frame, reading as needed.
+    fn poll_body(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        if let Some(at) = self.continue_at.as_mut() {
+            let mut written = *at;
+            let polled = self.poll_write_continue(&mut written, cx);
+            self.continue_at = Some(written);
+            if let Err(e) = ready!(polled) {
+                return Poll::Ready(Some(Err(e.into())));
+            }
+            self.continue_at = None;
+        }
+        loop {
+            match self.decoder.step(&mut self.rx) {
+                Ok(Step::Frame(frame)) => return Poll::Ready(Some(Ok(frame))),
+                Ok(Step::End) => {
+                    self.body_ended();
+                    return Poll::Ready(None);
+                }
+                Ok(Step::More) => {}
+                Err(e) => return Poll::Ready(Some(Err(e.into()))),
+            }
+            match ready!(self.poll_fill(cx)) {
+                Ok(0) => {
+                    return match self.decoder.eof() {
+                        Ok(_) => Poll::Ready(None),
+                        Err(e) => Poll::Ready(Some(Err(e.into()))),
+                    };
+                }
+                Ok(_) => {}
+                Err(e) => return Poll::Ready(Some(Err(e.into()))),
+            }
+        }
+    }
+
+    fn poll_write_continue(&mut self, at: &mut usize, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        ready!(self.poll_write_all(CONTINUE, at, cx))?;
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn body_ended(&mut self) {
+        if let Some(w) = self.watcher.take() {
+            w.wake();
+        }
+    }
+
+    /// After the response: whether the request body has all been read, or
+    /// its rest is already in (hyper's `poll_drain_or_close_read` tries as
+    /// much before it gives the connection up).
+    pub fn body_drained(&mut self) -> bool {
+        self.continue_at = None;
+        while !self.decoder.is_done() {
+            match self.decoder.step(&mut self.rx) {
+                Ok(Step::Frame(_)) => {}
+                Ok(Step::End) => break,
+                Ok(Step::More) | Err(_) => return false,
+            }
+        }
+        true
+    }
+}
+
+/// A request body read from the wire.
+pub struct WireBody(pub Shared);
+
+impl http_body::Body for WireBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        self.0.lock().poll_body(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.0.lock().decoder.is_done()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self.0.lock().decoder {
+            Decoder::Done => SizeHint::with_exact(0),
+            Decoder::Length(n) => SizeHint::with_exact(n),
+            _ => SizeHint::default(),
+        }
+    }
+}
+
+/// Reads into `rx` straight when it has room, else through a buffer on
+/// the stack, so that a read that waits holds no memory.
+fn poll_fill(io: &mut ClientStream, rx: &mut BytesMut, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+    if rx.capacity() - rx.len() >= READ {
+        return tokio_util::io::poll_read_buf(Pin::new(io), cx, rx);
+    }
+    let mut stack = [MaybeUninit::<u8>::uninit(); READ];
+    let mut buf = ReadBuf::uninit(&mut stack);
+    ready!(Pin::new(io).poll_read(cx, &mut buf))?;
+    let got = buf.filled();
+    if got.len() == READ {
+        rx.reserve(4 * READ);
+    }
+    rx.extend_from_slice(got);
+    Poll::Ready(Ok(got.len()))
+}
+
+/// The client's socket after a 101, with the bytes it sent past the
+/// request read first.
+pub struct Switched {
+    pub io: ClientStream,
+    pub read: Bytes,
+}
+
+impl AsyncRead for Switched {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        if !self.read.is_empty() {
+            let n = self.read.len().min(buf.remaining());
+            buf.put_slice(&self.read[..n]);
+            self.read.advance(n);
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Switched {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}

@@ -1,0 +1,294 @@
+//! The gateway's own client-facing HTTP/2 connection (`server.http2 =
+//! "gateway"`, on the h2 crate) against hyper's: the 1xx answers hyper's
+//! cannot send, `Expect: 100-continue`, a client's reset, and the
+//! settings both announce. The rest of the HTTP/2 suite runs against it
+//! with `GATEWAY__SERVER__HTTP2=gateway` (see `.ci/run`).
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::{TestGateway, bounded, proxy_toml};
+use gateway::config::Http2Server;
+use http::{Request, Response};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// A gateway with the given HTTP/2 connection in front of `up`.
+async fn gateway(up: std::net::SocketAddr, http2: Http2Server) -> TestGateway {
+    let mut config = common::config(&proxy_toml(up, "d", "", ""), Path::new(env!("CARGO_MANIFEST_DIR")));
+    config.server.http2 = http2;
+    TestGateway::start(config).await
+}
+
+/// Sends `req` with the h2 crate (prior knowledge); the interim answers
+/// that came before the final one, the final one, and its body.
+async fn exchange(gw: &TestGateway, req: Request<()>) -> (Vec<Response<()>>, Response<()>, Bytes) {
+    let (mut client, _ping) = common::raw_h2(gw.addr, 65_535).await;
+    let (mut answer, _) = client.send_request(req, true).unwrap();
+    let interims = interims(&mut answer).await;
+    let response = answer.await.unwrap();
+    let (head, mut body) = response.into_parts();
+    let mut got = Vec::new();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk.unwrap();
+        let _ = body.flow_control().release_capacity(chunk.len());
+        got.extend_from_slice(&chunk);
+    }
+    (interims, Response::from_parts(head, ()), Bytes::from(got))
+}
+
+/// The interim answers at the front of the stream, until the final one.
+async fn interims(answer: &mut h2::client::ResponseFuture) -> Vec<Response<()>> {
+    let mut got = Vec::new();
+    while let Some(interim) = std::future::poll_fn(|cx| answer.poll_informational(cx)).await {
+        got.push(interim.unwrap());
+    }
+    got
+}
+
+fn get(gw: &TestGateway, path: &str) -> Request<()> {
+    Request::get(format!("http://{}{path}", gw.addr)).body(()).unwrap()
+}
+
+/// An upstream's 103 Early Hints (with its `Link` field) and 102 reach an
+/// HTTP/2 client before the answer with the gateway's own connection (RFC
+/// 9110 §15.2), without their connection-specific fields. hyper's server
+/// connection cannot send a 1xx: with it they are dropped.
+#[tokio::test]
+async fn early_hints_reach_an_http2_client_before_the_answer() {
+    let up = common::raw_upstream(|mut s: TcpStream| async move {
+        while common::read_head(&mut s).await.is_some() {
+            let hints = b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\nConnection: x\r\nX: y\r\n\r\n";
+            let _ = s.write_all(hints).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let _ = s.write_all(b"HTTP/1.1 102 Processing\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await;
+        }
+    })
+    .await;
+    for http2 in [Http2Server::Gateway, Http2Server::Hyper] {
+        let gw = gateway(up, http2).await;
+        let (interims, answer, body) = bounded(exchange(&gw, get(&gw, "/d/x"))).await;
+        assert_eq!((answer.status().as_u16(), &body[..]), (200, &b"ok"[..]));
+        let statuses: Vec<u16> = interims.iter().map(|i| i.status().as_u16()).collect();
+        match http2 {
+            Http2Server::Gateway => {
+                assert_eq!(statuses, [103, 102]);
+                let hints = interims[0].headers();
+                assert_eq!(hints.get("link").unwrap(), "</style.css>; rel=preload");
+                // `X` is named by `Connection`: the upstream connection's own.
+                assert!(hints.get("x").is_none() && hints.get("connection").is_none(), "{hints:?}");
+            }
+            Http2Server::Hyper => assert!(statuses.is_empty(), "{statuses:?}"),
+        }
+    }
+}
+
+/// A client that sends `Expect: 100-continue` and waits for the 100
+/// before its body gets it once the body is asked for, as on the own
+/// HTTP/1.1 connection; the upstream's own 100 (the gateway's
+/// expectation) is not forwarded.
+#[tokio::test]
+async fn an_http2_client_that_expects_100_continue_gets_it() {
+    let up = common::raw_upstream(|mut s: TcpStream| async move {
+        let Some(head) = common::read_head(&mut s).await else { return };
+        let text = String::from_utf8_lossy(&head).to_ascii_lowercase();
+        if text.contains("expect: 100-continue") {
+            let _ = s.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await;
+        }
+        let mut body = head[head.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4..].to_vec();
+        let mut buf = [0u8; 1024];
+        while !body.ends_with(b"0\r\n\r\n") && !body.ends_with(b"hello") {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => body.extend_from_slice(&buf[..n]),
+            }
+        }
+        let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\n\r\nyes").await;
+    })
+    .await;
+    let gw = gateway(up, Http2Server::Gateway).await;
+    let (mut client, _ping) = common::raw_h2(gw.addr, 65_535).await;
+    let req = Request::post(format!("http://{}/d/up", gw.addr))
+        .header("expect", "100-continue")
+        .header("content-length", "5")
+        .body(())
+        .unwrap();
+    let (mut answer, mut body) = client.send_request(req, false).unwrap();
+    let first = bounded(interims_until_one(&mut answer)).await;
+    assert_eq!(first.status().as_u16(), 100);
+    body.send_data(Bytes::from_static(b"hello"), true).unwrap();
+    let rest = bounded(interims(&mut answer)).await;
+    assert!(rest.is_empty(), "one 100, the gateway's: {rest:?}");
+    let response = bounded(answer).await.unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+}
+
+/// The first interim answer, waiting for it.
+async fn interims_until_one(answer: &mut h2::client::ResponseFuture) -> Response<()> {
+    std::future::poll_fn(|cx| answer.poll_informational(cx)).await.expect("an interim answer").unwrap()
+}
+
+/// A client that resets its stream while the upstream has not answered
+/// has its request dropped: the upstream's connection is closed.
+#[tokio::test]
+async fn a_client_reset_drops_the_request_in_flight() {
+    let dropped = Arc::new(AtomicBool::new(false));
+    let noted = dropped.clone();
+    let up = common::raw_upstream(move |mut s: TcpStream| {
+        let noted = noted.clone();
+        async move {
+            if common::read_head(&mut s).await.is_some()
+                && common::closed_within(&mut s, Duration::from_secs(5)).await.is_some()
+            {
+                noted.store(true, Ordering::SeqCst);
+            }
+        }
+    })
+    .await;
+    for http2 in [Http2Server::Gateway, Http2Server::Hyper] {
+        dropped.store(false, Ordering::SeqCst);
+        let gw = gateway(up, http2).await;
+        let (mut client, _ping) = common::raw_h2(gw.addr, 65_535).await;
+        let (answer, mut stream) = client.send_request(get(&gw, "/d/slow"), true).unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        stream.send_reset(h2::Reason::CANCEL);
+        drop(answer);
+        bounded(async {
+            while !dropped.load(Ordering::SeqCst) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await;
+    }
+}
+
+/// A large answer passes whole through a client's small window, given
+/// back as it reads, and a trailer section follows the body.
+#[tokio::test]
+async fn a_large_answer_flows_through_a_small_window_with_its_trailers() {
+    let up = common::raw_upstream(|mut s: TcpStream| async move {
+        while common::read_head(&mut s).await.is_some() {
+            let mut out = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ntrailer: x-sum\r\n\r\n".to_vec();
+            for _ in 0..64 {
+                out.extend_from_slice(format!("{:x}\r\n", 16 * 1024).as_bytes());
+                out.extend_from_slice(&[b'a'; 16 * 1024]);
+                out.extend_from_slice(b"\r\n");
+            }
+            out.extend_from_slice(b"0\r\nx-sum: 42\r\n\r\n");
+            let _ = s.write_all(&out).await;
+        }
+    })
+    .await;
+    for http2 in [Http2Server::Gateway, Http2Server::Hyper] {
+        let gw = gateway(up, http2).await;
+        let (mut client, _ping) = common::raw_h2(gw.addr, 65_535).await;
+        let req = Request::get(format!("http://{}/d/big", gw.addr)).header("te", "trailers").body(()).unwrap();
+        let (answer, _) = client.send_request(req, true).unwrap();
+        let (n, trailers) = bounded(async {
+            let mut body = answer.await.unwrap().into_body();
+            let mut n = 0;
+            while let Some(chunk) = body.data().await {
+                let chunk = chunk.unwrap();
+                n += chunk.len();
+                let _ = body.flow_control().release_capacity(chunk.len());
+            }
+            (n, body.trailers().await.unwrap())
+        })
+        .await;
+        assert_eq!(n, 64 * 16 * 1024, "{http2:?}");
+        assert_eq!(trailers.and_then(|t| t.get("x-sum").cloned()).unwrap(), "42", "{http2:?}");
+    }
+}
+
+/// A shutdown sends GOAWAY: the stream in flight gets its whole answer,
+/// then the connection closes.
+#[tokio::test]
+async fn a_shutdown_finishes_the_stream_in_flight_then_closes() {
+    let up = common::raw_upstream(|mut s: TcpStream| async move {
+        while common::read_head(&mut s).await.is_some() {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\ndone").await;
+        }
+    })
+    .await;
+    for http2 in [Http2Server::Gateway, Http2Server::Hyper] {
+        let mut gw = gateway(up, http2).await;
+        let tcp = TcpStream::connect(gw.addr).await.unwrap();
+        let (client, connection) = h2::client::handshake(tcp).await.unwrap();
+        let connection = tokio::spawn(connection);
+        let mut client = client.ready().await.unwrap();
+        let (answer, _) = client.send_request(get(&gw, "/d/slow"), true).unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        gw.shutdown();
+        let body = bounded(async {
+            let mut body = answer.await.unwrap().into_body();
+            let mut got = Vec::new();
+            while let Some(chunk) = body.data().await {
+                got.extend_from_slice(&chunk.unwrap());
+            }
+            got
+        })
+        .await;
+        assert_eq!(body, b"done", "{http2:?}");
+        let _ = bounded(connection).await.unwrap();
+        let again = client.send_request(get(&gw, "/d/x"), true);
+        assert!(again.is_err(), "no new stream after GOAWAY ({http2:?})");
+    }
+}
+
+/// An answer cut short upstream is cut short to the client: the bytes
+/// that came, then the stream reset, alike on both connections.
+#[tokio::test]
+async fn an_answer_cut_upstream_resets_the_stream() {
+    let up = common::raw_upstream(|mut s: TcpStream| async move {
+        if common::read_head(&mut s).await.is_some() {
+            let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nabcd").await;
+        }
+    })
+    .await;
+    let mut seen = Vec::new();
+    for http2 in [Http2Server::Gateway, Http2Server::Hyper] {
+        let gw = gateway(up, http2).await;
+        let (mut client, _ping) = common::raw_h2(gw.addr, 65_535).await;
+        let (answer, _) = client.send_request(get(&gw, "/d/cut"), true).unwrap();
+        let (got, reason) = bounded(async {
+            let mut body = answer.await.unwrap().into_body();
+            let mut got = Vec::new();
+            loop {
+                match body.data().await {
+                    Some(Ok(chunk)) => got.extend_from_slice(&chunk),
+                    Some(Err(e)) => break (got, e.reason()),
+                    None => break (got, None),
+                }
+            }
+        })
+        .await;
+        assert_eq!(got, b"abcd", "{http2:?}");
+        seen.push(reason);
+    }
+    assert!(seen[0].is_some(), "the stream is reset, not ended: {seen:?}");
+    assert_eq!(seen[0], seen[1], "the same reset as hyper's");
+}
+
+/// `server.http2` takes `hyper` or `gateway`.
+#[test]
+fn server_http2_is_checked_at_load() {
+    use gateway::config::{self, Source};
+    let load = |v: &str| {
+        let text = format!("[server]\nhttp2 = \"{v}\"\n");
+        config::load(&Source::Inline { text, base_dir: ".".into() })
+    };
+    // The environment's override wins over the file's key.
+    if std::env::var_os("GATEWAY__SERVER__HTTP2").is_some() {
+        return;
+    }
+    assert_eq!(load("gateway").unwrap().server.http2, Http2Server::Gateway);
+    assert_eq!(load("hyper").unwrap().server.http2, Http2Server::Hyper);
+    let e = load("h2o").unwrap_err().to_string();
+    assert!(e.contains("server.http2") && e.contains("\"hyper\" or \"gateway\""), "{e}");
+}

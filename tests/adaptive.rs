@@ -16,29 +16,33 @@ use serde_json::Value;
 use tokio::sync::Semaphore;
 
 /// The upstream: `workers` at `service` each; counts the requests inside it
-/// at once (working or waiting for a worker) and the most since reset.
+/// at once (working or waiting for a worker) and the most since reset, and
+/// the answers it gave.
 struct Workers {
     up: TestUpstream,
     peak: Arc<AtomicUsize>,
+    served: Arc<AtomicUsize>,
 }
 
 async fn workers(workers: usize, service: Duration) -> Workers {
     let (sem, inside, peak) =
         (Arc::new(Semaphore::new(workers)), Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-    let (i, p) = (inside.clone(), peak.clone());
+    let served = Arc::new(AtomicUsize::new(0));
+    let (i, p, s) = (inside.clone(), peak.clone(), served.clone());
     let up = TestUpstream::start(move |_req: Request<hyper::body::Incoming>| {
-        let (sem, i, p) = (sem.clone(), i.clone(), p.clone());
+        let (sem, i, p, s) = (sem.clone(), i.clone(), p.clone(), s.clone());
         async move {
             p.fetch_max(i.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
             let worker = sem.acquire_owned().await.unwrap();
             tokio::time::sleep(service).await;
             drop(worker);
             i.fetch_sub(1, Ordering::SeqCst);
+            s.fetch_add(1, Ordering::SeqCst);
             Response::new(full("done"))
         }
     })
     .await;
-    Workers { up, peak }
+    Workers { up, peak, served }
 }
 
 /// `clients` clients, each sending one request after another to `url`
@@ -202,4 +206,33 @@ async fn a_flat_upstream_soon_gets_every_request_at_once() {
     up.peak.store(0, Ordering::SeqCst);
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(up.peak.load(Ordering::SeqCst), CLIENTS, "limits every 100 ms: {limits:?}");
+}
+
+/// No overload, from a cold start, with many clients: the slow start
+/// doubles the limit each round trip of the upstream while its latency
+/// stays flat, so it lets every client through within a few rounds of
+/// answers; the gradient's climb alone (a quarter and its root a round
+/// trip) took about a thousand answers here. Counted in the upstream's
+/// answers, not in seconds, so that a loaded machine does not change it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn from_a_cold_start_the_limit_doubles_each_round_trip() {
+    const CLIENTS: usize = 300;
+    let up = workers(10 * CLIENTS, Duration::from_millis(400)).await;
+    let gw = TestGateway::from_toml(&gateway_toml("ad_cold", up.up.addr, "", "timeout = \"5s\"")).await;
+    let admin = gw.admin.unwrap();
+    let start = Instant::now();
+    let _clients =
+        tokio::spawn(load(gw.url("/ad_cold"), CLIENTS, start + Duration::from_secs(15), Duration::from_millis(200)));
+    let mut limits = Vec::new();
+    while limits.last().is_none_or(|&(l, _)| l < CLIENTS as f64) && start.elapsed() < Duration::from_secs(14) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let m = metrics_text(admin).await;
+        let limit = sample(&m, "gateway_upstream_concurrency_limit", &[("upstream", "ad_cold")]).unwrap_or(0.0);
+        limits.push((limit, up.served.load(Ordering::SeqCst)));
+    }
+    let (limit, served) = *limits.last().unwrap();
+    assert!(limit >= CLIENTS as f64, "(limit, answers) every 50 ms: {limits:?}");
+    // 3 + 6 + ... + 192 answers, a round trip of each limit, and a little
+    // more (a window's wait for each proof, the first measurement).
+    assert!(served < 700, "{served} answers before the limit reached {CLIENTS}: {limits:?}");
 }

@@ -25,7 +25,7 @@
 //! minute). It is also what the issue describes, a measured minimum and a
 //! gradient against recent latency.
 //!
-//! Four departures, each said where it is made:
+//! Five departures, each said where it is made:
 //! - a window's latency is the mean of its samples, not a percentile: two
 //!   atomic adds per answer instead of a locked histogram (Gradient2 also
 //!   averages);
@@ -40,7 +40,20 @@
 //!   round of answers by then, not only after 50 of them: 50 answers at
 //!   `auto_min` requests at once hold the limit at its floor for 50 ×
 //!   the latency / `auto_min`, most of a minute for an upstream that
-//!   takes seconds.
+//!   takes seconds;
+//! - a *slow start* before the gradient rules, as TCP's (RFC 5681, 3.1:
+//!   the window doubles each round trip until the first sign of
+//!   congestion): from a cold start the gradient's climb of a quarter and
+//!   its root a window takes twenty windows to go from the floor to a
+//!   thousand, twenty seconds in front of an upstream that takes one. While
+//!   every window's latency stays within a tenth of the minimum, the limit
+//!   becomes twice the largest number of requests in flight that a quick
+//!   answer has shown the upstream takes (the in-flight count when that
+//!   request was sent), so it doubles once a round trip while the clients
+//!   fill it and never passes twice a load that was seen to be fine; the
+//!   first window slower than that ends it for good, as HyStart++ (RFC
+//!   9406) ends TCP's at the first round whose delay rose by an eighth or
+//!   so (see [`Gradient::ramp`]).
 //!
 //! Failures count as they do in Envoy's filter: every answer with a head is
 //! a sample (a 5xx as any other status), a route timeout is a sample of the
@@ -64,6 +77,10 @@ const JITTER: f64 = 0.15;
 const BUFFER: f64 = 0.25;
 /// Windows in a row at the floor that call for a new measurement.
 const FLOOR_WINDOWS: u32 = 5;
+/// During the slow start, latency up to this much above the minimum is no
+/// sign of a queue yet; below `BUFFER`, so that it ends while the gradient
+/// would still let the limit grow.
+const RAMP_TOLERANCE: f64 = 0.1;
 
 pub use crate::config::AutoBounds as Bounds;
 
@@ -76,6 +93,10 @@ pub struct Window {
     pub total: Duration,
     /// The most requests in flight at once during the window.
     pub busiest: usize,
+    /// During the slow start: the most requests in flight when one of the
+    /// window's answers was sent, among the answers within
+    /// [`Gradient::ramp_bound`] (0 if none).
+    pub proven: usize,
 }
 
 /// The controller's state: the limit, and the minimum RTT it is measured
@@ -89,6 +110,8 @@ pub struct Gradient {
     measuring: Option<Measuring>,
     /// Windows in a row the gradient left the limit at its floor.
     at_floor: u32,
+    /// In the slow start (see [`Gradient::ramp`]).
+    ramping: bool,
     /// When the minimum RTT is measured again.
     next_measure: Duration,
     rng: fastrand::Rng,
@@ -114,6 +137,7 @@ impl Gradient {
             min_rtt: None,
             measuring: None,
             at_floor: 0,
+            ramping: true,
             next_measure: Duration::ZERO,
             rng: fastrand::Rng::with_seed(seed),
         };
@@ -134,6 +158,30 @@ impl Gradient {
     /// floor).
     pub fn measuring(&self) -> bool {
         self.measuring.is_some()
+    }
+
+    /// Whether the slow start is on (it ends for good at the first window
+    /// whose latency is past the minimum's tolerance).
+    pub fn ramping(&self) -> bool {
+        self.ramping
+    }
+
+    /// During the slow start, once the minimum is known: the latency up to
+    /// which an answer shows that the load it was sent under is fine.
+    pub fn ramp_bound(&self) -> Option<Duration> {
+        self.min_rtt.filter(|_| self.ramping && self.measuring.is_none()).map(|m| m.mul_f64(1.0 + RAMP_TOLERANCE))
+    }
+
+    /// How long the next window lasts: 100 ms, or the minimum RTT when
+    /// that is longer once the gradient rules (a departure, see
+    /// `learned`). The slow start judges each answer by the load it was
+    /// sent under, not a window by the limit before it, so it keeps the
+    /// short window and acts on a proof within 100 ms of it.
+    pub fn window_len(&self) -> Duration {
+        match self.min_rtt {
+            Some(m) if !self.ramping => m.max(WINDOW),
+            _ => WINDOW,
+        }
     }
 
     /// A reload's bounds: the learned limit is kept, within them.
@@ -181,6 +229,9 @@ impl Gradient {
             return self.limit;
         };
         let sample = mean(w.total, w.samples).max(Duration::from_micros(1));
+        if self.ramp(&w, sample, min_rtt) {
+            return self.limit;
+        }
         let gradient = (min_rtt.as_secs_f64() * (1.0 + BUFFER) / sample.as_secs_f64()).clamp(0.5, 2.0);
         let scaled = self.limit as f64 * gradient;
         // Truncated, as Envoy's integer limit is.
@@ -196,6 +247,31 @@ impl Gradient {
             self.measure(now);
         }
         self.limit
+    }
+}
+
+impl Gradient {
+    /// The slow start, for a window of mean latency `sample`: whether it
+    /// set the limit. While the latency stays within the tolerance the
+    /// limit is twice the largest load a quick answer proved (never lower
+    /// than it was: nothing said the upstream is full), which needs clients
+    /// enough to fill more than half of it, as the gradient's "app-limited"
+    /// rule does. The first window past the tolerance ends it for good and
+    /// hands that window to the gradient: it is only entered from a cold
+    /// start (or a reload that learns again), not after the limit
+    /// collapsed, since an upstream whose every request times out also
+    /// has a flat latency, and the gradient alone brings a recovered one
+    /// back fast (it doubles the limit while latency is below the minimum).
+    fn ramp(&mut self, w: &Window, sample: Duration, min_rtt: Duration) -> bool {
+        if !self.ramping {
+            return false;
+        }
+        if sample.as_secs_f64() > min_rtt.as_secs_f64() * (1.0 + RAMP_TOLERANCE) {
+            self.ramping = false;
+            return false;
+        }
+        self.limit = self.limit.max(w.proven.saturating_mul(2).min(self.bounds.max));
+        true
     }
 }
 

@@ -25,7 +25,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use super::adaptive::Gradient;
-use super::learned::{Codel, INTERVAL, Learned, target};
+use super::learned::{Codel, INTERVAL, Learned, Ticket, target};
 use crate::config::{Admission as AdmissionConfig, MaxRequests};
 use crate::error::GatewayError;
 use crate::metrics::{
@@ -39,8 +39,9 @@ use crate::metrics::{
 pub struct Slot {
     permit: Option<OwnedSemaphorePermit>,
     admission: Arc<Admission>,
-    /// For a learned limit: when it was admitted (see `Learned::sample`).
-    epoch: Option<u64>,
+    /// For a learned limit: when and under what load it was admitted (see
+    /// `Learned::sample`).
+    ticket: Option<Ticket>,
 }
 
 impl Slot {
@@ -48,13 +49,13 @@ impl Slot {
     /// typical time for admission after a wait, and a sample for a learned
     /// limit.
     pub fn observed(&self, took: Duration, now: Instant) {
-        self.admission.observed(took, self.epoch, now);
+        self.admission.observed(took, self.ticket, now);
     }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        if self.epoch.is_some() {
+        if self.ticket.is_some() {
             self.admission.learned.released();
         }
         let owed = &self.admission.owed;
@@ -145,6 +146,9 @@ impl Admission {
             }
         };
         self.learned.on.store(state.gradient.is_some(), Relaxed);
+        if let Some(g) = &state.gradient {
+            self.learned.set_window(g.window_len(), g.ramp_bound());
+        }
         self.resize(&mut state, limit);
     }
 
@@ -205,13 +209,13 @@ impl Admission {
 
     /// Records how long the upstream took to a response head, for the
     /// moving average (weight 1/8) that admission after a wait uses, and as
-    /// a sample for a learned limit (`epoch`: when the request was admitted).
-    fn observed(&self, took: Duration, epoch: Option<u64>, now: Instant) {
+    /// a sample for a learned limit (`ticket`: how the request was admitted).
+    fn observed(&self, took: Duration, ticket: Option<Ticket>, now: Instant) {
         let sample = took.as_micros() as u64;
         let old = self.typical_us.load(Relaxed);
         let new = if old == 0 { sample } else { old - old / 8 + sample / 8 };
         self.typical_us.store(new, Relaxed);
-        if let Some(window) = epoch.and_then(|e| self.learned.sample(took, e, now)) {
+        if let Some(window) = ticket.and_then(|t| self.learned.sample(took, t, now)) {
             let mut state = self.state.lock().expect("admission lock");
             let Some(g) = &mut state.gradient else { return };
             let was_measuring = g.measuring();
@@ -219,14 +223,14 @@ impl Admission {
             if g.measuring() && !was_measuring {
                 self.learned.new_epoch();
             }
-            self.learned.set_window(g.min_rtt());
+            self.learned.set_window(g.window_len(), g.ramp_bound());
             self.resize(&mut state, limit);
         }
     }
 
     fn slot(self: &Arc<Self>, permit: OwnedSemaphorePermit) -> Slot {
-        let epoch = self.learned.on.load(Relaxed).then(|| self.learned.admitted());
-        Slot { permit: Some(permit), admission: self.clone(), epoch }
+        let ticket = self.learned.on.load(Relaxed).then(|| self.learned.admitted());
+        Slot { permit: Some(permit), admission: self.clone(), ticket }
     }
 
     /// A slot, at once or after waiting in the queue. `deadline` is the

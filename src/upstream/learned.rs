@@ -31,6 +31,11 @@ pub(super) struct Learned {
     window_us: AtomicU64,
     packed: AtomicU64,
     busiest: AtomicUsize,
+    /// During the slow start, the latency bound of an answer that proves
+    /// its load (see `Gradient::ramp_bound`), in microseconds; 0 after.
+    ramp_us: AtomicU64,
+    /// The largest load proved in the window being filled.
+    proven: AtomicUsize,
     in_flight: AtomicUsize,
     /// Bumped when a measurement of the minimum starts: a request admitted
     /// before it is not sampled (its latency is of the load before).
@@ -47,16 +52,18 @@ impl Learned {
             window_us: AtomicU64::new(WINDOW.as_micros() as u64),
             packed: AtomicU64::new(0),
             busiest: AtomicUsize::new(0),
+            ramp_us: AtomicU64::new(0),
+            proven: AtomicUsize::new(0),
             in_flight: AtomicUsize::new(0),
             epoch: AtomicU64::new(0),
         }
     }
 
-    /// A request admitted: its epoch, for [`Learned::sample`].
-    pub(super) fn admitted(&self) -> u64 {
-        let now = self.in_flight.fetch_add(1, Relaxed) + 1;
-        self.busiest.fetch_max(now, Relaxed);
-        self.epoch.load(Relaxed)
+    /// A request admitted: its ticket, for [`Learned::sample`].
+    pub(super) fn admitted(&self) -> Ticket {
+        let load = self.in_flight.fetch_add(1, Relaxed) + 1;
+        self.busiest.fetch_max(load, Relaxed);
+        Ticket { epoch: self.epoch.load(Relaxed), load }
     }
 
     pub(super) fn released(&self) {
@@ -68,14 +75,19 @@ impl Learned {
         now.saturating_duration_since(self.origin)
     }
 
-    /// An answer of a request admitted in `epoch` took `took`, at `now`:
-    /// the window that ends with it, when it is the first past the end.
-    pub(super) fn sample(&self, took: Duration, epoch: u64, now: Instant) -> Option<Window> {
-        if epoch != self.epoch.load(Relaxed) {
+    /// An answer of a request admitted with `ticket` took `took`, at
+    /// `now`: the window that ends with it, when it is the first past the
+    /// end.
+    pub(super) fn sample(&self, took: Duration, ticket: Ticket, now: Instant) -> Option<Window> {
+        if ticket.epoch != self.epoch.load(Relaxed) {
             return None;
         }
         let us = (took.as_micros() as u64).min(LONGEST_SAMPLE_US);
         self.packed.fetch_add((1 << TOTAL_BITS) | us, Relaxed);
+        let ramp = self.ramp_us.load(Relaxed);
+        if ramp != 0 && us <= ramp {
+            self.proven.fetch_max(ticket.load, Relaxed);
+        }
         let now_us = self.elapsed(now).as_micros() as u64;
         let end = self.window_end_us.load(Relaxed);
         // One answer closes the window; the others go on filling the next.
@@ -90,16 +102,21 @@ impl Learned {
         let packed = self.packed.swap(0, Relaxed);
         let busiest = self.busiest.swap(self.in_flight.load(Relaxed), Relaxed);
         let total = Duration::from_micros(packed & ((1 << TOTAL_BITS) - 1));
-        Some(Window { samples: packed >> TOTAL_BITS, total, busiest })
+        let proven = self.proven.swap(0, Relaxed);
+        Some(Window { samples: packed >> TOTAL_BITS, total, busiest, proven })
     }
 
-    /// Windows last Envoy's 100 ms, or the upstream's minimum latency when
-    /// that is longer (a departure): a shorter window would judge a limit
-    /// by answers to requests sent under the one before, and let it grow
-    /// several times over before the first answer to the growth came back.
-    pub(super) fn set_window(&self, min_rtt: Option<Duration>) {
-        let window = min_rtt.map_or(WINDOW, |m| m.max(WINDOW));
+    /// The controller's next window (`Gradient::window_len`) and the slow
+    /// start's bound on an answer that proves its load. Once the gradient
+    /// rules, windows last Envoy's 100 ms, or the upstream's minimum
+    /// latency when that is longer (a departure): a shorter window would
+    /// judge a limit by answers to requests sent under the one before, and
+    /// let it grow several times over before the first answer to the growth
+    /// came back.
+    pub(super) fn set_window(&self, window: Duration, ramp: Option<Duration>) {
         self.window_us.store(window.as_micros() as u64, Relaxed);
+        let ramp_us = ramp.map_or(0, |r| (r.as_micros() as u64).max(1));
+        self.ramp_us.store(ramp_us, Relaxed);
     }
 
     /// A measurement of the minimum starts: answers to requests admitted
@@ -108,6 +125,16 @@ impl Learned {
         self.epoch.fetch_add(1, Relaxed);
         self.packed.store(0, Relaxed);
     }
+}
+
+/// What a sampled request carries from its admission to its answer.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Ticket {
+    /// Answers to requests admitted before a measurement began are not
+    /// sampled.
+    epoch: u64,
+    /// Requests in flight when it was admitted, itself included.
+    load: usize,
 }
 
 /// CoDel's interval: a queue that has not once been short for this long
@@ -208,7 +235,7 @@ mod tests {
         assert_eq!(l.sample(30 * MS, epoch, start + 10 * MS), None);
         assert_eq!(l.sample(50 * MS, epoch, start + 20 * MS), None);
         let w = l.sample(70 * MS, epoch, start + 101 * MS).expect("the window ended");
-        assert_eq!(w, Window { samples: 3, total: 150 * MS, busiest: 2 });
+        assert_eq!(w, Window { samples: 3, total: 150 * MS, busiest: 2, proven: 0 });
         assert_eq!(l.sample(10 * MS, epoch, start + 150 * MS), None, "the next window ends 100 ms later");
         // A measurement began: answers to requests admitted before it do
         // not count.
@@ -216,5 +243,28 @@ mod tests {
         assert_eq!(l.sample(10 * MS, epoch, start + 400 * MS), None);
         let w = l.sample(10 * MS, l.admitted(), start + 401 * MS).expect("the window ended");
         assert_eq!((w.samples, w.busiest), (1, 3));
+    }
+
+    /// During the slow start, an answer within the bound proves the load
+    /// its request was sent under; a slower one proves nothing, and after
+    /// the slow start nothing is proved.
+    #[test]
+    fn a_quick_answer_proves_the_load_it_was_sent_under() {
+        let l = Learned::new(true);
+        let start = l.origin;
+        l.set_window(100 * MS, Some(110 * MS));
+        let tickets: Vec<Ticket> = (0..4).map(|_| l.admitted()).collect();
+        assert_eq!(tickets.iter().map(|t| t.load).collect::<Vec<_>>(), [1, 2, 3, 4]);
+        // (answer of, took, at, the window's proven load when it closes)
+        let steps = [(1, 100, 10, None), (3, 120, 20, None), (0, 105, 101, Some(2)), (2, 90, 150, None)];
+        for (i, took, at, proven) in steps {
+            let w = l.sample(took * MS, tickets[i], start + at * MS);
+            assert_eq!(w.map(|w| w.proven), proven, "answer of {i} at {at} ms");
+        }
+        l.set_window(100 * MS, None);
+        let w = l.sample(10 * MS, l.admitted(), start + 250 * MS).expect("the window ended");
+        assert_eq!(w.proven, 3, "the window filled during the slow start");
+        let w = l.sample(10 * MS, l.admitted(), start + 400 * MS).expect("the window ended");
+        assert_eq!(w.proven, 0, "no slow start, no proof");
     }
 }

@@ -251,8 +251,12 @@ async fn connection(
     // A dual-stack listener sees IPv4 clients as ::ffff:a.b.c.d: trust and
     // X-Forwarded-For use the plain IPv4 address.
     let ip = addr.ip().to_canonical();
-    let own_http1 = app.config().server.http1 == crate::config::Http1Server::Gateway;
-    let peer = Peer::new(ip, app.trusts(ip), tls.is_some()).forwarding_1xx(own_http1);
+    // Known before the protocol is: either own connection may forward 1xx
+    // (hyper's connection, with one of them chosen, looks for a queue in vain).
+    let server = &app.config().server;
+    let own =
+        server.http1 == crate::config::Http1Server::Gateway || server.http2 == crate::config::Http2Server::Gateway;
+    let peer = Peer::new(ip, app.trusts(ip), tls.is_some()).forwarding_1xx(own);
     let state = Arc::new(ConnState::new(peer));
     let io = ClientIo::new(stream, state.clone());
     let watchdog = Watchdog::new(state.clone(), timeouts);

@@ -62,3 +62,26 @@ pub fn limit_unsent(stream: &TcpStream) {
         tracing::debug!(error = %e, "cannot set TCP_NOTSENT_LOWAT");
     }
 }
+
+/// Reads into `rx` straight when it has room for `READ` bytes, else through
+/// a buffer of `READ` on the stack, so that a read that waits holds no
+/// memory. A read that fills the stack buffer leaves room in `rx` for the
+/// next (a body streaming in). Both HTTP/1 connections read this way.
+pub fn poll_fill<const READ: usize, T: tokio::io::AsyncRead + Unpin>(
+    io: &mut T,
+    rx: &mut bytes::BytesMut,
+    cx: &mut std::task::Context<'_>,
+) -> std::task::Poll<std::io::Result<usize>> {
+    if rx.capacity() - rx.len() >= READ {
+        return tokio_util::io::poll_read_buf(std::pin::Pin::new(io), cx, rx);
+    }
+    let mut stack = [std::mem::MaybeUninit::<u8>::uninit(); READ];
+    let mut buf = tokio::io::ReadBuf::uninit(&mut stack);
+    std::task::ready!(std::pin::Pin::new(io).poll_read(cx, &mut buf))?;
+    let got = buf.filled();
+    if got.len() == READ {
+        rx.reserve(4 * READ);
+    }
+    rx.extend_from_slice(got);
+    std::task::Poll::Ready(Ok(got.len()))
+}

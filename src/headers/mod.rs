@@ -489,3 +489,15 @@ fn forwarded_element(client_ip: &HeaderValue, host: Option<&HeaderValue>, https:
 
 #[cfg(test)]
 mod tests;
+
+/// A decimal number of ASCII digits only (no sign, no space, no list), as a
+/// `Content-Length` is read on both HTTP/1 connections.
+pub fn digits(bytes: &[u8]) -> Option<u64> {
+    if bytes.is_empty() {
+        return None;
+    }
+    bytes.iter().try_fold(0u64, |n, &b| match b {
+        b'0'..=b'9' => n.checked_mul(10)?.checked_add(u64::from(b - b'0')),
+        _ => None,
+    })
+}

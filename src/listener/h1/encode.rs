@@ -166,7 +166,7 @@ fn fields(
                 let first = value;
                 let n = match body {
                     BodyLength::Known(n) => n,
-                    BodyLength::Unknown => match digits(first.as_bytes()) {
+                    BodyLength::Unknown => match crate::headers::digits(first.as_bytes()) {
                         Some(n) => n,
                         None => continue,
                     },
@@ -266,16 +266,6 @@ fn joined<'a>(values: impl Iterator<Item = &'a HeaderValue>) -> Vec<u8> {
 
 fn is_chunked(value: &HeaderValue) -> bool {
     value.to_str().is_ok_and(|s| s.rsplit(',').next().is_some_and(|c| c.trim().eq_ignore_ascii_case("chunked")))
-}
-
-fn digits(bytes: &[u8]) -> Option<u64> {
-    if bytes.is_empty() {
-        return None;
-    }
-    bytes.iter().try_fold(0u64, |n, &b| match b {
-        b'0'..=b'9' => n.checked_mul(10)?.checked_add(u64::from(b - b'0')),
-        _ => None,
-    })
 }
 
 /// Appends a `date` field.

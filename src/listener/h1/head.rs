@@ -161,7 +161,7 @@ impl Fields {
                 if self.chunked_te.is_some() {
                     return Ok(false);
                 }
-                let n = digits(value.as_bytes()).ok_or(MALFORMED)?;
+                let n = crate::headers::digits(value.as_bytes()).ok_or(MALFORMED)?;
                 if let Some(before) = self.length {
                     return if before == n { Ok(false) } else { Err(MALFORMED) };
                 }
@@ -206,17 +206,6 @@ fn is_chunked(value: &HeaderValue) -> bool {
 /// Whether a comma-separated header value lists `token` (any case).
 pub fn has_token(value: &HeaderValue, token: &str) -> bool {
     value.to_str().is_ok_and(|s| s.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
-}
-
-/// A decimal number of ASCII digits only (no sign, no space, no list).
-fn digits(bytes: &[u8]) -> Option<u64> {
-    if bytes.is_empty() {
-        return None;
-    }
-    bytes.iter().try_fold(0u64, |n, &b| match b {
-        b'0'..=b'9' => n.checked_mul(10)?.checked_add(u64::from(b - b'0')),
-        _ => None,
-    })
 }
 
 #[cfg(test)]

@@ -4,7 +4,6 @@
 //! gateway polls it), behind one lock that is never held across a wait.
 
 use std::io;
-use std::mem::MaybeUninit;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker, ready};
@@ -112,7 +111,7 @@ impl Wire {
 
     /// Reads more bytes into `rx` (see [`poll_fill`]), noting the end.
     pub fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
-        let n = ready!(poll_fill(&mut self.io, &mut self.rx, cx))?;
+        let n = ready!(crate::net::poll_fill::<READ, _>(&mut self.io, &mut self.rx, cx))?;
         if n == 0 {
             self.eof = true;
         }
@@ -227,23 +226,6 @@ impl http_body::Body for WireBody {
             _ => SizeHint::default(),
         }
     }
-}
-
-/// Reads into `rx` straight when it has room, else through a buffer on
-/// the stack, so that a read that waits holds no memory.
-fn poll_fill(io: &mut ClientStream, rx: &mut BytesMut, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
-    if rx.capacity() - rx.len() >= READ {
-        return tokio_util::io::poll_read_buf(Pin::new(io), cx, rx);
-    }
-    let mut stack = [MaybeUninit::<u8>::uninit(); READ];
-    let mut buf = ReadBuf::uninit(&mut stack);
-    ready!(Pin::new(io).poll_read(cx, &mut buf))?;
-    let got = buf.filled();
-    if got.len() == READ {
-        rx.reserve(4 * READ);
-    }
-    rx.extend_from_slice(got);
-    Poll::Ready(Ok(got.len()))
 }
 
 /// The client's socket after a 101, with the bytes it sent past the

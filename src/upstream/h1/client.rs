@@ -9,14 +9,13 @@
 //! an unread body on a pooled connection would be the next request.
 
 use std::io;
-use std::mem::MaybeUninit;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http::header::{HeaderMap, HeaderName};
 use http::{Method, Request, Response};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::AsyncWrite;
 
 use super::Error;
 use super::body::ResponseBody;
@@ -235,23 +234,9 @@ fn stalled(e: &Error) -> bool {
     e.io_kind() == Some(io::ErrorKind::TimedOut)
 }
 
-/// Reads what the socket has into `rx`: straight into it when it has
-/// room, else through a buffer on the stack, so that a read that waits
-/// holds no memory. A read that fills the stack buffer leaves room in `rx`
-/// for the next (a body streaming in).
+/// Reads as [`crate::net::poll_fill`] does, `READ` at a time.
 pub(super) fn poll_fill(io: &mut UpstreamIo, rx: &mut BytesMut, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
-    if rx.capacity() - rx.len() >= READ {
-        return tokio_util::io::poll_read_buf(Pin::new(io), cx, rx);
-    }
-    let mut stack = [MaybeUninit::<u8>::uninit(); READ];
-    let mut buf = ReadBuf::uninit(&mut stack);
-    ready!(Pin::new(io).poll_read(cx, &mut buf))?;
-    let got = buf.filled();
-    if got.len() == READ {
-        rx.reserve(4 * READ);
-    }
-    rx.extend_from_slice(got);
-    Poll::Ready(Ok(got.len()))
+    crate::net::poll_fill::<READ, _>(io, rx, cx)
 }
 
 /// The request on its way out.

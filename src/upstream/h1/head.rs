@@ -287,7 +287,7 @@ fn agreed_length(headers: &HeaderMap) -> Result<Option<u64>, Error> {
     let mut length = None;
     for value in headers.get_all(header::CONTENT_LENGTH) {
         for item in value.as_bytes().split(|&b| b == b',') {
-            let n = digits(item.trim_ascii()).ok_or_else(|| Error::parse("invalid Content-Length"))?;
+            let n = crate::headers::digits(item.trim_ascii()).ok_or_else(|| Error::parse("invalid Content-Length"))?;
             if length.is_some_and(|l| l != n) {
                 return Err(Error::parse("conflicting Content-Length values"));
             }
@@ -295,17 +295,6 @@ fn agreed_length(headers: &HeaderMap) -> Result<Option<u64>, Error> {
         }
     }
     Ok(length)
-}
-
-/// A decimal number of ASCII digits only (no sign, no space inside).
-fn digits(bytes: &[u8]) -> Option<u64> {
-    if bytes.is_empty() {
-        return None;
-    }
-    bytes.iter().try_fold(0u64, |n, &b| match b {
-        b'0'..=b'9' => n.checked_mul(10)?.checked_add(u64::from(b - b'0')),
-        _ => None,
-    })
 }
 
 /// Whether the response lets the connection stay open: HTTP/1.1 unless a

@@ -91,8 +91,8 @@ pub struct ConnState {
     /// A response that may pass [`crate::net::NOTSENT_LOWAT`] has started.
     large_response: AtomicBool,
     /// The tunnel a `101` response opened, run once hyper hands the
-    /// connection over.
-    tunnel: Mutex<Option<Tunnel>>,
+    /// connection over. (Boxed: rare, and every connection holds the cell.)
+    tunnel: Mutex<Option<Box<Tunnel>>>,
 }
 
 impl ConnState {
@@ -147,11 +147,11 @@ impl ConnState {
 
     /// Keeps the tunnel of a `101` response for when the switch is done.
     pub fn upgraded(&self, tunnel: Tunnel) {
-        *self.tunnel.lock().expect("tunnel lock") = Some(tunnel);
+        *self.tunnel.lock().expect("tunnel lock") = Some(Box::new(tunnel));
     }
 
     /// The tunnel to run, if the connection switched protocols.
-    pub fn take_tunnel(&self) -> Option<Tunnel> {
+    pub fn take_tunnel(&self) -> Option<Box<Tunnel>> {
         self.tunnel.lock().expect("tunnel lock").take()
     }
 
@@ -347,6 +347,11 @@ impl Watchdog {
         let armed = 1 + timeouts.header_read.as_millis() as u64;
         let sleep = Box::pin(tokio::time::sleep_until(state.at(armed)));
         Watchdog { state, timeouts, sleep, armed, grace: None, rechecking: false }
+    }
+
+    /// The timeouts it enforces.
+    pub fn timeouts(&self) -> Timeouts {
+        self.timeouts
     }
 
     /// A graceful shutdown has begun. Requests still in flight, and any that

@@ -33,7 +33,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
@@ -123,14 +123,11 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, kind: Kind, stop: Cance
             Kind::Main => app.tls_config().map(TlsAcceptor::from),
             Kind::Admin => None,
         };
-        let (shared, for_conn) = (builders.clone(), app.clone());
-        // The connection's future is made inside the task's: made outside
-        // and moved in, it is kept twice (once as the captured value, once
-        // as the value awaited; see benches/README.md, Decisions).
-        tracker.spawn(async move {
-            let _permit = permit;
-            connection(shared, stream, addr, for_conn, kind, timeouts, stops, tls).await;
-        });
+        let accepted = Accepted { stream, addr, kind, timeouts, stops, tls, permit };
+        // The task's future is the connection's own, not one wrapping it:
+        // a wrapper keeps its captures beside the copies moved into it (see
+        // benches/README.md, Decisions).
+        tracker.spawn(connection(builders.clone(), app.clone(), accepted));
     }
     drop(listener);
     tracker.close();
@@ -233,58 +230,85 @@ fn configure(stream: &TcpStream, tcp_keepalive: Option<Duration>) {
     }
 }
 
-/// One connection, from accept to close: the TLS handshake first, if the
-/// listener has TLS (within the header read timeout, which runs from
-/// accept), then [`serve_connection`].
-#[allow(clippy::too_many_arguments)]
-async fn connection(
-    builders: Arc<Builders>,
+/// What the accept loop hands a new connection.
+struct Accepted {
     stream: TcpStream,
     addr: SocketAddr,
-    app: Arc<App>,
     kind: Kind,
     timeouts: Timeouts,
     stops: Stops,
     tls: Option<TlsAcceptor>,
-) {
-    let _open = (kind == Kind::Main).then(metrics::connection_opened);
+    permit: OwnedSemaphorePermit,
+}
+
+/// One connection, from accept to close: its state and watchdog made here,
+/// then [`serve_accepted`].
+///
+/// Not `async`: what is made here is moved into the task's future once. An
+/// `async fn` keeps its arguments for its whole life beside whatever they
+/// are moved into, and this future is what every connection's task holds,
+/// idle or not.
+fn connection(builders: Arc<Builders>, app: Arc<App>, a: Accepted) -> impl Future<Output = ()> + Send {
+    let open = (a.kind == Kind::Main).then(metrics::connection_opened);
     // A dual-stack listener sees IPv4 clients as ::ffff:a.b.c.d: trust and
     // X-Forwarded-For use the plain IPv4 address.
-    let ip = addr.ip().to_canonical();
+    let ip = a.addr.ip().to_canonical();
     // Known before the protocol is: either own connection may forward 1xx
     // (hyper's connection, with one of them chosen, looks for a queue in vain).
     let server = &app.config().server;
     let own =
         server.http1 == crate::config::Http1Server::Gateway || server.http2 == crate::config::Http2Server::Gateway;
-    let peer = Peer::new(ip, app.trusts(ip), tls.is_some()).forwarding_1xx(own);
+    let peer = Peer::new(ip, app.trusts(ip), a.tls.is_some()).forwarding_1xx(own);
     let state = Arc::new(ConnState::new(peer));
-    let io = ClientIo::new(stream, state.clone());
-    let watchdog = Watchdog::new(state.clone(), timeouts);
-    let mut c = Connection { builders, addr, app, kind, timeouts, stops, state, watchdog };
-    let Some(acceptor) = tls else {
-        // Within the header read timeout, which runs from accept.
-        let http = tokio::select! {
-            http = sniff(io.stream()) => http,
-            _ = &mut c.watchdog => {
-                metrics::rejected("", "header_timeout");
-                tracing::debug!(client = %addr, "no request head within the header read timeout");
-                return;
+    let io = ClientIo::new(a.stream, state.clone());
+    let watchdog = Watchdog::new(state.clone(), a.timeouts);
+    let (addr, kind, stops) = (a.addr, a.kind, a.stops);
+    let c = Connection { builders, addr, app, kind, stops, state, watchdog };
+    serve_accepted(c, io, a.tls, (a.permit, open))
+}
+
+/// [`connection`]'s future: the TLS handshake first, if the listener has
+/// TLS (within the header read timeout, which runs from accept), then the
+/// connection that serves the protocol. `held` (the connection's slot and
+/// its count in the metrics) is let go when it ends. (An `async` block,
+/// not an `async fn`: that would copy its arguments into its own locals
+/// and keep both.)
+#[allow(clippy::manual_async_fn)]
+fn serve_accepted(
+    mut c: Connection,
+    io: ClientIo,
+    tls: Option<TlsAcceptor>,
+    held: (OwnedSemaphorePermit, Option<metrics::ConnectionGuard>),
+) -> impl Future<Output = ()> + Send {
+    async move {
+        // Held, not used: let go when the connection ends.
+        let _ = &held;
+        let addr = c.addr;
+        let Some(acceptor) = tls else {
+            // Within the header read timeout, which runs from accept.
+            let http = tokio::select! {
+                http = sniff(io.stream()) => http,
+                _ = &mut c.watchdog => {
+                    metrics::rejected("", "header_timeout");
+                    tracing::debug!(client = %addr, "no request head within the header read timeout");
+                    return;
+                }
+                _ = c.stops.graceful.cancelled() => return,
+            };
+            match c.served_by(http) {
+                // Not boxed, and borrowing the connection: this future is what
+                // an idle own HTTP/1.1 connection's task holds (see `h1`).
+                Own::Http1 => return h1::serve(h1::ClientStream::Plain(io), &mut c).await,
+                // Boxed: every connection's task would reserve their space.
+                Own::Http2 => return Box::pin(h2::serve(io, c)).await,
+                Own::No => return Box::pin(serve_connection(io, c, http)).await,
             }
-            _ = c.stops.graceful.cancelled() => return,
         };
-        match c.served_by(http) {
-            Own::Http1 => return h1::serve(h1::ClientStream::Plain(io), c).await,
-            Own::Http2 => return h2::serve(io, c).await,
-            // Boxed: hyper's connection is larger than the gateway's own,
-            // and every connection's task, hyper's or not, would reserve
-            // its space.
-            Own::No => return Box::pin(serve_connection(io, c, http)).await,
-        }
-    };
-    // Boxed: a TLS connection's future (rustls' state, the TLS stream) is
-    // several KiB larger, and every plain connection's task would reserve
-    // that space too.
-    Box::pin(secure_connection(acceptor, io, c)).await
+        // Boxed: a TLS connection's future (rustls' state, the TLS stream) is
+        // several KiB larger, and every plain connection's task would reserve
+        // that space too.
+        Box::pin(secure_connection(acceptor, io, c)).await
+    }
 }
 
 /// What a connection's task carries besides its byte stream.
@@ -293,7 +317,6 @@ struct Connection {
     addr: SocketAddr,
     app: Arc<App>,
     kind: Kind,
-    timeouts: Timeouts,
     stops: Stops,
     state: Arc<ConnState>,
     watchdog: Watchdog,
@@ -350,7 +373,7 @@ async fn secure_connection(acceptor: TlsAcceptor, io: ClientIo, mut c: Connectio
         _ => Http::Auto,
     };
     match c.served_by(http) {
-        Own::Http1 => h1::serve(h1::ClientStream::Tls(Box::new(secured)), c).await,
+        Own::Http1 => h1::serve(h1::ClientStream::Tls(Box::new(secured)), &mut c).await,
         Own::Http2 => h2::serve(secured, c).await,
         Own::No => serve_connection(secured, c, http).await,
     }
@@ -362,7 +385,8 @@ async fn serve_connection<I>(io: I, c: Connection, http: Http)
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let Connection { builders, addr, app, kind, timeouts, stops, state, mut watchdog } = c;
+    let Connection { builders, addr, app, kind, stops, state, mut watchdog } = c;
+    let timeouts = watchdog.timeouts();
     let io = TokioIo::new(io);
     let requests = state.clone();
     let service = service_fn(move |mut req: Request<hyper::body::Incoming>| {

@@ -259,9 +259,9 @@ fn connection(builders: Arc<Builders>, app: Arc<App>, a: Accepted) -> impl Futur
     let own =
         server.http1 == crate::config::Http1Server::Gateway || server.http2 == crate::config::Http2Server::Gateway;
     let peer = Peer::new(ip, app.trusts(ip), a.tls.is_some()).forwarding_1xx(own);
-    let state = Arc::new(ConnState::new(peer));
+    let state = Arc::new(ConnState::new(peer, a.timeouts));
     let io = ClientIo::new(a.stream, state.clone());
-    let watchdog = Watchdog::new(state.clone(), a.timeouts);
+    let watchdog = Watchdog::new(state.clone());
     let (addr, kind, stops) = (a.addr, a.kind, a.stops);
     let c = Connection { builders, addr, app, kind, stops, state, watchdog };
     serve_accepted(c, io, a.tls, (a.permit, open))
@@ -286,8 +286,10 @@ fn serve_accepted(
         let addr = c.addr;
         let Some(acceptor) = tls else {
             // Within the header read timeout, which runs from accept.
+            // Boxed: held only until the first bytes, it would make every
+            // connection's task larger.
             let http = tokio::select! {
-                http = sniff(io.stream()) => http,
+                http = Box::pin(sniff(io.stream())) => http,
                 _ = &mut c.watchdog => {
                     metrics::rejected("", "header_timeout");
                     tracing::debug!(client = %addr, "no request head within the header read timeout");

@@ -142,14 +142,14 @@ async fn serve_wire(wire: Shared, c: &mut Connection) {
         Ok(ended) => ended,
         // Cut inside an exchange whose answer switched protocols: the
         // tunnel runs all the same.
-        Err(stop) => state.take_tunnel().map_or(Ended::Stop(stop), Ended::Switch),
+        Err(stop) => own.state.take_tunnel().map_or(Ended::Stop(stop), Ended::Switch),
     };
     match ended {
         // Boxed: a tunnel's future is several KiB, and every connection's
         // task would reserve that space for it.
         Ended::Switch(tunnel) => {
             let timeouts = signals.watchdog.timeouts();
-            Box::pin(switch(wire, tunnel, stops.clone(), timeouts)).await
+            Box::pin(switch(wire, tunnel, signals.stops.clone(), timeouts)).await
         }
         Ended::Stop(Stop::Close) => {
             // A clean close (a TLS close_notify, a FIN).

@@ -233,13 +233,19 @@ fn runtime(worker_threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
     }
 }
 
-/// Resolves on SIGTERM or SIGINT.
-async fn shutdown_signal() {
-    let mut term =
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("install SIGTERM handler");
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM received"),
-        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),
+/// Resolves on SIGTERM or SIGINT. The handlers are installed when this is
+/// called, not when the future is first polled: the listeners may answer
+/// a request before that, and a SIGTERM sent after the answer would find
+/// the default action (the process killed, not drained).
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("install SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("install SIGINT handler");
+    async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM received"),
+            _ = int.recv() => tracing::info!("SIGINT received"),
+        }
     }
 }
 
@@ -280,6 +286,8 @@ fn run_gateway(path: Option<PathBuf>, log_format: LogFormat, watch: bool) -> Exi
         }
     };
     rt.block_on(async move {
+        // Before anything listens: a SIGTERM from then on drains.
+        let shutdown = shutdown_signal();
         let (stop_demo, demo_stopped) = tokio::sync::oneshot::channel::<()>();
         let demo_at = if embedded { demo_address(&config) } else { None };
         if let Some(addr) = demo_at {
@@ -322,7 +330,7 @@ fn run_gateway(path: Option<PathBuf>, log_format: LogFormat, watch: bool) -> Exi
             println!("       curl http://{admin}{metrics_path}   # Prometheus metrics");
         }
         tokio::spawn(reload_on_sighup(gateway.app()));
-        gateway.serve(shutdown_signal()).await;
+        gateway.serve(shutdown).await;
         let _ = stop_demo.send(());
         ExitCode::SUCCESS
     })
@@ -350,6 +358,7 @@ fn run_upstream(listen: SocketAddr, upstream: demo::Upstream) -> ExitCode {
         }
     };
     rt.block_on(async move {
+        let shutdown = shutdown_signal();
         let listener = match bind(listen).await {
             Ok(l) => l,
             Err(e) => {
@@ -360,7 +369,7 @@ fn run_upstream(listen: SocketAddr, upstream: demo::Upstream) -> ExitCode {
         let delay = humantime::format_duration(upstream.delay);
         let cache_control = upstream.cache_control.as_ref().and_then(|v| v.to_str().ok()).unwrap_or("none");
         tracing::info!(addr = %listen, %delay, cache_control, "upstream listening");
-        demo::serve(listener, upstream, shutdown_signal()).await;
+        demo::serve(listener, upstream, shutdown).await;
         ExitCode::SUCCESS
     })
 }

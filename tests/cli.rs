@@ -274,3 +274,29 @@ fn built_in_upstream_cache_control_and_count() {
     let out = Command::new(BIN).args(["upstream", "--help"]).output().unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains("--cache-control"));
 }
+
+/// A SIGTERM drains the gateway (exit code 0) from the moment it listens:
+/// the handlers were installed only when the shutdown future was first
+/// polled, after the listeners had started, so a SIGTERM sent once the
+/// port answered (or after a first answer, on a loaded machine) could
+/// find the default action and kill the process.
+#[test]
+fn a_sigterm_as_soon_as_it_listens_drains() {
+    for _ in 0..3 {
+        let dir = tempfile::tempdir().unwrap();
+        let probe = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = probe.local_addr().unwrap().to_string();
+        drop(probe);
+        let path = write_config(
+            dir.path(),
+            &format!(
+                "[server]\nlisten = \"{addr}\"\n[[routes]]\nname = 'r'\nprefix = '/r'\nrespond = {{ status = 200 }}\n"
+            ),
+        );
+        let mut gw =
+            Command::new(BIN).args(["--config", path.to_str().unwrap()]).stderr(Stdio::null()).spawn().unwrap();
+        wait_for(&addr);
+        Command::new("kill").args(["-TERM", &gw.id().to_string()]).status().unwrap();
+        assert_eq!(gw.wait().unwrap().code(), Some(0), "killed, not drained");
+    }
+}

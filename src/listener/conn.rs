@@ -66,6 +66,10 @@ pub enum Expired {
 pub struct ConnState {
     /// Who is on the other end.
     pub peer: Peer,
+    /// What its watchdog enforces. (Here rather than in the watchdog: the
+    /// watchdog is in every connection's task future, this is on the heap
+    /// anyway.)
+    timeouts: Timeouts,
     accepted: Instant,
     /// Requests whose response body has not been dropped yet.
     in_flight: AtomicU32,
@@ -91,14 +95,15 @@ pub struct ConnState {
     /// A response that may pass [`crate::net::NOTSENT_LOWAT`] has started.
     large_response: AtomicBool,
     /// The tunnel a `101` response opened, run once hyper hands the
-    /// connection over.
-    tunnel: Mutex<Option<Tunnel>>,
+    /// connection over. (Boxed: rare, and every connection holds the cell.)
+    tunnel: Mutex<Option<Box<Tunnel>>>,
 }
 
 impl ConnState {
-    pub fn new(peer: Peer) -> Self {
+    pub fn new(peer: Peer, timeouts: Timeouts) -> Self {
         ConnState {
             peer,
+            timeouts,
             accepted: Instant::now(),
             in_flight: AtomicU32::new(0),
             requests: AtomicU64::new(0),
@@ -147,11 +152,11 @@ impl ConnState {
 
     /// Keeps the tunnel of a `101` response for when the switch is done.
     pub fn upgraded(&self, tunnel: Tunnel) {
-        *self.tunnel.lock().expect("tunnel lock") = Some(tunnel);
+        *self.tunnel.lock().expect("tunnel lock") = Some(Box::new(tunnel));
     }
 
     /// The tunnel to run, if the connection switched protocols.
-    pub fn take_tunnel(&self) -> Option<Tunnel> {
+    pub fn take_tunnel(&self) -> Option<Box<Tunnel>> {
         self.tunnel.lock().expect("tunnel lock").take()
     }
 
@@ -330,7 +335,6 @@ impl http_body::Body for ConnBody {
 /// the state the connection just left behind.
 pub struct Watchdog {
     state: Arc<ConnState>,
-    timeouts: Timeouts,
     sleep: Pin<Box<Sleep>>,
     /// The deadline `sleep` is set to, in the state's milliseconds.
     armed: u64,
@@ -343,10 +347,15 @@ pub struct Watchdog {
 }
 
 impl Watchdog {
-    pub fn new(state: Arc<ConnState>, timeouts: Timeouts) -> Self {
-        let armed = 1 + timeouts.header_read.as_millis() as u64;
+    pub fn new(state: Arc<ConnState>) -> Self {
+        let armed = 1 + state.timeouts.header_read.as_millis() as u64;
         let sleep = Box::pin(tokio::time::sleep_until(state.at(armed)));
-        Watchdog { state, timeouts, sleep, armed, grace: None, rechecking: false }
+        Watchdog { state, sleep, armed, grace: None, rechecking: false }
+    }
+
+    /// The timeouts it enforces.
+    pub fn timeouts(&self) -> Timeouts {
+        self.state.timeouts
     }
 
     /// A graceful shutdown has begun. Requests still in flight, and any that
@@ -360,7 +369,7 @@ impl Watchdog {
 
     /// The next deadline and what expires then, given the closing state.
     fn next(&self) -> Option<(u64, Expired)> {
-        let next = self.state.next_deadline(&self.timeouts);
+        let next = self.state.next_deadline(&self.state.timeouts);
         let Some((started, grace)) = self.grace else {
             return next;
         };
@@ -380,7 +389,7 @@ impl Watchdog {
     /// How often a busy HTTP/2 connection is looked at: a stalled stream is
     /// noticed within a quarter of the send timeout of its deadline.
     fn recheck_every(&self) -> u64 {
-        (self.timeouts.send.min(self.timeouts.idle).as_millis() as u64 / 4).max(1)
+        (self.state.timeouts.send.min(self.state.timeouts.idle).as_millis() as u64 / 4).max(1)
     }
 
     fn arm(&mut self, at: u64) {
@@ -428,7 +437,7 @@ impl Future for Watchdog {
                 Some((at, _)) => this.arm(at),
                 None if http2 => {
                     // Busy HTTP/2: is a stream waiting on a full window?
-                    let send = this.timeouts.send.as_millis() as u64;
+                    let send = this.state.timeouts.send.as_millis() as u64;
                     match this.state.oldest_waiting() {
                         Some(since) if since + send <= now => return Poll::Ready(Expired::SendTimeout),
                         Some(since) => this.arm((since + send).min(now + this.recheck_every())),

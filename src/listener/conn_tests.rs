@@ -9,8 +9,8 @@ const T: Timeouts = Timeouts {
 };
 
 fn connection() -> (Arc<ConnState>, Watchdog) {
-    let state = Arc::new(ConnState::new(Peer::new([127, 0, 0, 1].into(), false, false)));
-    let watchdog = Watchdog::new(state.clone(), T);
+    let state = Arc::new(ConnState::new(Peer::new([127, 0, 0, 1].into(), false, false), T));
+    let watchdog = Watchdog::new(state.clone());
     (state, watchdog)
 }
 

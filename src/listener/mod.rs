@@ -12,6 +12,7 @@
 //! - The main listener serves [`App::handle`]; the optional admin listener
 //!   serves only the built-ins, with the same timeouts and its own small cap.
 
+mod accepted;
 mod builders;
 pub mod conn;
 mod detach;
@@ -41,9 +42,9 @@ use tokio_util::task::TaskTracker;
 
 use crate::access::AccessLine;
 use crate::metrics;
-use crate::request::Peer;
 use crate::server::App;
 use crate::upstream::tunnel::PendingTunnel;
+use accepted::{Accepted, connection};
 use builders::{Builders, builders};
 use conn::{ConnBody, ConnState, Expired, Timeouts, Watchdog};
 use io::ClientIo;
@@ -123,14 +124,11 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, kind: Kind, stop: Cance
             Kind::Main => app.tls_config().map(TlsAcceptor::from),
             Kind::Admin => None,
         };
-        let (shared, for_conn) = (builders.clone(), app.clone());
-        // The connection's future is made inside the task's: made outside
-        // and moved in, it is kept twice (once as the captured value, once
-        // as the value awaited; see benches/README.md, Decisions).
-        tracker.spawn(async move {
-            let _permit = permit;
-            connection(shared, stream, addr, for_conn, kind, timeouts, stops, tls).await;
-        });
+        let accepted = Accepted { stream, addr, kind, timeouts, stops, tls, permit };
+        // The task's future is the connection's own, not one wrapping it:
+        // a wrapper keeps its captures beside the copies moved into it (see
+        // benches/README.md, Decisions).
+        tracker.spawn(connection(builders.clone(), app.clone(), accepted));
     }
     drop(listener);
     tracker.close();
@@ -233,67 +231,12 @@ fn configure(stream: &TcpStream, tcp_keepalive: Option<Duration>) {
     }
 }
 
-/// One connection, from accept to close: the TLS handshake first, if the
-/// listener has TLS (within the header read timeout, which runs from
-/// accept), then [`serve_connection`].
-#[allow(clippy::too_many_arguments)]
-async fn connection(
-    builders: Arc<Builders>,
-    stream: TcpStream,
-    addr: SocketAddr,
-    app: Arc<App>,
-    kind: Kind,
-    timeouts: Timeouts,
-    stops: Stops,
-    tls: Option<TlsAcceptor>,
-) {
-    let _open = (kind == Kind::Main).then(metrics::connection_opened);
-    // A dual-stack listener sees IPv4 clients as ::ffff:a.b.c.d: trust and
-    // X-Forwarded-For use the plain IPv4 address.
-    let ip = addr.ip().to_canonical();
-    // Known before the protocol is: either own connection may forward 1xx
-    // (hyper's connection, with one of them chosen, looks for a queue in vain).
-    let server = &app.config().server;
-    let own =
-        server.http1 == crate::config::Http1Server::Gateway || server.http2 == crate::config::Http2Server::Gateway;
-    let peer = Peer::new(ip, app.trusts(ip), tls.is_some()).forwarding_1xx(own);
-    let state = Arc::new(ConnState::new(peer));
-    let io = ClientIo::new(stream, state.clone());
-    let watchdog = Watchdog::new(state.clone(), timeouts);
-    let mut c = Connection { builders, addr, app, kind, timeouts, stops, state, watchdog };
-    let Some(acceptor) = tls else {
-        // Within the header read timeout, which runs from accept.
-        let http = tokio::select! {
-            http = sniff(io.stream()) => http,
-            _ = &mut c.watchdog => {
-                metrics::rejected("", "header_timeout");
-                tracing::debug!(client = %addr, "no request head within the header read timeout");
-                return;
-            }
-            _ = c.stops.graceful.cancelled() => return,
-        };
-        match c.served_by(http) {
-            Own::Http1 => return h1::serve(h1::ClientStream::Plain(io), c).await,
-            Own::Http2 => return h2::serve(io, c).await,
-            // Boxed: hyper's connection is larger than the gateway's own,
-            // and every connection's task, hyper's or not, would reserve
-            // its space.
-            Own::No => return Box::pin(serve_connection(io, c, http)).await,
-        }
-    };
-    // Boxed: a TLS connection's future (rustls' state, the TLS stream) is
-    // several KiB larger, and every plain connection's task would reserve
-    // that space too.
-    Box::pin(secure_connection(acceptor, io, c)).await
-}
-
 /// What a connection's task carries besides its byte stream.
 struct Connection {
     builders: Arc<Builders>,
     addr: SocketAddr,
     app: Arc<App>,
     kind: Kind,
-    timeouts: Timeouts,
     stops: Stops,
     state: Arc<ConnState>,
     watchdog: Watchdog,
@@ -350,7 +293,7 @@ async fn secure_connection(acceptor: TlsAcceptor, io: ClientIo, mut c: Connectio
         _ => Http::Auto,
     };
     match c.served_by(http) {
-        Own::Http1 => h1::serve(h1::ClientStream::Tls(Box::new(secured)), c).await,
+        Own::Http1 => h1::serve(h1::ClientStream::Tls(Box::new(secured)), &mut c).await,
         Own::Http2 => h2::serve(secured, c).await,
         Own::No => serve_connection(secured, c, http).await,
     }
@@ -362,7 +305,8 @@ async fn serve_connection<I>(io: I, c: Connection, http: Http)
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let Connection { builders, addr, app, kind, timeouts, stops, state, mut watchdog } = c;
+    let Connection { builders, addr, app, kind, stops, state, mut watchdog } = c;
+    let timeouts = watchdog.timeouts();
     let io = TokioIo::new(io);
     let requests = state.clone();
     let service = service_fn(move |mut req: Request<hyper::body::Incoming>| {

@@ -2,7 +2,7 @@
 //! the shutdown signals ([`guard`]), and the tunnel after a 101 ([`switch`]).
 
 use std::future::Future;
-use std::pin::pin;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 use tokio::io::AsyncWriteExt;
@@ -13,6 +13,7 @@ use crate::listener::Stops;
 use crate::listener::conn::{Expired, Timeouts, Watchdog};
 use crate::metrics;
 use crate::upstream::tunnel::Tunnel;
+use tokio_util::sync::WaitForCancellationFuture;
 
 /// What the exchanges and their guard tell each other.
 #[derive(Default)]
@@ -29,29 +30,37 @@ impl Flags {
     }
 }
 
+/// What a connection's exchanges run beside: the watchdog and the shutdown
+/// signals.
+pub(super) struct Signals<'a, 's> {
+    pub watchdog: &'a mut Watchdog,
+    pub stops: &'s Stops,
+    /// The shutdown signal waited for: `stops.graceful`'s, then, once
+    /// closing, `stops.now`'s in its place (one at a time: every idle
+    /// connection keeps room for it). Made once per connection: a
+    /// cancellation future registers itself when first polled.
+    pub stop: Pin<&'a mut WaitForCancellationFuture<'s>>,
+    pub flags: &'a Flags,
+    pub addr: &'a std::net::SocketAddr,
+}
+
 /// Runs `f` beside the watchdog and the shutdown signals: a shutdown ends
 /// it while the connection is idle (see [`Flags`]), else marks the
-/// response in flight the last.
-pub(super) async fn guard<F: Future>(
-    f: F,
-    watchdog: &mut Watchdog,
-    stops: &Stops,
-    flags: &Flags,
-    addr: std::net::SocketAddr,
-) -> Result<F::Output, Stop> {
-    let mut f = pin!(f);
-    // Made once: a cancellation future registers itself when first polled.
-    let mut graceful = pin!(stops.graceful.cancelled());
-    let mut now = pin!(stops.now.cancelled());
+/// response in flight the last. (`f` pinned by the caller: taken by value,
+/// it would be kept twice in this future.)
+pub(super) async fn guard<F: Future>(mut f: Pin<&mut F>, s: &mut Signals<'_, '_>) -> Result<F::Output, Stop> {
     loop {
         tokio::select! {
             biased;
-            out = &mut f => return Ok(out),
-            expired = &mut *watchdog => return Err(expired_stop(expired, addr)),
-            _ = &mut now, if flags.closing() => return Err(Stop::Cut),
-            _ = &mut graceful, if !flags.closing() => {
-                flags.closing.store(true, Relaxed);
-                if flags.idle.load(Relaxed) {
+            out = f.as_mut() => return Ok(out),
+            expired = &mut *s.watchdog => return Err(expired_stop(expired, s.addr)),
+            _ = s.stop.as_mut() => {
+                if s.flags.closing() {
+                    return Err(Stop::Cut);
+                }
+                s.flags.closing.store(true, Relaxed);
+                s.stop.set(s.stops.now.cancelled());
+                if s.flags.idle.load(Relaxed) {
                     return Err(Stop::Close);
                 }
             }
@@ -59,7 +68,7 @@ pub(super) async fn guard<F: Future>(
     }
 }
 
-fn expired_stop(expired: Expired, addr: std::net::SocketAddr) -> Stop {
+fn expired_stop(expired: Expired, addr: &std::net::SocketAddr) -> Stop {
     match expired {
         Expired::Idle => return Stop::Close,
         Expired::HeaderTimeout => {

@@ -58,7 +58,7 @@ use crate::upstream::h1::decode::Decoder;
 use crate::upstream::tunnel::{SwitchOnConnection, Tunnel};
 pub(super) use encode::with_date;
 use encode::{Asked, BodyLength, Encoder};
-use guard::{Flags, guard, switch};
+use guard::{Flags, Signals, guard, switch};
 use head::{Framing, Head, Refused};
 pub use replay::replay;
 pub use wire::ClientStream;
@@ -89,11 +89,11 @@ enum Stop {
 /// exchanges, which [`guard`] runs beside the watchdog and the shutdown
 /// signals.
 struct Own<'a> {
-    wire: Shared,
-    app: Arc<App>,
+    wire: &'a Shared,
+    app: &'a Arc<App>,
     kind: Kind,
-    state: Arc<ConnState>,
-    addr: std::net::SocketAddr,
+    state: &'a Arc<ConnState>,
+    addr: &'a std::net::SocketAddr,
     /// The bytes a request head may take.
     max_head: usize,
     flags: &'a Flags,
@@ -110,52 +110,99 @@ enum Ended {
 
 /// Serves requests on `io` until the connection closes, then runs its
 /// tunnel if it switched protocols.
-pub(super) async fn serve(io: ClientStream, c: Connection) {
-    let Connection { addr, app, kind, timeouts, stops, state, mut watchdog, .. } = c;
-    let max_head = app.config().server.max_header_size as usize;
-    let wire = Shared::new(io);
+pub(super) fn serve(io: ClientStream, c: &mut Connection) -> impl Future<Output = ()> + Send + '_ {
+    serve_wire(Shared::new(io), c)
+}
+
+/// [`serve`]'s future, which an idle connection's task holds: between
+/// requests it waits for the next one's first bytes, and only then makes
+/// the future that reads the head and runs the exchange (boxed, and
+/// dropped when the connection is idle again), so that an idle connection
+/// keeps no room for a request's state.
+async fn serve_wire(wire: Shared, c: &mut Connection) {
+    let Connection { addr, app, kind, stops, state, watchdog, .. } = c;
     let flags = Flags::default();
-    let own = Own { wire: wire.clone(), app, kind, state: state.clone(), addr, max_head, flags: &flags };
-    let ended = match guard(own.run(), &mut watchdog, &stops, &flags, addr).await {
+    let stop = pin!(stops.graceful.cancelled());
+    let mut signals = Signals { watchdog, stops, stop, flags: &flags, addr };
+    let max_head = app.config().server.max_header_size as usize;
+    let mut own = Own { wire: &wire, app, kind: *kind, state, addr, max_head, flags: &flags };
+    let ended = loop {
+        match guard(pin!(own.idle()), &mut signals).await {
+            Ok(Ok(())) => {}
+            Ok(Err(stop)) | Err(stop) => break Err(stop),
+        }
+        let mut busy = Box::pin(own.busy());
+        match guard(busy.as_mut(), &mut signals).await {
+            Ok(None) => {}
+            Ok(Some(ended)) => break Ok(ended),
+            Err(stop) => break Err(stop),
+        }
+    };
+    let ended = match ended {
         Ok(ended) => ended,
         // Cut inside an exchange whose answer switched protocols: the
         // tunnel runs all the same.
-        Err(stop) => state.take_tunnel().map_or(Ended::Stop(stop), |t| Ended::Switch(Box::new(t))),
+        Err(stop) => own.state.take_tunnel().map_or(Ended::Stop(stop), Ended::Switch),
     };
     match ended {
         // Boxed: a tunnel's future is several KiB, and every connection's
         // task would reserve that space for it.
-        Ended::Switch(tunnel) => Box::pin(switch(wire, tunnel, stops, timeouts)).await,
+        Ended::Switch(tunnel) => {
+            let timeouts = signals.watchdog.timeouts();
+            Box::pin(switch(wire, tunnel, signals.stops.clone(), timeouts)).await
+        }
         Ended::Stop(Stop::Close) => {
             // A clean close (a TLS close_notify, a FIN).
             let shut = std::future::poll_fn(|cx| std::pin::Pin::new(&mut wire.lock().io).poll_shutdown(cx));
-            let _ = guard(shut, &mut watchdog, &stops, &flags, addr).await;
+            let _ = guard(pin!(shut), &mut signals).await;
         }
         Ended::Stop(Stop::Cut) => {}
     }
 }
 
 impl Own<'_> {
-    /// One exchange after the other, until one ends the connection.
-    async fn run(mut self) -> Ended {
+    /// Waits for the next request's first bytes, holding no buffer; the
+    /// end of the stream (or an error) closes the connection.
+    async fn idle(&self) -> Result<(), Stop> {
+        if self.flags.closing() {
+            return Err(Stop::Close);
+        }
+        if !self.wire.lock().rx.is_empty() {
+            return Ok(());
+        }
+        let wire = self.wire;
+        let read = std::future::poll_fn(|cx| wire.lock().poll_fill(cx));
+        self.flags.idle.store(true, Relaxed);
+        let read = read.await;
+        self.flags.idle.store(false, Relaxed);
+        match read {
+            Ok(0) | Err(_) => Err(Stop::Close),
+            Ok(_) => Ok(()),
+        }
+    }
+
+    /// One exchange after the other while requests are there to read;
+    /// `None` once the connection waits for its next one with nothing read,
+    /// else how the connection ends.
+    async fn busy(&mut self) -> Option<Ended> {
         loop {
-            let head = match self.next_head().await {
-                Ok(Ok(head)) => head,
-                Ok(Err(refused)) => return Ended::Stop(self.refuse(refused).await),
-                Err(stop) => return Ended::Stop(stop),
+            let refused = match self.next_head().await {
+                Ok(Ok(head)) => {
+                    let again = self.exchange(head).await;
+                    if let Some(tunnel) = self.state.take_tunnel() {
+                        return Some(Ended::Switch(tunnel));
+                    }
+                    match again {
+                        Ok(true) if self.release_buffer() => return None,
+                        Ok(true) => continue,
+                        Ok(false) => return Some(Ended::Stop(Stop::Close)),
+                        Err(stop) => return Some(Ended::Stop(stop)),
+                    }
+                }
+                Ok(Err(refused)) => refused,
+                Err(stop) => return Some(Ended::Stop(stop)),
             };
-            // Boxed: the exchange's future (over a KiB) is needed only
-            // while a request is; inline, every idle connection's task
-            // would keep room for it.
-            let again = Box::pin(self.exchange(head)).await;
-            if let Some(tunnel) = self.state.take_tunnel() {
-                return Ended::Switch(Box::new(tunnel));
-            }
-            match again {
-                Ok(true) => self.release_buffer(),
-                Ok(false) => return Ended::Stop(Stop::Close),
-                Err(stop) => return Ended::Stop(stop),
-            }
+            return Some(Ended::Stop(self.refuse(refused).await));
         }
     }
 
@@ -165,7 +212,7 @@ impl Own<'_> {
         if self.flags.closing() {
             return Err(Stop::Close);
         }
-        let (wire, max) = (self.wire.clone(), self.max_head);
+        let (wire, max) = (self.wire, self.max_head);
         // Parsed at the first bytes (which may be refused at once, as
         // hyper's are), then again only once a line has ended since the
         // last parse (or the head is as long as it may be): a head
@@ -454,11 +501,16 @@ impl Own<'_> {
         flushed.await.map_err(|_| Stop::Cut)
     }
 
-    /// Between requests, an empty read buffer is given back.
-    fn release_buffer(&mut self) {
+    /// Between requests, an empty read buffer is given back; returns
+    /// whether it was empty (no pipelined request waits in it).
+    fn release_buffer(&mut self) -> bool {
         let mut w = self.wire.lock();
-        if w.rx.is_empty() && w.rx.capacity() > 0 {
+        if !w.rx.is_empty() {
+            return false;
+        }
+        if w.rx.capacity() > 0 {
             w.rx = BytesMut::new();
         }
+        true
     }
 }

@@ -100,7 +100,8 @@ pub(super) async fn serve<I>(io: I, c: Connection)
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let Connection { builders, addr, app, kind, timeouts, stops, state, mut watchdog } = c;
+    let Connection { builders, addr, app, kind, stops, state, mut watchdog } = c;
+    let timeouts = watchdog.timeouts();
     let handshake = builders.h2.handshake(io);
     let streams = Streams { app, kind, state };
     // Boxed, as hyper's `auto` connection is: the h2 connection's state is

@@ -99,7 +99,7 @@ pub fn parse(buf: &mut BytesMut, max: usize) -> Result<Option<Head>, Refused> {
     let mut head = Fields::new(version);
     // Room for the fields the gateway adds before it forwards the request
     // (forwarding, `via`, request id), which would grow the map twice.
-    let mut headers = HeaderMap::with_capacity(count + ADDED_FIELDS);
+    let mut headers = crate::headers::spare::map_with_room(count + ADDED_FIELDS);
     for (name, (v0, v1)) in fields {
         let name = HeaderName::from_bytes(name).map_err(|_| MALFORMED)?;
         let value = HeaderValue::from_maybe_shared(slice(&frozen, v0, v1)).map_err(|_| MALFORMED)?;

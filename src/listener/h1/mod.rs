@@ -235,8 +235,11 @@ impl Own<'_> {
         let req = Request::from_parts(parts, body);
         // Boxed, as hyper's connection boxes its service's future: inline,
         // the app's future would be kept in every connection's task, idle
-        // or not.
-        let answer = Box::pin(super::answer(self.app.clone(), self.kind, req, in_flight));
+        // or not. Written into its box, as hyper writes it: `Box::pin` of
+        // the new future copied all its room, some 8 KiB, from the stack.
+        let mut slot = Box::pin(None);
+        slot.set(Some(super::answer(self.app.clone(), self.kind, req, in_flight)));
+        let answer = slot.as_mut().as_pin_mut().expect("just set");
         let response = self.wait_for_answer(answer, interims).await?;
         if version != Version::HTTP_11 {
             // None goes to an HTTP/1.0 client: those its upstream sent to
@@ -355,6 +358,8 @@ impl Own<'_> {
         };
         let mut out = BytesMut::with_capacity(encode::capacity(&parts.headers) + body_room);
         let (mut encoder, last) = encode::head(&mut parts, length, asked, &mut out);
+        // Its fields are encoded: the map goes to the next head parsed.
+        crate::headers::spare::give_back(std::mem::take(&mut parts.headers));
         drop(parts);
         if let (Encoder::Chunked(allowed), false) = (&mut encoder, trailers_ok) {
             allowed.clear();

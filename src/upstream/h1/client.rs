@@ -282,7 +282,10 @@ impl Sending {
                 tracing::debug!(error = %e, "request framing");
             }
         }
-        (Some(sending), parts.method == Method::HEAD)
+        let head_request = parts.method == Method::HEAD;
+        // Its fields are on the wire: the map goes to the next head parsed.
+        crate::headers::spare::give_back(parts.headers);
+        (Some(sending), head_request)
     }
 
     /// Writes what the body has ready; `Ready(Ok)` once all of the request

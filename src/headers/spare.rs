@@ -65,7 +65,11 @@ mod tests {
             assert!(again.is_empty());
             assert_eq!(again.capacity(), room, "the same map, not a new one");
             give_back(HeaderMap::with_capacity(ROOM * 2));
-            assert_eq!(map_with_room(4).capacity(), HeaderMap::with_capacity(4).capacity(), "too large to keep");
+            assert_eq!(
+                map_with_room(4).capacity(),
+                HeaderMap::<HeaderValue>::with_capacity(4).capacity(),
+                "too large to keep"
+            );
             for _ in 0..KEPT + 2 {
                 give_back(HeaderMap::with_capacity(20));
             }

@@ -5,7 +5,7 @@
 
 use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll, Waker};
 
 use std::time::Duration;
@@ -31,8 +31,10 @@ pub struct Authenticated;
 
 /// 1xx heads other than 100 and 101 (103 Early Hints, 102) an upstream
 /// sent before its answer, as it sent them, for the client connection to
-/// forward (RFC 9110 §15.2: a proxy forwards 1xx it did not ask for). A
-/// request extension, put there by a connection that can send them.
+/// forward (RFC 9110 §15.2: a proxy forwards 1xx it did not ask for). The
+/// gateway's own HTTP/2 connection puts one in each request's extensions;
+/// its own HTTP/1.1 connection keeps one for all its requests
+/// ([`Peer::own_h1`]).
 #[derive(Clone, Default)]
 pub struct Interims(Arc<Mutex<(VecDeque<bytes::Bytes>, Option<Waker>)>>);
 
@@ -86,11 +88,18 @@ pub struct Peer {
     /// [`Interims`] looked for, a lookup hyper's connections would pay for
     /// every request in vain (see benches/README.md, Decisions).
     pub forwards_1xx: bool,
+    /// Set by the gateway's own HTTP/1.1 connection at its first HTTP/1.1
+    /// request: the queue its requests' 1xx go to, one request at a time,
+    /// and the mark that it runs a 101's tunnel itself. Kept here, not put
+    /// in each request's extensions: the extension map cost every request
+    /// four allocations (see benches/README.md, Decisions).
+    pub own_h1: OnceLock<Interims>,
 }
 
 impl Peer {
     pub fn new(ip: IpAddr, trusted: bool, tls: bool) -> Self {
-        Peer { ip, forwarded_for: crate::headers::forwarded_for(ip), trusted, tls, forwards_1xx: false }
+        let forwarded_for = crate::headers::forwarded_for(ip);
+        Peer { ip, forwarded_for, trusted, tls, forwards_1xx: false, own_h1: OnceLock::new() }
     }
 
     /// With [`Peer::forwards_1xx`] set to `yes`.

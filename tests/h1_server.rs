@@ -216,3 +216,33 @@ async fn early_hints_reach_an_http11_client_before_the_answer() {
         assert!(old.text.starts_with("HTTP/1.0 200 OK\r\n"), "no 1xx to HTTP/1.0: {}", old.text);
     }
 }
+
+/// The own connection keeps one 1xx queue for all its requests: the 103
+/// an upstream sends to an HTTP/1.0 request, which gets none, is not
+/// forwarded ahead of the next request's answer either.
+#[tokio::test]
+async fn early_hints_to_an_http10_request_do_not_reach_the_next_answer() {
+    let up = common::raw_upstream(|mut s: TcpStream| async move {
+        while common::read_head(&mut s).await.is_some() {
+            let _ = s.write_all(b"HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\n\r\n").await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await;
+        }
+    })
+    .await;
+    let mut config = common::config(&proxy_toml(up, "d", "", ""), Path::new(env!("CARGO_MANIFEST_DIR")));
+    config.server.http1 = Http1Server::Gateway;
+    let gw = TestGateway::start(config).await;
+    let requests = b"GET /d/1 HTTP/1.1\r\nHost: x\r\n\r\n\
+        GET /d/2 HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\n\r\n\
+        GET /d/3 HTTP/1.1\r\nHost: x\r\n\r\n";
+    let got = common::raw(gw.addr, requests, Duration::from_millis(1500)).await;
+    // (A body, `ok`, runs into the next status line.)
+    let heads: Vec<&str> = got.text.split("HTTP/").skip(1).map(|h| h.lines().next().unwrap_or_default()).collect();
+    assert_eq!(
+        heads,
+        ["1.1 103 Early Hints", "1.1 200 OK", "1.0 200 OK", "1.1 103 Early Hints", "1.1 200 OK"],
+        "{}",
+        got.text
+    );
+}

@@ -332,7 +332,8 @@ impl RouteCache {
             req.headers_mut().insert(X_REQUEST_ID, id.header_value());
         }
         let (ip, trusted, tls, forwards_1xx) = (peer.ip, peer.trusted, peer.tls, peer.forwards_1xx);
-        let peer = Peer { ip, forwarded_for: peer.forwarded_for.clone(), trusted, tls, forwards_1xx };
+        let (forwarded_for, own_h1) = (peer.forwarded_for.clone(), peer.own_h1.clone());
+        let peer = Peer { ip, forwarded_for, trusted, tls, forwards_1xx, own_h1 };
         let client = head.headers.clone();
         let log = cx.detached();
         (Fill { cache: self.clone(), guard, key, req, head, peer, log, deadline, stale }, client)
@@ -353,7 +354,10 @@ impl RouteCache {
             // for (RFC 5861 §3): a 206 could not replace it.
             req.headers_mut().remove(header::RANGE);
             req.headers_mut().remove(header::IF_RANGE);
-            let (fill, _) = self.prepare(guard, key, req, peer, cx, deadline, Some(stale));
+            let (mut fill, _) = self.prepare(guard, key, req, peer, cx, deadline, Some(stale));
+            // Its client has its answer: a 1xx it brings goes to no one (in
+            // the connection's queue it would reach the next request).
+            fill.peer.own_h1 = std::sync::OnceLock::new();
             fill::spawn_background(fill);
         }
     }

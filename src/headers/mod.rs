@@ -25,6 +25,7 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
 mod cookies;
 pub mod rules;
+pub mod spare;
 pub mod via;
 
 pub use cookies::{cookie_line, join_cookies};

@@ -19,6 +19,7 @@ use crate::access::UpstreamTiming;
 use crate::body::{BodyIdle, BodyTooLarge, ClientBodyFailed};
 use crate::config::Address;
 use crate::error::{GatewayError, find_source};
+use crate::request::Interims;
 
 /// What an exchange comes to: the response head (an HTTP/1.1 body holds
 /// its connection until it is done), or how it failed.
@@ -147,6 +148,8 @@ pub struct Plan {
 /// bytes on it), is sent once more, on a new connection so the resend can
 /// never land on another stale one, when `resend` allows: once a request,
 /// and within the retry budget, since the upstream may have seen it.
+/// `interims`: the client connection's 1xx queue, if it keeps one (see
+/// `Peer::own_h1`).
 ///
 /// An `async move` block, not an `async fn`: an `async fn` moves the
 /// request into a local of its own, and the future keeps room for both
@@ -158,15 +161,17 @@ pub fn exchange<'a>(
     plan: Plan,
     resend: &'a (dyn Fn() -> bool + Sync),
     timing: Option<&'a UpstreamTiming>,
+    interims: Option<&'a Interims>,
 ) -> impl Future<Output = Exchanged> + 'a {
     async move {
         if pool.speaks_h2() {
             // Boxed: its state would otherwise grow every HTTP/1.1 exchange's
             // future, and the copies of it (see benches/README.md, Decisions).
-            return Box::pin(exchange_h2(pool, req, plan, resend, timing)).await;
+            return Box::pin(exchange_h2(pool, req, plan, resend, (timing, interims))).await;
         }
+        let forwards = plan.forwards_1xx;
         if let Some(conn) = pool.take_idle() {
-            let (encoded, kept) = h1::Encoded::keeping(req, plan.retryable && plan.may_resend, plan.forwards_1xx);
+            let (encoded, kept) = h1::Encoded::keeping(req, plan.retryable && plan.may_resend, forwards, interims);
             match send_h1(conn, encoded, plan).await {
                 Ok(response) => return Ok(response),
                 Err(Failure::Send(e)) => match kept {
@@ -190,7 +195,7 @@ pub fn exchange<'a>(
             }
             Err(e) => return Err(Failure::Connect(e, Box::new(req))),
         };
-        send_h1(conn, h1::Encoded::of(req, plan.forwards_1xx), plan).await
+        send_h1(conn, h1::Encoded::of(req, forwards, interims), plan).await
     }
 }
 
@@ -240,7 +245,7 @@ async fn exchange_h2(
     mut req: Request<SendBody>,
     plan: Plan,
     resend: &(dyn Fn() -> bool + Sync),
-    timing: Option<&UpstreamTiming>,
+    (timing, interims): (Option<&UpstreamTiming>, Option<&Interims>),
 ) -> Exchanged {
     loop {
         let mut sender = match h2_connection(pool, timing).await {
@@ -249,7 +254,7 @@ async fn exchange_h2(
             // (new requests now go over HTTP/1.1 too, see `Pool::connect`).
             Ok(Connected::Http1(conn)) => {
                 to_h1(&mut req);
-                return send_h1(conn, h1::Encoded::of(req, plan.forwards_1xx), plan).await;
+                return send_h1(conn, h1::Encoded::of(req, plan.forwards_1xx, interims), plan).await;
             }
             Err(e) => return Err(Failure::Connect(e, Box::new(req))),
         };
@@ -269,7 +274,7 @@ async fn exchange_h2(
                 (None, Some(copy)) if not_processed(e.error()) && resend() => {
                     tracing::debug!(error = %e.error(), "HTTP/2 stream not processed; sending it again");
                     let once = Plan { may_resend: false, ..plan };
-                    return Box::pin(exchange_h2(pool, copy, once, &|| false, timing)).await;
+                    return Box::pin(exchange_h2(pool, copy, once, &|| false, (timing, interims))).await;
                 }
                 (None, _) => return Err(Failure::SendH2(e.into_error())),
             },

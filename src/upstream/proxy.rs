@@ -15,7 +15,7 @@ use http_body_util::{Either, Empty};
 use super::body::Received;
 use super::exchange::{Plan, is_idempotent};
 use super::pool::SendBody;
-use super::tunnel::{ClientSide, SwitchOnConnection};
+use super::tunnel::ClientSide;
 use crate::body::{BodyState, RequestBody};
 use crate::config::ProxyTarget;
 use crate::error::GatewayError;
@@ -98,7 +98,8 @@ pub fn prepare_request<B: ClientBody>(
             parts.headers.insert(header::UPGRADE, protocol);
             upgrade = match parts.extensions.remove::<hyper::upgrade::OnUpgrade>() {
                 Some(on) => Some(ClientSide::Hyper(on)),
-                None => parts.extensions.remove::<SwitchOnConnection>().map(|_| ClientSide::Connection),
+                // The gateway's own connection (see `Peer::own_h1`).
+                None => peer.own_h1.get().map(|_| ClientSide::Connection),
             };
         }
     }

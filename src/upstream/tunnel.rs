@@ -65,12 +65,6 @@ pub enum ClientSide {
     Connection,
 }
 
-/// Put in a request's extensions by the gateway's own HTTP/1.1 connection:
-/// it can switch protocols after a 101 (hyper's connection puts its
-/// `OnUpgrade` there instead).
-#[derive(Debug, Clone, Copy)]
-pub struct SwitchOnConnection;
-
 /// Both sides of a switched connection and how long it may stay silent.
 pub struct Tunnel {
     client: ClientSide,

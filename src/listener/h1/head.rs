@@ -4,6 +4,8 @@
 //! switching `server.http1` changes no decision (`tests/h1_differential.rs`
 //! checks). Pure: bytes in, a head or a refusal out.
 
+use std::mem::MaybeUninit;
+
 use bytes::{Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Uri, Version, request};
@@ -37,6 +39,9 @@ pub struct Head {
     pub keep_alive: bool,
     /// `Expect: 100-continue` (HTTP/1.1).
     pub expect_continue: bool,
+    /// `TE` lists `trailers`: as hyper, trailer fields go only to a client
+    /// that said it takes them.
+    pub trailers_ok: bool,
 }
 
 /// Why a head was refused: the status answered, and the `reason` counted.
@@ -58,10 +63,13 @@ const TOO_LARGE: Refused = bad(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, "hea
 pub fn parse(buf: &mut BytesMut, max: usize) -> Result<Option<Head>, Refused> {
     let mut spans = [(0u32, 0u32, 0u32, 0u32); MAX_HEADERS];
     let (len, method, target, version, count) = {
-        let mut storage = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        let mut req = httparse::Request::new(&mut storage);
+        // Left uninitialised, as hyper's parser leaves them: httparse
+        // writes the fields it finds, and filling all of them first cost
+        // every head a pass over the whole array.
+        let mut storage = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+        let mut req = httparse::Request::new(&mut []);
         let bytes: &[u8] = buf;
-        let len = match req.parse(bytes) {
+        let len = match req.parse_with_uninit_headers(bytes, &mut storage) {
             Ok(httparse::Status::Complete(len)) if len <= max => len,
             Ok(httparse::Status::Complete(_)) => return Err(TOO_LARGE),
             Ok(httparse::Status::Partial) if bytes.len() >= max => return Err(TOO_LARGE),
@@ -91,7 +99,7 @@ pub fn parse(buf: &mut BytesMut, max: usize) -> Result<Option<Head>, Refused> {
     let mut head = Fields::new(version);
     // Room for the fields the gateway adds before it forwards the request
     // (forwarding, `via`, request id), which would grow the map twice.
-    let mut headers = HeaderMap::with_capacity(count + ADDED_FIELDS);
+    let mut headers = crate::headers::spare::map_with_room(count + ADDED_FIELDS);
     for (name, (v0, v1)) in fields {
         let name = HeaderName::from_bytes(name).map_err(|_| MALFORMED)?;
         let value = HeaderValue::from_maybe_shared(slice(&frozen, v0, v1)).map_err(|_| MALFORMED)?;
@@ -99,10 +107,11 @@ pub fn parse(buf: &mut BytesMut, max: usize) -> Result<Option<Head>, Refused> {
             headers.append(name, value);
         }
     }
+    let trailers_ok = head.trailers_ok;
     let (framing, keep_alive, expect_continue) = head.finish()?;
     let (mut parts, ()) = http::Request::new(()).into_parts();
     (parts.method, parts.uri, parts.version, parts.headers) = (method, uri, version, headers);
-    Ok(Some(Head { parts, framing, keep_alive, expect_continue }))
+    Ok(Some(Head { parts, framing, keep_alive, expect_continue, trailers_ok }))
 }
 
 fn slice(frozen: &Bytes, from: u32, to: u32) -> Bytes {
@@ -117,6 +126,7 @@ struct Fields {
     keep_alive: bool,
     close: bool,
     expect_continue: bool,
+    trailers_ok: bool,
     length: Option<u64>,
     has_length: bool,
     chunked_te: Option<bool>,
@@ -130,6 +140,7 @@ impl Fields {
             keep_alive: version == Version::HTTP_11,
             close: false,
             expect_continue: false,
+            trailers_ok: false,
             length: None,
             has_length: false,
             chunked_te: None,
@@ -181,6 +192,9 @@ impl Fields {
                 }
             }
             header::EXPECT => self.expect_continue = value.as_bytes().eq_ignore_ascii_case(b"100-continue"),
+            // Here, where every field is looked at: a look-up in the map
+            // after would cost a hash.
+            header::TE => self.trailers_ok |= has_token(value, "trailers"),
             _ => {}
         }
         Ok(true)

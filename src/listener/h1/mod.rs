@@ -55,7 +55,7 @@ use crate::request::Interims;
 use crate::server::App;
 use crate::upstream::h1::Framing as DecodeFraming;
 use crate::upstream::h1::decode::Decoder;
-use crate::upstream::tunnel::{SwitchOnConnection, Tunnel};
+use crate::upstream::tunnel::Tunnel;
 pub(super) use encode::with_date;
 use encode::{Asked, BodyLength, Encoder};
 use guard::{Flags, Signals, guard, switch};
@@ -261,7 +261,7 @@ impl Own<'_> {
     /// One request and its response; returns whether the connection may
     /// carry another.
     async fn exchange(&mut self, head: Head) -> Result<bool, Stop> {
-        let Head { mut parts, framing, keep_alive, expect_continue } = head;
+        let Head { parts, framing, keep_alive, expect_continue, trailers_ok } = head;
         let (method, version) = (parts.method.clone(), parts.version);
         let decoder = match framing {
             Framing::Empty => Decoder::Done,
@@ -274,21 +274,25 @@ impl Own<'_> {
             Framing::Empty => Incoming::Empty,
             _ => Incoming::Own(Box::pin(WireBody(self.wire.clone()))),
         };
-        // 1xx answers go to HTTP/1.1 clients only (RFC 9110 §15.2).
-        let interims = (version == Version::HTTP_11).then(Interims::default);
-        if let Some(interims) = &interims {
-            parts.extensions.insert(SwitchOnConnection);
-            parts.extensions.insert(interims.clone());
-        }
-        // As hyper: trailer fields only to a client that said it takes them.
-        let trailers_ok = parts.headers.get_all(http::header::TE).iter().any(|te| head::has_token(te, "trailers"));
+        // 1xx answers go to HTTP/1.1 clients only (RFC 9110 §15.2), from
+        // the connection's queue (see `Peer::own_h1`).
+        let own_h1 = &self.state.peer.own_h1;
+        let interims = (version == Version::HTTP_11).then(|| own_h1.get_or_init(Interims::default).clone());
         let in_flight = self.state.request_started(false, framing == Framing::Empty);
         let req = Request::from_parts(parts, body);
         // Boxed, as hyper's connection boxes its service's future: inline,
         // the app's future would be kept in every connection's task, idle
-        // or not.
-        let answer = Box::pin(super::answer(self.app.clone(), self.kind, req, in_flight));
+        // or not. Written into its box, as hyper writes it: `Box::pin` of
+        // the new future copied all its room, some 8 KiB, from the stack.
+        let mut slot = Box::pin(None);
+        slot.set(Some(super::answer(self.app.clone(), self.kind, req, in_flight)));
+        let answer = slot.as_mut().as_pin_mut().expect("just set");
         let response = self.wait_for_answer(answer, interims).await?;
+        if version != Version::HTTP_11 {
+            // None goes to an HTTP/1.0 client: those its upstream sent to
+            // the connection's queue are not for the next request.
+            while self.state.peer.own_h1.get().and_then(Interims::take).is_some() {}
+        }
         let keep_alive = keep_alive && !self.flags.closing();
         let last = self.respond(response, Asked { method: &method, version, keep_alive }, trailers_ok).await?;
         Ok(!last && !self.flags.closing() && self.wire.lock().body_drained())
@@ -401,6 +405,8 @@ impl Own<'_> {
         };
         let mut out = BytesMut::with_capacity(encode::capacity(&parts.headers) + body_room);
         let (mut encoder, last) = encode::head(&mut parts, length, asked, &mut out);
+        // Its fields are encoded: the map goes to the next head parsed.
+        crate::headers::spare::give_back(std::mem::take(&mut parts.headers));
         drop(parts);
         if let (Encoder::Chunked(allowed), false) = (&mut encoder, trailers_ok) {
             allowed.clear();

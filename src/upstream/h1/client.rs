@@ -40,7 +40,7 @@ const COPY_UP_TO: usize = 8192;
 /// than 101). The response's body reads on from the connection and gives
 /// it back to its pool at its end.
 pub async fn send(conn: Conn, req: Request<SendBody>) -> Result<Response<ResponseBody>, Error> {
-    send_encoded(conn, Encoded::of(req, true)).await
+    send_encoded(conn, Encoded::of(req, true, None)).await
 }
 
 /// A request encoded for an HTTP/1.1 connection, not sent yet.
@@ -53,9 +53,13 @@ pub struct Encoded {
 
 impl Encoded {
     /// `req` encoded; its [`Interims`] taken along when `interims` says
-    /// the client's connection may have put one there.
-    pub fn of(mut req: Request<SendBody>, interims: bool) -> Encoded {
-        let interims = if interims { req.extensions_mut().remove::<Interims>() } else { None };
+    /// the client's connection may have put one there, else the client
+    /// connection's queue, `connection`, if any.
+    pub fn of(mut req: Request<SendBody>, interims: bool, connection: Option<&Interims>) -> Encoded {
+        let interims = match interims {
+            true => req.extensions_mut().remove::<Interims>().or_else(|| connection.cloned()),
+            false => None,
+        };
         let (sending, head_request) = Sending::new(req);
         Encoded { sending, head_request, interims }
     }
@@ -66,8 +70,13 @@ impl Encoded {
     /// copy of the request's head cost every request a pass over its
     /// headers. One call, so that an exchange's future holds no borrowed
     /// `Encoded` beside the one it sends.
-    pub fn keeping(req: Request<SendBody>, keep: bool, interims: bool) -> (Encoded, Option<Bytes>) {
-        let mut encoded = Encoded::of(req, interims);
+    pub fn keeping(
+        req: Request<SendBody>,
+        keep: bool,
+        interims: bool,
+        connection: Option<&Interims>,
+    ) -> (Encoded, Option<Bytes>) {
+        let mut encoded = Encoded::of(req, interims, connection);
         let kept = if keep { encoded.keep() } else { None };
         (encoded, kept)
     }
@@ -273,7 +282,10 @@ impl Sending {
                 tracing::debug!(error = %e, "request framing");
             }
         }
-        (Some(sending), parts.method == Method::HEAD)
+        let head_request = parts.method == Method::HEAD;
+        // Its fields are on the wire: the map goes to the next head parsed.
+        crate::headers::spare::give_back(parts.headers);
+        (Some(sending), head_request)
     }
 
     /// Writes what the body has ready; `Ready(Ok)` once all of the request

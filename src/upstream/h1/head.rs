@@ -171,7 +171,7 @@ pub fn parse(buf: &mut BytesMut, head_request: bool) -> Result<Parsed, Error> {
     // Room for what the way back adds (`Via`, `X-Request-Id`, a cache's
     // `Age` and `Cache-Status`): sized to the parsed fields alone, the map
     // is grown, all of it moved, for the first of them.
-    let mut headers = HeaderMap::with_capacity(count + ADDED_ON_THE_WAY_BACK);
+    let mut headers = crate::headers::spare::map_with_room(count + ADDED_ON_THE_WAY_BACK);
     // Content-Length lines, and whether one lists items, noted on the way:
     // looking them up again costs every response.
     let (mut lengths, mut listed) = (0, false);

@@ -22,10 +22,11 @@
 //! long average of them, and both drift up with the very queue they are
 //! meant to see when the upstream is never idle; Envoy's re-measures with
 //! the upstream all but idle, at a known cost (a moment at the floor per
-//! minute). It is also what the issue describes, a measured minimum and a
-//! gradient against recent latency.
+//! minute, which the last departure below spares an upstream that shows
+//! no queue). It is also what the issue describes, a measured minimum and
+//! a gradient against recent latency.
 //!
-//! Five departures, each said where it is made:
+//! Six departures, each said where it is made:
 //! - a window's latency is the mean of its samples, not a percentile: two
 //!   atomic adds per answer instead of a locked histogram (Gradient2 also
 //!   averages);
@@ -53,7 +54,14 @@
 //!   fill it and never passes twice a load that was seen to be fine; the
 //!   first window slower than that ends it for good, as HyStart++ (RFC
 //!   9406) ends TCP's at the first round whose delay rose by an eighth or
-//!   so (see [`Gradient::ramp`]).
+//!   so (see [`Gradient::ramp`]);
+//! - the measurement every minute or so is put off while the latency
+//!   confirms the minimum, as BBR enters ProbeRTT only when no ordinary
+//!   sample refreshed its minimum for the whole interval: a window within a
+//!   tenth of the minimum puts it off by an interval from that window, so
+//!   that an upstream whose latency does not change with load is not held
+//!   at the floor once a minute; a slower upstream confirms nothing and is
+//!   measured on time (see [`Gradient::confirm`]).
 //!
 //! Failures count as they do in Envoy's filter: every answer with a head is
 //! a sample (a 5xx as any other status), a route timeout is a sample of the
@@ -79,7 +87,8 @@ const BUFFER: f64 = 0.25;
 const FLOOR_WINDOWS: u32 = 5;
 /// During the slow start, latency up to this much above the minimum is no
 /// sign of a queue yet; below `BUFFER`, so that it ends while the gradient
-/// would still let the limit grow.
+/// would still let the limit grow. A window within it of the minimum also
+/// confirms the minimum (see `Gradient::confirm`).
 const RAMP_TOLERANCE: f64 = 0.1;
 
 pub use crate::config::AutoBounds as Bounds;
@@ -114,6 +123,12 @@ pub struct Gradient {
     ramping: bool,
     /// When the minimum RTT is measured again.
     next_measure: Duration,
+    /// How long after a measurement, or after the last window that confirmed
+    /// its minimum, the next one comes (drawn, jittered, at each measurement).
+    interval: Duration,
+    /// A window since the last measurement was well below the minimum: no
+    /// window puts the next measurement off (see [`Gradient::confirm`]).
+    doubted: bool,
     rng: fastrand::Rng,
 }
 
@@ -139,6 +154,8 @@ impl Gradient {
             at_floor: 0,
             ramping: true,
             next_measure: Duration::ZERO,
+            interval: MIN_RTT_INTERVAL,
+            doubted: false,
             rng: fastrand::Rng::with_seed(seed),
         };
         g.measure(now);
@@ -216,19 +233,24 @@ impl Gradient {
                 self.min_rtt = Some(mean(m.total, m.samples));
                 self.limit = m.resume.clamp(self.bounds.min, self.bounds.max);
                 self.measuring = None;
-                let jitter = MIN_RTT_INTERVAL.mul_f64(JITTER * self.rng.f64());
-                self.next_measure = now + MIN_RTT_INTERVAL + jitter;
+                self.interval = MIN_RTT_INTERVAL + MIN_RTT_INTERVAL.mul_f64(JITTER * self.rng.f64());
+                self.next_measure = now + self.interval;
+                self.doubted = false;
             }
             return self.limit;
+        }
+        let sample = mean(w.total, w.samples.max(1)).max(Duration::from_micros(1));
+        let min_rtt = self.min_rtt.filter(|_| w.samples > 0);
+        if let Some(min_rtt) = min_rtt {
+            self.confirm(sample, min_rtt, now);
         }
         if now >= self.next_measure {
             self.measure(now);
             return self.limit;
         }
-        let Some(min_rtt) = self.min_rtt.filter(|_| w.samples > 0) else {
+        let Some(min_rtt) = min_rtt else {
             return self.limit;
         };
-        let sample = mean(w.total, w.samples).max(Duration::from_micros(1));
         if self.ramp(&w, sample, min_rtt) {
             return self.limit;
         }
@@ -251,6 +273,26 @@ impl Gradient {
 }
 
 impl Gradient {
+    /// BBR's rule for its minimum RTT (draft-cardwell-iccrg-bbr-congestion-control,
+    /// ProbeRTT: entered only when no ordinary sample refreshed the minimum
+    /// for its whole window), on a window of mean latency `sample`: one
+    /// within a tenth of the minimum, either side, shows the upstream not
+    /// queueing and the minimum still true, and puts the next measurement
+    /// off to a whole interval from now. Latency that rose confirms nothing,
+    /// so a slower upstream is measured again within the interval; one well
+    /// below the minimum (a faster upstream, or errors answered quickly)
+    /// leaves the measurement on time, as Envoy's, whatever windows follow:
+    /// lowering the minimum to it, as BBR does, would collapse the limit the
+    /// day those errors stop.
+    fn confirm(&mut self, sample: Duration, min_rtt: Duration, now: Duration) {
+        let ratio = sample.as_secs_f64() / min_rtt.as_secs_f64();
+        if ratio < 1.0 - RAMP_TOLERANCE {
+            self.doubted = true;
+        } else if ratio <= 1.0 + RAMP_TOLERANCE && !self.doubted {
+            self.next_measure = now + self.interval;
+        }
+    }
+
     /// The slow start, for a window of mean latency `sample`: whether it
     /// set the limit. While the latency stays within the tolerance the
     /// limit is twice the largest load a quick answer proved (never lower

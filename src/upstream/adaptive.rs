@@ -51,7 +51,9 @@
 //!   becomes twice the largest number of requests in flight that a quick
 //!   answer has shown the upstream takes (the in-flight count when that
 //!   request was sent), so it doubles once a round trip while the clients
-//!   fill it and never passes twice a load that was seen to be fine; the
+//!   fill it (the answer that proves it closes its window at once, see
+//!   [`Gradient::cadence`]) and never passes twice a load that was seen to
+//!   be fine; the
 //!   first window slower than that ends it for good, as HyStart++ (RFC
 //!   9406) ends TCP's at the first round whose delay rose by an eighth or
 //!   so (see [`Gradient::ramp`]);
@@ -106,6 +108,20 @@ pub struct Window {
     /// window's answers was sent, among the answers within
     /// [`Gradient::ramp_bound`] (0 if none).
     pub proven: usize,
+}
+
+/// How the request path fills and closes the controller's windows (see
+/// [`Gradient::cadence`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cadence {
+    /// How long the next window lasts ([`Gradient::window_len`]).
+    pub len: Duration,
+    /// During the slow start: the latency up to which an answer proves the
+    /// load it was sent under ([`Gradient::ramp_bound`]), and the load a
+    /// proof must pass to raise the limit.
+    pub ramp: Option<(Duration, usize)>,
+    /// While the minimum is measured: every answer closes its window.
+    pub every_answer: bool,
 }
 
 /// The controller's state: the limit, and the minimum RTT it is measured
@@ -193,12 +209,28 @@ impl Gradient {
     /// that is longer once the gradient rules (a departure, see
     /// `learned`). The slow start judges each answer by the load it was
     /// sent under, not a window by the limit before it, so it keeps the
-    /// short window and acts on a proof within 100 ms of it.
+    /// short window (and a proof that raises the limit closes its window at
+    /// once, see [`Gradient::cadence`]).
     pub fn window_len(&self) -> Duration {
         match self.min_rtt {
             Some(m) if !self.ramping => m.max(WINDOW),
             _ => WINDOW,
         }
+    }
+
+    /// The next window's length, and which answers close a window before
+    /// its end: a window closes with the first answer past its end, and
+    /// answers come back in bursts, those of the requests let in when the
+    /// limit rose together a round trip later, so the first of a burst would
+    /// close a window of one answer and leave the rest of it to the window
+    /// closed by the next burst, a round trip late. So the answer that
+    /// would change what the controller does closes its window at once: one
+    /// that proves a load above half the limit during the slow start (the
+    /// limit doubles on it), and any answer while the minimum is measured
+    /// (the measurement counts answers, 50 at most).
+    pub fn cadence(&self) -> Cadence {
+        let raises = (self.limit < self.bounds.max).then_some(self.limit / 2);
+        Cadence { len: self.window_len(), ramp: self.ramp_bound().zip(raises), every_answer: self.measuring.is_some() }
     }
 
     /// A reload's bounds: the learned limit is kept, within them.

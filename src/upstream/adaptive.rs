@@ -54,9 +54,10 @@
 //!   fill it (the answer that proves it closes its window at once, see
 //!   [`Gradient::cadence`]) and never passes twice a load that was seen to
 //!   be fine; the
-//!   first window slower than that ends it for good, as HyStart++ (RFC
-//!   9406) ends TCP's at the first round whose delay rose by an eighth or
-//!   so (see [`Gradient::ramp`]);
+//!   first window slower than that, none of whose answers came within it,
+//!   ends it for good, as HyStart++ (RFC 9406) ends TCP's at the first
+//!   round whose quickest delay rose by an eighth or so (see
+//!   [`Gradient::ramp`]);
 //! - the measurement every minute or so is put off while the latency
 //!   confirms the minimum, as BBR enters ProbeRTT only when no ordinary
 //!   sample refreshed its minimum for the whole interval: a window within a
@@ -330,8 +331,12 @@ impl Gradient {
     /// limit is twice the largest load a quick answer proved (never lower
     /// than it was: nothing said the upstream is full), which needs clients
     /// enough to fill more than half of it, as the gradient's "app-limited"
-    /// rule does. The first window past the tolerance ends it for good and
-    /// hands that window to the gradient: it is only entered from a cold
+    /// rule does. The first window past the tolerance, none of whose
+    /// answers came within it, ends it for good and hands that window to
+    /// the gradient: HyStart++ judges a round by its quickest answer, since
+    /// a queue inside the upstream delays every answer, and answers delayed
+    /// on their way (the gateway or its machine busy, say answering the
+    /// clients the limit turns away) are no queue in it. It is only entered from a cold
     /// start (or a reload that learns again), not after the limit
     /// collapsed, since an upstream whose every request times out also
     /// has a flat latency, and the gradient alone brings a recovered one
@@ -340,7 +345,7 @@ impl Gradient {
         if !self.ramping {
             return false;
         }
-        if sample.as_secs_f64() > min_rtt.as_secs_f64() * (1.0 + RAMP_TOLERANCE) {
+        if sample.as_secs_f64() > min_rtt.as_secs_f64() * (1.0 + RAMP_TOLERANCE) && w.proven == 0 {
             self.ramping = false;
             return false;
         }

@@ -219,6 +219,24 @@ fn the_slow_start_ends_at_the_first_rise_below_twice_the_capacity() {
     }
 }
 
+/// A window whose mean is past the slow start's tolerance ends it only if
+/// none of its answers came within it: a few answers delayed on their way
+/// (the gateway busy turning clients away) leave the quick ones' proof,
+/// where a queue inside the upstream would have delayed them all.
+#[test]
+fn the_slow_start_ends_on_a_window_with_no_quick_answer() {
+    let mut sim = Sim::new(DEFAULT);
+    sim.run(Upstream::Flat(1000 * MS), 1000, 40);
+    let limit = sim.g.limit();
+    assert!(sim.g.ramping() && limit > DEFAULT.min, "{limit}");
+    let slow = |proven| Window { samples: 10, total: 13 * 1000 * MS, busiest: limit, proven };
+    let after = sim.g.window(slow(limit), sim.now + WINDOW);
+    assert!(sim.g.ramping(), "answers late by 3/10 on average, some of them quick, ended the slow start");
+    assert_eq!(after, 2 * limit, "the quick ones' proof counts");
+    sim.g.window(slow(0), sim.now + WINDOW * 2);
+    assert!(!sim.g.ramping(), "a window of slow answers only did not end the slow start");
+}
+
 /// An upstream that is never pushed (clients fewer than half the limit):
 /// the slow start proves no more than they send, so the limit stays at
 /// twice their count at most, and the day more clients come it doubles

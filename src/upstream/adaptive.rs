@@ -51,7 +51,7 @@
 //!   becomes twice the largest number of requests in flight that a quick
 //!   answer has shown the upstream takes (the in-flight count when that
 //!   request was sent), so it doubles once a round trip while the clients
-//!   fill it (the answer that proves it closes its window at once, see
+//!   fill it (the answer that proves it is handed on at once, see
 //!   [`Gradient::cadence`]) and never passes twice a load that was seen to
 //!   be fine; the
 //!   first window slower than that, none of whose answers came within it,
@@ -107,7 +107,8 @@ pub struct Window {
     pub busiest: usize,
     /// During the slow start: the most requests in flight when one of the
     /// window's answers was sent, among the answers within
-    /// [`Gradient::ramp_bound`] (0 if none).
+    /// [`Gradient::ramp_bound`] (0 if none); in a window of no answers,
+    /// the proof handed on at once (see [`Gradient::cadence`]).
     pub proven: usize,
 }
 
@@ -210,7 +211,7 @@ impl Gradient {
     /// that is longer once the gradient rules (a departure, see
     /// `learned`). The slow start judges each answer by the load it was
     /// sent under, not a window by the limit before it, so it keeps the
-    /// short window (and a proof that raises the limit closes its window at
+    /// short window (and a proof that raises the limit is handed on at
     /// once, see [`Gradient::cadence`]).
     pub fn window_len(&self) -> Duration {
         match self.min_rtt {
@@ -219,16 +220,19 @@ impl Gradient {
         }
     }
 
-    /// The next window's length, and which answers close a window before
-    /// its end: a window closes with the first answer past its end, and
-    /// answers come back in bursts, those of the requests let in when the
-    /// limit rose together a round trip later, so the first of a burst would
-    /// close a window of one answer and leave the rest of it to the window
-    /// closed by the next burst, a round trip late. So the answer that
-    /// would change what the controller does closes its window at once: one
-    /// that proves a load above half the limit during the slow start (the
-    /// limit doubles on it), and any answer while the minimum is measured
-    /// (the measurement counts answers, 50 at most).
+    /// The next window's length, and which answers are handed on before
+    /// the window's end: a window closes with the first answer past its
+    /// end, and answers come back in bursts, those of the requests let in
+    /// when the limit rose together a round trip later, so the first of a
+    /// burst would close a window of one answer and leave the rest of it to
+    /// the window closed by the next burst, a round trip late. So the
+    /// answer that would change what the controller does is handed on at
+    /// once: during the slow start, one that proves a load above half the
+    /// limit (the limit doubles on it), alone, as a window of no answers
+    /// (the window goes on filling: a window cut short would judge the
+    /// latency on the few answers before the cut); while the minimum is
+    /// measured, any, closing its window (the measurement counts answers,
+    /// 50 at most).
     pub fn cadence(&self) -> Cadence {
         let raises = (self.limit < self.bounds.max).then_some(self.limit / 2);
         Cadence { len: self.window_len(), ramp: self.ramp_bound().zip(raises), every_answer: self.measuring.is_some() }
@@ -282,6 +286,10 @@ impl Gradient {
             return self.limit;
         }
         let Some(min_rtt) = min_rtt else {
+            // No answers: during the slow start, a proof handed on at once.
+            if self.ramp_bound().is_some() {
+                self.limit = self.limit.max(w.proven.saturating_mul(2).min(self.bounds.max));
+            }
             return self.limit;
         };
         if self.ramp(&w, sample, min_rtt) {

@@ -35,7 +35,7 @@ pub(super) struct Learned {
     /// its load (see `Gradient::ramp_bound`), in microseconds; 0 after.
     ramp_us: AtomicU64,
     /// During the slow start, an answer that proves a load above this
-    /// closes its window at once (see `Gradient::cadence`).
+    /// hands its proof on at once (see `Gradient::cadence`).
     raises_past: AtomicUsize,
     /// While the minimum is measured, every answer closes its window.
     every_answer: AtomicBool,
@@ -84,7 +84,9 @@ impl Learned {
 
     /// An answer of a request admitted with `ticket` took `took`, at
     /// `now`: the window that ends with it, when it is the first past the
-    /// end or one that closes it at once (see `Gradient::cadence`).
+    /// end (or while the minimum is measured, any); or, during the slow
+    /// start, its proof alone when that raises the limit (a window of no
+    /// answers, see `Gradient::cadence`).
     pub(super) fn sample(&self, took: Duration, ticket: Ticket, now: Instant) -> Option<Window> {
         if ticket.epoch != self.epoch.load(Relaxed) {
             return None;
@@ -96,17 +98,21 @@ impl Learned {
         if proves {
             self.proven.fetch_max(ticket.load, Relaxed);
         }
-        let at_once = self.every_answer.load(Relaxed) || (proves && ticket.load > self.raises_past.load(Relaxed));
+        let every = self.every_answer.load(Relaxed);
         let now_us = self.elapsed(now).as_micros() as u64;
         let end = self.window_end_us.load(Relaxed);
         // One answer closes the window; the others go on filling the next.
-        if (now_us < end && !at_once)
+        if (now_us < end && !every)
             || self
                 .window_end_us
                 .compare_exchange(end, now_us + self.window_us.load(Relaxed), Relaxed, Relaxed)
                 .is_err()
         {
-            return None;
+            // A proof that raises the limit is handed on at once, alone; the
+            // window goes on filling, to be judged whole at its end.
+            let raises = proves && self.raises_past.fetch_max(ticket.load, Relaxed) < ticket.load;
+            let busiest = self.busiest.load(Relaxed);
+            return raises.then_some(Window { samples: 0, total: Duration::ZERO, busiest, proven: ticket.load });
         }
         let packed = self.packed.swap(0, Relaxed);
         let busiest = self.busiest.swap(self.in_flight.load(Relaxed), Relaxed);
@@ -286,11 +292,12 @@ mod tests {
         assert_eq!(w.proven, 0, "no slow start, no proof");
     }
 
-    /// An answer closes its window before the window's end when it would
-    /// change what the controller does: during the slow start, one that
-    /// proves a load past the one given; while the minimum is measured, any.
+    /// An answer that would change what the controller does is handed on
+    /// before the window's end: during the slow start a proof of a load
+    /// past the one given, alone (the window goes on filling); while the
+    /// minimum is measured, any answer, closing its window.
     #[test]
-    fn an_answer_that_changes_the_limit_closes_its_window_at_once() {
+    fn an_answer_that_changes_the_limit_is_handed_on_at_once() {
         let l = Learned::new(true);
         let start = l.origin;
         l.set_window(Cadence { len: 100 * MS, ramp: Some((110 * MS, 2)), every_answer: false });
@@ -300,7 +307,7 @@ mod tests {
         let steps = [
             (1, 100, 10, None),         // proves 2, not past 2
             (3, 120, 20, None),         // too slow to prove 4
-            (2, 100, 30, Some((3, 3))), // proves 3: closes at once
+            (2, 100, 30, Some((0, 3))), // proves 3: handed on at once
             (0, 100, 40, None),         // proves 1
         ];
         for (i, took, at, closed) in steps {
@@ -309,7 +316,7 @@ mod tests {
         }
         l.set_window(Cadence { len: 100 * MS, ramp: None, every_answer: true });
         let w = l.sample(500 * MS, l.admitted(), start + 50 * MS).expect("every answer closes its window");
-        assert_eq!((w.samples, w.proven), (2, 1), "the proof at 40 ms is in it");
+        assert_eq!((w.samples, w.proven), (5, 3), "the window went on filling");
         let w = l.sample(500 * MS, l.admitted(), start + 51 * MS).expect("every answer closes its window");
         assert_eq!(w.samples, 1);
     }
@@ -364,7 +371,8 @@ mod tests {
     /// start doubles the limit once a round trip (and a window), though the
     /// answers come back in bursts (all those sent when the limit rose, a
     /// round trip later): the answer that proves a load above half the
-    /// limit acts at once, not at the first answer past the window's end.
+    /// limit is acted on at once, not at the first answer past the window's
+    /// end.
     #[test]
     fn with_answers_in_bursts_the_slow_start_doubles_each_round_trip() {
         // (latency, jitter in ms, clients)

@@ -232,7 +232,8 @@ async fn from_a_cold_start_the_limit_doubles_each_round_trip() {
     }
     let (limit, served) = *limits.last().unwrap();
     assert!(limit >= CLIENTS as f64, "(limit, answers) every 50 ms: {limits:?}");
-    // 3 + 6 + ... + 192 answers, a round trip of each limit, and a little
-    // more (a window's wait for each proof, the first measurement).
+    // 3 + 6 + ... + 192 answers, a round trip of each limit, and the first
+    // measurement's: about 390. The gradient's climb, when a few late
+    // answers ended the slow start, took 700 to 850 here.
     assert!(served < 700, "{served} answers before the limit reached {CLIENTS}: {limits:?}");
 }

@@ -22,10 +22,11 @@
 //! long average of them, and both drift up with the very queue they are
 //! meant to see when the upstream is never idle; Envoy's re-measures with
 //! the upstream all but idle, at a known cost (a moment at the floor per
-//! minute). It is also what the issue describes, a measured minimum and a
-//! gradient against recent latency.
+//! minute, which the last departure below spares an upstream that shows
+//! no queue). It is also what the issue describes, a measured minimum and
+//! a gradient against recent latency.
 //!
-//! Five departures, each said where it is made:
+//! Six departures, each said where it is made:
 //! - a window's latency is the mean of its samples, not a percentile: two
 //!   atomic adds per answer instead of a locked histogram (Gradient2 also
 //!   averages);
@@ -50,10 +51,20 @@
 //!   becomes twice the largest number of requests in flight that a quick
 //!   answer has shown the upstream takes (the in-flight count when that
 //!   request was sent), so it doubles once a round trip while the clients
-//!   fill it and never passes twice a load that was seen to be fine; the
-//!   first window slower than that ends it for good, as HyStart++ (RFC
-//!   9406) ends TCP's at the first round whose delay rose by an eighth or
-//!   so (see [`Gradient::ramp`]).
+//!   fill it (the answer that proves it is handed on at once, see
+//!   [`Gradient::cadence`]) and never passes twice a load that was seen to
+//!   be fine; the
+//!   first window slower than that, none of whose answers came within it,
+//!   ends it for good, as HyStart++ (RFC 9406) ends TCP's at the first
+//!   round whose quickest delay rose by an eighth or so (see
+//!   [`Gradient::ramp`]);
+//! - the measurement every minute or so is put off while the latency
+//!   confirms the minimum, as BBR enters ProbeRTT only when no ordinary
+//!   sample refreshed its minimum for the whole interval: a window within a
+//!   tenth of the minimum puts it off by an interval from that window, so
+//!   that an upstream whose latency does not change with load is not held
+//!   at the floor once a minute; a slower upstream confirms nothing and is
+//!   measured on time (see [`Gradient::confirm`]).
 //!
 //! Failures count as they do in Envoy's filter: every answer with a head is
 //! a sample (a 5xx as any other status), a route timeout is a sample of the
@@ -79,7 +90,8 @@ const BUFFER: f64 = 0.25;
 const FLOOR_WINDOWS: u32 = 5;
 /// During the slow start, latency up to this much above the minimum is no
 /// sign of a queue yet; below `BUFFER`, so that it ends while the gradient
-/// would still let the limit grow.
+/// would still let the limit grow. A window within it of the minimum also
+/// confirms the minimum (see `Gradient::confirm`).
 const RAMP_TOLERANCE: f64 = 0.1;
 
 pub use crate::config::AutoBounds as Bounds;
@@ -95,8 +107,23 @@ pub struct Window {
     pub busiest: usize,
     /// During the slow start: the most requests in flight when one of the
     /// window's answers was sent, among the answers within
-    /// [`Gradient::ramp_bound`] (0 if none).
+    /// [`Gradient::ramp_bound`] (0 if none); in a window of no answers,
+    /// the proof handed on at once (see [`Gradient::cadence`]).
     pub proven: usize,
+}
+
+/// How the request path fills and closes the controller's windows (see
+/// [`Gradient::cadence`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cadence {
+    /// How long the next window lasts ([`Gradient::window_len`]).
+    pub len: Duration,
+    /// During the slow start: the latency up to which an answer proves the
+    /// load it was sent under ([`Gradient::ramp_bound`]), and the load a
+    /// proof must pass to raise the limit.
+    pub ramp: Option<(Duration, usize)>,
+    /// While the minimum is measured: every answer closes its window.
+    pub every_answer: bool,
 }
 
 /// The controller's state: the limit, and the minimum RTT it is measured
@@ -114,6 +141,12 @@ pub struct Gradient {
     ramping: bool,
     /// When the minimum RTT is measured again.
     next_measure: Duration,
+    /// How long after a measurement, or after the last window that confirmed
+    /// its minimum, the next one comes (drawn, jittered, at each measurement).
+    interval: Duration,
+    /// A window since the last measurement was well below the minimum: no
+    /// window puts the next measurement off (see [`Gradient::confirm`]).
+    doubted: bool,
     rng: fastrand::Rng,
 }
 
@@ -139,6 +172,8 @@ impl Gradient {
             at_floor: 0,
             ramping: true,
             next_measure: Duration::ZERO,
+            interval: MIN_RTT_INTERVAL,
+            doubted: false,
             rng: fastrand::Rng::with_seed(seed),
         };
         g.measure(now);
@@ -176,12 +211,31 @@ impl Gradient {
     /// that is longer once the gradient rules (a departure, see
     /// `learned`). The slow start judges each answer by the load it was
     /// sent under, not a window by the limit before it, so it keeps the
-    /// short window and acts on a proof within 100 ms of it.
+    /// short window (and a proof that raises the limit is handed on at
+    /// once, see [`Gradient::cadence`]).
     pub fn window_len(&self) -> Duration {
         match self.min_rtt {
             Some(m) if !self.ramping => m.max(WINDOW),
             _ => WINDOW,
         }
+    }
+
+    /// The next window's length, and which answers are handed on before
+    /// the window's end: a window closes with the first answer past its
+    /// end, and answers come back in bursts, those of the requests let in
+    /// when the limit rose together a round trip later, so the first of a
+    /// burst would close a window of one answer and leave the rest of it to
+    /// the window closed by the next burst, a round trip late. So the
+    /// answer that would change what the controller does is handed on at
+    /// once: during the slow start, one that proves a load above half the
+    /// limit (the limit doubles on it), alone, as a window of no answers
+    /// (the window goes on filling: a window cut short would judge the
+    /// latency on the few answers before the cut); while the minimum is
+    /// measured, any, closing its window (the measurement counts answers,
+    /// 50 at most).
+    pub fn cadence(&self) -> Cadence {
+        let raises = (self.limit < self.bounds.max).then_some(self.limit / 2);
+        Cadence { len: self.window_len(), ramp: self.ramp_bound().zip(raises), every_answer: self.measuring.is_some() }
     }
 
     /// A reload's bounds: the learned limit is kept, within them.
@@ -216,19 +270,28 @@ impl Gradient {
                 self.min_rtt = Some(mean(m.total, m.samples));
                 self.limit = m.resume.clamp(self.bounds.min, self.bounds.max);
                 self.measuring = None;
-                let jitter = MIN_RTT_INTERVAL.mul_f64(JITTER * self.rng.f64());
-                self.next_measure = now + MIN_RTT_INTERVAL + jitter;
+                self.interval = MIN_RTT_INTERVAL + MIN_RTT_INTERVAL.mul_f64(JITTER * self.rng.f64());
+                self.next_measure = now + self.interval;
+                self.doubted = false;
             }
             return self.limit;
+        }
+        let sample = mean(w.total, w.samples.max(1)).max(Duration::from_micros(1));
+        let min_rtt = self.min_rtt.filter(|_| w.samples > 0);
+        if let Some(min_rtt) = min_rtt {
+            self.confirm(sample, min_rtt, now);
         }
         if now >= self.next_measure {
             self.measure(now);
             return self.limit;
         }
-        let Some(min_rtt) = self.min_rtt.filter(|_| w.samples > 0) else {
+        let Some(min_rtt) = min_rtt else {
+            // No answers: during the slow start, a proof handed on at once.
+            if self.ramp_bound().is_some() {
+                self.limit = self.limit.max(w.proven.saturating_mul(2).min(self.bounds.max));
+            }
             return self.limit;
         };
-        let sample = mean(w.total, w.samples).max(Duration::from_micros(1));
         if self.ramp(&w, sample, min_rtt) {
             return self.limit;
         }
@@ -251,13 +314,37 @@ impl Gradient {
 }
 
 impl Gradient {
+    /// BBR's rule for its minimum RTT (draft-cardwell-iccrg-bbr-congestion-control,
+    /// ProbeRTT: entered only when no ordinary sample refreshed the minimum
+    /// for its whole window), on a window of mean latency `sample`: one
+    /// within a tenth of the minimum, either side, shows the upstream not
+    /// queueing and the minimum still true, and puts the next measurement
+    /// off to a whole interval from now. Latency that rose confirms nothing,
+    /// so a slower upstream is measured again within the interval; one well
+    /// below the minimum (a faster upstream, or errors answered quickly)
+    /// leaves the measurement on time, as Envoy's, whatever windows follow:
+    /// lowering the minimum to it, as BBR does, would collapse the limit the
+    /// day those errors stop.
+    fn confirm(&mut self, sample: Duration, min_rtt: Duration, now: Duration) {
+        let ratio = sample.as_secs_f64() / min_rtt.as_secs_f64();
+        if ratio < 1.0 - RAMP_TOLERANCE {
+            self.doubted = true;
+        } else if ratio <= 1.0 + RAMP_TOLERANCE && !self.doubted {
+            self.next_measure = now + self.interval;
+        }
+    }
+
     /// The slow start, for a window of mean latency `sample`: whether it
     /// set the limit. While the latency stays within the tolerance the
     /// limit is twice the largest load a quick answer proved (never lower
     /// than it was: nothing said the upstream is full), which needs clients
     /// enough to fill more than half of it, as the gradient's "app-limited"
-    /// rule does. The first window past the tolerance ends it for good and
-    /// hands that window to the gradient: it is only entered from a cold
+    /// rule does. The first window past the tolerance, none of whose
+    /// answers came within it, ends it for good and hands that window to
+    /// the gradient: HyStart++ judges a round by its quickest answer, since
+    /// a queue inside the upstream delays every answer, and answers delayed
+    /// on their way (the gateway or its machine busy, say answering the
+    /// clients the limit turns away) are no queue in it. It is only entered from a cold
     /// start (or a reload that learns again), not after the limit
     /// collapsed, since an upstream whose every request times out also
     /// has a flat latency, and the gradient alone brings a recovered one
@@ -266,7 +353,7 @@ impl Gradient {
         if !self.ramping {
             return false;
         }
-        if sample.as_secs_f64() > min_rtt.as_secs_f64() * (1.0 + RAMP_TOLERANCE) {
+        if sample.as_secs_f64() > min_rtt.as_secs_f64() * (1.0 + RAMP_TOLERANCE) && w.proven == 0 {
             self.ramping = false;
             return false;
         }

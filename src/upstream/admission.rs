@@ -147,7 +147,7 @@ impl Admission {
         };
         self.learned.on.store(state.gradient.is_some(), Relaxed);
         if let Some(g) = &state.gradient {
-            self.learned.set_window(g.window_len(), g.ramp_bound());
+            self.learned.set_window(g.cadence());
         }
         self.resize(&mut state, limit);
     }
@@ -223,7 +223,7 @@ impl Admission {
             if g.measuring() && !was_measuring {
                 self.learned.new_epoch();
             }
-            self.learned.set_window(g.window_len(), g.ramp_bound());
+            self.learned.set_window(g.cadence());
             self.resize(&mut state, limit);
         }
     }

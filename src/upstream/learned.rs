@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::adaptive::{WINDOW, Window};
+use super::adaptive::{Cadence, WINDOW, Window};
 
 /// A window's samples and their total, in one word so that one atomic add
 /// records an answer: the count above `TOTAL_BITS`, microseconds below.
@@ -34,6 +34,11 @@ pub(super) struct Learned {
     /// During the slow start, the latency bound of an answer that proves
     /// its load (see `Gradient::ramp_bound`), in microseconds; 0 after.
     ramp_us: AtomicU64,
+    /// During the slow start, an answer that proves a load above this
+    /// hands its proof on at once (see `Gradient::cadence`).
+    raises_past: AtomicUsize,
+    /// While the minimum is measured, every answer closes its window.
+    every_answer: AtomicBool,
     /// The largest load proved in the window being filled.
     proven: AtomicUsize,
     in_flight: AtomicUsize,
@@ -53,6 +58,8 @@ impl Learned {
             packed: AtomicU64::new(0),
             busiest: AtomicUsize::new(0),
             ramp_us: AtomicU64::new(0),
+            raises_past: AtomicUsize::new(usize::MAX),
+            every_answer: AtomicBool::new(false),
             proven: AtomicUsize::new(0),
             in_flight: AtomicUsize::new(0),
             epoch: AtomicU64::new(0),
@@ -77,7 +84,9 @@ impl Learned {
 
     /// An answer of a request admitted with `ticket` took `took`, at
     /// `now`: the window that ends with it, when it is the first past the
-    /// end.
+    /// end (or while the minimum is measured, any); or, during the slow
+    /// start, its proof alone when that raises the limit (a window of no
+    /// answers, see `Gradient::cadence`).
     pub(super) fn sample(&self, took: Duration, ticket: Ticket, now: Instant) -> Option<Window> {
         if ticket.epoch != self.epoch.load(Relaxed) {
             return None;
@@ -85,19 +94,25 @@ impl Learned {
         let us = (took.as_micros() as u64).min(LONGEST_SAMPLE_US);
         self.packed.fetch_add((1 << TOTAL_BITS) | us, Relaxed);
         let ramp = self.ramp_us.load(Relaxed);
-        if ramp != 0 && us <= ramp {
+        let proves = ramp != 0 && us <= ramp;
+        if proves {
             self.proven.fetch_max(ticket.load, Relaxed);
         }
+        let every = self.every_answer.load(Relaxed);
         let now_us = self.elapsed(now).as_micros() as u64;
         let end = self.window_end_us.load(Relaxed);
         // One answer closes the window; the others go on filling the next.
-        if now_us < end
+        if (now_us < end && !every)
             || self
                 .window_end_us
                 .compare_exchange(end, now_us + self.window_us.load(Relaxed), Relaxed, Relaxed)
                 .is_err()
         {
-            return None;
+            // A proof that raises the limit is handed on at once, alone; the
+            // window goes on filling, to be judged whole at its end.
+            let raises = proves && self.raises_past.fetch_max(ticket.load, Relaxed) < ticket.load;
+            let busiest = self.busiest.load(Relaxed);
+            return raises.then_some(Window { samples: 0, total: Duration::ZERO, busiest, proven: ticket.load });
         }
         let packed = self.packed.swap(0, Relaxed);
         let busiest = self.busiest.swap(self.in_flight.load(Relaxed), Relaxed);
@@ -106,17 +121,22 @@ impl Learned {
         Some(Window { samples: packed >> TOTAL_BITS, total, busiest, proven })
     }
 
-    /// The controller's next window (`Gradient::window_len`) and the slow
-    /// start's bound on an answer that proves its load. Once the gradient
+    /// The controller's next window (`Gradient::window_len`), the slow
+    /// start's bound on an answer that proves its load and the load whose
+    /// proof closes a window at once, and whether every answer does
+    /// (`Gradient::cadence`). Once the gradient
     /// rules, windows last Envoy's 100 ms, or the upstream's minimum
     /// latency when that is longer (a departure): a shorter window would
     /// judge a limit by answers to requests sent under the one before, and
     /// let it grow several times over before the first answer to the growth
     /// came back.
-    pub(super) fn set_window(&self, window: Duration, ramp: Option<Duration>) {
-        self.window_us.store(window.as_micros() as u64, Relaxed);
-        let ramp_us = ramp.map_or(0, |r| (r.as_micros() as u64).max(1));
+    pub(super) fn set_window(&self, cadence: Cadence) {
+        self.window_us.store(cadence.len.as_micros() as u64, Relaxed);
+        let (ramp_us, raises_past) =
+            cadence.ramp.map_or((0, usize::MAX), |(r, past)| ((r.as_micros() as u64).max(1), past));
         self.ramp_us.store(ramp_us, Relaxed);
+        self.raises_past.store(raises_past, Relaxed);
+        self.every_answer.store(cadence.every_answer, Relaxed);
     }
 
     /// A measurement of the minimum starts: answers to requests admitted
@@ -190,7 +210,11 @@ pub(super) fn target(typical: Duration, limit: usize) -> Duration {
 
 #[cfg(test)]
 mod tests {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+
     use super::*;
+    use crate::upstream::adaptive::{Bounds, Gradient};
 
     const MS: Duration = Duration::from_millis(1);
 
@@ -252,7 +276,7 @@ mod tests {
     fn a_quick_answer_proves_the_load_it_was_sent_under() {
         let l = Learned::new(true);
         let start = l.origin;
-        l.set_window(100 * MS, Some(110 * MS));
+        l.set_window(Cadence { len: 100 * MS, ramp: Some((110 * MS, usize::MAX)), every_answer: false });
         let tickets: Vec<Ticket> = (0..4).map(|_| l.admitted()).collect();
         assert_eq!(tickets.iter().map(|t| t.load).collect::<Vec<_>>(), [1, 2, 3, 4]);
         // (answer of, took, at, the window's proven load when it closes)
@@ -261,10 +285,111 @@ mod tests {
             let w = l.sample(took * MS, tickets[i], start + at * MS);
             assert_eq!(w.map(|w| w.proven), proven, "answer of {i} at {at} ms");
         }
-        l.set_window(100 * MS, None);
+        l.set_window(Cadence { len: 100 * MS, ramp: None, every_answer: false });
         let w = l.sample(10 * MS, l.admitted(), start + 250 * MS).expect("the window ended");
         assert_eq!(w.proven, 3, "the window filled during the slow start");
         let w = l.sample(10 * MS, l.admitted(), start + 400 * MS).expect("the window ended");
         assert_eq!(w.proven, 0, "no slow start, no proof");
+    }
+
+    /// An answer that would change what the controller does is handed on
+    /// before the window's end: during the slow start a proof of a load
+    /// past the one given, alone (the window goes on filling); while the
+    /// minimum is measured, any answer, closing its window.
+    #[test]
+    fn an_answer_that_changes_the_limit_is_handed_on_at_once() {
+        let l = Learned::new(true);
+        let start = l.origin;
+        l.set_window(Cadence { len: 100 * MS, ramp: Some((110 * MS, 2)), every_answer: false });
+        let tickets: Vec<Ticket> = (0..4).map(|_| l.admitted()).collect();
+        // (answer of, took, at, the samples and proven load of the window
+        // it closes)
+        let steps = [
+            (1, 100, 10, None),         // proves 2, not past 2
+            (3, 120, 20, None),         // too slow to prove 4
+            (2, 100, 30, Some((0, 3))), // proves 3: handed on at once
+            (0, 100, 40, None),         // proves 1
+        ];
+        for (i, took, at, closed) in steps {
+            let w = l.sample(took * MS, tickets[i], start + at * MS);
+            assert_eq!(w.map(|w| (w.samples, w.proven)), closed, "answer of {i} at {at} ms");
+        }
+        l.set_window(Cadence { len: 100 * MS, ramp: None, every_answer: true });
+        let w = l.sample(500 * MS, l.admitted(), start + 50 * MS).expect("every answer closes its window");
+        assert_eq!((w.samples, w.proven), (5, 3), "the window went on filling");
+        let w = l.sample(500 * MS, l.admitted(), start + 51 * MS).expect("every answer closes its window");
+        assert_eq!(w.samples, 1);
+    }
+
+    /// The request path and the controller together, answer by answer, as
+    /// `Admission` joins them: an upstream that answers every request after
+    /// `latency` and up to `jitter` more, and `clients` clients that send
+    /// again at once when answered or refused, so that every slot the limit
+    /// gives is taken at once. The limits set, with their times, until
+    /// `until`, and when the first minimum was measured.
+    fn closed_loop(
+        latency: Duration,
+        jitter: u64,
+        clients: usize,
+        until: Duration,
+    ) -> (Vec<(Duration, usize)>, Duration) {
+        let l = Learned::new(true);
+        let mut g = Gradient::new(Bounds { min: 3, max: 1000 }, 7, Duration::ZERO);
+        let mut rng = fastrand::Rng::with_seed(1);
+        // (answered at, sent at, the ticket's epoch and load)
+        let mut answers = BinaryHeap::new();
+        let (mut in_flight, mut now, mut measured) = (0, Duration::ZERO, until);
+        let mut limits = Vec::new();
+        loop {
+            while in_flight < g.limit().min(clients) {
+                let t = l.admitted();
+                in_flight += 1;
+                answers.push(Reverse((now + latency + MS * rng.u64(0..=jitter) as u32, now, t.epoch, t.load)));
+            }
+            let Some(Reverse((at, sent, epoch, load))) = answers.pop().filter(|a| a.0.0 <= until) else { break };
+            now = at;
+            if let Some(w) = l.sample(at - sent, Ticket { epoch, load }, l.origin + at) {
+                let was_measuring = g.measuring();
+                let limit = g.window(w, at);
+                if g.measuring() && !was_measuring {
+                    l.new_epoch();
+                }
+                if g.min_rtt().is_some() && measured == until {
+                    measured = at;
+                }
+                l.set_window(g.cadence());
+                limits.push((at, limit));
+            }
+            l.released();
+            in_flight -= 1;
+        }
+        (limits, measured)
+    }
+
+    /// From a cold start, in front of an upstream whose latency does not
+    /// change with load and clients enough to fill any limit, the slow
+    /// start doubles the limit once a round trip (and a window), though the
+    /// answers come back in bursts (all those sent when the limit rose, a
+    /// round trip later): the answer that proves a load above half the
+    /// limit is acted on at once, not at the first answer past the window's
+    /// end.
+    #[test]
+    fn with_answers_in_bursts_the_slow_start_doubles_each_round_trip() {
+        // (latency, jitter in ms, clients)
+        let cases =
+            [(1000 * MS, 0, 1000), (1000 * MS, 10, 1000), (400 * MS, 5, 300), (100 * MS, 2, 1000), (20 * MS, 1, 64)];
+        for (latency, jitter, clients) in cases {
+            let until = Duration::from_secs(60);
+            let (limits, measured) = closed_loop(latency, jitter, clients, until);
+            let target = clients.min(1000);
+            let doublings = (target as f64 / 3.0).log2().ceil() as u32;
+            let allowed = measured + (latency + MS * jitter as u32 + WINDOW) * doublings;
+            let reached = limits.iter().find(|&&(_, l)| l >= target).map(|&(at, _)| at);
+            assert!(
+                reached.is_some_and(|r| r <= allowed),
+                "{clients} clients at {latency:?}: measured at {measured:?}, reached {target} at {reached:?}, \
+                 allowed {allowed:?}: {limits:?}"
+            );
+        }
     }
 }

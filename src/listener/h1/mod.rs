@@ -193,7 +193,7 @@ impl Own<'_> {
                         return Some(Ended::Switch(tunnel));
                     }
                     match again {
-                        Ok(true) if self.release_buffer() => return None,
+                        Ok(true) if self.wire.lock().release_buffer() => return None,
                         Ok(true) => continue,
                         Ok(false) => return Some(Ended::Stop(Stop::Close)),
                         Err(stop) => return Some(Ended::Stop(stop)),
@@ -505,18 +505,5 @@ impl Own<'_> {
         let wire = self.wire.clone();
         let flushed = std::future::poll_fn(|cx| std::pin::Pin::new(&mut wire.lock().io).poll_flush(cx));
         flushed.await.map_err(|_| Stop::Cut)
-    }
-
-    /// Between requests, an empty read buffer is given back; returns
-    /// whether it was empty (no pipelined request waits in it).
-    fn release_buffer(&mut self) -> bool {
-        let mut w = self.wire.lock();
-        if !w.rx.is_empty() {
-            return false;
-        }
-        if w.rx.capacity() > 0 {
-            w.rx = BytesMut::new();
-        }
-        true
     }
 }

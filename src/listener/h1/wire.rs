@@ -109,6 +109,18 @@ impl Wire {
         self.continue_at = continue_owed.then_some(0);
     }
 
+    /// Between requests, an empty read buffer is given back; returns
+    /// whether it was empty (no pipelined request waits in it).
+    pub fn release_buffer(&mut self) -> bool {
+        if !self.rx.is_empty() {
+            return false;
+        }
+        if self.rx.capacity() > 0 {
+            self.rx = BytesMut::new();
+        }
+        true
+    }
+
     /// Reads more bytes into `rx` (see [`poll_fill`]), noting the end.
     pub fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
         let n = ready!(crate::net::poll_fill::<READ, _>(&mut self.io, &mut self.rx, cx))?;

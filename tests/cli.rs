@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 #[path = "common/process.rs"]
 mod process;
 
-use process::{http_get, wait_for};
+use process::{free_addr, http_get, wait_for};
 
 const BIN: &str = env!("CARGO_BIN_EXE_gateway");
 
@@ -284,9 +284,7 @@ fn built_in_upstream_cache_control_and_count() {
 fn a_sigterm_as_soon_as_it_listens_drains() {
     for _ in 0..3 {
         let dir = tempfile::tempdir().unwrap();
-        let probe = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = probe.local_addr().unwrap().to_string();
-        drop(probe);
+        let addr = free_addr();
         let path = write_config(
             dir.path(),
             &format!(

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from .common import (
     KIND_CEILING,
+    KIND_GATEWAY,
     OVERHEAD_S,
     POOL,
     RUN_DIR,
@@ -25,7 +26,7 @@ from .loadtools import LoadTool
 from .machine import Pinning
 from .procfs import PeakRss, cpu_times
 from .model import RateScenario
-from .servers import Ctx, gateway, gateway_lean, hyper_floor, probe, read_count, service_a, start_all, stop_all
+from .servers import Ctx, hyper_floor, probe, read_count, service_a, start_all, stop_all
 
 
 @dataclass
@@ -78,7 +79,7 @@ def new_row(variant, connections, error=None, server_command=None):
 
 
 def needs_gateway(scenario, variant, settings):
-    uses_gateway = variant.server in (gateway, gateway_lean, hyper_floor)
+    uses_gateway = variant.kind == KIND_GATEWAY or variant.server is hyper_floor
     return uses_gateway or (scenario.a_delay is not None and settings.service_a == "gateway")
 
 

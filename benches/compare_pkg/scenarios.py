@@ -15,6 +15,7 @@ from .servers import (
     caddy,
     gateway,
     gateway_lean,
+    gateway_server,
     go_peer,
     gateway_rate_limited,
     gateway_with,
@@ -76,6 +77,11 @@ GATEWAY_MIRROR = 'mirror = { upstream = "a", percent = 10 }'
 GATEWAY_AUTO = 'max_requests = "auto"'
 
 
+# Issue 38's client-facing HTTP/1.1 connection of the gateway's own.
+GATEWAY_OWN_H1 = 'http1 = "gateway"'
+gateway_own = gateway_server("own", GATEWAY_OWN_H1)
+
+
 def service_b_variants(a_path):
     return [
         Variant("direct", KIND_CEILING, "load straight to service A", a_path, None),
@@ -86,6 +92,13 @@ def service_b_variants(a_path):
             "the same with request_id = false, trace_context = false",
             "/b",
             gateway_lean,
+        ),
+        Variant(
+            "gateway-own",
+            KIND_GATEWAY,
+            f"the same with {GATEWAY_OWN_H1}: the own HTTP/1.1 connection for clients, not hyper's",
+            "/b",
+            gateway_own,
         ),
         Variant(
             "gateway-mirror",
@@ -154,6 +167,7 @@ def service_b_variants(a_path):
 
 FILE_VARIANTS = [
     Variant("gateway", KIND_GATEWAY, "gateway `file` route, worker_threads = 1", "/file", gateway),
+    Variant("gateway-own", KIND_GATEWAY, f"the same with {GATEWAY_OWN_H1}", "/file", gateway_own),
     Variant("nginx", KIND_TUNED, "nginx, 1 worker, sendfile + open_file_cache", "/file", nginx),
     Variant(
         "haproxy",
@@ -181,6 +195,7 @@ FILE_VARIANTS = [
 
 HELLO_VARIANTS = [
     Variant("gateway", KIND_GATEWAY, "gateway `respond` route, worker_threads = 1", "/hello", gateway),
+    Variant("gateway-own", KIND_GATEWAY, f"the same with {GATEWAY_OWN_H1}", "/hello", gateway_own),
     Variant("nginx", KIND_TUNED, "nginx, 1 worker, return 200", "/hello", nginx),
     Variant(
         "haproxy",

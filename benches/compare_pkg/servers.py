@@ -139,15 +139,23 @@ def gateway(ctx):
     return ctx.proc([GATEWAY_BIN, "--config", config])
 
 
-def gateway_lean(ctx):
-    """The gateway with request IDs and trace context (on by default) off."""
-    config = RUN_DIR / f"gateway-lean-{ctx.scenario.name}.toml"
-    text = fill_template(PEERS / "gateway" / "gateway.toml.in", ctx.template_values())
-    lean = text.replace("[server]\n", "[server]\nrequest_id = false\ntrace_context = false\n", 1)
-    if lean == text:
-        raise RuntimeError("gateway.toml.in has no [server] line to switch request IDs and trace context off under")
-    config.write_text(lean)
-    return ctx.proc([GATEWAY_BIN, "--config", config])
+def gateway_server(tag, lines):
+    """The gateway on gateway.toml.in with these keys added to [server]."""
+
+    def build(ctx):
+        config = RUN_DIR / f"gateway-{tag}-{ctx.scenario.name}.toml"
+        text = fill_template(PEERS / "gateway" / "gateway.toml.in", ctx.template_values())
+        keyed = text.replace("[server]\n", f"[server]\n{lines}\n", 1)
+        if keyed == text:
+            raise RuntimeError(f"gateway.toml.in has no [server] line to add {lines!r} under")
+        config.write_text(keyed)
+        return ctx.proc([GATEWAY_BIN, "--config", config])
+
+    return build
+
+
+# The gateway with request IDs and trace context (on by default) off.
+gateway_lean = gateway_server("lean", "request_id = false\ntrace_context = false")
 
 
 def gateway_with(tag, route="", upstream=""):

@@ -269,10 +269,10 @@ impl Own<'_> {
             Framing::Chunked => Decoder::new(DecodeFraming::Chunked),
         };
         let continue_owed = expect_continue && version == Version::HTTP_11 && framing != Framing::Empty;
-        self.wire.lock().begin_body(decoder, continue_owed);
+        let number = self.wire.lock().begin_body(decoder, continue_owed);
         let body = match framing {
             Framing::Empty => Incoming::Empty,
-            _ => Incoming::Own(Box::pin(WireBody(self.wire.clone()))),
+            _ => Incoming::Own(Box::pin(WireBody::new(self.wire.clone(), number))),
         };
         // 1xx answers go to HTTP/1.1 clients only (RFC 9110 §15.2), from
         // the connection's queue (see `Peer::own_h1`).

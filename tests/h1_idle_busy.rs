@@ -1,0 +1,168 @@
+//! A hostile review, by raw sockets, of the own client-facing HTTP/1.1
+//! connection's split between waiting for a request (idle, holding no
+//! buffer) and serving one (busy): timeouts, shutdowns and request bodies
+//! across that boundary, each case run against hyper's connection too.
+//! Each test is bounded in time.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::{TestGateway, bounded};
+use gateway::config::Http1Server;
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+
+const MODES: [Http1Server; 2] = [Http1Server::Hyper, Http1Server::Gateway];
+
+/// How long a client waits for an answer that must come.
+const WAIT: Duration = Duration::from_secs(5);
+
+/// What the upstream saw: one line per request body, `path body`.
+type Seen = Arc<Mutex<Vec<String>>>;
+
+/// A gateway with the given HTTP/1.1 connection and one route `/r` to
+/// `up` (`protocol`, e.g. `h2c`), with extra `[server]` and route keys.
+async fn gateway(mode: Http1Server, up: SocketAddr, upstream: &str, server: &str, route: &str) -> TestGateway {
+    let toml = format!(
+        "[server]\n{server}\n[upstreams.r]\nurl = \"http://{up}\"\n{upstream}\n\
+         [[routes]]\nname = \"r\"\nprefix = \"/r\"\nupstream = \"r\"\n{route}\n"
+    );
+    let mut config = common::config(&toml, Path::new(env!("CARGO_MANIFEST_DIR")));
+    config.server.http1 = mode;
+    TestGateway::start(config).await
+}
+
+/// An HTTP/2 (prior knowledge) upstream granting each stream a window of
+/// 5 bytes. `/r/early` is answered at once, before its body is read; that
+/// body is read from 400 ms on. Every other request is answered with its
+/// body once it has all come. Each body read is noted in `seen` (`error`
+/// for one that failed).
+async fn h2_upstream() -> (SocketAddr, Seen) {
+    let seen: Seen = Arc::default();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let noted = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let noted = noted.clone();
+            tokio::spawn(async move {
+                let builder = h2::server::Builder::new().initial_window_size(5).clone();
+                let Ok(mut conn) = builder.handshake::<_, Bytes>(tcp).await else { return };
+                while let Some(Ok((req, respond))) = conn.accept().await {
+                    tokio::spawn(h2_exchange(req, respond, noted.clone()));
+                }
+            });
+        }
+    });
+    (addr, seen)
+}
+
+async fn h2_exchange(req: http::Request<h2::RecvStream>, mut respond: h2::server::SendResponse<Bytes>, seen: Seen) {
+    let path = req.uri().path().to_owned();
+    let mut body = req.into_body();
+    let answer = |b: Bytes| {
+        let head = http::Response::builder().header("content-length", b.len()).body(()).unwrap();
+        (head, b)
+    };
+    let early = path == "/r/early";
+    let mut stream = None;
+    if early {
+        let (head, b) = answer(Bytes::from_static(b"early"));
+        let mut s = respond.send_response(head, false).unwrap();
+        let _ = s.send_data(b, true);
+        stream = Some(s);
+        tokio::time::sleep(Duration::from_millis(400)).await;
+    }
+    let mut got = Vec::new();
+    let read = loop {
+        match body.data().await {
+            None => break Ok(()),
+            Some(Ok(chunk)) => {
+                let _ = body.flow_control().release_capacity(chunk.len());
+                got.extend_from_slice(&chunk);
+            }
+            Some(Err(e)) => break Err(e),
+        }
+    };
+    let text = match read {
+        Ok(()) => String::from_utf8_lossy(&got).into_owned(),
+        Err(_) => "error".to_owned(),
+    };
+    seen.lock().unwrap().push(format!("{path} {text}"));
+    if !early {
+        let (head, b) = answer(Bytes::from(got));
+        if let Ok(mut s) = respond.send_response(head, false) {
+            let _ = s.send_data(b, true);
+        }
+    }
+    drop(stream);
+}
+
+/// An upstream that answers before it reads the request body holds that
+/// body while its HTTP/2 stream waits for window (5 bytes: it takes two
+/// chunks, then waits), the body's last `chunks` already read into the
+/// connection's buffer; then the client's next request begins (`next`),
+/// or the connection waits for one. The first body as the upstream reads
+/// it from 400 ms on; the next request must get its own body.
+async fn a_held_body(mode: Http1Server, chunks: &[&str], next: bool) -> String {
+    let (up, seen) = h2_upstream().await;
+    let gw = gateway(mode, up, "protocol = \"h2c\"", "", "request_buffer = 0").await;
+    // The upstream connection made, its settings (the small window) known.
+    let warm = common::raw(gw.addr, b"GET /r/warm HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", WAIT);
+    assert_eq!(bounded(warm).await.status(), 200, "{mode:?}");
+    let mut s = TcpStream::connect(gw.addr).await.unwrap();
+    let body: String = chunks.iter().map(|c| format!("{:x}\r\n{c}\r\n", c.len())).collect();
+    let mut first = format!("POST /r/early HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n{body}0\r\n\r\n");
+    if next {
+        first += "POST /r/next HTTP/1.1\r\nHost: x\r\nContent-Length: 6\r\n\r\n";
+    }
+    s.write_all(first.as_bytes()).await.unwrap();
+    let answers = bounded(common::read_responses(&mut s, &[false])).await;
+    assert_eq!(answers[0].1, b"early", "{mode:?}: {answers:?}");
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let noted = || seen.lock().unwrap().clone();
+    if next {
+        s.write_all(b"SECOND").await.unwrap();
+        let answers = tokio::time::timeout(WAIT, common::read_responses(&mut s, &[false])).await;
+        let answers =
+            answers.unwrap_or_else(|_| panic!("{mode:?}: the next request unanswered; upstream saw {:?}", noted()));
+        assert_eq!(answers[0].1, b"SECOND", "{mode:?}: {answers:?}; upstream saw {:?}", noted());
+    }
+    bounded(async {
+        loop {
+            if let Some(l) = noted().into_iter().find_map(|l| l.strip_prefix("/r/early ").map(str::to_owned)) {
+                return l;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+}
+
+/// A body's last chunk, left in the buffer when the connection went on to
+/// the next head (or to wait for one), is the body's: whoever holds the
+/// body after its exchange never reads the next request's bytes, nor gets
+/// a clean end short of that chunk (an error is all it can get, the chunk
+/// having been skipped). hyper's connection reads no further request
+/// until the first body has been read.
+#[tokio::test]
+async fn a_body_held_past_its_answer_never_reads_what_follows_it() {
+    for (mode, next) in [(Http1Server::Hyper, true), (Http1Server::Gateway, true), (Http1Server::Gateway, false)] {
+        let got = a_held_body(mode, &["AAAAA", "BBBBB", "CCCCC"], next).await;
+        assert!(["AAAAABBBBBCCCCC", "error"].contains(&got.as_str()), "{mode:?}, next {next}: {got:?}");
+    }
+}
+
+/// The same with only the body's end left in the buffer (none of its
+/// data): the upstream gets the whole body, ended cleanly.
+#[tokio::test]
+async fn a_body_held_past_its_answer_gets_its_end() {
+    for mode in MODES {
+        assert_eq!(a_held_body(mode, &["AAAAA", "BBBBB"], true).await, "AAAAABBBBB", "{mode:?}");
+    }
+}

@@ -166,3 +166,64 @@ async fn a_body_held_past_its_answer_gets_its_end() {
         assert_eq!(a_held_body(mode, &["AAAAA", "BBBBB"], true).await, "AAAAABBBBB", "{mode:?}");
     }
 }
+
+/// A gateway with the given HTTP/1.1 connection in front of an upstream
+/// that answers `ok`.
+async fn plain(mode: Http1Server, server: &str) -> TestGateway {
+    let (up, _) = common::counting_upstream().await;
+    let gw = gateway(mode, up.addr, "", server, "").await;
+    std::mem::forget(up);
+    gw
+}
+
+/// Sends `head` in two pieces with a graceful shutdown of the gateway
+/// between them (after `before`, answered first on the same connection):
+/// what came back, and whether the gateway closed.
+async fn shutdown_mid_head(mode: Http1Server, before: &str, head: &str, cut: usize) -> common::Raw {
+    let mut gw = plain(mode, "").await;
+    let mut s = TcpStream::connect(gw.addr).await.unwrap();
+    if !before.is_empty() {
+        s.write_all(before.as_bytes()).await.unwrap();
+        let answered = bounded(common::read_responses(&mut s, &[false])).await;
+        assert!(answered[0].0.starts_with("HTTP/1.1 200"), "{mode:?}: {answered:?}");
+    }
+    s.write_all(&head.as_bytes()[..cut]).await.unwrap();
+    // Read by the gateway, then the shutdown reaches the connection.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    gw.shutdown();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let _ = s.write_all(&head.as_bytes()[cut..]).await;
+    common::read_for(&mut s, WAIT).await
+}
+
+/// A graceful shutdown closes a connection that waits for a request, but
+/// serves (with `Connection: close`) one whose head has begun to arrive:
+/// the client sent it before it could learn of the shutdown. hyper's
+/// connection does so for a connection's first request.
+#[tokio::test]
+async fn a_head_begun_before_a_shutdown_is_served_and_the_connection_closed() {
+    let head = "GET /r/a HTTP/1.1\r\nHost: x\r\n\r\n";
+    for mode in MODES {
+        let r = shutdown_mid_head(mode, "", head, 20).await;
+        assert!(r.text.starts_with("HTTP/1.1 200"), "{mode:?}: {:?}", r.text);
+        assert!(r.text.to_ascii_lowercase().contains("connection: close"), "{mode:?}: {:?}", r.text);
+        assert!(r.closed, "{mode:?}: left open after the last answer");
+    }
+    // A later request on the connection (hyper's closes it unanswered).
+    let r = shutdown_mid_head(Http1Server::Gateway, head, head, 20).await;
+    assert!(r.text.starts_with("HTTP/1.1 200") && r.closed, "{:?}", r.text);
+    // A head begun that never ends holds the drain no longer than the
+    // header read timeout (the shutdown timeout is 30 s).
+    let mut gw = plain(Http1Server::Gateway, "header_read_timeout = \"1s\"").await;
+    let mut s = TcpStream::connect(gw.addr).await.unwrap();
+    s.write_all(&head.as_bytes()[..20]).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    gw.shutdown();
+    assert!(common::closed_within(&mut s, WAIT).await.is_some(), "a stalled head held past the header timeout");
+    bounded(gw.task).await.unwrap();
+    // Nothing of a next head read yet: closed, unanswered.
+    for mode in MODES {
+        let r = shutdown_mid_head(mode, head, head, 0).await;
+        assert!(r.closed && r.text.is_empty(), "{mode:?}: {:?}", r.text);
+    }
+}

@@ -25,6 +25,9 @@
 //!   hyper whatever `server.http1` says.
 //! - A response body that fails mid-way has the bytes buffered before the
 //!   failure written before the connection is closed (hyper drops them).
+//! - A graceful shutdown closes a connection at once only while nothing
+//!   of its next request has come: a head begun is served (with
+//!   `Connection: close`), where hyper's serves only a connection's first.
 //! - A request body's framing error reads "invalid response body" in the
 //!   gateway's log (the decoder is the upstream client's), and a chunk-size
 //!   line past that decoder's bound (thousands of leading zeros) is a 400
@@ -206,8 +209,8 @@ impl Own<'_> {
         }
     }
 
-    /// Waits for the next request head; a clean close between requests
-    /// (or a close inside a head, as hyper treats it) is [`Stop::Close`].
+    /// Waits for the rest of the next request head (its first bytes are
+    /// in); a close inside a head, as hyper treats it, is [`Stop::Close`].
     async fn next_head(&mut self) -> Result<Result<Head, Refused>, Stop> {
         if self.flags.closing() {
             return Err(Stop::Close);
@@ -237,10 +240,8 @@ impl Own<'_> {
                 }
             }
         });
-        self.flags.idle.store(true, Relaxed);
-        let head = read.await;
-        self.flags.idle.store(false, Relaxed);
-        head.ok_or(Stop::Close)
+        // Not idle meanwhile: a head begun before a shutdown is served.
+        read.await.ok_or(Stop::Close)
     }
 
     /// Answers a head that could not be taken; the connection closes.

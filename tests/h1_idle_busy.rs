@@ -227,3 +227,28 @@ async fn a_head_begun_before_a_shutdown_is_served_and_the_connection_closed() {
         assert!(r.closed && r.text.is_empty(), "{mode:?}: {:?}", r.text);
     }
 }
+
+/// The first bytes of a next head that came behind a request's body (or
+/// in the same read as a bodiless request's head) are timed, once that
+/// request is answered, by the header read timeout, not held for the idle
+/// timeout: the own connection knows where the body ended. (hyper's
+/// connection cannot tell them from the body: the idle timeout bounds
+/// those, see `tests/listener_attack.rs`.)
+#[tokio::test]
+async fn a_partial_head_read_behind_a_request_is_cut_at_the_header_timeout() {
+    let server = "header_read_timeout = \"1s\"\nidle_timeout = \"60s\"";
+    let gw = plain(Http1Server::Gateway, server).await;
+    let first = [
+        "POST /r/a HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi",
+        "POST /r/a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n",
+        "GET /r/a HTTP/1.1\r\nHost: x\r\n\r\n",
+    ];
+    for first in first {
+        let mut s = TcpStream::connect(gw.addr).await.unwrap();
+        s.write_all(format!("{first}GET /r/next HTTP/1.1\r\nHo").as_bytes()).await.unwrap();
+        let answered = bounded(common::read_responses(&mut s, &[false])).await;
+        assert!(answered[0].0.starts_with("HTTP/1.1 200"), "{answered:?}");
+        let closed = common::closed_within(&mut s, Duration::from_secs(15)).await;
+        assert!(closed.is_some(), "{first:?}: a half head behind it held open past 15 s (the idle timeout is 60 s)");
+    }
+}

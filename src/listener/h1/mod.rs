@@ -29,6 +29,9 @@
 //! - A graceful shutdown closes a connection at once only while nothing
 //!   of its next request has come: a head begun is served (with
 //!   `Connection: close`), where hyper's serves only a connection's first.
+//! - The first bytes of a next head read behind a request's body are
+//!   timed by the header read timeout from the request's answer (hyper's
+//!   cannot be told from the body, and the idle timeout bounds them).
 //! - A request body's framing error reads "invalid response body" in the
 //!   gateway's log (the decoder is the upstream client's), and a chunk-size
 //!   line past that decoder's bound (thousands of leading zeros) is a 400
@@ -194,7 +197,10 @@ impl Own<'_> {
                     }
                     match again {
                         Ok(true) if self.wire.lock().release_buffer() => return None,
-                        Ok(true) => continue,
+                        Ok(true) => {
+                            self.state.head_waiting();
+                            continue;
+                        }
                         Ok(false) => return Some(Ended::Stop(Stop::Close)),
                         Err(stop) => return Some(Ended::Stop(stop)),
                     }

@@ -252,3 +252,22 @@ async fn a_partial_head_read_behind_a_request_is_cut_at_the_header_timeout() {
         assert!(closed.is_some(), "{first:?}: a half head behind it held open past 15 s (the idle timeout is 60 s)");
     }
 }
+
+/// Empty lines after a request (an old client's CRLF after a POST body;
+/// RFC 9112 §2.2 asks a server to ignore them) are no next head: the
+/// connection waits for one under the idle timeout, as with hyper's.
+#[tokio::test]
+async fn an_empty_line_after_a_body_is_no_head_begun() {
+    for mode in MODES {
+        let gw = plain(mode, "header_read_timeout = \"1s\"\nidle_timeout = \"60s\"").await;
+        let mut s = TcpStream::connect(gw.addr).await.unwrap();
+        s.write_all(b"POST /r/a HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi\r\n").await.unwrap();
+        let answered = bounded(common::read_responses(&mut s, &[false])).await;
+        assert!(answered[0].0.starts_with("HTTP/1.1 200"), "{mode:?}: {answered:?}");
+        // Past the header read timeout, the connection still serves.
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        let _ = s.write_all(b"GET /r/b HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        let r = common::read_for(&mut s, Duration::from_secs(1)).await;
+        assert!(r.text.starts_with("HTTP/1.1 200"), "{mode:?}: {:?}", r.text);
+    }
+}

@@ -129,8 +129,18 @@ impl Wire {
     }
 
     /// Between requests, an empty read buffer is given back; returns
-    /// whether it was empty (no pipelined request waits in it).
+    /// whether it was empty (no pipelined request waits in it). Empty
+    /// lines are no request (RFC 9112 §2.2: a server ignores them before
+    /// a request line), and go first.
     pub fn release_buffer(&mut self) -> bool {
+        loop {
+            let blank = match &self.rx[..] {
+                [b'\r', b'\n', ..] => 2,
+                [b'\n', ..] => 1,
+                _ => break,
+            };
+            self.rx.advance(blank);
+        }
         if !self.rx.is_empty() {
             return false;
         }

@@ -68,6 +68,47 @@ async fn held_per_idle_connection(http1: Http1Server) -> isize {
     held / IDLE as isize
 }
 
+/// The heap the gateway holds per client connection that sent the first
+/// bytes of a head and stalled (a slowloris, held until the header read
+/// timeout), each after one request through it.
+async fn held_per_stalled_head(http1: Http1Server) -> isize {
+    let up = TestUpstream::start(|_req| async { Response::new(full("ok")) }).await;
+    let mut config = common::config(&proxy_toml(up.addr, "d", "", ""), Path::new(env!("CARGO_MANIFEST_DIR")));
+    config.server.http1 = http1;
+    let gw = TestGateway::start(config).await;
+    let addr = gw.addr;
+    let stalled = move || {
+        let mut s = one_request(addr);
+        s.write_all(b"GET /d/x HTTP/1.1\r\nHost: t\r\nX-Stalled: aaaaaaaa").unwrap();
+        s
+    };
+    let held = tokio::task::spawn_blocking(move || {
+        drop((0..5).map(|_| stalled()).collect::<Vec<_>>());
+        std::thread::sleep(Duration::from_millis(300));
+        let before = LIVE.load(Ordering::Relaxed);
+        let held: Vec<_> = (0..IDLE).map(|_| stalled()).collect();
+        std::thread::sleep(Duration::from_millis(300));
+        let grew = LIVE.load(Ordering::Relaxed) - before;
+        drop(held);
+        grew
+    })
+    .await
+    .unwrap();
+    held / IDLE as isize
+}
+
+/// A connection holding half a head keeps it and the room for one
+/// request's exchange, not more: many of them, each stalled until the
+/// header read timeout, stay bounded (hyper's holds its two buffers).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_head_holds_a_bounded_amount() {
+    let _one = SERIAL.lock().await;
+    let own = held_per_stalled_head(Http1Server::Gateway).await;
+    let hyper = held_per_stalled_head(Http1Server::Hyper).await;
+    eprintln!("a stalled head holds {own} bytes (own), {hyper} bytes (hyper's)");
+    assert!(own <= 8192 && own < hyper, "a stalled head holds {own} bytes (hyper's: {hyper})");
+}
+
 /// Between requests the own connection keeps its socket, its state and a
 /// small future: its read buffer is given back, and the room for a
 /// request's parse, exchange and response is boxed and dropped while it

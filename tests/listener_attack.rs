@@ -211,8 +211,9 @@ async fn values_straddling_the_copy_block_arrive_intact() {
 /// bodiless request is in flight, then stops, is cut at the header timeout
 /// once that request is answered, not held for the idle timeout. (Bytes of
 /// the next head that come in the same read as the request's own head, or
-/// behind a request body, cannot be told apart from it here: the idle
-/// timeout bounds those.)
+/// behind a request body, cannot be told apart from it by hyper's
+/// connection: the idle timeout bounds those; the own connection's case is
+/// in `tests/h1_idle_busy.rs`.)
 #[tokio::test]
 async fn a_partial_head_sent_while_a_request_is_in_flight_is_cut_at_the_header_timeout() {
     bounded(async {

@@ -186,9 +186,18 @@ impl ConnState {
         } else if self.bodiless.load(Relaxed) && !self.head_behind.load(Relaxed) {
             // Not the request's body: the next head, pipelined. (After a
             // body, what follows it cannot be told apart here: the idle
-            // timeout bounds it.)
+            // timeout bounds it, unless the connection, knowing where the
+            // body ended, says so: `head_waiting`.)
             self.head_behind.store(true, Relaxed);
         }
+    }
+
+    /// Bytes of the next HTTP/1 head, read before the request in flight
+    /// was done (behind its body, or with its head), wait with none in
+    /// flight now: the header read timeout runs from here, as for bytes
+    /// arriving now.
+    pub(super) fn head_waiting(&self) {
+        self.read_bytes();
     }
 
     /// A write to the client could not proceed.

@@ -20,7 +20,8 @@ use tokio_util::sync::WaitForCancellationFuture;
 pub(super) struct Flags {
     /// A graceful shutdown has begun: the response in flight is the last.
     pub closing: AtomicBool,
-    /// The connection waits for its next request, where a shutdown closes it.
+    /// The connection waits for its next request with nothing of it read,
+    /// where a shutdown closes it.
     pub idle: AtomicBool,
 }
 

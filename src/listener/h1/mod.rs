@@ -15,9 +15,10 @@
 //! socket and the bytes read, shared with the request body in flight,
 //! which decodes itself (the upstream client's decoder, `Expect:
 //! 100-continue` answered when the body is first asked for); `encode`
-//! writes the response head and the body's framing; this file runs one
-//! exchange after the other, and `guard` runs them beside the connection's
-//! watchdog and shutdown signals, as hyper's connection runs in `listener`.
+//! writes the response head and the body's framing, which `respond` uses
+//! to write a response; this file runs one exchange after the other, and
+//! `guard` runs them beside the connection's watchdog and shutdown
+//! signals, as hyper's connection runs in `listener`.
 //!
 //! Where it decides differently from hyper's server connection:
 //! - A TLS connection without ALPN goes to hyper-util's `auto` connection
@@ -25,6 +26,12 @@
 //!   hyper whatever `server.http1` says.
 //! - A response body that fails mid-way has the bytes buffered before the
 //!   failure written before the connection is closed (hyper drops them).
+//! - A graceful shutdown closes a connection at once only while nothing
+//!   of its next request has come: a head begun is served (with
+//!   `Connection: close`), where hyper's serves only a connection's first.
+//! - The first bytes of a next head read behind a request's body are
+//!   timed by the header read timeout from the request's answer (hyper's
+//!   cannot be told from the body, and the idle timeout bounds them).
 //! - A request body's framing error reads "invalid response body" in the
 //!   gateway's log (the decoder is the upstream client's), and a chunk-size
 //!   line past that decoder's bound (thousands of leading zeros) is a 400
@@ -34,6 +41,7 @@ mod encode;
 mod guard;
 mod head;
 mod replay;
+mod respond;
 mod wire;
 
 use std::future::Future;
@@ -44,7 +52,6 @@ use std::task::Poll;
 
 use bytes::{Bytes, BytesMut};
 use http::{Method, Request, Response, Version};
-use http_body::Body as _;
 use tokio::io::AsyncWrite;
 
 use super::conn::{ConnBody, ConnState};
@@ -57,16 +64,12 @@ use crate::upstream::h1::Framing as DecodeFraming;
 use crate::upstream::h1::decode::Decoder;
 use crate::upstream::tunnel::Tunnel;
 pub(super) use encode::with_date;
-use encode::{Asked, BodyLength, Encoder};
+use encode::{Asked, BodyLength};
 use guard::{Flags, Signals, guard, switch};
 use head::{Framing, Head, Refused};
 pub use replay::replay;
 pub use wire::ClientStream;
 use wire::{Shared, WireBody};
-
-/// Response bytes gathered before a write: the head with a small body
-/// goes in one.
-const COALESCE: usize = 16 * 1024;
 
 /// What a wait for the answer found.
 enum Waited {
@@ -194,7 +197,10 @@ impl Own<'_> {
                     }
                     match again {
                         Ok(true) if self.wire.lock().release_buffer() => return None,
-                        Ok(true) => continue,
+                        Ok(true) => {
+                            self.state.head_waiting();
+                            continue;
+                        }
                         Ok(false) => return Some(Ended::Stop(Stop::Close)),
                         Err(stop) => return Some(Ended::Stop(stop)),
                     }
@@ -206,8 +212,8 @@ impl Own<'_> {
         }
     }
 
-    /// Waits for the next request head; a clean close between requests
-    /// (or a close inside a head, as hyper treats it) is [`Stop::Close`].
+    /// Waits for the rest of the next request head (its first bytes are
+    /// in); a close inside a head, as hyper treats it, is [`Stop::Close`].
     async fn next_head(&mut self) -> Result<Result<Head, Refused>, Stop> {
         if self.flags.closing() {
             return Err(Stop::Close);
@@ -237,10 +243,8 @@ impl Own<'_> {
                 }
             }
         });
-        self.flags.idle.store(true, Relaxed);
-        let head = read.await;
-        self.flags.idle.store(false, Relaxed);
-        head.ok_or(Stop::Close)
+        // Not idle meanwhile: a head begun before a shutdown is served.
+        read.await.ok_or(Stop::Close)
     }
 
     /// Answers a head that could not be taken; the connection closes.
@@ -269,10 +273,10 @@ impl Own<'_> {
             Framing::Chunked => Decoder::new(DecodeFraming::Chunked),
         };
         let continue_owed = expect_continue && version == Version::HTTP_11 && framing != Framing::Empty;
-        self.wire.lock().begin_body(decoder, continue_owed);
+        let number = self.wire.lock().begin_body(decoder, continue_owed);
         let body = match framing {
             Framing::Empty => Incoming::Empty,
-            _ => Incoming::Own(Box::pin(WireBody(self.wire.clone()))),
+            _ => Incoming::Own(Box::pin(WireBody::new(self.wire.clone(), number))),
         };
         // 1xx answers go to HTTP/1.1 clients only (RFC 9110 §15.2), from
         // the connection's queue (see `Peer::own_h1`).
@@ -381,113 +385,6 @@ impl Own<'_> {
                 }
             }
         }
-    }
-
-    /// Writes the response; returns whether it must be the connection's
-    /// last.
-    async fn respond(
-        &mut self,
-        response: Response<ConnBody>,
-        asked: Asked<'_>,
-        trailers_ok: bool,
-    ) -> Result<bool, Stop> {
-        let (mut parts, mut body) = response.into_parts();
-        let length = match body.size_hint().exact() {
-            _ if body.is_end_stream() => BodyLength::None,
-            Some(n) => BodyLength::Known(n),
-            None => BodyLength::Unknown,
-        };
-        // The head and a body small enough to be copied beside it (see
-        // `put`) in one allocation.
-        let body_room = match length {
-            BodyLength::Known(n) if n < (COALESCE / 2) as u64 => n as usize,
-            _ => 0,
-        };
-        let mut out = BytesMut::with_capacity(encode::capacity(&parts.headers) + body_room);
-        let (mut encoder, last) = encode::head(&mut parts, length, asked, &mut out);
-        // Its fields are encoded: the map goes to the next head parsed.
-        crate::headers::spare::give_back(std::mem::take(&mut parts.headers));
-        drop(parts);
-        if let (Encoder::Chunked(allowed), false) = (&mut encoder, trailers_ok) {
-            allowed.clear();
-        }
-        let ended = match encoder {
-            Encoder::Length(0) => true,
-            encoder => self.stream(&mut body, encoder, &mut out).await?,
-        };
-        self.write(out.freeze()).await?;
-        self.flush().await?;
-        drop(body);
-        if !ended {
-            return Err(Stop::Cut);
-        }
-        Ok(last)
-    }
-
-    /// Writes the body's frames in `encoder`'s framing, `out` (the head)
-    /// first; leaves the last bytes in `out`. Returns whether the body
-    /// ended as its framing says (else the connection is cut after them).
-    async fn stream(&mut self, body: &mut ConnBody, encoder: Encoder, out: &mut BytesMut) -> Result<bool, Stop> {
-        let mut left = match encoder {
-            Encoder::Length(n) => n,
-            _ => u64::MAX,
-        };
-        let mut trailers = None;
-        loop {
-            let frame =
-                match std::future::poll_fn(|cx| Poll::Ready(std::pin::Pin::new(&mut *body).poll_frame(cx))).await {
-                    Poll::Ready(frame) => frame,
-                    Poll::Pending => {
-                        self.write(std::mem::take(out).freeze()).await?;
-                        self.flush().await?;
-                        self.watched(std::future::poll_fn(|cx| std::pin::Pin::new(&mut *body).poll_frame(cx))).await?
-                    }
-                };
-            let data = match frame {
-                None => break,
-                Some(Err(e)) => {
-                    tracing::debug!(client = %self.addr, error = %e, "response body failed");
-                    return Ok(false);
-                }
-                Some(Ok(frame)) => match frame.into_data() {
-                    Ok(data) => data,
-                    Err(frame) => {
-                        trailers = frame.into_trailers().ok();
-                        continue;
-                    }
-                },
-            };
-            match &encoder {
-                Encoder::Chunked(_) => encode::chunk(out, &data),
-                _ => {
-                    let n = usize::try_from(left).unwrap_or(usize::MAX).min(data.len());
-                    left = left.saturating_sub(n as u64);
-                    self.put(out, data.slice(..n)).await?;
-                }
-            }
-            if out.len() >= COALESCE {
-                self.write(std::mem::take(out).freeze()).await?;
-            }
-            if left == 0 {
-                return Ok(true);
-            }
-        }
-        match &encoder {
-            Encoder::Chunked(allowed) => encode::last_chunk(out, trailers.as_ref(), allowed),
-            Encoder::Length(_) if left > 0 => return Ok(false),
-            _ => {}
-        }
-        Ok(true)
-    }
-
-    /// `data` after `out`: copied beside it when small, else written after it.
-    async fn put(&mut self, out: &mut BytesMut, data: Bytes) -> Result<(), Stop> {
-        if data.len() < COALESCE / 2 {
-            out.extend_from_slice(&data);
-            return Ok(());
-        }
-        self.write(std::mem::take(out).freeze()).await?;
-        self.write(data).await
     }
 
     /// Writes all of `bytes`, within the send timeout.

@@ -76,6 +76,14 @@ pub struct Wire {
     watcher: Option<Waker>,
     /// The client closed its side.
     pub eof: bool,
+    /// Which request's body `decoder` decodes, counted up as each request
+    /// begins and as each exchange ends: a body still held once its
+    /// exchange is over (an HTTP/2 upstream's stream, sending what it was
+    /// given as its window opens) must not read what comes after it.
+    body: u32,
+    /// The last body whose exchange ended with none of it skipped: the
+    /// end is all that is left for whoever still holds it.
+    whole: u32,
 }
 
 /// The wire, shared by the connection and the request body in flight.
@@ -84,8 +92,16 @@ pub struct Shared(Arc<Mutex<Wire>>);
 
 impl Shared {
     pub fn new(io: ClientStream) -> Shared {
-        let wire =
-            Wire { io, rx: BytesMut::new(), decoder: Decoder::Done, continue_at: None, watcher: None, eof: false };
+        let wire = Wire {
+            io,
+            rx: BytesMut::new(),
+            decoder: Decoder::Done,
+            continue_at: None,
+            watcher: None,
+            eof: false,
+            body: 0,
+            whole: 0,
+        };
         Shared(Arc::new(Mutex::new(wire)))
     }
 
@@ -103,15 +119,28 @@ impl Shared {
 
 impl Wire {
     /// A new request's body begins: `continue_owed` when the client waits
-    /// for a `100 Continue` before sending it.
-    pub fn begin_body(&mut self, decoder: Decoder, continue_owed: bool) {
+    /// for a `100 Continue` before sending it. Returns the number its
+    /// [`WireBody`] reads by.
+    pub fn begin_body(&mut self, decoder: Decoder, continue_owed: bool) -> u32 {
         self.decoder = decoder;
         self.continue_at = continue_owed.then_some(0);
+        self.body = self.body.wrapping_add(1);
+        self.body
     }
 
     /// Between requests, an empty read buffer is given back; returns
-    /// whether it was empty (no pipelined request waits in it).
+    /// whether it was empty (no pipelined request waits in it). Empty
+    /// lines are no request (RFC 9112 §2.2: a server ignores them before
+    /// a request line), and go first.
     pub fn release_buffer(&mut self) -> bool {
+        loop {
+            let blank = match &self.rx[..] {
+                [b'\r', b'\n', ..] => 2,
+                [b'\n', ..] => 1,
+                _ => break,
+            };
+            self.rx.advance(blank);
+        }
         if !self.rx.is_empty() {
             return false;
         }
@@ -202,37 +231,75 @@ impl Wire {
 
     /// After the response: whether the request body has all been read, or
     /// its rest is already in (hyper's `poll_drain_or_close_read` tries as
-    /// much before it gives the connection up).
+    /// much before it gives the connection up). If so, the body is over:
+    /// whoever still holds it gets its end if nothing was skipped here,
+    /// else an error; never a clean end short of its bytes, nor the next
+    /// request's.
     pub fn body_drained(&mut self) -> bool {
         self.continue_at = None;
+        let mut whole = true;
         while !self.decoder.is_done() {
             match self.decoder.step(&mut self.rx) {
-                Ok(Step::Frame(_)) => {}
+                Ok(Step::Frame(_)) => whole = false,
                 Ok(Step::End) => break,
                 Ok(Step::More) | Err(_) => return false,
             }
         }
+        if whole {
+            self.whole = self.body;
+        }
+        self.body = self.body.wrapping_add(1);
         true
     }
 }
 
-/// A request body read from the wire.
-pub struct WireBody(pub Shared);
+/// A request body read from the wire: the body numbered `body` (see
+/// [`Wire::begin_body`]), until its exchange is over.
+pub struct WireBody {
+    wire: Shared,
+    body: u32,
+    /// It has ended (its last poll said so).
+    ended: bool,
+}
+
+impl WireBody {
+    pub fn new(wire: Shared, body: u32) -> WireBody {
+        WireBody { wire, body, ended: false }
+    }
+}
 
 impl http_body::Body for WireBody {
     type Data = Bytes;
     type Error = BoxError;
 
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        self.0.lock().poll_body(cx)
+        let this = self.get_mut();
+        if this.ended {
+            return Poll::Ready(None);
+        }
+        let mut wire = this.wire.lock();
+        if wire.body != this.body {
+            this.ended = wire.whole == this.body;
+            return match this.ended {
+                true => Poll::Ready(None),
+                false => Poll::Ready(Some(Err("request body read after its exchange was over".into()))),
+            };
+        }
+        let polled = wire.poll_body(cx);
+        this.ended = matches!(polled, Poll::Ready(None));
+        polled
     }
 
     fn is_end_stream(&self) -> bool {
-        self.0.lock().decoder.is_done()
+        let wire = self.wire.lock();
+        self.ended || wire.whole == self.body || (wire.body == self.body && wire.decoder.is_done())
     }
 
     fn size_hint(&self) -> SizeHint {
-        match self.0.lock().decoder {
+        let wire = self.wire.lock();
+        match wire.decoder {
+            _ if self.ended || wire.whole == self.body => SizeHint::with_exact(0),
+            _ if wire.body != self.body => SizeHint::default(),
             Decoder::Done => SizeHint::with_exact(0),
             Decoder::Length(n) => SizeHint::with_exact(n),
             _ => SizeHint::default(),

@@ -34,6 +34,7 @@ mod encode;
 mod guard;
 mod head;
 mod replay;
+mod slot;
 mod wire;
 
 use std::future::Future;
@@ -284,10 +285,13 @@ impl Own<'_> {
         // the app's future would be kept in every connection's task, idle
         // or not. Written into its box, as hyper writes it: `Box::pin` of
         // the new future copied all its room, some 8 KiB, from the stack.
-        let mut slot = Box::pin(None);
+        // The box is the thread's (see `slot`), as hyper's is the
+        // connection's; one cut mid-way is dropped with its future.
+        let mut slot = slot::take();
         slot.set(Some(super::answer(self.app.clone(), self.kind, req, in_flight)));
         let answer = slot.as_mut().as_pin_mut().expect("just set");
         let response = self.wait_for_answer(answer, interims).await?;
+        slot::give_back(slot);
         if version != Version::HTTP_11 {
             // None goes to an HTTP/1.0 client: those its upstream sent to
             // the connection's queue are not for the next request.

@@ -15,9 +15,11 @@
 //! socket and the bytes read, shared with the request body in flight,
 //! which decodes itself (the upstream client's decoder, `Expect:
 //! 100-continue` answered when the body is first asked for); `encode`
-//! writes the response head and the body's framing; this file runs one
-//! exchange after the other, and `guard` runs them beside the connection's
-//! watchdog and shutdown signals, as hyper's connection runs in `listener`.
+//! writes the response head and the body's framing, and `respond` the
+//! response with them; `slot` keeps the boxes the app's futures run in;
+//! this file runs one exchange after the other, and `guard` runs them
+//! beside the connection's watchdog and shutdown signals, as hyper's
+//! connection runs in `listener`.
 //!
 //! Where it decides differently from hyper's server connection:
 //! - A TLS connection without ALPN goes to hyper-util's `auto` connection
@@ -34,6 +36,7 @@ mod encode;
 mod guard;
 mod head;
 mod replay;
+mod respond;
 mod slot;
 mod wire;
 
@@ -45,7 +48,6 @@ use std::task::Poll;
 
 use bytes::{Bytes, BytesMut};
 use http::{Method, Request, Response, Version};
-use http_body::Body as _;
 use tokio::io::AsyncWrite;
 
 use super::conn::{ConnBody, ConnState};
@@ -58,7 +60,7 @@ use crate::upstream::h1::Framing as DecodeFraming;
 use crate::upstream::h1::decode::Decoder;
 use crate::upstream::tunnel::Tunnel;
 pub(super) use encode::with_date;
-use encode::{Asked, BodyLength, Encoder};
+use encode::{Asked, BodyLength};
 use guard::{Flags, Signals, guard, switch};
 use head::{Framing, Head, Refused};
 pub use replay::replay;
@@ -132,8 +134,11 @@ async fn serve_wire(wire: Shared, c: &mut Connection) {
             Ok(Ok(())) => {}
             Ok(Err(stop)) | Err(stop) => break Err(stop),
         }
-        let mut busy = Box::pin(own.busy());
-        match guard(busy.as_mut(), &mut signals).await {
+        // Written into its box, as the app's future is (see `exchange`).
+        let mut busy = Box::pin(None);
+        busy.set(Some(own.busy()));
+        let busy = busy.as_mut().as_pin_mut().expect("just set");
+        match guard(busy, &mut signals).await {
             Ok(None) => {}
             Ok(Some(ended)) => break Ok(ended),
             Err(stop) => break Err(stop),
@@ -187,29 +192,29 @@ impl Own<'_> {
     /// else how the connection ends.
     async fn busy(&mut self) -> Option<Ended> {
         loop {
-            let refused = match self.next_head().await {
-                Ok(Ok(head)) => {
-                    let again = self.exchange(head).await;
-                    if let Some(tunnel) = self.state.take_tunnel() {
-                        return Some(Ended::Switch(tunnel));
-                    }
-                    match again {
-                        Ok(true) if self.wire.lock().release_buffer() => return None,
-                        Ok(true) => continue,
-                        Ok(false) => return Some(Ended::Stop(Stop::Close)),
-                        Err(stop) => return Some(Ended::Stop(stop)),
-                    }
-                }
-                Ok(Err(refused)) => refused,
+            // The head taken out of the result before the exchange: a
+            // result matched around an await would be kept beside it.
+            let head = match self.next_head().await {
+                Ok(head) => head,
                 Err(stop) => return Some(Ended::Stop(stop)),
             };
-            return Some(Ended::Stop(self.refuse(refused).await));
+            let again = self.exchange(head).await;
+            if let Some(tunnel) = self.state.take_tunnel() {
+                return Some(Ended::Switch(tunnel));
+            }
+            match again {
+                Ok(true) if self.wire.lock().release_buffer() => return None,
+                Ok(true) => continue,
+                Ok(false) => return Some(Ended::Stop(Stop::Close)),
+                Err(stop) => return Some(Ended::Stop(stop)),
+            }
         }
     }
 
     /// Waits for the next request head; a clean close between requests
-    /// (or a close inside a head, as hyper treats it) is [`Stop::Close`].
-    async fn next_head(&mut self) -> Result<Result<Head, Refused>, Stop> {
+    /// (or a close inside a head, as hyper treats it) is [`Stop::Close`],
+    /// and a head that cannot be taken is answered here.
+    async fn next_head(&mut self) -> Result<Head, Stop> {
         if self.flags.closing() {
             return Err(Stop::Close);
         }
@@ -241,11 +246,15 @@ impl Own<'_> {
         self.flags.idle.store(true, Relaxed);
         let head = read.await;
         self.flags.idle.store(false, Relaxed);
-        head.ok_or(Stop::Close)
+        match head {
+            Some(Ok(head)) => Ok(head),
+            Some(Err(refused)) => Err(self.refuse(refused).await),
+            None => Err(Stop::Close),
+        }
     }
 
     /// Answers a head that could not be taken; the connection closes.
-    async fn refuse(&mut self, refused: Refused) -> Stop {
+    fn refuse(&self, refused: Refused) -> impl Future<Output = Stop> {
         metrics::rejected("", refused.reason);
         tracing::debug!(client = %self.addr, status = %refused.status, "request head refused");
         let (mut parts, ()) = Response::new(()).into_parts();
@@ -253,15 +262,15 @@ impl Own<'_> {
         let asked = Asked { method: &Method::GET, version: Version::HTTP_11, keep_alive: false };
         let mut out = BytesMut::new();
         encode::head(&mut parts, BodyLength::None, asked, &mut out);
-        match self.write(out.freeze()).await {
-            Ok(()) => Stop::Close,
-            Err(stop) => stop,
-        }
+        let written = self.write(out.freeze());
+        async move { written.await.err().unwrap_or(Stop::Close) }
     }
 
     /// One request and its response; returns whether the connection may
-    /// carry another.
-    async fn exchange(&mut self, head: Head) -> Result<bool, Stop> {
+    /// carry another. The request is made and the app's future started
+    /// here, before the exchange's future: that keeps only what the
+    /// response needs, not the head.
+    fn exchange(&mut self, head: Head) -> impl Future<Output = Result<bool, Stop>> {
         let Head { parts, framing, keep_alive, expect_continue, trailers_ok } = head;
         let (method, version) = (parts.method.clone(), parts.version);
         let decoder = match framing {
@@ -289,17 +298,21 @@ impl Own<'_> {
         // connection's; one cut mid-way is dropped with its future.
         let mut slot = slot::take();
         slot.set(Some(super::answer(self.app.clone(), self.kind, req, in_flight)));
-        let answer = slot.as_mut().as_pin_mut().expect("just set");
-        let response = self.wait_for_answer(answer, interims).await?;
-        slot::give_back(slot);
-        if version != Version::HTTP_11 {
-            // None goes to an HTTP/1.0 client: those its upstream sent to
-            // the connection's queue are not for the next request.
-            while self.state.peer.own_h1.get().and_then(Interims::take).is_some() {}
+        async move {
+            let answer = slot.as_mut().as_pin_mut().expect("just set");
+            let response = self.wait_for_answer(answer, interims).await?;
+            slot::give_back(slot);
+            if version != Version::HTTP_11 {
+                // None goes to an HTTP/1.0 client: those its upstream sent
+                // to the connection's queue are not for the next request.
+                while self.state.peer.own_h1.get().and_then(Interims::take).is_some() {}
+            }
+            let keep_alive = keep_alive && !self.flags.closing();
+            let asked = Asked { method: &method, version, keep_alive };
+            let (body, encoder, out, last) = respond::response_head(response, asked, trailers_ok);
+            self.respond(body, encoder, out).await?;
+            Ok(!last && !self.flags.closing() && self.wire.lock().body_drained())
         }
-        let keep_alive = keep_alive && !self.flags.closing();
-        let last = self.respond(response, Asked { method: &method, version, keep_alive }, trailers_ok).await?;
-        Ok(!last && !self.flags.closing() && self.wire.lock().body_drained())
     }
 
     /// Waits for the answer, forwarding the 1xx heads that come before it
@@ -347,167 +360,5 @@ impl Own<'_> {
                 }
             }
         }
-    }
-
-    /// Writes a 1xx head from the upstream to the client.
-    async fn forward_interim(&mut self, raw: &[u8]) -> Result<(), Stop> {
-        let mut out = BytesMut::new();
-        encode::interim(raw, &mut out);
-        self.write(out.freeze()).await?;
-        self.flush().await
-    }
-
-    /// Waits for `f` (the answer's next bytes) watching the socket, as
-    /// [`Own::wait_for_answer`] does: a client that leaves while a streamed
-    /// answer is silent is noticed (as hyper's connection notices it).
-    async fn watched<F: Future>(&mut self, f: F) -> Result<F::Output, Stop> {
-        let mut f = pin!(f);
-        let mut watching = true;
-        loop {
-            let wire = self.wire.clone();
-            let watch = std::future::poll_fn(|cx| match watching {
-                true => wire.lock().poll_watch(cx),
-                false => Poll::Pending,
-            });
-            let raced = async {
-                tokio::select! {
-                    biased;
-                    out = &mut f => Ok(out),
-                    gone = watch => Err(gone),
-                }
-            };
-            match raced.await {
-                Ok(out) => return Ok(out),
-                Err(Ok(false)) => watching = false,
-                Err(_) => {
-                    tracing::debug!(client = %self.addr, "client closed the connection while its answer was streaming");
-                    return Err(Stop::Cut);
-                }
-            }
-        }
-    }
-
-    /// Writes the response; returns whether it must be the connection's
-    /// last.
-    async fn respond(
-        &mut self,
-        response: Response<ConnBody>,
-        asked: Asked<'_>,
-        trailers_ok: bool,
-    ) -> Result<bool, Stop> {
-        let (mut parts, mut body) = response.into_parts();
-        let length = match body.size_hint().exact() {
-            _ if body.is_end_stream() => BodyLength::None,
-            Some(n) => BodyLength::Known(n),
-            None => BodyLength::Unknown,
-        };
-        // The head and a body small enough to be copied beside it (see
-        // `put`) in one allocation.
-        let body_room = match length {
-            BodyLength::Known(n) if n < (COALESCE / 2) as u64 => n as usize,
-            _ => 0,
-        };
-        let mut out = BytesMut::with_capacity(encode::capacity(&parts.headers) + body_room);
-        let (mut encoder, last) = encode::head(&mut parts, length, asked, &mut out);
-        // Its fields are encoded: the map goes to the next head parsed.
-        crate::headers::spare::give_back(std::mem::take(&mut parts.headers));
-        drop(parts);
-        if let (Encoder::Chunked(allowed), false) = (&mut encoder, trailers_ok) {
-            allowed.clear();
-        }
-        let ended = match encoder {
-            Encoder::Length(0) => true,
-            encoder => self.stream(&mut body, encoder, &mut out).await?,
-        };
-        self.write(out.freeze()).await?;
-        self.flush().await?;
-        drop(body);
-        if !ended {
-            return Err(Stop::Cut);
-        }
-        Ok(last)
-    }
-
-    /// Writes the body's frames in `encoder`'s framing, `out` (the head)
-    /// first; leaves the last bytes in `out`. Returns whether the body
-    /// ended as its framing says (else the connection is cut after them).
-    async fn stream(&mut self, body: &mut ConnBody, encoder: Encoder, out: &mut BytesMut) -> Result<bool, Stop> {
-        let mut left = match encoder {
-            Encoder::Length(n) => n,
-            _ => u64::MAX,
-        };
-        let mut trailers = None;
-        loop {
-            let frame =
-                match std::future::poll_fn(|cx| Poll::Ready(std::pin::Pin::new(&mut *body).poll_frame(cx))).await {
-                    Poll::Ready(frame) => frame,
-                    Poll::Pending => {
-                        self.write(std::mem::take(out).freeze()).await?;
-                        self.flush().await?;
-                        self.watched(std::future::poll_fn(|cx| std::pin::Pin::new(&mut *body).poll_frame(cx))).await?
-                    }
-                };
-            let data = match frame {
-                None => break,
-                Some(Err(e)) => {
-                    tracing::debug!(client = %self.addr, error = %e, "response body failed");
-                    return Ok(false);
-                }
-                Some(Ok(frame)) => match frame.into_data() {
-                    Ok(data) => data,
-                    Err(frame) => {
-                        trailers = frame.into_trailers().ok();
-                        continue;
-                    }
-                },
-            };
-            match &encoder {
-                Encoder::Chunked(_) => encode::chunk(out, &data),
-                _ => {
-                    let n = usize::try_from(left).unwrap_or(usize::MAX).min(data.len());
-                    left = left.saturating_sub(n as u64);
-                    self.put(out, data.slice(..n)).await?;
-                }
-            }
-            if out.len() >= COALESCE {
-                self.write(std::mem::take(out).freeze()).await?;
-            }
-            if left == 0 {
-                return Ok(true);
-            }
-        }
-        match &encoder {
-            Encoder::Chunked(allowed) => encode::last_chunk(out, trailers.as_ref(), allowed),
-            Encoder::Length(_) if left > 0 => return Ok(false),
-            _ => {}
-        }
-        Ok(true)
-    }
-
-    /// `data` after `out`: copied beside it when small, else written after it.
-    async fn put(&mut self, out: &mut BytesMut, data: Bytes) -> Result<(), Stop> {
-        if data.len() < COALESCE / 2 {
-            out.extend_from_slice(&data);
-            return Ok(());
-        }
-        self.write(std::mem::take(out).freeze()).await?;
-        self.write(data).await
-    }
-
-    /// Writes all of `bytes`, within the send timeout.
-    async fn write(&mut self, bytes: Bytes) -> Result<(), Stop> {
-        if bytes.is_empty() {
-            return Ok(());
-        }
-        let wire = self.wire.clone();
-        let mut at = 0;
-        let written = std::future::poll_fn(|cx| wire.lock().poll_write_all(&bytes, &mut at, cx));
-        written.await.map_err(|_| Stop::Cut)
-    }
-
-    async fn flush(&mut self) -> Result<(), Stop> {
-        let wire = self.wire.clone();
-        let flushed = std::future::poll_fn(|cx| std::pin::Pin::new(&mut wire.lock().io).poll_flush(cx));
-        flushed.await.map_err(|_| Stop::Cut)
     }
 }

@@ -134,11 +134,8 @@ async fn serve_wire(wire: Shared, c: &mut Connection) {
             Ok(Ok(())) => {}
             Ok(Err(stop)) | Err(stop) => break Err(stop),
         }
-        // Written into its box, as the app's future is (see `exchange`).
-        let mut busy = Box::pin(None);
-        busy.set(Some(own.busy()));
-        let busy = busy.as_mut().as_pin_mut().expect("just set");
-        match guard(busy, &mut signals).await {
+        let mut busy = Box::pin(own.busy());
+        match guard(busy.as_mut(), &mut signals).await {
             Ok(None) => {}
             Ok(Some(ended)) => break Ok(ended),
             Err(stop) => break Err(stop),

@@ -15,10 +15,11 @@
 //! socket and the bytes read, shared with the request body in flight,
 //! which decodes itself (the upstream client's decoder, `Expect:
 //! 100-continue` answered when the body is first asked for); `encode`
-//! writes the response head and the body's framing, which `respond` uses
-//! to write a response; this file runs one exchange after the other, and
-//! `guard` runs them beside the connection's watchdog and shutdown
-//! signals, as hyper's connection runs in `listener`.
+//! writes the response head and the body's framing, and `respond` the
+//! response with them; `slot` keeps the boxes the app's futures run in;
+//! this file runs one exchange after the other, and `guard` runs them
+//! beside the connection's watchdog and shutdown signals, as hyper's
+//! connection runs in `listener`.
 //!
 //! Where it decides differently from hyper's server connection:
 //! - A TLS connection without ALPN goes to hyper-util's `auto` connection
@@ -42,6 +43,7 @@ mod guard;
 mod head;
 mod replay;
 mod respond;
+mod slot;
 mod wire;
 
 use std::future::Future;
@@ -70,6 +72,10 @@ use head::{Framing, Head, Refused};
 pub use replay::replay;
 pub use wire::ClientStream;
 use wire::{Shared, WireBody};
+
+/// Response bytes gathered before a write: the head with a small body
+/// goes in one.
+const COALESCE: usize = 16 * 1024;
 
 /// What a wait for the answer found.
 enum Waited {
@@ -189,32 +195,32 @@ impl Own<'_> {
     /// else how the connection ends.
     async fn busy(&mut self) -> Option<Ended> {
         loop {
-            let refused = match self.next_head().await {
-                Ok(Ok(head)) => {
-                    let again = self.exchange(head).await;
-                    if let Some(tunnel) = self.state.take_tunnel() {
-                        return Some(Ended::Switch(tunnel));
-                    }
-                    match again {
-                        Ok(true) if self.wire.lock().release_buffer() => return None,
-                        Ok(true) => {
-                            self.state.head_waiting();
-                            continue;
-                        }
-                        Ok(false) => return Some(Ended::Stop(Stop::Close)),
-                        Err(stop) => return Some(Ended::Stop(stop)),
-                    }
-                }
-                Ok(Err(refused)) => refused,
+            // The head taken out of the result before the exchange: a
+            // result matched around an await would be kept beside it.
+            let head = match self.next_head().await {
+                Ok(head) => head,
                 Err(stop) => return Some(Ended::Stop(stop)),
             };
-            return Some(Ended::Stop(self.refuse(refused).await));
+            let again = self.exchange(head).await;
+            if let Some(tunnel) = self.state.take_tunnel() {
+                return Some(Ended::Switch(tunnel));
+            }
+            match again {
+                Ok(true) if self.wire.lock().release_buffer() => return None,
+                Ok(true) => {
+                    self.state.head_waiting();
+                    continue;
+                }
+                Ok(false) => return Some(Ended::Stop(Stop::Close)),
+                Err(stop) => return Some(Ended::Stop(stop)),
+            }
         }
     }
 
     /// Waits for the rest of the next request head (its first bytes are
-    /// in); a close inside a head, as hyper treats it, is [`Stop::Close`].
-    async fn next_head(&mut self) -> Result<Result<Head, Refused>, Stop> {
+    /// in); a close inside a head, as hyper treats it, is [`Stop::Close`],
+    /// and a head that cannot be taken is answered here.
+    async fn next_head(&mut self) -> Result<Head, Stop> {
         if self.flags.closing() {
             return Err(Stop::Close);
         }
@@ -244,11 +250,15 @@ impl Own<'_> {
             }
         });
         // Not idle meanwhile: a head begun before a shutdown is served.
-        read.await.ok_or(Stop::Close)
+        match read.await {
+            Some(Ok(head)) => Ok(head),
+            Some(Err(refused)) => Err(self.refuse(refused).await),
+            None => Err(Stop::Close),
+        }
     }
 
     /// Answers a head that could not be taken; the connection closes.
-    async fn refuse(&mut self, refused: Refused) -> Stop {
+    fn refuse(&self, refused: Refused) -> impl Future<Output = Stop> {
         metrics::rejected("", refused.reason);
         tracing::debug!(client = %self.addr, status = %refused.status, "request head refused");
         let (mut parts, ()) = Response::new(()).into_parts();
@@ -256,15 +266,15 @@ impl Own<'_> {
         let asked = Asked { method: &Method::GET, version: Version::HTTP_11, keep_alive: false };
         let mut out = BytesMut::new();
         encode::head(&mut parts, BodyLength::None, asked, &mut out);
-        match self.write(out.freeze()).await {
-            Ok(()) => Stop::Close,
-            Err(stop) => stop,
-        }
+        let written = self.write(out.freeze());
+        async move { written.await.err().unwrap_or(Stop::Close) }
     }
 
     /// One request and its response; returns whether the connection may
-    /// carry another.
-    async fn exchange(&mut self, head: Head) -> Result<bool, Stop> {
+    /// carry another. The request is made and the app's future started
+    /// here, before the exchange's future: that keeps only what the
+    /// response needs, not the head.
+    fn exchange(&mut self, head: Head) -> impl Future<Output = Result<bool, Stop>> {
         let Head { parts, framing, keep_alive, expect_continue, trailers_ok } = head;
         let (method, version) = (parts.method.clone(), parts.version);
         let decoder = match framing {
@@ -288,18 +298,25 @@ impl Own<'_> {
         // the app's future would be kept in every connection's task, idle
         // or not. Written into its box, as hyper writes it: `Box::pin` of
         // the new future copied all its room, some 8 KiB, from the stack.
-        let mut slot = Box::pin(None);
+        // The box is the thread's (see `slot`), as hyper's is the
+        // connection's; one cut mid-way is dropped with its future.
+        let mut slot = slot::take();
         slot.set(Some(super::answer(self.app.clone(), self.kind, req, in_flight)));
-        let answer = slot.as_mut().as_pin_mut().expect("just set");
-        let response = self.wait_for_answer(answer, interims).await?;
-        if version != Version::HTTP_11 {
-            // None goes to an HTTP/1.0 client: those its upstream sent to
-            // the connection's queue are not for the next request.
-            while self.state.peer.own_h1.get().and_then(Interims::take).is_some() {}
+        async move {
+            let answer = slot.as_mut().as_pin_mut().expect("just set");
+            let response = self.wait_for_answer(answer, interims).await?;
+            slot::give_back(slot);
+            if version != Version::HTTP_11 {
+                // None goes to an HTTP/1.0 client: those its upstream sent
+                // to the connection's queue are not for the next request.
+                while self.state.peer.own_h1.get().and_then(Interims::take).is_some() {}
+            }
+            let keep_alive = keep_alive && !self.flags.closing();
+            let asked = Asked { method: &method, version, keep_alive };
+            let (body, encoder, out, last) = respond::response_head(response, asked, trailers_ok);
+            self.respond(body, encoder, out).await?;
+            Ok(!last && !self.flags.closing() && self.wire.lock().body_drained())
         }
-        let keep_alive = keep_alive && !self.flags.closing();
-        let last = self.respond(response, Asked { method: &method, version, keep_alive }, trailers_ok).await?;
-        Ok(!last && !self.flags.closing() && self.wire.lock().body_drained())
     }
 
     /// Waits for the answer, forwarding the 1xx heads that come before it
@@ -347,60 +364,5 @@ impl Own<'_> {
                 }
             }
         }
-    }
-
-    /// Writes a 1xx head from the upstream to the client.
-    async fn forward_interim(&mut self, raw: &[u8]) -> Result<(), Stop> {
-        let mut out = BytesMut::new();
-        encode::interim(raw, &mut out);
-        self.write(out.freeze()).await?;
-        self.flush().await
-    }
-
-    /// Waits for `f` (the answer's next bytes) watching the socket, as
-    /// [`Own::wait_for_answer`] does: a client that leaves while a streamed
-    /// answer is silent is noticed (as hyper's connection notices it).
-    async fn watched<F: Future>(&mut self, f: F) -> Result<F::Output, Stop> {
-        let mut f = pin!(f);
-        let mut watching = true;
-        loop {
-            let wire = self.wire.clone();
-            let watch = std::future::poll_fn(|cx| match watching {
-                true => wire.lock().poll_watch(cx),
-                false => Poll::Pending,
-            });
-            let raced = async {
-                tokio::select! {
-                    biased;
-                    out = &mut f => Ok(out),
-                    gone = watch => Err(gone),
-                }
-            };
-            match raced.await {
-                Ok(out) => return Ok(out),
-                Err(Ok(false)) => watching = false,
-                Err(_) => {
-                    tracing::debug!(client = %self.addr, "client closed the connection while its answer was streaming");
-                    return Err(Stop::Cut);
-                }
-            }
-        }
-    }
-
-    /// Writes all of `bytes`, within the send timeout.
-    async fn write(&mut self, bytes: Bytes) -> Result<(), Stop> {
-        if bytes.is_empty() {
-            return Ok(());
-        }
-        let wire = self.wire.clone();
-        let mut at = 0;
-        let written = std::future::poll_fn(|cx| wire.lock().poll_write_all(&bytes, &mut at, cx));
-        written.await.map_err(|_| Stop::Cut)
-    }
-
-    async fn flush(&mut self) -> Result<(), Stop> {
-        let wire = self.wire.clone();
-        let flushed = std::future::poll_fn(|cx| std::pin::Pin::new(&mut wire.lock().io).poll_flush(cx));
-        flushed.await.map_err(|_| Stop::Cut)
     }
 }

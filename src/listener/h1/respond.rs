@@ -1,60 +1,150 @@
-//! Writing a response: its head, then its body's frames in the framing
-//! the head chose, gathered into few writes.
+//! Writing a response: its head encoded at once ([`response_head`]), then
+//! its body's frames in the framing the head declared, gathered into few
+//! writes, watching the socket while the body is silent.
 
+use std::cell::RefCell;
+use std::future::Future;
+use std::pin::pin;
 use std::task::Poll;
 
 use bytes::{Bytes, BytesMut};
 use http::Response;
 use http_body::Body as _;
+use tokio::io::AsyncWrite;
 
 use super::encode::{self, Asked, BodyLength, Encoder};
-use super::{Own, Stop};
+use super::{COALESCE, Own, Stop};
 use crate::listener::conn::ConnBody;
 
-/// Response bytes gathered before a write: the head with a small body
-/// goes in one.
-const COALESCE: usize = 16 * 1024;
+/// Response buffers kept per thread at most: enough for the responses a
+/// worker writes back to back.
+const KEPT: usize = 4;
+
+thread_local! {
+    /// Response buffers written and given back, for the next response's
+    /// head on this thread: a new one per response cost an allocation,
+    /// where hyper's connection keeps its write buffer for its life. An
+    /// idle connection holds none.
+    static SPARE: RefCell<Vec<BytesMut>> = const { RefCell::new(Vec::new()) };
+}
+
+/// An empty buffer with room for `n` bytes: a kept one if the thread has one.
+fn out_buffer(n: usize) -> BytesMut {
+    match SPARE.with_borrow_mut(Vec::pop) {
+        Some(mut out) => {
+            out.reserve(n);
+            out
+        }
+        None => BytesMut::with_capacity(n),
+    }
+}
+
+/// `out`, written, kept for [`out_buffer`] if it is not too large.
+fn give_back(mut out: BytesMut) {
+    if out.capacity() == 0 || out.capacity() > COALESCE {
+        return;
+    }
+    out.clear();
+    SPARE.with_borrow_mut(|spare| {
+        if spare.len() < KEPT {
+            spare.push(out);
+        }
+    });
+}
+
+/// Encodes `response`'s head into a buffer with room for a small body
+/// beside it; returns the body, its encoder, the buffer, and whether the
+/// response must be the connection's last.
+pub(super) fn response_head(
+    response: Response<ConnBody>,
+    asked: Asked<'_>,
+    trailers_ok: bool,
+) -> (ConnBody, Encoder, BytesMut, bool) {
+    let (mut parts, body) = response.into_parts();
+    let length = match body.size_hint().exact() {
+        _ if body.is_end_stream() => BodyLength::None,
+        Some(n) => BodyLength::Known(n),
+        None => BodyLength::Unknown,
+    };
+    // The head and a body small enough to be copied beside it (see
+    // `put`) in one allocation.
+    let body_room = match length {
+        BodyLength::Known(n) if n < (COALESCE / 2) as u64 => n as usize,
+        _ => 0,
+    };
+    let mut out = out_buffer(encode::capacity(&parts.headers) + body_room);
+    let (mut encoder, last) = encode::head(&mut parts, length, asked, &mut out);
+    // Its fields are encoded: the map goes to the next head parsed.
+    crate::headers::spare::give_back(std::mem::take(&mut parts.headers));
+    if let (Encoder::Chunked(allowed), false) = (&mut encoder, trailers_ok) {
+        allowed.clear();
+    }
+    (body, encoder, out, last)
+}
 
 impl Own<'_> {
-    /// Writes the response; returns whether it must be the connection's
-    /// last.
-    pub(super) async fn respond(
-        &mut self,
-        response: Response<ConnBody>,
-        asked: Asked<'_>,
-        trailers_ok: bool,
-    ) -> Result<bool, Stop> {
-        let (mut parts, mut body) = response.into_parts();
-        let length = match body.size_hint().exact() {
-            _ if body.is_end_stream() => BodyLength::None,
-            Some(n) => BodyLength::Known(n),
-            None => BodyLength::Unknown,
-        };
-        // The head and a body small enough to be copied beside it (see
-        // `put`) in one allocation.
-        let body_room = match length {
-            BodyLength::Known(n) if n < (COALESCE / 2) as u64 => n as usize,
-            _ => 0,
-        };
-        let mut out = BytesMut::with_capacity(encode::capacity(&parts.headers) + body_room);
-        let (mut encoder, last) = encode::head(&mut parts, length, asked, &mut out);
-        // Its fields are encoded: the map goes to the next head parsed.
-        crate::headers::spare::give_back(std::mem::take(&mut parts.headers));
-        drop(parts);
-        if let (Encoder::Chunked(allowed), false) = (&mut encoder, trailers_ok) {
-            allowed.clear();
-        }
-        let ended = match encoder {
-            Encoder::Length(0) => true,
-            encoder => self.stream(&mut body, encoder, &mut out).await?,
-        };
+    /// Writes a 1xx head from the upstream to the client.
+    pub(super) async fn forward_interim(&mut self, raw: &[u8]) -> Result<(), Stop> {
+        let mut out = BytesMut::new();
+        encode::interim(raw, &mut out);
         self.write(out.freeze()).await?;
-        self.flush().await?;
-        drop(body);
-        if !ended {
-            return Err(Stop::Cut);
+        self.flush().await
+    }
+
+    /// Waits for `f` (the answer's next bytes) watching the socket, as
+    /// [`Own::wait_for_answer`] does: a client that leaves while a streamed
+    /// answer is silent is noticed (as hyper's connection notices it).
+    async fn watched<F: Future>(&mut self, f: F) -> Result<F::Output, Stop> {
+        let mut f = pin!(f);
+        let mut watching = true;
+        loop {
+            let wire = self.wire.clone();
+            let watch = std::future::poll_fn(|cx| match watching {
+                true => wire.lock().poll_watch(cx),
+                false => Poll::Pending,
+            });
+            let raced = async {
+                tokio::select! {
+                    biased;
+                    out = &mut f => Ok(out),
+                    gone = watch => Err(gone),
+                }
+            };
+            match raced.await {
+                Ok(out) => return Ok(out),
+                Err(Ok(false)) => watching = false,
+                Err(_) => {
+                    tracing::debug!(client = %self.addr, "client closed the connection while its answer was streaming");
+                    return Err(Stop::Cut);
+                }
+            }
         }
-        Ok(last)
+    }
+
+    /// Writes the response made by [`response_head`]: its body's frames
+    /// after `out` (the head). (A plain fn returning its future: an async
+    /// fn would keep a copy of each argument beside the one it moves.)
+    #[allow(clippy::manual_async_fn)] // See above: not an `async fn` on purpose.
+    pub(super) fn respond(
+        &mut self,
+        mut body: ConnBody,
+        encoder: Encoder,
+        mut out: BytesMut,
+    ) -> impl Future<Output = Result<(), Stop>> {
+        async move {
+            let ended = match encoder {
+                Encoder::Length(0) => true,
+                encoder => self.stream(&mut body, encoder, &mut out).await?,
+            };
+            self.write(&out[..]).await?;
+            self.flush().await?;
+            give_back(out);
+            drop(body);
+            if !ended {
+                return Err(Stop::Cut);
+            }
+            Ok(())
+        }
     }
 
     /// Writes the body's frames in `encoder`'s framing, `out` (the head)
@@ -121,5 +211,48 @@ impl Own<'_> {
         }
         self.write(std::mem::take(out).freeze()).await?;
         self.write(data).await
+    }
+
+    /// Writes all of `bytes`, within the send timeout.
+    pub(super) fn write<B: AsRef<[u8]>>(&self, bytes: B) -> impl Future<Output = Result<(), Stop>> {
+        let wire = self.wire;
+        let mut at = 0;
+        std::future::poll_fn(move |cx| match bytes.as_ref() {
+            [] => Poll::Ready(Ok(())),
+            bytes => wire.lock().poll_write_all(bytes, &mut at, cx).map_err(|_| Stop::Cut),
+        })
+    }
+
+    pub(super) async fn flush(&mut self) -> Result<(), Stop> {
+        let wire = self.wire.clone();
+        let flushed = std::future::poll_fn(|cx| std::pin::Pin::new(&mut wire.lock().io).poll_flush(cx));
+        flushed.await.map_err(|_| Stop::Cut)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A response buffer given back comes back empty, with its room; one
+    /// past `COALESCE` is not kept, nor more than `KEPT`.
+    #[test]
+    fn a_response_buffer_given_back_is_reused_empty() {
+        std::thread::spawn(|| {
+            let mut out = out_buffer(300);
+            out.extend_from_slice(b"HTTP/1.1 200 OK\r\n\r\n");
+            let at = out.as_ptr();
+            give_back(out);
+            let again = out_buffer(100);
+            assert_eq!(again.as_ptr(), at, "the buffer is reused");
+            assert!(again.is_empty() && again.capacity() >= 300);
+            give_back(again);
+            give_back(BytesMut::with_capacity(COALESCE + 1));
+            assert_eq!(SPARE.with_borrow(Vec::len), 1);
+            (0..KEPT + 1).for_each(|_| give_back(BytesMut::with_capacity(64)));
+            assert_eq!(SPARE.with_borrow(Vec::len), KEPT);
+        })
+        .join()
+        .unwrap();
     }
 }

@@ -77,9 +77,12 @@ GATEWAY_MIRROR = 'mirror = { upstream = "a", percent = 10 }'
 GATEWAY_AUTO = 'max_requests = "auto"'
 
 
-# Issue 38's client-facing HTTP/1.1 connection of the gateway's own.
+# Issue 38's client-facing HTTP/1.1 connection of the gateway's own (the
+# default), named, and hyper's, which `server.http1 = "hyper"` chooses.
 GATEWAY_OWN_H1 = 'http1 = "gateway"'
 gateway_own = gateway_server("own", GATEWAY_OWN_H1)
+GATEWAY_HYPER_H1 = 'http1 = "hyper"'
+gateway_hyper = gateway_server("hyper", GATEWAY_HYPER_H1)
 
 
 def service_b_variants(a_path):
@@ -99,6 +102,13 @@ def service_b_variants(a_path):
             f"the same with {GATEWAY_OWN_H1}: the own HTTP/1.1 connection for clients, not hyper's",
             "/b",
             gateway_own,
+        ),
+        Variant(
+            "gateway-hyper",
+            KIND_GATEWAY,
+            f"the same with {GATEWAY_HYPER_H1}: hyper's HTTP/1.1 connection for clients",
+            "/b",
+            gateway_hyper,
         ),
         Variant(
             "gateway-mirror",
@@ -168,6 +178,7 @@ def service_b_variants(a_path):
 FILE_VARIANTS = [
     Variant("gateway", KIND_GATEWAY, "gateway `file` route, worker_threads = 1", "/file", gateway),
     Variant("gateway-own", KIND_GATEWAY, f"the same with {GATEWAY_OWN_H1}", "/file", gateway_own),
+    Variant("gateway-hyper", KIND_GATEWAY, f"the same with {GATEWAY_HYPER_H1}", "/file", gateway_hyper),
     Variant("nginx", KIND_TUNED, "nginx, 1 worker, sendfile + open_file_cache", "/file", nginx),
     Variant(
         "haproxy",
@@ -196,6 +207,7 @@ FILE_VARIANTS = [
 HELLO_VARIANTS = [
     Variant("gateway", KIND_GATEWAY, "gateway `respond` route, worker_threads = 1", "/hello", gateway),
     Variant("gateway-own", KIND_GATEWAY, f"the same with {GATEWAY_OWN_H1}", "/hello", gateway_own),
+    Variant("gateway-hyper", KIND_GATEWAY, f"the same with {GATEWAY_HYPER_H1}", "/hello", gateway_hyper),
     Variant("nginx", KIND_TUNED, "nginx, 1 worker, return 200", "/hello", nginx),
     Variant(
         "haproxy",

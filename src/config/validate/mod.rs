@@ -135,8 +135,8 @@ fn server(s: &RawServer, base_dir: &Path) -> Result<ServerConfig, Problem> {
         tls: s.tls.as_ref().map(|t| listener_tls(t, base_dir)).transpose()?,
         watch_config: s.watch_config,
         http1: match s.http1.as_deref() {
-            None | Some("hyper") => Http1Server::Hyper,
-            Some("gateway") => Http1Server::Gateway,
+            Some("hyper") => Http1Server::Hyper,
+            None | Some("gateway") => Http1Server::Gateway,
             Some(other) => return Err(("server.http1".into(), format!("{other:?}: use \"hyper\" or \"gateway\""))),
         },
         http2: match s.http2.as_deref() {

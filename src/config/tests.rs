@@ -165,6 +165,7 @@ fn defaults_apply() {
     assert!(c.server.merge_slashes && !c.server.reject_encoded_slash);
     assert!(c.server.trusted_proxies.is_empty());
     assert_eq!(c.metrics.max_connections, 64);
+    assert_eq!(c.server.http1, Http1Server::Gateway);
 }
 
 #[test]

@@ -6,6 +6,7 @@
 mod common;
 
 use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -26,8 +27,8 @@ const IDLE: usize = 200;
 
 /// One request on a new blocking socket (which takes nothing from the
 /// heap counted), read to its end; the socket is kept open.
-fn one_request(addr: std::net::SocketAddr) -> std::net::TcpStream {
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
+fn one_request(addr: SocketAddr) -> TcpStream {
+    let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     s.write_all(b"GET /d/x HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
     let mut got = Vec::new();
@@ -41,60 +42,47 @@ fn one_request(addr: std::net::SocketAddr) -> std::net::TcpStream {
     s
 }
 
-/// The heap the gateway holds per idle client connection, each left after
-/// one request through it (one at a time, so one pooled upstream
-/// connection serves them all).
-async fn held_per_idle_connection(http1: Http1Server) -> isize {
+/// The heap the gateway holds per client connection that `open` leaves
+/// behind (`IDLE` of them, after a few to warm pools, metrics and the
+/// first connection's one-offs).
+async fn held_per_connection(http1: Http1Server, open: fn(SocketAddr) -> TcpStream) -> isize {
     let up = TestUpstream::start(|_req| async { Response::new(full("ok")) }).await;
-    let toml = proxy_toml(up.addr, "d", "", "");
-    let mut config = common::config(&toml, Path::new(env!("CARGO_MANIFEST_DIR")));
+    let mut config = common::config(&proxy_toml(up.addr, "d", "", ""), Path::new(env!("CARGO_MANIFEST_DIR")));
     config.server.http1 = http1;
     let gw = TestGateway::start(config).await;
     let addr = gw.addr;
     let held = tokio::task::spawn_blocking(move || {
-        // Pools, metrics and the first connection's one-offs first.
-        let warm: Vec<_> = (0..5).map(|_| one_request(addr)).collect();
-        drop(warm);
+        drop((0..5).map(|_| open(addr)).collect::<Vec<_>>());
         std::thread::sleep(Duration::from_millis(300));
         let before = LIVE.load(Ordering::Relaxed);
-        let idle: Vec<_> = (0..IDLE).map(|_| one_request(addr)).collect();
+        let open: Vec<_> = (0..IDLE).map(|_| open(addr)).collect();
         std::thread::sleep(Duration::from_millis(300));
-        let held = LIVE.load(Ordering::Relaxed) - before;
-        drop(idle);
-        held
+        let grew = LIVE.load(Ordering::Relaxed) - before;
+        drop(open);
+        grew
     })
     .await
     .unwrap();
     held / IDLE as isize
 }
 
+/// The heap the gateway holds per idle client connection, each left after
+/// one request through it (one at a time, so one pooled upstream
+/// connection serves them all).
+async fn held_per_idle_connection(http1: Http1Server) -> isize {
+    held_per_connection(http1, one_request).await
+}
+
 /// The heap the gateway holds per client connection that sent the first
 /// bytes of a head and stalled (a slowloris, held until the header read
 /// timeout), each after one request through it.
 async fn held_per_stalled_head(http1: Http1Server) -> isize {
-    let up = TestUpstream::start(|_req| async { Response::new(full("ok")) }).await;
-    let mut config = common::config(&proxy_toml(up.addr, "d", "", ""), Path::new(env!("CARGO_MANIFEST_DIR")));
-    config.server.http1 = http1;
-    let gw = TestGateway::start(config).await;
-    let addr = gw.addr;
-    let stalled = move || {
+    held_per_connection(http1, |addr| {
         let mut s = one_request(addr);
         s.write_all(b"GET /d/x HTTP/1.1\r\nHost: t\r\nX-Stalled: aaaaaaaa").unwrap();
         s
-    };
-    let held = tokio::task::spawn_blocking(move || {
-        drop((0..5).map(|_| stalled()).collect::<Vec<_>>());
-        std::thread::sleep(Duration::from_millis(300));
-        let before = LIVE.load(Ordering::Relaxed);
-        let held: Vec<_> = (0..IDLE).map(|_| stalled()).collect();
-        std::thread::sleep(Duration::from_millis(300));
-        let grew = LIVE.load(Ordering::Relaxed) - before;
-        drop(held);
-        grew
     })
     .await
-    .unwrap();
-    held / IDLE as isize
 }
 
 /// A connection holding half a head keeps it and the room for one

@@ -22,12 +22,13 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures_util::task::AtomicWaker;
 use http_body::{Frame, SizeHint};
 use tokio::time::{Instant, Sleep};
 
@@ -97,7 +98,18 @@ pub struct ConnState {
     /// The tunnel a `101` response opened, run once hyper hands the
     /// connection over. (Boxed: rare, and every connection holds the cell.)
     tunnel: Mutex<Option<Box<Tunnel>>>,
+    /// An own HTTP/1.1 connection that may park (see `h1::park`): whether
+    /// it waits for its next request with nothing of it read (`IDLE`), and
+    /// whether its listener asked it to park (`PARK`).
+    park: AtomicU8,
+    /// Its task, while it waits so, for the listener to wake.
+    park_waker: AtomicWaker,
 }
+
+/// [`ConnState::park`]'s states.
+const BUSY: u8 = 0;
+const IDLE: u8 = 1;
+const PARK: u8 = 2;
 
 impl ConnState {
     pub fn new(peer: Peer, timeouts: Timeouts) -> Self {
@@ -117,6 +129,8 @@ impl ConnState {
             http2: AtomicBool::new(false),
             large_response: AtomicBool::new(false),
             tunnel: Mutex::new(None),
+            park: AtomicU8::new(BUSY),
+            park_waker: AtomicWaker::new(),
         }
     }
 
@@ -198,6 +212,45 @@ impl ConnState {
     /// arriving now.
     pub(super) fn head_waiting(&self) {
         self.read_bytes();
+    }
+
+    /// The connection waits for its next request with nothing of it read
+    /// (`true`, and it may park), or no longer.
+    pub(super) fn set_idle(&self, idle: bool) {
+        self.park.store(if idle { IDLE } else { BUSY }, Relaxed);
+    }
+
+    /// Whether the listener asked the idle connection to park; if not, the
+    /// task polling is woken when it does.
+    pub(super) fn asked_to_park(&self, cx: &Context<'_>) -> bool {
+        self.park_waker.register(cx.waker());
+        self.park.load(Relaxed) == PARK
+    }
+
+    /// Asks the connection to park if it has been idle for `after` at
+    /// `now`; returns whether it did.
+    pub(super) fn ask_to_park(&self, now: Instant, after: Duration) -> bool {
+        let idle_for = (now.saturating_duration_since(self.accepted).as_millis() as u64 + 1)
+            .saturating_sub(self.idle_since.load(Relaxed));
+        if idle_for < after.as_millis() as u64 || self.in_flight.load(Relaxed) != 0 {
+            return false;
+        }
+        if self.park.compare_exchange(IDLE, PARK, Relaxed, Relaxed).is_err() {
+            return false;
+        }
+        self.park_waker.wake();
+        true
+    }
+
+    /// Forgets the task that waited (it ends: the connection parks).
+    pub(super) fn forget_park_waker(&self) {
+        drop(self.park_waker.take());
+    }
+
+    /// Idle (no request in flight) for the idle timeout.
+    pub(super) fn idle_expired(&self) -> bool {
+        let idle = self.timeouts.idle.as_millis() as u64;
+        self.in_flight.load(Relaxed) == 0 && self.idle_since.load(Relaxed) + idle <= self.now()
     }
 
     /// A write to the client could not proceed.

@@ -44,11 +44,18 @@ fn one_request(addr: SocketAddr) -> TcpStream {
 
 /// The heap the gateway holds per client connection that `open` leaves
 /// behind (`IDLE` of them, after a few to warm pools, metrics and the
-/// first connection's one-offs), `settle` after the last one opened.
-async fn held_per_connection(http1: Http1Server, open: fn(SocketAddr) -> TcpStream, settle: Duration) -> isize {
+/// first connection's one-offs), `settle` after the last one opened, with
+/// `server.park_after` = `park`.
+async fn held_per_connection(
+    http1: Http1Server,
+    open: fn(SocketAddr) -> TcpStream,
+    park: Option<Duration>,
+    settle: Duration,
+) -> isize {
     let up = TestUpstream::start(|_req| async { Response::new(full("ok")) }).await;
     let mut config = common::config(&proxy_toml(up.addr, "d", "", ""), Path::new(env!("CARGO_MANIFEST_DIR")));
     config.server.http1 = http1;
+    config.server.park_after = park;
     let gw = TestGateway::start(config).await;
     let addr = gw.addr;
     let held = tokio::task::spawn_blocking(move || {
@@ -68,9 +75,9 @@ async fn held_per_connection(http1: Http1Server, open: fn(SocketAddr) -> TcpStre
 
 /// The heap the gateway holds per idle client connection, each left after
 /// one request through it (one at a time, so one pooled upstream
-/// connection serves them all).
+/// connection serves them all), none parked.
 async fn held_per_idle_connection(http1: Http1Server) -> isize {
-    held_per_connection(http1, one_request, Duration::from_millis(300)).await
+    held_per_connection(http1, one_request, None, Duration::from_millis(300)).await
 }
 
 /// The heap the gateway holds per client connection that sent the first
@@ -84,6 +91,7 @@ async fn held_per_stalled_head(http1: Http1Server) -> isize {
             s.write_all(b"GET /d/x HTTP/1.1\r\nHost: t\r\nX-Stalled: aaaaaaaa").unwrap();
             s
         },
+        None,
         Duration::from_millis(300),
     )
     .await
@@ -115,15 +123,16 @@ async fn an_idle_own_http1_connection_holds_little() {
     assert!(held <= 2048, "an idle own HTTP/1.1 connection holds {held} bytes");
 }
 
-/// Idle for half its idle timeout (at most a second), the own connection
-/// parks: it gives its task up (the task's cell, the watchdog's timer) and
-/// keeps its socket, its state and a small cell its socket wakes.
+/// Idle for `server.park_after`, the own connection parks: it gives its
+/// task up (the task's cell, the watchdog's timer) and keeps its socket,
+/// its state and a small cell its socket wakes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_parked_connection_holds_less_than_its_task() {
     let _one = SERIAL.lock().await;
     let waiting = held_per_idle_connection(Http1Server::Gateway).await;
-    // Past the default idle timeout's second, and the listener's next look.
-    let parked = held_per_connection(Http1Server::Gateway, one_request, Duration::from_millis(1800)).await;
+    // Past 100 ms, and the listener's next look.
+    let park = Some(Duration::from_millis(100));
+    let parked = held_per_connection(Http1Server::Gateway, one_request, park, Duration::from_millis(600)).await;
     eprintln!("own HTTP/1.1: {waiting} bytes per idle connection in its task, {parked} parked");
     assert!(parked <= 1280 && parked + 512 <= waiting, "parked: {parked} bytes per connection, waiting: {waiting}");
 }

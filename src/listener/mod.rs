@@ -87,7 +87,7 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, kind: Kind, stop: Cance
     let limit = Arc::new(Semaphore::new(max_connections));
     let tracker = TaskTracker::new();
     let kill = CancellationToken::new();
-    let parking = Arc::new(h1::Parking::new(tracker.clone(), timeouts.idle));
+    let parking = Arc::new(h1::Parking::new(tracker.clone(), server.park_after));
     tokio::spawn(parking.clone().run(stop.clone()));
     let mut waits = LimitWarning::default();
     // Set when the cap was reached, until the backlog is found empty: every

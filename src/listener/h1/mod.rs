@@ -19,7 +19,8 @@
 //! response with them; `slot` keeps the boxes the app's futures run in;
 //! this file runs one exchange after the other, and `guard` runs them
 //! beside the connection's watchdog and shutdown signals, as hyper's
-//! connection runs in `listener`.
+//! connection runs in `listener`; `park` lets a connection idle for a
+//! while give its task up until its next request.
 //!
 //! Where it decides differently from hyper's server connection:
 //! - A TLS connection without ALPN goes to hyper-util's `auto` connection
@@ -141,7 +142,10 @@ pub(super) fn serve<'a>(
 /// Whether the connection may park when idle: a plain-TCP one on the main
 /// listener whose task holds its slot (see [`park`]).
 fn may_park(wire: &Shared, c: &Connection, held: &Option<Held>) -> bool {
-    held.is_some() && c.kind == Kind::Main && matches!(wire.lock().io, ClientStream::Plain(_))
+    held.is_some()
+        && c.kind == Kind::Main
+        && c.stops.parking.parks()
+        && matches!(wire.lock().io, ClientStream::Plain(_))
 }
 
 /// [`serve`]'s future, which an idle connection's task holds: between

@@ -12,8 +12,8 @@
 //! now and then. (tokio has no way to wait for many sockets from one task
 //! without a future per socket; the waker is that, at its smallest.)
 //!
-//! A connection parks only once it has been idle for [`park_after`]: a
-//! busy keep-alive connection keeps its task, and pays no spawn and no
+//! A connection parks only once it has been idle for `server.park_after`:
+//! a busy keep-alive connection keeps its task, and pays no spawn and no
 //! timer per request. The listener's [`Parking`] looks at its connections
 //! every half of that and asks those idle so long to park (their tasks
 //! wake, and end). TLS connections keep their tasks (rustls may hold bytes
@@ -37,19 +37,14 @@ use crate::listener::{Connection, Held, Kind, Stops};
 use crate::metrics;
 use crate::server::App;
 
-/// How long a connection waits for its next request in its task before it
-/// parks: half the idle timeout, at most a second.
-fn park_after(idle: Duration) -> Duration {
-    (idle / 2).min(Duration::from_secs(1))
-}
-
 /// A listener's parked connections: what spawns them again and what closes
 /// them when their idle timeout passes or the listener shuts down.
 pub struct Parking {
     handle: Handle,
     tracker: TaskTracker,
-    /// How long a connection waits in its task before it is asked to park.
-    after: Duration,
+    /// How long a connection waits in its task before it is asked to park
+    /// (`server.park_after`); `None`: never.
+    after: Option<Duration>,
     list: Mutex<List>,
 }
 
@@ -111,10 +106,15 @@ impl Wake for Cell {
 }
 
 impl Parking {
-    /// For a listener whose connections `tracker` tracks, with the idle
-    /// timeout `idle`; made inside the runtime that serves them.
-    pub fn new(tracker: TaskTracker, idle: Duration) -> Parking {
-        Parking { handle: Handle::current(), tracker, after: park_after(idle), list: Mutex::new(List::default()) }
+    /// For a listener whose connections `tracker` tracks; made inside the
+    /// runtime that serves them.
+    pub fn new(tracker: TaskTracker, after: Option<Duration>) -> Parking {
+        Parking { handle: Handle::current(), tracker, after, list: Mutex::new(List::default()) }
+    }
+
+    /// Whether its connections park at all.
+    pub fn parks(&self) -> bool {
+        self.after.is_some()
     }
 
     /// A new connection that may park.
@@ -122,12 +122,13 @@ impl Parking {
         self.list.lock().expect("parking lock").conns.push(Arc::downgrade(state));
     }
 
-    /// Every half of [`park_after`] (at least 10 ms): asks the connections
-    /// idle that long to park, and closes parked ones whose idle timeout
-    /// has passed (they are late by at most that), until `stop`; then
-    /// closes them all and lets no more park.
+    /// Every half of `park_after` (at least 10 ms, at most a second): asks
+    /// the connections idle that long to park, and closes parked ones whose
+    /// idle timeout has passed (they are late by at most that), until
+    /// `stop`; then closes them all and lets no more park.
     pub async fn run(self: Arc<Self>, stop: CancellationToken) {
-        let every = (self.after / 2).max(Duration::from_millis(10));
+        let Some(after) = self.after else { return };
+        let every = (after / 2).clamp(Duration::from_millis(10), Duration::from_secs(1));
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(every) => {}
@@ -149,8 +150,8 @@ impl Parking {
             list.closed |= closing;
             list.conns.retain(|state| match state.upgrade() {
                 Some(state) => {
-                    if !closing {
-                        state.ask_to_park(now, self.after);
+                    if let (false, Some(after)) = (closing, self.after) {
+                        state.ask_to_park(now, after);
                     }
                     true
                 }

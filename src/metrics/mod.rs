@@ -339,14 +339,10 @@ pub fn connection_opened() -> ConnectionGuard {
     ConnectionGuard
 }
 
-/// An idle connection gave its task up (see `listener::h1::park`).
-pub fn connection_parked() {
-    gauge!(CONNECTIONS_PARKED).increment(1.0);
-}
-
-/// A parked connection was taken out again (to serve, or to close).
-pub fn connection_resumed() {
-    gauge!(CONNECTIONS_PARKED).decrement(1.0);
+/// `gateway_connections_parked`, the handle kept by a listener: a park and
+/// a wake do not look the series up again.
+pub fn parked_connections() -> Gauge {
+    gauge!(CONNECTIONS_PARKED)
 }
 
 /// Decrements `gateway_connections_active` on drop.

@@ -217,10 +217,10 @@ impl Own<'_> {
             return Ok(());
         }
         let (wire, state, parks) = (self.wire, self.state, self.parks);
-        // `None`: asked to park.
-        let read = std::future::poll_fn(|cx| match parks && state.asked_to_park(cx) {
-            true => Poll::Ready(None),
-            false => wire.lock().poll_fill(cx).map(Some),
+        // `None`: asked to park (looked at only once the read waits).
+        let read = std::future::poll_fn(|cx| match wire.lock().poll_fill(cx) {
+            Poll::Pending if parks && state.asked_to_park(cx) => Poll::Ready(None),
+            polled => polled.map(Some),
         });
         self.flags.idle.store(true, Relaxed);
         if parks {

@@ -34,13 +34,14 @@ use super::wire::{ClientStream, Shared};
 use crate::listener::builders::Builders;
 use crate::listener::conn::{ConnState, Watchdog};
 use crate::listener::{Connection, Held, Kind, Stops};
-use crate::metrics;
 use crate::server::App;
 
 /// A listener's parked connections: what spawns them again and what closes
 /// them when their idle timeout passes or the listener shuts down.
 pub struct Parking {
     handle: Handle,
+    /// `gateway_connections_parked`.
+    parked: metrics::Gauge,
     tracker: TaskTracker,
     /// How long a connection waits in its task before it is asked to park
     /// (`server.park_after`); `None`: never.
@@ -87,8 +88,8 @@ impl Cell {
 impl Drop for Cell {
     fn drop(&mut self) {
         // Dropped unwoken (the runtime going away): the connection closes.
-        if self.0.get_mut().is_ok_and(|p| p.is_some()) {
-            metrics::connection_resumed();
+        if let Ok(Some(parked)) = self.0.get_mut() {
+            parked.stops.parking.parked.decrement(1.0);
         }
     }
 }
@@ -109,7 +110,8 @@ impl Parking {
     /// For a listener whose connections `tracker` tracks; made inside the
     /// runtime that serves them.
     pub fn new(tracker: TaskTracker, after: Option<Duration>) -> Parking {
-        Parking { handle: Handle::current(), tracker, after, list: Mutex::new(List::default()) }
+        let parked = crate::metrics::parked_connections();
+        Parking { handle: Handle::current(), parked, tracker, after, list: Mutex::new(List::default()) }
     }
 
     /// Whether its connections park at all.
@@ -172,10 +174,8 @@ impl Parking {
         }
         // Dropped here, outside the locks: an idle connection closes
         // quietly (a FIN), as its task would close it.
-        for parked in expired {
-            metrics::connection_resumed();
-            drop(parked);
-        }
+        self.parked.decrement(expired.len() as f64);
+        drop(expired);
     }
 }
 
@@ -229,7 +229,7 @@ impl Parked {
             if ready.is_ready() {
                 return Some(self);
             }
-            metrics::connection_parked();
+            parking.parked.increment(1.0);
             *slot = Some(self);
         }
         let mut list = parking.list.lock().expect("parking lock");
@@ -238,7 +238,7 @@ impl Parked {
             // Unless a wake took it meanwhile.
             return match cell.take() {
                 Some(parked) => {
-                    metrics::connection_resumed();
+                    parking.parked.decrement(1.0);
                     Some(parked)
                 }
                 None => None,
@@ -250,8 +250,8 @@ impl Parked {
 
     /// Spawns the connection's task again, where it left off.
     fn resume(self) {
-        metrics::connection_resumed();
         let parking = self.stops.parking.clone();
+        parking.parked.decrement(1.0);
         parking.handle.spawn(parking.tracker.track_future(self.serve()));
     }
 

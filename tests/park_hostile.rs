@@ -3,7 +3,7 @@
 //! and a stall, a pipelined burst, a body split across the wake,
 //! `Expect: 100-continue`, an upgrade, a half-close, a reset), many
 //! connections parking and waking in rounds, the connection cap, a
-//! shutdown with parked, busy and half-sent connections, a reload, and the
+//! shutdown with parked, busy and half-sent connections, and the
 //! connections that never park (TLS, the admin listener, HTTP/2).
 
 mod common;
@@ -271,26 +271,6 @@ async fn a_shutdown_closes_parked_connections_at_once_and_serves_busy_and_begun_
 }
 
 #[tokio::test]
-async fn parked_connections_serve_the_routes_of_a_reload() {
-    let _one = SERIAL.lock().await;
-    let dir = tempfile::tempdir().unwrap();
-    let (up, _) = common::counting_upstream().await;
-    let slow = slow_upstream().await;
-    let start = toml(up.addr, slow, "idle_timeout = \"3s\"");
-    let gw = TestGateway::from_file(dir.path(), &start).await;
-    let base = parked(&gw).await;
-    let mut s = parked_conn(&gw, base).await;
-    let added = "[[routes]]\nname = \"added\"\nprefix = \"/added\"\nrespond = { status = 200, body = \"added\" }\n";
-    std::fs::write(dir.path().join("gateway.toml"), format!("{start}{added}")).unwrap();
-    gw.app.reload().expect("a valid file");
-    s.write_all(b"GET /added HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
-    let got = answers(&mut s, &[false]).await;
-    assert_eq!(got[0].1, b"added", "{got:?}");
-    assert_eq!(parked_becomes(&gw, base + 1.0).await, base + 1.0, "no park after a reload");
-    served(&mut s).await;
-}
-
-#[tokio::test]
 async fn admin_and_http2_connections_never_park_and_keep_serving() {
     let _one = SERIAL.lock().await;
     let gw = gateway("idle_timeout = \"2s\"").await;
@@ -351,31 +331,31 @@ async fn tls_served(tls: &mut tokio_rustls::client::TlsStream<TcpStream>) {
     }
 }
 
-/// Requests sent around the time the listener asks their connection to
-/// park: each one either finds its connection's task or wakes the parked
-/// connection, and is answered.
-#[tokio::test]
+/// Requests that arrive as the listener asks their connections to park
+/// (those asked and not yet polled find their socket readable, and keep
+/// their task): each is answered. As the first of many connections asked
+/// at once have parked, every connection sends its next request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_racing_the_ask_to_park_are_all_answered() {
     let _one = SERIAL.lock().await;
-    // Parks after 200 ms idle, asked every 100 ms.
-    let gw = gateway("idle_timeout = \"400ms\"").await;
+    let gw = gateway("idle_timeout = \"30s\"").await;
     let base = parked(&gw).await;
-    let tasks: Vec<_> = (0..40u64)
-        .map(|i| {
-            let addr = gw.addr;
-            tokio::spawn(async move {
-                let mut s = TcpStream::connect(addr).await.unwrap();
-                for round in 0..15u64 {
-                    served(&mut s).await;
-                    tokio::time::sleep(Duration::from_millis(150 + (i * 7 + round * 13) % 100)).await;
-                }
-            })
-        })
-        .collect();
-    for t in tasks {
-        t.await.expect("a request went unanswered");
+    let mut conns = served_many(&gw, 1000).await;
+    for _ in 0..3 {
+        first_parked(base);
+        conns = serve_each(conns).await;
     }
+    drop(conns);
     assert_eq!(parked_becomes(&gw, base).await, base);
+}
+
+/// Waits until a connection has parked (more than `base` parked), watching
+/// from outside the runtime's workers, which are busy parking the rest.
+fn first_parked(base: f64) {
+    let exporter = gateway::metrics::install();
+    tokio::task::block_in_place(|| {
+        while sample(&exporter.render(), "gateway_connections_parked", &[]).unwrap_or(0.0) <= base {}
+    });
 }
 
 /// Connections the listener asked to park just as a shutdown begins (their
@@ -391,12 +371,7 @@ async fn connections_asked_to_park_as_a_shutdown_begins_close_at_once() {
     for round in 0..3 {
         let mut gw = gateway("idle_timeout = \"30s\"\nshutdown_timeout = \"8s\"").await;
         let conns = served_many(&gw, 1000).await;
-        // Watched from outside the runtime's workers, which are busy parking.
-        let exporter = gateway::metrics::install();
-        let base = sample(&exporter.render(), "gateway_connections_parked", &[]).unwrap_or(0.0);
-        tokio::task::block_in_place(|| {
-            while sample(&exporter.render(), "gateway_connections_parked", &[]).unwrap_or(0.0) <= base {}
-        });
+        first_parked(sample(&gateway::metrics::install().render(), "gateway_connections_parked", &[]).unwrap_or(0.0));
         gw.shutdown();
         let waits: Vec<_> = conns
             .into_iter()

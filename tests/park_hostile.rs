@@ -354,7 +354,9 @@ async fn requests_racing_the_ask_to_park_are_all_answered() {
 fn first_parked(base: f64) {
     let exporter = gateway::metrics::install();
     tokio::task::block_in_place(|| {
-        while sample(&exporter.render(), "gateway_connections_parked", &[]).unwrap_or(0.0) <= base {}
+        while sample(&exporter.render(), "gateway_connections_parked", &[]).unwrap_or(0.0) <= base {
+            std::thread::sleep(Duration::from_micros(200));
+        }
     });
 }
 

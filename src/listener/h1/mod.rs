@@ -170,8 +170,10 @@ async fn serve_wire(wire: Shared, c: &mut Connection, held: &mut Option<Held>) {
                     return;
                 }
                 // Readable already, or shutting down (then none parks
-                // from here on).
+                // from here on): back to the idle wait, which reads what
+                // came or, shutting down, closes.
                 own.parks = !signals.stops.graceful.is_cancelled();
+                continue;
             }
             Ok(Err(stop)) | Err(stop) => break Err(stop),
         }

@@ -66,6 +66,11 @@ impl Interims {
         }
     }
 
+    /// Forgets the task that last waited for a head (one that ended).
+    pub fn forget_waiter(&self) {
+        self.0.lock().expect("interims lock").1 = None;
+    }
+
     /// The next interim head, if one is waiting.
     pub fn take(&self) -> Option<bytes::Bytes> {
         self.0.lock().expect("interims lock").0.pop_front()

@@ -44,11 +44,18 @@ fn one_request(addr: SocketAddr) -> TcpStream {
 
 /// The heap the gateway holds per client connection that `open` leaves
 /// behind (`IDLE` of them, after a few to warm pools, metrics and the
-/// first connection's one-offs).
-async fn held_per_connection(http1: Http1Server, open: fn(SocketAddr) -> TcpStream) -> isize {
+/// first connection's one-offs), `settle` after the last one opened, with
+/// `server.park_after` = `park`.
+async fn held_per_connection(
+    http1: Http1Server,
+    open: fn(SocketAddr) -> TcpStream,
+    park: Option<Duration>,
+    settle: Duration,
+) -> isize {
     let up = TestUpstream::start(|_req| async { Response::new(full("ok")) }).await;
     let mut config = common::config(&proxy_toml(up.addr, "d", "", ""), Path::new(env!("CARGO_MANIFEST_DIR")));
     config.server.http1 = http1;
+    config.server.park_after = park;
     let gw = TestGateway::start(config).await;
     let addr = gw.addr;
     let held = tokio::task::spawn_blocking(move || {
@@ -56,7 +63,7 @@ async fn held_per_connection(http1: Http1Server, open: fn(SocketAddr) -> TcpStre
         std::thread::sleep(Duration::from_millis(300));
         let before = LIVE.load(Ordering::Relaxed);
         let open: Vec<_> = (0..IDLE).map(|_| open(addr)).collect();
-        std::thread::sleep(Duration::from_millis(300));
+        std::thread::sleep(settle);
         let grew = LIVE.load(Ordering::Relaxed) - before;
         drop(open);
         grew
@@ -68,20 +75,25 @@ async fn held_per_connection(http1: Http1Server, open: fn(SocketAddr) -> TcpStre
 
 /// The heap the gateway holds per idle client connection, each left after
 /// one request through it (one at a time, so one pooled upstream
-/// connection serves them all).
+/// connection serves them all), none parked.
 async fn held_per_idle_connection(http1: Http1Server) -> isize {
-    held_per_connection(http1, one_request).await
+    held_per_connection(http1, one_request, None, Duration::from_millis(300)).await
 }
 
 /// The heap the gateway holds per client connection that sent the first
 /// bytes of a head and stalled (a slowloris, held until the header read
 /// timeout), each after one request through it.
 async fn held_per_stalled_head(http1: Http1Server) -> isize {
-    held_per_connection(http1, |addr| {
-        let mut s = one_request(addr);
-        s.write_all(b"GET /d/x HTTP/1.1\r\nHost: t\r\nX-Stalled: aaaaaaaa").unwrap();
-        s
-    })
+    held_per_connection(
+        http1,
+        |addr| {
+            let mut s = one_request(addr);
+            s.write_all(b"GET /d/x HTTP/1.1\r\nHost: t\r\nX-Stalled: aaaaaaaa").unwrap();
+            s
+        },
+        None,
+        Duration::from_millis(300),
+    )
     .await
 }
 
@@ -109,6 +121,20 @@ async fn an_idle_own_http1_connection_holds_little() {
     let held = held_per_idle_connection(Http1Server::Gateway).await;
     eprintln!("own HTTP/1.1: {held} bytes per idle connection");
     assert!(held <= 2048, "an idle own HTTP/1.1 connection holds {held} bytes");
+}
+
+/// Idle for `server.park_after`, the own connection parks: it gives its
+/// task up (the task's cell, the watchdog's timer) and keeps its socket,
+/// its state and a small cell its socket wakes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_connection_holds_less_than_its_task() {
+    let _one = SERIAL.lock().await;
+    let waiting = held_per_idle_connection(Http1Server::Gateway).await;
+    // Past 100 ms, and the listener's next look.
+    let park = Some(Duration::from_millis(100));
+    let parked = held_per_connection(Http1Server::Gateway, one_request, park, Duration::from_millis(600)).await;
+    eprintln!("own HTTP/1.1: {waiting} bytes per idle connection in its task, {parked} parked");
+    assert!(parked <= 1280 && parked + 512 <= waiting, "parked: {parked} bytes per connection, waiting: {waiting}");
 }
 
 /// The figure above is the connection's, not the test's: hyper's

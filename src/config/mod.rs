@@ -149,6 +149,9 @@ pub struct ServerConfig {
     /// A client that accepts no bytes of a response for this long has its
     /// connection closed.
     pub send_timeout: Duration,
+    /// An idle plain-TCP HTTP/1.1 connection (the gateway's own) gives its
+    /// task up after this long with no request; `None` ("0s") never.
+    pub park_after: Option<Duration>,
     /// TCP keepalive idle time on accepted sockets; `None` leaves it off.
     pub tcp_keepalive: Option<Duration>,
     /// How long in-flight requests may run on after SIGTERM/SIGINT.
@@ -390,6 +393,7 @@ const DEFAULTS: &[(&str, &str)] = &[
     ("server.header_read_timeout", "10s"),
     ("server.idle_timeout", "60s"),
     ("server.send_timeout", "60s"),
+    ("server.park_after", "100ms"),
     ("server.tcp_keepalive", "60s"),
     ("server.shutdown_timeout", "30s"),
     ("server.shutdown_delay", "0s"),

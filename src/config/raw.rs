@@ -32,6 +32,7 @@ pub(super) struct RawServer {
     pub header_read_timeout: String,
     pub idle_timeout: String,
     pub send_timeout: String,
+    pub park_after: String,
     pub tcp_keepalive: String,
     pub shutdown_timeout: String,
     pub shutdown_delay: String,

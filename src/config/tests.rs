@@ -160,6 +160,7 @@ fn defaults_apply() {
     assert_eq!(p.body_timeout, DEFAULT_BODY_TIMEOUT);
     assert_eq!(c.server.idle_timeout, Duration::from_secs(60));
     assert_eq!(c.server.send_timeout, Duration::from_secs(60));
+    assert_eq!(c.server.park_after, Some(Duration::from_millis(100)));
     assert_eq!(c.server.tcp_keepalive, Some(Duration::from_secs(60)));
     assert_eq!(c.server.shutdown_delay, Duration::ZERO);
     assert!(c.server.merge_slashes && !c.server.reject_encoded_slash);

@@ -12,7 +12,7 @@ use tokio_rustls::TlsAcceptor;
 
 use super::conn::{ConnState, Timeouts, Watchdog};
 use super::io::ClientIo;
-use super::{Builders, Connection, Kind, Own, Stops, h1, h2, secure_connection, serve_connection, sniff};
+use super::{Builders, Connection, Held, Kind, Own, Stops, h1, h2, secure_connection, serve_connection, sniff};
 use crate::metrics;
 use crate::request::Peer;
 use crate::server::App;
@@ -65,11 +65,12 @@ fn serve_accepted(
     mut c: Connection,
     io: ClientIo,
     tls: Option<TlsAcceptor>,
-    held: (OwnedSemaphorePermit, Option<metrics::ConnectionGuard>),
+    held: Held,
 ) -> impl Future<Output = ()> + Send {
     async move {
-        // Held, not used: let go when the connection ends.
-        let _ = &held;
+        // Held, not used: let go when the connection ends (or handed to it
+        // when it parks).
+        let mut held = Some(held);
         let addr = c.addr;
         let Some(acceptor) = tls else {
             // Within the header read timeout, which runs from accept.
@@ -87,7 +88,7 @@ fn serve_accepted(
             match c.served_by(http) {
                 // Not boxed, and borrowing the connection: this future is what
                 // an idle own HTTP/1.1 connection's task holds (see `h1`).
-                Own::Http1 => return h1::serve(h1::ClientStream::Plain(io), &mut c).await,
+                Own::Http1 => return h1::serve(h1::ClientStream::Plain(io), &mut c, &mut held).await,
                 // Boxed: every connection's task would reserve their space.
                 Own::Http2 => return Box::pin(h2::serve(io, c)).await,
                 Own::No => return Box::pin(serve_connection(io, c, http)).await,

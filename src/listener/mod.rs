@@ -87,6 +87,8 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, kind: Kind, stop: Cance
     let limit = Arc::new(Semaphore::new(max_connections));
     let tracker = TaskTracker::new();
     let kill = CancellationToken::new();
+    let parking = Arc::new(h1::Parking::new(tracker.clone(), server.park_after));
+    tokio::spawn(parking.clone().run(stop.clone()));
     let mut waits = LimitWarning::default();
     // Set when the cap was reached, until the backlog is found empty: every
     // connection accepted at once meanwhile was waiting in it.
@@ -118,7 +120,7 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, kind: Kind, stop: Cance
             },
         };
         configure(&stream, tcp_keepalive);
-        let stops = Stops { graceful: stop.clone(), now: kill.clone() };
+        let stops = Stops { graceful: stop.clone(), now: kill.clone(), parking: parking.clone() };
         // Per connection: a reload may have replaced the certificate.
         let tls = match kind {
             Kind::Main => app.tls_config().map(TlsAcceptor::from),
@@ -153,7 +155,14 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, kind: Kind, stop: Cance
 struct Stops {
     graceful: CancellationToken,
     now: CancellationToken,
+    /// Where idle own HTTP/1.1 connections park (and are closed at the
+    /// start of a shutdown).
+    parking: Arc<h1::Parking>,
 }
+
+/// What a connection holds until it ends: its slot under the listener's
+/// cap and its count in the metrics.
+type Held = (tokio::sync::OwnedSemaphorePermit, Option<metrics::ConnectionGuard>);
 
 /// Rate-limits the warning for connections that waited for a slot.
 #[derive(Default)]
@@ -293,7 +302,8 @@ async fn secure_connection(acceptor: TlsAcceptor, io: ClientIo, mut c: Connectio
         _ => Http::Auto,
     };
     match c.served_by(http) {
-        Own::Http1 => h1::serve(h1::ClientStream::Tls(Box::new(secured)), &mut c).await,
+        // Not parked: its slot is held by the task that runs this.
+        Own::Http1 => h1::serve(h1::ClientStream::Tls(Box::new(secured)), &mut c, &mut None).await,
         Own::Http2 => h2::serve(secured, c).await,
         Own::No => serve_connection(secured, c, http).await,
     }

@@ -24,6 +24,10 @@ fn describe_requests() {
     );
     describe_gauge!(ROUTE_TIMEOUT, metrics::Unit::Seconds, "The configured timeout of each proxy route.");
     describe_gauge!(CONNECTIONS_ACTIVE, "Client connections open now.");
+    describe_gauge!(
+        CONNECTIONS_PARKED,
+        "Idle client connections open now without a task of their own (parked until their next request)."
+    );
     describe_counter!(CONNECTIONS_TOTAL, "Client connections accepted.");
     describe_counter!(
         REJECTED,

@@ -32,6 +32,7 @@ pub const UPSTREAM_RETRIES: &str = "gateway_upstream_retries_total";
 pub const REJECTED: &str = "gateway_rejected_total";
 pub const RUNTIME_ALIVE_TASKS: &str = "gateway_runtime_alive_tasks";
 pub const CONNECTIONS_ACTIVE: &str = "gateway_connections_active";
+pub const CONNECTIONS_PARKED: &str = "gateway_connections_parked";
 pub const CONNECTIONS_TOTAL: &str = "gateway_connections_total";
 pub const UPSTREAM_IN_FLIGHT: &str = "gateway_upstream_requests_in_flight";
 pub const UPSTREAM_QUEUE_DEPTH: &str = "gateway_upstream_queue_depth";
@@ -336,6 +337,12 @@ pub fn connection_opened() -> ConnectionGuard {
     counter!(CONNECTIONS_TOTAL).increment(1);
     gauge!(CONNECTIONS_ACTIVE).increment(1.0);
     ConnectionGuard
+}
+
+/// `gateway_connections_parked`, the handle kept by a listener: a park and
+/// a wake do not look the series up again.
+pub fn parked_connections() -> Gauge {
+    gauge!(CONNECTIONS_PARKED)
 }
 
 /// Decrements `gateway_connections_active` on drop.

@@ -104,6 +104,7 @@ fn server(s: &RawServer, base_dir: &Path) -> Result<ServerConfig, Problem> {
         header_read_timeout: positive_duration("server.header_read_timeout", &s.header_read_timeout)?,
         idle_timeout: positive_duration("server.idle_timeout", &s.idle_timeout)?,
         send_timeout: positive_duration("server.send_timeout", &s.send_timeout)?,
+        park_after: Some(parse_duration("server.park_after", &s.park_after)?).filter(|d| !d.is_zero()),
         tcp_keepalive: Some(parse_duration("server.tcp_keepalive", &s.tcp_keepalive)?).filter(|d| !d.is_zero()),
         shutdown_timeout: parse_duration("server.shutdown_timeout", &s.shutdown_timeout)?,
         shutdown_delay: parse_duration("server.shutdown_delay", &s.shutdown_delay)?,

@@ -19,7 +19,8 @@
 //! response with them; `slot` keeps the boxes the app's futures run in;
 //! this file runs one exchange after the other, and `guard` runs them
 //! beside the connection's watchdog and shutdown signals, as hyper's
-//! connection runs in `listener`.
+//! connection runs in `listener`; `park` lets a connection idle for a
+//! while give its task up until its next request.
 //!
 //! Where it decides differently from hyper's server connection:
 //! - A TLS connection without ALPN goes to hyper-util's `auto` connection
@@ -41,6 +42,7 @@
 mod encode;
 mod guard;
 mod head;
+mod park;
 mod replay;
 mod respond;
 mod slot;
@@ -57,7 +59,7 @@ use http::{Method, Request, Response, Version};
 use tokio::io::AsyncWrite;
 
 use super::conn::{ConnBody, ConnState};
-use super::{Connection, Kind};
+use super::{Connection, Held, Kind};
 use crate::body::Incoming;
 use crate::metrics;
 use crate::request::Interims;
@@ -69,6 +71,7 @@ pub(super) use encode::with_date;
 use encode::{Asked, BodyLength};
 use guard::{Flags, Signals, guard, switch};
 use head::{Framing, Head, Refused};
+pub(super) use park::Parking;
 pub use replay::replay;
 pub use wire::ClientStream;
 use wire::{Shared, WireBody};
@@ -92,6 +95,8 @@ enum Stop {
     Close,
     /// Cut it at once (a timeout, the shutdown timeout).
     Cut,
+    /// Idle long enough to give the task up (see [`park`]).
+    Park,
 }
 
 /// One client connection served by the gateway's own HTTP/1.1 code: its
@@ -106,6 +111,9 @@ struct Own<'a> {
     /// The bytes a request head may take.
     max_head: usize,
     flags: &'a Flags,
+    /// Whether an idle wait may end in a park: a plain-TCP connection
+    /// whose task holds its slot, while no shutdown has begun.
+    parks: bool,
 }
 
 /// How the exchanges on a connection ended.
@@ -117,10 +125,27 @@ enum Ended {
     Switch(Box<Tunnel>),
 }
 
-/// Serves requests on `io` until the connection closes, then runs its
-/// tunnel if it switched protocols.
-pub(super) fn serve(io: ClientStream, c: &mut Connection) -> impl Future<Output = ()> + Send + '_ {
-    serve_wire(Shared::new(io), c)
+/// Serves requests on `io` until the connection closes (then runs its
+/// tunnel if it switched protocols) or parks, taking `held` with it.
+pub(super) fn serve<'a>(
+    io: ClientStream,
+    c: &'a mut Connection,
+    held: &'a mut Option<Held>,
+) -> impl Future<Output = ()> + Send + 'a {
+    let wire = Shared::new(io);
+    if may_park(&wire, c, held) {
+        c.stops.parking.watch(&c.state);
+    }
+    serve_wire(wire, c, held)
+}
+
+/// Whether the connection may park when idle: a plain-TCP one on the main
+/// listener whose task holds its slot (see [`park`]).
+fn may_park(wire: &Shared, c: &Connection, held: &Option<Held>) -> bool {
+    held.is_some()
+        && c.kind == Kind::Main
+        && c.stops.parking.parks()
+        && matches!(wire.lock().io, ClientStream::Plain(_))
 }
 
 /// [`serve`]'s future, which an idle connection's task holds: between
@@ -128,16 +153,28 @@ pub(super) fn serve(io: ClientStream, c: &mut Connection) -> impl Future<Output 
 /// the future that reads the head and runs the exchange (boxed, and
 /// dropped when the connection is idle again), so that an idle connection
 /// keeps no room for a request's state.
-async fn serve_wire(wire: Shared, c: &mut Connection) {
-    let Connection { addr, app, kind, stops, state, watchdog, .. } = c;
+async fn serve_wire(wire: Shared, c: &mut Connection, held: &mut Option<Held>) {
+    let parks = may_park(&wire, c, held);
+    let Connection { builders, addr, app, kind, stops, state, watchdog } = c;
     let flags = Flags::default();
     let stop = pin!(stops.graceful.cancelled());
     let mut signals = Signals { watchdog, stops, stop, flags: &flags, addr };
     let max_head = app.config().server.max_header_size as usize;
-    let mut own = Own { wire: &wire, app, kind: *kind, state, addr, max_head, flags: &flags };
+    let mut own = Own { wire: &wire, app, kind: *kind, state, addr, max_head, flags: &flags, parks };
     let ended = loop {
-        match guard(pin!(own.idle()), &mut signals).await {
+        let idled = guard(pin!(own.idle()), &mut signals).await;
+        match idled {
             Ok(Ok(())) => {}
+            Ok(Err(Stop::Park)) => {
+                if park::park(&own, builders, signals.stops, held) {
+                    return;
+                }
+                // Readable already, or shutting down (then none parks
+                // from here on): back to the idle wait, which reads what
+                // came or, shutting down, closes.
+                own.parks = !signals.stops.graceful.is_cancelled();
+                continue;
+            }
             Ok(Err(stop)) | Err(stop) => break Err(stop),
         }
         let mut busy = Box::pin(own.busy());
@@ -147,6 +184,7 @@ async fn serve_wire(wire: Shared, c: &mut Connection) {
             Err(stop) => break Err(stop),
         }
     };
+    own.state.set_idle(false);
     let ended = match ended {
         Ok(ended) => ended,
         // Cut inside an exchange whose answer switched protocols: the
@@ -165,7 +203,8 @@ async fn serve_wire(wire: Shared, c: &mut Connection) {
             let shut = std::future::poll_fn(|cx| std::pin::Pin::new(&mut wire.lock().io).poll_shutdown(cx));
             let _ = guard(pin!(shut), &mut signals).await;
         }
-        Ended::Stop(Stop::Cut) => {}
+        // (A park comes only out of an idle wait, handled above.)
+        Ended::Stop(Stop::Cut | Stop::Park) => {}
     }
 }
 
@@ -179,14 +218,25 @@ impl Own<'_> {
         if !self.wire.lock().rx.is_empty() {
             return Ok(());
         }
-        let wire = self.wire;
-        let read = std::future::poll_fn(|cx| wire.lock().poll_fill(cx));
+        let (wire, state, parks) = (self.wire, self.state, self.parks);
+        // `None`: asked to park (looked at only once the read waits).
+        let read = std::future::poll_fn(|cx| match wire.lock().poll_fill(cx) {
+            Poll::Pending if parks && state.asked_to_park(cx) => Poll::Ready(None),
+            polled => polled.map(Some),
+        });
         self.flags.idle.store(true, Relaxed);
+        if parks {
+            state.set_idle(true);
+        }
         let read = read.await;
+        if parks {
+            state.set_idle(false);
+        }
         self.flags.idle.store(false, Relaxed);
         match read {
-            Ok(0) | Err(_) => Err(Stop::Close),
-            Ok(_) => Ok(()),
+            None => Err(Stop::Park),
+            Some(Ok(0) | Err(_)) => Err(Stop::Close),
+            Some(Ok(_)) => Ok(()),
         }
     }
 

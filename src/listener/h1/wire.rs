@@ -150,6 +150,12 @@ impl Wire {
         true
     }
 
+    /// Forgets the task that last watched for the body's end (one that
+    /// ended: an idle connection parks).
+    pub fn forget_watcher(&mut self) {
+        self.watcher = None;
+    }
+
     /// Reads more bytes into `rx` (see [`poll_fill`]), noting the end.
     pub fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
         let n = ready!(crate::net::poll_fill::<READ, _>(&mut self.io, &mut self.rx, cx))?;

@@ -20,21 +20,24 @@
 //! its body may still be draining through flow control, so an HTTP/2
 //! connection counts as idle only from its last write.
 
-use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures_util::task::AtomicWaker;
 use http_body::{Frame, SizeHint};
-use tokio::time::{Instant, Sleep};
+use tokio::time::Instant;
 
 use crate::access::AccessLine;
 use crate::body::{Body, BoxError};
 use crate::request::Peer;
 use crate::upstream::tunnel::Tunnel;
+pub use watchdog::Watchdog;
+
+mod watchdog;
 
 /// The timeouts a connection's watchdog enforces.
 #[derive(Debug, Clone, Copy)]
@@ -97,7 +100,18 @@ pub struct ConnState {
     /// The tunnel a `101` response opened, run once hyper hands the
     /// connection over. (Boxed: rare, and every connection holds the cell.)
     tunnel: Mutex<Option<Box<Tunnel>>>,
+    /// An own HTTP/1.1 connection that may park (see `h1::park`): whether
+    /// it waits for its next request with nothing of it read (`IDLE`), and
+    /// whether its listener asked it to park (`PARK`).
+    park: AtomicU8,
+    /// Its task, while it waits so, for the listener to wake.
+    park_waker: AtomicWaker,
 }
+
+/// [`ConnState::park`]'s states.
+const BUSY: u8 = 0;
+const IDLE: u8 = 1;
+const PARK: u8 = 2;
 
 impl ConnState {
     pub fn new(peer: Peer, timeouts: Timeouts) -> Self {
@@ -117,6 +131,8 @@ impl ConnState {
             http2: AtomicBool::new(false),
             large_response: AtomicBool::new(false),
             tunnel: Mutex::new(None),
+            park: AtomicU8::new(BUSY),
+            park_waker: AtomicWaker::new(),
         }
     }
 
@@ -198,6 +214,49 @@ impl ConnState {
     /// arriving now.
     pub(super) fn head_waiting(&self) {
         self.read_bytes();
+    }
+
+    /// The connection waits for its next request with nothing of it read
+    /// (`true`, and it may park), or no longer.
+    pub(super) fn set_idle(&self, idle: bool) {
+        self.park.store(if idle { IDLE } else { BUSY }, Relaxed);
+    }
+
+    /// Whether the listener asked the idle connection to park; if not, the
+    /// task polling is woken when it does.
+    pub(super) fn asked_to_park(&self, cx: &Context<'_>) -> bool {
+        self.park_waker.register(cx.waker());
+        self.park.load(Relaxed) == PARK
+    }
+
+    /// Asks the connection to park if it has been idle for `after` at
+    /// `now`; returns whether it did.
+    pub(super) fn ask_to_park(&self, now: Instant, after: Duration) -> bool {
+        // Busy and parked connections, most of them, are passed over first.
+        if self.park.load(Relaxed) != IDLE || self.in_flight.load(Relaxed) != 0 {
+            return false;
+        }
+        let idle_for = (now.saturating_duration_since(self.accepted).as_millis() as u64 + 1)
+            .saturating_sub(self.idle_since.load(Relaxed));
+        if idle_for < after.as_millis() as u64 {
+            return false;
+        }
+        if self.park.compare_exchange(IDLE, PARK, Relaxed, Relaxed).is_err() {
+            return false;
+        }
+        self.park_waker.wake();
+        true
+    }
+
+    /// Forgets the task that waited (it ends: the connection parks).
+    pub(super) fn forget_park_waker(&self) {
+        drop(self.park_waker.take());
+    }
+
+    /// Idle (no request in flight) for the idle timeout.
+    pub(super) fn idle_expired(&self) -> bool {
+        let idle = self.timeouts.idle.as_millis() as u64;
+        self.in_flight.load(Relaxed) == 0 && self.idle_since.load(Relaxed) + idle <= self.now()
     }
 
     /// A write to the client could not proceed.
@@ -339,126 +398,5 @@ impl http_body::Body for ConnBody {
     }
 }
 
-/// Resolves when the connection has been waiting too long for what it is
-/// waiting for. Polled after the connection in the same task, so it sees
-/// the state the connection just left behind.
-pub struct Watchdog {
-    state: Arc<ConnState>,
-    sleep: Pin<Box<Sleep>>,
-    /// The deadline `sleep` is set to, in the state's milliseconds.
-    armed: u64,
-    /// Set once a graceful shutdown started: when, and how long it may take
-    /// once no request is in flight any more.
-    grace: Option<(u64, u64)>,
-    /// A busy HTTP/2 connection is looked at now and then: its streams run
-    /// in other tasks, whose changes need not wake this one.
-    rechecking: bool,
-}
-
-impl Watchdog {
-    pub fn new(state: Arc<ConnState>) -> Self {
-        let armed = 1 + state.timeouts.header_read.as_millis() as u64;
-        let sleep = Box::pin(tokio::time::sleep_until(state.at(armed)));
-        Watchdog { state, sleep, armed, grace: None, rechecking: false }
-    }
-
-    /// The timeouts it enforces.
-    pub fn timeouts(&self) -> Timeouts {
-        self.state.timeouts
-    }
-
-    /// A graceful shutdown has begun. Requests still in flight, and any that
-    /// the client started before it learnt of the shutdown, are served; once
-    /// none is left, the connection gets `grace` to close before it is cut.
-    pub fn closing(&mut self, grace: Duration) {
-        if self.grace.is_none() {
-            self.grace = Some((self.state.now(), grace.as_millis() as u64));
-        }
-    }
-
-    /// The next deadline and what expires then, given the closing state.
-    fn next(&self) -> Option<(u64, Expired)> {
-        let next = self.state.next_deadline(&self.state.timeouts);
-        let Some((started, grace)) = self.grace else {
-            return next;
-        };
-        // Once closing, the idle and header deadlines have done their part;
-        // a stalled send still ends it, and so does the grace once idle.
-        let send = next.filter(|(_, why)| *why == Expired::SendTimeout);
-        if self.state.in_flight.load(Relaxed) > 0 {
-            return send;
-        }
-        let over = started.max(self.state.idle_since.load(Relaxed)) + grace;
-        match send {
-            Some((at, why)) if at < over => Some((at, why)),
-            _ => Some((over, Expired::GraceOver)),
-        }
-    }
-
-    /// How often a busy HTTP/2 connection is looked at: a stalled stream is
-    /// noticed within a quarter of the send timeout of its deadline.
-    fn recheck_every(&self) -> u64 {
-        (self.state.timeouts.send.min(self.state.timeouts.idle).as_millis() as u64 / 4).max(1)
-    }
-
-    fn arm(&mut self, at: u64) {
-        self.armed = at;
-        self.sleep.as_mut().reset(self.state.at(at));
-    }
-}
-
-impl Future for Watchdog {
-    type Output = Expired;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Expired> {
-        let this = self.get_mut();
-        loop {
-            let next = this.next();
-            let http2 = this.state.http2.load(Relaxed);
-            if next.is_some() {
-                this.rechecking = false;
-            } else if !this.rechecking && http2 {
-                this.rechecking = true;
-                let at = this.state.now() + this.recheck_every();
-                if at < this.armed {
-                    this.arm(at);
-                }
-            }
-            // Re-arm only when the deadline moved earlier: one that moved
-            // later (the usual case, as requests come and go) is caught when
-            // the timer fires early and the loop looks again. That keeps the
-            // clock and the timer wheel off the per-request path.
-            if let Some((at, why)) = next
-                && at < this.armed
-            {
-                if at <= this.state.now() {
-                    return Poll::Ready(why);
-                }
-                this.arm(at);
-            }
-            if this.sleep.as_mut().poll(cx).is_pending() {
-                return Poll::Pending;
-            }
-            // The timer fired: expire, or look again later.
-            let now = this.state.now();
-            match next {
-                Some((at, why)) if at <= now => return Poll::Ready(why),
-                Some((at, _)) => this.arm(at),
-                None if http2 => {
-                    // Busy HTTP/2: is a stream waiting on a full window?
-                    let send = this.state.timeouts.send.as_millis() as u64;
-                    match this.state.oldest_waiting() {
-                        Some(since) if since + send <= now => return Poll::Ready(Expired::SendTimeout),
-                        Some(since) => this.arm((since + send).min(now + this.recheck_every())),
-                        None => this.arm(now + this.recheck_every()),
-                    }
-                }
-                None => this.arm(now + this.recheck_every()),
-            }
-        }
-    }
-}
-
 #[cfg(test)]
-#[path = "conn_tests.rs"]
 mod tests;

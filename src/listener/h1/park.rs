@@ -1,0 +1,265 @@
+//! Idle connections without a task: a plain-TCP connection that has waited
+//! for its next request for a while gives its task up, and what it keeps is
+//! its socket, its state and a small cell the socket's readiness wakes.
+//!
+//! Why: a task is the largest thing an idle connection holds (its cell,
+//! with room for the busiest state of its future, and the watchdog's timer
+//! beside it); nginx keeps a connection structure and its events. tokio
+//! serves a socket from a task, so the cell here is the waker the socket's
+//! read readiness calls: bytes (or the end) spawn the connection's task
+//! again, where it left off. The idle timeout and a shutdown reach parked
+//! connections through their listener's [`Parking`], which looks at them
+//! now and then. (tokio has no way to wait for many sockets from one task
+//! without a future per socket; the waker is that, at its smallest.)
+//!
+//! A connection parks only once it has been idle for `server.park_after`:
+//! a busy keep-alive connection keeps its task, and pays no spawn and no
+//! timer per request. The listener's [`Parking`] looks at its connections
+//! every half of that and asks those idle so long to park (their tasks
+//! wake, and end). TLS connections keep their tasks (rustls may hold bytes
+//! to write).
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, Weak};
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::Duration;
+
+use tokio::runtime::Handle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tokio_util::task::task_tracker::TaskTrackerToken;
+
+use super::Own;
+use super::wire::{ClientStream, Shared};
+use crate::listener::builders::Builders;
+use crate::listener::conn::{ConnState, Watchdog};
+use crate::listener::{Connection, Held, Kind, Stops};
+use crate::server::App;
+
+/// A listener's parked connections: what spawns them again and what closes
+/// them when their idle timeout passes or the listener shuts down.
+pub struct Parking {
+    handle: Handle,
+    /// `gateway_connections_parked`.
+    parked: metrics::Gauge,
+    tracker: TaskTracker,
+    /// How long a connection waits in its task before it is asked to park
+    /// (`server.park_after`); `None`: never.
+    after: Option<Duration>,
+    list: Mutex<List>,
+}
+
+#[derive(Default)]
+struct List {
+    /// The connections that may park (and those since ended, dropped at
+    /// the next look).
+    conns: Vec<Weak<ConnState>>,
+    /// Each parked connection's cell (and cells since woken, dropped at the
+    /// next look).
+    cells: Vec<Weak<Cell>>,
+    /// Shutting down: no more connections park.
+    closed: bool,
+}
+
+/// A parked connection: its task's state, less the task.
+struct Parked {
+    wire: Shared,
+    builders: Arc<Builders>,
+    addr: SocketAddr,
+    app: Arc<App>,
+    kind: Kind,
+    stops: Stops,
+    state: Arc<ConnState>,
+    held: Held,
+    /// Keeps the listener's drain waiting for the connection.
+    token: TaskTrackerToken,
+}
+
+/// The waker a parked connection's socket holds: its first wake takes the
+/// connection out and spawns its task.
+struct Cell(Mutex<Option<Parked>>);
+
+impl Cell {
+    fn take(&self) -> Option<Parked> {
+        self.0.lock().expect("parked lock").take()
+    }
+}
+
+impl Drop for Cell {
+    fn drop(&mut self) {
+        // Dropped unwoken (the runtime going away): the connection closes.
+        if let Ok(Some(parked)) = self.0.get_mut() {
+            parked.stops.parking.parked.decrement(1.0);
+        }
+    }
+}
+
+impl Wake for Cell {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        if let Some(parked) = self.take() {
+            parked.resume();
+        }
+    }
+}
+
+impl Parking {
+    /// For a listener whose connections `tracker` tracks; made inside the
+    /// runtime that serves them.
+    pub fn new(tracker: TaskTracker, after: Option<Duration>) -> Parking {
+        let parked = crate::metrics::parked_connections();
+        Parking { handle: Handle::current(), parked, tracker, after, list: Mutex::new(List::default()) }
+    }
+
+    /// Whether its connections park at all.
+    pub fn parks(&self) -> bool {
+        self.after.is_some()
+    }
+
+    /// A new connection that may park.
+    pub fn watch(&self, state: &Arc<ConnState>) {
+        self.list.lock().expect("parking lock").conns.push(Arc::downgrade(state));
+    }
+
+    /// Every half of `park_after` (at least 10 ms, at most a second): asks
+    /// the connections idle that long to park, and closes parked ones whose
+    /// idle timeout has passed (they are late by at most that), until
+    /// `stop`; then closes them all and lets no more park.
+    pub async fn run(self: Arc<Self>, stop: CancellationToken) {
+        let Some(after) = self.after else { return };
+        let every = (after / 2).clamp(Duration::from_millis(10), Duration::from_secs(1));
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(every) => {}
+                _ = stop.cancelled() => break,
+            }
+            self.sweep(false);
+        }
+        self.sweep(true);
+    }
+
+    /// Asks idle connections to park, drops what ended or woke, and closes
+    /// the parked connections whose idle timeout has passed (all of them,
+    /// `closing`).
+    fn sweep(&self, closing: bool) {
+        let mut expired = Vec::new();
+        let now = tokio::time::Instant::now();
+        {
+            let mut list = self.list.lock().expect("parking lock");
+            list.closed |= closing;
+            list.conns.retain(|state| match state.upgrade() {
+                Some(state) => {
+                    if let (false, Some(after)) = (closing, self.after) {
+                        state.ask_to_park(now, after);
+                    }
+                    true
+                }
+                None => false,
+            });
+            list.cells.retain(|cell| {
+                let Some(cell) = cell.upgrade() else { return false };
+                let mut slot = cell.0.lock().expect("parked lock");
+                match &*slot {
+                    Some(p) if closing || p.state.idle_expired() => {
+                        expired.extend(slot.take());
+                        false
+                    }
+                    Some(_) => true,
+                    None => false,
+                }
+            });
+        }
+        // Dropped here, outside the locks: an idle connection closes
+        // quietly (a FIN), as its task would close it.
+        self.parked.decrement(expired.len() as f64);
+        drop(expired);
+    }
+}
+
+/// Parks `own`'s connection, taking its slot (`true`: its task may end),
+/// or leaves it to its task: its socket is readable already, or the
+/// listener is shutting down.
+pub(super) fn park(own: &Own<'_>, builders: &Arc<Builders>, stops: &Stops, held: &mut Option<Held>) -> bool {
+    let Some(slot) = held.take() else { return false };
+    let parked = Parked {
+        wire: own.wire.clone(),
+        builders: builders.clone(),
+        addr: *own.addr,
+        app: own.app.clone(),
+        kind: own.kind,
+        stops: stops.clone(),
+        state: own.state.clone(),
+        held: slot,
+        token: stops.parking.tracker.token(),
+    };
+    match parked.park() {
+        None => true,
+        Some(parked) => {
+            *held = Some(parked.held);
+            false
+        }
+    }
+}
+
+impl Parked {
+    /// Parks the connection until its socket is readable; gives it back if
+    /// it is already (or the listener is shutting down).
+    fn park(self) -> Option<Parked> {
+        let parking = self.stops.parking.clone();
+        // The task's wakers left behind would keep its memory.
+        if let Some(interims) = self.state.peer.own_h1.get() {
+            interims.forget_waiter();
+        }
+        self.state.forget_park_waker();
+        let cell = Arc::new(Cell(Mutex::new(None)));
+        let waker = Waker::from(cell.clone());
+        {
+            // Filled before the waker can run: a wake waits for this lock.
+            let mut slot = cell.0.lock().expect("parked lock");
+            let mut wire = self.wire.lock();
+            wire.forget_watcher();
+            let ready = match &wire.io {
+                ClientStream::Plain(io) => io.stream().poll_read_ready(&mut Context::from_waker(&waker)),
+                ClientStream::Tls(_) => Poll::Ready(Ok(())),
+            };
+            drop(wire);
+            if ready.is_ready() {
+                return Some(self);
+            }
+            parking.parked.increment(1.0);
+            *slot = Some(self);
+        }
+        let mut list = parking.list.lock().expect("parking lock");
+        if list.closed {
+            drop(list);
+            // Unless a wake took it meanwhile.
+            return match cell.take() {
+                Some(parked) => {
+                    parking.parked.decrement(1.0);
+                    Some(parked)
+                }
+                None => None,
+            };
+        }
+        list.cells.push(Arc::downgrade(&cell));
+        None
+    }
+
+    /// Spawns the connection's task again, where it left off.
+    fn resume(self) {
+        let parking = self.stops.parking.clone();
+        parking.parked.decrement(1.0);
+        parking.handle.spawn(parking.tracker.track_future(self.serve()));
+    }
+
+    async fn serve(self) {
+        let Parked { wire, builders, addr, app, kind, stops, state, held, token } = self;
+        drop(token);
+        let watchdog = Watchdog::new(state.clone());
+        let mut c = Connection { builders, addr, app, kind, stops, state, watchdog };
+        super::serve_wire(wire, &mut c, &mut Some(held)).await;
+    }
+}

@@ -1,0 +1,119 @@
+//! An own HTTP/1.1 connection idle for `server.park_after` parks: it gives
+//! its task up and keeps its socket, its state and the small cell its
+//! socket's readiness wakes (`gateway_connections_parked` counts them).
+//! Parked, it still serves its next request, closes at its idle timeout
+//! and at a shutdown.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{TestGateway, closed_within, counting_upstream, metrics_text, proxy_toml, read_responses, sample};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+/// The tests read one process-wide gauge: one at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+const GET: &[u8] = b"GET /p HTTP/1.1\r\nHost: x\r\n\r\n";
+
+async fn parked(gw: &TestGateway) -> f64 {
+    sample(&metrics_text(gw.addr).await, "gateway_connections_parked", &[]).unwrap_or(0.0)
+}
+
+async fn served(s: &mut TcpStream) {
+    s.write_all(GET).await.unwrap();
+    let (head, _) = read_responses(s, &[false]).await.remove(0);
+    assert!(head.starts_with("HTTP/1.1 200"), "{head:?}");
+}
+
+/// A gateway whose connections park after 300 ms (the listener looks every
+/// 150 ms).
+async fn gateway(idle: &str) -> TestGateway {
+    let (up, _) = counting_upstream().await;
+    let server = format!("idle_timeout = \"{idle}\"\npark_after = \"300ms\"");
+    let gw = TestGateway::from_toml(&proxy_toml(up.addr, "p", "", &server)).await;
+    // The upstream lives as long as the process: the gateway's pool holds it.
+    std::mem::forget(up);
+    gw
+}
+
+#[tokio::test]
+async fn a_parked_connection_serves_its_next_requests() {
+    let _one = SERIAL.lock().await;
+    let gw = gateway("10s").await;
+    let base = parked(&gw).await;
+    let mut s = TcpStream::connect(gw.addr).await.unwrap();
+    for round in 0..3 {
+        served(&mut s).await;
+        assert_eq!(parked(&gw).await - base, 0.0, "round {round}: parked while just served");
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        assert_eq!(parked(&gw).await - base, 1.0, "round {round}: not parked after 600 ms idle");
+    }
+    // Its next request wakes it, and a request split across the wake is
+    // whole.
+    s.write_all(b"GET /p HTTP/1.1\r\n").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    s.write_all(b"Host: x\r\n\r\n").await.unwrap();
+    let (head, _) = read_responses(&mut s, &[false]).await.remove(0);
+    assert!(head.starts_with("HTTP/1.1 200"), "{head:?}");
+    assert_eq!(parked(&gw).await - base, 0.0);
+    // A client that closes a parked connection: its end is read, the
+    // connection ends, and the count with it.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(parked(&gw).await - base, 1.0);
+    drop(s);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(parked(&gw).await - base, 0.0);
+}
+
+#[tokio::test]
+async fn a_parked_connection_closes_at_its_idle_timeout() {
+    let _one = SERIAL.lock().await;
+    let gw = gateway("2s").await;
+    let base = parked(&gw).await;
+    let mut s = TcpStream::connect(gw.addr).await.unwrap();
+    served(&mut s).await;
+    let idle_from = std::time::Instant::now();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(parked(&gw).await - base, 1.0, "not parked after 600 ms of a 2 s idle timeout");
+    let took = closed_within(&mut s, Duration::from_secs(5)).await.expect("a parked connection never closed");
+    let idle = idle_from.elapsed();
+    assert!(idle >= Duration::from_millis(1950), "closed after {idle:?} idle ({took:?} after parked)");
+    assert_eq!(parked(&gw).await - base, 0.0);
+}
+
+/// `park_after = "0s"`: none parks.
+#[tokio::test]
+async fn park_after_zero_parks_none() {
+    let _one = SERIAL.lock().await;
+    let (up, _) = counting_upstream().await;
+    let gw = TestGateway::from_toml(&proxy_toml(up.addr, "p", "", "park_after = \"0s\"")).await;
+    let base = parked(&gw).await;
+    let mut s = TcpStream::connect(gw.addr).await.unwrap();
+    served(&mut s).await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(parked(&gw).await - base, 0.0);
+    served(&mut s).await;
+}
+
+#[tokio::test]
+async fn a_shutdown_closes_parked_connections_at_once() {
+    let _one = SERIAL.lock().await;
+    let mut gw = gateway("30s").await;
+    let base = parked(&gw).await;
+    let mut conns = Vec::new();
+    for _ in 0..3 {
+        let mut s = TcpStream::connect(gw.addr).await.unwrap();
+        served(&mut s).await;
+        conns.push(s);
+    }
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(parked(&gw).await - base, 3.0);
+    gw.shutdown();
+    for s in &mut conns {
+        let took = closed_within(s, Duration::from_secs(3)).await.expect("a parked connection outlived the shutdown");
+        assert!(took < Duration::from_secs(2), "closed {took:?} after the shutdown began");
+    }
+    tokio::time::timeout(Duration::from_secs(5), &mut gw.task).await.expect("the gateway waited").unwrap();
+}

@@ -61,7 +61,9 @@ struct List {
     closed: bool,
 }
 
-/// A parked connection: its task's state, less the task.
+/// A parked connection: its task's state, less the task: the fields of
+/// [`Connection`] but the watchdog (whose timer would keep the task), and
+/// its slot.
 struct Parked {
     wire: Shared,
     builders: Arc<Builders>,

@@ -138,7 +138,12 @@ impl ConnState {
 
     /// Milliseconds since the connection was accepted, plus one.
     fn now(&self) -> u64 {
-        self.accepted.elapsed().as_millis() as u64 + 1
+        self.ms_at(Instant::now())
+    }
+
+    /// `at` in the connection's milliseconds (see [`ConnState::now`]).
+    fn ms_at(&self, at: Instant) -> u64 {
+        at.saturating_duration_since(self.accepted).as_millis() as u64 + 1
     }
 
     fn at(&self, ms: u64) -> Instant {
@@ -230,22 +235,16 @@ impl ConnState {
     }
 
     /// Asks the connection to park if it has been idle for `after` at
-    /// `now`; returns whether it did.
-    pub(super) fn ask_to_park(&self, now: Instant, after: Duration) -> bool {
+    /// `now`.
+    pub(super) fn ask_to_park(&self, now: Instant, after: Duration) {
         // Busy and parked connections, most of them, are passed over first.
         if self.park.load(Relaxed) != IDLE || self.in_flight.load(Relaxed) != 0 {
-            return false;
+            return;
         }
-        let idle_for = (now.saturating_duration_since(self.accepted).as_millis() as u64 + 1)
-            .saturating_sub(self.idle_since.load(Relaxed));
-        if idle_for < after.as_millis() as u64 {
-            return false;
+        let idle_for = self.ms_at(now).saturating_sub(self.idle_since.load(Relaxed));
+        if idle_for >= after.as_millis() as u64 && self.park.compare_exchange(IDLE, PARK, Relaxed, Relaxed).is_ok() {
+            self.park_waker.wake();
         }
-        if self.park.compare_exchange(IDLE, PARK, Relaxed, Relaxed).is_err() {
-            return false;
-        }
-        self.park_waker.wake();
-        true
     }
 
     /// Forgets the task that waited (it ends: the connection parks).
@@ -254,9 +253,9 @@ impl ConnState {
     }
 
     /// Idle (no request in flight) for the idle timeout.
-    pub(super) fn idle_expired(&self) -> bool {
+    pub(super) fn idle_expired(&self, now: Instant) -> bool {
         let idle = self.timeouts.idle.as_millis() as u64;
-        self.in_flight.load(Relaxed) == 0 && self.idle_since.load(Relaxed) + idle <= self.now()
+        self.in_flight.load(Relaxed) == 0 && self.idle_since.load(Relaxed) + idle <= self.ms_at(now)
     }
 
     /// A write to the client could not proceed.

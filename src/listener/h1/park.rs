@@ -138,15 +138,15 @@ impl Parking {
                 _ = tokio::time::sleep(every) => {}
                 _ = stop.cancelled() => break,
             }
-            self.sweep(false);
+            self.sweep(after, false);
         }
-        self.sweep(true);
+        self.sweep(after, true);
     }
 
-    /// Asks idle connections to park, drops what ended or woke, and closes
-    /// the parked connections whose idle timeout has passed (all of them,
-    /// `closing`).
-    fn sweep(&self, closing: bool) {
+    /// Asks connections idle for `after` to park, drops what ended or woke,
+    /// and closes the parked connections whose idle timeout has passed (all
+    /// of them, `closing`). The clock is read once for all of them.
+    fn sweep(&self, after: Duration, closing: bool) {
         let mut expired = Vec::new();
         let now = tokio::time::Instant::now();
         {
@@ -154,7 +154,7 @@ impl Parking {
             list.closed |= closing;
             list.conns.retain(|state| match state.upgrade() {
                 Some(state) => {
-                    if let (false, Some(after)) = (closing, self.after) {
+                    if !closing {
                         state.ask_to_park(now, after);
                     }
                     true
@@ -165,7 +165,7 @@ impl Parking {
                 let Some(cell) = cell.upgrade() else { return false };
                 let mut slot = cell.0.lock().expect("parked lock");
                 match &*slot {
-                    Some(p) if closing || p.state.idle_expired() => {
+                    Some(p) if closing || p.state.idle_expired(now) => {
                         expired.extend(slot.take());
                         false
                     }

@@ -5,6 +5,7 @@
 
 use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll, Waker};
 
@@ -33,8 +34,8 @@ pub struct Authenticated;
 /// sent before its answer, as it sent them, for the client connection to
 /// forward (RFC 9110 §15.2: a proxy forwards 1xx it did not ask for). The
 /// gateway's own HTTP/2 connection puts one in each request's extensions;
-/// its own HTTP/1.1 connection keeps one for all its requests
-/// ([`Peer::own_h1`]).
+/// its own HTTP/1.1 connection keeps one for all its requests, made at
+/// the first 1xx ([`Peer::interims`]).
 #[derive(Clone, Default)]
 pub struct Interims(Arc<Mutex<(VecDeque<bytes::Bytes>, Option<Waker>)>>);
 
@@ -77,6 +78,26 @@ impl Interims {
     }
 }
 
+/// Where an upstream's 1xx heads for one request go.
+pub enum InterimSink<'a> {
+    /// The request's own queue (the gateway's own HTTP/2 connection puts
+    /// one in each request's extensions).
+    Request(Interims),
+    /// Its client connection's, made at the first one (see
+    /// [`Peer::interims`]).
+    Connection(&'a OnceLock<Interims>),
+}
+
+impl InterimSink<'_> {
+    /// An interim head arrived from the upstream.
+    pub fn push(&self, head: bytes::Bytes) {
+        match self {
+            InterimSink::Request(queue) => queue.push(head),
+            InterimSink::Connection(queue) => queue.get_or_init(Interims::default).push(head),
+        }
+    }
+}
+
 /// Who is on the other end of a client connection.
 pub struct Peer {
     /// The client's IP (IPv4-mapped IPv6 as plain IPv4).
@@ -94,17 +115,36 @@ pub struct Peer {
     /// every request in vain (see benches/README.md, Decisions).
     pub forwards_1xx: bool,
     /// Set by the gateway's own HTTP/1.1 connection at its first HTTP/1.1
-    /// request: the queue its requests' 1xx go to, one request at a time,
-    /// and the mark that it runs a 101's tunnel itself. Kept here, not put
-    /// in each request's extensions: the extension map cost every request
-    /// four allocations (see benches/README.md, Decisions).
-    pub own_h1: OnceLock<Interims>,
+    /// request: the mark that its requests' 1xx go to [`Peer::interims`]
+    /// and that it runs a 101's tunnel itself. Kept here, not put in each
+    /// request's extensions: the extension map cost every request four
+    /// allocations (see benches/README.md, Decisions).
+    pub own_h1: AtomicBool,
+    /// The own HTTP/1.1 connection's 1xx queue, one request at a time,
+    /// made at the first 1xx an upstream sends it: most connections never
+    /// see one, and an idle connection keeps nothing for it. (The upstream
+    /// reads its 1xx in the request's future, which the connection's task
+    /// polls before it looks here: one made meanwhile is seen at once.)
+    pub interims: OnceLock<Interims>,
 }
 
 impl Peer {
     pub fn new(ip: IpAddr, trusted: bool, tls: bool) -> Self {
         let forwarded_for = crate::headers::forwarded_for(ip);
-        Peer { ip, forwarded_for, trusted, tls, forwards_1xx: false, own_h1: OnceLock::new() }
+        let (own_h1, interims) = (AtomicBool::new(false), OnceLock::new());
+        Peer { ip, forwarded_for, trusted, tls, forwards_1xx: false, own_h1, interims }
+    }
+
+    /// Whether the gateway's own HTTP/1.1 connection serves it (see
+    /// [`Peer::own_h1`]).
+    pub fn own_h1(&self) -> bool {
+        self.own_h1.load(Relaxed)
+    }
+
+    /// Where its requests' 1xx go, if its connection is the own HTTP/1.1
+    /// one.
+    pub fn connection_interims(&self) -> Option<&OnceLock<Interims>> {
+        self.own_h1().then_some(&self.interims)
     }
 
     /// With [`Peer::forwards_1xx`] set to `yes`.

@@ -28,7 +28,8 @@ mod targeted;
 pub use status::error_status;
 use status::{Status, secs};
 
-use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use crate::body::Incoming;
@@ -42,7 +43,7 @@ use crate::config::{CacheConfig, HostMode, ProxyTarget};
 use crate::error::GatewayError;
 use crate::headers::X_REQUEST_ID;
 use crate::metrics::CacheMetrics;
-use crate::request::{Authenticated, Peer, RequestLog};
+use crate::request::{Authenticated, Interims, Peer, RequestLog};
 use crate::router::Rewritten;
 use crate::upstream::Upstream;
 use crate::upstream::proxy::upstream_path;
@@ -332,8 +333,15 @@ impl RouteCache {
             req.headers_mut().insert(X_REQUEST_ID, id.header_value());
         }
         let (ip, trusted, tls, forwards_1xx) = (peer.ip, peer.trusted, peer.tls, peer.forwards_1xx);
-        let (forwarded_for, own_h1) = (peer.forwarded_for.clone(), peer.own_h1.clone());
-        let peer = Peer { ip, forwarded_for, trusted, tls, forwards_1xx, own_h1 };
+        let forwarded_for = peer.forwarded_for.clone();
+        // The fill's 1xx go to its client's connection: to the queue that
+        // connection reads, made now if it has none yet.
+        let interims = match peer.connection_interims() {
+            Some(queue) => OnceLock::from(queue.get_or_init(Interims::default).clone()),
+            None => OnceLock::new(),
+        };
+        let own_h1 = AtomicBool::new(peer.own_h1());
+        let peer = Peer { ip, forwarded_for, trusted, tls, forwards_1xx, own_h1, interims };
         let client = head.headers.clone();
         let log = cx.detached();
         (Fill { cache: self.clone(), guard, key, req, head, peer, log, deadline, stale }, client)
@@ -357,7 +365,8 @@ impl RouteCache {
             let (mut fill, _) = self.prepare(guard, key, req, peer, cx, deadline, Some(stale));
             // Its client has its answer: a 1xx it brings goes to no one (in
             // the connection's queue it would reach the next request).
-            fill.peer.own_h1 = std::sync::OnceLock::new();
+            fill.peer.own_h1 = AtomicBool::new(false);
+            fill.peer.interims = OnceLock::new();
             fill::spawn_background(fill);
         }
     }

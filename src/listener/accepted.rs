@@ -22,7 +22,7 @@ pub(super) struct Accepted {
     pub stream: TcpStream,
     pub addr: SocketAddr,
     pub kind: Kind,
-    pub timeouts: Timeouts,
+    pub timeouts: Arc<Timeouts>,
     pub stops: Stops,
     pub tls: Option<TlsAcceptor>,
     pub permit: OwnedSemaphorePermit,
@@ -46,7 +46,7 @@ pub(super) fn connection(builders: Arc<Builders>, app: Arc<App>, a: Accepted) ->
     let own =
         server.http1 == crate::config::Http1Server::Gateway || server.http2 == crate::config::Http2Server::Gateway;
     let peer = Peer::new(ip, app.trusts(ip), a.tls.is_some()).forwarding_1xx(own);
-    let state = Arc::new(ConnState::new(peer, a.timeouts));
+    let state = Arc::new(ConnState::new(peer, a.addr.port(), a.timeouts));
     let io = ClientIo::new(a.stream, state.clone());
     let watchdog = Watchdog::new(state.clone());
     let (addr, kind, stops) = (a.addr, a.kind, a.stops);

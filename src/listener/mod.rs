@@ -80,14 +80,19 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, kind: Kind, stop: Cance
         Kind::Main => server.max_connections,
         Kind::Admin => app.config().metrics.max_connections,
     };
-    let timeouts =
-        Timeouts { header_read: server.header_read_timeout, idle: server.idle_timeout, send: server.send_timeout };
+    let timeouts = Arc::new(Timeouts {
+        header_read: server.header_read_timeout,
+        idle: server.idle_timeout,
+        send: server.send_timeout,
+    });
     let tcp_keepalive = server.tcp_keepalive;
     let builders = Arc::new(builders(&app));
     let limit = Arc::new(Semaphore::new(max_connections));
     let tracker = TaskTracker::new();
     let kill = CancellationToken::new();
-    let parking = Arc::new(h1::Parking::new(tracker.clone(), server.park_after));
+    let shared =
+        h1::Listener { builders: builders.clone(), app: app.clone(), kind, graceful: stop.clone(), now: kill.clone() };
+    let parking = Arc::new(h1::Parking::new(shared, tracker.clone(), server.park_after));
     tokio::spawn(parking.clone().run(stop.clone()));
     let mut waits = LimitWarning::default();
     // Set when the cap was reached, until the backlog is found empty: every
@@ -126,7 +131,7 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, kind: Kind, stop: Cance
             Kind::Main => app.tls_config().map(TlsAcceptor::from),
             Kind::Admin => None,
         };
-        let accepted = Accepted { stream, addr, kind, timeouts, stops, tls, permit };
+        let accepted = Accepted { stream, addr, kind, timeouts: timeouts.clone(), stops, tls, permit };
         // The task's future is the connection's own, not one wrapping it:
         // a wrapper keeps its captures beside the copies moved into it (see
         // benches/README.md, Decisions).

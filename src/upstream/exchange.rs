@@ -1,6 +1,7 @@
 //! One exchange with one endpoint: a pooled connection (or a new one), the
 //! resend after a stale pooled connection, and what a failure means.
 
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use http::header::HeaderValue;
@@ -148,8 +149,8 @@ pub struct Plan {
 /// bytes on it), is sent once more, on a new connection so the resend can
 /// never land on another stale one, when `resend` allows: once a request,
 /// and within the retry budget, since the upstream may have seen it.
-/// `interims`: the client connection's 1xx queue, if it keeps one (see
-/// `Peer::own_h1`).
+/// `interims`: the client connection's 1xx queue, made at the first 1xx, if
+/// the connection is the own HTTP/1.1 one (see `Peer::interims`).
 ///
 /// An `async move` block, not an `async fn`: an `async fn` moves the
 /// request into a local of its own, and the future keeps room for both
@@ -161,7 +162,7 @@ pub fn exchange<'a>(
     plan: Plan,
     resend: &'a (dyn Fn() -> bool + Sync),
     timing: Option<&'a UpstreamTiming>,
-    interims: Option<&'a Interims>,
+    interims: Option<&'a OnceLock<Interims>>,
 ) -> impl Future<Output = Exchanged> + 'a {
     async move {
         if pool.speaks_h2() {
@@ -203,7 +204,7 @@ pub fn exchange<'a>(
 /// encode it (a plain call) rather than this taking the request: the
 /// request would then be kept, beside the encoding's future, in the future
 /// of every exchange in flight.
-async fn send_h1(mut conn: Conn, encoded: h1::Encoded, plan: Plan) -> Exchanged {
+async fn send_h1(mut conn: Conn, encoded: h1::Encoded<'_>, plan: Plan) -> Exchanged {
     conn.prepare(plan.send_timeout, plan.large_body);
     let response = h1::send_encoded(conn, encoded).await.map_err(Failure::Send)?;
     Ok(response.map(Received::Http1))
@@ -245,7 +246,7 @@ async fn exchange_h2(
     mut req: Request<SendBody>,
     plan: Plan,
     resend: &(dyn Fn() -> bool + Sync),
-    (timing, interims): (Option<&UpstreamTiming>, Option<&Interims>),
+    (timing, interims): (Option<&UpstreamTiming>, Option<&OnceLock<Interims>>),
 ) -> Exchanged {
     loop {
         let mut sender = match h2_connection(pool, timing).await {

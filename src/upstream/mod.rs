@@ -276,7 +276,7 @@ impl Upstream {
                 // A resend after a stale pooled connection: once a request,
                 // and a retry like any other for the budget.
                 let resend = || !tries.resent.swap(true, Relaxed) && self.within_budget();
-                let exchanged = exchange(&endpoint.pool, req, plan, &resend, timing, peer.own_h1.get());
+                let exchanged = exchange(&endpoint.pool, req, plan, &resend, timing, peer.connection_interims());
                 // The response is answered from inside the match: moved out
                 // of it first, it would be copied on its way.
                 let tried = match tokio::time::timeout_at(deadline, exchanged).await {

@@ -99,7 +99,7 @@ pub fn prepare_request<B: ClientBody>(
             upgrade = match parts.extensions.remove::<hyper::upgrade::OnUpgrade>() {
                 Some(on) => Some(ClientSide::Hyper(on)),
                 // The gateway's own connection (see `Peer::own_h1`).
-                None => peer.own_h1.get().map(|_| ClientSide::Connection),
+                None => peer.own_h1().then_some(ClientSide::Connection),
             };
         }
     }

@@ -69,10 +69,13 @@ pub enum Expired {
 pub struct ConnState {
     /// Who is on the other end.
     pub peer: Peer,
-    /// What its watchdog enforces. (Here rather than in the watchdog: the
-    /// watchdog is in every connection's task future, this is on the heap
-    /// anyway.)
-    timeouts: Timeouts,
+    /// The client's port (see `h1::park`: where a parked connection keeps it).
+    pub port: u16,
+    /// What its watchdog enforces, its listener's. (Here rather than in
+    /// the watchdog: the watchdog is in every connection's task future;
+    /// shared, not copied: an idle connection's state is most of what it
+    /// holds.)
+    timeouts: Arc<Timeouts>,
     accepted: Instant,
     /// Requests whose response body has not been dropped yet.
     in_flight: AtomicU32,
@@ -114,9 +117,10 @@ const IDLE: u8 = 1;
 const PARK: u8 = 2;
 
 impl ConnState {
-    pub fn new(peer: Peer, timeouts: Timeouts) -> Self {
+    pub fn new(peer: Peer, port: u16, timeouts: Arc<Timeouts>) -> Self {
         ConnState {
             peer,
+            port,
             timeouts,
             accepted: Instant::now(),
             in_flight: AtomicU32::new(0),

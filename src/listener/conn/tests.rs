@@ -9,7 +9,7 @@ const T: Timeouts = Timeouts {
 };
 
 fn connection() -> (Arc<ConnState>, Watchdog) {
-    let state = Arc::new(ConnState::new(Peer::new([127, 0, 0, 1].into(), false, false), T));
+    let state = Arc::new(ConnState::new(Peer::new([127, 0, 0, 1].into(), false, false), 1, Arc::new(T)));
     let watchdog = Watchdog::new(state.clone());
     (state, watchdog)
 }

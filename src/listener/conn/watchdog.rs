@@ -37,7 +37,7 @@ impl Watchdog {
 
     /// The timeouts it enforces.
     pub fn timeouts(&self) -> Timeouts {
-        self.state.timeouts
+        *self.state.timeouts
     }
 
     /// A graceful shutdown has begun. Requests still in flight, and any that

@@ -71,7 +71,7 @@ pub(super) use encode::with_date;
 use encode::{Asked, BodyLength};
 use guard::{Flags, Signals, guard, switch};
 use head::{Framing, Head, Refused};
-pub(super) use park::Parking;
+pub(super) use park::{Listener, Parking};
 pub use replay::replay;
 pub use wire::ClientStream;
 use wire::{Shared, WireBody};
@@ -155,7 +155,7 @@ fn may_park(wire: &Shared, c: &Connection, held: &Option<Held>) -> bool {
 /// keeps no room for a request's state.
 async fn serve_wire(wire: Shared, c: &mut Connection, held: &mut Option<Held>) {
     let parks = may_park(&wire, c, held);
-    let Connection { builders, addr, app, kind, stops, state, watchdog } = c;
+    let Connection { builders: _, addr, app, kind, stops, state, watchdog } = c;
     let flags = Flags::default();
     let stop = pin!(stops.graceful.cancelled());
     let mut signals = Signals { watchdog, stops, stop, flags: &flags, addr };
@@ -166,7 +166,7 @@ async fn serve_wire(wire: Shared, c: &mut Connection, held: &mut Option<Held>) {
         match idled {
             Ok(Ok(())) => {}
             Ok(Err(Stop::Park)) => {
-                if park::park(&own, builders, signals.stops, held) {
+                if park::park(&own, signals.stops, held) {
                     return;
                 }
                 // Readable already, or shutting down (then none parks
@@ -339,9 +339,11 @@ impl Own<'_> {
             _ => Incoming::Own(Box::pin(WireBody::new(self.wire.clone(), number))),
         };
         // 1xx answers go to HTTP/1.1 clients only (RFC 9110 §15.2), from
-        // the connection's queue (see `Peer::own_h1`).
-        let own_h1 = &self.state.peer.own_h1;
-        let interims = (version == Version::HTTP_11).then(|| own_h1.get_or_init(Interims::default).clone());
+        // the connection's queue (see `Peer::own_h1` and `Peer::interims`).
+        let forwards = version == Version::HTTP_11;
+        if forwards && !self.state.peer.own_h1() {
+            self.state.peer.own_h1.store(true, Relaxed);
+        }
         let in_flight = self.state.request_started(false, framing == Framing::Empty);
         let req = Request::from_parts(parts, body);
         // Boxed, as hyper's connection boxes its service's future: inline,
@@ -354,12 +356,12 @@ impl Own<'_> {
         slot.set(Some(super::answer(self.app.clone(), self.kind, req, in_flight)));
         async move {
             let answer = slot.as_mut().as_pin_mut().expect("just set");
-            let response = self.wait_for_answer(answer, interims).await?;
+            let response = self.wait_for_answer(answer, forwards).await?;
             slot::give_back(slot);
             if version != Version::HTTP_11 {
                 // None goes to an HTTP/1.0 client: those its upstream sent
                 // to the connection's queue are not for the next request.
-                while self.state.peer.own_h1.get().and_then(Interims::take).is_some() {}
+                while self.state.peer.interims.get().and_then(Interims::take).is_some() {}
             }
             let keep_alive = keep_alive && !self.flags.closing();
             let asked = Asked { method: &method, version, keep_alive };
@@ -376,8 +378,12 @@ impl Own<'_> {
     async fn wait_for_answer<F: Future<Output = Response<ConnBody>>>(
         &mut self,
         answer: F,
-        interims: Option<Interims>,
+        forwards: bool,
     ) -> Result<Response<ConnBody>, Stop> {
+        // The queue, looked for at each poll: an upstream makes it at its
+        // first 1xx (see `Peer::interims`).
+        let state = self.state;
+        let queue = || if forwards { state.peer.interims.get() } else { None };
         let mut answer = pin!(answer);
         let mut watching = true;
         loop {
@@ -386,7 +392,7 @@ impl Own<'_> {
                 true => wire.lock().poll_watch(cx),
                 false => Poll::Pending,
             });
-            let interim = std::future::poll_fn(|cx| match &interims {
+            let interim = std::future::poll_fn(|cx| match queue() {
                 Some(i) => i.poll_next(cx),
                 None => Poll::Pending,
             });
@@ -401,7 +407,7 @@ impl Own<'_> {
             match raced.await {
                 Waited::Answer(response) => {
                     // Those that came with the answer's head go first.
-                    while let Some(interim) = interims.as_ref().and_then(Interims::take) {
+                    while let Some(interim) = queue().and_then(Interims::take) {
                         self.forward_interim(&interim).await?;
                     }
                     return Ok(response);

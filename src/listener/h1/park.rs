@@ -25,6 +25,7 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
 use tokio::runtime::Handle;
+use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tokio_util::task::task_tracker::TaskTrackerToken;
@@ -34,12 +35,16 @@ use super::wire::{ClientStream, Shared};
 use crate::listener::builders::Builders;
 use crate::listener::conn::{ConnState, Watchdog};
 use crate::listener::{Connection, Held, Kind, Stops};
+use crate::metrics::ConnectionGuard;
 use crate::server::App;
 
 /// A listener's parked connections: what spawns them again and what closes
 /// them when their idle timeout passes or the listener shuts down.
 pub struct Parking {
     handle: Handle,
+    /// What every connection of the listener shares, kept here once
+    /// rather than in each parked connection (see [`Parked`]).
+    listener: Listener,
     /// `gateway_connections_parked`.
     parked: metrics::Gauge,
     tracker: TaskTracker,
@@ -61,18 +66,31 @@ struct List {
     closed: bool,
 }
 
-/// A parked connection: its task's state, less the task: the fields of
-/// [`Connection`] but the watchdog (whose timer would keep the task), and
-/// its slot.
+/// What a listener's connections share, from which a parked one's
+/// [`Connection`] is made again.
+pub struct Listener {
+    pub builders: Arc<Builders>,
+    pub app: Arc<App>,
+    pub kind: Kind,
+    /// The listener's graceful and immediate stops ([`Stops`] less the
+    /// parking, which holds this).
+    pub graceful: CancellationToken,
+    pub now: CancellationToken,
+}
+
+/// A parked connection: its task's state, less the task: what of
+/// [`Connection`] is its own (the rest is its listener's, in
+/// [`Parking`]) but the watchdog (whose timer would keep the task), and
+/// its slot. Small: every parked connection holds one.
 struct Parked {
     wire: Shared,
-    builders: Arc<Builders>,
-    addr: SocketAddr,
-    app: Arc<App>,
-    kind: Kind,
-    stops: Stops,
+    parking: Arc<Parking>,
     state: Arc<ConnState>,
-    held: Held,
+    /// Its slot and its count among the open connections ([`Held`], whose
+    /// count a connection of the main listener, the only one that parks,
+    /// always has: kept unwrapped, the cell is a size class smaller).
+    slot: OwnedSemaphorePermit,
+    open: ConnectionGuard,
     /// Keeps the listener's drain waiting for the connection.
     token: TaskTrackerToken,
 }
@@ -91,7 +109,7 @@ impl Drop for Cell {
     fn drop(&mut self) {
         // Dropped unwoken (the runtime going away): the connection closes.
         if let Ok(Some(parked)) = self.0.get_mut() {
-            parked.stops.parking.parked.decrement(1.0);
+            parked.parking.parked.decrement(1.0);
         }
     }
 }
@@ -111,9 +129,10 @@ impl Wake for Cell {
 impl Parking {
     /// For a listener whose connections `tracker` tracks; made inside the
     /// runtime that serves them.
-    pub fn new(tracker: TaskTracker, after: Option<Duration>) -> Parking {
+    pub fn new(listener: Listener, tracker: TaskTracker, after: Option<Duration>) -> Parking {
         let parked = crate::metrics::parked_connections();
-        Parking { handle: Handle::current(), parked, tracker, after, list: Mutex::new(List::default()) }
+        let list = Mutex::new(List::default());
+        Parking { handle: Handle::current(), listener, parked, tracker, after, list }
     }
 
     /// Whether its connections park at all.
@@ -184,23 +203,26 @@ impl Parking {
 /// Parks `own`'s connection, taking its slot (`true`: its task may end),
 /// or leaves it to its task: its socket is readable already, or the
 /// listener is shutting down.
-pub(super) fn park(own: &Own<'_>, builders: &Arc<Builders>, stops: &Stops, held: &mut Option<Held>) -> bool {
-    let Some(slot) = held.take() else { return false };
+pub(super) fn park(own: &Own<'_>, stops: &Stops, held: &mut Option<Held>) -> bool {
+    let (slot, open) = match held.take() {
+        Some((slot, Some(open))) => (slot, open),
+        other => {
+            *held = other;
+            return false;
+        }
+    };
     let parked = Parked {
         wire: own.wire.clone(),
-        builders: builders.clone(),
-        addr: *own.addr,
-        app: own.app.clone(),
-        kind: own.kind,
-        stops: stops.clone(),
+        parking: stops.parking.clone(),
         state: own.state.clone(),
-        held: slot,
+        slot,
+        open,
         token: stops.parking.tracker.token(),
     };
     match parked.park() {
         None => true,
         Some(parked) => {
-            *held = Some(parked.held);
+            *held = Some((parked.slot, Some(parked.open)));
             false
         }
     }
@@ -210,9 +232,9 @@ impl Parked {
     /// Parks the connection until its socket is readable; gives it back if
     /// it is already (or the listener is shutting down).
     fn park(self) -> Option<Parked> {
-        let parking = self.stops.parking.clone();
+        let parking = self.parking.clone();
         // The task's wakers left behind would keep its memory.
-        if let Some(interims) = self.state.peer.own_h1.get() {
+        if let Some(interims) = self.state.peer.interims.get() {
             interims.forget_waiter();
         }
         self.state.forget_park_waker();
@@ -222,7 +244,7 @@ impl Parked {
             // Filled before the waker can run: a wake waits for this lock.
             let mut slot = cell.0.lock().expect("parked lock");
             let mut wire = self.wire.lock();
-            wire.forget_watcher();
+            wire.shed();
             let ready = match &wire.io {
                 ClientStream::Plain(io) => io.stream().poll_read_ready(&mut Context::from_waker(&waker)),
                 ClientStream::Tls(_) => Poll::Ready(Ok(())),
@@ -252,16 +274,43 @@ impl Parked {
 
     /// Spawns the connection's task again, where it left off.
     fn resume(self) {
-        let parking = self.stops.parking.clone();
+        let parking = self.parking.clone();
         parking.parked.decrement(1.0);
         parking.handle.spawn(parking.tracker.track_future(self.serve()));
     }
 
     async fn serve(self) {
-        let Parked { wire, builders, addr, app, kind, stops, state, held, token } = self;
+        let Parked { wire, parking, state, slot, open, token } = self;
         drop(token);
+        let l = &parking.listener;
+        let (builders, app, kind) = (l.builders.clone(), l.app.clone(), l.kind);
+        let stops = Stops { graceful: l.graceful.clone(), now: l.now.clone(), parking: parking.clone() };
+        // The canonical address (as the access log writes it): a parked
+        // connection keeps no room for a whole socket address.
+        let addr = SocketAddr::new(state.peer.ip, state.port);
         let watchdog = Watchdog::new(state.clone());
         let mut c = Connection { builders, addr, app, kind, stops, state, watchdog };
-        super::serve_wire(wire, &mut c, &mut Some(held)).await;
+        super::serve_wire(wire, &mut c, &mut Some((slot, Some(open)))).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::super::wire::Wire;
+    use super::Cell;
+    use crate::listener::conn::ConnState;
+
+    /// A parked connection keeps, besides tokio's registration of its
+    /// socket, its state, its wire and its cell: each within the allocator
+    /// size class it fits today (with the `Arc`'s two counts and malloc's
+    /// word, 256, 176 and 80 bytes; see docs/memory.md), so that a field
+    /// added to one of them is a decision, not an accident.
+    #[test]
+    fn what_a_parked_connection_keeps_fits_its_size_classes() {
+        assert!(size_of::<ConnState>() <= 232, "ConnState: {} bytes", size_of::<ConnState>());
+        assert!(size_of::<Mutex<Wire>>() <= 152, "the wire: {} bytes", size_of::<Mutex<Wire>>());
+        assert!(size_of::<Cell>() <= 56, "the cell: {} bytes", size_of::<Cell>());
     }
 }

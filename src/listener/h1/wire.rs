@@ -69,8 +69,9 @@ pub struct Wire {
     pub io: ClientStream,
     pub rx: BytesMut,
     pub decoder: Decoder,
-    /// Bytes of the `100 Continue` still owed before the body is read.
-    continue_at: Option<usize>,
+    /// Bytes of the `100 Continue` written, while it is owed before the
+    /// body is read. (A byte: every parked connection holds the wire.)
+    continue_at: Option<u8>,
     /// The connection's task, waiting for the body to end to watch the
     /// socket for a client that leaves.
     watcher: Option<Waker>,
@@ -150,10 +151,15 @@ impl Wire {
         true
     }
 
-    /// Forgets the task that last watched for the body's end (one that
-    /// ended: an idle connection parks).
-    pub fn forget_watcher(&mut self) {
+    /// Lets go of what an idle connection about to park need not keep:
+    /// the task that last watched for the body's end (it ends), and the
+    /// read buffer if it is empty (it still shares its allocation with
+    /// the last head's bytes, which the next read would not reuse).
+    pub fn shed(&mut self) {
         self.watcher = None;
+        if self.rx.is_empty() {
+            self.rx = BytesMut::new();
+        }
     }
 
     /// Reads more bytes into `rx` (see [`poll_fill`]), noting the end.
@@ -193,9 +199,9 @@ impl Wire {
     /// Decodes the body's next frame, reading as needed.
     fn poll_body(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         if let Some(at) = self.continue_at.as_mut() {
-            let mut written = *at;
+            let mut written = usize::from(*at);
             let polled = self.poll_write_continue(&mut written, cx);
-            self.continue_at = Some(written);
+            self.continue_at = Some(written as u8);
             if let Err(e) = ready!(polled) {
                 return Poll::Ready(Some(Err(e.into())));
             }

@@ -10,6 +10,7 @@
 
 use std::io;
 use std::pin::Pin;
+use std::sync::OnceLock;
 use std::task::{Context, Poll, ready};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
@@ -21,7 +22,7 @@ use super::Error;
 use super::body::ResponseBody;
 use super::decode::Decoder;
 use super::head::{self, Framing, Head, Parsed, SendFraming};
-use crate::request::Interims;
+use crate::request::{InterimSink, Interims};
 use crate::upstream::io::UpstreamIo;
 use crate::upstream::pool::{Conn, SendBody};
 
@@ -44,20 +45,23 @@ pub async fn send(conn: Conn, req: Request<SendBody>) -> Result<Response<Respons
 }
 
 /// A request encoded for an HTTP/1.1 connection, not sent yet.
-pub struct Encoded {
+pub struct Encoded<'a> {
     sending: Option<Sending>,
     head_request: bool,
     /// Where 1xx heads go, when the client's connection forwards them.
-    interims: Option<Interims>,
+    interims: Option<InterimSink<'a>>,
 }
 
-impl Encoded {
+impl<'a> Encoded<'a> {
     /// `req` encoded; its [`Interims`] taken along when `interims` says
     /// the client's connection may have put one there, else the client
     /// connection's queue, `connection`, if any.
-    pub fn of(mut req: Request<SendBody>, interims: bool, connection: Option<&Interims>) -> Encoded {
+    pub fn of(mut req: Request<SendBody>, interims: bool, connection: Option<&'a OnceLock<Interims>>) -> Self {
         let interims = match interims {
-            true => req.extensions_mut().remove::<Interims>().or_else(|| connection.cloned()),
+            true => match req.extensions_mut().remove::<Interims>() {
+                Some(queue) => Some(InterimSink::Request(queue)),
+                None => connection.map(InterimSink::Connection),
+            },
             false => None,
         };
         let (sending, head_request) = Sending::new(req);
@@ -74,8 +78,8 @@ impl Encoded {
         req: Request<SendBody>,
         keep: bool,
         interims: bool,
-        connection: Option<&Interims>,
-    ) -> (Encoded, Option<Bytes>) {
+        connection: Option<&'a OnceLock<Interims>>,
+    ) -> (Self, Option<Bytes>) {
         let mut encoded = Encoded::of(req, interims, connection);
         let kept = if keep { encoded.keep() } else { None };
         (encoded, kept)
@@ -89,7 +93,7 @@ impl Encoded {
     }
 
     /// The request [`Encoded::keeping`] kept, to be sent again.
-    pub fn again(bytes: Bytes) -> Encoded {
+    pub fn again(bytes: Bytes) -> Self {
         let head_request = bytes.starts_with(b"HEAD ");
         let sending = Sending {
             out: BytesMut::new(),
@@ -104,7 +108,7 @@ impl Encoded {
 }
 
 /// [`send`] of a request already encoded.
-pub async fn send_encoded(mut conn: Conn, encoded: Encoded) -> Result<Response<ResponseBody>, Error> {
+pub async fn send_encoded(mut conn: Conn, encoded: Encoded<'_>) -> Result<Response<ResponseBody>, Error> {
     let Encoded { mut sending, head_request, interims } = encoded;
     let mut rx = BytesMut::new();
     let (mut unfinished, mut scanned) = (false, 0);
@@ -148,7 +152,7 @@ fn poll_head(
     sending: &mut Option<Sending>,
     unfinished: &mut bool,
     (rx, scanned): (&mut BytesMut, &mut usize),
-    (head_request, interims): (bool, Option<&Interims>),
+    (head_request, interims): (bool, Option<&InterimSink<'_>>),
     cx: &mut Context<'_>,
 ) -> Poll<Result<Head, Error>> {
     let mut failed = None;

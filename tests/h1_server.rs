@@ -246,3 +246,55 @@ async fn early_hints_to_an_http10_request_do_not_reach_the_next_answer() {
         got.text
     );
 }
+
+/// A 1xx goes to the client as it comes, not with the answer: the
+/// upstream here sends its 200 only once the client has read the 103, on
+/// a connection's first request and on a later one. (The connection's
+/// queue is made at the first 1xx, in the request's future, which the
+/// connection polls before it looks for the queue.)
+#[tokio::test]
+async fn early_hints_go_out_before_the_upstream_answers() {
+    use tokio::io::AsyncReadExt;
+    let read_103 = Arc::new(tokio::sync::Notify::new());
+    let told = read_103.clone();
+    let up = common::raw_upstream(move |mut s: TcpStream| {
+        let told = told.clone();
+        async move {
+            while common::read_head(&mut s).await.is_some() {
+                let _ = s.write_all(b"HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\n\r\n").await;
+                told.notified().await;
+                let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await;
+            }
+        }
+    })
+    .await;
+    let mut config = common::config(&proxy_toml(up, "d", "", ""), Path::new(env!("CARGO_MANIFEST_DIR")));
+    config.server.http1 = Http1Server::Gateway;
+    let gw = TestGateway::start(config).await;
+    let mut c = TcpStream::connect(gw.addr).await.unwrap();
+    let mut got = Vec::new();
+    for round in 0..2 {
+        c.write_all(b"GET /d/x HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+        let seen = tokio::time::timeout(Duration::from_secs(5), async {
+            while !String::from_utf8_lossy(&got).contains("rel=preload\r\n\r\n") {
+                let mut buf = [0u8; 1024];
+                let n = c.read(&mut buf).await.unwrap();
+                assert!(n > 0, "closed: {}", String::from_utf8_lossy(&got));
+                got.extend_from_slice(&buf[..n]);
+            }
+        })
+        .await;
+        let text = String::from_utf8_lossy(&got).into_owned();
+        assert!(seen.is_ok(), "round {round}: no 103 before the answer: {text:?}");
+        assert!(text.starts_with("HTTP/1.1 103 Early Hints\r\n"), "round {round}: {text}");
+        read_103.notify_one();
+        while !String::from_utf8_lossy(&got).ends_with("\r\n\r\nok") {
+            let mut buf = [0u8; 1024];
+            let n = c.read(&mut buf).await.unwrap();
+            assert!(n > 0, "closed: {}", String::from_utf8_lossy(&got));
+            got.extend_from_slice(&buf[..n]);
+        }
+        assert!(String::from_utf8_lossy(&got).contains("HTTP/1.1 200 OK\r\n"), "round {round}");
+        got.clear();
+    }
+}

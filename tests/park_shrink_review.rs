@@ -324,3 +324,59 @@ async fn a_shutdown_with_parked_and_resumed_connections_ends_each_after_its_answ
     let left = sample(&gateway::metrics::install().render(), "gateway_connections_parked", &[]);
     assert_eq!(left.unwrap_or(0.0), base, "parked after the shutdown");
 }
+
+/// Many connections, each sent a 103 (so each has its queue), park and
+/// wake in rounds under a cap of exactly their number: each round all
+/// park again (each resumed one kept its slot and its count), and once
+/// they close the gauges are back and every slot is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_with_a_queue_park_and_wake_in_rounds_and_leave_nothing_behind() {
+    let _one = SERIAL.lock().await;
+    const CONNS: usize = 150;
+    let server = format!("idle_timeout = \"10s\"\nmax_connections = {CONNS}");
+    let gw = gateway(upstream(Arc::default()).await, &server).await;
+    let base = parked(&gw).await;
+    let active = || async { sample(&metrics_text(gw.admin.unwrap()).await, "gateway_connections_active", &[]) };
+    let before = active().await.unwrap_or(0.0);
+    let mut conns = Vec::new();
+    for _ in 0..CONNS {
+        conns.push(TcpStream::connect(gw.addr).await.unwrap());
+    }
+    for round in 0..3 {
+        let tasks: Vec<_> = conns
+            .into_iter()
+            .map(|mut s| {
+                tokio::spawn(async move {
+                    let text = exchange(&mut s, &get("/u/hint"), "hint").await;
+                    (text.starts_with("HTTP/1.1 103 Early Hints\r\n"), s)
+                })
+            })
+            .collect();
+        conns = Vec::new();
+        for t in tasks {
+            let (hinted, s) = t.await.expect("a request went unanswered");
+            assert!(hinted, "round {round}: no 103 first");
+            conns.push(s);
+        }
+        parked_becomes(&gw, base + CONNS as f64).await;
+    }
+    assert_eq!(active().await, Some(before + CONNS as f64));
+    drop(conns);
+    parked_becomes(&gw, base).await;
+    for _ in 0..60 {
+        if active().await == Some(before) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(active().await, Some(before), "connections still counted");
+    let mut again = Vec::new();
+    for _ in 0..CONNS {
+        let mut s = TcpStream::connect(gw.addr).await.unwrap();
+        s.write_all(get("/u/p").as_bytes()).await.unwrap();
+        again.push(s);
+    }
+    for s in &mut again {
+        read_until(s, "\r\n\r\nok", "a slot still held").await;
+    }
+}

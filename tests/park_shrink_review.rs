@@ -2,8 +2,9 @@
 //! keeps (see `listener::h1::park` and `Peer::interims`): the 1xx queue an
 //! upstream makes at its first 1xx (on a later request, after a park, for
 //! an HTTP/1.0 request, from a cache fill's task, in a flood), the upgrade
-//! mark set at the first HTTP/1.1 request, and the stops a resumed
-//! connection rebuilds (a shutdown while some are parked and some resumed).
+//! mark set at the first HTTP/1.1 request, the stops a resumed connection
+//! rebuilds (a shutdown while some are parked and some resumed, its
+//! timeout), and the slot and count it takes back (rounds under a cap).
 
 mod common;
 
@@ -379,4 +380,25 @@ async fn connections_with_a_queue_park_and_wake_in_rounds_and_leave_nothing_behi
     for s in &mut again {
         read_until(s, "\r\n\r\nok", "a slot still held").await;
     }
+}
+
+/// A resumed connection whose request outlives the shutdown timeout is
+/// closed at that timeout (the immediate stop it rebuilt is the
+/// listener's), its answer never sent.
+#[tokio::test]
+async fn a_resumed_connection_is_cut_at_the_shutdown_timeout() {
+    let _one = SERIAL.lock().await;
+    let mut gw = gateway(upstream(Arc::default()).await, "shutdown_timeout = \"200ms\"").await;
+    let base = parked(&gw).await;
+    let mut s = TcpStream::connect(gw.addr).await.unwrap();
+    exchange(&mut s, &get("/u/p"), "ok").await;
+    parked_becomes(&gw, base + 1.0).await;
+    s.write_all(get("/u/slow").as_bytes()).await.unwrap();
+    parked_becomes(&gw, base).await;
+    gw.shutdown();
+    let mut got = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_millis(600), s.read_to_end(&mut got)).await;
+    let text = String::from_utf8_lossy(&got);
+    assert!(closed.is_ok(), "still open 600 ms after a shutdown with a 200 ms timeout: {text:?}");
+    assert!(!text.ends_with("slow"), "answered past the shutdown timeout: {text:?}");
 }

@@ -280,7 +280,13 @@ impl RouteCache {
         stale: Option<Arc<Entry>>,
         fwd: &'static str,
     ) -> Result<Response<Body>, GatewayError> {
-        let (fill, client) = self.prepare(guard, key, req, peer, cx, deadline, stale);
+        let (mut fill, client) = self.prepare(guard, key, req, peer, cx, deadline, stale);
+        // The fill's 1xx go to its client's connection: to the queue that
+        // connection reads, made now if it has none yet.
+        if let Some(queue) = peer.connection_interims() {
+            fill.peer.own_h1 = AtomicBool::new(true);
+            fill.peer.interims = OnceLock::from(queue.get_or_init(Interims::default).clone());
+        }
         let answer = fill::spawn(fill).await.map_err(|_| std::io::Error::other("cache fill task failed"))?;
         match answer {
             Answer::Upstream(response, ttl, targeted) => {
@@ -334,13 +340,9 @@ impl RouteCache {
         }
         let (ip, trusted, tls, forwards_1xx) = (peer.ip, peer.trusted, peer.tls, peer.forwards_1xx);
         let forwarded_for = peer.forwarded_for.clone();
-        // The fill's 1xx go to its client's connection: to the queue that
-        // connection reads, made now if it has none yet.
-        let interims = match peer.connection_interims() {
-            Some(queue) => OnceLock::from(queue.get_or_init(Interims::default).clone()),
-            None => OnceLock::new(),
-        };
-        let own_h1 = AtomicBool::new(peer.own_h1());
+        // A 1xx the fill brings goes to no one unless the fill's client
+        // waits for it (then `fill` gives it the connection's queue).
+        let (own_h1, interims) = (AtomicBool::new(false), OnceLock::new());
         let peer = Peer { ip, forwarded_for, trusted, tls, forwards_1xx, own_h1, interims };
         let client = head.headers.clone();
         let log = cx.detached();
@@ -362,11 +364,9 @@ impl RouteCache {
             // for (RFC 5861 §3): a 206 could not replace it.
             req.headers_mut().remove(header::RANGE);
             req.headers_mut().remove(header::IF_RANGE);
-            let (mut fill, _) = self.prepare(guard, key, req, peer, cx, deadline, Some(stale));
             // Its client has its answer: a 1xx it brings goes to no one (in
             // the connection's queue it would reach the next request).
-            fill.peer.own_h1 = AtomicBool::new(false);
-            fill.peer.interims = OnceLock::new();
+            let (fill, _) = self.prepare(guard, key, req, peer, cx, deadline, Some(stale));
             fill::spawn_background(fill);
         }
     }

@@ -125,7 +125,7 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, kind: Kind, stop: Cance
             },
         };
         configure(&stream, tcp_keepalive);
-        let stops = Stops { graceful: stop.clone(), now: kill.clone(), parking: parking.clone() };
+        let stops = parking.stops();
         // Per connection: a reload may have replaced the certificate.
         let tls = match kind {
             Kind::Main => app.tls_config().map(TlsAcceptor::from),

@@ -133,10 +133,11 @@ pub(super) fn serve<'a>(
     held: &'a mut Option<Held>,
 ) -> impl Future<Output = ()> + Send + 'a {
     let wire = Shared::new(io);
-    if may_park(&wire, c, held) {
+    let parks = may_park(&wire, c, held);
+    if parks {
         c.stops.parking.watch(&c.state);
     }
-    serve_wire(wire, c, held)
+    serve_wire(wire, c, held, parks)
 }
 
 /// Whether the connection may park when idle: a plain-TCP one on the main
@@ -152,9 +153,9 @@ fn may_park(wire: &Shared, c: &Connection, held: &Option<Held>) -> bool {
 /// requests it waits for the next one's first bytes, and only then makes
 /// the future that reads the head and runs the exchange (boxed, and
 /// dropped when the connection is idle again), so that an idle connection
-/// keeps no room for a request's state.
-async fn serve_wire(wire: Shared, c: &mut Connection, held: &mut Option<Held>) {
-    let parks = may_park(&wire, c, held);
+/// keeps no room for a request's state. `parks`: whether an idle wait
+/// may end in a park (see [`may_park`]).
+async fn serve_wire(wire: Shared, c: &mut Connection, held: &mut Option<Held>, parks: bool) {
     let Connection { builders: _, addr, app, kind, stops, state, watchdog } = c;
     let flags = Flags::default();
     let stop = pin!(stops.graceful.cancelled());

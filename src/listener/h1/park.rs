@@ -135,6 +135,12 @@ impl Parking {
         Parking { handle: Handle::current(), listener, parked, tracker, after, list }
     }
 
+    /// A connection's stops: the listener's, and this parking.
+    pub fn stops(self: &Arc<Self>) -> Stops {
+        let l = &self.listener;
+        Stops { graceful: l.graceful.clone(), now: l.now.clone(), parking: self.clone() }
+    }
+
     /// Whether its connections park at all.
     pub fn parks(&self) -> bool {
         self.after.is_some()
@@ -284,13 +290,14 @@ impl Parked {
         drop(token);
         let l = &parking.listener;
         let (builders, app, kind) = (l.builders.clone(), l.app.clone(), l.kind);
-        let stops = Stops { graceful: l.graceful.clone(), now: l.now.clone(), parking: parking.clone() };
+        let stops = parking.stops();
         // The canonical address (as the access log writes it): a parked
         // connection keeps no room for a whole socket address.
         let addr = SocketAddr::new(state.peer.ip, state.port);
         let watchdog = Watchdog::new(state.clone());
         let mut c = Connection { builders, addr, app, kind, stops, state, watchdog };
-        super::serve_wire(wire, &mut c, &mut Some((slot, Some(open)))).await;
+        // It parked, so it may again.
+        super::serve_wire(wire, &mut c, &mut Some((slot, Some(open))), true).await;
     }
 }
 

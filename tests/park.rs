@@ -117,3 +117,42 @@ async fn a_shutdown_closes_parked_connections_at_once() {
     }
     tokio::time::timeout(Duration::from_secs(5), &mut gw.task).await.expect("the gateway waited").unwrap();
 }
+
+/// Waits up to 3 s for `n` more parked connections than `base`.
+async fn parked_become(gw: &TestGateway, base: f64, n: f64) {
+    for _ in 0..60 {
+        if parked(gw).await - base == n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("not {n} parked within 3 s (but {})", parked(gw).await - base);
+}
+
+/// The listener looks at its parked connections in the order they parked,
+/// up to the first still waiting for its idle timeout: a connection parked
+/// behind one that woke since (and parked again, behind it) still closes
+/// at its idle timeout, and neither closes before its own.
+#[tokio::test]
+async fn a_connection_parked_behind_one_that_woke_closes_at_its_idle_timeout() {
+    let _one = SERIAL.lock().await;
+    let gw = gateway("2s").await;
+    let base = parked(&gw).await;
+    let mut first = TcpStream::connect(gw.addr).await.unwrap();
+    served(&mut first).await;
+    parked_become(&gw, base, 1.0).await;
+    let mut behind = TcpStream::connect(gw.addr).await.unwrap();
+    served(&mut behind).await;
+    let behind_idle = std::time::Instant::now();
+    parked_become(&gw, base, 2.0).await;
+    // The first wakes, and parks again, now behind the other.
+    served(&mut first).await;
+    let first_idle = std::time::Instant::now();
+    parked_become(&gw, base, 2.0).await;
+    for (s, idle_from, which) in [(&mut behind, behind_idle, "behind"), (&mut first, first_idle, "woken")] {
+        closed_within(s, Duration::from_secs(5)).await.unwrap_or_else(|| panic!("the {which} one never closed"));
+        let idle = idle_from.elapsed();
+        assert!(idle >= Duration::from_millis(1950), "the {which} one closed after {idle:?} idle");
+    }
+    assert_eq!(parked(&gw).await - base, 0.0);
+}

@@ -104,8 +104,9 @@ pub struct ConnState {
     /// connection over. (Boxed: rare, and every connection holds the cell.)
     tunnel: Mutex<Option<Box<Tunnel>>>,
     /// An own HTTP/1.1 connection that may park (see `h1::park`): whether
-    /// it waits for its next request with nothing of it read (`IDLE`), and
-    /// whether its listener asked it to park (`PARK`).
+    /// it waits for its next request with nothing of it read (`IDLE`),
+    /// whether its listener asked it to park (`PARK`), and whether it has
+    /// (`PARKED`, then `UNLISTED` once its listener stopped looking at it).
     park: AtomicU8,
     /// Its task, while it waits so, for the listener to wake.
     park_waker: AtomicWaker,
@@ -115,6 +116,8 @@ pub struct ConnState {
 const BUSY: u8 = 0;
 const IDLE: u8 = 1;
 const PARK: u8 = 2;
+const PARKED: u8 = 3;
+const UNLISTED: u8 = 4;
 
 impl ConnState {
     pub fn new(peer: Peer, port: u16, timeouts: Arc<Timeouts>) -> Self {
@@ -249,6 +252,26 @@ impl ConnState {
         if idle_for >= after.as_millis() as u64 && self.park.compare_exchange(IDLE, PARK, Relaxed, Relaxed).is_ok() {
             self.park_waker.wake();
         }
+    }
+
+    /// Its task has ended: the connection is parked.
+    pub(super) fn set_parked(&self) {
+        self.park.store(PARKED, Relaxed);
+    }
+
+    /// For its listener's look at the connections that have a task:
+    /// whether it is parked (`true`: it is left out of the look from now
+    /// on, until [`ConnState::unpark`]).
+    pub(super) fn unlist_if_parked(&self) -> bool {
+        self.park.compare_exchange(PARKED, UNLISTED, Relaxed, Relaxed).is_ok()
+    }
+
+    /// Its task runs again; `true` if its listener had left it out of its
+    /// look (it is to be watched again). One atomic step against
+    /// [`ConnState::unlist_if_parked`]: exactly one of the two sees it
+    /// parked, so the connection is listed once, never twice or not at all.
+    pub(super) fn unpark(&self) -> bool {
+        self.park.swap(BUSY, Relaxed) == UNLISTED
     }
 
     /// Forgets the task that waited (it ends: the connection parks).

@@ -18,7 +18,14 @@
 //! every half of that and asks those idle so long to park (their tasks
 //! wake, and end). TLS connections keep their tasks (rustls may hold bytes
 //! to write).
+//!
+//! A look costs the connections that have a task, not the parked ones, so
+//! that many idle connections cost no CPU: a parked connection leaves the
+//! list at the next look (and is put back when it wakes), and the parked
+//! ones are looked at in the order they parked, which is the order their
+//! idle timeouts pass in (see [`Parking::sweep`]).
 
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll, Wake, Waker};
@@ -56,12 +63,14 @@ pub struct Parking {
 
 #[derive(Default)]
 struct List {
-    /// The connections that may park (and those since ended, dropped at
-    /// the next look).
+    /// The connections that may park and have a task (and those since
+    /// ended or parked, dropped at the next look).
     conns: Vec<Weak<ConnState>>,
-    /// Each parked connection's cell (and cells since woken, dropped at the
-    /// next look).
-    cells: Vec<Weak<Cell>>,
+    /// Each parked connection's cell, in the order they parked (and cells
+    /// since woken, dropped when a look reaches them).
+    cells: VecDeque<Weak<Cell>>,
+    /// The cells the last look at all of them kept.
+    kept: usize,
     /// Shutting down: no more connections park.
     closed: bool,
 }
@@ -151,16 +160,21 @@ impl Parking {
         self.list.lock().expect("parking lock").conns.push(Arc::downgrade(state));
     }
 
-    /// Every half of `park_after` (at least 10 ms, at most a second): asks
-    /// the connections idle that long to park, and closes parked ones whose
-    /// idle timeout has passed (they are late by at most that), until
-    /// `stop`; then closes them all and lets no more park.
+    /// The time between two looks at the connections: half of
+    /// `park_after`, at least 10 ms, at most a second.
+    fn every(&self) -> Duration {
+        (self.after.unwrap_or_default() / 2).clamp(Duration::from_millis(10), Duration::from_secs(1))
+    }
+
+    /// Every [`Parking::every`]: asks the connections idle for `park_after`
+    /// to park, and closes parked ones whose idle timeout has passed (they
+    /// are late by at most twice that), until `stop`; then closes them all
+    /// and lets no more park.
     pub async fn run(self: Arc<Self>, stop: CancellationToken) {
         let Some(after) = self.after else { return };
-        let every = (after / 2).clamp(Duration::from_millis(10), Duration::from_secs(1));
         loop {
             tokio::select! {
-                _ = tokio::time::sleep(every) => {}
+                _ = tokio::time::sleep(self.every()) => {}
                 _ = stop.cancelled() => break,
             }
             self.sweep(after, false);
@@ -168,9 +182,20 @@ impl Parking {
         self.sweep(after, true);
     }
 
-    /// Asks connections idle for `after` to park, drops what ended or woke,
-    /// and closes the parked connections whose idle timeout has passed (all
-    /// of them, `closing`). The clock is read once for all of them.
+    /// Asks connections idle for `after` to park, drops what ended, parked
+    /// or woke, and closes the parked connections whose idle timeout has
+    /// passed (all of them, `closing`). The clock is read once for all.
+    ///
+    /// The parked connections are looked at from the first that parked,
+    /// up to the first still waiting for its idle timeout, not further:
+    /// a connection is asked to park at the first look after it has been
+    /// idle for `after`, so one that parked later went idle later, or
+    /// earlier by less than the time between looks, and as a listener's
+    /// connections share one idle timeout, its timeout passes at most that
+    /// much sooner. A look takes all of them when shutting down, and when
+    /// the cells have doubled since the last such look: that drops the
+    /// cells woken behind a waiting one (a connection that parks and wakes
+    /// often leaves one at each park) at a cost of a few per park.
     fn sweep(&self, after: Duration, closing: bool) {
         let mut expired = Vec::new();
         let now = tokio::time::Instant::now();
@@ -178,6 +203,7 @@ impl Parking {
             let mut list = self.list.lock().expect("parking lock");
             list.closed |= closing;
             list.conns.retain(|state| match state.upgrade() {
+                Some(state) if state.unlist_if_parked() => false,
                 Some(state) => {
                     if !closing {
                         state.ask_to_park(now, after);
@@ -186,23 +212,40 @@ impl Parking {
                 }
                 None => false,
             });
-            list.cells.retain(|cell| {
-                let Some(cell) = cell.upgrade() else { return false };
-                let mut slot = cell.0.lock().expect("parked lock");
-                match &*slot {
-                    Some(p) if closing || p.state.idle_expired(now) => {
-                        expired.extend(slot.take());
-                        false
-                    }
-                    Some(_) => true,
-                    None => false,
+            let mut look = |cell: &Weak<Cell>| match done(cell, now, closing) {
+                Some(parked) => {
+                    expired.extend(parked);
+                    false
                 }
-            });
+                None => true,
+            };
+            if closing || list.cells.len() > 2 * list.kept + 64 {
+                list.cells.retain(look);
+                list.kept = list.cells.len();
+            } else {
+                while list.cells.front().is_some_and(|cell| !look(cell)) {
+                    list.cells.pop_front();
+                }
+            }
         }
         // Dropped here, outside the locks: an idle connection closes
         // quietly (a FIN), as its task would close it.
         self.parked.decrement(expired.len() as f64);
         drop(expired);
+    }
+}
+
+/// What a look finds in a parked connection's cell: `None` while the
+/// connection waits parked for less than its idle timeout (not `closing`),
+/// else that the cell is done with, and the connection to close if it was
+/// still parked (not woken meanwhile).
+fn done(cell: &Weak<Cell>, now: tokio::time::Instant, closing: bool) -> Option<Option<Parked>> {
+    let Some(cell) = cell.upgrade() else { return Some(None) };
+    let mut slot = cell.0.lock().expect("parked lock");
+    match &*slot {
+        Some(p) if closing || p.state.idle_expired(now) => Some(slot.take()),
+        Some(_) => None,
+        None => Some(None),
     }
 }
 
@@ -260,6 +303,7 @@ impl Parked {
                 return Some(self);
             }
             parking.parked.increment(1.0);
+            self.state.set_parked();
             *slot = Some(self);
         }
         let mut list = parking.list.lock().expect("parking lock");
@@ -269,12 +313,14 @@ impl Parked {
             return match cell.take() {
                 Some(parked) => {
                     parking.parked.decrement(1.0);
+                    // Shutting down: none is asked to park again.
+                    parked.state.unpark();
                     Some(parked)
                 }
                 None => None,
             };
         }
-        list.cells.push(Arc::downgrade(&cell));
+        list.cells.push_back(Arc::downgrade(&cell));
         None
     }
 
@@ -288,6 +334,9 @@ impl Parked {
     async fn serve(self) {
         let Parked { wire, parking, state, slot, open, token } = self;
         drop(token);
+        if state.unpark() {
+            parking.watch(&state);
+        }
         let l = &parking.listener;
         let (builders, app, kind) = (l.builders.clone(), l.app.clone(), l.kind);
         let stops = parking.stops();

@@ -8,7 +8,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{TestGateway, closed_within, counting_upstream, metrics_text, proxy_toml, read_responses, sample};
+use common::{
+    TestGateway, TestUpstream, closed_within, counting_upstream, full, metrics_text, proxy_toml, read_responses, sample,
+};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
@@ -155,4 +157,29 @@ async fn a_connection_parked_behind_one_that_woke_closes_at_its_idle_timeout() {
         assert!(idle >= Duration::from_millis(1950), "the {which} one closed after {idle:?} idle");
     }
     assert_eq!(parked(&gw).await - base, 0.0);
+}
+
+/// A connection busy when the listener looks (its upstream answers after
+/// 500 ms: three looks) is left out of the looks until it waits idle
+/// again: it still parks after each answer.
+#[tokio::test]
+async fn a_connection_busy_across_looks_parks_after_its_answer() {
+    let _one = SERIAL.lock().await;
+    let up = TestUpstream::start(|_req: http::Request<hyper::body::Incoming>| async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        http::Response::new(full("ok"))
+    })
+    .await;
+    let server = "idle_timeout = \"10s\"\npark_after = \"300ms\"";
+    let gw = TestGateway::from_toml(&proxy_toml(up.addr, "p", "", server)).await;
+    std::mem::forget(up);
+    let base = parked(&gw).await;
+    let mut s = TcpStream::connect(gw.addr).await.unwrap();
+    for _ in 0..2 {
+        served(&mut s).await;
+        parked_become(&gw, base, 1.0).await;
+    }
+    // Closed, and counted so, before the next test reads the gauge.
+    drop(s);
+    parked_become(&gw, base, 0.0).await;
 }

@@ -105,8 +105,9 @@ pub struct ConnState {
     tunnel: Mutex<Option<Box<Tunnel>>>,
     /// An own HTTP/1.1 connection that may park (see `h1::park`): whether
     /// it waits for its next request with nothing of it read (`IDLE`),
-    /// whether its listener asked it to park (`PARK`), and whether it has
-    /// (`PARKED`, then `UNLISTED` once its listener stopped looking at it).
+    /// whether its listener asked it to park (`PARK`), whether it has
+    /// (`PARKED`), and (`OUT`) whether its listener left it out of its
+    /// looks (busy or parked at one of them).
     park: AtomicU8,
     /// Its task, while it waits so, for the listener to wake.
     park_waker: AtomicWaker,
@@ -117,7 +118,7 @@ const BUSY: u8 = 0;
 const IDLE: u8 = 1;
 const PARK: u8 = 2;
 const PARKED: u8 = 3;
-const UNLISTED: u8 = 4;
+const OUT: u8 = 0x80;
 
 impl ConnState {
     pub fn new(peer: Peer, port: u16, timeouts: Arc<Timeouts>) -> Self {
@@ -228,10 +229,17 @@ impl ConnState {
         self.read_bytes();
     }
 
-    /// The connection waits for its next request with nothing of it read
-    /// (`true`, and it may park), or no longer.
-    pub(super) fn set_idle(&self, idle: bool) {
-        self.park.store(if idle { IDLE } else { BUSY }, Relaxed);
+    /// The connection waits for its next request with nothing of it read,
+    /// and may park; `true` if its listener had left it out of its looks
+    /// (it is to be watched again, see [`ConnState::unlist`]).
+    pub(super) fn set_idle(&self) -> bool {
+        self.park.swap(IDLE, Relaxed) & OUT != 0
+    }
+
+    /// The connection no longer waits idle. (Its listener leaves an idle
+    /// connection in its looks, so it is still in them.)
+    pub(super) fn set_busy(&self) {
+        self.park.store(BUSY, Relaxed);
     }
 
     /// Whether the listener asked the idle connection to park; if not, the
@@ -254,24 +262,27 @@ impl ConnState {
         }
     }
 
-    /// Its task has ended: the connection is parked.
+    /// Its task has ended: the connection is parked (still left out of
+    /// its listener's looks if it was).
     pub(super) fn set_parked(&self) {
-        self.park.store(PARKED, Relaxed);
+        let _ = self.park.fetch_update(Relaxed, Relaxed, |s| Some(s & OUT | PARKED));
     }
 
-    /// For its listener's look at the connections that have a task:
-    /// whether it is parked (`true`: it is left out of the look from now
-    /// on, until [`ConnState::unpark`]).
-    pub(super) fn unlist_if_parked(&self) -> bool {
-        self.park.compare_exchange(PARKED, UNLISTED, Relaxed, Relaxed).is_ok()
+    /// For its listener's look: whether to leave the connection out of its
+    /// looks (`true`): it is busy or parked, and nothing is to be asked of
+    /// it until it waits idle ([`ConnState::set_idle`]) or wakes
+    /// ([`ConnState::unpark`]) again, which watch it again. One atomic step
+    /// against each of those: exactly one of the two sees the other's
+    /// change, so the connection is listed once, never twice or not at all.
+    pub(super) fn unlist(&self) -> bool {
+        let s = self.park.load(Relaxed);
+        (s == BUSY || s == PARKED) && self.park.compare_exchange(s, s | OUT, Relaxed, Relaxed).is_ok()
     }
 
     /// Its task runs again; `true` if its listener had left it out of its
-    /// look (it is to be watched again). One atomic step against
-    /// [`ConnState::unlist_if_parked`]: exactly one of the two sees it
-    /// parked, so the connection is listed once, never twice or not at all.
+    /// looks (it is to be watched again).
     pub(super) fn unpark(&self) -> bool {
-        self.park.swap(BUSY, Relaxed) == UNLISTED
+        self.park.swap(BUSY, Relaxed) & OUT != 0
     }
 
     /// Forgets the task that waited (it ends: the connection parks).

@@ -114,6 +114,8 @@ struct Own<'a> {
     /// Whether an idle wait may end in a park: a plain-TCP connection
     /// whose task holds its slot, while no shutdown has begun.
     parks: bool,
+    /// Its listener's, which looks at it while it may park.
+    parking: &'a Arc<Parking>,
 }
 
 /// How the exchanges on a connection ended.
@@ -157,35 +159,39 @@ fn may_park(wire: &Shared, c: &Connection, held: &Option<Held>) -> bool {
 /// may end in a park (see [`may_park`]).
 async fn serve_wire(wire: Shared, c: &mut Connection, held: &mut Option<Held>, parks: bool) {
     let Connection { builders: _, addr, app, kind, stops, state, watchdog } = c;
+    let stops = &*stops;
     let flags = Flags::default();
     let stop = pin!(stops.graceful.cancelled());
     let mut signals = Signals { watchdog, stops, stop, flags: &flags, addr };
     let max_head = app.config().server.max_header_size as usize;
-    let mut own = Own { wire: &wire, app, kind: *kind, state, addr, max_head, flags: &flags, parks };
+    let parking = &stops.parking;
+    let mut own = Own { wire: &wire, app, kind: *kind, state, addr, max_head, flags: &flags, parks, parking };
     let ended = loop {
         let idled = guard(pin!(own.idle()), &mut signals).await;
-        match idled {
-            Ok(Ok(())) => {}
-            Ok(Err(Stop::Park)) => {
-                if park::park(&own, signals.stops, held) {
-                    return;
+        let asked_to_park = match idled {
+            Ok(Ok(())) => {
+                let mut busy = Box::pin(own.busy());
+                match guard(busy.as_mut(), &mut signals).await {
+                    Ok(None) => false,
+                    Ok(Some(Ended::Stop(Stop::Park))) => true,
+                    Ok(Some(ended)) => break Ok(ended),
+                    Err(stop) => break Err(stop),
                 }
-                // Readable already, or shutting down (then none parks
-                // from here on): back to the idle wait, which reads what
-                // came or, shutting down, closes.
-                own.parks = !signals.stops.graceful.is_cancelled();
-                continue;
             }
+            Ok(Err(Stop::Park)) => true,
             Ok(Err(stop)) | Err(stop) => break Err(stop),
-        }
-        let mut busy = Box::pin(own.busy());
-        match guard(busy.as_mut(), &mut signals).await {
-            Ok(None) => {}
-            Ok(Some(ended)) => break Ok(ended),
-            Err(stop) => break Err(stop),
+        };
+        if asked_to_park {
+            if park::park(&own, signals.stops, held) {
+                return;
+            }
+            // Readable already, or shutting down (then none parks from
+            // here on): back to the idle wait, which reads what came or,
+            // shutting down, closes.
+            own.parks = !signals.stops.graceful.is_cancelled();
         }
     };
-    own.state.set_idle(false);
+    own.state.set_busy();
     let ended = match ended {
         Ok(ended) => ended,
         // Cut inside an exchange whose answer switched protocols: the
@@ -226,12 +232,12 @@ impl Own<'_> {
             polled => polled.map(Some),
         });
         self.flags.idle.store(true, Relaxed);
-        if parks {
-            state.set_idle(true);
+        if parks && state.set_idle() {
+            self.parking.watch(state);
         }
         let read = read.await;
         if parks {
-            state.set_idle(false);
+            state.set_busy();
         }
         self.flags.idle.store(false, Relaxed);
         match read {
@@ -243,7 +249,10 @@ impl Own<'_> {
 
     /// One exchange after the other while requests are there to read;
     /// `None` once the connection waits for its next one with nothing read,
-    /// else how the connection ends.
+    /// else how the connection ends (or [`Stop::Park`]: it is to park). A
+    /// connection that may park waits for its next request in here, until
+    /// it is asked to park: a new future (in a new box) for each request
+    /// cost an allocation and a free.
     async fn busy(&mut self) -> Option<Ended> {
         loop {
             // The head taken out of the result before the exchange: a
@@ -257,7 +266,14 @@ impl Own<'_> {
                 return Some(Ended::Switch(tunnel));
             }
             match again {
-                Ok(true) if self.wire.lock().release_buffer() => return None,
+                Ok(true) if self.wire.lock().release_buffer() => {
+                    if !self.parks {
+                        return None;
+                    }
+                    if let Err(stop) = self.idle().await {
+                        return Some(Ended::Stop(stop));
+                    }
+                }
                 Ok(true) => {
                     self.state.head_waiting();
                     continue;

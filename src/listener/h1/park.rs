@@ -19,11 +19,13 @@
 //! wake, and end). TLS connections keep their tasks (rustls may hold bytes
 //! to write).
 //!
-//! A look costs the connections that have a task, not the parked ones, so
-//! that many idle connections cost no CPU: a parked connection leaves the
-//! list at the next look (and is put back when it wakes), and the parked
-//! ones are looked at in the order they parked, which is the order their
-//! idle timeouts pass in (see [`Parking::sweep`]).
+//! A look costs the connections that wait idle with a task, not the busy
+//! or parked ones, so that many connections waiting for their upstream or
+//! for their next request cost little CPU: a busy or parked connection
+//! leaves the list at the next look (and is put back when it next waits
+//! idle or wakes), and the parked ones are looked at in the order they
+//! parked, which is the order their idle timeouts pass in (see
+//! [`Parking::sweep`]).
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -63,8 +65,8 @@ pub struct Parking {
 
 #[derive(Default)]
 struct List {
-    /// The connections that may park and have a task (and those since
-    /// ended or parked, dropped at the next look).
+    /// The connections that may park and wait idle with a task (and those
+    /// since ended, busy or parked, dropped at the next look).
     conns: Vec<Weak<ConnState>>,
     /// Each parked connection's cell, in the order they parked (and cells
     /// since woken, dropped when a look reaches them).
@@ -182,8 +184,8 @@ impl Parking {
         self.sweep(after, true);
     }
 
-    /// Asks connections idle for `after` to park, drops what ended, parked
-    /// or woke, and closes the parked connections whose idle timeout has
+    /// Asks connections idle for `after` to park, drops what ended, is busy,
+    /// parked or woke, and closes the parked connections whose idle timeout has
     /// passed (all of them, `closing`). The clock is read once for all.
     ///
     /// The parked connections are looked at from the first that parked,
@@ -203,7 +205,7 @@ impl Parking {
             let mut list = self.list.lock().expect("parking lock");
             list.closed |= closing;
             list.conns.retain(|state| match state.upgrade() {
-                Some(state) if state.unlist_if_parked() => false,
+                Some(state) if state.unlist() => false,
                 Some(state) => {
                     if !closing {
                         state.ask_to_park(now, after);

@@ -168,27 +168,25 @@ async fn serve_wire(wire: Shared, c: &mut Connection, held: &mut Option<Held>, p
     let mut own = Own { wire: &wire, app, kind: *kind, state, addr, max_head, flags: &flags, parks, parking };
     let ended = loop {
         let idled = guard(pin!(own.idle()), &mut signals).await;
-        let asked_to_park = match idled {
-            Ok(Ok(())) => {
-                let mut busy = Box::pin(own.busy());
-                match guard(busy.as_mut(), &mut signals).await {
-                    Ok(None) => false,
-                    Ok(Some(Ended::Stop(Stop::Park))) => true,
-                    Ok(Some(ended)) => break Ok(ended),
-                    Err(stop) => break Err(stop),
+        match idled {
+            Ok(Ok(())) => {}
+            Ok(Err(Stop::Park)) => {
+                if park::park(&own, signals.stops, held) {
+                    return;
                 }
+                // Readable already, or shutting down (then none parks
+                // from here on): back to the idle wait, which reads what
+                // came or, shutting down, closes.
+                own.parks = !signals.stops.graceful.is_cancelled();
+                continue;
             }
-            Ok(Err(Stop::Park)) => true,
             Ok(Err(stop)) | Err(stop) => break Err(stop),
-        };
-        if asked_to_park {
-            if park::park(&own, signals.stops, held) {
-                return;
-            }
-            // Readable already, or shutting down (then none parks from
-            // here on): back to the idle wait, which reads what came or,
-            // shutting down, closes.
-            own.parks = !signals.stops.graceful.is_cancelled();
+        }
+        let mut busy = Box::pin(own.busy());
+        match guard(busy.as_mut(), &mut signals).await {
+            Ok(None) => {}
+            Ok(Some(ended)) => break Ok(ended),
+            Err(stop) => break Err(stop),
         }
     };
     own.state.set_busy();
@@ -249,10 +247,7 @@ impl Own<'_> {
 
     /// One exchange after the other while requests are there to read;
     /// `None` once the connection waits for its next one with nothing read,
-    /// else how the connection ends (or [`Stop::Park`]: it is to park). A
-    /// connection that may park waits for its next request in here, until
-    /// it is asked to park: a new future (in a new box) for each request
-    /// cost an allocation and a free.
+    /// else how the connection ends.
     async fn busy(&mut self) -> Option<Ended> {
         loop {
             // The head taken out of the result before the exchange: a
@@ -266,14 +261,7 @@ impl Own<'_> {
                 return Some(Ended::Switch(tunnel));
             }
             match again {
-                Ok(true) if self.wire.lock().release_buffer() => {
-                    if !self.parks {
-                        return None;
-                    }
-                    if let Err(stop) = self.idle().await {
-                        return Some(Ended::Stop(stop));
-                    }
-                }
+                Ok(true) if self.wire.lock().release_buffer() => return None,
                 Ok(true) => {
                     self.state.head_waiting();
                     continue;

@@ -245,3 +245,39 @@ async fn a_shutdown_closes_parked_unlisted_and_just_woken_connections() {
     tokio::time::timeout(Duration::from_secs(2), &mut gw.task).await.expect("the gateway waited").unwrap();
     assert_eq!(parked(), base, "the gauge did not come back");
 }
+
+/// After a burst of parked connections has gone, the woken cells behind
+/// one still waiting are dropped as soon as they have doubled the parked
+/// ones left, not only once they have doubled the burst: the heap keeps no
+/// more than that of them, whatever came before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn woken_cells_after_a_burst_has_gone_do_not_pile_up_to_twice_the_burst() {
+    let _one = SERIAL.lock().await;
+    const BURST: usize = 400;
+    const N: usize = 20;
+    let gw = gateway("idle_timeout = \"5s\"").await;
+    let base = parked();
+    let burst = connected(&gw, BURST).await;
+    let all = base + BURST as f64;
+    assert_eq!(parked_become(all, Duration::from_secs(2)).await, all, "the burst did not park");
+    drop(burst);
+    assert_eq!(parked_become(base, Duration::from_secs(2)).await, base, "the burst did not close");
+    let _front = connected(&gw, 1).await;
+    assert_eq!(parked_become(base + 1.0, Duration::from_secs(1)).await - base, 1.0);
+    let mut conns = connected(&gw, N).await;
+    let mut heap = None;
+    let mut most = 0;
+    for round in 0..24 {
+        let all = base + 1.0 + N as f64;
+        assert_eq!(parked_become(all, Duration::from_secs(1)).await, all, "round {round}: not all parked again");
+        // From the third round: the burst's cells dropped, pools, buffers
+        // and the cells' deque warmed up.
+        if round >= 3 {
+            let now = LIVE.load(Ordering::Relaxed);
+            most = most.max(now - *heap.get_or_insert(now));
+        }
+        conns = serve_each(streams(conns), Duration::ZERO, None).await;
+    }
+    // 400 woken cells kept would be some 29 KB.
+    assert!(most < 18_000, "the heap grew by up to {most} bytes over {} parks and wakes", 24 * N);
+}

@@ -1,4 +1,5 @@
-//! The connection watchdog's deadlines, on tokio's paused clock.
+//! The connection watchdog's deadlines, on tokio's paused clock; a parked
+//! connection's listing.
 
 use super::*;
 
@@ -100,4 +101,33 @@ async fn an_http2_stream_waiting_on_a_full_window_is_a_send_timeout() {
     }
     assert!(matches!(run_for(&mut w, 300).await, Some(Expired::SendTimeout)));
     drop(body);
+}
+
+fn state() -> ConnState {
+    ConnState::new(Peer::new([127, 0, 0, 1].into(), false, false), 1, Arc::new(T))
+}
+
+/// How many times a parked connection is listed (it was once, when it
+/// parked) after its listener's look (`unlisted`: the look dropped it) and
+/// its wake (`relisted`: the wake put it back).
+fn listed(unlisted: bool, relisted: bool) -> i32 {
+    1 - i32::from(unlisted) + i32::from(relisted)
+}
+
+/// A parked connection's listener's look and its wake, in either order:
+/// once both are done, it is listed once, and a second look at it, now
+/// with a task, keeps it.
+#[test]
+fn a_parked_connection_is_listed_once_after_a_look_and_a_wake() {
+    let s = state();
+    s.set_parked();
+    let unlisted = s.unlist_if_parked();
+    assert!(unlisted && !s.unlist_if_parked(), "a look drops it once");
+    assert_eq!(listed(unlisted, s.unpark()), 1, "the look, then the wake");
+    assert!(!s.unlist_if_parked(), "woken, it stays listed");
+    s.set_parked();
+    let relisted = s.unpark();
+    assert_eq!(listed(s.unlist_if_parked(), relisted), 1, "the wake, then the look");
+    s.set_idle(true);
+    assert!(!s.unlist_if_parked(), "an idle connection with its task stays listed");
 }

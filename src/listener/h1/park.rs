@@ -71,7 +71,8 @@ struct List {
     /// Each parked connection's cell, in the order they parked (and cells
     /// since woken, dropped when a look reaches them).
     cells: VecDeque<Weak<Cell>>,
-    /// The cells the last look at all of them kept.
+    /// The cells the last look at all of them kept, or fewer: as many as
+    /// are left, if the looks since dropped more from the front.
     kept: usize,
     /// Shutting down: no more connections park.
     closed: bool,
@@ -195,9 +196,10 @@ impl Parking {
     /// earlier by less than the time between looks, and as a listener's
     /// connections share one idle timeout, its timeout passes at most that
     /// much sooner. A look takes all of them when shutting down, and when
-    /// the cells have doubled since the last such look: that drops the
-    /// cells woken behind a waiting one (a connection that parks and wakes
-    /// often leaves one at each park) at a cost of a few per park.
+    /// the cells have doubled since the last such look (or since a look
+    /// left fewer): that drops the cells woken behind a waiting one (a
+    /// connection that parks and wakes often leaves one at each park) at a
+    /// cost of a few per park.
     fn sweep(&self, after: Duration, closing: bool) {
         let mut expired = Vec::new();
         let now = tokio::time::Instant::now();
@@ -228,6 +230,10 @@ impl Parking {
                 while list.cells.front().is_some_and(|cell| !look(cell)) {
                     list.cells.pop_front();
                 }
+                // Doubled since the parked ones that are left, not since a
+                // burst long gone: its size would let as many woken cells
+                // again pile up behind one still waiting.
+                list.kept = list.kept.min(list.cells.len());
             }
         }
         // Dropped here, outside the locks: an idle connection closes

@@ -107,27 +107,40 @@ fn state() -> ConnState {
     ConnState::new(Peer::new([127, 0, 0, 1].into(), false, false), 1, Arc::new(T))
 }
 
-/// How many times a parked connection is listed (it was once, when it
-/// parked) after its listener's look (`unlisted`: the look dropped it) and
-/// its wake (`relisted`: the wake put it back).
-fn listed(unlisted: bool, relisted: bool) -> i32 {
-    1 - i32::from(unlisted) + i32::from(relisted)
-}
-
-/// A parked connection's listener's look and its wake, in either order:
-/// once both are done, it is listed once, and a second look at it, now
-/// with a task, keeps it.
+/// Whether a connection is in its listener's list, through the listener's
+/// looks (`unlist`: a busy or parked one is dropped) and the connection's
+/// idle waits and wakes (which put it back if it was dropped), in the
+/// orders they can come in: it is listed once whenever it waits idle with
+/// its task or has just woken, never twice, never lost.
 #[test]
-fn a_parked_connection_is_listed_once_after_a_look_and_a_wake() {
+fn a_connection_is_listed_once_through_looks_idle_waits_and_wakes() {
     let s = state();
+    // Watched at its start, busy.
+    let mut listed = 1;
+    listed -= i32::from(s.unlist());
+    assert_eq!(listed, 0, "a look drops a busy connection");
+    assert!(!s.unlist(), "once");
+    listed += i32::from(s.set_idle());
+    assert_eq!(listed, 1, "its idle wait puts it back");
+    assert!(!s.unlist(), "an idle connection stays listed");
+    s.set_busy();
+    // Parked, then the look, then the wake.
     s.set_parked();
-    let unlisted = s.unlist_if_parked();
-    assert!(unlisted && !s.unlist_if_parked(), "a look drops it once");
-    assert_eq!(listed(unlisted, s.unpark()), 1, "the look, then the wake");
-    assert!(!s.unlist_if_parked(), "woken, it stays listed");
+    listed -= i32::from(s.unlist());
+    listed += i32::from(s.unpark());
+    assert_eq!(listed, 1, "the look, then the wake");
+    // Parked, then the wake, then the look (which finds it busy).
     s.set_parked();
-    let relisted = s.unpark();
-    assert_eq!(listed(s.unlist_if_parked(), relisted), 1, "the wake, then the look");
-    s.set_idle(true);
-    assert!(!s.unlist_if_parked(), "an idle connection with its task stays listed");
+    listed += i32::from(s.unpark());
+    listed -= i32::from(s.unlist());
+    listed += i32::from(s.set_idle());
+    assert_eq!(listed, 1, "the wake, then the look, then its idle wait");
+    // Dropped while busy, just before it parks: parked, it stays out,
+    // and its wake puts it back.
+    s.set_busy();
+    listed -= i32::from(s.unlist());
+    s.set_parked();
+    assert!(!s.unlist(), "already out");
+    listed += i32::from(s.unpark());
+    assert_eq!(listed, 1, "dropped busy, then parked, then woken");
 }

@@ -12,15 +12,22 @@
 mod common;
 
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::{TestGateway, TestUpstream, closed_within, full, raw_upstream, read_head, read_responses, sample};
+use common::counting::{Counting, LIVE};
+use common::{
+    TestGateway, TestUpstream, closed_within, full, proxy_toml, raw_upstream, read_head, read_responses, sample,
+};
 use http_body_util::BodyExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-/// The tests read one process-wide gauge: one at a time.
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+/// The tests read one process-wide gauge and one heap: one at a time.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// The time between two looks of the listener at `park_after = "20ms"`.
@@ -154,6 +161,10 @@ async fn connections_busy_across_looks_park_again_after_each_answer() {
     let base = parked();
     let mut conns = connect(&gw, N).await;
     for round in 0..3 {
+        if round > 0 {
+            // Parked long enough to have left the list: the wake puts each back.
+            tokio::time::sleep(LOOK * 4).await;
+        }
         conns = on_each(conns, |_, mut s| async move {
             answered(&mut s, SLOW_GET, 1, b"ok").await;
             s
@@ -395,4 +406,43 @@ async fn a_shutdown_with_connections_busy_across_looks() {
     }
     tokio::time::timeout(Duration::from_secs(3), &mut gw.task).await.expect("the gateway waited").unwrap();
     assert_eq!(parked(), base, "the gauge did not come back");
+}
+
+/// What the heap grew by over `n` requests back to back on one new
+/// connection to `gw`, after 500 that warm its pools and buffers up; read
+/// after the exporter's render (which drains what it keeps of each
+/// request); and the connection.
+async fn heap_growth(gw: &TestGateway, n: usize) -> (isize, TcpStream) {
+    let mut s = TcpStream::connect(gw.addr).await.unwrap();
+    let mut heap = 0;
+    for i in 0..=n + 500 {
+        if i == 500 || i == n + 500 {
+            tokio::time::sleep(LOOK / 2).await;
+            parked();
+            heap = LIVE.load(Ordering::Relaxed) - heap;
+        }
+        answered(&mut s, GET, 1, b"alive").await;
+    }
+    (heap, s)
+}
+
+/// One connection served thousands of requests back to back, each idle
+/// wait short of a park, with the looks finding it now busy (dropped from
+/// the list), now idle (put back): it is listed once, not once more per
+/// idle wait. The heap grows by no more over them than beside a gateway
+/// whose connections never park (an entry per request would be some
+/// 8 bytes each, 48 KB of list for these).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thousands_of_idle_waits_list_a_connection_once() {
+    let _one = SERIAL.lock().await;
+    const N: usize = 6000;
+    let never = TestGateway::from_toml(&proxy_toml(common::refused_addr().await, "p", "", "park_after = \"0s\"")).await;
+    let (without, _) = heap_growth(&never, N).await;
+    let gw = gateway("idle_timeout = \"10s\"").await;
+    let base = parked();
+    let (with, s) = heap_growth(&gw, N).await;
+    assert!(with - without < 24_000, "the heap grew by {with} bytes over {N} requests ({without} never parking)");
+    all_park(base, 1, "after the last").await;
+    drop(s);
+    assert_eq!(parked_become(base, PARKS_WITHIN).await, base, "the gauge did not come back");
 }

@@ -222,9 +222,9 @@ async fn trickle(s: &mut TcpStream, bytes: &[u8]) {
     }
 }
 
-/// Request bodies that trickle in across the looks (sized and chunked),
-/// and one sent after a `100 Continue` that comes several looks after its
-/// head: none parks meanwhile, each parks after its answer.
+/// Request bodies that trickle in across the looks (sized and chunked,
+/// and one after its `100 Continue`, to an upstream that answers fifteen
+/// looks later): none parks meanwhile, each parks after its answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bodies_trickling_in_and_expect_continue_across_looks_then_parked() {
     let _one = SERIAL.lock().await;
@@ -293,7 +293,7 @@ async fn connections_that_end_busy_leave_the_others_parking() {
     ];
     for (i, req) in ending.into_iter().enumerate() {
         let mut s = TcpStream::connect(gw.addr).await.unwrap();
-        let (kept_served, ()) = tokio::join!(
+        tokio::join!(
             async {
                 answered(&mut kept, SLOW_GET, 1, b"ok").await;
             },
@@ -309,7 +309,6 @@ async fn connections_that_end_busy_leave_the_others_parking() {
                 }
             }
         );
-        let () = kept_served;
         all_park(base, 1, &format!("beside case {i}")).await;
     }
     drop(kept);

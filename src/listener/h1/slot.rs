@@ -13,7 +13,7 @@ pub type Slot<F> = Pin<Box<Option<F>>>;
 
 /// Boxes kept per thread at most: enough for the answers a worker has in
 /// flight at once under load, without keeping a burst's worth.
-const KEPT: usize = 8;
+const KEPT: usize = 32;
 
 /// The kept boxes: each entry an `Option<Slot<F>>` (type-erased, as a
 /// thread-local's type must be named; one `F` is ever kept, the app's

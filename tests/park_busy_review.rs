@@ -13,12 +13,13 @@ mod common;
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use common::counting::{Counting, LIVE};
+use common::parked::{parked, parked_become};
 use common::{
-    TestGateway, TestUpstream, closed_within, full, proxy_toml, raw_upstream, read_head, read_responses, sample,
+    TestGateway, TestUpstream, closed_within, full, proxy_toml, read_head, read_responses, switching_upstream,
 };
 use http_body_util::BodyExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -58,29 +59,14 @@ async fn upstream() -> SocketAddr {
     addr
 }
 
-/// An upstream that switches to "echo" with a bare 101, then echoes.
-async fn switching_upstream() -> SocketAddr {
-    raw_upstream(|mut s: TcpStream| async move {
-        if read_head(&mut s).await.is_none() {
-            return;
-        }
-        let answer = b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n";
-        let _ = s.write_all(answer).await;
-        let mut buf = [0u8; 4096];
-        while let Ok(n) = s.read(&mut buf).await {
-            if n == 0 || s.write_all(&buf[..n]).await.is_err() {
-                return;
-            }
-        }
-    })
-    .await
-}
+/// A bare 101 to "echo", for [`switching_upstream`].
+const SWITCH_TO_ECHO: &[u8] = b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n";
 
 /// A gateway whose connections park after 20 ms idle: `/p` to
 /// [`upstream`], `/ws` to [`switching_upstream`], `/alive` answered by
 /// itself; with extra `[server]` keys.
 async fn gateway(server: &str) -> TestGateway {
-    let (up, sw) = (upstream().await, switching_upstream().await);
+    let (up, sw) = (upstream().await, switching_upstream(SWITCH_TO_ECHO).await);
     TestGateway::from_toml(&format!(
         "[server]\npark_after = \"20ms\"\n{server}\n\
          [upstreams.p]\nurl = \"http://{up}\"\n[upstreams.ws]\nurl = \"http://{sw}\"\n\
@@ -89,24 +75,6 @@ async fn gateway(server: &str) -> TestGateway {
          [[routes]]\nname = \"alive\"\nprefix = \"/alive\"\nrespond = {{ status = 200, body = \"alive\" }}\n"
     ))
     .await
-}
-
-/// The process's parked connections, read off the exporter (no request:
-/// a metrics request would be one more connection).
-fn parked() -> f64 {
-    sample(&gateway::metrics::install().render(), "gateway_connections_parked", &[]).unwrap_or(0.0)
-}
-
-/// Waits up to `within` for `want` parked connections; the last count.
-async fn parked_become(want: f64, within: Duration) -> f64 {
-    let until = Instant::now() + within;
-    loop {
-        let now = parked();
-        if now == want || Instant::now() >= until {
-            return now;
-        }
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
 }
 
 /// Asserts that `n` more than `base` are parked within [`PARKS_WITHIN`].

@@ -15,7 +15,8 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use common::counting::{Counting, LIVE};
-use common::{TestGateway, closed_within, proxy_toml, read_responses, sample};
+use common::parked::{parked, parked_become};
+use common::{TestGateway, closed_within, proxy_toml, read_responses};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
@@ -40,24 +41,6 @@ const LATE: Duration = Duration::from_millis(20 + 400);
 async fn gateway(server: &str) -> TestGateway {
     let server = format!("park_after = \"20ms\"\n{server}");
     TestGateway::from_toml(&proxy_toml(common::refused_addr().await, "p", "", &server)).await
-}
-
-/// The process's parked connections, read off the exporter (no request:
-/// a metrics request would be one more connection).
-fn parked() -> f64 {
-    sample(&gateway::metrics::install().render(), "gateway_connections_parked", &[]).unwrap_or(0.0)
-}
-
-/// Waits up to `within` for `want` parked connections; the last count.
-async fn parked_become(want: f64, within: Duration) -> f64 {
-    let until = Instant::now() + within;
-    loop {
-        let now = parked();
-        if now == want || Instant::now() >= until {
-            return now;
-        }
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
 }
 
 /// One request answered on `s`, sent whole or with its head split across

@@ -180,23 +180,6 @@ async fn raw_switching_upstream() -> SocketAddr {
     switching_upstream(b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n").await
 }
 
-/// Answers every request head with `head`, then echoes.
-async fn switching_upstream(answer: &'static [u8]) -> SocketAddr {
-    raw_upstream(move |mut s: TcpStream| async move {
-        if read_head(&mut s).await.is_empty() {
-            return;
-        }
-        let _ = s.write_all(answer).await;
-        let mut buf = [0u8; 4096];
-        while let Ok(n) = s.read(&mut buf).await {
-            if n == 0 || s.write_all(&buf[..n]).await.is_err() {
-                return;
-            }
-        }
-    })
-    .await
-}
-
 /// Sends an upgrade to `echo` and reads the 101.
 async fn open_echo_tunnel(gw: &TestGateway) -> TcpStream {
     open_echo_tunnel_at(gw, "/ws/t").await

@@ -5,6 +5,7 @@
 pub mod cached;
 pub mod counting;
 pub mod limits;
+pub mod parked;
 pub mod pki;
 pub mod redis_server;
 pub mod scripted;
@@ -444,4 +445,27 @@ pub async fn closed_within(s: &mut TcpStream, within: Duration) -> Option<Durati
             Ok(Ok(_)) => {}
         }
     }
+}
+
+/// An upstream that answers every request head with `answer` (a 101, say),
+/// then echoes what it reads. The head is read a byte at a time, so that
+/// nothing after it is taken with it.
+pub async fn switching_upstream(answer: &'static [u8]) -> SocketAddr {
+    raw_upstream(move |mut s: TcpStream| async move {
+        let (mut head, mut b) = (Vec::new(), [0u8; 1]);
+        while !head.ends_with(b"\r\n\r\n") {
+            if s.read(&mut b).await.unwrap_or(0) == 0 {
+                return;
+            }
+            head.push(b[0]);
+        }
+        let _ = s.write_all(answer).await;
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = s.read(&mut buf).await {
+            if n == 0 || s.write_all(&buf[..n]).await.is_err() {
+                return;
+            }
+        }
+    })
+    .await
 }

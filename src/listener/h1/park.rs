@@ -163,21 +163,16 @@ impl Parking {
         self.list.lock().expect("parking lock").conns.push(Arc::downgrade(state));
     }
 
-    /// The time between two looks at the connections: half of
-    /// `park_after`, at least 10 ms, at most a second.
-    fn every(&self) -> Duration {
-        (self.after.unwrap_or_default() / 2).clamp(Duration::from_millis(10), Duration::from_secs(1))
-    }
-
-    /// Every [`Parking::every`]: asks the connections idle for `park_after`
-    /// to park, and closes parked ones whose idle timeout has passed (they
-    /// are late by at most twice that), until `stop`; then closes them all
-    /// and lets no more park.
+    /// Every half of `park_after` (at least 10 ms, at most a second): asks
+    /// the connections idle that long to park, and closes parked ones whose
+    /// idle timeout has passed (they are late by at most twice that), until
+    /// `stop`; then closes them all and lets no more park.
     pub async fn run(self: Arc<Self>, stop: CancellationToken) {
         let Some(after) = self.after else { return };
+        let every = (after / 2).clamp(Duration::from_millis(10), Duration::from_secs(1));
         loop {
             tokio::select! {
-                _ = tokio::time::sleep(self.every()) => {}
+                _ = tokio::time::sleep(every) => {}
                 _ = stop.cancelled() => break,
             }
             self.sweep(after, false);

@@ -191,6 +191,52 @@ async fn removed_and_newly_limited_routes_reach_parked_connections() {
     assert_eq!(answer(gone).await, (200, "slow".into()));
 }
 
+/// A reload that changes a route's `max_concurrent` keeps counting the
+/// requests it admitted: lowered below those in flight, it refuses a
+/// parked connection's next request; raised, it admits only the
+/// difference.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_max_concurrent_keeps_counting_for_parked_connections() {
+    let _one = SERIAL.lock().await;
+    let (slow, gate, seen) = held_upstream("slow").await;
+    let dir = tempfile::tempdir().unwrap();
+    let v = |max: usize| {
+        let routes = format!("{}{}", respond("r", "/r", "r"), proxy("one", "slow", &format!("max_concurrent = {max}")));
+        file(PARKING, &format!("{}{routes}", upstream("slow", slow.addr)))
+    };
+    let gw = TestGateway::from_file(dir.path(), &v(2)).await;
+    let base = parked();
+    let mut waking = Vec::new();
+    for _ in 0..2 {
+        let mut s = TcpStream::connect(gw.addr).await.unwrap();
+        assert_eq!(ask(&mut s, "/r").await.0, 200);
+        waking.push(s);
+    }
+    let mut held = Vec::new();
+    for i in 0..2 {
+        let mut s = TcpStream::connect(gw.addr).await.unwrap();
+        s.write_all(get(&format!("/one/{i}"), "").as_bytes()).await.unwrap();
+        held.push(s);
+    }
+    seen_become(&seen, 2).await;
+    assert_eq!(parked_become(base + 2.0, WAIT).await - base, 2.0);
+
+    assert!(reload(&gw, dir.path(), &v(1)).is_empty());
+    let refused = tokio::time::timeout(WAIT, ask(&mut waking[0], "/one/2")).await.ok().map(|a| a.0);
+    let through = seen.load(Ordering::SeqCst);
+    assert_eq!(refused, Some(503), "a lowered max_concurrent admitted a third request ({through} at the upstream)");
+    assert!(reload(&gw, dir.path(), &v(3)).is_empty());
+    waking[0].write_all(get("/one/3", "").as_bytes()).await.unwrap();
+    seen_become(&seen, 3).await;
+    let refused = tokio::time::timeout(WAIT, ask(&mut waking[1], "/one/4")).await.ok().map(|a| a.0);
+    let through = seen.load(Ordering::SeqCst);
+    assert_eq!(refused, Some(503), "a raised max_concurrent admitted past it ({through} at the upstream)");
+    gate.add_permits(3);
+    for s in held.iter_mut().chain(&mut waking[..1]) {
+        assert_eq!(answer(s).await, (200, "slow".into()));
+    }
+}
+
 const RUNNING: &str = "park_after = \"200ms\"\nidle_timeout = \"5s\"\nheader_read_timeout = \"20s\"";
 const CHANGED: &str = "park_after = \"0s\"\nidle_timeout = \"60s\"\nheader_read_timeout = \"300ms\"\n\
     max_connections = 1\nmax_header_size = \"8KiB\"";

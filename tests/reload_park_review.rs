@@ -180,6 +180,14 @@ async fn removed_and_newly_limited_routes_reach_parked_connections() {
     assert_eq!(ask(cached, "/cached/2").await, (200, "ok".into()));
     assert_eq!(ask(cached, "/cached/2").await, (200, "ok".into()));
     assert_eq!(hits.load(Ordering::SeqCst) - before, 1, "the added cache did not store");
+    // The same cache settings, the upstream's URL moved (to one that
+    // would hold the request): the entries stay, for the parked connection
+    // that stored one.
+    let moved = format!("{}{}", upstream("slow", slow.addr), upstream("b", slow.addr));
+    assert_eq!(parked_become(base + 3.0, WAIT).await - base, 3.0);
+    assert!(reload(&gw, dir.path(), &file(PARKING, &format!("{moved}{limited}"))).is_empty());
+    let kept = tokio::time::timeout(WAIT, ask(cached, "/cached/2")).await;
+    assert_eq!(kept.ok(), Some((200, "ok".into())), "the kept cache lost its entry");
     // The request held since before the reload took no slot of a limit
     // the route did not have: the next takes the one slot, and the one
     // after is refused.
@@ -348,6 +356,15 @@ async fn a_renewed_certificate_reaches_new_handshakes_and_idle_tls_connections_g
     assert!(new != old, "a new handshake got the old certificate");
     assert_eq!(tls_get(&mut fresh).await, "two");
     assert_eq!(tls_get(&mut idle).await, "two", "the idle TLS connection did not go on with the new routes");
+    // A certificate file that is not one: the reload is refused and the
+    // running certificate stays.
+    std::fs::write(pki.path("server.pem"), "not a certificate").unwrap();
+    std::fs::write(pki.dir.path().join("gateway.toml"), v("three")).unwrap();
+    gw.app.reload().expect_err("an unreadable certificate is refused");
+    let (kept, mut third) = tls_client(&pki, gw.addr).await;
+    assert!(kept == new, "a refused reload changed the certificate");
+    assert_eq!(tls_get(&mut third).await, "two");
+    assert_eq!(tls_get(&mut idle).await, "two");
 }
 
 /// Connections that each ask, then wait a while (some park, some not).

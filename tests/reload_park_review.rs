@@ -142,6 +142,34 @@ async fn parked_busy_and_pipelined_connections_cross_a_reload() {
     assert_eq!(ask(&mut idle, "/r").await, (200, "two".into()), "a refused file changed the routes");
 }
 
+fn watch_reloads() -> f64 {
+    let text = gateway::metrics::install().render();
+    common::sample(&text, "gateway_config_reloads_total", &[("result", "ok"), ("trigger", "watch")]).unwrap_or(0.0)
+}
+
+/// With `watch_config`, a file saved while a connection is parked is
+/// reloaded without waking it, and its next request takes the new route.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watched_file_saved_while_a_connection_is_parked() {
+    let _one = SERIAL.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let v = |body: &str| file(&format!("{PARKING}\nwatch_config = true"), &respond("r", "/r", body));
+    let gw = TestGateway::from_file(dir.path(), &v("one")).await;
+    let base = parked();
+    let mut s = TcpStream::connect(gw.addr).await.unwrap();
+    assert_eq!(ask(&mut s, "/r").await, (200, "one".into()));
+    assert_eq!(parked_become(base + 1.0, WAIT).await - base, 1.0);
+    let before = watch_reloads();
+    std::fs::write(dir.path().join("gateway.toml"), v("two")).unwrap();
+    let until = Instant::now() + Duration::from_secs(10);
+    while watch_reloads() == before {
+        assert!(Instant::now() < until, "the saved file was not reloaded");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(parked() - base, 1.0, "the reload woke or closed the parked connection");
+    assert_eq!(ask(&mut s, "/r").await, (200, "two".into()));
+}
+
 /// A reload that removes the route a parked connection last used, and one
 /// that adds `max_concurrent`, `rate_limit` and `cache` to routes parked
 /// connections last used: each applies from their next request.

@@ -8,6 +8,7 @@
 //! and oversized heads never get this far: hyper refuses them with 400, 414
 //! or 431 and closes the connection.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use http::header::{self, HeaderMap, HeaderValue};
@@ -120,12 +121,22 @@ pub fn screen(
 #[derive(Debug)]
 pub struct ConcurrencyLimit {
     limit: usize,
-    current: AtomicUsize,
+    /// The requests admitted and not yet done, shared with the limit a
+    /// reload made of this one (see [`ConcurrencyLimit::with_limit`]).
+    current: Arc<AtomicUsize>,
 }
 
 impl ConcurrencyLimit {
     pub fn new(limit: usize) -> Self {
-        ConcurrencyLimit { limit, current: AtomicUsize::new(0) }
+        ConcurrencyLimit { limit, current: Arc::new(AtomicUsize::new(0)) }
+    }
+
+    /// The same count under another limit, for a reload that changed it:
+    /// the requests in flight hold slots of the new one, so a lower limit
+    /// takes them back as they finish and a higher one frees only the
+    /// difference.
+    pub fn with_limit(&self, limit: usize) -> Self {
+        ConcurrencyLimit { limit, current: self.current.clone() }
     }
 
     /// The limit.
@@ -247,5 +258,20 @@ mod tests {
         assert!(matches!(limit.try_acquire(), Err(GatewayError::Overloaded { limit: 2 })));
         drop(a);
         assert!(limit.try_acquire().is_ok());
+    }
+
+    /// A reload's changed limit counts the slots the old one handed out.
+    #[test]
+    fn a_changed_limit_keeps_the_count() {
+        let old = ConcurrencyLimit::new(2);
+        let held = [old.try_acquire().unwrap(), old.try_acquire().unwrap()];
+        let lower = old.with_limit(1);
+        assert!(matches!(lower.try_acquire(), Err(GatewayError::Overloaded { limit: 1 })));
+        let higher = old.with_limit(3);
+        let third = higher.try_acquire().unwrap();
+        assert!(higher.try_acquire().is_err());
+        drop(held);
+        drop(third);
+        assert!(lower.try_acquire().is_ok());
     }
 }

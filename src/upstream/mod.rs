@@ -90,9 +90,10 @@ impl Upstream {
     /// Builds the upstream; starts health checks when configured. `retried`
     /// says whether any route retries through it. `before` is the upstream
     /// of the same name that a reload replaces: its admission (requests in
-    /// flight and queued, in their order), retry budget and endpoints'
-    /// health and ejection go on here, and endpoints whose settings did not
-    /// change are kept whole, pools included.
+    /// flight and queued, in their order), retry budget (while
+    /// `retry_budget` is unchanged) and endpoints' health and ejection go on
+    /// here, and endpoints whose settings did not change are kept whole,
+    /// pools included.
     pub fn new(config: UpstreamConfig, retried: bool, read_ahead: Arc<ReadAhead>, before: Option<&Upstream>) -> Self {
         let metrics = UpstreamMetrics::new(&config.name);
         let mut started = Vec::new();
@@ -115,7 +116,10 @@ impl Upstream {
             started.iter().for_each(|e| health::spawn(e, health.clone()));
         }
         let name = config.name.clone();
-        let budget = retried.then(|| match before.and_then(|b| b.budget.clone()) {
+        // A kept budget keeps the ratio and reserve it was built with: a
+        // changed `retry_budget` needs one of its own.
+        let same_budget = |b: &&Upstream| b.config.retry_budget == config.retry_budget;
+        let budget = retried.then(|| match before.filter(same_budget).and_then(|b| b.budget.clone()) {
             Some(kept) => kept,
             None => {
                 let b = config.retry_budget;

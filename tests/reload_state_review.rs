@@ -9,8 +9,8 @@
 mod common;
 
 use std::path::Path;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -38,13 +38,14 @@ async fn within_10s(mut done: impl FnMut() -> bool) -> bool {
     true
 }
 
-/// An upstream whose requests to `/held` wait for a permit of `gate` (one
-/// each) and count in `held` meanwhile; `/hz` and `/hz2` are counted in
-/// `probes` (as path, count); anything else answers at once.
+/// An upstream whose requests to `/held` note their query in `order`, then
+/// wait for a permit of `gate` (one each) and count in `held` meanwhile;
+/// `/hz` and `/hz2` are counted; anything else answers at once.
 struct Gated {
     up: TestUpstream,
     gate: Arc<Semaphore>,
     held: Arc<AtomicUsize>,
+    order: Arc<Mutex<Vec<String>>>,
     hz: Arc<AtomicUsize>,
     hz2: Arc<AtomicUsize>,
 }
@@ -52,13 +53,15 @@ struct Gated {
 async fn gated() -> Gated {
     let gate = Arc::new(Semaphore::new(0));
     let held = Arc::new(AtomicUsize::new(0));
+    let order = Arc::new(Mutex::new(Vec::new()));
     let (hz, hz2) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-    let (g, h, p, p2) = (gate.clone(), held.clone(), hz.clone(), hz2.clone());
+    let (g, h, o, p, p2) = (gate.clone(), held.clone(), order.clone(), hz.clone(), hz2.clone());
     let up = TestUpstream::start(move |req: Request<Incoming>| {
-        let (g, h, p, p2) = (g.clone(), h.clone(), p.clone(), p2.clone());
+        let (g, h, o, p, p2) = (g.clone(), h.clone(), o.clone(), p.clone(), p2.clone());
         async move {
             match req.uri().path() {
                 "/held" => {
+                    o.lock().unwrap().push(req.uri().query().unwrap_or_default().to_owned());
                     h.fetch_add(1, Ordering::SeqCst);
                     g.acquire().await.unwrap().forget();
                     h.fetch_sub(1, Ordering::SeqCst);
@@ -71,7 +74,7 @@ async fn gated() -> Gated {
         }
     })
     .await;
-    Gated { up, gate, held, hz, hz2 }
+    Gated { up, gate, held, order, hz, hz2 }
 }
 
 /// A changed `retry_budget` applies at once; an unchanged one carries its
@@ -151,6 +154,73 @@ async fn a_higher_max_requests_frees_queued_requests_at_once() {
     for r in requests {
         assert_eq!(r.await.unwrap(), 200);
     }
+}
+
+/// Requests queued before a reload that changes the upstream's settings
+/// and one queued after it wait in one queue, in their order: the later one
+/// gets no slot of its own ahead of them.
+#[tokio::test]
+async fn the_queue_keeps_its_order_across_a_reload() {
+    let g = gated().await;
+    let dir = tempfile::tempdir().unwrap();
+    let keys = |wait: &str| format!("max_requests = 1\nqueue = 10\nqueue_timeout = \"{wait}\"");
+    let gw = TestGateway::from_file(dir.path(), &admission_toml(&g.up, &keys("20s"), "")).await;
+    let app = gw.app.clone();
+    let queued = move || app.upstreams()[0].queued().unwrap().0;
+    let mut requests = vec![tokio::spawn(status_of(gw.url("/held?0")))];
+    let h = g.held.clone();
+    assert!(within_10s(|| h.load(Ordering::SeqCst) == 1).await);
+    for n in 1..4 {
+        if n == 3 {
+            rewrite(dir.path(), &admission_toml(&g.up, &keys("21s"), ""));
+            gw.app.reload().expect("reload");
+        }
+        requests.push(tokio::spawn(status_of(gw.url(&format!("/held?{n}")))));
+        assert!(within_10s(|| queued() == n).await, "request {n} is not queued behind the others");
+    }
+    g.gate.add_permits(4);
+    for r in requests {
+        assert_eq!(r.await.unwrap(), 200);
+    }
+    assert_eq!(*g.order.lock().unwrap(), ["0", "1", "2", "3"]);
+}
+
+/// An endpoint replaced by a reload (its checks' settings changed) goes on
+/// unhealthy until its new checks say otherwise.
+#[tokio::test]
+async fn an_unhealthy_endpoint_stays_unhealthy_while_its_new_checks_run() {
+    let hang = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let h = hang.clone();
+    let up = TestUpstream::start(move |req: Request<Incoming>| {
+        let h = h.clone();
+        async move {
+            let mut r = Response::new(full("up"));
+            if req.uri().path() == "/hz" {
+                if h.load(Ordering::SeqCst) {
+                    tokio::time::sleep(Duration::from_secs(60)).await;
+                }
+                *r.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+            }
+            r
+        }
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let health = |interval: &str| {
+        format!(
+            "[upstreams.rs_adm.health]\npath = \"/hz\"\ninterval = \"{interval}\"\ntimeout = \"30s\"\n\
+             unhealthy_after = 1\nhealthy_after = 1"
+        )
+    };
+    let gw = TestGateway::from_file(dir.path(), &admission_toml(&up, &health("50ms"), "")).await;
+    let app = gw.app.clone();
+    assert!(within_10s(|| !app.upstreams()[0].endpoints()[0].is_healthy()).await, "the checks never failed");
+    assert_eq!(status_of(gw.url("/x")).await, 503);
+    // The new checks' first probe gets no answer for the rest of the test.
+    hang.store(true, Ordering::SeqCst);
+    rewrite(dir.path(), &admission_toml(&up, &health("60ms"), ""));
+    gw.app.reload().expect("reload");
+    assert_eq!(status_of(gw.url("/x")).await, 503, "the replaced endpoint's health was not carried over");
 }
 
 /// An upstream whose admission changed keeps the endpoints whose own

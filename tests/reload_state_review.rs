@@ -328,3 +328,60 @@ async fn the_series_of_removed_routes_and_upstreams_stay() {
     assert_eq!(status_of(gw.url("/rs_gone/x")).await, 200, "the new file's route");
     assert_eq!(series(&metrics_text(admin).await), (Some(3.0), Some(3.0)), "the removed series went");
 }
+
+/// A route's `rate_limit` unchanged keeps its buckets across a reload that
+/// changes the route's other keys.
+#[tokio::test]
+async fn a_rate_limit_keeps_its_buckets_when_only_the_routes_other_keys_change() {
+    let (up, _) = counting_upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let keys =
+        |max_body: &str| format!("max_body = \"{max_body}\"\nrate_limit = {{ rate = \"1/m\", key = \"route\" }}");
+    let gw = TestGateway::from_file(dir.path(), &admission_toml(&up, "", &keys("1MiB"))).await;
+    assert_eq!(status_of(gw.url("/x")).await, 200);
+    assert_eq!(status_of(gw.url("/x")).await, 429);
+    rewrite(dir.path(), &admission_toml(&up, "", &keys("2MiB")));
+    gw.app.reload().expect("reload");
+    assert_eq!(status_of(gw.url("/x")).await, 429, "the bucket was refilled by a reload that left it unchanged");
+}
+
+/// A learned limit is kept within the new bounds: raising `auto_min` above
+/// it lifts it there, without measuring again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_learned_limit_is_kept_within_new_bounds() {
+    let up = TestUpstream::start(|_req: Request<Incoming>| async {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        Response::new(full("up"))
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let keys = |min: usize| format!("max_requests = \"auto\"\nauto_min = {min}");
+    let gw = TestGateway::from_file(dir.path(), &admission_toml(&up, &keys(3), "")).await;
+    let app = gw.app.clone();
+    let learned = move || {
+        let l = app.upstreams()[0].limit().unwrap();
+        let s = l.learned.unwrap();
+        (l.limit, s.measuring, s.min_rtt)
+    };
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let clients: Vec<_> = (0..8)
+        .map(|_| {
+            let (url, stop) = (gw.url("/x"), stop.clone());
+            tokio::spawn(async move {
+                while !stop.load(Ordering::SeqCst) {
+                    get(&url).await;
+                }
+            })
+        })
+        .collect();
+    let l = learned.clone();
+    assert!(within_10s(|| !l().1 && l().2.is_some()).await, "no limit learned: {:?}", learned());
+    stop.store(true, Ordering::SeqCst);
+    for c in clients {
+        c.await.unwrap();
+    }
+    let (limit, _, min_rtt) = learned();
+    rewrite(dir.path(), &admission_toml(&up, &keys(limit + 2), ""));
+    gw.app.reload().expect("reload");
+    assert_eq!(learned(), (limit + 2, false, min_rtt), "learned {limit}, then auto_min = {}", limit + 2);
+}

@@ -345,24 +345,10 @@ async fn a_rate_limit_keeps_its_buckets_when_only_the_routes_other_keys_change()
     assert_eq!(status_of(gw.url("/x")).await, 429, "the bucket was refilled by a reload that left it unchanged");
 }
 
-/// A learned limit is kept within the new bounds: raising `auto_min` above
-/// it lifts it there, without measuring again.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_learned_limit_is_kept_within_new_bounds() {
-    let up = TestUpstream::start(|_req: Request<Incoming>| async {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        Response::new(full("up"))
-    })
-    .await;
-    let dir = tempfile::tempdir().unwrap();
-    let keys = |min: usize| format!("max_requests = \"auto\"\nauto_min = {min}");
-    let gw = TestGateway::from_file(dir.path(), &admission_toml(&up, &keys(3), "")).await;
-    let app = gw.app.clone();
-    let learned = move || {
-        let l = app.upstreams()[0].limit().unwrap();
-        let s = l.learned.unwrap();
-        (l.limit, s.measuring, s.min_rtt)
-    };
+/// Sends requests from 8 clients until upstream 0 of `gw` has learned a
+/// limit (measured its minimum latency); the limit, measuring, and the
+/// minimum latency.
+async fn learn(gw: &TestGateway) -> (usize, bool, Option<Duration>) {
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let clients: Vec<_> = (0..8)
         .map(|_| {
@@ -374,14 +360,55 @@ async fn a_learned_limit_is_kept_within_new_bounds() {
             })
         })
         .collect();
-    let l = learned.clone();
-    assert!(within_10s(|| !l().1 && l().2.is_some()).await, "no limit learned: {:?}", learned());
+    let l = || learned(gw);
+    assert!(within_10s(|| !l().1 && l().2.is_some()).await, "no limit learned: {:?}", l());
     stop.store(true, Ordering::SeqCst);
     for c in clients {
         c.await.unwrap();
     }
-    let (limit, _, min_rtt) = learned();
+    learned(gw)
+}
+
+fn learned(gw: &TestGateway) -> (usize, bool, Option<Duration>) {
+    let l = gw.app.upstreams()[0].limit().unwrap();
+    l.learned.map_or((l.limit, false, None), |s| (l.limit, s.measuring, s.min_rtt))
+}
+
+async fn flat_upstream() -> TestUpstream {
+    TestUpstream::start(|_req: Request<Incoming>| async {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        Response::new(full("up"))
+    })
+    .await
+}
+
+/// A learned limit is kept within the new bounds: raising `auto_min` above
+/// it lifts it there, without measuring again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_learned_limit_is_kept_within_new_bounds() {
+    let up = flat_upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let keys = |min: usize| format!("max_requests = \"auto\"\nauto_min = {min}");
+    let gw = TestGateway::from_file(dir.path(), &admission_toml(&up, &keys(3), "")).await;
+    let (limit, _, min_rtt) = learn(&gw).await;
     rewrite(dir.path(), &admission_toml(&up, &keys(limit + 2), ""));
     gw.app.reload().expect("reload");
-    assert_eq!(learned(), (limit + 2, false, min_rtt), "learned {limit}, then auto_min = {}", limit + 2);
+    assert_eq!(learned(&gw), (limit + 2, false, min_rtt), "learned {limit}, then auto_min = {}", limit + 2);
+}
+
+/// An upstream that leaves `"auto"` for a fixed limit and comes back
+/// learns again: what it learned before is not brought back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limit_is_learned_again_after_a_fixed_one() {
+    let up = flat_upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let auto = admission_toml(&up, "max_requests = \"auto\"", "");
+    let gw = TestGateway::from_file(dir.path(), &auto).await;
+    learn(&gw).await;
+    rewrite(dir.path(), &admission_toml(&up, "max_requests = 5", ""));
+    gw.app.reload().expect("reload");
+    assert_eq!(learned(&gw), (5, false, None));
+    rewrite(dir.path(), &auto);
+    gw.app.reload().expect("reload");
+    assert_eq!(learned(&gw), (3, true, None), "the earlier learned limit came back");
 }

@@ -4,7 +4,8 @@
 //! endpoints' pools across a change of their upstream's admission, the
 //! checks of a replaced endpoint stopping (probes counted at the upstream),
 //! a limit a reload adds not counting the requests already under way, and
-//! the metric series of removed routes and upstreams staying.
+//! the metric series of removed routes and upstreams staying, learned
+//! limits, and rate limits local and shared through Redis.
 
 mod common;
 
@@ -411,4 +412,31 @@ async fn a_limit_is_learned_again_after_a_fixed_one() {
     rewrite(dir.path(), &auto);
     gw.app.reload().expect("reload");
     assert_eq!(learned(&gw), (3, true, None), "the earlier learned limit came back");
+}
+
+/// A `shared = "redis"` limit's buckets are Redis's, the same for every
+/// gateway using them: a reload that changes the limit applies the new
+/// rate and burst to the bucket as it stands there, not to a full one.
+#[tokio::test]
+async fn a_changed_shared_rate_limit_goes_on_from_the_bucket_in_redis() {
+    let Some(redis) = common::redis_server::Redis::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let toml = |burst: u32| {
+        common::limits::shared_toml(
+            "rs_shared",
+            &format!("rate = \"1/m\", burst = {burst}, key = \"route\""),
+            &redis.url(),
+            "",
+        )
+    };
+    let gw = TestGateway::from_file(dir.path(), &toml(1)).await;
+    assert_eq!(status_of(gw.url("/")).await, 200);
+    assert_eq!(status_of(gw.url("/")).await, 429);
+    rewrite(dir.path(), &toml(3));
+    gw.app.reload().expect("reload");
+    let mut got = Vec::new();
+    for _ in 0..4 {
+        got.push(status_of(gw.url("/")).await);
+    }
+    assert_eq!(got, [200, 200, 429, 429], "burst 3 less the one taken under burst 1");
 }

@@ -3,9 +3,9 @@
 //! one applies), a higher `max_requests` freeing queued requests at once,
 //! endpoints' pools across a change of their upstream's admission, the
 //! checks of a replaced endpoint stopping (probes counted at the upstream),
-//! a limit a reload adds not counting the requests already under way, and
-//! the metric series of removed routes and upstreams staying, learned
-//! limits, and rate limits local and shared through Redis.
+//! a limit a reload adds not counting the requests already under way,
+//! learned limits, rate limits (local and shared through Redis), and the
+//! metric series of removed routes and upstreams staying.
 
 mod common;
 

@@ -480,7 +480,6 @@ impl Route {
             // A limit on a route of the same name, changed or not, goes on
             // counting the requests it already admitted.
             limit: r.max_concurrent.map(|max| match old.and_then(|o| o.limit.as_ref()) {
-                Some(limit) if limit.max() == max => limit.clone(),
                 Some(limit) => Arc::new(limit.with_limit(max)),
                 None => Arc::new(ConcurrencyLimit::new(max)),
             }),

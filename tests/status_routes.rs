@@ -75,8 +75,13 @@ async fn routes_settled(admin: std::net::SocketAddr, answered: u64) -> Value {
     panic!("copies not all answered: {}", json_of(&url).await);
 }
 
+/// The metrics are the process's and both tests send to a route named
+/// `api`: one at a time, or one's counts land in the other's.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test]
 async fn routes_show_splits_and_mirrors_with_their_copies() {
+    let _one = SERIAL.lock().await;
     let (v1, _) = counting_upstream().await;
     let (v2, _) = counting_upstream().await;
     let (shadow, _) = counting_upstream().await;
@@ -122,6 +127,7 @@ async fn routes_show_splits_and_mirrors_with_their_copies() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_status_page_draws_splits_and_mirrors_in_a_real_browser() {
+    let _one = SERIAL.lock().await;
     let Some(browser) = ["chromium", "chromium-browser"]
         .into_iter()
         .find(|b| std::process::Command::new(b).arg("--version").output().is_ok())

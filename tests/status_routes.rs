@@ -76,7 +76,8 @@ async fn routes_settled(admin: std::net::SocketAddr, answered: u64) -> Value {
 }
 
 /// The metrics are the process's and both tests send to a route named
-/// `api`: one at a time, or one's counts land in the other's.
+/// `api`: one at a time, and counts read as differences, or one's counts
+/// land in the other's.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 #[tokio::test]
@@ -88,6 +89,7 @@ async fn routes_show_splits_and_mirrors_with_their_copies() {
     let dir = tempfile::tempdir().unwrap();
     let gw = TestGateway::from_file(dir.path(), &toml(&v1, &v2, &shadow, 100)).await;
     let admin = gw.admin.unwrap();
+    let before = metrics_text(admin).await;
     send_api(&gw, 20).await;
     let v = routes_settled(admin, 20).await;
     let api = &v[0];
@@ -109,9 +111,11 @@ async fn routes_show_splits_and_mirrors_with_their_copies() {
 
     // The metrics say the same, each request counted on the upstream chosen.
     let m = metrics_text(admin).await;
-    let split = |up| sample(&m, "gateway_split_requests_total", &[("route", "api"), ("upstream", up)]).unwrap_or(0.0);
+    let count = |m: &str, name, labels: &[(&str, &str)]| sample(m, name, labels).unwrap_or(0.0);
+    let added = |name, labels: &[(&str, &str)]| count(&m, name, labels) - count(&before, name, labels);
+    let split = |up| added("gateway_split_requests_total", &[("route", "api"), ("upstream", up)]);
     assert_eq!(split("v1") + split("v2"), 20.0, "{m}");
-    assert_eq!(sample(&m, "gateway_mirror_total", &[("route", "api"), ("result", "sent")]), Some(20.0));
+    assert_eq!(added("gateway_mirror_total", &[("route", "api"), ("result", "sent")]), 20.0, "{m}");
 
     // A reload that changes the share carries the counts over.
     std::fs::write(dir.path().join("gateway.toml"), toml(&v1, &v2, &shadow, 50)).unwrap();

@@ -14,6 +14,11 @@ use common::*;
 use http::{HeaderMap, Request, Response};
 use hyper::body::Incoming;
 
+/// Held by the tests that make a file's compressed forms: the count of
+/// them (`gateway_file_compressions_total{coding}`) is the process's, so
+/// one test's gzip form must not land between another's readings.
+static COMPRESSING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// An upstream that records each request's headers and answers with
 /// `body` as `content_type`, with `extra` response headers.
 async fn recording(
@@ -275,6 +280,7 @@ async fn a_compressed_response_has_a_weak_etag_and_every_form_says_vary() {
 /// (RFC 9110 §9.3.2): the coding, the tag, no identity Content-Length.
 #[tokio::test]
 async fn a_head_answers_the_headers_of_its_compressed_get() {
+    let _one_at_a_time = COMPRESSING.lock().await;
     let text: &'static str = Box::leak(TEXT.repeat(100).into_boxed_str());
     let (up, _) = recording(text, "text/html; charset=utf-8", &[("etag", "\"h1\"")]).await;
     let dir = tempfile::tempdir().unwrap();
@@ -348,13 +354,14 @@ async fn compression_is_skipped_where_it_must_be() {
 
 #[tokio::test]
 async fn cached_files_are_compressed_once_with_an_etag_per_encoding() {
+    let _one_at_a_time = COMPRESSING.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let text = TEXT.repeat(200);
     std::fs::write(dir.path().join("page.html"), &text).unwrap();
     std::fs::write(dir.path().join("logo.png"), vec![7u8; 20_000]).unwrap();
     let toml = "[[routes]]\nname = \"site\"\nprefix = \"/site\"\ndir = \".\"\ncompress = true\n";
     let gw = TestGateway::start(config(toml, dir.path())).await;
-    // The counter is the process's: other tests here compress files too.
+    // The counter is the process's: counts read as differences.
     let made = |m: &str, enc: &str| sample(m, "gateway_file_compressions_total", &[("coding", enc)]).unwrap_or(0.0);
     let before = metrics_text(gw.addr).await;
     let (plain, plain_body) = get(&gw.url("/site/page.html")).await;

@@ -10,8 +10,10 @@ use common::*;
 use http::{Request, Response};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// Routes `/api` to `upstream` as route `api_name` (route names are unique
-/// per test, since all tests in this binary share one metrics registry).
+/// Routes `/api` to `upstream` as route `api_name`, and `/fixed` and `/doc`
+/// as routes `{api_name}_fixed` and `{api_name}_doc` (route names are
+/// unique per test, since all tests in this binary share one metrics
+/// registry).
 fn traffic_config(upstream: std::net::SocketAddr, api_name: &str) -> String {
     format!(
         r#"
@@ -26,22 +28,29 @@ rewrite = "/"
 timeout = "1500ms"
 
 [[routes]]
-name = "fixed"
+name = "{api_name}_fixed"
 prefix = "/fixed"
 respond = {{ status = 202, body = "accepted" }}
 
 [[routes]]
-name = "doc"
+name = "{api_name}_doc"
 prefix = "/doc"
 file = "config/public/demo.txt"
 "#
     )
 }
 
+/// Held by the tests that send a request no route matches: route
+/// `unmatched` is every gateway's in this binary, so one at a time, and
+/// its count read as a difference.
+static UNMATCHED: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test]
 async fn metrics_hold_every_series_with_labels_after_traffic() {
+    let _one_at_a_time = UNMATCHED.lock().await;
     let up = TestUpstream::start(|_req| async { Response::new(full("fine")) }).await;
     let gw = TestGateway::from_toml(&traffic_config(up.addr, "api")).await;
+    let before = metrics_text(gw.addr).await;
     for _ in 0..3 {
         assert_eq!(get(&gw.url("/api/x?y=1")).await.0.status, 200);
     }
@@ -52,15 +61,17 @@ async fn metrics_hold_every_series_with_labels_after_traffic() {
     send(Request::builder().method("FROB").uri(gw.url("/fixed")).body(full(Bytes::new())).unwrap()).await;
 
     let m = metrics_text(gw.addr).await;
-    let requests = |route, method, status| {
-        sample(&m, "http_server_requests_total", &[("route", route), ("method", method), ("status", status)])
+    let requests_in = |m: &str, route, method, status| {
+        sample(m, "http_server_requests_total", &[("route", route), ("method", method), ("status", status)])
     };
+    let requests = |route, method, status| requests_in(&m, route, method, status);
     assert_eq!(requests("api", "GET", "200"), Some(3.0));
-    assert_eq!(requests("fixed", "GET", "202"), Some(1.0));
-    assert_eq!(requests("doc", "GET", "200"), Some(1.0));
-    assert_eq!(requests("unmatched", "GET", "404"), Some(1.0));
+    assert_eq!(requests("api_fixed", "GET", "202"), Some(1.0));
+    assert_eq!(requests("api_doc", "GET", "200"), Some(1.0));
+    let unmatched = |m| requests_in(m, "unmatched", "GET", "404").unwrap_or(0.0);
+    assert_eq!(unmatched(&m) - unmatched(&before), 1.0);
     // Unknown methods share one label value, so a client cannot mint series.
-    assert_eq!(requests("fixed", "other", "202"), Some(1.0));
+    assert_eq!(requests("api_fixed", "other", "202"), Some(1.0));
     assert!(!m.contains("/no/such/route"), "raw paths must never become labels");
     assert!(!m.contains("FROB"));
 
@@ -113,7 +124,7 @@ async fn metrics_hold_every_series_with_labels_after_traffic() {
 #[tokio::test]
 async fn a_fixed_response_carries_none_of_the_requests_headers() {
     // A route name of its own: the tests in this binary share one metrics
-    // registry, and another test counts route `fixed`'s requests.
+    // registry.
     let toml = r#"
 [[routes]]
 name = "fixed_headers"
@@ -145,6 +156,7 @@ async fn health_endpoints_answer() {
 
 #[tokio::test]
 async fn separate_metrics_listener() {
+    let _one_at_a_time = UNMATCHED.lock().await;
     let mut config = config("[metrics]\npath = \"/m\"\n", std::path::Path::new("."));
     config.metrics.listen = Some("127.0.0.1:0".parse().unwrap());
     let mut gw = TestGateway::start(config).await;

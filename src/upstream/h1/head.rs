@@ -63,7 +63,13 @@ pub fn encode_request(parts: &request::Parts, out: &mut BytesMut) -> SendFraming
     // Exactly the head's length: a kept head (see `Encoded::keeping`) holds
     // no spare room, and an estimate that fell short grew the buffer,
     // copying it, on most requests.
-    let fields: usize = parts.headers.iter().map(|(name, value)| name.as_str().len() + value.len() + 4).sum();
+    // The framing headers noted on the way: a lookup of each costs a hash.
+    let (mut fields, mut chunked, mut length) = (0, false, false);
+    for (name, value) in &parts.headers {
+        fields += name.as_str().len() + value.len() + 4;
+        chunked |= *name == header::TRANSFER_ENCODING;
+        length |= *name == header::CONTENT_LENGTH;
+    }
     out.reserve(parts.method.as_str().len() + target.len() + 14 + fields);
     out.put_slice(parts.method.as_str().as_bytes());
     out.put_u8(b' ');
@@ -76,7 +82,7 @@ pub fn encode_request(parts: &request::Parts, out: &mut BytesMut) -> SendFraming
         out.put_slice(b"\r\n");
     }
     out.put_slice(b"\r\n");
-    if parts.headers.contains_key(header::TRANSFER_ENCODING) {
+    if chunked {
         let declared = parts.headers.get_all(header::TRAILER).iter();
         let names = declared
             .filter_map(|v| v.to_str().ok())
@@ -85,7 +91,10 @@ pub fn encode_request(parts: &request::Parts, out: &mut BytesMut) -> SendFraming
             .collect();
         return SendFraming::Chunked(names);
     }
-    SendFraming::Length(content_length(&parts.headers).ok().flatten().unwrap_or(0))
+    match length {
+        true => SendFraming::Length(content_length(&parts.headers).ok().flatten().unwrap_or(0)),
+        false => SendFraming::Length(0),
+    }
 }
 
 /// The bodiless request `bytes` hold as [`encode_request`] wrote them
@@ -472,6 +481,8 @@ mod tests {
         assert_eq!(out.capacity(), out.len(), "exactly the head's room: a kept head holds no more");
         let (parts, ()) = http::Request::get("/").header("content-length", "3").body(()).unwrap().into_parts();
         assert_eq!(encode_request(&parts, &mut BytesMut::new()), SendFraming::Length(3));
+        let (parts, ()) = http::Request::get("/").header("x-length", "3").body(()).unwrap().into_parts();
+        assert_eq!(encode_request(&parts, &mut BytesMut::new()), SendFraming::Length(0));
     }
 
     #[test]

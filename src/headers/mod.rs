@@ -344,6 +344,22 @@ pub fn append_via(headers: &mut HeaderMap, via: &Via, version: Version) {
     append_list(headers, header::VIA, via.entry(version).clone());
 }
 
+/// [`strip_hop_by_hop`], then [`append_via`], with one pass over the names
+/// for both: most responses carry neither a hop-by-hop field nor `Via`,
+/// and a lookup of `Via` costs a hash.
+pub fn strip_hop_by_hop_then_via(headers: &mut HeaderMap, via: &Via, version: Version) {
+    let (mut hop_by_hop, mut present) = (false, false);
+    for name in headers.keys() {
+        hop_by_hop |= HOP_BY_HOP.contains(name) || name == header::UPGRADE || name == header::EXPECT;
+        present |= name == header::VIA;
+    }
+    if hop_by_hop {
+        // (A `Via` that `Connection` names goes too: this hop's entry is then all.)
+        strip_present_hop_by_hop(headers);
+    }
+    add_to_list(headers, header::VIA, present, via.entry(version).clone());
+}
+
 /// Appends `item` to a comma-separated list header, merging existing values
 /// into one line.
 fn append_list(headers: &mut HeaderMap, name: HeaderName, item: HeaderValue) {

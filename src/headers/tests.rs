@@ -290,3 +290,26 @@ fn forwarded_element_quotes_ipv6_and_ports() {
     let host = HeaderValue::from_static("[::1]:8080");
     assert_eq!(forwarded_element(&v6, Some(&host), false), "for=\"[2001:db8::1]\";proto=http;host=\"[::1]:8080\"");
 }
+
+/// One pass for hop-by-hop fields and `Via` gives the map the two calls
+/// give, whatever the response carries.
+#[test]
+fn strip_then_via_in_one_pass_matches_the_two_calls() {
+    let cases: &[&[(&str, &str)]] = &[
+        &[("content-length", "5")],
+        &[("via", "1.1 up"), ("content-type", "text/plain")],
+        &[("via", "1.0 a"), ("via", "1.1 b")],
+        &[("connection", "keep-alive, x-secret"), ("x-secret", "1"), ("keep-alive", "timeout=5")],
+        &[("connection", "via"), ("via", "1.1 up")],
+        &[("upgrade", "h2c"), ("te", "trailers, deflate"), ("transfer-encoding", "chunked"), ("via", "1.1 up")],
+    ];
+    for fields in cases {
+        for version in [Version::HTTP_10, Version::HTTP_11] {
+            let (mut one, mut two) = (map(fields), map(fields));
+            strip_hop_by_hop_then_via(&mut one, &via(), version);
+            strip_hop_by_hop(&mut two);
+            append_via(&mut two, &via(), version);
+            assert_eq!(one, two, "{fields:?} {version:?}");
+        }
+    }
+}

@@ -210,7 +210,6 @@ pub fn prepare_response(parts: &mut response::Parts, body: &Received, via: &head
     if !reusable {
         parts.headers.remove(header::CONTENT_LENGTH);
     }
-    headers::strip_hop_by_hop(&mut parts.headers);
-    headers::append_via(&mut parts.headers, via, parts.version);
+    headers::strip_hop_by_hop_then_via(&mut parts.headers, via, parts.version);
     reusable
 }

@@ -10,6 +10,7 @@
 
 pub mod access;
 pub mod auth;
+pub mod block;
 pub mod body;
 pub mod cache;
 pub mod cli;

@@ -85,30 +85,9 @@ impl RequestId {
 }
 
 /// A header value holding a copy of `bytes` (`None` if they are not a valid
-/// value), whose clones share it without allocating.
-///
-/// The copies are cut from a per-thread block of 512 bytes rather than
-/// allocated one by one: a made ID and a `traceparent` are two small values
-/// every request, and `Bytes::from_owner` or `Bytes::from(Vec)` cost an
-/// allocation and a free each (see benches/README.md, Decisions), where a
-/// cut costs a reference count. A block is freed when the last value cut
-/// from it is dropped, so one long request (a long poll, a slow upstream)
-/// keeps its block, 512 bytes, alive after the five or so short ones that
-/// shared it are gone: small blocks bound that, at one allocation per few
-/// requests.
+/// value), whose clones share it without allocating (see [`crate::block`]).
 pub fn copied_value(bytes: &[u8]) -> Option<HeaderValue> {
-    const BLOCK: usize = 512;
-    thread_local! {
-        static BLOCK_LEFT: std::cell::RefCell<bytes::BytesMut> = std::cell::RefCell::new(bytes::BytesMut::new());
-    }
-    let copy = BLOCK_LEFT.with_borrow_mut(|left| {
-        if left.capacity() < bytes.len() {
-            *left = bytes::BytesMut::with_capacity(BLOCK.max(bytes.len()));
-        }
-        left.extend_from_slice(bytes);
-        left.split().freeze()
-    });
-    HeaderValue::from_maybe_shared(copy).ok()
+    HeaderValue::from_maybe_shared(crate::block::copy_of([bytes])).ok()
 }
 
 #[cfg(test)]

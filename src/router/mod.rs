@@ -172,8 +172,6 @@ pub fn strip_prefix<'a>(path: &'a str, prefix: &str) -> &'a str {
 /// Rewrites `path` (with optional `query`) by replacing the matched `prefix`
 /// with `rewrite`; the rest of the path and the query are kept.
 pub fn rewrite_path(path: &str, query: Option<&str>, prefix: &str, rewrite: &str) -> String {
-    // Exactly as long as it will be: made into the upstream request's
-    // `PathAndQuery` without a copy (see `upstream::proxy::upstream_path`).
     let rewritten = Rewritten::of(path, query, prefix, rewrite);
     let mut out = String::with_capacity(rewritten.byte_len());
     rewritten.push_to(&mut out);
@@ -202,15 +200,14 @@ impl<'a> Rewritten<'a> {
     }
 
     pub fn push_to(&self, out: &mut String) {
-        out.push_str(self.rewrite);
-        out.push_str(self.rest);
-        if self.slash {
-            out.push('/');
-        }
-        if let Some(q) = self.query {
-            out.push('?');
-            out.push_str(q);
-        }
+        self.pieces().iter().for_each(|p| out.push_str(p));
+    }
+
+    /// The path and query in pieces, to write one after the other.
+    pub fn pieces(&self) -> [&'a str; 5] {
+        let slash = if self.slash { "/" } else { "" };
+        let (mark, query) = self.query.map_or(("", ""), |q| ("?", q));
+        [self.rewrite, self.rest, slash, mark, query]
     }
 }
 

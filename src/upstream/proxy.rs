@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
 use crate::body::Incoming;
-use bytes::Bytes;
 use http::header::{self, HeaderValue};
 use http::uri::PathAndQuery;
 use http::{Request, Uri, Version, request, response};
@@ -21,7 +20,7 @@ use crate::config::ProxyTarget;
 use crate::error::GatewayError;
 use crate::headers;
 use crate::request::Peer;
-use crate::router::rewrite_path;
+use crate::router::Rewritten;
 
 /// A request body the proxy forwards: a client's, or none (`()`: a request
 /// the gateway makes itself, such as the cache's unconditional refetch).
@@ -150,10 +149,10 @@ pub fn prepare_request<B: ClientBody>(
 /// `rewrite` (the cache keys on it too).
 pub fn upstream_path(uri: &Uri, target: &ProxyTarget, prefix: &str) -> Result<PathAndQuery, GatewayError> {
     Ok(match &target.rewrite {
-        // Taken over as it is (one allocation): a string as long as its
-        // capacity becomes `Bytes` without another.
+        // Copied into the thread's block (no allocation of its own).
         Some(rewrite) => {
-            let path = Bytes::from(rewrite_path(uri.path(), uri.query(), prefix, rewrite).into_bytes());
+            let pieces = Rewritten::of(uri.path(), uri.query(), prefix, rewrite).pieces();
+            let path = crate::block::copy_of(pieces.map(str::as_bytes));
             PathAndQuery::from_maybe_shared(path)
                 .map_err(|_| GatewayError::BadPath("rewritten path is not a valid URI"))?
         }

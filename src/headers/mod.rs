@@ -168,7 +168,7 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
 /// scan over the names present is cheaper than a hashed removal (or
 /// lookup) per hop-by-hop name.
 pub fn has_hop_by_hop(headers: &HeaderMap) -> bool {
-    headers.keys().any(|name| HOP_BY_HOP.contains(name) || name == header::UPGRADE || name == header::EXPECT)
+    headers.keys().any(|name| is_hop_by_hop(name) || name == header::EXPECT)
 }
 
 /// Whether the upstream may see request header `name` otherwise than the
@@ -350,7 +350,7 @@ pub fn append_via(headers: &mut HeaderMap, via: &Via, version: Version) {
 pub fn strip_hop_by_hop_then_via(headers: &mut HeaderMap, via: &Via, version: Version) {
     let (mut hop_by_hop, mut present) = (false, false);
     for name in headers.keys() {
-        hop_by_hop |= HOP_BY_HOP.contains(name) || name == header::UPGRADE || name == header::EXPECT;
+        hop_by_hop |= is_hop_by_hop(name) || name == header::EXPECT;
         present |= name == header::VIA;
     }
     if hop_by_hop {

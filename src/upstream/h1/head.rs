@@ -91,10 +91,8 @@ pub fn encode_request(parts: &request::Parts, out: &mut BytesMut) -> SendFraming
             .collect();
         return SendFraming::Chunked(names);
     }
-    match length {
-        true => SendFraming::Length(content_length(&parts.headers).ok().flatten().unwrap_or(0)),
-        false => SendFraming::Length(0),
-    }
+    let n = if length { content_length(&parts.headers).ok().flatten().unwrap_or(0) } else { 0 };
+    SendFraming::Length(n)
 }
 
 /// The bodiless request `bytes` hold as [`encode_request`] wrote them

@@ -172,11 +172,11 @@ pub fn exchange<'a>(
         }
         let forwards = plan.forwards_1xx;
         if let Some(conn) = pool.take_idle() {
-            let (encoded, kept) = h1::Encoded::keeping(req, plan.retryable && plan.may_resend, forwards, interims);
+            let encoded = h1::Encoded::keeping(req, plan.retryable && plan.may_resend, forwards, interims);
             match send_h1(conn, encoded, plan).await {
                 Ok(response) => return Ok(response),
-                Err(Failure::Send(e)) => match kept {
-                    Some(kept) if e.is_stale() && resend() => {
+                Err(Failure::Send(mut e)) => match e.take_kept() {
+                    Some(kept) if resend() => {
                         tracing::debug!(error = %e, "resending on a new connection");
                         return Box::pin(resend_h1(pool, kept, plan, timing, e)).await;
                     }
@@ -219,19 +219,19 @@ async fn send_h1(mut conn: Conn, encoded: h1::Encoded<'_>, plan: Plan) -> Exchan
 /// exchange with the stale connection's error.
 async fn resend_h1(
     pool: &Pool,
-    kept: bytes::Bytes,
+    kept: bytes::BytesMut,
     plan: Plan,
     timing: Option<&UpstreamTiming>,
     stale: h1::Error,
 ) -> Exchanged {
-    let request = |kept: &bytes::Bytes| h1::request_of(kept, Either::Right(Empty::new()));
+    let request = |kept: bytes::BytesMut| h1::request_of(&kept.freeze(), Either::Right(Empty::new()));
     match open(pool, timing).await {
         Ok(Connected::Http1(conn)) => send_h1(conn, h1::Encoded::again(kept), plan).await,
-        Ok(Connected::Http2(sender)) => match request(&kept) {
+        Ok(Connected::Http2(sender)) => match request(kept) {
             Some(req) => Box::pin(send_h2(sender, req, pool.scheme(), pool.authority().clone())).await,
             None => Err(Failure::Send(stale)),
         },
-        Err(e) => match request(&kept) {
+        Err(e) => match request(kept) {
             Some(req) => Err(Failure::Connect(e, Box::new(req))),
             None => Err(Failure::Send(stale)),
         },

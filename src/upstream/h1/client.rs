@@ -68,37 +68,34 @@ impl<'a> Encoded<'a> {
         Encoded { sending, head_request, interims }
     }
 
-    /// `req` encoded and, if `keep` and it is bodiless, its bytes, all of
-    /// them, kept to be sent again (on a new connection, after a pooled one
-    /// turned out stale): a second handle on the bytes encoded, where a
-    /// copy of the request's head cost every request a pass over its
-    /// headers. One call, so that an exchange's future holds no borrowed
-    /// `Encoded` beside the one it sends.
+    /// `req` encoded and, if `keep` and it is bodiless, its bytes kept to
+    /// be sent again (on a new connection, after a pooled one turned out
+    /// stale): they are written from where they lie, not taken off as they
+    /// go, and handed back with a stale connection's error (see
+    /// [`Error::take_kept`]). A second handle on them instead cost every
+    /// such request a shared header allocated and freed.
     pub fn keeping(
         req: Request<SendBody>,
         keep: bool,
         interims: bool,
         connection: Option<&'a OnceLock<Interims>>,
-    ) -> (Self, Option<Bytes>) {
+    ) -> Self {
         let mut encoded = Encoded::of(req, interims, connection);
-        let kept = if keep { encoded.keep() } else { None };
-        (encoded, kept)
-    }
-
-    fn keep(&mut self) -> Option<Bytes> {
-        let sending = self.sending.as_mut().filter(|s| s.body.is_none() && s.big.is_empty())?;
-        let bytes = std::mem::take(&mut sending.out).freeze();
-        sending.big = bytes.clone();
-        Some(bytes)
+        if let Some(s) = encoded.sending.as_mut().filter(|s| keep && s.body.is_none()) {
+            s.keep = true;
+        }
+        encoded
     }
 
     /// The request [`Encoded::keeping`] kept, to be sent again.
-    pub fn again(bytes: Bytes) -> Self {
+    pub fn again(bytes: BytesMut) -> Self {
         let head_request = bytes.starts_with(b"HEAD ");
         let sending = Sending {
-            out: BytesMut::new(),
-            big: bytes,
-            tail: b"",
+            out: bytes,
+            written: 0,
+            keep: false,
+            big: Bytes::new(),
+            crlf: 0,
             body: None,
             framing: SendFraming::Length(0),
             left: 0,
@@ -111,12 +108,14 @@ impl<'a> Encoded<'a> {
 pub async fn send_encoded(mut conn: Conn, encoded: Encoded<'_>) -> Result<Response<ResponseBody>, Error> {
     let Encoded { mut sending, head_request, interims } = encoded;
     let mut rx = BytesMut::new();
-    let (mut unfinished, mut scanned) = (false, 0);
+    let (mut unfinished, mut scanned, mut kept) = (false, 0, None);
     let head = std::future::poll_fn(|cx| {
         let rx = (&mut rx, &mut scanned);
-        poll_head(&mut conn, &mut sending, &mut unfinished, rx, (head_request, interims.as_ref()), cx)
+        let sending = (&mut sending, &mut kept);
+        poll_head(&mut conn, sending, &mut unfinished, rx, (head_request, interims.as_ref()), cx)
     })
-    .await?;
+    .await
+    .map_err(|e| e.keeping(kept))?;
     Ok(respond(head, conn, rx, sending.map(Box::new), unfinished))
 }
 
@@ -147,9 +146,11 @@ fn respond(
 /// head is in. A failed write ends the exchange unless the upstream's
 /// answer is already readable (it answered, then stopped reading). `rx`
 /// comes with how much of it was looked at for a head's end already.
+/// The request's kept bytes (see [`Encoded::keeping`]) move to `kept`
+/// when it is done with.
 fn poll_head(
     conn: &mut Conn,
-    sending: &mut Option<Sending>,
+    (sending, kept): (&mut Option<Sending>, &mut Option<BytesMut>),
     unfinished: &mut bool,
     (rx, scanned): (&mut BytesMut, &mut usize),
     (head_request, interims): (bool, Option<&InterimSink<'_>>),
@@ -158,10 +159,10 @@ fn poll_head(
     let mut failed = None;
     if let Some(s) = sending {
         match s.poll_send(conn.io_mut(), cx) {
-            Poll::Ready(Ok(())) => *sending = None,
+            Poll::Ready(Ok(())) => *kept = sending.take().and_then(Sending::kept),
             Poll::Ready(Err(e)) if e.is_body() || stalled(&e) => return Poll::Ready(Err(e)),
             Poll::Ready(Err(e)) => {
-                (*sending, *unfinished) = (None, true);
+                (*kept, *unfinished) = (sending.take().and_then(Sending::kept), true);
                 failed = Some(e);
             }
             Poll::Pending => {}
@@ -254,12 +255,17 @@ pub(super) fn poll_fill(io: &mut UpstreamIo, rx: &mut BytesMut, cx: &mut Context
 
 /// The request on its way out.
 pub(super) struct Sending {
-    /// Encoded bytes not yet written: the head, chunk framing, small data.
+    /// Encoded bytes: the head, chunk framing, small data; those from
+    /// `written` on are not written yet.
     out: BytesMut,
+    written: usize,
+    /// `out` is the whole of a bodiless request, kept once written (see
+    /// [`Encoded::keeping`]).
+    keep: bool,
     /// A large data frame, written from its own buffer after `out`.
     big: Bytes,
-    /// What follows `big` on the wire (a chunk's CRLF).
-    tail: &'static [u8],
+    /// How much of a chunk's CRLF, after `big`, is still to be written.
+    crlf: u8,
     /// The body, until it has ended.
     body: Option<SendBody>,
     framing: SendFraming,
@@ -279,7 +285,7 @@ impl Sending {
             SendFraming::Chunked(_) => 0,
         };
         let body = (!http_body::Body::is_end_stream(&body)).then_some(body);
-        let mut sending = Sending { out, big: Bytes::new(), tail: b"", body, framing, left };
+        let mut sending = Sending { out, written: 0, keep: false, big: Bytes::new(), crlf: 0, body, framing, left };
         if sending.body.is_none() {
             // A bodiless request: any framing's end is written with the head.
             if let Err(e) = sending.end(None) {
@@ -299,7 +305,7 @@ impl Sending {
             let mut waiting = false;
             // Nothing is framed while a large frame or its tail is still
             // going: what is gathered goes out before them.
-            while self.big.is_empty() && self.tail.is_empty() && self.out.len() < COALESCE {
+            while self.big.is_empty() && self.crlf == 0 && self.out.len() < COALESCE {
                 let Some(body) = self.body.as_mut() else { break };
                 match http_body::Body::poll_frame(Pin::new(body), cx) {
                     Poll::Pending => {
@@ -322,14 +328,19 @@ impl Sending {
         }
     }
 
-    /// Writes `out`, then `big`, then `tail`.
+    /// Writes `out`, then `big`, then its CRLF.
     fn poll_write(&mut self, io: &mut UpstreamIo, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        while !self.out.is_empty() {
-            let n = ready!(Pin::new(&mut *io).poll_write(cx, &self.out))?;
+        while self.written < self.out.len() {
+            let n = ready!(Pin::new(&mut *io).poll_write(cx, &self.out[self.written..]))?;
             if n == 0 {
                 return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
             }
-            self.out.advance(n);
+            self.written += n;
+        }
+        if !self.keep {
+            // Written: the buffer is framed into again from its start.
+            self.out.clear();
+            self.written = 0;
         }
         while !self.big.is_empty() {
             let n = ready!(Pin::new(&mut *io).poll_write(cx, &self.big))?;
@@ -338,14 +349,19 @@ impl Sending {
             }
             self.big.advance(n);
         }
-        while !self.tail.is_empty() {
-            let n = ready!(Pin::new(&mut *io).poll_write(cx, self.tail))?;
+        while self.crlf > 0 {
+            let n = ready!(Pin::new(&mut *io).poll_write(cx, &b"\r\n"[2 - usize::from(self.crlf)..]))?;
             if n == 0 {
                 return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
             }
-            self.tail = &self.tail[n..];
+            self.crlf -= n as u8;
         }
         Poll::Ready(Ok(()))
+    }
+
+    /// The request's bytes, if they were to be kept.
+    fn kept(self) -> Option<BytesMut> {
+        self.keep.then_some(self.out)
     }
 
     /// Frames one data frame of the body.
@@ -364,7 +380,7 @@ impl Sending {
             self.out.put_slice(&data);
             self.out.put_slice(tail);
         } else {
-            (self.big, self.tail) = (data, tail);
+            (self.big, self.crlf) = (data, tail.len() as u8);
         }
         Ok(())
     }

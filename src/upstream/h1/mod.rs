@@ -56,7 +56,7 @@ use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use bytes::{Buf, Bytes};
+use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 pub use body::ResponseBody;
@@ -72,6 +72,18 @@ use crate::body::BoxError;
 pub struct Error {
     kind: Kind,
     source: Option<BoxError>,
+    /// A stale connection's request, kept to be sent again.
+    kept: Option<Kept>,
+}
+
+/// A request's bytes (see [`Encoded::keeping`]); its `Debug` gives only
+/// their length, since they may hold credentials.
+struct Kept(BytesMut);
+
+impl std::fmt::Debug for Kept {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Kept({} bytes)", self.0.len())
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,31 +107,45 @@ enum Kind {
 
 impl Error {
     fn parse(why: &'static str) -> Error {
-        Error { kind: Kind::Parse(why), source: None }
+        Error { kind: Kind::Parse(why), source: None, kept: None }
     }
 
     fn too_large() -> Error {
-        Error { kind: Kind::TooLarge, source: None }
+        Error { kind: Kind::TooLarge, source: None, kept: None }
     }
 
     fn incomplete() -> Error {
-        Error { kind: Kind::Incomplete, source: None }
+        Error { kind: Kind::Incomplete, source: None, kept: None }
     }
 
     fn incomplete_body() -> Error {
-        Error { kind: Kind::IncompleteBody, source: None }
+        Error { kind: Kind::IncompleteBody, source: None, kept: None }
     }
 
     fn body_parse(why: &'static str) -> Error {
-        Error { kind: Kind::BodyParse(why), source: None }
+        Error { kind: Kind::BodyParse(why), source: None, kept: None }
     }
 
     fn io(e: io::Error) -> Error {
-        Error { kind: Kind::Io, source: Some(Box::new(e)) }
+        Error { kind: Kind::Io, source: Some(Box::new(e)), kept: None }
     }
 
     fn body(e: BoxError) -> Error {
-        Error { kind: Kind::Body, source: Some(e) }
+        Error { kind: Kind::Body, source: Some(e), kept: None }
+    }
+
+    /// The request's bytes, if they were kept and the connection turned
+    /// out stale: anything else does not resend them.
+    fn keeping(mut self, kept: Option<BytesMut>) -> Error {
+        if self.is_stale() {
+            self.kept = kept.map(Kept);
+        }
+        self
+    }
+
+    /// The kept request of a stale connection's error, to be sent again.
+    pub fn take_kept(&mut self) -> Option<BytesMut> {
+        self.kept.take().map(|k| k.0)
     }
 
     /// The upstream's response broke the protocol (a 502 of kind
@@ -215,5 +241,24 @@ impl AsyncWrite for Upgraded {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stale connection's error carries its request to be resent, and
+    /// only such an error does; its `Debug` never shows the request's
+    /// bytes (they may hold credentials).
+    #[test]
+    fn only_a_stale_error_keeps_the_request_and_never_shows_it() {
+        let request = || Some(BytesMut::from(&b"GET / HTTP/1.1\r\nauthorization: Bearer secret\r\n\r\n"[..]));
+        let mut stale = Error::incomplete().keeping(request());
+        assert!(!format!("{stale:?}").contains("secret"), "{stale:?}");
+        assert_eq!(stale.take_kept(), request());
+        assert_eq!(stale.take_kept(), None, "taken once");
+        let mut body = Error::incomplete_body().keeping(request());
+        assert_eq!(body.take_kept(), None, "not a stale connection's error");
     }
 }

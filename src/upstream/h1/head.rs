@@ -9,6 +9,7 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{StatusCode, Version, request};
 
 use super::Error;
+use super::seen::{Seen, agreed_length, content_length};
 
 /// Header fields a response head may have, as hyper allows.
 pub const MAX_HEADERS: usize = 100;
@@ -179,26 +180,23 @@ pub fn parse(buf: &mut BytesMut, head_request: bool) -> Result<Parsed, Error> {
     // `Age` and `Cache-Status`): sized to the parsed fields alone, the map
     // is grown, all of it moved, for the first of them.
     let mut headers = crate::headers::spare::map_with_room(count + ADDED_ON_THE_WAY_BACK);
-    // Content-Length lines, and whether one lists items, noted on the way:
-    // looking them up again costs every response.
-    let (mut lengths, mut listed) = (0, false);
+    // The framing fields noted on the way: looking them up again costs
+    // every response a hash each.
+    let mut seen = Seen::default();
     for &(n0, n1, v0, v1) in &spans[..count] {
         let name = HeaderName::from_bytes(&frozen[n0 as usize..n1 as usize])
             .map_err(|_| Error::parse("invalid header name"))?;
         let value = HeaderValue::from_maybe_shared(frozen.slice(v0 as usize..v1 as usize))
             .map_err(|_| Error::parse("invalid header value"))?;
-        if name == header::CONTENT_LENGTH {
-            lengths += 1;
-            listed |= value.as_bytes().contains(&b',');
-        }
+        seen.note(&name, &value);
         headers.append(name, value);
     }
-    let framing = framing(status, version, &headers, head_request)?;
-    if lengths > 1 || listed {
+    let framing = framing(status, version, &headers, &seen, head_request)?;
+    if seen.lengths > 1 || seen.listed {
         one_content_length(&mut headers, framing);
     }
     let keep_alive =
-        keep_alive(version, &headers) && framing != Framing::Close && status != StatusCode::SWITCHING_PROTOCOLS;
+        keep_alive(version, &headers, &seen) && framing != Framing::Close && status != StatusCode::SWITCHING_PROTOCOLS;
     Ok(Parsed::Head(Head { status, version, headers, reason, framing, keep_alive }))
 }
 
@@ -218,16 +216,22 @@ pub(super) fn why(e: httparse::Error) -> &'static str {
 /// The body's framing (RFC 9112 §6.3), refusing what cannot be framed:
 /// `Transfer-Encoding` in HTTP/1.0, an invalid or conflicting
 /// `Content-Length`, and any transfer coding but one `chunked`.
-fn framing(status: StatusCode, version: Version, headers: &HeaderMap, head_request: bool) -> Result<Framing, Error> {
+fn framing(
+    status: StatusCode,
+    version: Version,
+    headers: &HeaderMap,
+    seen: &Seen,
+    head_request: bool,
+) -> Result<Framing, Error> {
     if matches!(status.as_u16(), 101 | 204 | 304) || head_request {
         // A bodiless answer's Content-Length frames nothing, but one that is
         // no length is refused as on a body's answer: passed on, it reaches
         // the client (RFC 9110 §8.6: a sender must not forward it), and two
         // that disagree leave hyper's server sending no status line at all.
-        agreed_length(headers)?;
+        seen.length.agreed()?;
         return Ok(Framing::Empty);
     }
-    if headers.contains_key(header::TRANSFER_ENCODING) {
+    if seen.transfer_encoding {
         if version == Version::HTTP_10 {
             return Err(Error::parse("Transfer-Encoding in an HTTP/1.0 response"));
         }
@@ -252,7 +256,7 @@ fn framing(status: StatusCode, version: Version, headers: &HeaderMap, head_reque
         }
         return Ok(Framing::Chunked);
     }
-    match content_length(headers)? {
+    match seen.length.checked()? {
         Some(0) => Ok(Framing::Empty),
         Some(n) => Ok(Framing::Length(n)),
         None => Ok(Framing::Close),
@@ -277,42 +281,18 @@ fn one_content_length(headers: &mut HeaderMap, framing: Framing) {
     }
 }
 
-/// The `Content-Length`, if there is one: every value (and every item of a
-/// list) the same decimal number (RFC 9110 §8.6), else an error.
-pub fn content_length(headers: &HeaderMap) -> Result<Option<u64>, Error> {
-    let length = agreed_length(headers)?;
-    // hyper's decoder keeps the two largest values for its own states.
-    if length.is_some_and(|n| n > u64::MAX - 2) {
-        return Err(Error::parse("Content-Length too large"));
-    }
-    Ok(length)
-}
-
-/// The number every `Content-Length` value and item gives, whatever its
-/// size (a bodiless response's may be any: it frames nothing).
-fn agreed_length(headers: &HeaderMap) -> Result<Option<u64>, Error> {
-    let mut length = None;
-    for value in headers.get_all(header::CONTENT_LENGTH) {
-        for item in value.as_bytes().split(|&b| b == b',') {
-            let n = crate::headers::digits(item.trim_ascii()).ok_or_else(|| Error::parse("invalid Content-Length"))?;
-            if length.is_some_and(|l| l != n) {
-                return Err(Error::parse("conflicting Content-Length values"));
-            }
-            length = Some(n);
-        }
-    }
-    Ok(length)
-}
-
 /// Whether the response lets the connection stay open: HTTP/1.1 unless a
 /// `Connection` line says `close`, HTTP/1.0 only with `keep-alive` (RFC
 /// 9112 §9.3), and never when `Content-Length` came beside
 /// `Transfer-Encoding` (RFC 9112 §6.1: such a message may be an attack).
-fn keep_alive(version: Version, headers: &HeaderMap) -> bool {
-    if headers.contains_key(header::TRANSFER_ENCODING) && headers.contains_key(header::CONTENT_LENGTH) {
+fn keep_alive(version: Version, headers: &HeaderMap, seen: &Seen) -> bool {
+    if seen.transfer_encoding && seen.lengths > 0 {
         return false;
     }
     let mut keep = version == Version::HTTP_11;
+    if !seen.connection {
+        return keep;
+    }
     for value in headers.get_all(header::CONNECTION) {
         if has_token(value, "close") {
             return false;
@@ -422,6 +402,24 @@ mod tests {
             ("HTTP/1.1 304 Not Modified\r\ncontent-length: 5x\r\n\r\n", false, None),
             ("HTTP/1.1 304 Not Modified\r\ntransfer-encoding: chunked\r\ncontent-length: x\r\n\r\n", false, None),
             ("HTTP/1.1 200 OK\r\ncontent-length: 18446744073709551615\r\n\r\n", true, Some((Empty, true))),
+            ("HTTP/1.1 200 OK\r\ncontent-length: 18446744073709551614\r\n\r\n", false, None),
+            (
+                "HTTP/1.1 200 OK\r\ncontent-length: 18446744073709551613\r\n\r\n",
+                false,
+                Some((Length(u64::MAX - 2), true)),
+            ),
+            // Transfer-Encoding overrides even a Content-Length that is no
+            // length (and the connection is not reused).
+            (
+                "HTTP/1.1 200 OK\r\ncontent-length: x\r\ntransfer-encoding: chunked\r\n\r\n",
+                false,
+                Some((Chunked, false)),
+            ),
+            (
+                "HTTP/1.1 200 OK\r\nconnection: keep-alive, close\r\ncontent-length: 1\r\n\r\n",
+                false,
+                Some((Length(1), false)),
+            ),
             ("HTTP/1.1 304 Not Modified\r\ncontent-length: 5, 5\r\n\r\n", false, Some((Empty, true))),
             ("HTTP/1.1 200 OK\r\ncontent-length: +5\r\n\r\n", false, None),
             ("HTTP/1.1 200 OK\r\ncontent-length: 5 5\r\n\r\n", false, None),

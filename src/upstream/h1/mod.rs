@@ -51,6 +51,7 @@ mod body;
 mod client;
 pub(crate) mod decode;
 mod head;
+mod seen;
 
 use std::io;
 use std::pin::Pin;
@@ -62,7 +63,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 pub use body::ResponseBody;
 pub use client::{Encoded, send, send_encoded};
 pub(crate) use head::Framing;
-pub use head::{MAX_HEAD, MAX_HEADERS, content_length, request_of};
+pub use head::{MAX_HEAD, MAX_HEADERS, request_of};
+pub use seen::content_length;
 
 use super::io::UpstreamIo;
 use crate::body::BoxError;

@@ -26,13 +26,17 @@ pub struct Watchdog {
     /// A busy HTTP/2 connection is looked at now and then: its streams run
     /// in other tasks, whose changes need not wake this one.
     rechecking: bool,
+    /// Whether `sleep` was polled since it was last armed: it then holds
+    /// this task's waker (a watchdog lives in one connection's task), and
+    /// until it fires another poll changes nothing.
+    polled: bool,
 }
 
 impl Watchdog {
     pub fn new(state: Arc<ConnState>) -> Self {
         let armed = 1 + state.timeouts.header_read.as_millis() as u64;
         let sleep = Box::pin(tokio::time::sleep_until(state.at(armed)));
-        Watchdog { state, sleep, armed, grace: None, rechecking: false }
+        Watchdog { state, sleep, armed, grace: None, rechecking: false, polled: false }
     }
 
     /// The timeouts it enforces.
@@ -76,6 +80,7 @@ impl Watchdog {
 
     fn arm(&mut self, at: u64) {
         self.armed = at;
+        self.polled = false;
         self.sleep.as_mut().reset(self.state.at(at));
     }
 }
@@ -109,7 +114,13 @@ impl Future for Watchdog {
                 }
                 this.arm(at);
             }
+            // Polled on every wake of the connection's task: most of them
+            // are for its exchanges, and a timer's poll is not free.
+            if this.polled && !this.sleep.is_elapsed() {
+                return Poll::Pending;
+            }
             if this.sleep.as_mut().poll(cx).is_pending() {
+                this.polled = true;
                 return Poll::Pending;
             }
             // The timer fired: expire, or look again later.

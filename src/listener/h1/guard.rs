@@ -4,6 +4,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::task::{Context, Poll, ready};
 
 use tokio::io::AsyncWriteExt;
 
@@ -41,8 +42,27 @@ pub(super) struct Signals<'a, 's> {
     /// connection keeps room for it). Made once per connection: a
     /// cancellation future registers itself when first polled.
     pub stop: Pin<&'a mut WaitForCancellationFuture<'s>>,
+    /// Whether `stop` has been polled: it has then registered the task's
+    /// waker with its token (see [`Signals::poll_stop`]).
+    pub stop_polled: bool,
     pub flags: &'a Flags,
     pub addr: &'a std::net::SocketAddr,
+}
+
+impl Signals<'_, '_> {
+    /// Whether the shutdown signal waited for has come. Once `stop` is
+    /// polled, its token wakes this task when cancelled, so it is polled
+    /// again only then: a poll locks the token and looks through its
+    /// waiters, on every wake of every connection, where the token's flag
+    /// alone is a cheaper look.
+    fn poll_stop(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let token = if self.flags.closing() { &self.stops.now } else { &self.stops.graceful };
+        if self.stop_polled && !token.is_cancelled() {
+            return Poll::Pending;
+        }
+        self.stop_polled = true;
+        self.stop.as_mut().poll(cx)
+    }
 }
 
 /// Runs `f` beside the watchdog and the shutdown signals: a shutdown ends
@@ -50,23 +70,27 @@ pub(super) struct Signals<'a, 's> {
 /// response in flight the last. (`f` pinned by the caller: taken by value,
 /// it would be kept twice in this future.)
 pub(super) async fn guard<F: Future>(mut f: Pin<&mut F>, s: &mut Signals<'_, '_>) -> Result<F::Output, Stop> {
-    loop {
-        tokio::select! {
-            biased;
-            out = f.as_mut() => return Ok(out),
-            expired = &mut *s.watchdog => return Err(expired_stop(expired, s.addr)),
-            _ = s.stop.as_mut() => {
-                if s.flags.closing() {
-                    return Err(Stop::Cut);
-                }
-                s.flags.closing.store(true, Relaxed);
-                s.stop.set(s.stops.now.cancelled());
-                if s.flags.idle.load(Relaxed) {
-                    return Err(Stop::Close);
-                }
+    std::future::poll_fn(|cx| {
+        loop {
+            if let Poll::Ready(out) = f.as_mut().poll(cx) {
+                return Poll::Ready(Ok(out));
+            }
+            if let Poll::Ready(expired) = Pin::new(&mut *s.watchdog).poll(cx) {
+                return Poll::Ready(Err(expired_stop(expired, s.addr)));
+            }
+            ready!(s.poll_stop(cx));
+            if s.flags.closing() {
+                return Poll::Ready(Err(Stop::Cut));
+            }
+            s.flags.closing.store(true, Relaxed);
+            s.stop.set(s.stops.now.cancelled());
+            s.stop_polled = false;
+            if s.flags.idle.load(Relaxed) {
+                return Poll::Ready(Err(Stop::Close));
             }
         }
-    }
+    })
+    .await
 }
 
 fn expired_stop(expired: Expired, addr: &std::net::SocketAddr) -> Stop {

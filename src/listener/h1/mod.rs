@@ -162,7 +162,7 @@ async fn serve_wire(wire: Shared, c: &mut Connection, held: &mut Option<Held>, p
     let stops = &*stops;
     let flags = Flags::default();
     let stop = pin!(stops.graceful.cancelled());
-    let mut signals = Signals { watchdog, stops, stop, flags: &flags, addr };
+    let mut signals = Signals { watchdog, stops, stop, stop_polled: false, flags: &flags, addr };
     let max_head = app.config().server.max_header_size as usize;
     let parking = &stops.parking;
     let mut own = Own { wire: &wire, app, kind: *kind, state, addr, max_head, flags: &flags, parks, parking };

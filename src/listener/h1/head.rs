@@ -9,6 +9,7 @@ use std::mem::MaybeUninit;
 use bytes::{Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Uri, Version, request};
+use smallvec::SmallVec;
 
 /// Header fields a request head may have, as hyper allows.
 pub const MAX_HEADERS: usize = 100;
@@ -61,7 +62,9 @@ const TOO_LARGE: Refused = bad(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, "hea
 /// bytes off `buf` (the target and values are slices of them, no copy).
 /// `Ok(None)`: not complete yet. `max`: the bytes a head may take.
 pub fn parse(buf: &mut BytesMut, max: usize) -> Result<Option<Head>, Refused> {
-    let mut spans = [(0u32, 0u32, 0u32, 0u32); MAX_HEADERS];
+    // Not filled first (a pass over all of it, for every head): the
+    // fields found are pushed.
+    let mut spans = SmallVec::<[(u32, u32, u32, u32); MAX_HEADERS]>::new();
     let (len, method, target, version, count) = {
         // Left uninitialised, as hyper's parser leaves them: httparse
         // writes the fields it finds, and filling all of them first cost
@@ -80,9 +83,9 @@ pub fn parse(buf: &mut BytesMut, max: usize) -> Result<Option<Head>, Refused> {
         let base = bytes.as_ptr() as usize;
         // An empty slice may point anywhere (httparse returns a constant).
         let at = |s: &[u8]| if s.is_empty() { 0 } else { (s.as_ptr() as usize - base) as u32 };
-        for (span, h) in spans.iter_mut().zip(req.headers.iter()) {
+        for h in req.headers.iter() {
             let (name, value) = (at(h.name.as_bytes()), at(h.value));
-            *span = (name, name + h.name.len() as u32, value, value + h.value.len() as u32);
+            spans.push((name, name + h.name.len() as u32, value, value + h.value.len() as u32));
         }
         let path = req.path.unwrap_or_default();
         if path.len() > MAX_URI_LEN {
@@ -95,7 +98,7 @@ pub fn parse(buf: &mut BytesMut, max: usize) -> Result<Option<Head>, Refused> {
     let frozen = buf.split_to(len).freeze();
     let uri = Uri::from_maybe_shared(frozen.slice(target.0 as usize..target.1 as usize)).map_err(|_| MALFORMED)?;
     let version = if version == 1 { Version::HTTP_11 } else { Version::HTTP_10 };
-    let fields = spans[..count].iter().map(|&(n0, n1, v0, v1)| (&frozen[n0 as usize..n1 as usize], (v0, v1)));
+    let fields = spans.iter().map(|&(n0, n1, v0, v1)| (&frozen[n0 as usize..n1 as usize], (v0, v1)));
     let mut head = Fields::new(version);
     // Room for the fields the gateway adds before it forwards the request
     // (forwarding, `via`, request id), which would grow the map twice.

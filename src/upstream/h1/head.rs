@@ -4,9 +4,12 @@
 //! tables here and fed the same bytes as hyper's client in
 //! `tests/h1_differential.rs`.
 
+use std::mem::MaybeUninit;
+
 use bytes::{BufMut, Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{StatusCode, Version, request};
+use smallvec::SmallVec;
 
 use super::Error;
 use super::seen::{Seen, agreed_length, content_length};
@@ -144,12 +147,19 @@ type Span = (u32, u32, u32, u32);
 /// copy). `head_request`: the request was HEAD (its response has no body,
 /// RFC 9110 §9.3.2).
 pub fn parse(buf: &mut BytesMut, head_request: bool) -> Result<Parsed, Error> {
-    let mut spans: [Span; MAX_HEADERS] = [(0, 0, 0, 0); MAX_HEADERS];
+    // Not filled first (a pass over all of it, for every head): the
+    // fields found are pushed.
+    let mut spans = SmallVec::<[Span; MAX_HEADERS]>::new();
     let (len, code, version, reason, count) = {
-        let mut storage = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        let mut res = httparse::Response::new(&mut storage);
+        // Left uninitialised, as the listener's parse leaves them: httparse
+        // writes the fields it finds, and filling all of them first cost
+        // every head a pass over the whole array.
+        let mut storage = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+        let mut res = httparse::Response::new(&mut []);
         let bytes: &[u8] = buf;
-        let len = match res.parse(bytes) {
+        let parsed =
+            httparse::ParserConfig::default().parse_response_with_uninit_headers(&mut res, bytes, &mut storage);
+        let len = match parsed {
             Ok(httparse::Status::Complete(len)) if len <= MAX_HEAD => len,
             Ok(httparse::Status::Complete(_)) => return Err(Error::too_large()),
             Ok(httparse::Status::Partial) if bytes.len() >= MAX_HEAD => return Err(Error::too_large()),
@@ -160,9 +170,9 @@ pub fn parse(buf: &mut BytesMut, head_request: bool) -> Result<Parsed, Error> {
         let base = bytes.as_ptr() as usize;
         // An empty slice may point anywhere (httparse returns a constant).
         let at = |s: &[u8]| if s.is_empty() { 0 } else { (s.as_ptr() as usize - base) as u32 };
-        for (span, h) in spans.iter_mut().zip(res.headers.iter()) {
+        for h in res.headers.iter() {
             let (name, value) = (at(h.name.as_bytes()), at(h.value));
-            *span = (name, name + h.name.len() as u32, value, value + h.value.len() as u32);
+            spans.push((name, name + h.name.len() as u32, value, value + h.value.len() as u32));
         }
         let reason = res.reason.map(|r| (at(r.as_bytes()), at(r.as_bytes()) + r.len() as u32));
         (len, res.code.unwrap_or(0), res.version.unwrap_or(0), reason, res.headers.len())
@@ -183,7 +193,7 @@ pub fn parse(buf: &mut BytesMut, head_request: bool) -> Result<Parsed, Error> {
     // The framing fields noted on the way: looking them up again costs
     // every response a hash each.
     let mut seen = Seen::default();
-    for &(n0, n1, v0, v1) in &spans[..count] {
+    for &(n0, n1, v0, v1) in &spans[..] {
         let name = HeaderName::from_bytes(&frozen[n0 as usize..n1 as usize])
             .map_err(|_| Error::parse("invalid header name"))?;
         let value = HeaderValue::from_maybe_shared(frozen.slice(v0 as usize..v1 as usize))

@@ -144,3 +144,39 @@ fn a_connection_is_listed_once_through_looks_idle_waits_and_wakes() {
     listed += i32::from(s.unpark());
     assert_eq!(listed, 1, "dropped busy, then parked, then woken");
 }
+
+/// Polls `w` once with this task's cooperative budget used up first: as a
+/// connection's task polls its watchdog after an exchange whose socket
+/// reads and writes took the budget (pipelined requests the gateway
+/// answers itself, a body streamed fast).
+async fn poll_without_budget(w: &mut Watchdog) -> Poll<Expired> {
+    // A fresh budget, then all of it spent.
+    tokio::task::yield_now().await;
+    std::future::poll_fn(|cx| {
+        while tokio::task::coop::has_budget_remaining() {
+            assert!(Pin::new(&mut Box::pin(tokio::task::coop::consume_budget())).poll(cx).is_ready());
+        }
+        Poll::Ready(Pin::new(&mut *w).poll(cx))
+    })
+    .await
+}
+
+/// A watchdog first polled when the task's budget is spent: tokio refuses
+/// that poll of its timer before the timer is even started (and so
+/// before it holds the task's waker). The timer must be polled again at
+/// the task's next wake, not taken for one that waits: else it never
+/// starts, never fires, and the connection has no header, idle or send
+/// timeout for the rest of its life.
+#[tokio::test(start_paused = true)]
+async fn a_first_poll_without_budget_does_not_stop_the_timeouts() {
+    let (_state, w) = connection();
+    let task = tokio::spawn(async move {
+        let mut w = w;
+        assert!(poll_without_budget(&mut w).await.is_pending());
+        // From here on, only the watchdog's timer wakes this task.
+        w.await
+    });
+    tokio::time::sleep(Duration::from_millis(3000)).await;
+    assert!(task.is_finished(), "the header timeout (at 100 ms) never came");
+    assert_eq!(task.await.unwrap(), Expired::HeaderTimeout);
+}

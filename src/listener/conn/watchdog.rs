@@ -26,9 +26,10 @@ pub struct Watchdog {
     /// A busy HTTP/2 connection is looked at now and then: its streams run
     /// in other tasks, whose changes need not wake this one.
     rechecking: bool,
-    /// Whether `sleep` was polled since it was last armed: it then holds
-    /// this task's waker (a watchdog lives in one connection's task), and
-    /// until it fires another poll changes nothing.
+    /// Whether `sleep` was polled since it was last armed, with the task's
+    /// cooperative budget left: it then holds this task's waker (a watchdog
+    /// lives in one connection's task), and until it fires another poll
+    /// changes nothing.
     polled: bool,
 }
 
@@ -119,8 +120,13 @@ impl Future for Watchdog {
             if this.polled && !this.sleep.is_elapsed() {
                 return Poll::Pending;
             }
+            // A poll without the task's cooperative budget is refused before
+            // it reaches the timer (not started, if this is its first poll;
+            // not holding this task's waker, if it fired since): only a poll
+            // with budget left counts as polled.
+            let budget = tokio::task::coop::has_budget_remaining();
             if this.sleep.as_mut().poll(cx).is_pending() {
-                this.polled = true;
+                this.polled = budget;
                 return Poll::Pending;
             }
             // The timer fired: expire, or look again later.

@@ -12,7 +12,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::*;
 use http::Request;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// An upstream that answers `ok` (no body to a HEAD) on kept-alive
@@ -192,6 +192,81 @@ async fn a_head_resent_from_its_bytes_is_answered_as_a_head() {
         let stale = &heads.iter().find(|(c, n, _)| (*c, *n) == (0, 1)).unwrap().2;
         let resent = &heads.iter().find(|(c, n, _)| (*c, *n) == (1, 0)).unwrap().2;
         assert_eq!(stale, resent, "resent byte for byte");
+    })
+    .await;
+}
+
+/// A pooled connection the upstream half-closes while the gateway is still
+/// writing a large request head to it (the upstream reads a little, sends
+/// its FIN and reads no more): found stale by the read side, before the
+/// write is done, and the request is resent whole on a new connection, as
+/// one whose write finished or failed is.
+#[tokio::test]
+async fn a_stale_connection_found_while_the_head_is_still_written_is_resent() {
+    bounded(async {
+        // A small receive buffer, so the large head's write waits.
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let listener = socket.listen(16).unwrap();
+        let addr = listener.local_addr().unwrap();
+        // Per connection, the length of each whole head read.
+        let heads = Arc::new(Mutex::new(Vec::<(usize, usize)>::new()));
+        let log = heads.clone();
+        tokio::spawn(async move {
+            for conn in 0.. {
+                let Ok((mut s, _)) = listener.accept().await else { return };
+                let log = log.clone();
+                tokio::spawn(async move {
+                    let mut seen = Vec::new();
+                    for nth in 0.. {
+                        if (conn, nth) == (0, 1) {
+                            let _ = s.read(&mut [0u8; 100]).await;
+                            let _ = s.shutdown().await;
+                            tokio::time::sleep(Duration::from_secs(8)).await;
+                            return;
+                        }
+                        let (mut buf, mut from) = (vec![0u8; 1 << 20], 0);
+                        let end = loop {
+                            if let Some(at) = seen[from..].windows(4).position(|w| w == b"\r\n\r\n") {
+                                break from + at;
+                            }
+                            // A head's end is looked for in what comes next.
+                            from = seen.len().saturating_sub(3);
+                            match s.read(&mut buf).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => seen.extend_from_slice(&buf[..n]),
+                            }
+                        };
+                        seen.drain(..end + 4);
+                        log.lock().unwrap().push((conn, end));
+                        if s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        let gw = TestGateway::from_toml(&format!(
+            "[server]\nmax_header_size = \"16MiB\"\n[upstreams.half]\nurl = \"http://{addr}\"\n\
+             [[routes]]\nname = \"half\"\nprefix = \"/half\"\nupstream = \"half\"\n"
+        ))
+        .await;
+        assert_eq!(get(&gw.url("/half/warm")).await.0.status, 200);
+        let big =
+            format!("GET /half/big HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\nConnection: close\r\n\r\n", "b".repeat(7 << 20));
+        let mut s = TcpStream::connect(gw.addr).await.unwrap();
+        let (mut r, mut w) = s.split();
+        let (wrote, got) = tokio::join!(w.write_all(big.as_bytes()), async {
+            let mut got = Vec::new();
+            let _ = tokio::time::timeout(Duration::from_secs(8), r.read_to_end(&mut got)).await;
+            got
+        });
+        wrote.unwrap();
+        assert!(got.starts_with(b"HTTP/1.1 200"), "{:?}", String::from_utf8_lossy(&got[..got.len().min(200)]));
+        let heads = heads.lock().unwrap();
+        assert_eq!(heads.len(), 2, "the warm-up, then the resend: {heads:?}");
+        assert!(heads[1].0 == 1 && heads[1].1 > 7 << 20, "resent whole on a new connection: {heads:?}");
     })
     .await;
 }

@@ -114,8 +114,14 @@ pub async fn send_encoded(mut conn: Conn, encoded: Encoded<'_>) -> Result<Respon
         let sending = (&mut sending, &mut kept);
         poll_head(&mut conn, sending, &mut unfinished, rx, (head_request, interims.as_ref()), cx)
     })
-    .await
-    .map_err(|e| e.keeping(kept))?;
+    .await;
+    let head = match head {
+        Ok(head) => head,
+        // A stale connection found on the read side while the request is
+        // still being written (the upstream closed it, or sent stray bytes,
+        // as it went out): its bytes are whole in `sending`, kept too.
+        Err(e) => return Err(e.keeping(kept.or_else(|| sending.and_then(Sending::kept)))),
+    };
     Ok(respond(head, conn, rx, sending.map(Box::new), unfinished))
 }
 

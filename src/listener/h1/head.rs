@@ -65,7 +65,7 @@ pub fn parse(buf: &mut BytesMut, max: usize) -> Result<Option<Head>, Refused> {
     // Not filled first (a pass over all of it, for every head): the
     // fields found are pushed.
     let mut spans = SmallVec::<[(u32, u32, u32, u32); MAX_HEADERS]>::new();
-    let (len, method, target, version, count) = {
+    let (len, method, target, version) = {
         // Left uninitialised, as hyper's parser leaves them: httparse
         // writes the fields it finds, and filling all of them first cost
         // every head a pass over the whole array.
@@ -93,7 +93,7 @@ pub fn parse(buf: &mut BytesMut, max: usize) -> Result<Option<Head>, Refused> {
         }
         let method = Method::from_bytes(req.method.unwrap_or_default().as_bytes()).map_err(|_| MALFORMED)?;
         let target = (at(path.as_bytes()), at(path.as_bytes()) + path.len() as u32);
-        (len, method, target, req.version.unwrap_or(0), req.headers.len())
+        (len, method, target, req.version.unwrap_or(0))
     };
     let frozen = buf.split_to(len).freeze();
     let uri = Uri::from_maybe_shared(frozen.slice(target.0 as usize..target.1 as usize)).map_err(|_| MALFORMED)?;
@@ -102,7 +102,7 @@ pub fn parse(buf: &mut BytesMut, max: usize) -> Result<Option<Head>, Refused> {
     let mut head = Fields::new(version);
     // Room for the fields the gateway adds before it forwards the request
     // (forwarding, `via`, request id), which would grow the map twice.
-    let mut headers = crate::headers::spare::map_with_room(count + ADDED_FIELDS);
+    let mut headers = crate::headers::spare::map_with_room(spans.len() + ADDED_FIELDS);
     for (name, (v0, v1)) in fields {
         let name = HeaderName::from_bytes(name).map_err(|_| MALFORMED)?;
         let value = HeaderValue::from_maybe_shared(slice(&frozen, v0, v1)).map_err(|_| MALFORMED)?;

@@ -150,7 +150,7 @@ pub fn parse(buf: &mut BytesMut, head_request: bool) -> Result<Parsed, Error> {
     // Not filled first (a pass over all of it, for every head): the
     // fields found are pushed.
     let mut spans = SmallVec::<[Span; MAX_HEADERS]>::new();
-    let (len, code, version, reason, count) = {
+    let (len, code, version, reason) = {
         // Left uninitialised, as the listener's parse leaves them: httparse
         // writes the fields it finds, and filling all of them first cost
         // every head a pass over the whole array.
@@ -175,7 +175,7 @@ pub fn parse(buf: &mut BytesMut, head_request: bool) -> Result<Parsed, Error> {
             spans.push((name, name + h.name.len() as u32, value, value + h.value.len() as u32));
         }
         let reason = res.reason.map(|r| (at(r.as_bytes()), at(r.as_bytes()) + r.len() as u32));
-        (len, res.code.unwrap_or(0), res.version.unwrap_or(0), reason, res.headers.len())
+        (len, res.code.unwrap_or(0), res.version.unwrap_or(0), reason)
     };
     if (100..200).contains(&code) && code != 101 {
         return Ok(Parsed::Interim(buf.split_to(len).freeze()));
@@ -189,7 +189,7 @@ pub fn parse(buf: &mut BytesMut, head_request: bool) -> Result<Parsed, Error> {
     // Room for what the way back adds (`Via`, `X-Request-Id`, a cache's
     // `Age` and `Cache-Status`): sized to the parsed fields alone, the map
     // is grown, all of it moved, for the first of them.
-    let mut headers = crate::headers::spare::map_with_room(count + ADDED_ON_THE_WAY_BACK);
+    let mut headers = crate::headers::spare::map_with_room(spans.len() + ADDED_ON_THE_WAY_BACK);
     // The framing fields noted on the way: looking them up again costs
     // every response a hash each.
     let mut seen = Seen::default();

@@ -22,7 +22,7 @@
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -92,12 +92,10 @@ pub struct ConnState {
     head_behind: AtomicBool,
     /// Since when a write to the client has been pending.
     write_blocked: AtomicU64,
-    /// When bytes were last written to the client (HTTP/2 only).
-    last_write: AtomicU64,
-    /// Each HTTP/2 response body's cell: when it last handed out data that
-    /// has not been taken further yet (0: none waiting).
-    streams: Mutex<Vec<Weak<AtomicU64>>>,
-    http2: AtomicBool,
+    /// What only HTTP/2 needs, made at the first stream (boxed: every
+    /// HTTP/1 connection holds the cell, and its state stays within the
+    /// allocator size class the park test names).
+    http2: OnceLock<Box<Http2Only>>,
     /// A response that may pass [`crate::net::NOTSENT_LOWAT`] has started.
     large_response: AtomicBool,
     /// The tunnel a `101` response opened, run once hyper hands the
@@ -111,6 +109,16 @@ pub struct ConnState {
     park: AtomicU8,
     /// Its task, while it waits so, for the listener to wake.
     park_waker: AtomicWaker,
+}
+
+/// [`ConnState::http2`].
+#[derive(Debug, Default)]
+struct Http2Only {
+    /// When bytes were last written to the client.
+    last_write: AtomicU64,
+    /// Each response body's cell: when it last handed out data that has
+    /// not been taken further yet (0: none waiting).
+    streams: Mutex<Vec<Weak<AtomicU64>>>,
 }
 
 /// [`ConnState::park`]'s states.
@@ -134,9 +142,7 @@ impl ConnState {
             bodiless: AtomicBool::new(false),
             head_behind: AtomicBool::new(false),
             write_blocked: AtomicU64::new(0),
-            last_write: AtomicU64::new(0),
-            streams: Mutex::new(Vec::new()),
-            http2: AtomicBool::new(false),
+            http2: OnceLock::new(),
             large_response: AtomicBool::new(false),
             tunnel: Mutex::new(None),
             park: AtomicU8::new(BUSY),
@@ -167,11 +173,9 @@ impl ConnState {
         self.bodiless.store(bodiless && !http2, Relaxed);
         self.head_behind.store(false, Relaxed);
         let waiting_since = http2.then(|| {
-            if !self.http2.load(Relaxed) {
-                self.http2.store(true, Relaxed);
-            }
             let cell = Arc::new(AtomicU64::new(0));
-            let mut streams = self.streams.lock().expect("streams lock");
+            let only = self.http2.get_or_init(Box::default);
+            let mut streams = only.streams.lock().expect("streams lock");
             streams.retain(|s| s.strong_count() > 0);
             streams.push(Arc::downgrade(&cell));
             cell
@@ -191,7 +195,7 @@ impl ConnState {
 
     /// The longest-waiting HTTP/2 body's hand-out time, if any is waiting.
     fn oldest_waiting(&self) -> Option<u64> {
-        let streams = self.streams.lock().expect("streams lock");
+        let streams = self.http2.get()?.streams.lock().expect("streams lock");
         streams.iter().filter_map(Weak::upgrade).map(|c| c.load(Relaxed)).filter(|&t| t != 0).min()
     }
 
@@ -308,8 +312,8 @@ impl ConnState {
         if self.write_blocked.load(Relaxed) != 0 {
             self.write_blocked.store(0, Relaxed);
         }
-        if self.http2.load(Relaxed) {
-            self.last_write.store(self.now(), Relaxed);
+        if let Some(only) = self.http2.get() {
+            only.last_write.store(self.now(), Relaxed);
         }
     }
 
@@ -328,17 +332,17 @@ impl ConnState {
         if blocked != 0 {
             consider(blocked + ms(t.send), Expired::SendTimeout);
         }
-        let http2 = self.http2.load(Relaxed);
+        let http2 = self.http2.get();
         if self.in_flight.load(Relaxed) == 0 {
             let head_started = self.head_started.load(Relaxed);
             if self.requests.load(Relaxed) == 0 {
                 consider(1 + ms(t.header_read), Expired::HeaderTimeout);
-            } else if !http2 && head_started != 0 {
+            } else if http2.is_none() && head_started != 0 {
                 consider(head_started + ms(t.header_read), Expired::HeaderTimeout);
             } else {
                 // HTTP/2: a finished response may still be draining through
                 // flow control; idle counts from the last write.
-                let last_write = if http2 { self.last_write.load(Relaxed) } else { 0 };
+                let last_write = http2.map_or(0, |only| only.last_write.load(Relaxed));
                 consider(self.idle_since.load(Relaxed).max(last_write) + ms(t.idle), Expired::Idle);
             }
         }

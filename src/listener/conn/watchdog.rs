@@ -93,7 +93,7 @@ impl Future for Watchdog {
         let this = self.get_mut();
         loop {
             let next = this.next();
-            let http2 = this.state.http2.load(Relaxed);
+            let http2 = this.state.http2.get().is_some();
             if next.is_some() {
                 this.rechecking = false;
             } else if !this.rechecking && http2 {

@@ -31,6 +31,7 @@ pub mod ratelimit;
 pub mod request;
 pub mod router;
 pub mod server;
+pub mod timer;
 pub mod tls;
 pub mod upstream;
 

@@ -21,6 +21,7 @@ use crate::access::{AccessLine, UpstreamTiming};
 use crate::config::AccessLogFormat;
 use crate::layers::request_id::RequestId;
 use crate::layers::trace::TraceContext;
+use crate::timer::KeptTimer;
 
 /// Marks a request that a route's `auth` let in (a request extension). The
 /// credentials may no longer travel in `Authorization` (Basic and JWT
@@ -126,13 +127,17 @@ pub struct Peer {
     /// reads its 1xx in the request's future, which the connection's task
     /// polls before it looks here: one made meanwhile is seen at once.)
     pub interims: OnceLock<Interims>,
+    /// The timer for its requests' route deadlines, kept between them (see
+    /// [`crate::timer`]).
+    pub timer: KeptTimer,
 }
 
 impl Peer {
     pub fn new(ip: IpAddr, trusted: bool, tls: bool) -> Self {
         let forwarded_for = crate::headers::forwarded_for(ip);
         let (own_h1, interims) = (AtomicBool::new(false), OnceLock::new());
-        Peer { ip, forwarded_for, trusted, tls, forwards_1xx: false, own_h1, interims }
+        let timer = KeptTimer::default();
+        Peer { ip, forwarded_for, trusted, tls, forwards_1xx: false, own_h1, interims, timer }
     }
 
     /// Whether the gateway's own HTTP/1.1 connection serves it (see

@@ -343,7 +343,8 @@ impl RouteCache {
         // A 1xx the fill brings goes to no one unless the fill's client
         // waits for it (then `fill` gives it the connection's queue).
         let (own_h1, interims) = (AtomicBool::new(false), OnceLock::new());
-        let peer = Peer { ip, forwarded_for, trusted, tls, forwards_1xx, own_h1, interims };
+        let timer = Default::default();
+        let peer = Peer { ip, forwarded_for, trusted, tls, forwards_1xx, own_h1, interims, timer };
         let client = head.headers.clone();
         let log = cx.detached();
         (Fill { cache: self.clone(), guard, key, req, head, peer, log, deadline, stale }, client)

@@ -33,6 +33,7 @@ pub mod series;
 pub mod tunnel;
 mod weighted;
 
+use std::pin::pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
@@ -271,6 +272,7 @@ impl Upstream {
             }
             let in_flight = InFlight::new(&self.in_flight);
             let timing = cx.timing.as_deref();
+            let mut timer = peer.timer.lend(deadline, peer.own_h1());
             loop {
                 let (index, mut attempt) = self.choose(&tries.tried)?;
                 let endpoint = attempt.endpoint().clone();
@@ -280,11 +282,11 @@ impl Upstream {
                 // A resend after a stale pooled connection: once a request,
                 // and a retry like any other for the budget.
                 let resend = || !tries.resent.swap(true, Relaxed) && self.within_budget();
-                let exchanged = exchange(&endpoint.pool, req, plan, &resend, timing, peer.connection_interims());
+                let exchanged = pin!(exchange(&endpoint.pool, req, plan, &resend, timing, peer.connection_interims()));
                 // The response is answered from inside the match: moved out
                 // of it first, it would be copied on its way.
-                let tried = match tokio::time::timeout_at(deadline, exchanged).await {
-                    Ok(Ok(response)) => match self.judge(&response, &mut attempt, copy, &tries, target) {
+                let tried = match timer.within(exchanged).await {
+                    Some(Ok(response)) => match self.judge(&response, &mut attempt, copy, &tries, target) {
                         Some(tried) => tried,
                         None => {
                             self.answered(&response, &attempt, timing, started, slot.as_ref());
@@ -299,8 +301,8 @@ impl Upstream {
                             return Ok(self.respond(response, lease, target));
                         }
                     },
-                    Ok(Err(failure)) => self.failed(failure, attempt, copy, &tries, target.retry_on),
-                    Err(_) => self.timed_out(attempt, &tries, target, slot.as_ref(), started),
+                    Some(Err(failure)) => self.failed(failure, attempt, copy, &tries, target.retry_on),
+                    None => self.timed_out(attempt, &tries, target, slot.as_ref(), started),
                 };
                 match tried {
                     Tried::Again(again) => {

@@ -289,6 +289,7 @@ impl Parked {
         if let Some(interims) = self.state.peer.interims.get() {
             interims.forget_waiter();
         }
+        self.state.peer.timer.forget();
         self.state.forget_park_waker();
         let cell = Arc::new(Cell(Mutex::new(None)));
         let waker = Waker::from(cell.clone());

@@ -292,42 +292,64 @@ pub fn upgrade_accepted(asked: &HeaderValue, answered: Option<&HeaderValue>) -> 
 /// bytes: `http::uri::Authority`'s parser copies the value first, a cost
 /// on every proxied request (see benches/README.md, Decisions).
 pub fn valid_host(value: &[u8]) -> bool {
-    if !value.iter().all(|&b| HOST_BYTES[b as usize]) {
-        return false;
-    }
-    let (host, port) = match value.strip_prefix(b"[") {
-        Some(literal) => match literal.iter().position(|&b| b == b']') {
-            Some(end) if end > 0 => (&literal[..end], &literal[end + 1..]),
-            _ => return false,
-        },
-        None => value.split_at(value.iter().position(|&b| b == b':').unwrap_or(value.len())),
-    };
-    let in_brackets = value.first() == Some(&b'[');
-    if host.iter().any(|&b| b == b'[' || b == b']' || (b == b':' && !in_brackets)) {
-        return false;
-    }
-    match port.split_first() {
-        None => true,
-        Some((b':', digits)) => digits.iter().all(u8::is_ascii_digit),
-        Some(_) => false,
+    // One pass over the bytes, each looked up once.
+    let port = |digits: &[u8]| digits.iter().all(u8::is_ascii_digit);
+    match value.split_first() {
+        Some((b'[', literal)) => {
+            for (i, &b) in literal.iter().enumerate() {
+                match HOST_BYTES[b as usize] {
+                    HOST | COLON => {}
+                    CLOSE if i > 0 => {
+                        return match &literal[i + 1..] {
+                            [] => true,
+                            [b':', digits @ ..] => port(digits),
+                            _ => false,
+                        };
+                    }
+                    _ => return false,
+                }
+            }
+            false
+        }
+        _ => {
+            for (i, &b) in value.iter().enumerate() {
+                match HOST_BYTES[b as usize] {
+                    HOST => {}
+                    COLON => return port(&value[i + 1..]),
+                    _ => return false,
+                }
+            }
+            true
+        }
     }
 }
 
-/// The bytes [`valid_host`] accepts, as a table (one load per byte).
-const HOST_BYTES: [bool; 256] = {
-    let mut table = [false; 256];
-    let extra = b"-._~%!$&'()*+,;=:[]";
+/// What [`valid_host`] makes of a byte: one of these.
+const NOT: u8 = 0;
+const HOST: u8 = 1;
+const COLON: u8 = 2;
+const OPEN: u8 = 3;
+const CLOSE: u8 = 4;
+
+/// Each byte's class for [`valid_host`], as a table (one load per byte).
+const HOST_BYTES: [u8; 256] = {
+    let mut table = [NOT; 256];
+    let extra = b"-._~%!$&'()*+,;=";
     let mut i = 0;
     while i < 256 {
-        let b = i as u8;
-        table[i] = b.is_ascii_alphanumeric();
+        if (i as u8).is_ascii_alphanumeric() {
+            table[i] = HOST;
+        }
         i += 1;
     }
     let mut j = 0;
     while j < extra.len() {
-        table[extra[j] as usize] = true;
+        table[extra[j] as usize] = HOST;
         j += 1;
     }
+    table[b':' as usize] = COLON;
+    table[b'[' as usize] = OPEN;
+    table[b']' as usize] = CLOSE;
     table
 };
 

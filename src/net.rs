@@ -85,3 +85,73 @@ pub fn poll_fill<const READ: usize, T: tokio::io::AsyncRead + Unpin>(
     rx.extend_from_slice(got);
     std::task::Poll::Ready(Ok(got.len()))
 }
+
+/// Write buffers kept per thread at most: enough for the heads a worker
+/// encodes back to back (a request's to its upstream, a response's to its
+/// client).
+const KEPT: usize = 4;
+
+/// The largest write buffer kept (the own HTTP/1.1 connection's
+/// coalescing size): a larger one goes back to the allocator.
+const KEPT_MAX: usize = 16 * 1024;
+
+thread_local! {
+    /// Write buffers written and given back, for the next head encoded on
+    /// this thread: a new one per head cost an allocation and its free,
+    /// where hyper's connections keep their write buffers for their life.
+    /// An idle connection holds none.
+    static SPARE: std::cell::RefCell<Vec<bytes::BytesMut>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// An empty buffer with room for `n` bytes: a kept one if the thread has one.
+pub fn write_buffer(n: usize) -> bytes::BytesMut {
+    match SPARE.with_borrow_mut(Vec::pop) {
+        Some(mut out) => {
+            out.reserve(n);
+            out
+        }
+        None => bytes::BytesMut::with_capacity(n),
+    }
+}
+
+/// `out`, written, kept for [`write_buffer`] if it is not too large.
+pub fn give_back(mut out: bytes::BytesMut) {
+    if out.capacity() == 0 || out.capacity() > KEPT_MAX {
+        return;
+    }
+    out.clear();
+    SPARE.with_borrow_mut(|spare| {
+        if spare.len() < KEPT {
+            spare.push(out);
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::BytesMut;
+
+    use super::*;
+
+    /// A write buffer given back comes back empty, with its room; one past
+    /// `KEPT_MAX` is not kept, nor more than `KEPT`.
+    #[test]
+    fn a_write_buffer_given_back_is_reused_empty() {
+        std::thread::spawn(|| {
+            let mut out = write_buffer(300);
+            out.extend_from_slice(b"HTTP/1.1 200 OK\r\n\r\n");
+            let at = out.as_ptr();
+            give_back(out);
+            let again = write_buffer(100);
+            assert_eq!(again.as_ptr(), at, "the buffer is reused");
+            assert!(again.is_empty() && again.capacity() >= 300);
+            give_back(again);
+            give_back(BytesMut::with_capacity(KEPT_MAX + 1));
+            assert_eq!(SPARE.with_borrow(Vec::len), 1);
+            (0..KEPT + 1).for_each(|_| give_back(BytesMut::with_capacity(64)));
+            assert_eq!(SPARE.with_borrow(Vec::len), KEPT);
+        })
+        .join()
+        .unwrap();
+    }
+}

@@ -2,7 +2,6 @@
 //! its body's frames in the framing the head declared, gathered into few
 //! writes, watching the socket while the body is silent.
 
-use std::cell::RefCell;
 use std::future::Future;
 use std::pin::pin;
 use std::task::Poll;
@@ -15,42 +14,6 @@ use tokio::io::AsyncWrite;
 use super::encode::{self, Asked, BodyLength, Encoder};
 use super::{COALESCE, Own, Stop};
 use crate::listener::conn::ConnBody;
-
-/// Response buffers kept per thread at most: enough for the responses a
-/// worker writes back to back.
-const KEPT: usize = 4;
-
-thread_local! {
-    /// Response buffers written and given back, for the next response's
-    /// head on this thread: a new one per response cost an allocation,
-    /// where hyper's connection keeps its write buffer for its life. An
-    /// idle connection holds none.
-    static SPARE: RefCell<Vec<BytesMut>> = const { RefCell::new(Vec::new()) };
-}
-
-/// An empty buffer with room for `n` bytes: a kept one if the thread has one.
-fn out_buffer(n: usize) -> BytesMut {
-    match SPARE.with_borrow_mut(Vec::pop) {
-        Some(mut out) => {
-            out.reserve(n);
-            out
-        }
-        None => BytesMut::with_capacity(n),
-    }
-}
-
-/// `out`, written, kept for [`out_buffer`] if it is not too large.
-fn give_back(mut out: BytesMut) {
-    if out.capacity() == 0 || out.capacity() > COALESCE {
-        return;
-    }
-    out.clear();
-    SPARE.with_borrow_mut(|spare| {
-        if spare.len() < KEPT {
-            spare.push(out);
-        }
-    });
-}
 
 /// Encodes `response`'s head into a buffer with room for a small body
 /// beside it; returns the body, its encoder, the buffer, and whether the
@@ -72,7 +35,7 @@ pub(super) fn response_head(
         BodyLength::Known(n) if n < (COALESCE / 2) as u64 => n as usize,
         _ => 0,
     };
-    let mut out = out_buffer(encode::capacity(&parts.headers) + body_room);
+    let mut out = crate::net::write_buffer(encode::capacity(&parts.headers) + body_room);
     let (mut encoder, last) = encode::head(&mut parts, length, asked, &mut out);
     // Its fields are encoded: the map goes to the next head parsed.
     crate::headers::spare::give_back(std::mem::take(&mut parts.headers));
@@ -138,7 +101,7 @@ impl Own<'_> {
             };
             self.write(&out[..]).await?;
             self.flush().await?;
-            give_back(out);
+            crate::net::give_back(out);
             drop(body);
             if !ended {
                 return Err(Stop::Cut);
@@ -227,32 +190,5 @@ impl Own<'_> {
         let wire = self.wire.clone();
         let flushed = std::future::poll_fn(|cx| std::pin::Pin::new(&mut wire.lock().io).poll_flush(cx));
         flushed.await.map_err(|_| Stop::Cut)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A response buffer given back comes back empty, with its room; one
-    /// past `COALESCE` is not kept, nor more than `KEPT`.
-    #[test]
-    fn a_response_buffer_given_back_is_reused_empty() {
-        std::thread::spawn(|| {
-            let mut out = out_buffer(300);
-            out.extend_from_slice(b"HTTP/1.1 200 OK\r\n\r\n");
-            let at = out.as_ptr();
-            give_back(out);
-            let again = out_buffer(100);
-            assert_eq!(again.as_ptr(), at, "the buffer is reused");
-            assert!(again.is_empty() && again.capacity() >= 300);
-            give_back(again);
-            give_back(BytesMut::with_capacity(COALESCE + 1));
-            assert_eq!(SPARE.with_borrow(Vec::len), 1);
-            (0..KEPT + 1).for_each(|_| give_back(BytesMut::with_capacity(64)));
-            assert_eq!(SPARE.with_borrow(Vec::len), KEPT);
-        })
-        .join()
-        .unwrap();
     }
 }

@@ -122,6 +122,10 @@ pub async fn send_encoded(mut conn: Conn, encoded: Encoded<'_>) -> Result<Respon
         // as it went out): its bytes are whole in `sending`, kept too.
         Err(e) => return Err(e.keeping(kept.or_else(|| sending.and_then(Sending::kept)))),
     };
+    // Answered: no resend will want the kept bytes.
+    if let Some(kept) = kept {
+        crate::net::give_back(kept);
+    }
     Ok(respond(head, conn, rx, sending.map(Box::new), unfinished))
 }
 
@@ -284,7 +288,7 @@ impl Sending {
     /// exchange waits), and whether it is a HEAD request.
     fn new(req: Request<SendBody>) -> (Option<Sending>, bool) {
         let (parts, body) = req.into_parts();
-        let mut out = BytesMut::new();
+        let mut out = crate::net::write_buffer(0);
         let framing = head::encode_request(&parts, &mut out);
         let left = match framing {
             SendFraming::Length(n) => n,
@@ -365,9 +369,14 @@ impl Sending {
         Poll::Ready(Ok(()))
     }
 
-    /// The request's bytes, if they were to be kept.
+    /// The request's bytes, if they were to be kept; else its buffer goes
+    /// back for the next head.
     fn kept(self) -> Option<BytesMut> {
-        self.keep.then_some(self.out)
+        if self.keep {
+            return Some(self.out);
+        }
+        crate::net::give_back(self.out);
+        None
     }
 
     /// Frames one data frame of the body.

@@ -64,9 +64,8 @@ pub enum SendFraming {
 pub fn encode_request(parts: &request::Parts, out: &mut BytesMut) -> SendFraming {
     let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     let target = if target.is_empty() { "/" } else { target };
-    // Exactly the head's length: a kept head (see `Encoded::keeping`) holds
-    // no spare room, and an estimate that fell short grew the buffer,
-    // copying it, on most requests.
+    // Room for the whole head at once: an estimate that fell short grew
+    // the buffer, copying it, on most requests.
     // The framing headers noted on the way: a lookup of each costs a hash.
     let (mut fields, mut chunked, mut length) = (0, false, false);
     for (name, value) in &parts.headers {

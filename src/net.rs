@@ -86,10 +86,12 @@ pub fn poll_fill<const READ: usize, T: tokio::io::AsyncRead + Unpin>(
     std::task::Poll::Ready(Ok(got.len()))
 }
 
-/// Write buffers kept per thread at most: enough for the heads a worker
-/// encodes back to back (a request's to its upstream, a response's to its
-/// client).
-const KEPT: usize = 4;
+/// Write buffers kept per thread at most, and their bytes at most: enough
+/// for the heads a worker's connections have out at once (a request's
+/// head is held until its answer comes, for a stale connection's resend),
+/// while a burst's buffers beyond them go back to the allocator.
+const KEPT: usize = 32;
+const KEPT_BYTES: usize = 64 * 1024;
 
 /// The largest write buffer kept (the own HTTP/1.1 connection's
 /// coalescing size): a larger one goes back to the allocator.
@@ -97,15 +99,20 @@ const KEPT_MAX: usize = 16 * 1024;
 
 thread_local! {
     /// Write buffers written and given back, for the next head encoded on
-    /// this thread: a new one per head cost an allocation and its free,
-    /// where hyper's connections keep their write buffers for their life.
-    /// An idle connection holds none.
-    static SPARE: std::cell::RefCell<Vec<bytes::BytesMut>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// this thread, and their bytes: a new one per head cost an allocation
+    /// and its free, where hyper's connections keep their write buffers
+    /// for their life. An idle connection holds none.
+    static SPARE: std::cell::RefCell<(Vec<bytes::BytesMut>, usize)> = const { std::cell::RefCell::new((Vec::new(), 0)) };
 }
 
 /// An empty buffer with room for `n` bytes: a kept one if the thread has one.
 pub fn write_buffer(n: usize) -> bytes::BytesMut {
-    match SPARE.with_borrow_mut(Vec::pop) {
+    let kept = SPARE.with_borrow_mut(|(spare, bytes)| {
+        let out = spare.pop()?;
+        *bytes -= out.capacity();
+        Some(out)
+    });
+    match kept {
         Some(mut out) => {
             out.reserve(n);
             out
@@ -114,14 +121,17 @@ pub fn write_buffer(n: usize) -> bytes::BytesMut {
     }
 }
 
-/// `out`, written, kept for [`write_buffer`] if it is not too large.
+/// `out`, written, kept for [`write_buffer`] if it is not too large and
+/// the thread keeps fewer than `KEPT` (`KEPT_BYTES` in all).
 pub fn give_back(mut out: bytes::BytesMut) {
-    if out.capacity() == 0 || out.capacity() > KEPT_MAX {
+    let room = out.capacity();
+    if room == 0 || room > KEPT_MAX {
         return;
     }
     out.clear();
-    SPARE.with_borrow_mut(|spare| {
-        if spare.len() < KEPT {
+    SPARE.with_borrow_mut(|(spare, bytes)| {
+        if spare.len() < KEPT && *bytes + room <= KEPT_BYTES {
+            *bytes += room;
             spare.push(out);
         }
     });
@@ -134,22 +144,32 @@ mod tests {
     use super::*;
 
     /// A write buffer given back comes back empty, with its room; one past
-    /// `KEPT_MAX` is not kept, nor more than `KEPT`.
+    /// `KEPT_MAX` is not kept, nor more than `KEPT`, nor more than
+    /// `KEPT_BYTES` in all; the count of bytes follows takes and gives.
     #[test]
     fn a_write_buffer_given_back_is_reused_empty() {
         std::thread::spawn(|| {
+            let kept = || SPARE.with_borrow(|(spare, bytes)| (spare.len(), *bytes));
             let mut out = write_buffer(300);
             out.extend_from_slice(b"HTTP/1.1 200 OK\r\n\r\n");
-            let at = out.as_ptr();
+            let (at, room) = (out.as_ptr(), out.capacity());
             give_back(out);
+            assert_eq!(kept(), (1, room));
             let again = write_buffer(100);
             assert_eq!(again.as_ptr(), at, "the buffer is reused");
             assert!(again.is_empty() && again.capacity() >= 300);
+            assert_eq!(kept(), (0, 0));
             give_back(again);
             give_back(BytesMut::with_capacity(KEPT_MAX + 1));
-            assert_eq!(SPARE.with_borrow(Vec::len), 1);
+            assert_eq!(kept().0, 1);
             (0..KEPT + 1).for_each(|_| give_back(BytesMut::with_capacity(64)));
-            assert_eq!(SPARE.with_borrow(Vec::len), KEPT);
+            assert_eq!(kept().0, KEPT);
+            while kept().0 > 0 {
+                drop(write_buffer(0));
+            }
+            assert_eq!(kept(), (0, 0));
+            (0..KEPT).for_each(|_| give_back(BytesMut::with_capacity(KEPT_MAX)));
+            assert_eq!(kept(), (KEPT_BYTES / KEPT_MAX, KEPT_BYTES));
         })
         .join()
         .unwrap();

@@ -24,11 +24,13 @@ use http::Version;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
 mod cookies;
+mod host;
 pub mod rules;
 pub mod spare;
 pub mod via;
 
 pub use cookies::{cookie_line, join_cookies};
+pub use host::valid_host;
 pub use via::Via;
 
 /// Headers that are always hop-by-hop (RFC 9110 §7.6.1, §7.8; RFC 9112 §6.1).
@@ -285,73 +287,6 @@ pub fn upgrade_accepted(asked: &HeaderValue, answered: Option<&HeaderValue>) -> 
     let mut switched = answered.split(',').map(str::trim).filter(|p| !p.is_empty()).peekable();
     switched.peek().is_some() && switched.all(|p| asked.split(',').any(|a| a.trim().eq_ignore_ascii_case(p)))
 }
-
-/// Whether a `Host` value is `host[:port]` (RFC 9110 §7.2, RFC 3986
-/// §3.2.2): reg-name characters or an IPv4 address, or an IP literal in
-/// brackets, then at most a colon and digits. Checked by hand over the
-/// bytes: `http::uri::Authority`'s parser copies the value first, a cost
-/// on every proxied request (see benches/README.md, Decisions).
-pub fn valid_host(value: &[u8]) -> bool {
-    // One pass over the bytes, each looked up once.
-    let port = |digits: &[u8]| digits.iter().all(u8::is_ascii_digit);
-    match value.split_first() {
-        Some((b'[', literal)) => {
-            for (i, &b) in literal.iter().enumerate() {
-                match HOST_BYTES[b as usize] {
-                    HOST | COLON => {}
-                    CLOSE if i > 0 => {
-                        return match &literal[i + 1..] {
-                            [] => true,
-                            [b':', digits @ ..] => port(digits),
-                            _ => false,
-                        };
-                    }
-                    _ => return false,
-                }
-            }
-            false
-        }
-        _ => {
-            for (i, &b) in value.iter().enumerate() {
-                match HOST_BYTES[b as usize] {
-                    HOST => {}
-                    COLON => return port(&value[i + 1..]),
-                    _ => return false,
-                }
-            }
-            true
-        }
-    }
-}
-
-/// What [`valid_host`] makes of a byte: one of these.
-const NOT: u8 = 0;
-const HOST: u8 = 1;
-const COLON: u8 = 2;
-const OPEN: u8 = 3;
-const CLOSE: u8 = 4;
-
-/// Each byte's class for [`valid_host`], as a table (one load per byte).
-const HOST_BYTES: [u8; 256] = {
-    let mut table = [NOT; 256];
-    let extra = b"-._~%!$&'()*+,;=";
-    let mut i = 0;
-    while i < 256 {
-        if (i as u8).is_ascii_alphanumeric() {
-            table[i] = HOST;
-        }
-        i += 1;
-    }
-    let mut j = 0;
-    while j < extra.len() {
-        table[extra[j] as usize] = HOST;
-        j += 1;
-    }
-    table[b':' as usize] = COLON;
-    table[b'[' as usize] = OPEN;
-    table[b']' as usize] = CLOSE;
-    table
-};
 
 /// Whether a comma-separated header value lists `token` (case-insensitive,
 /// parameters ignored).

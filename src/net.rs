@@ -94,8 +94,9 @@ const KEPT: usize = 32;
 const KEPT_BYTES: usize = 64 * 1024;
 
 /// The largest write buffer kept (the own HTTP/1.1 connection's
-/// coalescing size): a larger one goes back to the allocator.
-const KEPT_MAX: usize = 16 * 1024;
+/// coalescing size, which checks that it is): a larger one goes back to
+/// the allocator.
+pub const KEPT_MAX: usize = 16 * 1024;
 
 thread_local! {
     /// Write buffers written and given back, for the next head encoded on

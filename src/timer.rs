@@ -51,7 +51,8 @@ impl KeptTimer {
     }
 
     /// Whether a timer is kept.
-    pub fn is_kept(&self) -> bool {
+    #[cfg(test)]
+    fn is_kept(&self) -> bool {
         self.0.lock().is_ok_and(|slot| slot.is_some())
     }
 }

@@ -79,6 +79,8 @@ use wire::{Shared, WireBody};
 /// Response bytes gathered before a write: the head with a small body
 /// goes in one.
 const COALESCE: usize = 16 * 1024;
+// The write buffers kept per thread are those of this size at most.
+const _: () = assert!(COALESCE == crate::net::KEPT_MAX);
 
 /// What a wait for the answer found.
 enum Waited {

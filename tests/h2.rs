@@ -19,8 +19,13 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
 
-/// What the upstream saw of each request: version, URI, request trailers.
+/// What the upstream saw of each request: version, URI, request trailers,
+/// how many lines of each field in [`ADDED`].
 type Seen = Arc<Mutex<Vec<String>>>;
+
+/// The fields the gateway adds to a request on its way upstream.
+const ADDED: [&str; 6] =
+    ["x-forwarded-for", "x-forwarded-proto", "x-forwarded-host", "via", "x-request-id", "traceparent"];
 
 /// An HTTP/2-only (prior knowledge) upstream: waits `delay`, then answers
 /// `h2 ok` with a `grpc-status` trailer, echoing the request's `x-sum`
@@ -40,9 +45,10 @@ async fn h2_upstream(delay: Duration, streams: u32) -> (SocketAddr, Arc<AtomicUs
                     let log = log.clone();
                     async move {
                         let (version, uri) = (req.version(), req.uri().clone());
+                        let added = ADDED.map(|name| (name, req.headers().get_all(name).iter().count()));
                         let collected = req.into_body().collect().await.unwrap();
                         let sum = collected.trailers().and_then(|t| t.get("x-sum")).cloned();
-                        log.lock().unwrap().push(format!("{version:?} {uri} trailer={sum:?}"));
+                        log.lock().unwrap().push(format!("{version:?} {uri} trailer={sum:?} added={added:?}"));
                         tokio::time::sleep(delay).await;
                         if uri.path().ends_with("/big") {
                             let big = Bytes::from(vec![b'b'; 3 << 20]);
@@ -144,6 +150,37 @@ async fn trailers_pass_both_ways_between_http2_client_and_upstream() {
     assert_eq!(got.get("x-got").unwrap(), "abc123", "the request's trailer reached the upstream");
     assert_eq!(&collected.to_bytes()[..], b"h2 ok");
     assert!(seen.lock().unwrap()[0].contains("trailer=Some(\"abc123\")"));
+}
+
+/// An HTTP/2 upstream gets each field the gateway adds once, from an
+/// HTTP/1.1 client and an HTTP/2 one alike, whether the client sent it or
+/// not (those it did not are kept beside the request until it is sent, see
+/// `headers::stamp`), on the first request of a connection and on later ones.
+#[tokio::test]
+async fn an_http2_upstream_gets_each_added_field_once() {
+    let (up, _, seen) = h2_upstream(Duration::ZERO, 100).await;
+    let gw = TestGateway::from_toml(&h2_toml(up, "")).await;
+    let once = format!("added={:?}", ADDED.map(|name| (name, 1)));
+    for i in 0..2 {
+        assert_eq!(get(&gw.url(&format!("/svc/h1/{i}"))).await.0.status, 200);
+        let req = Request::get(gw.url(&format!("/svc/carried/{i}")))
+            .header("x-forwarded-for", "1.2.3.4")
+            .header("via", "1.1 edge")
+            .header("x-request-id", "given-1")
+            .header("traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+            .body(full(Bytes::new()))
+            .unwrap();
+        assert_eq!(send(req).await.0.status, 200);
+    }
+    let (mut client, _conn) = h2_client(gw.addr).await;
+    let req =
+        Request::get(format!("http://{}/svc/h2", gw.addr)).version(Version::HTTP_2).body(full(Bytes::new())).unwrap();
+    assert_eq!(client.send_request(req).await.unwrap().status(), 200);
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 5);
+    for line in seen.iter() {
+        assert!(line.ends_with(&once), "{line}");
+    }
 }
 
 #[tokio::test]

@@ -560,7 +560,8 @@ async fn protocol_auto_speaks_what_alpn_chose() {
 /// a rolling upgrade: while `h2` is set, new connections are offered `h2`
 /// only and served HTTP/2, else `http/1.1` only and served HTTP/1.1. Answers
 /// with the version, target and Host it got. `cut` closes every open
-/// connection (from the upstream's side).
+/// connection (from the upstream's side). Says too how many lines of the
+/// fields the gateway adds it got.
 struct SwitchingUpstream {
     addr: SocketAddr,
     h2: Arc<std::sync::atomic::AtomicBool>,
@@ -583,7 +584,18 @@ impl SwitchingUpstream {
                     let Ok(tls) = acceptor.accept(stream).await else { return };
                     let svc = service_fn(|req: Request<Incoming>| async move {
                         let host = req.headers().get("host").map(|v| v.to_str().unwrap().to_owned());
-                        let line = format!("{:?} {} host={}", req.version(), req.uri(), host.unwrap_or_default());
+                        // The lines of the fields the gateway adds: one each.
+                        let added = ["x-forwarded-for", "x-forwarded-proto", "x-forwarded-host", "via"]
+                            .into_iter()
+                            .chain(["x-request-id", "traceparent"])
+                            .map(|name| req.headers().get_all(name).iter().count())
+                            .sum::<usize>();
+                        let line = format!(
+                            "{:?} {} host={} added={added}",
+                            req.version(),
+                            req.uri(),
+                            host.unwrap_or_default()
+                        );
                         Ok::<_, Infallible>(Response::new(full(line)))
                     });
                     let io = TokioIo::new(tls);
@@ -629,13 +641,13 @@ async fn protocol_auto_follows_an_upstream_whose_alpn_changes() {
         (parts.status.as_u16(), String::from_utf8_lossy(&body).into_owned())
     };
     let at = up.addr;
-    assert_eq!(text(get(&gw.url("/app/a")).await), (200, format!("HTTP/2.0 https://{at}/app/a host=")));
+    assert_eq!(text(get(&gw.url("/app/a")).await), (200, format!("HTTP/2.0 https://{at}/app/a host= added=6")));
     up.switch(false).await;
     for path in ["/app/b", "/app/c"] {
-        assert_eq!(text(get(&gw.url(path)).await), (200, format!("HTTP/1.1 {path} host={at}")), "{path}");
+        assert_eq!(text(get(&gw.url(path)).await), (200, format!("HTTP/1.1 {path} host={at} added=6")), "{path}");
     }
     up.switch(true).await;
-    assert_eq!(text(get(&gw.url("/app/d")).await), (200, format!("HTTP/2.0 https://{at}/app/d host=")));
+    assert_eq!(text(get(&gw.url("/app/d")).await), (200, format!("HTTP/2.0 https://{at}/app/d host= added=6")));
 }
 
 #[tokio::test]

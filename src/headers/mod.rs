@@ -27,10 +27,12 @@ mod cookies;
 mod host;
 pub mod rules;
 pub mod spare;
+pub mod stamp;
 pub mod via;
 
 pub use cookies::{cookie_line, join_cookies};
 pub use host::valid_host;
+pub use stamp::Stamp;
 pub use via::Via;
 
 /// Headers that are always hop-by-hop (RFC 9110 §7.6.1, §7.8; RFC 9112 §6.1).
@@ -354,8 +356,12 @@ pub fn forwarded_for(ip: IpAddr) -> HeaderValue {
 /// trusted proxy, whose `X-Forwarded-Proto`, `X-Forwarded-Host` and
 /// `Forwarded` are kept (this hop's `Forwarded` element is appended).
 /// Returns true, and changes nothing, when the request has passed this
-/// gateway already (its `Via` holds `via`'s name): a loop.
+/// gateway already (its `Via` holds `via`'s name): a loop. A field the
+/// request does not carry goes to `stamp`, which also notes whether it
+/// carries an `X-Request-Id` and a `traceparent` (a pass over the names is
+/// made here anyway).
 #[must_use]
+#[allow(clippy::too_many_arguments)]
 pub fn add_forwarding(
     headers: &mut HeaderMap,
     client_ip: &HeaderValue,
@@ -364,6 +370,7 @@ pub fn add_forwarding(
     version: Version,
     trusted: bool,
     https: bool,
+    stamp: &mut Stamp,
 ) -> bool {
     // Which of the names below the request has, in one pass over its
     // names rather than a lookup each: a lookup hashes the name (a custom
@@ -382,6 +389,10 @@ pub fn add_forwarding(
             forwarded = true;
         } else if *name == header::VIA {
             via = true;
+        } else if *name == X_REQUEST_ID {
+            stamp.carried.request_id = true;
+        } else if *name == TRACEPARENT {
+            stamp.carried.traceparent = true;
         } else if let [b'x', rest @ ..] = name.as_str().as_bytes()
             && rest.contains(&b'_')
         {
@@ -397,12 +408,24 @@ pub fn add_forwarding(
     if underscore {
         remove_other_spellings(headers, SET_BY_POLICY.iter(), false);
     }
-    add_to_list(headers, X_FORWARDED_FOR, xff, client_ip.clone());
-    if !(trusted && xfp) {
-        headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(if https { "https" } else { "http" }));
+    // An absent field is stamped (see `stamp`), a present one changed in
+    // the map.
+    if xff {
+        add_to_list(headers, X_FORWARDED_FOR, xff, client_ip.clone());
+    } else {
+        stamp.add(X_FORWARDED_FOR, client_ip.clone());
+    }
+    let proto = HeaderValue::from_static(if https { "https" } else { "http" });
+    match (trusted, xfp) {
+        (_, false) => stamp.add(X_FORWARDED_PROTO, proto),
+        (false, true) => {
+            headers.insert(X_FORWARDED_PROTO, proto);
+        }
+        (true, true) => {}
     }
     if !(trusted && xfh) {
         match original_host {
+            Some(host) if !xfh => stamp.add(X_FORWARDED_HOST, host.clone()),
             Some(host) => {
                 headers.insert(X_FORWARDED_HOST, host.clone());
             }
@@ -422,7 +445,11 @@ pub fn add_forwarding(
             headers.insert(FORWARDED, element);
         }
     }
-    add_to_list(headers, header::VIA, via, via_entry.entry(version).clone());
+    if via {
+        add_to_list(headers, header::VIA, via, via_entry.entry(version).clone());
+    } else {
+        stamp.add(header::VIA, via_entry.entry(version).clone());
+    }
     false
 }
 

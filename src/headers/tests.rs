@@ -13,6 +13,26 @@ fn map(pairs: Pairs) -> HeaderMap {
 }
 
 /// The gateway's `Via`, under the name the tables expect.
+/// [`add_forwarding`], its stamped fields then put into the map as an
+/// HTTP/2 upstream gets them. A stamped field is one the map lacks.
+fn forward(
+    h: &mut HeaderMap,
+    ip: &HeaderValue,
+    host: Option<&HeaderValue>,
+    via: &Via,
+    version: Version,
+    trusted: bool,
+    https: bool,
+) -> bool {
+    let mut stamp = Stamp::default();
+    let looped = add_forwarding(h, ip, host, via, version, trusted, https, &mut stamp);
+    for (name, _) in stamp.iter() {
+        assert!(!h.contains_key(name), "{name} both in the map and stamped");
+    }
+    stamp.insert_into(h);
+    looped
+}
+
 fn via() -> Via {
     Via::new("gateway").unwrap()
 }
@@ -233,7 +253,7 @@ fn forwarding_headers_append_and_set() {
         let mut h = map(input);
         let host = host.map(HeaderValue::from_static);
         let ip = forwarded_for("10.0.0.1".parse().unwrap());
-        assert!(!add_forwarding(&mut h, &ip, host.as_ref(), &via(), *version, *trusted, false));
+        assert!(!forward(&mut h, &ip, host.as_ref(), &via(), *version, *trusted, false));
         let got = [X_FORWARDED_FOR, X_FORWARDED_PROTO, X_FORWARDED_HOST, FORWARDED, header::VIA].map(|n| {
             assert!(h.get_all(&n).iter().count() <= 1, "{n} repeated");
             h.get(&n).map(|v| v.to_str().unwrap().to_owned())
@@ -252,7 +272,7 @@ fn underscore_spellings_of_the_forwarding_headers_are_dropped() {
             ("x_forwarded_for", "6.6.6.6"),
             ("x_forwarded_host", "evil.example"),
         ]);
-        assert!(!add_forwarding(&mut h, &ip, None, &via(), Version::HTTP_11, trusted, false));
+        assert!(!forward(&mut h, &ip, None, &via(), Version::HTTP_11, trusted, false));
         let names: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
         assert!(!names.iter().any(|n| n.contains('_')), "trusted={trusted}: {names:?}");
         assert_eq!(h.get(header::ACCEPT).unwrap(), "*/*");
@@ -264,7 +284,7 @@ fn a_client_on_tls_is_forwarded_as_https() {
     let ip = forwarded_for("10.0.0.1".parse().unwrap());
     // Untrusted: its own claim is replaced by this hop's https.
     let mut h = map(&[("x-forwarded-proto", "http"), ("forwarded", "for=1.1.1.1;proto=http")]);
-    assert!(!add_forwarding(&mut h, &ip, None, &via(), Version::HTTP_11, false, true));
+    assert!(!forward(&mut h, &ip, None, &via(), Version::HTTP_11, false, true));
     assert_eq!(h.get(X_FORWARDED_PROTO).unwrap(), "https");
     assert_eq!(h.get(FORWARDED).unwrap(), "for=10.0.0.1;proto=https");
 }
@@ -275,12 +295,12 @@ fn a_request_that_passed_here_changes_nothing() {
     for seen in ["1.1 gateway", "1.0 edge, 1.1 GATEWAY (x)"] {
         let mut h = map(&[("via", seen), ("x-forwarded-for", "1.1.1.1")]);
         let before = h.clone();
-        assert!(add_forwarding(&mut h, &ip, None, &via(), Version::HTTP_11, false, false), "{seen}");
+        assert!(forward(&mut h, &ip, None, &via(), Version::HTTP_11, false, false), "{seen}");
         assert_eq!(h, before);
     }
     // Another gateway's entry is one more hop.
     let mut h = map(&[("via", "1.1 gateway-0badcafe")]);
-    assert!(!add_forwarding(&mut h, &ip, None, &via(), Version::HTTP_11, false, false));
+    assert!(!forward(&mut h, &ip, None, &via(), Version::HTTP_11, false, false));
     assert_eq!(h.get(header::VIA).unwrap(), "1.1 gateway-0badcafe, 1.1 gateway");
 }
 

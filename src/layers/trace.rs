@@ -10,6 +10,8 @@
 use http::header::{HeaderMap, HeaderValue};
 
 use super::request_id::hex;
+use crate::headers::Stamp;
+use crate::headers::stamp::Traceparent;
 
 pub use crate::headers::{TRACEPARENT, TRACESTATE};
 /// The `sampled` trace flag.
@@ -84,11 +86,17 @@ impl TraceContext {
 
     /// The `traceparent` the upstream gets.
     pub fn traceparent(&self) -> HeaderValue {
+        let buf = self.traceparent_bytes();
+        super::request_id::copied_value(&buf).expect("hex digits and dashes are a valid header value")
+    }
+
+    /// [`TraceContext::traceparent`]'s bytes.
+    pub fn traceparent_bytes(&self) -> Traceparent {
         let mut buf = *b"00-00000000000000000000000000000000-0000000000000000-00";
         hex(self.trace_id, &mut buf[3..35]);
         hex(u128::from(self.span_id), &mut buf[36..52]);
         hex(u128::from(self.flags), &mut buf[53..55]);
-        super::request_id::copied_value(&buf).expect("hex digits and dashes are a valid header value")
+        buf
     }
 
     /// The trace ID as 32 hex digits, for logs.
@@ -103,6 +111,20 @@ impl TraceContext {
     /// restarted trace drops the old state, as the spec asks).
     pub fn propagate(&self, headers: &mut HeaderMap) {
         headers.insert(TRACEPARENT, self.traceparent());
+        if self.stale_state {
+            headers.remove(TRACESTATE);
+        }
+    }
+
+    /// [`TraceContext::propagate`] for a request on its way upstream: its
+    /// `traceparent` stamped when it carried none (see
+    /// [`crate::headers::stamp`]).
+    pub fn propagate_stamped(&self, headers: &mut HeaderMap, stamp: &mut Stamp) {
+        if stamp.carried.traceparent {
+            headers.insert(TRACEPARENT, self.traceparent());
+        } else {
+            stamp.add_traceparent(self.traceparent_bytes());
+        }
         if self.stale_state {
             headers.remove(TRACESTATE);
         }

@@ -20,6 +20,7 @@ use crate::access::UpstreamTiming;
 use crate::body::{BodyIdle, BodyTooLarge, ClientBodyFailed};
 use crate::config::Address;
 use crate::error::{GatewayError, find_source};
+use crate::headers::Stamp;
 use crate::request::Interims;
 
 /// What an exchange comes to: the response head (an HTTP/1.1 body holds
@@ -150,7 +151,10 @@ pub struct Plan {
 /// never land on another stale one, when `resend` allows: once a request,
 /// and within the retry budget, since the upstream may have seen it.
 /// `interims`: the client connection's 1xx queue, made at the first 1xx, if
-/// the connection is the own HTTP/1.1 one (see `Peer::interims`).
+/// the connection is the own HTTP/1.1 one (see `Peer::interims`). `stamp`:
+/// the fields added to `req` beside its map (see [`crate::headers::stamp`]),
+/// written after its head's fields over HTTP/1.1, put into its map for
+/// HTTP/2, and never left in a request handed back unsent.
 ///
 /// An `async move` block, not an `async fn`: an `async fn` moves the
 /// request into a local of its own, and the future keeps room for both
@@ -159,6 +163,7 @@ pub struct Plan {
 pub fn exchange<'a>(
     pool: &'a Pool,
     req: Request<SendBody>,
+    stamp: &'a Stamp,
     plan: Plan,
     resend: &'a (dyn Fn() -> bool + Sync),
     timing: Option<&'a UpstreamTiming>,
@@ -168,17 +173,17 @@ pub fn exchange<'a>(
         if pool.speaks_h2() {
             // Boxed: its state would otherwise grow every HTTP/1.1 exchange's
             // future, and the copies of it (see benches/README.md, Decisions).
-            return Box::pin(exchange_h2(pool, req, plan, resend, (timing, interims))).await;
+            return Box::pin(exchange_h2(pool, req, stamp, plan, resend, (timing, interims))).await;
         }
         let forwards = plan.forwards_1xx;
         if let Some(conn) = pool.take_idle() {
-            let encoded = h1::Encoded::keeping(req, plan.retryable && plan.may_resend, forwards, interims);
+            let encoded = h1::Encoded::keeping(req, stamp, plan.retryable && plan.may_resend, forwards, interims);
             match send_h1(conn, encoded, plan).await {
                 Ok(response) => return Ok(response),
                 Err(Failure::Send(mut e)) => match e.take_kept() {
                     Some(kept) if resend() => {
                         tracing::debug!(error = %e, "resending on a new connection");
-                        return Box::pin(resend_h1(pool, kept, plan, timing, e)).await;
+                        return Box::pin(resend_h1(pool, kept, stamp, plan, timing, e)).await;
                     }
                     _ => return Err(Failure::Send(e)),
                 },
@@ -192,11 +197,11 @@ pub fn exchange<'a>(
             Ok(Connected::Http1(conn)) => conn,
             // An `auto` upstream that chose HTTP/2 by ALPN.
             Ok(Connected::Http2(sender)) => {
-                return Box::pin(send_h2(sender, req, pool.scheme(), pool.authority().clone())).await;
+                return Box::pin(send_h2(sender, req, stamp, pool.scheme(), pool.authority().clone())).await;
             }
             Err(e) => return Err(Failure::Connect(e, Box::new(req))),
         };
-        send_h1(conn, h1::Encoded::of(req, forwards, interims), plan).await
+        send_h1(conn, h1::Encoded::of(req, stamp, forwards, interims), plan).await
     }
 }
 
@@ -220,15 +225,22 @@ async fn send_h1(mut conn: Conn, encoded: h1::Encoded<'_>, plan: Plan) -> Exchan
 async fn resend_h1(
     pool: &Pool,
     kept: bytes::BytesMut,
+    stamp: &Stamp,
     plan: Plan,
     timing: Option<&UpstreamTiming>,
     stale: h1::Error,
 ) -> Exchanged {
-    let request = |kept: bytes::BytesMut| h1::request_of(&kept.freeze(), Either::Right(Empty::new()));
+    // Without the stamped fields the bytes hold: they go with the request
+    // again (see `Stamp::remove_from`).
+    let request = |kept: bytes::BytesMut| {
+        let mut req = h1::request_of(&kept.freeze(), Either::Right(Empty::new()))?;
+        stamp.remove_from(req.headers_mut());
+        Some(req)
+    };
     match open(pool, timing).await {
         Ok(Connected::Http1(conn)) => send_h1(conn, h1::Encoded::again(kept), plan).await,
         Ok(Connected::Http2(sender)) => match request(kept) {
-            Some(req) => Box::pin(send_h2(sender, req, pool.scheme(), pool.authority().clone())).await,
+            Some(req) => Box::pin(send_h2(sender, req, stamp, pool.scheme(), pool.authority().clone())).await,
             None => Err(Failure::Send(stale)),
         },
         Err(e) => match request(kept) {
@@ -244,6 +256,7 @@ async fn resend_h1(
 async fn exchange_h2(
     pool: &Pool,
     mut req: Request<SendBody>,
+    stamp: &Stamp,
     plan: Plan,
     resend: &(dyn Fn() -> bool + Sync),
     (timing, interims): (Option<&UpstreamTiming>, Option<&OnceLock<Interims>>),
@@ -255,7 +268,7 @@ async fn exchange_h2(
             // (new requests now go over HTTP/1.1 too, see `Pool::connect`).
             Ok(Connected::Http1(conn)) => {
                 to_h1(&mut req);
-                return send_h1(conn, h1::Encoded::of(req, plan.forwards_1xx, interims), plan).await;
+                return send_h1(conn, h1::Encoded::of(req, stamp, plan.forwards_1xx, interims), plan).await;
             }
             Err(e) => return Err(Failure::Connect(e, Box::new(req))),
         };
@@ -264,10 +277,14 @@ async fn exchange_h2(
         }
         to_h2(&mut req, pool.scheme(), pool.authority());
         let copy = (plan.retryable && plan.may_resend).then(|| HeadCopy::of(&req));
+        stamp.insert_into(req.headers_mut());
         match sender.try_send_request(req).await {
             Ok(response) => return Ok(response.map(Received::Http2)),
             Err(mut e) => match (e.take_message(), copy.and_then(HeadCopy::into_request)) {
-                (Some(unsent), _) => req = unsent,
+                (Some(unsent), _) => {
+                    req = unsent;
+                    stamp.remove_from(req.headers_mut());
+                }
                 // Refused before any processing (RFC 9113 §8.7): a GOAWAY
                 // whose last stream ID is below this one, or REFUSED_STREAM.
                 // A bodiless idempotent request goes once more, as the HTTP/1
@@ -275,7 +292,7 @@ async fn exchange_h2(
                 (None, Some(copy)) if not_processed(e.error()) && resend() => {
                     tracing::debug!(error = %e.error(), "HTTP/2 stream not processed; sending it again");
                     let once = Plan { may_resend: false, ..plan };
-                    return Box::pin(exchange_h2(pool, copy, once, &|| false, (timing, interims))).await;
+                    return Box::pin(exchange_h2(pool, copy, stamp, once, &|| false, (timing, interims))).await;
                 }
                 (None, _) => return Err(Failure::SendH2(e.into_error())),
             },
@@ -323,9 +340,11 @@ fn not_processed(e: &hyper::Error) -> bool {
 async fn send_h2(
     mut sender: http2::SendRequest<SendBody>,
     mut req: Request<SendBody>,
+    stamp: &Stamp,
     scheme: Scheme,
     own: Authority,
 ) -> Exchanged {
+    stamp.insert_into(req.headers_mut());
     to_h2(&mut req, scheme, &own);
     let response = sender.send_request(req).await.map_err(Failure::SendH2)?;
     Ok(response.map(Received::Http2))

@@ -51,7 +51,7 @@ use crate::body::{Body, ReadAhead, RequestBody, UpstreamBody, WantsCopy};
 use crate::config::{Balance, ProxyTarget, UpstreamConfig};
 use crate::discovery;
 use crate::error::GatewayError;
-use crate::headers::X_REQUEST_ID;
+use crate::headers::{Stamp, X_REQUEST_ID};
 use crate::metrics::{UPSTREAM_IN_FLIGHT, UPSTREAM_RETRIES, UPSTREAM_RETRIES_SKIPPED, UpstreamMetrics};
 use crate::request::{Peer, RequestLog};
 use admission::Admission;
@@ -246,13 +246,13 @@ impl Upstream {
     ) -> impl Future<Output = Result<Response<Body>, GatewayError>> + 'a {
         async move {
             let counted = cx.timing.as_ref().map(|t| t.bytes_in.clone());
-            let Prepared { parts, body, plan, client_host, mut upgrade, body_state } =
+            let Prepared { parts, body, plan, client_host, mut upgrade, body_state, mut stamped } =
                 proxy::prepare_request(req, target, prefix, max_body, peer, counted)?;
             // Made here, not returned from a helper (each move of it is a
             // copy), and its parts never borrowed: rustc keeps room in the
             // future for any local borrowed before an `.await`.
             let mut req = Request::from_parts(parts, body);
-            let asked = stamp(&mut req, upgrade.is_some(), cx);
+            let asked = stamp(&mut req, upgrade.is_some(), cx, &mut stamped);
             let mut tries = Tries::new(plan, client_host, asked, body_state, target.retries);
             // The body's first bytes (all of a small one) before a slot: a
             // client that trickles its body holds none meanwhile.
@@ -282,7 +282,8 @@ impl Upstream {
                 // A resend after a stale pooled connection: once a request,
                 // and a retry like any other for the budget.
                 let resend = || !tries.resent.swap(true, Relaxed) && self.within_budget();
-                let exchanged = pin!(exchange(&endpoint.pool, req, plan, &resend, timing, peer.connection_interims()));
+                let exchanged =
+                    pin!(exchange(&endpoint.pool, req, &stamped, plan, &resend, timing, peer.connection_interims()));
                 // The response is answered from inside the match: moved out
                 // of it first, it would be copied on its way.
                 let tried = match timer.within(exchanged).await {
@@ -402,15 +403,24 @@ impl Upstream {
 /// The request's ID and trace context for the upstream; returns the
 /// protocol an upgrade asked for (`upgrading`: the route tunnels it), to hold
 /// the 101 to it.
-fn stamp(req: &mut Request<SendBody>, upgrading: bool, cx: &RequestLog<'_>) -> Option<HeaderValue> {
+fn stamp(
+    req: &mut Request<SendBody>,
+    upgrading: bool,
+    cx: &RequestLog<'_>,
+    stamped: &mut Stamp,
+) -> Option<HeaderValue> {
     if let Some(id) = cx.id {
-        req.headers_mut().insert(X_REQUEST_ID, id.header_value());
+        if stamped.carried.request_id {
+            req.headers_mut().insert(X_REQUEST_ID, id.header_value());
+        } else {
+            stamped.add(X_REQUEST_ID, id.header_value());
+        }
     }
     let asked = upgrading.then(|| req.headers().get(header::UPGRADE).cloned()).flatten();
     if let Some(trace) = &cx.trace
         && cx.propagate_trace
     {
-        trace.propagate(req.headers_mut());
+        trace.propagate_stamped(req.headers_mut(), stamped);
     }
     asked
 }

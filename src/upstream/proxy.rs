@@ -18,7 +18,7 @@ use super::tunnel::ClientSide;
 use crate::body::{BodyState, RequestBody};
 use crate::config::ProxyTarget;
 use crate::error::GatewayError;
-use crate::headers;
+use crate::headers::{self, Stamp};
 use crate::request::Peer;
 use crate::router::Rewritten;
 
@@ -55,6 +55,9 @@ pub struct Prepared {
     pub upgrade: Option<ClientSide>,
     /// What the request body tells of itself (when there is a body).
     pub body_state: Option<Arc<BodyState>>,
+    /// The fields added that the request did not carry (see
+    /// [`headers::stamp`]).
+    pub stamped: Stamp,
 }
 
 /// Applies the route's rewrite and the header rules to a client request.
@@ -107,8 +110,10 @@ pub fn prepare_request<B: ClientBody>(
         headers::join_cookies(&mut parts.headers);
     }
     let (forwarded_for, host) = (&peer.forwarded_for, client_host.as_ref());
-    let via = &target.via;
-    if headers::add_forwarding(&mut parts.headers, forwarded_for, host, via, parts.version, peer.trusted, peer.tls) {
+    let (via, mut stamped) = (&target.via, Stamp::default());
+    let (trusted, tls) = (peer.trusted, peer.tls);
+    if headers::add_forwarding(&mut parts.headers, forwarded_for, host, via, parts.version, trusted, tls, &mut stamped)
+    {
         return Err(GatewayError::LoopDetected);
     }
     if target.drop_underscore_headers {
@@ -142,7 +147,7 @@ pub fn prepare_request<B: ClientBody>(
     let retryable = !has_body && is_idempotent(&parts.method);
     let forwards_1xx = peer.forwards_1xx;
     let plan = Plan { retryable, send_timeout: target.body_timeout, large_body, may_resend: true, forwards_1xx };
-    Ok(Prepared { parts, body, plan, client_host, upgrade, body_state })
+    Ok(Prepared { parts, body, plan, client_host, upgrade, body_state, stamped })
 }
 
 /// The path and query the upstream is sent for `uri`: after the route's

@@ -22,6 +22,7 @@ use super::Error;
 use super::body::ResponseBody;
 use super::decode::Decoder;
 use super::head::{self, Framing, Head, Parsed, SendFraming};
+use crate::headers::Stamp;
 use crate::request::{InterimSink, Interims};
 use crate::upstream::io::UpstreamIo;
 use crate::upstream::pool::{Conn, SendBody};
@@ -41,7 +42,7 @@ const COPY_UP_TO: usize = 8192;
 /// than 101). The response's body reads on from the connection and gives
 /// it back to its pool at its end.
 pub async fn send(conn: Conn, req: Request<SendBody>) -> Result<Response<ResponseBody>, Error> {
-    send_encoded(conn, Encoded::of(req, true, None)).await
+    send_encoded(conn, Encoded::of(req, &Stamp::default(), true, None)).await
 }
 
 /// A request encoded for an HTTP/1.1 connection, not sent yet.
@@ -53,10 +54,16 @@ pub struct Encoded<'a> {
 }
 
 impl<'a> Encoded<'a> {
-    /// `req` encoded; its [`Interims`] taken along when `interims` says
-    /// the client's connection may have put one there, else the client
-    /// connection's queue, `connection`, if any.
-    pub fn of(mut req: Request<SendBody>, interims: bool, connection: Option<&'a OnceLock<Interims>>) -> Self {
+    /// `req` encoded, with the fields it is stamped with; its [`Interims`]
+    /// taken along when `interims` says the client's connection may have
+    /// put one there, else the client connection's queue, `connection`, if
+    /// any.
+    pub fn of(
+        mut req: Request<SendBody>,
+        stamp: &Stamp,
+        interims: bool,
+        connection: Option<&'a OnceLock<Interims>>,
+    ) -> Self {
         let interims = match interims {
             true => match req.extensions_mut().remove::<Interims>() {
                 Some(queue) => Some(InterimSink::Request(queue)),
@@ -64,7 +71,7 @@ impl<'a> Encoded<'a> {
             },
             false => None,
         };
-        let (sending, head_request) = Sending::new(req);
+        let (sending, head_request) = Sending::new(req, stamp);
         Encoded { sending, head_request, interims }
     }
 
@@ -76,11 +83,12 @@ impl<'a> Encoded<'a> {
     /// such request a shared header allocated and freed.
     pub fn keeping(
         req: Request<SendBody>,
+        stamp: &Stamp,
         keep: bool,
         interims: bool,
         connection: Option<&'a OnceLock<Interims>>,
     ) -> Self {
-        let mut encoded = Encoded::of(req, interims, connection);
+        let mut encoded = Encoded::of(req, stamp, interims, connection);
         if let Some(s) = encoded.sending.as_mut().filter(|s| keep && s.body.is_none()) {
             s.keep = true;
         }
@@ -286,10 +294,10 @@ pub(super) struct Sending {
 impl Sending {
     /// The request's head encoded (its header map freed here, before the
     /// exchange waits), and whether it is a HEAD request.
-    fn new(req: Request<SendBody>) -> (Option<Sending>, bool) {
+    fn new(req: Request<SendBody>, stamp: &Stamp) -> (Option<Sending>, bool) {
         let (parts, body) = req.into_parts();
         let mut out = crate::net::write_buffer(0);
-        let framing = head::encode_request(&parts, &mut out);
+        let framing = head::encode_request(&parts, stamp, &mut out);
         let left = match framing {
             SendFraming::Length(n) => n,
             SendFraming::Chunked(_) => 0,

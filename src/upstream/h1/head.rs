@@ -13,6 +13,7 @@ use smallvec::SmallVec;
 
 use super::Error;
 use super::seen::{Seen, agreed_length, content_length};
+use crate::headers::Stamp;
 
 /// Header fields a response head may have, as hyper allows.
 pub const MAX_HEADERS: usize = 100;
@@ -57,11 +58,12 @@ pub enum SendFraming {
     Chunked(Vec<HeaderName>),
 }
 
-/// Writes the request head to `out`; returns how its body is framed. The
-/// request's own headers decide, as in hyper's client: `Transfer-Encoding`
-/// (the proxy sets `chunked` for a body of unknown length), else
-/// `Content-Length`, else no body.
-pub fn encode_request(parts: &request::Parts, out: &mut BytesMut) -> SendFraming {
+/// Writes the request head to `out`, its fields then those it is stamped
+/// with; returns how its body is framed. The request's own headers decide,
+/// as in hyper's client: `Transfer-Encoding` (the proxy sets `chunked` for a
+/// body of unknown length), else `Content-Length`, else no body (a stamp
+/// holds no framing field).
+pub fn encode_request(parts: &request::Parts, stamp: &Stamp, out: &mut BytesMut) -> SendFraming {
     let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     let target = if target.is_empty() { "/" } else { target };
     // Room for the whole head at once: an estimate that fell short grew
@@ -73,7 +75,7 @@ pub fn encode_request(parts: &request::Parts, out: &mut BytesMut) -> SendFraming
         chunked |= *name == header::TRANSFER_ENCODING;
         length |= *name == header::CONTENT_LENGTH;
     }
-    out.reserve(parts.method.as_str().len() + target.len() + 14 + fields);
+    out.reserve(parts.method.as_str().len() + target.len() + 14 + fields + stamp.encoded_len());
     out.put_slice(parts.method.as_str().as_bytes());
     out.put_u8(b' ');
     out.put_slice(target.as_bytes());
@@ -84,6 +86,7 @@ pub fn encode_request(parts: &request::Parts, out: &mut BytesMut) -> SendFraming
         out.put_slice(value.as_bytes());
         out.put_slice(b"\r\n");
     }
+    stamp.write(out);
     out.put_slice(b"\r\n");
     if chunked {
         let declared = parts.headers.get_all(header::TRAILER).iter();
@@ -476,7 +479,7 @@ mod tests {
             .unwrap();
         let (parts, ()) = req.into_parts();
         let mut out = BytesMut::new();
-        let framing = encode_request(&parts, &mut out);
+        let framing = encode_request(&parts, &Stamp::default(), &mut out);
         assert_eq!(
             &out[..],
             b"POST /a?b=1 HTTP/1.1\r\nhost: up\r\ntransfer-encoding: chunked\r\ntrailer: x-sum, content-length\r\n\r\n"
@@ -485,9 +488,9 @@ mod tests {
         assert_eq!(framing, SendFraming::Chunked(want));
         assert_eq!(out.capacity(), out.len(), "exactly the head's room: a kept head holds no more");
         let (parts, ()) = http::Request::get("/").header("content-length", "3").body(()).unwrap().into_parts();
-        assert_eq!(encode_request(&parts, &mut BytesMut::new()), SendFraming::Length(3));
+        assert_eq!(encode_request(&parts, &Stamp::default(), &mut BytesMut::new()), SendFraming::Length(3));
         let (parts, ()) = http::Request::get("/").header("x-length", "3").body(()).unwrap().into_parts();
-        assert_eq!(encode_request(&parts, &mut BytesMut::new()), SendFraming::Length(0));
+        assert_eq!(encode_request(&parts, &Stamp::default(), &mut BytesMut::new()), SendFraming::Length(0));
     }
 
     #[test]
@@ -501,14 +504,14 @@ mod tests {
             .unwrap()
             .into_parts();
         let mut out = BytesMut::new();
-        encode_request(&parts, &mut out);
+        encode_request(&parts, &Stamp::default(), &mut out);
         let again: http::Request<()> = request_of(&out.freeze(), ()).expect("a request");
         assert_eq!((again.method(), again.uri()), (&http::Method::GET, &"/a/b?c=1".parse::<http::Uri>().unwrap()));
         assert_eq!(again.headers(), &parts.headers);
         let (parts, ()) =
             http::Request::get("/").header("cookie", "a=1").header("x-a", "b").body(()).unwrap().into_parts();
         let mut out = BytesMut::new();
-        encode_request(&parts, &mut out);
+        encode_request(&parts, &Stamp::default(), &mut out);
         let again: http::Request<()> = request_of(&out.freeze(), ()).expect("a request");
         assert!(again.headers()["cookie"].is_sensitive(), "credentials stay out of HPACK's table");
         assert!(!again.headers()["x-a"].is_sensitive());

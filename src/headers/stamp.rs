@@ -1,0 +1,181 @@
+//! The fields this hop adds to a request on its way upstream that the
+//! request did not carry: `X-Forwarded-For`, `-Proto` and `-Host`, `Via`,
+//! `X-Request-Id` and `traceparent`, when the client sent none of its own.
+//!
+//! They are kept beside the request rather than inserted into its header
+//! map: an insert hashes the name byte by byte and probes the map, and
+//! these six were most of what a proxied request spent on its headers (see
+//! benches/README.md, Decisions). The own HTTP/1.1 client writes them
+//! straight after the map's fields ([`Stamp::write`]). Where the request
+//! goes another way (to an HTTP/2 upstream), [`Stamp::insert_into`] puts
+//! them into its map first, and a request handed back unsent has them
+//! taken out again ([`Stamp::remove_from`]), so that a request outside a
+//! send never holds them twice.
+//!
+//! A field the request carried already stays a map operation (appending to
+//! its list, or replacing it), as before: only an absent one is stamped, so
+//! writing it after the others is what an insert would have done.
+
+use bytes::{BufMut, BytesMut};
+use http::header::{HeaderMap, HeaderName, HeaderValue};
+
+use super::TRACEPARENT;
+
+/// The most fields [`Stamp::add`] is given for one request: the three
+/// `X-Forwarded-*`, `Via` and `X-Request-Id`.
+const FIELDS: usize = 5;
+
+/// A `traceparent` value (version 00): always 55 bytes.
+pub type Traceparent = [u8; 55];
+
+const UNSET: (HeaderName, HeaderValue) = (TRACEPARENT, HeaderValue::from_static(""));
+/// `traceparent`'s name, to lend out.
+static TRACEPARENT_NAME: HeaderName = TRACEPARENT;
+
+/// The fields a request is stamped with (see the module's comment).
+pub struct Stamp {
+    fields: [(HeaderName, HeaderValue); FIELDS],
+    len: usize,
+    traceparent: Option<Traceparent>,
+    /// Which of the fields set after [`super::add_forwarding`] the request
+    /// carried (noted by it).
+    pub carried: Carried,
+}
+
+/// Whether a request carried an `X-Request-Id` and a `traceparent`.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Carried {
+    pub request_id: bool,
+    pub traceparent: bool,
+}
+
+impl Default for Stamp {
+    fn default() -> Self {
+        Stamp { fields: [UNSET; FIELDS], len: 0, traceparent: None, carried: Carried::default() }
+    }
+}
+
+impl std::fmt::Debug for Stamp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl Stamp {
+    /// Stamps `name: value`, a field the request does not carry. At most
+    /// [`FIELDS`] of them, each a different name (the callers add each of
+    /// theirs once).
+    pub fn add(&mut self, name: HeaderName, value: HeaderValue) {
+        assert!(self.len < FIELDS, "a request is stamped with {FIELDS} fields at most");
+        self.fields[self.len] = (name, value);
+        self.len += 1;
+    }
+
+    /// Stamps this hop's `traceparent`, which the request does not carry
+    /// (or carried and had removed).
+    pub fn add_traceparent(&mut self, value: Traceparent) {
+        self.traceparent = Some(value);
+    }
+
+    /// The fields, in the order they were stamped (`traceparent` last).
+    pub fn iter(&self) -> impl Iterator<Item = (&HeaderName, &[u8])> {
+        let fields = self.fields[..self.len].iter().map(|(n, v)| (n, v.as_bytes()));
+        fields.chain(self.traceparent.as_ref().map(|v| (&TRACEPARENT_NAME, &v[..])))
+    }
+
+    /// The bytes [`Stamp::write`] writes.
+    pub fn encoded_len(&self) -> usize {
+        self.iter().map(|(n, v)| n.as_str().len() + v.len() + 4).sum()
+    }
+
+    /// Writes the fields as HTTP/1.1 header lines.
+    pub fn write(&self, out: &mut BytesMut) {
+        for (name, value) in self.iter() {
+            out.put_slice(name.as_str().as_bytes());
+            out.put_slice(b": ");
+            out.put_slice(value);
+            out.put_slice(b"\r\n");
+        }
+    }
+
+    /// Puts the fields into `headers`, for a request that is sent another
+    /// way than by the own HTTP/1.1 client.
+    pub fn insert_into(&self, headers: &mut HeaderMap) {
+        for (name, value) in self.iter() {
+            // Valid by construction: values given as header values, and a
+            // traceparent of hex digits and dashes.
+            if let Ok(value) = HeaderValue::from_bytes(value) {
+                headers.insert(name.clone(), value);
+            }
+        }
+    }
+
+    /// Takes the fields out of `headers` again (a request handed back
+    /// unsent, or parsed back from the bytes it was encoded into). The
+    /// request carried none of them before it was stamped, so what is left
+    /// is the request as it was.
+    pub fn remove_from(&self, headers: &mut HeaderMap) {
+        for (name, _) in self.iter() {
+            headers.remove(name);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::headers::{X_FORWARDED_FOR, X_REQUEST_ID};
+    use http::header;
+
+    fn full() -> Stamp {
+        let mut s = Stamp::default();
+        s.add(X_FORWARDED_FOR, HeaderValue::from_static("10.0.0.1"));
+        s.add(header::VIA, HeaderValue::from_static("1.1 gateway"));
+        s.add(X_REQUEST_ID, HeaderValue::from_static("r-1"));
+        s.add_traceparent(*b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
+        s
+    }
+
+    #[test]
+    fn written_as_header_lines_in_the_order_stamped() {
+        let s = full();
+        let mut out = BytesMut::new();
+        s.write(&mut out);
+        let want = "x-forwarded-for: 10.0.0.1\r\nvia: 1.1 gateway\r\nx-request-id: r-1\r\n\
+                    traceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\r\n";
+        assert_eq!(std::str::from_utf8(&out).unwrap(), want);
+        assert_eq!(s.encoded_len(), want.len());
+        let mut none = BytesMut::new();
+        Stamp::default().write(&mut none);
+        assert!(none.is_empty());
+        assert_eq!(Stamp::default().encoded_len(), 0);
+    }
+
+    /// Inserted, then removed, the map is what it was; its own fields are
+    /// untouched.
+    #[test]
+    fn inserted_then_removed_leaves_the_map_as_it_was() {
+        let s = full();
+        let mut h = HeaderMap::new();
+        h.insert(header::ACCEPT, HeaderValue::from_static("*/*"));
+        let before = h.clone();
+        s.insert_into(&mut h);
+        assert_eq!(h.len(), 5);
+        assert_eq!(h[X_FORWARDED_FOR], "10.0.0.1");
+        assert_eq!(h[TRACEPARENT], "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
+        // Twice is once: an insert replaces.
+        s.insert_into(&mut h);
+        assert_eq!(h.len(), 5);
+        s.remove_from(&mut h);
+        assert_eq!(h, before);
+    }
+
+    #[test]
+    #[should_panic(expected = "at most")]
+    fn more_fields_than_room_is_a_bug_not_a_loss() {
+        let mut s = Stamp::default();
+        for _ in 0..=FIELDS {
+            s.add(X_FORWARDED_FOR, HeaderValue::from_static("x"));
+        }
+    }
+}

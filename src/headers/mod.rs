@@ -32,7 +32,7 @@ pub mod via;
 
 pub use cookies::{cookie_line, join_cookies};
 pub use host::valid_host;
-pub use stamp::Stamp;
+pub use stamp::{Field, Stamp};
 pub use via::Via;
 
 /// Headers that are always hop-by-hop (RFC 9110 §7.6.1, §7.8; RFC 9112 §6.1).
@@ -413,11 +413,11 @@ pub fn add_forwarding(
     if xff {
         add_to_list(headers, X_FORWARDED_FOR, xff, client_ip.clone());
     } else {
-        stamp.add(X_FORWARDED_FOR, client_ip.clone());
+        stamp.add(Field::ForwardedFor, client_ip.clone());
     }
     let proto = HeaderValue::from_static(if https { "https" } else { "http" });
     match (trusted, xfp) {
-        (_, false) => stamp.add(X_FORWARDED_PROTO, proto),
+        (_, false) => stamp.add(Field::ForwardedProto, proto),
         (false, true) => {
             headers.insert(X_FORWARDED_PROTO, proto);
         }
@@ -425,7 +425,7 @@ pub fn add_forwarding(
     }
     if !(trusted && xfh) {
         match original_host {
-            Some(host) if !xfh => stamp.add(X_FORWARDED_HOST, host.clone()),
+            Some(host) if !xfh => stamp.add(Field::ForwardedHost, host.clone()),
             Some(host) => {
                 headers.insert(X_FORWARDED_HOST, host.clone());
             }
@@ -448,7 +448,7 @@ pub fn add_forwarding(
     if via {
         add_to_list(headers, header::VIA, via, via_entry.entry(version).clone());
     } else {
-        stamp.add(header::VIA, via_entry.entry(version).clone());
+        stamp.add(Field::Via, via_entry.entry(version).clone());
     }
     false
 }

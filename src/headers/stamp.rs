@@ -17,25 +17,33 @@
 //! writing it after the others is what an insert would have done.
 
 use bytes::{BufMut, BytesMut};
-use http::header::{HeaderMap, HeaderName, HeaderValue};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
-use super::TRACEPARENT;
+use super::{TRACEPARENT, X_FORWARDED_FOR, X_FORWARDED_HOST, X_FORWARDED_PROTO, X_REQUEST_ID};
 
-/// The most fields [`Stamp::add`] is given for one request: the three
-/// `X-Forwarded-*`, `Via` and `X-Request-Id`.
-const FIELDS: usize = 5;
+/// A field a request may be stamped with (but `traceparent`, whose value is
+/// kept as its bytes): each has its slot, and they are written in this
+/// order, the order the gateway adds them in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Field {
+    ForwardedFor,
+    ForwardedProto,
+    ForwardedHost,
+    Via,
+    RequestId,
+}
+
+/// The fields' names, in [`Field`]'s order, then `traceparent`'s.
+static NAMES: [HeaderName; 6] =
+    [X_FORWARDED_FOR, X_FORWARDED_PROTO, X_FORWARDED_HOST, header::VIA, X_REQUEST_ID, TRACEPARENT];
 
 /// A `traceparent` value (version 00): always 55 bytes.
 pub type Traceparent = [u8; 55];
 
-const UNSET: (HeaderName, HeaderValue) = (TRACEPARENT, HeaderValue::from_static(""));
-/// `traceparent`'s name, to lend out.
-static TRACEPARENT_NAME: HeaderName = TRACEPARENT;
-
 /// The fields a request is stamped with (see the module's comment).
+#[derive(Default)]
 pub struct Stamp {
-    fields: [(HeaderName, HeaderValue); FIELDS],
-    len: usize,
+    values: [Option<HeaderValue>; 5],
     traceparent: Option<Traceparent>,
     /// Which of the fields set after [`super::add_forwarding`] the request
     /// carried (noted by it).
@@ -49,12 +57,6 @@ pub struct Carried {
     pub traceparent: bool,
 }
 
-impl Default for Stamp {
-    fn default() -> Self {
-        Stamp { fields: [UNSET; FIELDS], len: 0, traceparent: None, carried: Carried::default() }
-    }
-}
-
 impl std::fmt::Debug for Stamp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_list().entries(self.iter()).finish()
@@ -62,13 +64,9 @@ impl std::fmt::Debug for Stamp {
 }
 
 impl Stamp {
-    /// Stamps `name: value`, a field the request does not carry. At most
-    /// [`FIELDS`] of them, each a different name (the callers add each of
-    /// theirs once).
-    pub fn add(&mut self, name: HeaderName, value: HeaderValue) {
-        assert!(self.len < FIELDS, "a request is stamped with {FIELDS} fields at most");
-        self.fields[self.len] = (name, value);
-        self.len += 1;
+    /// Stamps `field` with `value`: a field the request does not carry.
+    pub fn add(&mut self, field: Field, value: HeaderValue) {
+        self.values[field as usize] = Some(value);
     }
 
     /// Stamps this hop's `traceparent`, which the request does not carry
@@ -77,10 +75,10 @@ impl Stamp {
         self.traceparent = Some(value);
     }
 
-    /// The fields, in the order they were stamped (`traceparent` last).
+    /// The fields stamped, in [`Field`]'s order, `traceparent` last.
     pub fn iter(&self) -> impl Iterator<Item = (&HeaderName, &[u8])> {
-        let fields = self.fields[..self.len].iter().map(|(n, v)| (n, v.as_bytes()));
-        fields.chain(self.traceparent.as_ref().map(|v| (&TRACEPARENT_NAME, &v[..])))
+        let fields = self.values.iter().zip(&NAMES).filter_map(|(v, n)| Some((n, v.as_ref()?.as_bytes())));
+        fields.chain(self.traceparent.as_ref().map(|v| (&NAMES[5], &v[..])))
     }
 
     /// The bytes [`Stamp::write`] writes.
@@ -124,20 +122,19 @@ impl Stamp {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::headers::{X_FORWARDED_FOR, X_REQUEST_ID};
-    use http::header;
 
     fn full() -> Stamp {
         let mut s = Stamp::default();
-        s.add(X_FORWARDED_FOR, HeaderValue::from_static("10.0.0.1"));
-        s.add(header::VIA, HeaderValue::from_static("1.1 gateway"));
-        s.add(X_REQUEST_ID, HeaderValue::from_static("r-1"));
+        // Added out of order: written in `Field`'s.
+        s.add(Field::RequestId, HeaderValue::from_static("r-1"));
+        s.add(Field::ForwardedFor, HeaderValue::from_static("10.0.0.1"));
+        s.add(Field::Via, HeaderValue::from_static("1.1 gateway"));
         s.add_traceparent(*b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
         s
     }
 
     #[test]
-    fn written_as_header_lines_in_the_order_stamped() {
+    fn written_as_header_lines_in_the_fields_order() {
         let s = full();
         let mut out = BytesMut::new();
         s.write(&mut out);
@@ -168,14 +165,5 @@ mod tests {
         assert_eq!(h.len(), 5);
         s.remove_from(&mut h);
         assert_eq!(h, before);
-    }
-
-    #[test]
-    #[should_panic(expected = "at most")]
-    fn more_fields_than_room_is_a_bug_not_a_loss() {
-        let mut s = Stamp::default();
-        for _ in 0..=FIELDS {
-            s.add(X_FORWARDED_FOR, HeaderValue::from_static("x"));
-        }
     }
 }

@@ -51,7 +51,7 @@ use crate::body::{Body, ReadAhead, RequestBody, UpstreamBody, WantsCopy};
 use crate::config::{Balance, ProxyTarget, UpstreamConfig};
 use crate::discovery;
 use crate::error::GatewayError;
-use crate::headers::{Stamp, X_REQUEST_ID};
+use crate::headers::{Field, Stamp, X_REQUEST_ID};
 use crate::metrics::{UPSTREAM_IN_FLIGHT, UPSTREAM_RETRIES, UPSTREAM_RETRIES_SKIPPED, UpstreamMetrics};
 use crate::request::{Peer, RequestLog};
 use admission::Admission;
@@ -413,7 +413,7 @@ fn stamp(
         if stamped.carried.request_id {
             req.headers_mut().insert(X_REQUEST_ID, id.header_value());
         } else {
-            stamped.add(X_REQUEST_ID, id.header_value());
+            stamped.add(Field::RequestId, id.header_value());
         }
     }
     let asked = upgrading.then(|| req.headers().get(header::UPGRADE).cloned()).flatten();

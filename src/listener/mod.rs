@@ -377,13 +377,23 @@ where
 
 /// The service's answer to one request: the app's response, with the
 /// tunnel a 101 opened kept for the connection and the access log line
-/// written once the body is done.
-async fn answer(app: Arc<App>, kind: Kind, req: Request<Incoming>, in_flight: conn::InFlight) -> Response<ConnBody> {
-    let response = match kind {
-        Kind::Main => app.handle(req, in_flight.peer()).await,
-        Kind::Admin => app.admin(&req, in_flight.peer()).await,
+/// written once the body is done. `id_by_caller`: the request ID goes in
+/// the body's `id`, for the own HTTP/1.1 connection to write with the head
+/// (see [`App::handle_with`]), not into the response's map.
+async fn answer(
+    app: Arc<App>,
+    kind: Kind,
+    req: Request<Incoming>,
+    in_flight: conn::InFlight,
+    id_by_caller: bool,
+) -> Response<ConnBody> {
+    let (response, id) = match kind {
+        Kind::Main => app.handle_with(req, in_flight.peer(), id_by_caller).await,
+        Kind::Admin => (app.admin(&req, in_flight.peer()).await, None),
     };
-    answered(&app, response, in_flight)
+    let mut response = answered(&app, response, in_flight);
+    response.body_mut().id = id;
+    response
 }
 
 /// The app's `response` made the connection's: see [`answer`].

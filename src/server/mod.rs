@@ -40,10 +40,13 @@ use crate::upstream::tunnel::PendingTunnel;
 mod admit;
 mod builtin;
 mod mirror;
+mod responses;
 mod status;
 mod table;
 mod unanswered;
 pub mod watch;
+
+use responses::{close_delimited_for_http10, error_response};
 
 pub use crate::request::{Peer, Recording, RequestLog};
 use table::{Route, Table};
@@ -170,14 +173,28 @@ impl App {
     /// which is optional, does use tower layers
     /// ([`crate::layers::RouteLayers`]).
     ///
-    /// This, [`App::serve`] and `dispatch` are `async move` blocks rather
+    /// [`App::handle_with`], [`App::serve`] and `dispatch` are `async move` blocks rather
     /// than `async fn`s: an `async fn` moves each argument into a local of
     /// its own on its first poll, which for the request is a copy (`memcpy`)
     /// at each level; a block uses what it captured in place.
     /// `Upstream::forward` is done the same way (see benches/README.md,
     /// Decisions).
-    #[allow(clippy::manual_async_fn)] // See above: not an `async fn` on purpose.
     pub fn handle<'a>(&'a self, req: Request<Incoming>, peer: &'a Peer) -> impl Future<Output = Response<Body>> + 'a {
+        futures_util::FutureExt::map(self.handle_with(req, peer, false), |(response, _)| response)
+    }
+
+    /// [`App::handle`]; when `id_by_caller`, the request ID's value is
+    /// returned for the caller to write with the head, rather than set on
+    /// the response: an insert hashes the name and probes the map, and the
+    /// own HTTP/1.1 connection writes the head from the map anyway (see
+    /// `listener::h1::encode::head`).
+    #[allow(clippy::manual_async_fn)] // See `handle`: not an `async fn` on purpose.
+    pub fn handle_with<'a>(
+        &'a self,
+        req: Request<Incoming>,
+        peer: &'a Peer,
+        id_by_caller: bool,
+    ) -> impl Future<Output = (Response<Body>, Option<HeaderValue>)> + 'a {
         async move {
             let id = self.config.server.request_id.then(|| RequestId::for_request(req.headers()));
             let http10 = req.version() == http::Version::HTTP_10;
@@ -186,14 +203,18 @@ impl App {
                 Ok(response) => response,
                 Err(panic) => panic_response(panic, id.as_ref().map(RequestId::as_str)),
             };
-            if let Some(id) = &id {
-                // Exactly one: the upstream's own, if any, is replaced.
-                response.headers_mut().insert(request_id::X_REQUEST_ID, id.header_value());
-            }
+            // Exactly one: the upstream's own, if any, is replaced.
+            let id = match id.as_ref().map(RequestId::header_value) {
+                Some(id) if !id_by_caller => {
+                    response.headers_mut().insert(request_id::X_REQUEST_ID, id);
+                    None
+                }
+                id => id,
+            };
             if http10 {
                 close_delimited_for_http10(&mut response);
             }
-            response
+            (response, id)
         }
     }
 
@@ -467,45 +488,4 @@ impl App {
         }
         response
     }
-}
-
-/// An answer of unknown length to an HTTP/1.0 client can only end with the
-/// connection (it has no chunked framing). hyper would still promise
-/// `Connection: keep-alive` to a client that asked for it when the answer
-/// says HTTP/1.1, then close: said to be HTTP/1.0, the answer makes hyper
-/// leave keep-alive off (RFC 9112 §9.3).
-fn close_delimited_for_http10(response: &mut Response<Body>) {
-    let body = response.body();
-    if http_body::Body::size_hint(body).exact().is_none() && !http_body::Body::is_end_stream(body) {
-        *response.version_mut() = http::Version::HTTP_10;
-    }
-}
-
-/// The client's view of an error.
-fn error_response(e: &GatewayError) -> Response<Body> {
-    if let GatewayError::ForwardRefused(answer) = e {
-        let mut response = Response::new(Body::full(answer.body.clone()));
-        *response.status_mut() = answer.status;
-        *response.headers_mut() = answer.headers.clone();
-        return response;
-    }
-    let mut builder = Response::builder().status(e.status()).header(header::CONTENT_TYPE, "text/plain; charset=utf-8");
-    if let GatewayError::MethodNotAllowed { allow } = e
-        && let Ok(v) = HeaderValue::from_str(allow)
-    {
-        builder = builder.header(header::ALLOW, v);
-    }
-    if let GatewayError::RateLimited { policy, state, .. } = e {
-        builder = builder.header(crate::ratelimit::RATELIMIT_POLICY, policy).header(crate::ratelimit::RATELIMIT, state);
-    }
-    if let GatewayError::Unauthorized { challenge, .. } = e {
-        builder = builder.header(header::WWW_AUTHENTICATE, challenge.clone());
-    }
-    if let Some(seconds) = e.retry_after() {
-        builder = builder.header(header::RETRY_AFTER, seconds);
-    }
-    if e.closes_connection() {
-        builder = builder.header(header::CONNECTION, "close");
-    }
-    builder.body(Body::full(e.body())).expect("valid response")
 }

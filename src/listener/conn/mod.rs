@@ -28,6 +28,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::task::AtomicWaker;
+use http::HeaderValue;
 use http_body::{Frame, SizeHint};
 use tokio::time::Instant;
 
@@ -389,6 +390,9 @@ pub struct ConnBody {
     in_flight: InFlight,
     /// The request's access log line, written when the body is done.
     access: Option<Box<AccessLine>>,
+    /// The request ID for the head, when the connection writes it itself
+    /// rather than find it in the map (see `listener::answer`).
+    pub id: Option<HeaderValue>,
 }
 
 impl ConnBody {
@@ -397,7 +401,7 @@ impl ConnBody {
         if large && !in_flight.state.has_large_response() {
             in_flight.state.large_response.store(true, Relaxed);
         }
-        ConnBody { inner, in_flight, access }
+        ConnBody { inner, in_flight, access, id: None }
     }
 }
 

@@ -11,6 +11,7 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Version, response};
 
 use super::head::has_token;
+use crate::headers::X_REQUEST_ID;
 
 /// What the response's body is known to be, as hyper's dispatcher tells
 /// its encoder: none at all, a known length, or a stream of unknown length.
@@ -43,8 +44,16 @@ pub struct Asked<'a> {
 }
 
 /// Encodes the response head into `out`; returns the body's encoder and
-/// whether the connection must close after the response.
-pub fn head(parts: &mut response::Parts, body: BodyLength, asked: Asked<'_>, out: &mut BytesMut) -> (Encoder, bool) {
+/// whether the connection must close after the response. `id`: the
+/// request ID, written after the map's fields in place of any
+/// `X-Request-Id` there (see `server::App::handle_with`).
+pub fn head(
+    parts: &mut response::Parts,
+    body: BodyLength,
+    asked: Asked<'_>,
+    id: Option<&HeaderValue>,
+    out: &mut BytesMut,
+) -> (Encoder, bool) {
     let status = parts.status;
     let (version, keep_alive) = fix_connection(parts, asked);
     let connect_ok = *asked.method == Method::CONNECT && status.is_success();
@@ -52,7 +61,7 @@ pub fn head(parts: &mut response::Parts, body: BodyLength, asked: Asked<'_>, out
     let can_length = !(status.is_informational() || connect_ok || bodiless(status));
     status_line(out, version, status, parts.extensions.get::<hyper::ext::ReasonPhrase>());
     let chunk_ok = version != Version::HTTP_10 && can_chunk;
-    let written = fields(&parts.headers, body, asked.method, chunk_ok, connect_ok, out);
+    let written = fields(&parts.headers, body, asked.method, (chunk_ok, connect_ok), id, out);
     let mut encoder = match written.encoder {
         Some(encoder) => encoder,
         None => match body {
@@ -143,8 +152,8 @@ fn fields(
     headers: &HeaderMap,
     body: BodyLength,
     method: &Method,
-    chunk_ok: bool,
-    connect_ok: bool,
+    (chunk_ok, connect_ok): (bool, bool),
+    id: Option<&HeaderValue>,
     out: &mut BytesMut,
 ) -> Written {
     let mut w = Written { encoder: None, date: false, trailers: None, close: false };
@@ -199,11 +208,15 @@ fn fields(
                 field(out, "trailer", &joined(values().iter()));
             }
             header::TRAILER => {}
+            _ if id.is_some() && *name == X_REQUEST_ID => {}
             _ => {
                 w.date |= *name == header::DATE;
                 field(out, name.as_str(), value.as_bytes());
             }
         }
+    }
+    if let Some(id) = id {
+        field(out, X_REQUEST_ID.as_str(), id.as_bytes());
     }
     w
 }

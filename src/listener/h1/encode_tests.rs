@@ -21,7 +21,7 @@ fn encode(
     let (mut parts, ()) = resp.into_parts();
     let mut out = BytesMut::new();
     let asked = Asked { method: &method, version, keep_alive: keep };
-    let (encoder, last) = head(&mut parts, body, asked, &mut out);
+    let (encoder, last) = head(&mut parts, body, asked, None, &mut out);
     let text = String::from_utf8(out.to_vec()).unwrap();
     let text = text.lines().filter(|l| !l.starts_with("date: ")).collect::<Vec<_>>().join("|");
     (text, encoder, last)
@@ -197,4 +197,39 @@ fn interim_heads_lose_their_connection_fields() {
         interim(raw.as_bytes(), &mut out);
         assert_eq!(String::from_utf8_lossy(&out), *want, "{raw:?}");
     }
+}
+
+/// A request ID given to the encoder is the head's one `x-request-id`,
+/// after the map's fields: any in the map (the upstream's own) is left
+/// out, as the insert it stands for would have replaced it.
+#[test]
+fn a_given_request_id_is_the_only_one_written() {
+    let id = HeaderValue::from_static("r-42");
+    let heads = |resp: http::Response<()>| {
+        let (mut parts, ()) = resp.into_parts();
+        let asked = Asked { method: &Method::GET, version: Version::HTTP_11, keep_alive: true };
+        let (mut with, mut without) = (BytesMut::new(), BytesMut::new());
+        head(&mut parts.clone(), BodyLength::Known(2), asked, Some(&id), &mut with);
+        head(&mut parts, BodyLength::Known(2), asked, None, &mut without);
+        let text = |out: BytesMut| {
+            String::from_utf8(out.to_vec())
+                .unwrap()
+                .lines()
+                .filter(|l| !l.starts_with("date: "))
+                .collect::<Vec<_>>()
+                .join("|")
+        };
+        (text(with), text(without))
+    };
+    let ok = || http::Response::builder().status(200).header("via", "1.1 a");
+    let (with, without) = heads(ok().body(()).unwrap());
+    assert_eq!(with, "HTTP/1.1 200 OK|via: 1.1 a|x-request-id: r-42|content-length: 2|");
+    assert_eq!(without, "HTTP/1.1 200 OK|via: 1.1 a|content-length: 2|");
+    let upstreams = ok().header("X-Request-Id", "theirs").header("x-request-id", "again").header("server", "s");
+    let (with, without) = heads(upstreams.body(()).unwrap());
+    assert_eq!(with, "HTTP/1.1 200 OK|via: 1.1 a|server: s|x-request-id: r-42|content-length: 2|");
+    assert_eq!(
+        without,
+        "HTTP/1.1 200 OK|via: 1.1 a|x-request-id: theirs|x-request-id: again|server: s|content-length: 2|"
+    );
 }

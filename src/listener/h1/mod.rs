@@ -322,7 +322,7 @@ impl Own<'_> {
         parts.status = refused.status;
         let asked = Asked { method: &Method::GET, version: Version::HTTP_11, keep_alive: false };
         let mut out = BytesMut::new();
-        encode::head(&mut parts, BodyLength::None, asked, &mut out);
+        encode::head(&mut parts, BodyLength::None, asked, None, &mut out);
         let written = self.write(out.freeze());
         async move { written.await.err().unwrap_or(Stop::Close) }
     }
@@ -360,7 +360,7 @@ impl Own<'_> {
         // The box is the thread's (see `slot`), as hyper's is the
         // connection's; one cut mid-way is dropped with its future.
         let mut slot = slot::take();
-        slot.set(Some(super::answer(self.app.clone(), self.kind, req, in_flight)));
+        slot.set(Some(super::answer(self.app.clone(), self.kind, req, in_flight, true)));
         async move {
             let answer = slot.as_mut().as_pin_mut().expect("just set");
             let response = self.wait_for_answer(answer, forwards).await?;

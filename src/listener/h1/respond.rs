@@ -23,7 +23,8 @@ pub(super) fn response_head(
     asked: Asked<'_>,
     trailers_ok: bool,
 ) -> (ConnBody, Encoder, BytesMut, bool) {
-    let (mut parts, body) = response.into_parts();
+    let (mut parts, mut body) = response.into_parts();
+    let id = body.id.take();
     let length = match body.size_hint().exact() {
         _ if body.is_end_stream() => BodyLength::None,
         Some(n) => BodyLength::Known(n),
@@ -35,8 +36,9 @@ pub(super) fn response_head(
         BodyLength::Known(n) if n < (COALESCE / 2) as u64 => n as usize,
         _ => 0,
     };
-    let mut out = crate::net::write_buffer(encode::capacity(&parts.headers) + body_room);
-    let (mut encoder, last) = encode::head(&mut parts, length, asked, &mut out);
+    let id_room = id.as_ref().map_or(0, |id| id.len() + 16);
+    let mut out = crate::net::write_buffer(encode::capacity(&parts.headers) + id_room + body_room);
+    let (mut encoder, last) = encode::head(&mut parts, length, asked, id.as_ref(), &mut out);
     // Its fields are encoded: the map goes to the next head parsed.
     crate::headers::spare::give_back(std::mem::take(&mut parts.headers));
     if let (Encoder::Chunked(allowed), false) = (&mut encoder, trailers_ok) {

@@ -30,7 +30,7 @@ pub(super) async fn serve(streams: Streams, req: Request<RecvStream>, mut reply:
     // Boxed: inline, the app's future would be copied with the stream's
     // whenever that is moved, as in its spawn (see benches/README.md,
     // Decisions).
-    let answer = Box::pin(super::super::answer(streams.app, streams.kind, req, in_flight));
+    let answer = Box::pin(super::super::answer(streams.app, streams.kind, req, in_flight, false));
     if let Some(response) = wait(answer, &interims, &mut reply).await {
         super::send::respond(response, reply).await;
     }

@@ -246,8 +246,9 @@ impl Upstream {
     ) -> impl Future<Output = Result<Response<Body>, GatewayError>> + 'a {
         async move {
             let counted = cx.timing.as_ref().map(|t| t.bytes_in.clone());
-            let Prepared { parts, body, plan, client_host, mut upgrade, body_state, mut stamped } =
-                proxy::prepare_request(req, target, prefix, max_body, peer, counted)?;
+            let mut stamped = Stamp::default();
+            let Prepared { parts, body, plan, client_host, mut upgrade, body_state } =
+                proxy::prepare_request(req, target, prefix, max_body, peer, counted, &mut stamped)?;
             // Made here, not returned from a helper (each move of it is a
             // copy), and its parts never borrowed: rustc keeps room in the
             // future for any local borrowed before an `.await`.

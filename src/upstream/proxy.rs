@@ -55,12 +55,11 @@ pub struct Prepared {
     pub upgrade: Option<ClientSide>,
     /// What the request body tells of itself (when there is a body).
     pub body_state: Option<Arc<BodyState>>,
-    /// The fields added that the request did not carry (see
-    /// [`headers::stamp`]).
-    pub stamped: Stamp,
 }
 
-/// Applies the route's rewrite and the header rules to a client request.
+/// Applies the route's rewrite and the header rules to a client request;
+/// the fields it adds that the request did not carry go to `stamped` (see
+/// [`headers::stamp`]), which the caller keeps in place (a move copies it).
 pub fn prepare_request<B: ClientBody>(
     req: Request<B>,
     target: &ProxyTarget,
@@ -68,6 +67,7 @@ pub fn prepare_request<B: ClientBody>(
     max_body: u64,
     peer: &Peer,
     counted: Option<Arc<AtomicU64>>,
+    stamped: &mut Stamp,
 ) -> Result<Prepared, GatewayError> {
     let (mut parts, body) = req.into_parts();
     let body = body.into_incoming();
@@ -110,10 +110,8 @@ pub fn prepare_request<B: ClientBody>(
         headers::join_cookies(&mut parts.headers);
     }
     let (forwarded_for, host) = (&peer.forwarded_for, client_host.as_ref());
-    let (via, mut stamped) = (&target.via, Stamp::default());
-    let (trusted, tls) = (peer.trusted, peer.tls);
-    if headers::add_forwarding(&mut parts.headers, forwarded_for, host, via, parts.version, trusted, tls, &mut stamped)
-    {
+    let (via, trusted, tls) = (&target.via, peer.trusted, peer.tls);
+    if headers::add_forwarding(&mut parts.headers, forwarded_for, host, via, parts.version, trusted, tls, stamped) {
         return Err(GatewayError::LoopDetected);
     }
     if target.drop_underscore_headers {
@@ -147,7 +145,7 @@ pub fn prepare_request<B: ClientBody>(
     let retryable = !has_body && is_idempotent(&parts.method);
     let forwards_1xx = peer.forwards_1xx;
     let plan = Plan { retryable, send_timeout: target.body_timeout, large_body, may_resend: true, forwards_1xx };
-    Ok(Prepared { parts, body, plan, client_host, upgrade, body_state, stamped })
+    Ok(Prepared { parts, body, plan, client_host, upgrade, body_state })
 }
 
 /// The path and query the upstream is sent for `uri`: after the route's

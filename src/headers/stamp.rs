@@ -3,14 +3,13 @@
 //! `X-Request-Id` and `traceparent`, when the client sent none of its own.
 //!
 //! They are kept beside the request rather than inserted into its header
-//! map: an insert hashes the name byte by byte and probes the map, and
-//! these six were most of what a proxied request spent on its headers (see
-//! benches/README.md, Decisions). The own HTTP/1.1 client writes them
-//! straight after the map's fields ([`Stamp::write`]). Where the request
-//! goes another way (to an HTTP/2 upstream), [`Stamp::insert_into`] puts
-//! them into its map first, and a request handed back unsent has them
-//! taken out again ([`Stamp::remove_from`]), so that a request outside a
-//! send never holds them twice.
+//! map: an insert hashes the name byte by byte and probes the map, six
+//! times a request (see benches/README.md, Decisions). The own HTTP/1.1
+//! client writes them straight after the map's fields ([`Stamp::write`]).
+//! Where the request goes another way (to an HTTP/2 upstream),
+//! [`Stamp::insert_into`] puts them into its map first, and a request
+//! handed back unsent has them taken out again ([`Stamp::remove_from`]), so
+//! that a request outside a send never holds them twice.
 //!
 //! A field the request carried already stays a map operation (appending to
 //! its list, or replacing it), as before: only an absent one is stamped, so

@@ -67,12 +67,7 @@ pub fn limit_unsent(stream: &TcpStream) {
 /// a buffer of `READ` on the stack, so that a read that waits holds no
 /// memory. A read that fills the stack buffer leaves room in `rx` for the
 /// next (a body streaming in). Both HTTP/1 connections read this way.
-/// `KEPT`: a first read goes into a read buffer given back on this thread
-/// (see [`give_back_read`]), or a new one with room for a small answer,
-/// for a reader that gives its buffer back as soon as its message is done
-/// (the upstream client; a client connection's would be held for its
-/// request's whole wait).
-pub fn poll_fill<const READ: usize, const KEPT: bool, T: tokio::io::AsyncRead + Unpin>(
+pub fn poll_fill<const READ: usize, T: tokio::io::AsyncRead + Unpin>(
     io: &mut T,
     rx: &mut bytes::BytesMut,
     cx: &mut std::task::Context<'_>,
@@ -86,49 +81,9 @@ pub fn poll_fill<const READ: usize, const KEPT: bool, T: tokio::io::AsyncRead + 
     let got = buf.filled();
     if got.len() == READ {
         rx.reserve(4 * READ);
-    } else if KEPT && rx.capacity() == 0 {
-        *rx = read_buffer(got.len()).unwrap_or_else(|| bytes::BytesMut::with_capacity(got.len().max(READ_FIRST)));
     }
     rx.extend_from_slice(got);
     std::task::Poll::Ready(Ok(got.len()))
-}
-
-/// Read buffers kept per thread at most, and the largest kept.
-const READS_KEPT: usize = 8;
-const READ_KEPT_MAX: usize = 4096;
-
-/// A new read buffer's room: a small answer's head and body, with room
-/// left once they are taken off, so that the buffer is worth keeping.
-const READ_FIRST: usize = 1024;
-
-thread_local! {
-    /// Read buffers given back between messages (see [`give_back_read`]).
-    static READS: std::cell::RefCell<Vec<bytes::BytesMut>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// A read buffer given back with room for `n` bytes, if the thread keeps
-/// one whose bytes nothing holds any more (the head's fields cut from it
-/// are all dropped). A head read into it is cut from it without the
-/// allocation a new buffer's first cut makes for its count of holders.
-fn read_buffer(n: usize) -> Option<bytes::BytesMut> {
-    let mut kept = READS.with_borrow_mut(Vec::pop)?;
-    // One still held is let go: its memory goes when its holders do.
-    kept.try_reclaim(n).then_some(kept)
-}
-
-/// `rx`, a connection's read buffer emptied between messages, kept for
-/// the next first read on this thread rather than freed (unless larger
-/// than `READ_KEPT_MAX`, or the thread keeps `READS_KEPT`).
-pub fn give_back_read(mut rx: bytes::BytesMut) {
-    if rx.capacity() == 0 || rx.capacity() > READ_KEPT_MAX {
-        return;
-    }
-    rx.clear();
-    READS.with_borrow_mut(|reads| {
-        if reads.len() < READS_KEPT {
-            reads.push(rx);
-        }
-    });
 }
 
 /// Write buffers kept per thread at most, and their bytes at most: enough
@@ -216,45 +171,6 @@ mod tests {
             assert_eq!(kept(), (0, 0));
             (0..KEPT).for_each(|_| give_back(BytesMut::with_capacity(KEPT_MAX)));
             assert_eq!(kept(), (KEPT_BYTES / KEPT_MAX, KEPT_BYTES));
-        })
-        .join()
-        .unwrap();
-    }
-
-    /// A read buffer given back is taken again, empty: its room past the
-    /// bytes cut from it is its own; room before them only once nothing
-    /// cut from it is held. One that has neither is let go (its bytes stay
-    /// with their holder), as is one too large.
-    #[test]
-    fn a_read_buffer_is_reused_only_for_room_nothing_else_holds() {
-        std::thread::spawn(|| {
-            let kept = || READS.with_borrow(Vec::len);
-            let head_of = |rx: &mut BytesMut| {
-                rx.extend_from_slice(&[b'h'; 200]);
-                rx.split_to(rx.len()).freeze()
-            };
-            // The room past a held head.
-            let mut rx = BytesMut::with_capacity(256);
-            let head = head_of(&mut rx);
-            give_back_read(rx);
-            let again = read_buffer(40).expect("the room past the head");
-            assert!(again.is_empty() && again.capacity() >= 40);
-            give_back_read(again);
-            // More than that room, with the head still held: let go.
-            assert!(read_buffer(100).is_none());
-            assert_eq!(kept(), 0);
-            assert_eq!(head, vec![b'h'; 200]);
-            // The head dropped: the whole buffer again.
-            let mut rx = BytesMut::with_capacity(256);
-            let head = head_of(&mut rx);
-            give_back_read(rx);
-            drop(head);
-            let again = read_buffer(100).expect("reclaimed");
-            assert!(again.is_empty() && again.capacity() >= 100);
-            give_back_read(BytesMut::with_capacity(READ_KEPT_MAX + 1));
-            assert_eq!(kept(), 0);
-            (0..READS_KEPT + 1).for_each(|_| give_back_read(BytesMut::with_capacity(64)));
-            assert_eq!(kept(), READS_KEPT);
         })
         .join()
         .unwrap();

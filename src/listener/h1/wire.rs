@@ -164,7 +164,7 @@ impl Wire {
 
     /// Reads more bytes into `rx` (see [`poll_fill`]), noting the end.
     pub fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
-        let n = ready!(crate::net::poll_fill::<READ, false, _>(&mut self.io, &mut self.rx, cx))?;
+        let n = ready!(crate::net::poll_fill::<READ, _>(&mut self.io, &mut self.rx, cx))?;
         if n == 0 {
             self.eof = true;
         }

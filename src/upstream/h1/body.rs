@@ -146,7 +146,7 @@ impl ResponseBody {
         let whole = self.sending.take().is_none() && !self.unfinished;
         // Bytes past the response's end were never asked for.
         let clean = self.rx.is_empty();
-        crate::net::give_back_read(std::mem::take(&mut self.rx));
+        self.rx = BytesMut::new();
         match (whole, reusable && self.keep_alive && clean && !self.upgrade) {
             (true, true) => conn.release(),
             (true, false) => conn.close(),

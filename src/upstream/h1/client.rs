@@ -268,7 +268,7 @@ fn stalled(e: &Error) -> bool {
 
 /// Reads as [`crate::net::poll_fill`] does, `READ` at a time.
 pub(super) fn poll_fill(io: &mut UpstreamIo, rx: &mut BytesMut, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
-    crate::net::poll_fill::<READ, true, _>(io, rx, cx)
+    crate::net::poll_fill::<READ, _>(io, rx, cx)
 }
 
 /// The request on its way out.

@@ -229,3 +229,74 @@ async fn traversal_attempts_never_read_outside_the_root() {
     // The gateway still serves afterwards.
     assert_eq!(get(&s.gw.url("/static/hello.txt")).await.0.status, 200);
 }
+
+/// `If-Match` and `If-Unmodified-Since` (RFC 9110 §13.1.1, §13.1.4), before
+/// `If-None-Match` and ranges (§13.2.2): a failed one is 412, on a cached
+/// file, a streamed one, a HEAD, and a compressed form (made or not yet).
+#[tokio::test]
+async fn failed_preconditions_are_412() {
+    let s = site().await;
+    let text = "a line of text that compresses well\n".repeat(100);
+    std::fs::write(s.dir.path().join("root/long.txt"), &text).unwrap();
+    let toml = "[[routes]]\nname = \"z\"\nprefix = \"/z\"\ndir = \"root\"\ncompress = true\n";
+    let zipped = TestGateway::start(config(toml, s.dir.path())).await;
+    let (parts, _) = get(&s.gw.url("/one")).await;
+    let etag = parts.headers["etag"].to_str().unwrap().to_owned();
+    let last_modified = parts.headers["last-modified"].to_str().unwrap().to_owned();
+    let long_ago = "Sun, 06 Nov 1994 08:49:37 GMT";
+    // Path, request fields, status.
+    type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], u16);
+    let cases: &[Case] = &[
+        ("/one", &[("if-match", &etag)], 200),
+        ("/one", &[("if-match", "*")], 200),
+        ("/one", &[("if-match", "\"nope\"")], 412),
+        ("/one", &[("if-match", &format!("W/{etag}"))], 412),
+        ("/one", &[("if-match", "\"nope\""), ("if-none-match", &etag)], 412),
+        ("/one", &[("if-match", "\"nope\""), ("range", "bytes=0-4")], 412),
+        ("/one", &[("if-match", &etag), ("range", "bytes=0-4")], 206),
+        ("/one", &[("if-unmodified-since", long_ago)], 412),
+        ("/one", &[("if-unmodified-since", &last_modified)], 200),
+        ("/one", &[("if-unmodified-since", "not a date")], 200),
+        ("/one", &[("if-match", "*"), ("if-unmodified-since", long_ago)], 200),
+        ("/static/big.bin", &[("if-match", "\"nope\"")], 412),
+        ("/static/big.bin", &[("if-unmodified-since", long_ago), ("range", "bytes=0-9")], 412),
+    ];
+    for (path, headers, want) in cases {
+        let (parts, body) = get_with(&s.gw.url(path), headers).await;
+        assert_eq!(parts.status.as_u16(), *want, "{path} {headers:?}");
+        if *want == 412 {
+            assert_eq!(&body[..], b"precondition failed\n");
+        }
+    }
+    let head = Request::head(s.gw.url("/one")).header("if-match", "\"nope\"").body(full(Bytes::new())).unwrap();
+    assert_eq!(send(head).await.0.status, 412);
+    // The compressed form, before and after it is made.
+    for _ in 0..5 {
+        let gz = [("accept-encoding", "gzip")];
+        let (parts, _) = get_with(&zipped.url("/z/long.txt"), &gz).await;
+        assert_eq!(parts.status, 200);
+        let coded = parts.headers["etag"].to_str().unwrap().to_owned();
+        let (parts, _) = get_with(&zipped.url("/z/long.txt"), &[gz[0], ("if-match", "\"nope\"")]).await;
+        assert_eq!(parts.status, 412, "compressed form {coded}");
+        let (parts, _) =
+            get_with(&zipped.url("/z/long.txt"), &[gz[0], ("if-match", "\"nope\""), ("if-none-match", &coded)]).await;
+        assert_eq!(parts.status, 412, "held compressed form {coded}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // A form never made (it would not be smaller): a client holding one it
+    // names is still 412 when a precondition fails, not 304.
+    let noise: Vec<u8> = (0..4000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8 | 0x20).collect();
+    std::fs::write(s.dir.path().join("root/noise.txt"), noise).unwrap();
+    let (parts, _) = get(&zipped.url("/z/noise.txt")).await;
+    let identity = parts.headers["etag"].to_str().unwrap().to_owned();
+    let held = format!("{}-gzip\"", &identity[..identity.len() - 1]);
+    let gz = ("accept-encoding", "gzip");
+    for _ in 0..3 {
+        let (parts, _) = get_with(&zipped.url("/z/noise.txt"), &[gz, ("if-none-match", &held)]).await;
+        assert_eq!(parts.status, 304, "the client holds the form it names");
+        let (parts, _) =
+            get_with(&zipped.url("/z/noise.txt"), &[gz, ("if-none-match", &held), ("if-match", "\"nope\"")]).await;
+        assert_eq!(parts.status, 412);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -1,7 +1,8 @@
 //! Conditional and range requests on a file, pure and table-tested: what
-//! `If-None-Match`, `If-Modified-Since`, `Range` and `If-Range` (RFC 9110
-//! §13, §14) make of a request for a file with a given validator, date and
-//! length.
+//! `If-Match`, `If-Unmodified-Since`, `If-None-Match`, `If-Modified-Since`,
+//! `Range` and `If-Range` (RFC 9110 §13, §14) make of a request for a file
+//! with a given validator, date and length, evaluated in the order of RFC
+//! 9110 §13.2.2.
 
 use std::time::SystemTime;
 
@@ -15,6 +16,36 @@ pub fn none_match(header: &HeaderValue, etag: &HeaderValue) -> bool {
     };
     let ours = etag.to_str().unwrap_or_default();
     list.split(',').map(str::trim).any(|t| t == "*" || t.trim_start_matches("W/") == ours)
+}
+
+/// Whether `If-Match` holds for `etag`: `*` (the file exists), or one of
+/// its entity tags equal to it by the strong comparison, which a weak tag
+/// never passes (RFC 9110 §13.1.1, §8.8.3.2).
+fn matches(header: &HeaderValue, etag: &HeaderValue) -> bool {
+    let Ok(list) = header.to_str() else {
+        return false;
+    };
+    let ours = etag.to_str().unwrap_or_default();
+    list.split(',').map(str::trim).any(|t| t == "*" || (t == ours && !t.starts_with("W/")))
+}
+
+/// Whether the file was modified after a valid `If-Unmodified-Since` date
+/// (RFC 9110 §13.1.4); an invalid date is ignored.
+fn modified_after(header: &HeaderValue, modified: SystemTime) -> bool {
+    header.to_str().ok().and_then(|s| httpdate::parse_http_date(s).ok()).is_some_and(|since| {
+        let secs = |t: SystemTime| t.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        secs(modified) > secs(since)
+    })
+}
+
+/// Whether the request's preconditions fail for a file with this ETag and
+/// date (answered 412): `If-Match`, else `If-Unmodified-Since` (RFC 9110
+/// §13.2.2, steps 1 and 2).
+pub fn precondition_failed(etag: &HeaderValue, modified: SystemTime, headers: &HeaderMap) -> bool {
+    match headers.get(header::IF_MATCH) {
+        Some(im) => !matches(im, etag),
+        None => headers.get(header::IF_UNMODIFIED_SINCE).is_some_and(|ius| modified_after(ius, modified)),
+    }
 }
 
 /// Whether the file is unmodified since `If-Modified-Since` (RFC 9110 §13.1.3).
@@ -31,6 +62,7 @@ fn not_modified_since(header: &HeaderValue, modified: SystemTime) -> bool {
 /// The outcome of evaluating conditional and range headers, pure.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Plan {
+    PreconditionFailed,
     NotModified,
     Full,
     Partial(u64, u64),
@@ -38,6 +70,9 @@ pub enum Plan {
 }
 
 pub fn plan(entry_etag: &HeaderValue, modified: SystemTime, len: u64, method: &Method, headers: &HeaderMap) -> Plan {
+    if precondition_failed(entry_etag, modified, headers) {
+        return Plan::PreconditionFailed;
+    }
     if let Some(inm) = headers.get(header::IF_NONE_MATCH) {
         if none_match(inm, entry_etag) {
             return Plan::NotModified;
@@ -86,6 +121,7 @@ mod tests {
         let modified = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000);
         let lm = httpdate::fmt_http_date(modified);
         let later = httpdate::fmt_http_date(modified + std::time::Duration::from_secs(60));
+        let (lm2, later2) = (lm.clone(), later.clone());
         let earlier = httpdate::fmt_http_date(modified - std::time::Duration::from_secs(60));
         type Case<'a> = (Method, Vec<(&'a str, String)>, Plan);
         let cases: Vec<Case> = vec![
@@ -111,7 +147,32 @@ mod tests {
             (Method::GET, vec![("range", "bytes=0-3".into()), ("if-range", "\"abc-10\"".into())], Plan::Partial(0, 3)),
             (Method::GET, vec![("range", "bytes=0-3".into()), ("if-range", lm)], Plan::Partial(0, 3)),
             (Method::GET, vec![("range", "bytes=0-3".into()), ("if-range", "\"old\"".into())], Plan::Full),
-            (Method::GET, vec![("range", "bytes=0-3".into()), ("if-range", earlier)], Plan::Full),
+            (Method::GET, vec![("range", "bytes=0-3".into()), ("if-range", earlier.clone())], Plan::Full),
+            // If-Match: strong comparison; `*` for a file that exists.
+            (Method::GET, vec![("if-match", "\"abc-10\"".into())], Plan::Full),
+            (Method::GET, vec![("if-match", "\"x\", \"abc-10\"".into())], Plan::Full),
+            (Method::GET, vec![("if-match", "*".into())], Plan::Full),
+            (Method::GET, vec![("if-match", "\"nope\"".into())], Plan::PreconditionFailed),
+            (Method::GET, vec![("if-match", "W/\"abc-10\"".into())], Plan::PreconditionFailed),
+            (Method::HEAD, vec![("if-match", "\"nope\"".into())], Plan::PreconditionFailed),
+            // Before If-None-Match and Range (RFC 9110 §13.2.2).
+            (
+                Method::GET,
+                vec![("if-match", "\"nope\"".into()), ("if-none-match", "\"abc-10\"".into())],
+                Plan::PreconditionFailed,
+            ),
+            (
+                Method::GET,
+                vec![("if-match", "\"nope\"".into()), ("range", "bytes=0-3".into())],
+                Plan::PreconditionFailed,
+            ),
+            (Method::GET, vec![("if-match", "\"abc-10\"".into()), ("range", "bytes=0-3".into())], Plan::Partial(0, 3)),
+            // If-Unmodified-Since, only without If-Match; a bad date is ignored.
+            (Method::GET, vec![("if-unmodified-since", earlier.clone())], Plan::PreconditionFailed),
+            (Method::GET, vec![("if-unmodified-since", lm2.clone())], Plan::Full),
+            (Method::GET, vec![("if-unmodified-since", later2.clone())], Plan::Full),
+            (Method::GET, vec![("if-unmodified-since", "yesterday".into())], Plan::Full),
+            (Method::GET, vec![("if-match", "*".into()), ("if-unmodified-since", earlier)], Plan::Full),
         ];
         for (method, hs, want) in cases {
             let mut headers = HeaderMap::new();

@@ -336,6 +336,7 @@ async fn respond_compressed(
     };
     let mut response = match variant {
         Some(v) => match plan(&v.etag, entry.modified, v.bytes.len() as u64, method, headers) {
+            Plan::PreconditionFailed => precondition_failed(),
             Plan::NotModified => Response::builder()
                 .status(StatusCode::NOT_MODIFIED)
                 .header(header::ETAG, v.etag.clone())
@@ -353,7 +354,9 @@ async fn respond_compressed(
         None => {
             // Not ready (or not smaller): as it is, unless the client holds
             // the form already.
+            // (Preconditions first: a failed one is 412 whatever is held.)
             let held = coding
+                .filter(|_| !conditional::precondition_failed(&entry.etag, entry.modified, headers))
                 .map(|c| variants::etag(&entry.etag, c))
                 .filter(|etag| headers.get(header::IF_NONE_MATCH).is_some_and(|inm| none_match(inm, etag)));
             let mut response = match held {
@@ -371,6 +374,15 @@ async fn respond_compressed(
     };
     response.extensions_mut().insert(compression::Settled);
     Ok(response)
+}
+
+/// 412: a precondition (`If-Match`, `If-Unmodified-Since`) failed.
+fn precondition_failed() -> Response<Body> {
+    Response::builder()
+        .status(StatusCode::PRECONDITION_FAILED)
+        .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
+        .body(Body::full("precondition failed\n"))
+        .expect("valid response")
 }
 
 async fn respond(
@@ -391,6 +403,7 @@ async fn respond(
         .header(header::ETAG, entry.etag.clone())
         .header(header::LAST_MODIFIED, entry.last_modified.clone());
     let (status, start, end) = match plan {
+        Plan::PreconditionFailed => return Ok(precondition_failed()),
         Plan::NotModified => {
             return Ok(builder.status(StatusCode::NOT_MODIFIED).body(Body::empty()).expect("valid response"));
         }

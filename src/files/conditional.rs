@@ -9,54 +9,49 @@ use std::time::SystemTime;
 use http::Method;
 use http::header::{self, HeaderMap, HeaderValue};
 
+/// The entity tags a conditional field lists (none if it is not text).
+fn tags(header: &HeaderValue) -> impl Iterator<Item = &str> {
+    header.to_str().unwrap_or_default().split(',').map(str::trim).filter(|t| !t.is_empty())
+}
+
 /// Whether `If-None-Match` matches `etag` (weak comparison, RFC 9110 §13.1.2).
 pub fn none_match(header: &HeaderValue, etag: &HeaderValue) -> bool {
-    let Ok(list) = header.to_str() else {
-        return false;
-    };
     let ours = etag.to_str().unwrap_or_default();
-    list.split(',').map(str::trim).any(|t| t == "*" || t.trim_start_matches("W/") == ours)
+    tags(header).any(|t| t == "*" || t.trim_start_matches("W/") == ours)
 }
 
 /// Whether `If-Match` holds for `etag`: `*` (the file exists), or one of
 /// its entity tags equal to it by the strong comparison, which a weak tag
 /// never passes (RFC 9110 §13.1.1, §8.8.3.2).
 fn matches(header: &HeaderValue, etag: &HeaderValue) -> bool {
-    let Ok(list) = header.to_str() else {
-        return false;
-    };
     let ours = etag.to_str().unwrap_or_default();
-    list.split(',').map(str::trim).any(|t| t == "*" || (t == ours && !t.starts_with("W/")))
+    tags(header).any(|t| t == "*" || (t == ours && !t.starts_with("W/")))
 }
 
-/// Whether the file was modified after a valid `If-Unmodified-Since` date
-/// (RFC 9110 §13.1.4); an invalid date is ignored.
-fn modified_after(header: &HeaderValue, modified: SystemTime) -> bool {
-    header.to_str().ok().and_then(|s| httpdate::parse_http_date(s).ok()).is_some_and(|since| {
-        let secs = |t: SystemTime| t.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-        secs(modified) > secs(since)
-    })
+/// A time in whole seconds: HTTP dates have one-second resolution.
+fn secs(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+/// A conditional field's date in whole seconds; `None` if it is not one
+/// (the field is then ignored).
+fn date(header: &HeaderValue) -> Option<u64> {
+    header.to_str().ok().and_then(|s| httpdate::parse_http_date(s).ok()).map(secs)
 }
 
 /// Whether the request's preconditions fail for a file with this ETag and
 /// date (answered 412): `If-Match`, else `If-Unmodified-Since` (RFC 9110
-/// §13.2.2, steps 1 and 2).
+/// §13.2.2, steps 1 and 2; §13.1.1, §13.1.4).
 pub fn precondition_failed(etag: &HeaderValue, modified: SystemTime, headers: &HeaderMap) -> bool {
     match headers.get(header::IF_MATCH) {
         Some(im) => !matches(im, etag),
-        None => headers.get(header::IF_UNMODIFIED_SINCE).is_some_and(|ius| modified_after(ius, modified)),
+        None => headers.get(header::IF_UNMODIFIED_SINCE).and_then(date).is_some_and(|since| secs(modified) > since),
     }
 }
 
 /// Whether the file is unmodified since `If-Modified-Since` (RFC 9110 §13.1.3).
 fn not_modified_since(header: &HeaderValue, modified: SystemTime) -> bool {
-    let Some(since) = header.to_str().ok().and_then(|s| httpdate::parse_http_date(s).ok()) else {
-        return false;
-    };
-    // HTTP dates have one-second resolution.
-    let modified_secs = modified.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-    let since_secs = since.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-    modified_secs <= since_secs
+    date(header).is_some_and(|since| secs(modified) <= since)
 }
 
 /// The outcome of evaluating conditional and range headers, pure.

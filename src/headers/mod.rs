@@ -411,7 +411,7 @@ pub fn add_forwarding(
     // An absent field is stamped (see `stamp`), a present one changed in
     // the map.
     if xff {
-        add_to_list(headers, X_FORWARDED_FOR, xff, client_ip.clone());
+        add_to_list(headers, X_FORWARDED_FOR, true, client_ip.clone());
     } else {
         stamp.add(Field::ForwardedFor, client_ip.clone());
     }
@@ -446,7 +446,7 @@ pub fn add_forwarding(
         }
     }
     if via {
-        add_to_list(headers, header::VIA, via, via_entry.entry(version).clone());
+        add_to_list(headers, header::VIA, true, via_entry.entry(version).clone());
     } else {
         stamp.add(Field::Via, via_entry.entry(version).clone());
     }

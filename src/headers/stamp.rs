@@ -98,12 +98,14 @@ impl Stamp {
     /// Puts the fields into `headers`, for a request that is sent another
     /// way than by the own HTTP/1.1 client.
     pub fn insert_into(&self, headers: &mut HeaderMap) {
-        for (name, value) in self.iter() {
-            // Valid by construction: values given as header values, and a
-            // traceparent of hex digits and dashes.
-            if let Ok(value) = HeaderValue::from_bytes(value) {
-                headers.insert(name.clone(), value);
+        for (value, name) in self.values.iter().zip(&NAMES) {
+            if let Some(value) = value {
+                headers.insert(name.clone(), value.clone());
             }
+        }
+        if let Some(traceparent) = &self.traceparent {
+            let value = HeaderValue::from_bytes(traceparent).expect("hex digits and dashes are a valid header value");
+            headers.insert(TRACEPARENT, value);
         }
     }
 

@@ -106,20 +106,12 @@ impl TraceContext {
         String::from_utf8(buf.to_vec()).expect("hex is UTF-8")
     }
 
-    /// Sets the headers an upstream receives: this hop's `traceparent`, and
-    /// the caller's `tracestate` only when its trace was continued (a
-    /// restarted trace drops the old state, as the spec asks).
-    pub fn propagate(&self, headers: &mut HeaderMap) {
-        headers.insert(TRACEPARENT, self.traceparent());
-        if self.stale_state {
-            headers.remove(TRACESTATE);
-        }
-    }
-
-    /// [`TraceContext::propagate`] for a request on its way upstream: its
-    /// `traceparent` stamped when it carried none (see
-    /// [`crate::headers::stamp`]).
-    pub fn propagate_stamped(&self, headers: &mut HeaderMap, stamp: &mut Stamp) {
+    /// Sets the headers an upstream receives: this hop's `traceparent`
+    /// (stamped when the request carried none, see
+    /// [`crate::headers::stamp`]), and the caller's `tracestate` only when
+    /// its trace was continued (a restarted trace drops the old state, as
+    /// the spec asks).
+    pub fn propagate(&self, headers: &mut HeaderMap, stamp: &mut Stamp) {
         if stamp.carried.traceparent {
             headers.insert(TRACEPARENT, self.traceparent());
         } else {
@@ -175,6 +167,15 @@ fn lower_hex(b: &[u8]) -> Option<u128> {
 mod tests {
     use super::*;
 
+    /// What an upstream is sent: [`TraceContext::propagate`], then the
+    /// stamp put into the map (as for an HTTP/2 upstream).
+    fn sent(t: &TraceContext, headers: &mut HeaderMap) {
+        let mut stamp = Stamp::default();
+        stamp.carried.traceparent = headers.contains_key(TRACEPARENT);
+        t.propagate(headers, &mut stamp);
+        stamp.insert_into(headers);
+    }
+
     #[test]
     fn parse_table() {
         let ok = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
@@ -214,7 +215,7 @@ mod tests {
         assert_eq!(t.trace_id_hex(), "0af7651916cd43dd8448eb211c80319c");
         assert_eq!(t.parent_id, Some(0xb7ad6b7169203331));
         let mut out = h.clone();
-        t.propagate(&mut out);
+        sent(&t, &mut out);
         let sent = out[TRACEPARENT].to_str().unwrap().to_owned();
         assert!(sent.starts_with("00-0af7651916cd43dd8448eb211c80319c-"), "{sent}");
         assert!(!sent.contains("b7ad6b7169203331"), "the upstream's parent is this hop: {sent}");
@@ -266,12 +267,12 @@ mod tests {
                 twice.append(TRACEPARENT, HeaderValue::from_static(valid));
                 let t = TraceContext::from_headers(&twice);
                 assert_eq!(t.parent_id, None, "{parent:?} twice");
-                t.propagate(&mut twice);
+                sent(&t, &mut twice);
                 assert!(twice.get(TRACESTATE).is_none() && twice.get_all(TRACEPARENT).iter().count() == 1);
             }
             let t = TraceContext::from_headers(&h);
             let mut out = h.clone();
-            t.propagate(&mut out);
+            sent(&t, &mut out);
             assert_eq!(out.get(TRACESTATE).map(|v| v.to_str().unwrap()), *want, "{parent:?} {state:?}");
             assert!(parse(out[TRACEPARENT].as_bytes()).is_some());
         }
@@ -279,7 +280,7 @@ mod tests {
         let t = TraceContext::from_headers(&HeaderMap::new());
         let mut out = HeaderMap::new();
         out.insert(TRACESTATE, HeaderValue::from_static("set=by-rule"));
-        t.propagate(&mut out);
+        sent(&t, &mut out);
         assert_eq!(out[TRACESTATE], "set=by-rule");
     }
 
@@ -292,7 +293,7 @@ mod tests {
         assert_eq!(t.parent_id, None);
         assert_ne!(t.trace_id, 0);
         let mut out = h.clone();
-        t.propagate(&mut out);
+        sent(&t, &mut out);
         assert!(parse(out[TRACEPARENT].as_bytes()).is_some());
         assert!(out.get(TRACESTATE).is_none());
     }

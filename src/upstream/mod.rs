@@ -421,7 +421,7 @@ fn stamp(
     if let Some(trace) = &cx.trace
         && cx.propagate_trace
     {
-        trace.propagate_stamped(req.headers_mut(), stamped);
+        trace.propagate(req.headers_mut(), stamped);
     }
     asked
 }

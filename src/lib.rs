@@ -5,7 +5,8 @@
 //!
 //! The data path is [`server::App::handle`]; [`Gateway`] wires a validated
 //! [`config::Config`] to listeners and signals.
-// Denied, not forbidden: one measured exception, `listener::detach`.
+// Denied, not forbidden: two measured exceptions, `listener::detach` and
+// `headers::parsed` (see benches/README.md, Decisions).
 #![deny(unsafe_code)]
 
 pub mod access;

@@ -25,6 +25,7 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
 mod cookies;
 mod host;
+pub mod parsed;
 pub mod rules;
 pub mod spare;
 pub mod stamp;

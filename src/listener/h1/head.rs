@@ -6,7 +6,7 @@
 
 use std::mem::MaybeUninit;
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Uri, Version, request};
 use smallvec::SmallVec;
@@ -104,8 +104,8 @@ pub fn parse(buf: &mut BytesMut, max: usize) -> Result<Option<Head>, Refused> {
     // (forwarding, `via`, request id), which would grow the map twice.
     let mut headers = crate::headers::spare::map_with_room(spans.len() + ADDED_FIELDS);
     for (name, (v0, v1)) in fields {
-        let name = HeaderName::from_bytes(name).map_err(|_| MALFORMED)?;
-        let value = HeaderValue::from_maybe_shared(slice(&frozen, v0, v1)).map_err(|_| MALFORMED)?;
+        let name = crate::headers::parsed::name(name).map_err(|_| MALFORMED)?;
+        let value = crate::headers::parsed::value(&frozen, v0, v1);
         if head.take(&name, &value, &mut headers)? {
             headers.append(name, value);
         }
@@ -115,10 +115,6 @@ pub fn parse(buf: &mut BytesMut, max: usize) -> Result<Option<Head>, Refused> {
     let (mut parts, ()) = http::Request::new(()).into_parts();
     (parts.method, parts.uri, parts.version, parts.headers) = (method, uri, version, headers);
     Ok(Some(Head { parts, framing, keep_alive, expect_continue, trailers_ok }))
-}
-
-fn slice(frozen: &Bytes, from: u32, to: u32) -> Bytes {
-    frozen.slice(from as usize..to as usize)
 }
 
 /// What the fields of a head decide, field by field, as hyper's server

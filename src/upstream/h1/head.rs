@@ -196,10 +196,9 @@ pub fn parse(buf: &mut BytesMut, head_request: bool) -> Result<Parsed, Error> {
     // every response a hash each.
     let mut seen = Seen::default();
     for &(n0, n1, v0, v1) in &spans[..] {
-        let name = HeaderName::from_bytes(&frozen[n0 as usize..n1 as usize])
+        let name = crate::headers::parsed::name(&frozen[n0 as usize..n1 as usize])
             .map_err(|_| Error::parse("invalid header name"))?;
-        let value = HeaderValue::from_maybe_shared(frozen.slice(v0 as usize..v1 as usize))
-            .map_err(|_| Error::parse("invalid header value"))?;
+        let value = crate::headers::parsed::value(&frozen, v0, v1);
         seen.note(&name, &value);
         headers.append(name, value);
     }

@@ -334,8 +334,10 @@ fn add_to_list(headers: &mut HeaderMap, name: HeaderName, present: bool, item: H
         return;
     }
     let mut joined = Vec::new();
-    for v in headers.get_all(&name) {
-        joined.extend_from_slice(v.as_bytes());
+    // An empty line adds no element: joined, it would make an empty one
+    // (`, 10.0.0.1`), which a sender must not make (RFC 9110 §5.6.1).
+    for v in headers.get_all(&name).iter().map(|v| v.as_bytes().trim_ascii()).filter(|v| !v.is_empty()) {
+        joined.extend_from_slice(v);
         joined.extend_from_slice(b", ");
     }
     joined.extend_from_slice(item.as_bytes());

@@ -240,6 +240,21 @@ fn forwarding_headers_append_and_set() {
                 Some("1.1 gateway"),
             ],
         ),
+        // Empty lines add no empty element.
+        (
+            &[("x-forwarded-for", ""), ("via", " ")],
+            Some("h"),
+            Version::HTTP_11,
+            false,
+            [Some("10.0.0.1"), Some("http"), Some("h"), None, Some("1.1 gateway")],
+        ),
+        (
+            &[("x-forwarded-for", "1.1.1.1"), ("x-forwarded-for", " "), ("via", "1.0 edge"), ("via", "")],
+            Some("h"),
+            Version::HTTP_11,
+            false,
+            [Some("1.1.1.1, 10.0.0.1"), Some("http"), Some("h"), None, Some("1.0 edge, 1.1 gateway")],
+        ),
         // Trusted, but nothing to keep: this hop's own values.
         (
             &[],

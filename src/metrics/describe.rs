@@ -15,9 +15,7 @@ pub(super) fn describe() {
 /// Requests, connections and the gateway's own refusals.
 fn describe_requests() {
     describe_counter!(REQUESTS_TOTAL, "Requests answered, by route, method and status.");
-    describe_histogram!(REQUEST_DURATION, metrics::Unit::Seconds, "Time from request arrival to response head.");
     describe_gauge!(ACTIVE_REQUESTS, "Requests being handled (until the response head).");
-    describe_histogram!(UPSTREAM_DURATION, metrics::Unit::Seconds, "Upstream response time to response head.");
     describe_counter!(
         UPSTREAM_ERRORS,
         "Upstream failures by kind: connect, tls, timeout, reset, protocol, body, body_timeout, unavailable (no endpoint may take traffic)."

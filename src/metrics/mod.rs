@@ -8,7 +8,7 @@
 //! (anything non-standard is `other`), never from raw request data.
 
 use std::collections::HashMap;
-use std::sync::{OnceLock, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 
 use http::Method;
@@ -16,6 +16,7 @@ use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 mod describe;
+pub mod histogram;
 
 /// Histogram buckets (seconds) for every `*_duration_seconds` metric: 1 ms to 10 s.
 pub const BUCKETS: &[f64] = &[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0];
@@ -114,7 +115,10 @@ impl Exporter {
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             gauge!(RUNTIME_ALIVE_TASKS).set(rt.metrics().num_alive_tasks() as f64);
         }
-        self.handle.render()
+        let mut text = self.handle.render();
+        histogram::REQUESTS.render(&mut text);
+        histogram::UPSTREAMS.render(&mut text);
+        text
     }
 
     /// Drains histogram buffers; run periodically or histograms grow unbounded.
@@ -174,7 +178,7 @@ type MethodStatus = (&'static str, u16);
 pub struct RouteMetrics {
     name: String,
     active: Gauge,
-    by_method_status: HandleCache<MethodStatus, (Counter, Histogram)>,
+    by_method_status: HandleCache<MethodStatus, (Counter, Arc<histogram::Histogram>)>,
 }
 
 impl RouteMetrics {
@@ -203,13 +207,14 @@ impl RouteMetrics {
         self.by_method_status.with(
             key,
             || {
-                let labels =
-                    [("route", self.name.clone()), ("method", key.0.to_owned()), ("status", status_label(key.1))];
-                (counter!(REQUESTS_TOTAL, &labels), histogram!(REQUEST_DURATION, &labels))
+                let (method, status) = (key.0.to_owned(), status_label(key.1));
+                let duration = histogram::REQUESTS.series(vec![self.name.clone(), method.clone(), status.clone()]);
+                let labels = [("route", self.name.clone()), ("method", method), ("status", status)];
+                (counter!(REQUESTS_TOTAL, &labels), duration)
             },
             |(count, duration)| {
                 count.increment(1);
-                duration.record(elapsed.as_secs_f64());
+                duration.record(elapsed);
             },
         );
     }
@@ -258,7 +263,7 @@ pub struct UpstreamMetrics {
     /// `gateway_upstream_errors_total{kind="body_timeout"}`, likewise.
     pub body_stalled: Counter,
     errors: HashMap<&'static str, Counter>,
-    by_status: HandleCache<u16, Histogram>,
+    by_status: HandleCache<u16, Arc<histogram::Histogram>>,
 }
 
 impl UpstreamMetrics {
@@ -289,8 +294,8 @@ impl UpstreamMetrics {
         let key = status_key(status);
         self.by_status.with(
             key,
-            || histogram!(UPSTREAM_DURATION, "upstream" => self.name.clone(), "status" => status_label(key)),
-            |h| h.record(elapsed.as_secs_f64()),
+            || histogram::UPSTREAMS.series(vec![self.name.clone(), status_label(key)]),
+            |h| h.record(elapsed),
         );
     }
 }

@@ -300,3 +300,98 @@ async fn failed_preconditions_are_412() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// A file replaced by rename, over and over, between two versions while it
+/// is requested: every answer's validators, length and bytes are one
+/// version's, kept (small) or streamed (large), and the kept one does not
+/// stay stale once the swapping stops.
+#[tokio::test]
+async fn a_file_swapped_on_disk_is_answered_as_one_version() {
+    let s = site().await;
+    let root = s.dir.path().join("root");
+    for (name, len) in [("small.bin", 1024usize), ("large.bin", 300 * 1024)] {
+        let target = root.join(name);
+        let mut versions = Vec::new();
+        for (i, byte) in [b'A', b'B'].into_iter().enumerate() {
+            let path = s.dir.path().join(format!("{name}.{i}"));
+            // Two lengths for the large file, one for the small: a swap then
+            // shows in the bytes alone.
+            std::fs::write(&path, vec![byte; len + if len > 4096 { i * 4096 } else { 0 }]).unwrap();
+            let t = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_600_000_000 + i as u64 * 1000);
+            std::fs::File::options().write(true).open(&path).unwrap().set_modified(t).unwrap();
+            versions.push(path);
+        }
+        std::fs::hard_link(&versions[0], &target).unwrap();
+        let url = s.gw.url(&format!("/static/{name}"));
+        let etag_of = |byte: u8| {
+            let (i, url) = (usize::from(byte == b'B'), url.clone());
+            let (versions, target) = (versions.clone(), target.clone());
+            async move {
+                let tmp = target.with_extension("tmp");
+                // A rename onto a link to the same file leaves it in place.
+                let _ = std::fs::remove_file(&tmp);
+                std::fs::hard_link(&versions[i], &tmp).unwrap();
+                std::fs::rename(&tmp, &target).unwrap();
+                get(&url).await.0.headers["etag"].clone()
+            }
+        };
+        let tags = [(etag_of(b'A').await, b'A'), (etag_of(b'B').await, b'B')];
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let swapper = {
+            let (stop, versions, target) = (stop.clone(), versions.clone(), target.clone());
+            std::thread::spawn(move || {
+                let tmp = target.with_extension("swap");
+                let mut i = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    i ^= 1;
+                    let _ = std::fs::remove_file(&tmp);
+                    std::fs::hard_link(&versions[i], &tmp).unwrap();
+                    std::fs::rename(&tmp, &target).unwrap();
+                }
+                // Left at version B.
+                let _ = std::fs::remove_file(&tmp);
+                std::fs::hard_link(&versions[1], &tmp).unwrap();
+                std::fs::rename(&tmp, &target).unwrap();
+            })
+        };
+        for _ in 0..300 {
+            let (parts, body) = get(&url).await;
+            assert_eq!(parts.status, 200);
+            let byte = tags.iter().find(|(t, _)| *t == parts.headers["etag"]).map(|(_, b)| *b);
+            let byte =
+                byte.unwrap_or_else(|| panic!("{name}: an ETag of neither version: {:?}", parts.headers["etag"]));
+            assert_eq!(parts.headers["content-length"], body.len().to_string().as_str(), "{name}");
+            assert!(body.iter().all(|b| *b == byte), "{name}: bytes of the other version under {byte}'s ETag");
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        swapper.join().unwrap();
+        let (parts, body) = get(&url).await;
+        assert_eq!(parts.headers["etag"], tags[1].0, "{name}: left at B");
+        assert!(body.iter().all(|b| *b == b'B'), "{name}: B's ETag, B's bytes");
+    }
+}
+
+/// A file dated before 1970 is served (an HTTP date cannot say its time:
+/// 1970 is given), and one dated in the future gives no date past now.
+#[tokio::test]
+async fn files_with_dates_out_of_range_are_served() {
+    let s = site().await;
+    let root = s.dir.path().join("root");
+    let epoch = std::time::SystemTime::UNIX_EPOCH;
+    for (name, t) in [
+        ("old.txt", epoch - Duration::from_secs(10 * 365 * 86400)),
+        ("new.txt", epoch + Duration::from_secs(4_102_444_800)),
+    ] {
+        std::fs::write(root.join(name), "dated\n").unwrap();
+        std::fs::File::options().write(true).open(root.join(name)).unwrap().set_modified(t).unwrap();
+        let (parts, body) = get(&s.gw.url(&format!("/static/{name}"))).await;
+        assert_eq!(parts.status, 200, "{name}");
+        assert_eq!(&body[..], b"dated\n");
+        let shown = httpdate::parse_http_date(parts.headers["last-modified"].to_str().unwrap()).unwrap();
+        assert!(shown >= epoch && shown <= std::time::SystemTime::now(), "{name}: {shown:?}");
+        // Conditions compare with the date given.
+        let lm = parts.headers["last-modified"].to_str().unwrap().to_owned();
+        let (parts, _) = get_with(&s.gw.url(&format!("/static/{name}")), &[("if-modified-since", &lm)]).await;
+        assert_eq!(parts.status, 304, "{name}");
+    }
+}

@@ -7,25 +7,31 @@
 use std::time::SystemTime;
 
 use http::Method;
-use http::header::{self, HeaderMap, HeaderValue};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
-/// The entity tags a conditional field lists (none if it is not text).
-fn tags(header: &HeaderValue) -> impl Iterator<Item = &str> {
-    header.to_str().unwrap_or_default().split(',').map(str::trim).filter(|t| !t.is_empty())
+/// The entity tags a conditional field lists over all its lines, which
+/// make one list (RFC 9110 §5.3); none from a line that is not text.
+fn tags(headers: &HeaderMap, name: HeaderName) -> impl Iterator<Item = &str> {
+    headers
+        .get_all(name)
+        .into_iter()
+        .flat_map(|line| line.to_str().unwrap_or_default().split(','))
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
 }
 
 /// Whether `If-None-Match` matches `etag` (weak comparison, RFC 9110 §13.1.2).
-pub fn none_match(header: &HeaderValue, etag: &HeaderValue) -> bool {
+pub fn none_match(headers: &HeaderMap, etag: &HeaderValue) -> bool {
     let ours = etag.to_str().unwrap_or_default();
-    tags(header).any(|t| t == "*" || t.trim_start_matches("W/") == ours)
+    tags(headers, header::IF_NONE_MATCH).any(|t| t == "*" || t.trim_start_matches("W/") == ours)
 }
 
 /// Whether `If-Match` holds for `etag`: `*` (the file exists), or one of
 /// its entity tags equal to it by the strong comparison, which a weak tag
 /// never passes (RFC 9110 §13.1.1, §8.8.3.2).
-fn matches(header: &HeaderValue, etag: &HeaderValue) -> bool {
+fn matches(headers: &HeaderMap, etag: &HeaderValue) -> bool {
     let ours = etag.to_str().unwrap_or_default();
-    tags(header).any(|t| t == "*" || (t == ours && !t.starts_with("W/")))
+    tags(headers, header::IF_MATCH).any(|t| t == "*" || (t == ours && !t.starts_with("W/")))
 }
 
 /// A time in whole seconds: HTTP dates have one-second resolution.
@@ -33,25 +39,23 @@ fn secs(t: SystemTime) -> u64 {
     t.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
-/// A conditional field's date in whole seconds; `None` if it is not one
-/// (the field is then ignored).
-fn date(header: &HeaderValue) -> Option<u64> {
-    header.to_str().ok().and_then(|s| httpdate::parse_http_date(s).ok()).map(secs)
+/// A conditional field's date in whole seconds; `None` if it is not one,
+/// or the field has more than one line (it is then ignored, RFC 9110
+/// §13.1.3, §13.1.4).
+fn date(headers: &HeaderMap, name: HeaderName) -> Option<u64> {
+    let mut lines = headers.get_all(name).into_iter();
+    let (Some(line), None) = (lines.next(), lines.next()) else { return None };
+    line.to_str().ok().and_then(|s| httpdate::parse_http_date(s).ok()).map(secs)
 }
 
 /// Whether the request's preconditions fail for a file with this ETag and
 /// date (answered 412): `If-Match`, else `If-Unmodified-Since` (RFC 9110
 /// §13.2.2, steps 1 and 2; §13.1.1, §13.1.4).
 pub fn precondition_failed(etag: &HeaderValue, modified: SystemTime, headers: &HeaderMap) -> bool {
-    match headers.get(header::IF_MATCH) {
-        Some(im) => !matches(im, etag),
-        None => headers.get(header::IF_UNMODIFIED_SINCE).and_then(date).is_some_and(|since| secs(modified) > since),
+    match headers.contains_key(header::IF_MATCH) {
+        true => !matches(headers, etag),
+        false => date(headers, header::IF_UNMODIFIED_SINCE).is_some_and(|since| secs(modified) > since),
     }
-}
-
-/// Whether the file is unmodified since `If-Modified-Since` (RFC 9110 §13.1.3).
-fn not_modified_since(header: &HeaderValue, modified: SystemTime) -> bool {
-    date(header).is_some_and(|since| secs(modified) <= since)
 }
 
 /// The outcome of evaluating conditional and range headers, pure.
@@ -68,13 +72,12 @@ pub fn plan(entry_etag: &HeaderValue, modified: SystemTime, len: u64, method: &M
     if precondition_failed(entry_etag, modified, headers) {
         return Plan::PreconditionFailed;
     }
-    if let Some(inm) = headers.get(header::IF_NONE_MATCH) {
-        if none_match(inm, entry_etag) {
+    if headers.contains_key(header::IF_NONE_MATCH) {
+        if none_match(headers, entry_etag) {
             return Plan::NotModified;
         }
-    } else if let Some(ims) = headers.get(header::IF_MODIFIED_SINCE)
-        && not_modified_since(ims, modified)
-    {
+    } else if date(headers, header::IF_MODIFIED_SINCE).is_some_and(|since| secs(modified) <= since) {
+        // Unmodified since (RFC 9110 §13.1.3).
         return Plan::NotModified;
     }
     if method != Method::GET {
@@ -167,12 +170,26 @@ mod tests {
             (Method::GET, vec![("if-unmodified-since", lm2.clone())], Plan::Full),
             (Method::GET, vec![("if-unmodified-since", later2.clone())], Plan::Full),
             (Method::GET, vec![("if-unmodified-since", "yesterday".into())], Plan::Full),
-            (Method::GET, vec![("if-match", "*".into()), ("if-unmodified-since", earlier)], Plan::Full),
+            (Method::GET, vec![("if-match", "*".into()), ("if-unmodified-since", earlier.clone())], Plan::Full),
+            // A field's lines make one list (RFC 9110 §5.3); a date field
+            // with more than one is ignored (§13.1.3, §13.1.4).
+            (Method::GET, vec![("if-match", "\"nope\"".into()), ("if-match", "\"abc-10\"".into())], Plan::Full),
+            (
+                Method::GET,
+                vec![("if-none-match", "\"nope\"".into()), ("if-none-match", "\"abc-10\"".into())],
+                Plan::NotModified,
+            ),
+            (
+                Method::GET,
+                vec![("if-unmodified-since", earlier.clone()), ("if-unmodified-since", later2.clone())],
+                Plan::Full,
+            ),
+            (Method::GET, vec![("if-modified-since", later2.clone()), ("if-modified-since", earlier)], Plan::Full),
         ];
         for (method, hs, want) in cases {
             let mut headers = HeaderMap::new();
             for (k, v) in &hs {
-                headers.insert(http::HeaderName::from_static(k), hv(v));
+                headers.append(http::HeaderName::from_static(k), hv(v));
             }
             assert_eq!(plan(&etag, modified, 10, &method, &headers), want, "{method} {hs:?}");
         }

@@ -28,8 +28,10 @@ use crate::headers::X_REQUEST_ID;
 use crate::layers::compress::{self as compression, negotiate};
 
 mod conditional;
+mod sanitize;
 mod variants;
 use conditional::{Plan, none_match, plan};
+pub use sanitize::sanitize;
 use variants::Variants;
 
 /// Files up to this size are kept in memory.
@@ -39,42 +41,15 @@ pub const CACHE_TOTAL_MAX: u64 = 32 * 1024 * 1024;
 /// Read size when streaming a larger file.
 const STREAM_CHUNK: usize = 64 * 1024;
 
-/// Validates a `dir` route's remaining path (after the prefix) into a
-/// relative path with only normal segments.
-///
-/// Each raw segment is percent-decoded on its own, so an encoded slash
-/// (`%2f`) can never create a new segment; dot segments, backslashes, NUL and
-/// malformed percent-encoding are refused (400). Empty segments are skipped.
-pub fn sanitize(rest: &str) -> Result<PathBuf, GatewayError> {
-    let mut out = PathBuf::new();
-    for raw in rest.split('/').filter(|s| !s.is_empty()) {
-        if !crate::limits::valid_percent_encoding(raw) {
-            return Err(GatewayError::BadPath("malformed percent-encoding"));
-        }
-        let decoded = percent_encoding::percent_decode_str(raw)
-            .decode_utf8()
-            .map_err(|_| GatewayError::BadPath("path is not UTF-8"))?;
-        if decoded.contains('/') {
-            return Err(GatewayError::BadPath("encoded slash"));
-        }
-        if decoded.contains('\\') {
-            return Err(GatewayError::BadPath("backslash"));
-        }
-        if decoded.contains('\0') {
-            return Err(GatewayError::BadPath("NUL byte"));
-        }
-        if decoded == ".." || decoded == "." {
-            return Err(GatewayError::BadPath("dot segment"));
-        }
-        out.push(decoded.as_ref());
-    }
-    Ok(out)
-}
-
 /// What the cache knows of one file, checked against its metadata.
 struct Entry {
     len: u64,
+    /// The file's modification time, as the cache compares it.
     modified: SystemTime,
+    /// The time `Last-Modified` gives and conditions compare with: the
+    /// file's, but none before 1970 (an HTTP date cannot say it) and none
+    /// after the entry was made (RFC 9110 §8.8.2.1).
+    shown: SystemTime,
     inode: (u64, u64),
     etag: HeaderValue,
     last_modified: HeaderValue,
@@ -104,8 +79,9 @@ impl Entry {
         let since_epoch = modified.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
         let etag = HeaderValue::from_str(&format!("\"{:x}-{:x}\"", since_epoch.as_nanos(), len))
             .expect("a hex etag is a valid header");
+        let shown = modified.clamp(SystemTime::UNIX_EPOCH, SystemTime::now());
         let last_modified =
-            HeaderValue::from_str(&httpdate::fmt_http_date(modified)).expect("an http date is a valid header");
+            HeaderValue::from_str(&httpdate::fmt_http_date(shown)).expect("an http date is a valid header");
         let mime = mime_guess::from_path(path).first_or_octet_stream();
         let content_type = if mime.type_() == mime_guess::mime::TEXT && mime.get_param("charset").is_none() {
             format!("{mime}; charset=utf-8")
@@ -129,6 +105,7 @@ impl Entry {
         Entry {
             len,
             modified,
+            shown,
             inode,
             etag,
             last_modified,
@@ -195,13 +172,25 @@ impl FileServer {
             // A file is not a directory: `/a.txt/` is not `/a.txt`.
             return Err(GatewayError::NotFound);
         }
-        self.serve_file(&path, method, headers, compress).await
+        self.serve(&path, Some(root), method, headers, compress).await
     }
 
-    /// Serves one file.
+    /// Serves one file (a `file` route's, which has no root to stay in).
     pub async fn serve_file(
         &self,
         path: &Path,
+        method: &Method,
+        headers: &HeaderMap,
+        compress: bool,
+    ) -> Result<Response<Body>, GatewayError> {
+        self.serve(path, None, method, headers, compress).await
+    }
+
+    /// Serves the file at `path`, which must lie under `root` if given.
+    async fn serve(
+        &self,
+        path: &Path,
+        root: Option<&Path>,
         method: &Method,
         headers: &HeaderMap,
         compress: bool,
@@ -215,14 +204,26 @@ impl FileServer {
         if !meta.is_file() {
             return Err(GatewayError::NotFound);
         }
-        let entry = match self.lookup(path, &meta) {
-            Some(e) => e,
-            None => self.load(path, &meta).await?,
+        // A kept file's bytes were read from a descriptor checked as below,
+        // and the path's inode is theirs: a path that now leads elsewhere
+        // has another inode and is not answered from them.
+        let (entry, file) = match self.lookup(path, &meta).filter(|e| e.bytes.is_some()) {
+            Some(entry) => (entry, None),
+            None => {
+                // Everything else comes from one descriptor: its validators
+                // and its bytes are one file's, whatever the path leads to
+                // by the time each is read.
+                let (file, meta) = open(path, root).await?;
+                match self.lookup(path, &meta) {
+                    Some(entry) => (entry, Some(file)),
+                    None => self.load(path, file, &meta).await?,
+                }
+            }
         };
         if compress {
-            respond_compressed(&entry, path, method, headers).await
+            respond_compressed(&entry, file, method, headers).await
         } else {
-            respond(&entry, path, method, headers).await
+            respond(&entry, file, method, headers).await
         }
     }
 
@@ -231,17 +232,30 @@ impl FileServer {
         cache.entries.get(path.as_os_str()).filter(|e| e.matches(meta)).cloned()
     }
 
-    async fn load(&self, path: &Path, meta: &std::fs::Metadata) -> Result<Arc<Entry>, GatewayError> {
+    /// The entry for the opened `file` (`meta` its own), with its bytes if
+    /// it is small (then the file is done with), else the file to stream.
+    async fn load(
+        &self,
+        path: &Path,
+        mut file: tokio::fs::File,
+        meta: &std::fs::Metadata,
+    ) -> Result<(Arc<Entry>, Option<tokio::fs::File>), GatewayError> {
         let modified = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
         let mut bytes = None;
+        let mut kept = None;
         if meta.len() <= CACHE_FILE_MAX {
-            let content = Bytes::from(tokio::fs::read(path).await.map_err(not_found_or_io)?);
-            if content.len() as u64 != meta.len() {
+            let mut content = Vec::with_capacity(meta.len() as usize);
+            file.read_to_end(&mut content).await?;
+            let after = file.metadata().await?;
+            if content.len() as u64 != meta.len() || after.modified().ok() != Some(modified) {
                 // Changed while we read it: serve what we read, cache nothing.
                 let len = content.len() as u64;
-                return Ok(Arc::new(Entry::new(path, modified, (0, 0), len, Some(content), self.request_ids)));
+                let entry = Entry::new(path, modified, (0, 0), len, Some(content.into()), self.request_ids);
+                return Ok((Arc::new(entry), None));
             }
-            bytes = Some(content);
+            bytes = Some(Bytes::from(content));
+        } else {
+            kept = Some(file);
         }
         let inode = (meta.dev(), meta.ino());
         let entry = Arc::new(Entry::new(path, modified, inode, meta.len(), bytes, self.request_ids));
@@ -249,7 +263,7 @@ impl FileServer {
         // Requests that missed together all use the first entry cached, so
         // its compressed forms are made once, not once per entry.
         if let Some(first) = cache.entries.get(path.as_os_str()).filter(|e| e.matches(meta)) {
-            return Ok(first.clone());
+            return Ok((first.clone(), kept));
         }
         let size = entry.bytes.as_ref().map_or(0, |b| b.len() as u64);
         if cache.bytes + size > CACHE_TOTAL_MAX {
@@ -260,7 +274,7 @@ impl FileServer {
             cache.bytes -= old.bytes.as_ref().map_or(0, |b| b.len() as u64);
         }
         cache.bytes += size;
-        Ok(entry)
+        Ok((entry, kept))
     }
 }
 
@@ -292,6 +306,30 @@ fn not_found_or_io(e: std::io::Error) -> GatewayError {
     }
 }
 
+/// Opens the file at `path` and stats the descriptor. Under a `root`, the
+/// file opened must lie in it, by the path the kernel gives the descriptor:
+/// `resolve` checked the path, but a directory on it swapped for a symlink
+/// since would lead the open outside.
+async fn open(path: &Path, root: Option<&Path>) -> Result<(tokio::fs::File, std::fs::Metadata), GatewayError> {
+    // Blocking, as the stat in `serve`: the path was just looked up.
+    let file = std::fs::File::open(path).map_err(not_found_or_io)?;
+    if let Some(root) = root {
+        use std::os::fd::AsRawFd;
+        match std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())) {
+            Ok(real) if real.starts_with(root) => {}
+            Ok(_) => return Err(GatewayError::NotFound),
+            // Without /proc (not Linux, or not mounted) the check before
+            // the open is the only one.
+            Err(_) => {}
+        }
+    }
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(GatewayError::NotFound);
+    }
+    Ok((tokio::fs::File::from_std(file), meta))
+}
+
 /// Resolves symlinks and refuses anything that ends up outside `root`
 /// (which is already canonical).
 async fn resolve(root: &Path, path: &Path) -> Result<PathBuf, GatewayError> {
@@ -306,7 +344,7 @@ async fn resolve(root: &Path, path: &Path) -> Result<PathBuf, GatewayError> {
 /// route's compression layer leaves it alone.
 async fn respond_compressed(
     entry: &Entry,
-    path: &Path,
+    file: Option<tokio::fs::File>,
     method: &Method,
     headers: &HeaderMap,
 ) -> Result<Response<Body>, GatewayError> {
@@ -317,7 +355,7 @@ async fn respond_compressed(
     else {
         // Never compressed (too small, or not a compressible type): as it
         // is, and left alone by the compression layer.
-        let mut response = respond(entry, path, method, headers).await?;
+        let mut response = respond(entry, file, method, headers).await?;
         if entry.bytes.is_some()
             || entry.len < compression::MIN_SIZE
             || !compression::is_compressible(&entry.content_type)
@@ -335,7 +373,7 @@ async fn respond_compressed(
         None => None,
     };
     let mut response = match variant {
-        Some(v) => match plan(&v.etag, entry.modified, v.bytes.len() as u64, method, headers) {
+        Some(v) => match plan(&v.etag, entry.shown, v.bytes.len() as u64, method, headers) {
             Plan::PreconditionFailed => precondition_failed(),
             Plan::NotModified => Response::builder()
                 .status(StatusCode::NOT_MODIFIED)
@@ -356,9 +394,9 @@ async fn respond_compressed(
             // the form already.
             // (Preconditions first: a failed one is 412 whatever is held.)
             let held = coding
-                .filter(|_| !conditional::precondition_failed(&entry.etag, entry.modified, headers))
+                .filter(|_| !conditional::precondition_failed(&entry.etag, entry.shown, headers))
                 .map(|c| variants::etag(&entry.etag, c))
-                .filter(|etag| headers.get(header::IF_NONE_MATCH).is_some_and(|inm| none_match(inm, etag)));
+                .filter(|etag| none_match(headers, etag));
             let mut response = match held {
                 Some(etag) => Response::builder()
                     .status(StatusCode::NOT_MODIFIED)
@@ -366,7 +404,7 @@ async fn respond_compressed(
                     .header(header::LAST_MODIFIED, entry.last_modified.clone())
                     .body(Body::empty())
                     .expect("valid response"),
-                None => respond(entry, path, method, headers).await?,
+                None => respond(entry, file, method, headers).await?,
             };
             response.headers_mut().append(header::VARY, HeaderValue::from_static("accept-encoding"));
             response
@@ -387,11 +425,11 @@ fn precondition_failed() -> Response<Body> {
 
 async fn respond(
     entry: &Entry,
-    path: &Path,
+    file: Option<tokio::fs::File>,
     method: &Method,
     headers: &HeaderMap,
 ) -> Result<Response<Body>, GatewayError> {
-    let plan = plan(&entry.etag, entry.modified, entry.len, method, headers);
+    let plan = plan(&entry.etag, entry.shown, entry.len, method, headers);
     // The common case: the whole of a cached file.
     if let (Plan::Full, Some(bytes)) = (&plan, &entry.bytes) {
         let body = if method == Method::HEAD { Body::empty() } else { Body::full(bytes.clone()) };
@@ -432,7 +470,8 @@ async fn respond(
     } else if let Some(bytes) = &entry.bytes {
         Body::full(bytes.slice(start as usize..=end as usize))
     } else {
-        let mut file = tokio::fs::File::open(path).await.map_err(not_found_or_io)?;
+        // Only a file too large to keep is streamed, and it comes opened.
+        let mut file = file.ok_or_else(|| GatewayError::Io(std::io::Error::other("streamed file not opened")))?;
         file.seek(SeekFrom::Start(start)).await?;
         Body::File(Box::new(ReaderStream::with_capacity(file.take(length), STREAM_CHUNK)))
     };
@@ -443,39 +482,24 @@ async fn respond(
 mod tests {
     use super::*;
 
-    #[test]
-    fn sanitize_table() {
-        let ok: &[(&str, &str)] = &[
-            ("", ""),
-            ("/", ""),
-            ("/a/b.txt", "a/b.txt"),
-            ("//a///b", "a/b"),
-            ("/sp%20ace.txt", "sp ace.txt"),
-            ("/%252e%252e/x", "%2e%2e/x"),
-            ("/..a/b..", "..a/b.."),
-        ];
-        for (input, want) in ok {
-            assert_eq!(sanitize(input).unwrap(), PathBuf::from(want), "{input}");
-        }
-        let bad = [
-            "/../etc/passwd",
-            "/a/../../x",
-            "/%2e%2e/x",
-            "/%2E%2E/x",
-            "/.%2e/x",
-            "/a%2fb",
-            "/..%2f..%2fetc",
-            "/a%5cb",
-            "/a\\b",
-            "/a%00b",
-            "/./a",
-            "/%zz",
-            "/%2",
-            "/a%",
-            "/%ff%fe",
-        ];
-        for input in bad {
-            assert!(matches!(sanitize(input), Err(GatewayError::BadPath(_))), "{input} should be refused");
-        }
+    /// The state a request meets when a directory on its checked path was
+    /// swapped for a symlink that leads out of the root: the open refuses it.
+    #[tokio::test]
+    async fn a_file_opened_outside_the_root_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        std::fs::create_dir_all(root.join("real")).unwrap();
+        std::fs::create_dir_all(dir.path().join("outside")).unwrap();
+        std::fs::write(root.join("real/f.txt"), "inside").unwrap();
+        std::fs::write(dir.path().join("outside/f.txt"), "outside").unwrap();
+        std::os::unix::fs::symlink(dir.path().join("outside"), root.join("swapped")).unwrap();
+        std::os::unix::fs::symlink(root.join("real"), root.join("inner")).unwrap();
+        let root = root.canonicalize().unwrap();
+        assert!(open(&root.join("real/f.txt"), Some(&root)).await.is_ok());
+        assert!(open(&root.join("inner/f.txt"), Some(&root)).await.is_ok(), "a symlink kept inside is followed");
+        let out = open(&root.join("swapped/f.txt"), Some(&root)).await;
+        assert!(matches!(out, Err(GatewayError::NotFound)), "{:?}", out.map(|_| ()));
+        // A `file` route's own path has no root to stay in.
+        assert!(open(&root.join("swapped/f.txt"), None).await.is_ok());
     }
 }

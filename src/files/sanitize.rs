@@ -1,0 +1,78 @@
+//! A `dir` route's remaining path made a relative path, pure and table-tested.
+
+use std::path::PathBuf;
+
+use crate::error::GatewayError;
+
+/// Validates a `dir` route's remaining path (after the prefix) into a
+/// relative path with only normal segments.
+///
+/// Each raw segment is percent-decoded on its own, so an encoded slash
+/// (`%2f`) can never create a new segment; dot segments, backslashes, NUL and
+/// malformed percent-encoding are refused (400). Empty segments are skipped.
+pub fn sanitize(rest: &str) -> Result<PathBuf, GatewayError> {
+    let mut out = PathBuf::new();
+    for raw in rest.split('/').filter(|s| !s.is_empty()) {
+        if !crate::limits::valid_percent_encoding(raw) {
+            return Err(GatewayError::BadPath("malformed percent-encoding"));
+        }
+        let decoded = percent_encoding::percent_decode_str(raw)
+            .decode_utf8()
+            .map_err(|_| GatewayError::BadPath("path is not UTF-8"))?;
+        if decoded.contains('/') {
+            return Err(GatewayError::BadPath("encoded slash"));
+        }
+        if decoded.contains('\\') {
+            return Err(GatewayError::BadPath("backslash"));
+        }
+        if decoded.contains('\0') {
+            return Err(GatewayError::BadPath("NUL byte"));
+        }
+        if decoded == ".." || decoded == "." {
+            return Err(GatewayError::BadPath("dot segment"));
+        }
+        out.push(decoded.as_ref());
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sanitize_table() {
+        let ok: &[(&str, &str)] = &[
+            ("", ""),
+            ("/", ""),
+            ("/a/b.txt", "a/b.txt"),
+            ("//a///b", "a/b"),
+            ("/sp%20ace.txt", "sp ace.txt"),
+            ("/%252e%252e/x", "%2e%2e/x"),
+            ("/..a/b..", "..a/b.."),
+        ];
+        for (input, want) in ok {
+            assert_eq!(sanitize(input).unwrap(), PathBuf::from(want), "{input}");
+        }
+        let bad = [
+            "/../etc/passwd",
+            "/a/../../x",
+            "/%2e%2e/x",
+            "/%2E%2E/x",
+            "/.%2e/x",
+            "/a%2fb",
+            "/..%2f..%2fetc",
+            "/a%5cb",
+            "/a\\b",
+            "/a%00b",
+            "/./a",
+            "/%zz",
+            "/%2",
+            "/a%",
+            "/%ff%fe",
+        ];
+        for input in bad {
+            assert!(matches!(sanitize(input), Err(GatewayError::BadPath(_))), "{input} should be refused");
+        }
+    }
+}

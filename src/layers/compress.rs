@@ -50,14 +50,16 @@ impl Predicate for Compressible {
             return false;
         }
         let for_head = response.extensions().get::<ForHead>().is_some();
-        let big_enough = match response.body().size_hint().exact() {
-            Some(n) if !for_head => n >= MIN_SIZE,
-            _ => response
-                .headers()
-                .get(header::CONTENT_LENGTH)
-                .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
-                .is_none_or(|n| n >= MIN_SIZE),
+        let length = response.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        let size = match response.body().size_hint().exact() {
+            Some(n) if !for_head => Some(n),
+            // A HEAD's body is empty, so its length says the GET's size;
+            // one the gateway made itself (an error) still holds the
+            // GET's body and may have no length.
+            Some(n) if length.is_none() && n > 0 => Some(n),
+            _ => length,
         };
+        let big_enough = size.is_none_or(|n| n >= MIN_SIZE);
         big_enough && response.headers().get(header::CONTENT_TYPE).is_some_and(is_compressible)
     }
 }
@@ -170,6 +172,36 @@ pub fn weaken_etag<B>(mut response: Response<B>) -> Response<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A HEAD is compressed as its GET would be: by its length, by its
+    /// body when the gateway made it with one and no length, and as a body
+    /// of unknown size otherwise.
+    #[test]
+    fn a_head_is_judged_as_its_get() {
+        let response = |head: bool, length: Option<u64>, body: &'static str| {
+            let mut r = Response::new(crate::body::Body::full(body));
+            r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+            if let Some(n) = length {
+                r.headers_mut().insert(header::CONTENT_LENGTH, n.into());
+            }
+            if head {
+                r.extensions_mut().insert(ForHead);
+            }
+            r
+        };
+        let error = "precondition failed\n";
+        let cases = [
+            (false, None, error, false),
+            (true, None, error, false),
+            (true, Some(4096), "", true),
+            (true, Some(20), "", false),
+            (true, None, "", true),
+            (false, None, "", false),
+        ];
+        for (head, length, body, want) in cases {
+            assert_eq!(Compressible.should_compress(&response(head, length, body)), want, "{head} {length:?} {body:?}");
+        }
+    }
 
     #[test]
     fn compressible_types() {

@@ -237,14 +237,15 @@ impl FileServer {
     async fn load(
         &self,
         path: &Path,
-        mut file: tokio::fs::File,
+        file: std::fs::File,
         meta: &std::fs::Metadata,
-    ) -> Result<(Arc<Entry>, Option<tokio::fs::File>), GatewayError> {
+    ) -> Result<(Arc<Entry>, Option<std::fs::File>), GatewayError> {
         let modified = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
         let mut bytes = None;
         let mut kept = None;
         if meta.len() <= CACHE_FILE_MAX {
             let mut content = Vec::with_capacity(meta.len() as usize);
+            let mut file = tokio::fs::File::from_std(file);
             file.read_to_end(&mut content).await?;
             let after = file.metadata().await?;
             if content.len() as u64 != meta.len() || after.modified().ok() != Some(modified) {
@@ -310,7 +311,7 @@ fn not_found_or_io(e: std::io::Error) -> GatewayError {
 /// file opened must lie in it, by the path the kernel gives the descriptor:
 /// `resolve` checked the path, but a directory on it swapped for a symlink
 /// since would lead the open outside.
-async fn open(path: &Path, root: Option<&Path>) -> Result<(tokio::fs::File, std::fs::Metadata), GatewayError> {
+async fn open(path: &Path, root: Option<&Path>) -> Result<(std::fs::File, std::fs::Metadata), GatewayError> {
     // Blocking, as the stat in `serve`: the path was just looked up.
     let file = std::fs::File::open(path).map_err(not_found_or_io)?;
     if let Some(root) = root {
@@ -327,7 +328,7 @@ async fn open(path: &Path, root: Option<&Path>) -> Result<(tokio::fs::File, std:
     if !meta.is_file() {
         return Err(GatewayError::NotFound);
     }
-    Ok((tokio::fs::File::from_std(file), meta))
+    Ok((file, meta))
 }
 
 /// Resolves symlinks and refuses anything that ends up outside `root`
@@ -344,7 +345,7 @@ async fn resolve(root: &Path, path: &Path) -> Result<PathBuf, GatewayError> {
 /// route's compression layer leaves it alone.
 async fn respond_compressed(
     entry: &Entry,
-    file: Option<tokio::fs::File>,
+    file: Option<std::fs::File>,
     method: &Method,
     headers: &HeaderMap,
 ) -> Result<Response<Body>, GatewayError> {
@@ -425,7 +426,7 @@ fn precondition_failed() -> Response<Body> {
 
 async fn respond(
     entry: &Entry,
-    file: Option<tokio::fs::File>,
+    file: Option<std::fs::File>,
     method: &Method,
     headers: &HeaderMap,
 ) -> Result<Response<Body>, GatewayError> {
@@ -471,7 +472,8 @@ async fn respond(
         Body::full(bytes.slice(start as usize..=end as usize))
     } else {
         // Only a file too large to keep is streamed, and it comes opened.
-        let mut file = file.ok_or_else(|| GatewayError::Io(std::io::Error::other("streamed file not opened")))?;
+        let file = file.ok_or_else(|| GatewayError::Io(std::io::Error::other("streamed file not opened")))?;
+        let mut file = tokio::fs::File::from_std(file);
         file.seek(SeekFrom::Start(start)).await?;
         Body::File(Box::new(ReaderStream::with_capacity(file.take(length), STREAM_CHUNK)))
     };

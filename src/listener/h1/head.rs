@@ -105,7 +105,9 @@ pub fn parse(buf: &mut BytesMut, max: usize) -> Result<Option<Head>, Refused> {
     let mut headers = crate::headers::spare::map_with_room(spans.len() + ADDED_FIELDS);
     for (name, (v0, v1)) in fields {
         let name = crate::headers::parsed::name(name).map_err(|_| MALFORMED)?;
-        let value = crate::headers::parsed::value(&frozen, v0, v1);
+        // SAFETY: a value span `httparse` (default configuration) returned.
+        #[allow(unsafe_code)]
+        let value = unsafe { crate::headers::parsed::value(&frozen, v0, v1) };
         if head.take(&name, &value, &mut headers)? {
             headers.append(name, value);
         }

@@ -198,7 +198,9 @@ pub fn parse(buf: &mut BytesMut, head_request: bool) -> Result<Parsed, Error> {
     for &(n0, n1, v0, v1) in &spans[..] {
         let name = crate::headers::parsed::name(&frozen[n0 as usize..n1 as usize])
             .map_err(|_| Error::parse("invalid header name"))?;
-        let value = crate::headers::parsed::value(&frozen, v0, v1);
+        // SAFETY: a value span `httparse` (default configuration) returned.
+        #[allow(unsafe_code)]
+        let value = unsafe { crate::headers::parsed::value(&frozen, v0, v1) };
         seen.note(&name, &value);
         headers.append(name, value);
     }

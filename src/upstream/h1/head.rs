@@ -13,7 +13,7 @@ use smallvec::SmallVec;
 
 use super::Error;
 use super::seen::{Seen, agreed_length, content_length};
-use crate::headers::Stamp;
+use crate::headers::{Stamp, parsed};
 
 /// Header fields a response head may have, as hyper allows.
 pub const MAX_HEADERS: usize = 100;
@@ -196,11 +196,9 @@ pub fn parse(buf: &mut BytesMut, head_request: bool) -> Result<Parsed, Error> {
     // every response a hash each.
     let mut seen = Seen::default();
     for &(n0, n1, v0, v1) in &spans[..] {
-        let name = crate::headers::parsed::name(&frozen[n0 as usize..n1 as usize])
-            .map_err(|_| Error::parse("invalid header name"))?;
-        // SAFETY: a value span `httparse` (default configuration) returned.
-        #[allow(unsafe_code)]
-        let value = unsafe { crate::headers::parsed::value(&frozen, v0, v1) };
+        let name = parsed::name(&frozen[n0 as usize..n1 as usize]).map_err(|_| Error::parse("invalid header name"))?;
+        #[allow(unsafe_code)] // SAFETY: a value span `httparse` (default configuration) returned.
+        let value = unsafe { parsed::value(&frozen, v0, v1) };
         seen.note(&name, &value);
         headers.append(name, value);
     }

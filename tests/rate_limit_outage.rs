@@ -182,3 +182,35 @@ fn a_redis_that_answers_ping_but_refuses_the_script_is_down_until_it_decides() {
     assert_eq!(gw.settled_count(ANSWERS, 1), 1, "one INFO when it decides again:\n{}", gw.log());
     assert_eq!(gw.lines_with(FAILED), 1, "{}", gw.log());
 }
+
+/// The store connects and loads its script at start: the first request
+/// finds both done rather than paying for them within its `timeout`.
+#[test]
+fn the_store_is_ready_before_the_first_request() {
+    let Some(redis) = Redis::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+    let toml = format!(
+        "[server]\nlisten = \"{addr}\"\n[[routes]]\nname = \"rl_warm\"\nprefix = \"/\"\n\
+         respond = {{ status = 200 }}\n\
+         rate_limit = {{ rate = \"1000/s\", burst = 1000, key = \"route\", shared = \"redis\" }}\n\
+         [rate_limit_store]\nurl = \"{}\"\ntimeout = \"200ms\"\non_error = \"deny\"\n",
+        redis.url()
+    );
+    let scripts = || match redis.cmd(&["INFO", "memory"]) {
+        Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(&b)
+            .lines()
+            .find_map(|l| l.strip_prefix("number_of_cached_scripts:").map(|n| n.trim().parse::<u32>().unwrap_or(0))),
+        Some(redis::Value::VerbatimString { text, .. }) => text
+            .lines()
+            .find_map(|l| l.strip_prefix("number_of_cached_scripts:").map(|n| n.trim().parse::<u32>().unwrap_or(0))),
+        _ => None,
+    };
+    assert_eq!(scripts(), Some(0), "no script before the gateway starts");
+    let _gw = Gateway::start(dir.path(), &toml, addr);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while scripts() != Some(1) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(scripts(), Some(1), "the script loaded with no request sent");
+}

@@ -82,8 +82,8 @@ pub struct RedisStore {
 }
 
 impl RedisStore {
-    /// Connects lazily (the first decision or probe connects) and starts the
-    /// probe, which ends when the store is dropped.
+    /// Starts the probe, which connects at once (see [`spawn_probe`]) and
+    /// ends when the store is dropped.
     pub fn new(config: &RateLimitStoreConfig) -> Result<Arc<RedisStore>, String> {
         let mut info = config.url.as_str().into_connection_info().map_err(|e| format!("rate_limit_store.url: {e}"))?;
         if let Some(password) = &config.password {
@@ -216,12 +216,19 @@ fn parse(reply: &[i64]) -> Option<Decision> {
     })
 }
 
-/// While the store is down, runs the script every [`PROBE_EVERY`] (which also
+/// Runs the script once at start, so the connection is open and the script
+/// loaded before the first request, which would otherwise pay for both
+/// within its `timeout` (and, on a slow start, be decided by `on_error`).
+/// Then, while the store is down, runs it every [`PROBE_EVERY`] (which also
 /// makes the connection manager reconnect) and marks the store up once it
 /// decides.
 fn spawn_probe(store: Weak<RedisStore>) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
     runtime.spawn(async move {
+        // Its failure marks nothing down: the first request finds out.
+        if let Some(store) = store.upgrade() {
+            store.script_answers().await;
+        }
         loop {
             tokio::time::sleep(PROBE_EVERY).await;
             let Some(store) = store.upgrade() else { return };

@@ -6,7 +6,7 @@
 //! a clock reading, in a buffer its upkeep drains every few seconds: a
 //! request paid for the clock and an epoch guard, and under load the
 //! buffer held seconds' worth of samples (see benches/README.md,
-//! Decisions). Here a sample is three relaxed atomic additions, and a
+//! Decisions). Here a sample is two relaxed atomic additions, and a
 //! series is a fixed few hundred bytes whatever the rate.
 
 use std::fmt::Write;

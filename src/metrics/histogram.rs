@@ -14,6 +14,8 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use metrics_exporter_prometheus::formatting;
+
 use super::BUCKETS;
 
 /// One series: a count per bucket (the last past every bound), and the sum.
@@ -87,12 +89,12 @@ impl Family {
             return;
         }
         let name = self.name;
-        let _ = writeln!(out, "# HELP {name} {}", self.help);
-        let _ = writeln!(out, "# TYPE {name} histogram");
+        formatting::write_help_line(out, name, None, None, self.help);
+        formatting::write_type_line(out, name, None, None, "histogram");
         for (values, h) in series.iter() {
             let mut labels = String::new();
             for (label, value) in self.label_names.iter().zip(values) {
-                let _ = write!(labels, "{label}=\"{}\",", escape(value));
+                let _ = write!(labels, "{label}=\"{}\",", formatting::sanitize_label_value(value));
             }
             let mut cumulative = 0;
             for (i, count) in h.counts.iter().enumerate() {
@@ -108,11 +110,6 @@ impl Family {
             let _ = writeln!(out, "{name}_count{{{labels}}} {cumulative}");
         }
     }
-}
-
-/// A label value escaped for the text format.
-fn escape(value: &str) -> String {
-    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
 #[cfg(test)]

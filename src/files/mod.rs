@@ -215,7 +215,7 @@ impl FileServer {
                 // Everything else comes from one descriptor: its validators
                 // and its bytes are one file's, whatever the path leads to
                 // by the time each is read.
-                let (file, meta) = open(path, root).await?;
+                let (file, meta) = open(path, root)?;
                 match self.lookup(path, &meta) {
                     Some(entry) => (entry, Some(file)),
                     None => self.load(path, file, &meta).await?,

@@ -16,7 +16,7 @@ pub(super) async fn resolve(root: &Path, path: &Path) -> Result<PathBuf, Gateway
 /// file opened must lie in it, by the path the kernel gives the descriptor:
 /// `resolve` checked the path, but a directory on it swapped for a symlink
 /// since would lead the open outside.
-pub(super) async fn open(path: &Path, root: Option<&Path>) -> Result<(std::fs::File, std::fs::Metadata), GatewayError> {
+pub(super) fn open(path: &Path, root: Option<&Path>) -> Result<(std::fs::File, std::fs::Metadata), GatewayError> {
     use std::os::unix::fs::OpenOptionsExt;
     // Blocking, as the stat in `serve`: the path was just looked up. Not
     // waiting: a FIFO put there since would hold the worker until a writer
@@ -58,8 +58,8 @@ mod tests {
 
     /// The state a request meets when a directory on its checked path was
     /// swapped for a symlink that leads out of the root: the open refuses it.
-    #[tokio::test]
-    async fn a_file_opened_outside_the_root_is_refused() {
+    #[test]
+    fn a_file_opened_outside_the_root_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("root");
         std::fs::create_dir_all(root.join("real")).unwrap();
@@ -69,18 +69,18 @@ mod tests {
         std::os::unix::fs::symlink(dir.path().join("outside"), root.join("swapped")).unwrap();
         std::os::unix::fs::symlink(root.join("real"), root.join("inner")).unwrap();
         let root = root.canonicalize().unwrap();
-        assert!(open(&root.join("real/f.txt"), Some(&root)).await.is_ok());
-        assert!(open(&root.join("inner/f.txt"), Some(&root)).await.is_ok(), "a symlink kept inside is followed");
-        let out = open(&root.join("swapped/f.txt"), Some(&root)).await;
+        assert!(open(&root.join("real/f.txt"), Some(&root)).is_ok());
+        assert!(open(&root.join("inner/f.txt"), Some(&root)).is_ok(), "a symlink kept inside is followed");
+        let out = open(&root.join("swapped/f.txt"), Some(&root));
         assert!(matches!(out, Err(GatewayError::NotFound)), "{:?}", out.map(|_| ()));
         // A `file` route's own path has no root to stay in.
-        assert!(open(&root.join("swapped/f.txt"), None).await.is_ok());
+        assert!(open(&root.join("swapped/f.txt"), None).is_ok());
     }
 
     /// Outside by a path the kernel will not give (past PATH_MAX): refused,
     /// not let through unchecked.
-    #[tokio::test]
-    async fn a_file_whose_path_cannot_be_read_back_is_refused() {
+    #[test]
+    fn a_file_whose_path_cannot_be_read_back_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("root");
         std::fs::create_dir_all(&root).unwrap();
@@ -91,8 +91,8 @@ mod tests {
         std::fs::write(dir.path().join("s1").join(&half).join("f.txt"), "deep outside").unwrap();
         std::os::unix::fs::symlink(dir.path().join("s1").join(&half), root.join("deep")).unwrap();
         let root = root.canonicalize().unwrap();
-        assert!(open(&root.join("deep/f.txt"), None).await.is_ok(), "the file is there");
-        let out = open(&root.join("deep/f.txt"), Some(&root)).await;
+        assert!(open(&root.join("deep/f.txt"), None).is_ok(), "the file is there");
+        let out = open(&root.join("deep/f.txt"), Some(&root));
         assert!(matches!(out, Err(GatewayError::NotFound)), "{:?}", out.map(|_| ()));
     }
 
@@ -105,8 +105,7 @@ mod tests {
         assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
-            let _ = tx.send(rt.block_on(open(&fifo, None)).map(|_| ()));
+            let _ = tx.send(open(&fifo, None).map(|_| ()));
         });
         let opened = rx.recv_timeout(std::time::Duration::from_secs(10)).expect("the open waited for a writer");
         assert!(matches!(opened, Err(GatewayError::NotFound)), "{opened:?}");

@@ -149,6 +149,17 @@ fn a_redis_outage_is_logged_once_each_way_not_per_request() {
     assert_eq!(gw.lines_with(FAILED), 2, "{}", gw.log());
 }
 
+/// A gateway at `addr` whose one route `name` answers 200 under a rate
+/// limit shared through the Redis at `url`; `on_error = "deny"`.
+fn shared_route(addr: &str, name: &str, url: &str) -> String {
+    format!(
+        "[server]\nlisten = \"{addr}\"\n[[routes]]\nname = \"{name}\"\nprefix = \"/\"\n\
+         respond = {{ status = 200 }}\n\
+         rate_limit = {{ rate = \"1000/s\", burst = 1000, key = \"route\", shared = \"redis\" }}\n\
+         [rate_limit_store]\nurl = \"{url}\"\ntimeout = \"200ms\"\non_error = \"deny\"\n"
+    )
+}
+
 /// A Redis that answers PING but refuses the script (here a read-only
 /// replica: `READONLY`; `maxmemory` or an ACL do the same): one WARN that
 /// names Redis's error code, and no INFO until the script decides again,
@@ -158,13 +169,7 @@ fn a_redis_that_answers_ping_but_refuses_the_script_is_down_until_it_decides() {
     let Some(redis) = Redis::start() else { return };
     let dir = tempfile::tempdir().unwrap();
     let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
-    let toml = format!(
-        "[server]\nlisten = \"{addr}\"\n[[routes]]\nname = \"rl_readonly\"\nprefix = \"/\"\n\
-         respond = {{ status = 200 }}\n\
-         rate_limit = {{ rate = \"1000/s\", burst = 1000, key = \"route\", shared = \"redis\" }}\n\
-         [rate_limit_store]\nurl = \"{}\"\ntimeout = \"200ms\"\non_error = \"deny\"\n",
-        redis.url()
-    );
+    let toml = shared_route(&addr, "rl_readonly", &redis.url());
     let gw = Gateway::start(dir.path(), &toml, addr);
     assert_eq!(gw.burst(10), [200; 10], "Redis decides");
 
@@ -190,21 +195,14 @@ fn the_store_is_ready_before_the_first_request() {
     let Some(redis) = Redis::start() else { return };
     let dir = tempfile::tempdir().unwrap();
     let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
-    let toml = format!(
-        "[server]\nlisten = \"{addr}\"\n[[routes]]\nname = \"rl_warm\"\nprefix = \"/\"\n\
-         respond = {{ status = 200 }}\n\
-         rate_limit = {{ rate = \"1000/s\", burst = 1000, key = \"route\", shared = \"redis\" }}\n\
-         [rate_limit_store]\nurl = \"{}\"\ntimeout = \"200ms\"\non_error = \"deny\"\n",
-        redis.url()
-    );
-    let scripts = || match redis.cmd(&["INFO", "memory"]) {
-        Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(&b)
-            .lines()
-            .find_map(|l| l.strip_prefix("number_of_cached_scripts:").map(|n| n.trim().parse::<u32>().unwrap_or(0))),
-        Some(redis::Value::VerbatimString { text, .. }) => text
-            .lines()
-            .find_map(|l| l.strip_prefix("number_of_cached_scripts:").map(|n| n.trim().parse::<u32>().unwrap_or(0))),
-        _ => None,
+    let toml = shared_route(&addr, "rl_warm", &redis.url());
+    let scripts = || {
+        let info = match redis.cmd(&["INFO", "memory"])? {
+            redis::Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
+            redis::Value::VerbatimString { text, .. } => text,
+            _ => return None,
+        };
+        info.lines().find_map(|l| l.strip_prefix("number_of_cached_scripts:")?.trim().parse::<u32>().ok())
     };
     assert_eq!(scripts(), Some(0), "no script before the gateway starts");
     let _gw = Gateway::start(dir.path(), &toml, addr);

@@ -118,7 +118,10 @@ pub fn mark_encoded<B>(mut response: Response<B>) -> Response<B> {
 /// `Cache-Control` allows transforms) says `Vary: Accept-Encoding` in
 /// every form, so a cache keeps the codings apart. The identity form keeps
 /// its strong tag: `If-Range` and ranges still work with it.
-pub fn settle_validators<B>(response: Response<B>) -> Response<B> {
+///
+/// A 304 carries the `ETag` its 200 would have (RFC 9110 §15.4.5): the
+/// weak one when the client holds the encoded form (see [`Held`]).
+pub fn settle_validators<B>(response: Response<B>, held: Option<&Held>) -> Response<B> {
     let ext = response.extensions();
     if ext.get::<Settled>().is_some() || ext.get::<PreEncoded>().is_some() {
         return response;
@@ -133,6 +136,9 @@ pub fn settle_validators<B>(response: Response<B>) -> Response<B> {
     if !varies {
         return response;
     }
+    let encoded_for_client = encoded_here
+        || (response.status() == StatusCode::NOT_MODIFIED
+            && headers.get(header::ETAG).is_some_and(|etag| held.is_some_and(|h| h.weak_form_of(etag))));
     let mut response = response;
     let headers = response.headers_mut();
     let listed = headers.get_all(header::VARY).iter().any(|v| {
@@ -142,7 +148,38 @@ pub fn settle_validators<B>(response: Response<B>) -> Response<B> {
     if !listed {
         headers.append(header::VARY, HeaderValue::from_static("accept-encoding"));
     }
-    if encoded_here { weaken_etag(response) } else { response }
+    if encoded_for_client { weaken_etag(response) } else { response }
+}
+
+/// What a conditional request on a compressing route says the client
+/// holds: its `If-None-Match` lines, kept only when it accepts a coding
+/// the gateway makes. A 304 whose strong tag the client lists only in its
+/// weak form answers a client that holds the form encoded here, so it
+/// carries that form's weak tag, as the 200 to the same request would.
+#[derive(Debug, Clone)]
+pub struct Held(Vec<HeaderValue>);
+
+impl Held {
+    /// `None` when no 304 could need it: no `If-None-Match`, or no coding
+    /// the client accepts.
+    pub fn of(headers: &http::HeaderMap) -> Option<Held> {
+        let lines = headers.get_all(header::IF_NONE_MATCH);
+        let mut lines = lines.iter().peekable();
+        lines.peek()?;
+        negotiate(headers.get(header::ACCEPT_ENCODING))?;
+        Some(Held(lines.cloned().collect()))
+    }
+
+    /// Whether the client lists `etag` (a strong tag) in its weak form
+    /// and not as it is.
+    fn weak_form_of(&self, etag: &HeaderValue) -> bool {
+        let Ok(ours) = etag.to_str() else { return false };
+        if ours.starts_with("W/") {
+            return false;
+        }
+        let tags = || self.0.iter().flat_map(|line| line.to_str().unwrap_or_default().split(',')).map(str::trim);
+        tags().any(|t| t.strip_prefix("W/") == Some(ours)) && !tags().any(|t| t == ours)
+    }
 }
 
 /// Whether `Cache-Control` forbids transforming the content (RFC 9111
@@ -172,6 +209,49 @@ pub fn weaken_etag<B>(mut response: Response<B>) -> Response<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A 304's tag on a compressing route, by what the request says the
+    /// client holds: (Accept-Encoding, If-None-Match lines, the 304's
+    /// ETag, the ETag sent).
+    #[test]
+    fn a_304_carries_the_tag_of_the_form_the_client_holds() {
+        let cases: &[(Option<&str>, &[&str], &str, &str)] = &[
+            (Some("gzip"), &["W/\"a\""], "\"a\"", "W/\"a\""),
+            (Some("br;q=0.5"), &["\"x\", W/\"a\""], "\"a\"", "W/\"a\""),
+            // Over two lines, one list.
+            (Some("gzip"), &["\"x\"", "W/\"a\""], "\"a\"", "W/\"a\""),
+            // It holds the identity form (too, or only).
+            (Some("gzip"), &["\"a\""], "\"a\"", "\"a\""),
+            (Some("gzip"), &["W/\"a\", \"a\""], "\"a\"", "\"a\""),
+            // Another tag, a star, a tag that is weak already.
+            (Some("gzip"), &["W/\"b\""], "\"a\"", "\"a\""),
+            (Some("gzip"), &["*"], "\"a\"", "\"a\""),
+            (Some("gzip"), &["W/\"a\""], "W/\"a\"", "W/\"a\""),
+            // No coding it accepts: its 200 would be the identity form.
+            (None, &["W/\"a\""], "\"a\"", "\"a\""),
+            (Some("gzip;q=0, identity"), &["W/\"a\""], "\"a\"", "\"a\""),
+        ];
+        for (accept, lines, etag, want) in cases {
+            let mut req = http::HeaderMap::new();
+            if let Some(a) = accept {
+                req.insert(header::ACCEPT_ENCODING, HeaderValue::from_static(a));
+            }
+            for line in *lines {
+                req.append(header::IF_NONE_MATCH, HeaderValue::from_static(line));
+            }
+            let mut r = Response::new(());
+            *r.status_mut() = StatusCode::NOT_MODIFIED;
+            r.headers_mut().insert(header::ETAG, HeaderValue::from_static(etag));
+            let held = Held::of(&req);
+            let r = settle_validators(r, held.as_ref());
+            assert_eq!(r.headers()[header::ETAG], *want, "{accept:?} {lines:?} {etag}");
+            // Only a 304 is judged by it: a 200 not encoded here keeps its tag.
+            let mut ok = Response::new(());
+            ok.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+            ok.headers_mut().insert(header::ETAG, HeaderValue::from_static(etag));
+            assert_eq!(settle_validators(ok, held.as_ref()).headers()[header::ETAG], *etag);
+        }
+    }
 
     /// A HEAD is compressed as its GET would be: by its length, by its
     /// body when the gateway made it with one and no length, and as a body

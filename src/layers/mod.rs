@@ -77,9 +77,10 @@ impl RouteLayers {
         });
         let head = req.method() == Method::HEAD;
         let compression = self.compress.then(|| {
+            let held = compress::Held::of(req.headers());
             ServiceBuilder::new()
                 .layer(MapResponseLayer::new(move |r: Response<_>| {
-                    let r = compress::settle_validators(r).map(Body::compressed);
+                    let r = compress::settle_validators(r, held.as_ref()).map(Body::compressed);
                     // A HEAD answers the GET's headers, coding included, and
                     // no body (what the encoder made of nothing is dropped).
                     if head { r.map(|_| Body::empty()) } else { r }

@@ -151,6 +151,20 @@ pub fn settle_validators<B>(response: Response<B>, held: Option<&Held>) -> Respo
     if encoded_for_client { weaken_etag(response) } else { response }
 }
 
+/// The answer to a HEAD on a compressing route: its GET's headers and no
+/// body. A length its GET would send (a body the gateway made, such as an
+/// error's, sent as it is) is said, as on a route without compression.
+pub fn head_of(mut response: Response<crate::body::Body>) -> Response<crate::body::Body> {
+    let headers = response.headers();
+    let framed = [header::CONTENT_LENGTH, header::CONTENT_ENCODING, header::TRANSFER_ENCODING]
+        .iter()
+        .any(|name| headers.contains_key(name));
+    if let (false, Some(n)) = (framed, response.body().size_hint().exact()) {
+        response.headers_mut().insert(header::CONTENT_LENGTH, n.into());
+    }
+    response.map(|_| crate::body::Body::empty())
+}
+
 /// What a conditional request on a compressing route says the client
 /// holds: its `If-None-Match` lines, kept only when it accepts a coding
 /// the gateway makes. A 304 whose strong tag the client lists only in its
@@ -209,6 +223,25 @@ pub fn weaken_etag<B>(mut response: Response<B>) -> Response<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A HEAD's answer has no body, and says the length its GET would
+    /// send: that of a body sent as it is, none for one encoded here.
+    #[test]
+    fn a_head_says_the_length_of_its_get() {
+        let answer = |fields: &[(header::HeaderName, &'static str)]| {
+            let mut r = Response::new(crate::body::Body::full("bad gateway\n"));
+            for (name, value) in fields {
+                r.headers_mut().insert(name, HeaderValue::from_static(value));
+            }
+            let r = head_of(r);
+            assert_eq!(r.body().size_hint().exact(), Some(0));
+            r.headers().get(header::CONTENT_LENGTH).map(|v| v.to_str().unwrap().to_owned())
+        };
+        assert_eq!(answer(&[]).as_deref(), Some("12"));
+        assert_eq!(answer(&[(header::CONTENT_LENGTH, "4096")]).as_deref(), Some("4096"));
+        assert_eq!(answer(&[(header::CONTENT_ENCODING, "gzip")]), None);
+        assert_eq!(answer(&[(header::TRANSFER_ENCODING, "chunked")]), None);
+    }
 
     /// A 304's tag on a compressing route, by what the request says the
     /// client holds: (Accept-Encoding, If-None-Match lines, the 304's

@@ -83,7 +83,7 @@ impl RouteLayers {
                     let r = compress::settle_validators(r, held.as_ref()).map(Body::compressed);
                     // A HEAD answers the GET's headers, coding included, and
                     // no body (what the encoder made of nothing is dropped).
-                    if head { r.map(|_| Body::empty()) } else { r }
+                    if head { compress::head_of(r) } else { r }
                 }))
                 .layer(CompressionLayer::new().compress_when(Compressible))
                 .layer(MapResponseLayer::new(move |mut r: Response<Body>| {

@@ -1,19 +1,31 @@
 //! A route's `mirror` (docs/routing.md#shadow-traffic), end to end: copies
 //! marked and carrying the request ID, bounded in flight, bodies copied up
 //! to `request_buffer` and longer ones skipped, and the client's answer
-//! untouched by a shadow that hangs, fails or is slow.
+//! untouched by a shadow that hangs, fails or is slow; copies carry the
+//! fields the route's upstream is sent, a shadow's answer is never held
+//! whole, and an h2c shadow is spoken to in HTTP/2.
 
 mod common;
 
+use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use common::counting::{Counting, LIVE};
 use common::{
     TestGateway, assert_refused_at_load, counting_upstream, full, metrics_text, raw_upstream, read_head, sample, send,
 };
 use http::Request;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+/// What a shadow answering [`Shadow::Huge`] has written.
+static HUGE_WRITTEN: AtomicUsize = AtomicUsize::new(0);
+/// How much a shadow answering [`Shadow::Huge`] sends.
+const HUGE: usize = 256 << 20;
 
 /// How a shadow upstream treats each copy.
 #[derive(Clone, Copy)]
@@ -24,6 +36,11 @@ enum Shadow {
     Fails,
     /// Answers 200 after a pause.
     Slow,
+    /// Answers 200 at once.
+    Quick,
+    /// Answers 200 with a body of [`HUGE`] bytes, counted into
+    /// [`HUGE_WRITTEN`] as they are written.
+    Huge,
 }
 
 /// A shadow upstream that keeps every request it reads: its head (lower
@@ -40,9 +57,22 @@ async fn shadow(how: Shadow) -> (std::net::SocketAddr, Arc<Mutex<Vec<String>>>) 
                 match how {
                     Shadow::Hangs => tokio::time::sleep(Duration::from_secs(3600)).await,
                     Shadow::Fails => return,
-                    Shadow::Slow => {
-                        tokio::time::sleep(Duration::from_millis(300)).await;
+                    Shadow::Slow | Shadow::Quick => {
+                        if matches!(how, Shadow::Slow) {
+                            tokio::time::sleep(Duration::from_millis(300)).await;
+                        }
                         let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nno").await;
+                    }
+                    Shadow::Huge => {
+                        let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {HUGE}\r\n\r\n");
+                        let _ = s.write_all(head.as_bytes()).await;
+                        let chunk = vec![b'x'; 1 << 20];
+                        for _ in 0..HUGE / chunk.len() {
+                            if s.write_all(&chunk).await.is_err() {
+                                return;
+                            }
+                            HUGE_WRITTEN.fetch_add(chunk.len(), Ordering::SeqCst);
+                        }
                     }
                 }
             }
@@ -226,4 +256,121 @@ fn a_mirror_is_checked_at_load() {
         let toml = format!("{base}[[routes]]\nname = \"r\"\nprefix = \"/\"\nupstream = \"main\"\nmirror = {mirror}\n");
         assert_refused_at_load(&toml, key);
     }
+}
+
+/// A field's values in a recorded head (lower-cased), in order.
+fn values<'a>(head: &'a str, name: &str) -> Vec<&'a str> {
+    let prefix = format!("{name}: ");
+    head.lines().filter_map(|l| l.strip_prefix(prefix.as_str())).collect()
+}
+
+/// A copy is sent the fields the route's upstream is: the forwarding
+/// fields the gateway sets (not the client's spoofed ones), no `_`
+/// spelling the server drops, the same `Host`; the client's own
+/// `X-Gateway-Mirror` reaches neither, the gateway's marks the copy alone.
+#[tokio::test]
+async fn copies_carry_the_fields_the_upstream_is_sent() {
+    let (main_addr, main_heads) = shadow(Shadow::Quick).await;
+    let (shadow_addr, heads) = shadow(Shadow::Quick).await;
+    let toml =
+        format!("[server]\ndrop_underscore_headers = true\n{}", mirrored_toml("fields", main_addr, shadow_addr, 100));
+    let gw = TestGateway::from_toml(&toml).await;
+    let req = Request::get(gw.url("/api/f"))
+        .header("host", "app.example")
+        .header("x-forwarded-for", "6.6.6.6")
+        .header("x-forwarded-host", "evil.example")
+        .header("x-forwarded-proto", "https")
+        .header("forwarded", "for=6.6.6.6;host=evil.example")
+        .header("x_internal_user", "admin")
+        .header("x-gateway-mirror", "1")
+        .body(full(Bytes::new()))
+        .unwrap();
+    assert_eq!(common::bounded(send(req)).await.0.status, 200);
+    for _ in 0..100 {
+        if !heads.lock().unwrap().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (main, copy) = (main_heads.lock().unwrap()[0].clone(), heads.lock().unwrap()[0].clone());
+    for name in ["host", "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "forwarded", "via"] {
+        assert_eq!(values(&copy, name), values(&main, name), "{name}\nmain: {main}\ncopy: {copy}");
+    }
+    assert_eq!(values(&main, "x-forwarded-host"), ["app.example"], "{main}");
+    assert_eq!(values(&main, "x-forwarded-proto"), ["http"], "{main}");
+    assert!(values(&main, "x_internal_user").is_empty() && values(&copy, "x_internal_user").is_empty(), "{copy}");
+    assert!(values(&main, "x-gateway-mirror").is_empty(), "the client's mark reaches the upstream: {main}");
+    assert_eq!(values(&copy, "x-gateway-mirror"), ["1"], "{copy}");
+}
+
+/// A shadow's answer is read and dropped a frame at a time: the heap does
+/// not grow by what the shadow sends.
+#[tokio::test]
+async fn a_shadows_answer_is_never_held_whole() {
+    let (main, _) = counting_upstream().await;
+    let (shadow_addr, _) = shadow(Shadow::Huge).await;
+    let gw = TestGateway::from_toml(&mirrored_toml("huge", main.addr, shadow_addr, 100)).await;
+    let before = LIVE.load(Ordering::SeqCst);
+    let peak = Arc::new(AtomicIsize::new(0));
+    let watch = {
+        let peak = peak.clone();
+        tokio::spawn(async move {
+            loop {
+                peak.fetch_max(LIVE.load(Ordering::SeqCst) - before, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        })
+    };
+    let req = Request::get(gw.url("/api/big")).body(full(Bytes::new())).unwrap();
+    assert_eq!(common::bounded(send(req)).await.0.status, 200);
+    for _ in 0..1000 {
+        if HUGE_WRITTEN.load(Ordering::SeqCst) >= HUGE {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    watch.abort();
+    let (written, peak) = (HUGE_WRITTEN.load(Ordering::SeqCst), peak.load(Ordering::SeqCst));
+    assert!(written >= HUGE / 2, "the shadow could send {written} bytes");
+    assert!(peak < 32 << 20, "the heap grew by {peak} bytes while the shadow sent {written}");
+}
+
+/// An upstream of `protocol = "h2c"` gets its copies in HTTP/2, as its
+/// routes' requests.
+#[tokio::test]
+async fn an_h2c_shadow_is_sent_http2() {
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    let (main, _) = counting_upstream().await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let shadow_addr = listener.local_addr().unwrap();
+    let versions = Arc::new(Mutex::new(Vec::new()));
+    let seen = versions.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let seen = seen.clone();
+            let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                seen.lock().unwrap().push(req.version());
+                async { Ok::<_, std::convert::Infallible>(http::Response::new(full("h2"))) }
+            });
+            tokio::spawn(
+                hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(stream), svc),
+            );
+        }
+    });
+    let toml =
+        mirrored_toml("h2c", main.addr, shadow_addr, 100).replace("[[routes]]", "protocol = \"h2c\"\n[[routes]]");
+    let gw = TestGateway::from_toml(&toml).await;
+    let req = Request::get(gw.url("/api/h2")).body(full(Bytes::new())).unwrap();
+    assert_eq!(common::bounded(send(req)).await.0.status, 200);
+    for _ in 0..100 {
+        if !versions.lock().unwrap().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(*versions.lock().unwrap(), [http::Version::HTTP_2]);
+    let text = metrics_text(gw.addr).await;
+    assert_eq!(mirror_count(&text, "h2c", "answered"), 1.0, "{text}");
 }

@@ -62,21 +62,25 @@ pub const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-p
 pub const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 /// `Forwarded` (RFC 7239).
 pub const FORWARDED: HeaderName = HeaderName::from_static("forwarded");
+/// Marks a route's mirror's copy: set only by the gateway, on copies.
+pub const X_GATEWAY_MIRROR: HeaderName = HeaderName::from_static("x-gateway-mirror");
 
 /// The request headers the gateway sets itself on the way upstream. Stacks
 /// that map header names to CGI-style variables (PEP 3333's `HTTP_X_...`,
 /// CGI, Werkzeug's ProxyFix) read `X_Forwarded_Proto` as `X-Forwarded-Proto`,
 /// so a client could spoof through an underscore spelling what the gateway
 /// sets; such spellings are removed (see [`same_cgi_name`]).
-const SET_BY_POLICY: [HeaderName; 4] = [X_FORWARDED_FOR, X_FORWARDED_PROTO, X_FORWARDED_HOST, X_REQUEST_ID];
+const SET_BY_POLICY: [HeaderName; 5] =
+    [X_FORWARDED_FOR, X_FORWARDED_PROTO, X_FORWARDED_HOST, X_REQUEST_ID, X_GATEWAY_MIRROR];
 
 /// Every request header the gateway sets itself: what a client may not
 /// supply in its request trailers either.
-pub const SET_BY_GATEWAY: [HeaderName; 9] = [
+pub const SET_BY_GATEWAY: [HeaderName; 10] = [
     X_FORWARDED_FOR,
     X_FORWARDED_PROTO,
     X_FORWARDED_HOST,
     X_REQUEST_ID,
+    X_GATEWAY_MIRROR,
     FORWARDED,
     header::VIA,
     header::HOST,
@@ -379,8 +383,8 @@ pub fn add_forwarding(
     // names rather than a lookup each: a lookup hashes the name (a custom
     // one byte by byte), and most requests carry none of them (see
     // benches/README.md, Decisions).
-    let (mut underscore, mut xff, mut xfp, mut xfh, mut forwarded, mut via) =
-        (false, false, false, false, false, false);
+    let (mut underscore, mut xff, mut xfp, mut xfh, mut forwarded, mut via, mut marker) =
+        (false, false, false, false, false, false, false);
     for name in headers.keys() {
         if *name == X_FORWARDED_FOR {
             xff = true;
@@ -396,6 +400,8 @@ pub fn add_forwarding(
             stamp.carried.request_id = true;
         } else if *name == TRACEPARENT {
             stamp.carried.traceparent = true;
+        } else if *name == X_GATEWAY_MIRROR {
+            marker = true;
         } else if let [b'x', rest @ ..] = name.as_str().as_bytes()
             && rest.contains(&b'_')
         {
@@ -410,6 +416,11 @@ pub fn add_forwarding(
     }
     if underscore {
         remove_other_spellings(headers, SET_BY_POLICY.iter(), false);
+    }
+    // Only the gateway marks a copy: a client's mark would tell the
+    // upstream its request is one (and, say, to send no mail).
+    if marker {
+        headers.remove(X_GATEWAY_MIRROR);
     }
     // An absent field is stamped (see `stamp`), a present one changed in
     // the map.

@@ -7,14 +7,16 @@
 //! as it arrives, and holding it back for a copy would cost the client's
 //! request its memory bound, so such requests are skipped and counted.
 //! Copies in flight are bounded per route; past the bound they are skipped
-//! and counted. A copy is never retried.
+//! and counted. A copy is never retried. Its fields are those its route's
+//! upstream is sent ([`crate::upstream::proxy::forward_headers`]), and its
+//! answer is read frame by frame and dropped, never held.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
 
 use crate::body::Incoming;
-use http::header::{self, HeaderName, HeaderValue};
+use http::header::{self, HeaderValue};
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{Request, Uri};
 use http_body::Body as _;
@@ -26,14 +28,13 @@ use metrics::Counter;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::body::{BodyCopy, WantsCopy};
-use crate::config::{HostMode, MirrorConfig, ProxyTarget, UpstreamConfig};
+use crate::config::{HostMode, MirrorConfig, Protocol, ProxyTarget, UpstreamConfig};
+use crate::headers::{Stamp, X_GATEWAY_MIRROR};
 use crate::layers::request_id::RequestId;
+use crate::request::Peer;
 
 /// Copies in flight per route at most.
 pub const MAX_IN_FLIGHT: usize = 100;
-
-/// The field that marks a copy.
-pub const X_GATEWAY_MIRROR: HeaderName = HeaderName::from_static("x-gateway-mirror");
 
 /// A route's mirror, built with its table.
 pub struct Mirror {
@@ -49,6 +50,8 @@ pub struct Mirror {
     prefix: String,
     rewrite: Option<String>,
     host: HostMode,
+    /// The route's target, whose rules make the copy's fields.
+    target: ProxyTarget,
     counts: Counts,
 }
 
@@ -94,6 +97,7 @@ impl Mirror {
             .pool_idle_timeout(upstream.pool_idle_timeout)
             // A copy is never sent twice.
             .retry_canceled_requests(false)
+            .http2_only(upstream.protocol == Protocol::H2c)
             .build(connector);
         let count = |result: &'static str| crate::metrics::mirror(route, &upstream.name, result);
         Mirror {
@@ -108,6 +112,7 @@ impl Mirror {
             prefix: prefix.to_owned(),
             rewrite: p.rewrite.clone(),
             host: p.host,
+            target: p.clone(),
             counts: Counts {
                 counters: RESULTS.map(count),
                 tally: old.map_or_else(Default::default, |o| o.counts.tally.clone()),
@@ -118,7 +123,7 @@ impl Mirror {
     /// Sends a copy of `req` if it is among the share chosen and a place
     /// is free; returns at once. A request with a body is sent once the
     /// body has been read ahead (see [`Pending`]).
-    pub fn copy(&self, req: &mut Request<Incoming>, request_id: Option<&RequestId>) {
+    pub fn copy(&self, req: &mut Request<Incoming>, peer: &Peer, request_id: Option<&RequestId>) {
         if self.endpoints.is_empty() || fastrand::f64() * 100.0 >= self.percent {
             return;
         }
@@ -132,7 +137,7 @@ impl Mirror {
             self.counts.add(SKIPPED_IN_FLIGHT);
             return;
         };
-        let Some(head) = self.head(req, request_id) else {
+        let Some(head) = self.head(req, peer, request_id) else {
             self.counts.add(FAILED);
             return;
         };
@@ -164,8 +169,10 @@ impl Mirror {
     }
 
     /// The copy's head: the request's method, path (rewritten as the route
-    /// rewrites it) and headers but hop-by-hop ones, marked as a copy.
-    fn head(&self, req: &Request<Incoming>, request_id: Option<&RequestId>) -> Option<Request<()>> {
+    /// rewrites it) and fields as its route's upstream is sent them, marked
+    /// as a copy. `None` for a request its upstream is not sent either (a
+    /// `Host` that is not one, a loop).
+    fn head(&self, req: &Request<Incoming>, peer: &Peer, request_id: Option<&RequestId>) -> Option<Request<()>> {
         let authority = self.endpoints[self.next.fetch_add(1, Relaxed) % self.endpoints.len()].clone();
         let (path, query) = (req.uri().path(), req.uri().query());
         let path_and_query = match &self.rewrite {
@@ -178,13 +185,20 @@ impl Mirror {
             .path_and_query(PathAndQuery::try_from(path_and_query).ok()?)
             .build()
             .ok()?;
+        let (client_host, version) =
+            (crate::upstream::proxy::client_host(req.headers(), req.uri()).ok()?, req.version());
         let mut headers = req.headers().clone();
         crate::headers::strip_hop_by_hop(&mut headers);
         headers.remove(header::CONTENT_LENGTH);
         headers.remove(header::TRANSFER_ENCODING);
-        if self.host == HostMode::Upstream || !headers.contains_key(header::HOST) {
-            headers.insert(header::HOST, HeaderValue::from_str(authority.as_str()).ok()?);
-        }
+        let mut stamped = Stamp::default();
+        let (host, target) = (client_host.as_ref(), &self.target);
+        crate::upstream::proxy::forward_headers(&mut headers, version, host, target, peer, &mut stamped).ok()?;
+        stamped.insert_into(&mut headers);
+        match client_host {
+            Some(host) if self.host == HostMode::Preserve => headers.insert(header::HOST, host),
+            _ => headers.insert(header::HOST, HeaderValue::from_str(authority.as_str()).ok()?),
+        };
         if let Some(id) = request_id {
             headers.insert(crate::headers::X_REQUEST_ID, id.header_value());
         }
@@ -221,8 +235,13 @@ impl Pending {
             let _slot = slot;
             let done = tokio::time::timeout(timeout, async {
                 let response = client.request(copy).await.map_err(|_| ())?;
-                // Read to its end and dropped, so the connection can be reused.
-                response.into_body().collect().await.map(drop).map_err(|_| ())
+                // Read to its end, a frame at a time, and dropped, so the
+                // connection can be reused and no answer is held whole.
+                let mut body = response.into_body();
+                while let Some(frame) = body.frame().await {
+                    frame.map_err(drop)?;
+                }
+                Ok::<(), ()>(())
             })
             .await;
             match done {

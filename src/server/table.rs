@@ -81,10 +81,11 @@ impl Route {
         &self,
         p: &ProxyTarget,
         req: &mut Request<Incoming>,
+        peer: &crate::request::Peer,
         id: Option<&RequestId>,
     ) -> Option<HeaderValue> {
         if let Some(mirror) = &self.mirror {
-            mirror.copy(req, id);
+            mirror.copy(req, peer, id);
         }
         let sets = p.split.as_ref().is_some_and(|s| s.set_cookie.is_some());
         sets.then(|| req.extensions_mut().remove::<NewCookie>()).flatten().map(|c| c.0)

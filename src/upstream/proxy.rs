@@ -57,6 +57,46 @@ pub struct Prepared {
     pub body_state: Option<Arc<BodyState>>,
 }
 
+/// The client's `Host` (an HTTP/2 client's `:authority`); one that is not
+/// host[:port] is a bad request (RFC 9112 §3.2), which an HTTP/2 upstream
+/// could not even be sent as `:authority`.
+pub fn client_host(headers: &http::HeaderMap, uri: &Uri) -> Result<Option<HeaderValue>, GatewayError> {
+    let host = headers
+        .get(header::HOST)
+        .cloned()
+        .or_else(|| uri.authority().and_then(|a| HeaderValue::from_str(a.as_str()).ok()));
+    match host {
+        Some(host) if !headers::valid_host(host.as_bytes()) => Err(GatewayError::BadRequest("invalid Host")),
+        host => Ok(host),
+    }
+}
+
+/// The steps every request's fields take on the way to an upstream, a
+/// route's mirror's copy's too (hop-by-hop fields are stripped before):
+/// an HTTP/2 client's `Cookie` lines joined, the forwarding fields (those
+/// the request did not carry go to `stamped`), and, if the route says so,
+/// every name with `_`. `LoopDetected` if the request passed this gateway.
+pub fn forward_headers(
+    headers: &mut http::HeaderMap,
+    version: Version,
+    client_host: Option<&HeaderValue>,
+    target: &ProxyTarget,
+    peer: &Peer,
+    stamped: &mut Stamp,
+) -> Result<(), GatewayError> {
+    if version == Version::HTTP_2 {
+        headers::join_cookies(headers);
+    }
+    let (via, trusted, tls) = (&target.via, peer.trusted, peer.tls);
+    if headers::add_forwarding(headers, &peer.forwarded_for, client_host, via, version, trusted, tls, stamped) {
+        return Err(GatewayError::LoopDetected);
+    }
+    if target.drop_underscore_headers {
+        headers::remove_other_spellings(headers, std::iter::empty(), true);
+    }
+    Ok(())
+}
+
 /// Applies the route's rewrite and the header rules to a client request;
 /// the fields it adds that the request did not carry go to `stamped` (see
 /// [`headers::stamp`]), which the caller keeps in place (a move copies it).
@@ -72,19 +112,7 @@ pub fn prepare_request<B: ClientBody>(
     let (mut parts, body) = req.into_parts();
     let body = body.into_incoming();
     let path_and_query = upstream_path(&parts.uri, target, prefix)?;
-    // HTTP/2 clients send :authority instead of Host.
-    let client_host = parts
-        .headers
-        .get(header::HOST)
-        .cloned()
-        .or_else(|| parts.uri.authority().and_then(|a| HeaderValue::from_str(a.as_str()).ok()));
-    // A Host that is not host[:port] is a bad request (RFC 9112 §3.2); an
-    // HTTP/2 upstream could not even be sent it as :authority.
-    if let Some(host) = &client_host
-        && !headers::valid_host(host.as_bytes())
-    {
-        return Err(GatewayError::BadRequest("invalid Host"));
-    }
+    let client_host = client_host(&parts.headers, &parts.uri)?;
     let mut upgrade = None;
     if headers::has_hop_by_hop(&parts.headers) {
         let protocol = match target.upgrade {
@@ -106,17 +134,7 @@ pub fn prepare_request<B: ClientBody>(
         }
     }
     let from_http2 = parts.version == Version::HTTP_2;
-    if from_http2 {
-        headers::join_cookies(&mut parts.headers);
-    }
-    let (forwarded_for, host) = (&peer.forwarded_for, client_host.as_ref());
-    let (via, trusted, tls) = (&target.via, peer.trusted, peer.tls);
-    if headers::add_forwarding(&mut parts.headers, forwarded_for, host, via, parts.version, trusted, tls, stamped) {
-        return Err(GatewayError::LoopDetected);
-    }
-    if target.drop_underscore_headers {
-        headers::remove_other_spellings(&mut parts.headers, std::iter::empty(), true);
-    }
+    forward_headers(&mut parts.headers, parts.version, client_host.as_ref(), target, peer, stamped)?;
     // Origin-form on the wire (RFC 9112 §3.2.1); the connection already
     // names the upstream.
     parts.uri = Uri::from(path_and_query);

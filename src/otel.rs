@@ -110,18 +110,34 @@ fn text(key: &str, value: &str) -> KeyValue {
     attr(key, any_value::Value::StringValue(value.to_owned()))
 }
 
-/// The OTLP span of a request (a server span, named `METHOD route`).
+/// The bytes of a client's path or host a span keeps: up to [`QUEUE`]
+/// spans wait in memory, and a head may be as long as `max_header_size`.
+const MAX_TEXT: usize = 1024;
+
+/// `s`, cut to at most `MAX_TEXT` bytes on a character boundary.
+fn bounded(s: &str) -> &str {
+    let mut end = s.len().min(MAX_TEXT);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// The OTLP span of a request (a server span, named `METHOD route`; a
+/// method outside HTTP's own is `_OTHER`, and the span `HTTP route`, as the
+/// semantic conventions say: a client's method is neither kept nor a name).
 fn span(r: RequestSpan<'_>) -> Span {
+    let method = Some(crate::metrics::method_label(r.method)).filter(|m| *m != "other");
     let mut attributes = vec![
-        text("http.request.method", r.method.as_str()),
+        text("http.request.method", method.unwrap_or("_OTHER")),
         text("http.route", r.route),
         attr("http.response.status_code", any_value::Value::IntValue(i64::from(r.status))),
-        text("url.path", r.path.split('?').next().unwrap_or("/")),
+        text("url.path", bounded(r.path.split('?').next().unwrap_or("/"))),
         text("client.address", r.client),
     ];
     if let Some(host) = r.host {
         let (address, port) = host.rsplit_once(':').filter(|(_, p)| p.parse::<u16>().is_ok()).unwrap_or((host, ""));
-        attributes.push(text("server.address", address));
+        attributes.push(text("server.address", bounded(address)));
         if let Ok(port) = port.parse::<i64>() {
             attributes.push(attr("server.port", any_value::Value::IntValue(port)));
         }
@@ -139,7 +155,7 @@ fn span(r: RequestSpan<'_>) -> Span {
         span_id: r.trace.span_id.to_be_bytes().to_vec(),
         parent_span_id: r.trace.parent_id.map(|p| p.to_be_bytes().to_vec()).unwrap_or_default(),
         flags: u32::from(r.trace.flags),
-        name: format!("{} {}", r.method, r.route),
+        name: format!("{} {}", method.unwrap_or("HTTP"), r.route),
         kind: span::SpanKind::Server as i32,
         start_time_unix_nano: nanos(r.start),
         end_time_unix_nano: nanos(r.end),
@@ -225,4 +241,69 @@ fn payload(service: &str, spans: Vec<Span>) -> Vec<u8> {
         }],
     };
     serde_json::to_vec(&request).expect("spans serialise")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attribute(span: &Span, key: &str) -> String {
+        let kv = span.attributes.iter().find(|kv| kv.key == key).expect(key);
+        match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+            Some(any_value::Value::StringValue(s)) => s.clone(),
+            other => panic!("{key}: {other:?}"),
+        }
+    }
+
+    /// What a client sends is bounded in a span: a method of its own is
+    /// `_OTHER` (the name `HTTP route`), a path or host is cut; HTTP's
+    /// methods and short values are kept as they are.
+    #[test]
+    fn a_span_keeps_no_unbounded_client_text() {
+        let trace = TraceContext::root();
+        let long = "é".repeat(40_000);
+        let cases = [
+            (Method::GET, "/a", "h.example", "GET r", "GET", "/a", "h.example"),
+            (Method::from_bytes(&[b'M'; 60_000]).unwrap(), "/a", "h", "HTTP r", "_OTHER", "/a", "h"),
+        ];
+        for (method, path, host, name, m, want_path, want_host) in cases {
+            let r = RequestSpan {
+                trace: &trace,
+                start: SystemTime::now(),
+                end: SystemTime::now(),
+                method: &method,
+                route: "r",
+                path,
+                status: 200,
+                host: Some(host),
+                client: "10.0.0.1",
+                request_id: None,
+                upstream: None,
+            };
+            let s = span(r);
+            assert_eq!((s.name.as_str(), attribute(&s, "http.request.method").as_str()), (name, m));
+            assert_eq!(
+                (attribute(&s, "url.path"), attribute(&s, "server.address")),
+                (want_path.into(), want_host.into())
+            );
+        }
+        let path = format!("/{long}");
+        let r = RequestSpan {
+            trace: &trace,
+            start: SystemTime::now(),
+            end: SystemTime::now(),
+            method: &Method::GET,
+            route: "r",
+            path: &path,
+            status: 200,
+            host: Some(&long),
+            client: "10.0.0.1",
+            request_id: None,
+            upstream: None,
+        };
+        let s = span(r);
+        let (p, h) = (attribute(&s, "url.path"), attribute(&s, "server.address"));
+        assert!(p.len() <= MAX_TEXT && p.len() > MAX_TEXT - 4 && path.starts_with(&p), "{}", p.len());
+        assert!(h.len() <= MAX_TEXT && long.starts_with(&h), "{}", h.len());
+    }
 }

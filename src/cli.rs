@@ -177,9 +177,14 @@ fn unused_upstreams(config: &Config) -> Vec<&str> {
     let used: std::collections::HashSet<usize> = config
         .routes
         .iter()
-        .filter_map(|r| match &r.target {
-            config::Target::Proxy(p) => Some(p.upstream),
-            _ => None,
+        .flat_map(|r| match &r.target {
+            // A split's members and a mirror's shadow are used too.
+            config::Target::Proxy(p) => {
+                let members = p.split.iter().flat_map(|s| s.members.iter().map(|m| m.upstream));
+                let shadow = p.mirror.as_ref().map(|m| m.upstream);
+                std::iter::once(p.upstream).chain(members).chain(shadow).collect()
+            }
+            _ => Vec::new(),
         })
         .collect();
     config.upstreams.iter().enumerate().filter(|(i, _)| !used.contains(i)).map(|(_, u)| u.name.as_str()).collect()

@@ -289,17 +289,30 @@ fn check_prints_file_and_dir_paths_alike() {
     }
 }
 
-/// An upstream no route uses is valid, but `check` warns of it.
+/// An upstream no route uses is valid, but `check` warns of it; a split's
+/// members and a mirror's shadow are used.
 #[test]
 fn check_warns_of_an_upstream_no_route_uses() {
     let dir = tempfile::tempdir().unwrap();
-    let text = "[upstreams.app]\nurl = 'http://127.0.0.1:9'\n[upstreams.spare]\nurl = 'http://127.0.0.1:9'\n[[routes]]\nname = 'app'\nprefix = '/'\nupstream = 'app'\n";
-    let path = write(dir.path(), "gw.toml", text);
+    let up = |name: &str| format!("[upstreams.{name}]\nurl = 'http://127.0.0.1:9'\n");
+    let text = format!(
+        "{}{}{}{}{}[[routes]]\nname = 'app'\nprefix = '/'\nupstream = 'app'\n\
+         [[routes]]\nname = 'api'\nprefix = '/api'\nmirror = {{ upstream = 'shadow' }}\n\
+         split = [{{ upstream = 'v1', weight = 95 }}, {{ upstream = 'v2', weight = 5 }}]\n",
+        up("app"),
+        up("spare"),
+        up("v1"),
+        up("v2"),
+        up("shadow")
+    );
+    let path = write(dir.path(), "gw.toml", &text);
     let (out, stderr) = check(&path, &[]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stderr}");
     assert!(stdout.contains("warning: upstream spare is used by no route"), "{stdout}");
-    assert!(!stdout.contains("upstream app is used by no route"), "{stdout}");
+    for used in ["app", "v1", "v2", "shadow"] {
+        assert!(!stdout.contains(&format!("upstream {used} is used by no route")), "{used}: {stdout}");
+    }
 }
 
 /// The ejection's log line names how long by the key that sets it.

@@ -163,10 +163,11 @@ fn a_101_may_switch_only_to_a_protocol_asked_for() {
 #[test]
 fn hosts_are_host_and_port_only() {
     let ok = ["example.com", "example.com:8080", "127.0.0.1:1", "[::1]:80", "[::1]", "[v1.x]", "xn--bcher-kva.example"];
-    for ok in ok.into_iter().chain(["a_b", "h:", ""]) {
+    for ok in ok.into_iter().chain(["a_b", "h:"]) {
         assert!(valid_host(ok.as_bytes()), "{ok}");
     }
-    let shapes = ["h:80:80", "h:port", "[::1", "::1", "h]:80", "[]", "[::1]x", "[::1]:8a", "[[::1]]", "h[1]", "h:8]"];
+    let shapes =
+        ["h:80:80", "h:port", "[::1", "::1", "h]:80", "[]", "[::1]x", "[::1]:8a", "[[::1]]", "h[1]", "h:8]", ""];
     for bad in
         ["a b", "a/b", "a?b", "a#b", "user@host", "h\\x", "h\"q", "caf\u{e9}.example", "a\tb"].into_iter().chain(shapes)
     {

@@ -83,6 +83,20 @@ impl Redirect {
     /// The `Location` for a request; `None` when its host holds characters
     /// no host name has (the caller answers 400).
     pub fn location(&self, uri: &Uri, headers: &HeaderMap, tls: bool) -> Option<HeaderValue> {
+        // Only an origin-form target (not `OPTIONS *`) and a host that is
+        // `host[:port]` are written into a location: `port.test:1:2` would
+        // read as another port.
+        let uses = |a: Piece, b: Piece| self.pieces.iter().any(|&p| p == a || p == b);
+        let named = uri
+            .authority()
+            .map(|a| a.as_str().as_bytes())
+            .or_else(|| Some(headers.get(http::header::HOST)?.as_bytes()));
+        let bad_host = named.is_some_and(|h| !crate::headers::valid_host(h));
+        if (uses(Piece::Host, Piece::Port) && bad_host)
+            || (uses(Piece::Path, Piece::Uri) && !uri.path().starts_with('/'))
+        {
+            return None;
+        }
         let host = || super::host::request_host(uri, headers);
         let mut out = String::with_capacity(self.template.len() + uri.path().len() + 16);
         for piece in &self.pieces {
@@ -187,6 +201,14 @@ mod tests {
             ("https://{host}/", "/", Some("u@evil"), false, None),
             ("https://{host}/", "/", None, false, None),
             ("https://fixed.example/", "/", None, false, Some("https://fixed.example/")),
+            // A Host that is not host[:port], or names no host; `OPTIONS *`.
+            ("http://{host}{path}", "/p", Some("port.test:1:2"), false, None),
+            ("http://{host}:{port}/", "/p", Some("port.test:99x"), false, None),
+            ("http://{host}/", "/p", Some(""), false, None),
+            ("http://{host}/", "/p", Some(".."), false, None),
+            ("https://fixed.example/", "/", Some("port.test:1:2"), false, Some("https://fixed.example/")),
+            ("https://www.example.com{uri}", "*", Some("h"), false, None),
+            ("https://www.example.com/", "*", Some("h"), false, Some("https://www.example.com/")),
         ];
         for (template, target, host, tls, want) in cases {
             assert_eq!(expand(template, target, *host, *tls).as_deref(), *want, "{template} {target} {host:?}");

@@ -84,3 +84,28 @@ async fn http10_keep_alive_is_not_promised_on_a_close_delimited_answer() {
     let head = r.text.split("\r\n\r\n").next().unwrap().to_ascii_lowercase();
     assert!(head.contains("connection: keep-alive") && !r.closed, "{:?}", r.text);
 }
+
+/// A client the admin listener refuses (a `Host` that is no address,
+/// `localhost` or listed name; an address outside `metrics.allow`) loses
+/// its connection with the 403, on either HTTP/1.1 server. Before, it kept
+/// it for the idle timeout, and 64 of them filled `metrics.max_connections`
+/// and locked the scraper out.
+#[tokio::test]
+async fn a_refused_admin_client_loses_its_connection_with_the_403() {
+    let ask = |host: &str| format!("GET /metrics HTTP/1.1\r\nHost: {host}\r\n\r\n");
+    for http1 in ["gateway", "hyper"] {
+        for (allow, host) in [("", "evil.example"), ("allow = [\"10.0.0.0/8\"]", "127.0.0.1")] {
+            let toml = format!("[server]\nhttp1 = \"{http1}\"\n[metrics]\nlisten = \"127.0.0.1:0\"\n{allow}\n");
+            let gw = TestGateway::from_toml(&toml).await;
+            let r = raw(gw.admin.unwrap(), ask(host).as_bytes(), Duration::from_secs(5)).await;
+            assert!(r.text.starts_with("HTTP/1.1 403"), "{http1} {allow:?} Host {host}: {:?}", r.text);
+            assert!(r.closed, "{http1} {allow:?} Host {host}: the connection stays open: {:?}", r.text);
+        }
+        // A client that is answered keeps its connection.
+        let gw =
+            TestGateway::from_toml(&format!("[server]\nhttp1 = \"{http1}\"\n[metrics]\nlisten = \"127.0.0.1:0\"\n"))
+                .await;
+        let r = raw(gw.admin.unwrap(), ask("127.0.0.1").as_bytes(), Duration::from_millis(500)).await;
+        assert!(r.text.starts_with("HTTP/1.1 200") && !r.closed, "{http1}: {:?}", r.text);
+    }
+}

@@ -109,3 +109,20 @@ async fn a_refused_admin_client_loses_its_connection_with_the_403() {
         assert!(r.text.starts_with("HTTP/1.1 200") && !r.closed, "{http1}: {:?}", r.text);
     }
 }
+
+/// `tracing.otlp_endpoint` with a query or fragment is refused at load, as
+/// one with user-info is, and the refusal does not echo it. Before, a
+/// `?token=` was logged in clear by each failed export, and `/v1/traces`
+/// was appended after the query, so spans went to the wrong path.
+#[test]
+fn an_otlp_endpoint_with_a_query_is_refused_at_load() {
+    for url in
+        ["http://127.0.0.1:4318/?token=OTLTOKEN", "http://127.0.0.1:4318?token=OTLTOKEN", "http://h:4318/#OTLTOKEN"]
+    {
+        let toml = format!("[tracing]\notlp_endpoint = \"{url}\"\n");
+        assert_refused_at_load(&toml, "tracing.otlp_endpoint");
+        let source = gateway::config::Source::Inline { text: toml, base_dir: std::env::temp_dir() };
+        let err = gateway::config::load(&source).unwrap_err().to_string();
+        assert!(!err.contains("OTLTOKEN"), "{err}");
+    }
+}

@@ -185,6 +185,15 @@ fn tracing(t: &RawTracing) -> Result<TracingConfig, Problem> {
                 "credentials in the URL are not supported (and would be logged)".into(),
             ));
         }
+        // `/v1/traces` is appended to the URL as written, so it would land
+        // after a query; and a token in one would be logged.
+        if url.contains(['?', '#']) {
+            return Err((
+                "tracing.otlp_endpoint".into(),
+                "a query or fragment in the URL is not supported (it would be logged, and /v1/traces goes after the path)"
+                    .into(),
+            ));
+        }
         if uri.scheme_str() != Some("http") || uri.authority().is_none() {
             return Err((
                 "tracing.otlp_endpoint".into(),

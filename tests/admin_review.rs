@@ -154,3 +154,39 @@ async fn a_redirect_location_is_shown_redacted() {
         assert!(!stdout.contains(secret), "{secret} shown: {stdout}");
     }
 }
+
+/// A refused URL is named in the refusal (at start-up, by a reload, by
+/// `gateway check`) with its password and secret query values redacted,
+/// as `/-/config` shows it. Before, `invalid URL "http://svc:UPSTREAMPW@…"`
+/// went to the log and the admin reload's answer.
+#[test]
+fn a_refused_url_is_named_without_its_secrets() {
+    let up = |url: &str| format!("[upstreams.u]\nurl = \"{url}\"\n");
+    let route =
+        |auth: &str| format!("[[routes]]\nname = \"r\"\nprefix = \"/r\"\nrespond = {{ status = 200 }}\n{auth}\n");
+    let cases = [
+        (up("http://svc:SECRETPW@127.0.0.1:1"), "upstreams.u.url"),
+        (up("http://svc:SECRETPW@127.0.0.1:1/x"), "upstreams.u.url"),
+        (up("ftp://svc:SECRETPW@127.0.0.1:1"), "upstreams.u.url"),
+        (up("http://127.0.0.1:1/?token=SECRETPW"), "upstreams.u.url"),
+        (route("auth = { forward = { url = \"https://auth/verify?token=SECRETPW\" } }"), "forward.url"),
+        (
+            route("auth = { jwt = { jwks_url = \"https://u:SECRETPW@idp/keys\", algorithms = [\"RS256\"] } }"),
+            "jwt.jwks_url",
+        ),
+        ("[tracing]\notlp_endpoint = \"http://u:SECRETPW@collector:4318/a b\"\n".to_owned(), "otlp_endpoint"),
+    ];
+    for (toml, key) in &cases {
+        let source = gateway::config::Source::Inline { text: toml.clone(), base_dir: std::env::temp_dir() };
+        let err = gateway::config::load(&source).expect_err(toml).to_string();
+        assert!(err.contains(key) && !err.contains("SECRETPW"), "{toml}: {err}");
+    }
+    let cases: Vec<(&str, &str)> = cases.iter().map(|(t, k)| (t.as_str(), *k)).collect();
+    assert_refused_by_check(env!("CARGO_BIN_EXE_gateway"), &cases[..1]);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gw.toml");
+    std::fs::write(&path, cases[0].0).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gateway")).args(["check", "--config"]).arg(&path).output();
+    let stderr = String::from_utf8_lossy(&out.unwrap().stderr).into_owned();
+    assert!(stderr.contains("svc:<redacted>@") && !stderr.contains("SECRETPW"), "{stderr}");
+}

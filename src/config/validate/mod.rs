@@ -177,8 +177,9 @@ fn listener_tls(t: &RawServerTls, base_dir: &Path) -> Result<ListenerTls, Proble
 
 fn tracing(t: &RawTracing) -> Result<TracingConfig, Problem> {
     if let Some(url) = &t.otlp_endpoint {
+        let shown = crate::config::redact_url(url);
         let uri: Uri =
-            url.parse().map_err(|e| ("tracing.otlp_endpoint".to_owned(), format!("invalid URL {url:?}: {e}")))?;
+            url.parse().map_err(|e| ("tracing.otlp_endpoint".to_owned(), format!("invalid URL {shown:?}: {e}")))?;
         if uri.authority().is_some_and(|a| a.as_str().contains('@')) {
             return Err((
                 "tracing.otlp_endpoint".into(),
@@ -197,7 +198,7 @@ fn tracing(t: &RawTracing) -> Result<TracingConfig, Problem> {
         if uri.scheme_str() != Some("http") || uri.authority().is_none() {
             return Err((
                 "tracing.otlp_endpoint".into(),
-                format!("{url:?}: use an http:// base URL, e.g. http://127.0.0.1:4318"),
+                format!("{shown:?}: use an http:// base URL, e.g. http://127.0.0.1:4318"),
             ));
         }
     }

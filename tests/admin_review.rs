@@ -84,3 +84,109 @@ async fn http10_keep_alive_is_not_promised_on_a_close_delimited_answer() {
     let head = r.text.split("\r\n\r\n").next().unwrap().to_ascii_lowercase();
     assert!(head.contains("connection: keep-alive") && !r.closed, "{:?}", r.text);
 }
+
+/// A client the admin listener refuses (a `Host` that is no address,
+/// `localhost` or listed name; an address outside `metrics.allow`) loses
+/// its connection with the 403, on either HTTP/1.1 server. Before, it kept
+/// it for the idle timeout, and 64 of them filled `metrics.max_connections`
+/// and locked the scraper out.
+#[tokio::test]
+async fn a_refused_admin_client_loses_its_connection_with_the_403() {
+    let ask = |host: &str| format!("GET /metrics HTTP/1.1\r\nHost: {host}\r\n\r\n");
+    for http1 in ["gateway", "hyper"] {
+        for (allow, host) in [("", "evil.example"), ("allow = [\"10.0.0.0/8\"]", "127.0.0.1")] {
+            let toml = format!("[server]\nhttp1 = \"{http1}\"\n[metrics]\nlisten = \"127.0.0.1:0\"\n{allow}\n");
+            let gw = TestGateway::from_toml(&toml).await;
+            let r = raw(gw.admin.unwrap(), ask(host).as_bytes(), Duration::from_secs(5)).await;
+            assert!(r.text.starts_with("HTTP/1.1 403"), "{http1} {allow:?} Host {host}: {:?}", r.text);
+            assert!(r.closed, "{http1} {allow:?} Host {host}: the connection stays open: {:?}", r.text);
+        }
+        // A client that is answered keeps its connection.
+        let gw =
+            TestGateway::from_toml(&format!("[server]\nhttp1 = \"{http1}\"\n[metrics]\nlisten = \"127.0.0.1:0\"\n"))
+                .await;
+        let r = raw(gw.admin.unwrap(), ask("127.0.0.1").as_bytes(), Duration::from_millis(500)).await;
+        assert!(r.text.starts_with("HTTP/1.1 200") && !r.closed, "{http1}: {:?}", r.text);
+    }
+}
+
+/// `tracing.otlp_endpoint` with a query or fragment is refused at load, as
+/// one with user-info is, and the refusal does not echo it. Before, a
+/// `?token=` was logged in clear by each failed export, and `/v1/traces`
+/// was appended after the query, so spans went to the wrong path.
+#[test]
+fn an_otlp_endpoint_with_a_query_is_refused_at_load() {
+    for url in
+        ["http://127.0.0.1:4318/?token=OTLTOKEN", "http://127.0.0.1:4318?token=OTLTOKEN", "http://h:4318/#OTLTOKEN"]
+    {
+        let toml = format!("[tracing]\notlp_endpoint = \"{url}\"\n");
+        assert_refused_at_load(&toml, "tracing.otlp_endpoint");
+        let source = gateway::config::Source::Inline { text: toml, base_dir: std::env::temp_dir() };
+        let err = gateway::config::load(&source).unwrap_err().to_string();
+        assert!(!err.contains("OTLTOKEN"), "{err}");
+    }
+}
+
+/// A redirect route's `location` is shown as `/-/config` shows it (the
+/// user-info password and secret-named query values redacted) in
+/// `/-/routes`, which the status page draws, and in `gateway check`.
+/// Before, both printed `REDIRPW` and `REDIRTOK` in clear.
+#[tokio::test]
+async fn a_redirect_location_is_shown_redacted() {
+    let toml = "[metrics]\nlisten = \"127.0.0.1:0\"\n\
+         [[routes]]\nname = \"r2\"\nprefix = \"/r2\"\n\
+         redirect = { status = 302, location = \"https://user:REDIRPW@example.com/{path}?token=REDIRTOK&v=1\" }\n\
+         [[routes]]\nname = \"r3\"\nprefix = \"/r3\"\nredirect = { status = 301, location = \"/new?key=REDIRKEY\" }\n";
+    let gw = TestGateway::from_toml(toml).await;
+    let (parts, body) = get(&format!("http://{}/-/routes", gw.admin.unwrap())).await;
+    assert_eq!(parts.status, 200);
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v[0]["target"], "redirect 302 https://user:<redacted>@example.com/{path}?token=<redacted>&v=1", "{v}");
+    assert_eq!(v[1]["target"], "redirect 301 /new?key=<redacted>", "{v}");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gw.toml");
+    std::fs::write(&path, toml).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gateway")).args(["check", "--config"]).arg(&path).output();
+    let out = out.unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && stdout.contains("https://user:<redacted>@example.com"), "{stdout}");
+    for secret in ["REDIRPW", "REDIRTOK", "REDIRKEY"] {
+        assert!(!stdout.contains(secret), "{secret} shown: {stdout}");
+    }
+}
+
+/// A refused URL is named in the refusal (at start-up, by a reload, by
+/// `gateway check`) with its password and secret query values redacted,
+/// as `/-/config` shows it. Before, `invalid URL "http://svc:UPSTREAMPW@…"`
+/// went to the log and the admin reload's answer.
+#[test]
+fn a_refused_url_is_named_without_its_secrets() {
+    let up = |url: &str| format!("[upstreams.u]\nurl = \"{url}\"\n");
+    let route =
+        |auth: &str| format!("[[routes]]\nname = \"r\"\nprefix = \"/r\"\nrespond = {{ status = 200 }}\n{auth}\n");
+    let cases = [
+        (up("http://svc:SECRETPW@127.0.0.1:1"), "upstreams.u.url"),
+        (up("http://svc:SECRETPW@127.0.0.1:1/x"), "upstreams.u.url"),
+        (up("ftp://svc:SECRETPW@127.0.0.1:1"), "upstreams.u.url"),
+        (up("http://127.0.0.1:1/?token=SECRETPW"), "upstreams.u.url"),
+        (route("auth = { forward = { url = \"https://auth/verify?token=SECRETPW\" } }"), "forward.url"),
+        (
+            route("auth = { jwt = { jwks_url = \"https://u:SECRETPW@idp/keys\", algorithms = [\"RS256\"] } }"),
+            "jwt.jwks_url",
+        ),
+        ("[tracing]\notlp_endpoint = \"http://u:SECRETPW@collector:4318/a b\"\n".to_owned(), "otlp_endpoint"),
+    ];
+    for (toml, key) in &cases {
+        let source = gateway::config::Source::Inline { text: toml.clone(), base_dir: std::env::temp_dir() };
+        let err = gateway::config::load(&source).expect_err(toml).to_string();
+        assert!(err.contains(key) && !err.contains("SECRETPW"), "{toml}: {err}");
+    }
+    let cases: Vec<(&str, &str)> = cases.iter().map(|(t, k)| (t.as_str(), *k)).collect();
+    assert_refused_by_check(env!("CARGO_BIN_EXE_gateway"), &cases[..1]);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gw.toml");
+    std::fs::write(&path, cases[0].0).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gateway")).args(["check", "--config"]).arg(&path).output();
+    let stderr = String::from_utf8_lossy(&out.unwrap().stderr).into_owned();
+    assert!(stderr.contains("svc:<redacted>@") && !stderr.contains("SECRETPW"), "{stderr}");
+}

@@ -74,7 +74,9 @@ impl Target {
             Target::Respond { status, body } => {
                 format!("respond {} ({} bytes)", status.as_u16(), body.len())
             }
-            Target::Redirect(r) => r.describe(),
+            // Shown as `/-/config` shows it: this goes to `/-/routes`, the
+            // status page and `gateway check`'s output.
+            Target::Redirect(r) => format!("redirect {} {}", r.status.as_u16(), super::redact_url(r.template())),
         }
     }
 }

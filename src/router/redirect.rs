@@ -125,8 +125,9 @@ impl Redirect {
         HeaderValue::from_str(&out).ok()
     }
 
-    pub fn describe(&self) -> String {
-        format!("redirect {} {}", self.status.as_u16(), self.template)
+    /// The `location` as configured, placeholders and all.
+    pub fn template(&self) -> &str {
+        &self.template
     }
 }
 

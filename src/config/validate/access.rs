@@ -216,12 +216,13 @@ fn forward_claims(map: &BTreeMap<String, String>, key: &str) -> Result<Vec<(Head
 fn forward(f: &RawForward, key: &str) -> Result<ForwardConfig, Problem> {
     let k = |s: &str| format!("{key}.{s}");
     let url = f.url.as_deref().ok_or_else(|| (k("url"), "missing: e.g. \"http://auth:9091/verify\"".into()))?;
-    let uri: http::Uri = url.parse().map_err(|e| (k("url"), format!("invalid URL {url:?}: {e}")))?;
+    let shown = crate::config::redact_url(url);
+    let uri: http::Uri = url.parse().map_err(|e| (k("url"), format!("invalid URL {shown:?}: {e}")))?;
     if uri.authority().is_some_and(|a| a.as_str().contains('@')) {
         return Err((k("url"), "credentials in the URL are not supported (and would be logged)".into()));
     }
     if uri.scheme_str() != Some("http") || uri.authority().is_none() {
-        return Err((k("url"), format!("{url:?}: use an http:// URL (https is not supported yet)")));
+        return Err((k("url"), format!("{shown:?}: use an http:// URL (https is not supported yet)")));
     }
     let timeout = match &f.timeout {
         Some(t) => parse_duration(&k("timeout"), t)?,
@@ -255,9 +256,10 @@ fn forward(f: &RawForward, key: &str) -> Result<ForwardConfig, Problem> {
 /// `jwks_url` (`https://`, or `http://` for a service on the same host or
 /// network) and its `refresh` interval.
 fn jwks_url(url: &str, refresh: Option<&str>, k: &dyn Fn(&str) -> String) -> Result<JwksSource, Problem> {
-    let uri: http::Uri = url.parse().map_err(|e| (k("jwks_url"), format!("invalid URL {url:?}: {e}")))?;
+    let shown = crate::config::redact_url(url);
+    let uri: http::Uri = url.parse().map_err(|e| (k("jwks_url"), format!("invalid URL {shown:?}: {e}")))?;
     if uri.authority().is_none_or(|a| a.as_str().contains('@')) || !matches!(uri.scheme_str(), Some("https" | "http")) {
-        return Err((k("jwks_url"), format!("{url:?}: use an https:// (or http://) URL without credentials")));
+        return Err((k("jwks_url"), format!("{shown:?}: use an https:// (or http://) URL without credentials")));
     }
     let refresh = match refresh {
         Some(r) => parse_duration(&k("refresh"), r)?,

@@ -177,18 +177,28 @@ fn listener_tls(t: &RawServerTls, base_dir: &Path) -> Result<ListenerTls, Proble
 
 fn tracing(t: &RawTracing) -> Result<TracingConfig, Problem> {
     if let Some(url) = &t.otlp_endpoint {
+        let shown = crate::config::redact_url(url);
         let uri: Uri =
-            url.parse().map_err(|e| ("tracing.otlp_endpoint".to_owned(), format!("invalid URL {url:?}: {e}")))?;
+            url.parse().map_err(|e| ("tracing.otlp_endpoint".to_owned(), format!("invalid URL {shown:?}: {e}")))?;
         if uri.authority().is_some_and(|a| a.as_str().contains('@')) {
             return Err((
                 "tracing.otlp_endpoint".into(),
                 "credentials in the URL are not supported (and would be logged)".into(),
             ));
         }
+        // `/v1/traces` is appended to the URL as written, so it would land
+        // after a query; and a token in one would be logged.
+        if url.contains(['?', '#']) {
+            return Err((
+                "tracing.otlp_endpoint".into(),
+                "a query or fragment in the URL is not supported (it would be logged, and /v1/traces goes after the path)"
+                    .into(),
+            ));
+        }
         if uri.scheme_str() != Some("http") || uri.authority().is_none() {
             return Err((
                 "tracing.otlp_endpoint".into(),
-                format!("{url:?}: use an http:// base URL, e.g. http://127.0.0.1:4318"),
+                format!("{shown:?}: use an http:// base URL, e.g. http://127.0.0.1:4318"),
             ));
         }
     }

@@ -339,18 +339,21 @@ fn parse_upstream_url(
     base_dir: &Path,
     server_name: Option<&ServerName<'static>>,
 ) -> Result<EndpointConfig, String> {
+    // Messages go to logs, the admin reload's answer and stderr: a password
+    // in the URL is shown as `/-/config` shows it.
+    let shown = crate::config::redact_url(url);
     if let Some(path) = url.strip_prefix("unix:") {
         // `unix:///run/app.sock` is a common spelling too; `unix://x/y`
         // is not (is `x` a host or a folder?).
         let path = match path.strip_prefix("//") {
             Some(rest) if !rest.starts_with('/') => {
-                return Err(format!("invalid URL {url:?}: use unix:/absolute/path or unix:relative/path"));
+                return Err(format!("invalid URL {shown:?}: use unix:/absolute/path or unix:relative/path"));
             }
             Some(rest) => rest,
             None => path,
         };
         if path.is_empty() {
-            return Err(format!("invalid URL {url:?}: missing socket path (use unix:/run/app/app.sock)"));
+            return Err(format!("invalid URL {shown:?}: missing socket path (use unix:/run/app/app.sock)"));
         }
         let path = base_dir.join(path);
         // sun_path holds 108 bytes, the terminating NUL included.
@@ -369,18 +372,18 @@ fn parse_upstream_url(
             weight: 1,
         });
     }
-    let uri: Uri = url.parse().map_err(|e| format!("invalid URL {url:?}: {e}"))?;
+    let uri: Uri = url.parse().map_err(|e| format!("invalid URL {shown:?}: {e}"))?;
     let scheme =
-        uri.scheme().cloned().ok_or_else(|| format!("invalid URL {url:?}: missing scheme (use http://host:port)"))?;
+        uri.scheme().cloned().ok_or_else(|| format!("invalid URL {shown:?}: missing scheme (use http://host:port)"))?;
     if scheme != Scheme::HTTP && scheme != Scheme::HTTPS {
-        return Err(format!("unsupported scheme in {url:?}: use http://host:port, https://host:port or unix:PATH"));
+        return Err(format!("unsupported scheme in {shown:?}: use http://host:port, https://host:port or unix:PATH"));
     }
-    let authority = uri.authority().cloned().ok_or_else(|| format!("invalid URL {url:?}: missing host"))?;
+    let authority = uri.authority().cloned().ok_or_else(|| format!("invalid URL {shown:?}: missing host"))?;
     if authority.as_str().contains('@') {
-        return Err(format!("invalid URL {url:?}: credentials are not supported"));
+        return Err(format!("invalid URL {shown:?}: credentials are not supported"));
     }
     if !matches!(uri.path(), "" | "/") || uri.query().is_some() {
-        return Err(format!("invalid URL {url:?}: a path or query is not supported; use a route's rewrite"));
+        return Err(format!("invalid URL {shown:?}: a path or query is not supported; use a route's rewrite"));
     }
     let tls = scheme == Scheme::HTTPS;
     let port = authority.port_u16().unwrap_or(if tls { 443 } else { 80 });

@@ -9,13 +9,19 @@
 //! `Cookie`, `Set-Cookie` and `Proxy-Authorization` never are.
 
 use std::borrow::Cow;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use http::{Method, Version};
 
 use crate::config::AccessLogFormat;
+
+/// Whether the process's log lines are JSON (`--log-format json`): then a
+/// JSON access line is one with its fields, as every other line; with text
+/// logs it is written as one JSON object, so `access_log_format = "json"`
+/// gives JSON whatever the log format.
+pub static JSON_LOGS: AtomicBool = AtomicBool::new(false);
 
 /// What the proxy learns about its upstream exchange, for the log.
 #[derive(Debug, Default)]
@@ -83,6 +89,32 @@ impl AccessLine {
         let connect_ms = timing.and_then(|t| ms(t.connect_us.load(Relaxed)));
         let header_ms = timing.and_then(|t| ms(t.header_us.load(Relaxed)));
         match self.format {
+            AccessLogFormat::Json if !JSON_LOGS.load(Relaxed) => {
+                let mut object = serde_json::json!({
+                    "request_id": self.request_id,
+                    "trace_id": self.trace_id,
+                    "client": self.client,
+                    "method": self.method.as_str(),
+                    "path": self.path,
+                    "route": self.route,
+                    "status": self.status,
+                    "bytes_in": bytes_in,
+                    "bytes_out": self.bytes_out,
+                    "duration_ms": self.duration.as_secs_f64() * 1000.0,
+                    "total_ms": total.as_secs_f64() * 1000.0,
+                    "upstream": self.upstream,
+                    "upstream_endpoint": endpoint,
+                    "upstream_connect_ms": connect_ms,
+                    "upstream_header_ms": header_ms,
+                    "user_agent": self.user_agent,
+                    "user": self.user.as_deref(),
+                });
+                // As the JSON logs' fields: one left out when it has no value.
+                if let Some(fields) = object.as_object_mut() {
+                    fields.retain(|_, v| !v.is_null());
+                }
+                tracing::info!(target: "access", "{object}")
+            }
             AccessLogFormat::Json => tracing::info!(
                 target: "access",
                 request_id = self.request_id.as_deref(),

@@ -116,7 +116,10 @@ fn init_tracing(format: LogFormat) {
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
     match format {
         LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
+        LogFormat::Json => {
+            crate::access::JSON_LOGS.store(true, std::sync::atomic::Ordering::Relaxed);
+            builder.json().init()
+        }
     }
 }
 

@@ -199,10 +199,9 @@ fn the_binary_runs_the_embedded_default_from_anywhere() {
     assert!(!Path::new(demo_dir).exists(), "{demo_dir} is left behind");
 }
 
-/// The access log is switched by `server.access_log`, not by the log
-/// level: under `RUST_LOG=warn` its lines are still written.
-#[test]
-fn the_access_log_follows_its_key_not_the_log_level() {
+/// What the gateway writes to stderr while it answers `GET /al/logged`,
+/// with `server` keys added to an access-logged config and `RUST_LOG` set.
+fn access_logged(server: &str, rust_log: &str) -> String {
     let dir = tempfile::tempdir().unwrap();
     let probe = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = probe.local_addr().unwrap().to_string();
@@ -210,12 +209,12 @@ fn the_access_log_follows_its_key_not_the_log_level() {
     let path = write_config(
         dir.path(),
         &format!(
-            "[server]\nlisten = \"{addr}\"\naccess_log = true\n[[routes]]\nname = 'al'\nprefix = '/al'\nrespond = {{ status = 200 }}\n"
+            "[server]\nlisten = \"{addr}\"\naccess_log = true\n{server}\n[[routes]]\nname = 'al'\nprefix = '/al'\nrespond = {{ status = 200 }}\n"
         ),
     );
     let mut gw = Command::new(BIN)
         .args(["--config", path.to_str().unwrap()])
-        .env("RUST_LOG", "warn")
+        .env("RUST_LOG", rust_log)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -240,9 +239,30 @@ fn the_access_log_follows_its_key_not_the_log_level() {
     Command::new("kill").args(["-TERM", &gw.id().to_string()]).status().unwrap();
     assert_eq!(gw.wait().unwrap().code(), Some(0));
     reader.join().unwrap();
-    let stderr = stderr.lock().unwrap().clone();
+    stderr.lock().unwrap().clone()
+}
+
+/// The access log is switched by `server.access_log`, not by the log
+/// level: under `RUST_LOG=warn` its lines are still written.
+#[test]
+fn the_access_log_follows_its_key_not_the_log_level() {
+    let stderr = access_logged("", "warn");
     assert!(stderr.contains("/al/logged"), "no access line under RUST_LOG=warn:\n{stderr}");
     assert!(!stderr.contains("gateway listening"), "RUST_LOG=warn still holds for the rest:\n{stderr}");
+}
+
+/// `access_log_format = "json"` gives JSON lines with text logs too: the
+/// access line's message is one JSON object with the documented fields.
+#[test]
+fn a_json_access_log_is_json_under_text_logs() {
+    let stderr = access_logged("access_log_format = \"json\"", "info");
+    let line = stderr.lines().find(|l| l.contains("/al/logged")).unwrap_or_else(|| panic!("no access line:\n{stderr}"));
+    let json = &line[line.find('{').unwrap_or_else(|| panic!("{line}"))..];
+    let object: serde_json::Value = serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {line}"));
+    assert_eq!((object["path"].as_str(), object["status"].as_u64()), (Some("/al/logged"), Some(200)), "{line}");
+    assert_eq!((object["method"].as_str(), object["route"].as_str()), (Some("GET"), Some("al")), "{line}");
+    assert!(object["bytes_out"].is_u64() && object["total_ms"].is_f64(), "{line}");
+    assert!(object.get("upstream").is_none(), "a field without a value is left out: {line}");
 }
 
 /// `--cache-control` adds that header to `/a`'s answers, whatever their

@@ -48,9 +48,14 @@ pub enum GatewayError {
     /// upstream's failure.
     #[error("request body not complete when the upstream ended the exchange: {detail}")]
     BodyIncomplete { detail: String },
-    /// The client's body failed (it disconnected mid-upload).
+    /// The client's body failed: not as HTTP frames it (a 400).
     #[error("client request body failed: {0}")]
     ClientBody(String),
+    /// The client closed its connection (or reset its stream) before the
+    /// end of its request body: logged and counted as 499, as one that
+    /// leaves while its answer is awaited.
+    #[error("client closed its connection before the end of its request body: {0}")]
+    ClientLeft(String),
     /// The route is at its `max_concurrent` limit: load is shed.
     #[error("route at its concurrency limit of {limit}")]
     Overloaded { limit: usize },
@@ -148,6 +153,7 @@ impl GatewayError {
             GatewayError::BadPath(_) | GatewayError::BadRequest(_) | GatewayError::ClientBody(_) => {
                 StatusCode::BAD_REQUEST
             }
+            GatewayError::ClientLeft(_) => CLIENT_CLOSED,
             GatewayError::UriTooLong { .. } => StatusCode::URI_TOO_LONG,
             GatewayError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             GatewayError::BodyTimeout { .. }
@@ -227,6 +233,7 @@ impl GatewayError {
                 | GatewayError::BodyNotInTime { .. }
                 | GatewayError::BodyIncomplete { .. }
                 | GatewayError::ClientBody(_)
+                | GatewayError::ClientLeft(_)
         )
     }
 
@@ -258,6 +265,7 @@ impl GatewayError {
             GatewayError::AuthError { .. } => "service unavailable: authentication failed\n",
             GatewayError::BadPath(_) => "bad request path\n",
             GatewayError::BadRequest(_) | GatewayError::ClientBody(_) => "bad request\n",
+            GatewayError::ClientLeft(_) => "client closed request\n",
             GatewayError::UriTooLong { .. } => "request target too long\n",
             GatewayError::BodyTooLarge { .. } => "request body too large\n",
             GatewayError::BodyTimeout { .. }
@@ -281,6 +289,24 @@ impl GatewayError {
             GatewayError::NotCached => "gateway timeout: not in the cache (only-if-cached)\n",
         }
     }
+}
+
+/// 499, nginx's status for a request whose client closed the connection
+/// before it was answered. Logs and metrics use it; a client that is gone
+/// is sent nothing, and one that half-closed reads it as a 4xx.
+pub const CLIENT_CLOSED: StatusCode = match StatusCode::from_u16(499) {
+    Ok(s) => s,
+    Err(_) => unreachable!(),
+};
+
+/// Whether `e` says the client's connection or stream ended: the end of
+/// its stream mid-body, a reset, or an HTTP/2 stream it cancelled.
+pub fn client_gone(e: &(dyn std::error::Error + 'static)) -> bool {
+    use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset, UnexpectedEof};
+    find_source::<std::io::Error>(e)
+        .is_some_and(|io| matches!(io.kind(), UnexpectedEof | ConnectionReset | ConnectionAborted | BrokenPipe))
+        || find_source::<hyper::Error>(e).is_some_and(|h| h.is_incomplete_message())
+        || find_source::<h2::Error>(e).is_some_and(|h| h.reason() == Some(h2::Reason::CANCEL) || h.is_io())
 }
 
 /// The first error of type `T` in `e`'s source chain.
@@ -399,6 +425,7 @@ mod tests {
             (GatewayError::NotFound, None, false),
             (GatewayError::BadPath("x"), Some("bad_path"), false),
             (GatewayError::ClientBody("eof".into()), None, true),
+            (GatewayError::ClientLeft("eof".into()), None, true),
             (rate_limited(Some(2)), Some("rate_limited"), false),
         ];
         for (err, reason, closes) in cases {

@@ -49,12 +49,25 @@ pub enum ClientBodyFailed {
     Reset,
 }
 
+impl ClientBodyFailed {
+    /// Whether the client left (see [`crate::error::client_gone`]) rather
+    /// than sent a body HTTP does not frame.
+    pub fn client_gone(&self) -> bool {
+        match self {
+            ClientBodyFailed::Read(e) => crate::error::client_gone(&**e),
+            ClientBodyFailed::Reset => true,
+        }
+    }
+}
+
 /// How a client's request body failed.
 #[derive(Debug, Clone)]
 pub enum ClientFault {
     TooLarge(u64),
     Idle(Duration),
     Failed(String),
+    /// Its connection or stream ended mid-body.
+    Left(String),
 }
 
 impl ClientFault {
@@ -64,6 +77,7 @@ impl ClientFault {
             ClientFault::TooLarge(limit) => GatewayError::BodyTooLarge { limit: *limit },
             ClientFault::Idle(after) => GatewayError::BodyTimeout { after: *after },
             ClientFault::Failed(why) => GatewayError::ClientBody(why.clone()),
+            ClientFault::Left(why) => GatewayError::ClientLeft(why.clone()),
         }
     }
 }
@@ -307,11 +321,12 @@ impl RequestBody {
             }
             Poll::Ready(Some(Err(e))) => {
                 let e = ClientBodyFailed::Read(e);
-                self.failed(ClientFault::Failed(e.to_string()), e.into())
+                let fault = if e.client_gone() { ClientFault::Left } else { ClientFault::Failed };
+                self.failed(fault(e.to_string()), e.into())
             }
             Poll::Ready(None) if self.http2 && !http_body::Body::is_end_stream(&self.inner) => {
                 let e = ClientBodyFailed::Reset;
-                self.failed(ClientFault::Failed(e.to_string()), e.into())
+                self.failed(ClientFault::Left(e.to_string()), e.into())
             }
             Poll::Ready(None) => {
                 self.state.complete.store(true, Ordering::Relaxed);

@@ -48,9 +48,4 @@ impl Drop for Unanswered<'_> {
     }
 }
 
-/// 499, nginx's status for a request whose client closed the connection
-/// before it was answered. It is never sent; logs and metrics use it.
-pub const CLIENT_CLOSED: StatusCode = match StatusCode::from_u16(499) {
-    Ok(s) => s,
-    Err(_) => unreachable!(),
-};
+pub use crate::error::CLIENT_CLOSED;

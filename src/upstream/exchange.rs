@@ -91,7 +91,10 @@ impl Failure {
             return GatewayError::BodyTimeout { after: idle.0 };
         }
         if let Some(failed) = find_source::<ClientBodyFailed>(e) {
-            return GatewayError::ClientBody(failed.to_string());
+            return match failed.client_gone() {
+                true => GatewayError::ClientLeft(failed.to_string()),
+                false => GatewayError::ClientBody(failed.to_string()),
+            };
         }
         if let Some(after) = stalled(e) {
             return GatewayError::UpstreamSendTimeout { upstream, after };

@@ -219,9 +219,10 @@ impl Wire {
             }
             match ready!(self.poll_fill(cx)) {
                 Ok(0) => {
+                    // The client's stream ended mid-body: it left.
                     return match self.decoder.eof() {
                         Ok(_) => Poll::Ready(None),
-                        Err(e) => Poll::Ready(Some(Err(e.into()))),
+                        Err(e) => Poll::Ready(Some(Err(io::Error::new(io::ErrorKind::UnexpectedEof, e).into()))),
                     };
                 }
                 Ok(_) => {}

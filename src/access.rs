@@ -23,6 +23,16 @@ use crate::config::AccessLogFormat;
 /// gives JSON whatever the log format.
 pub static JSON_LOGS: AtomicBool = AtomicBool::new(false);
 
+/// The bytes of a client's path, `User-Agent` or `Referer` a line keeps:
+/// a head may be as long as `max_header_size`, and log shippers split
+/// lines past 16 KiB (so a client could start a line of its own).
+pub const MAX_VALUE: usize = 4096;
+
+/// `v`, cut to [`MAX_VALUE`] bytes.
+pub fn kept(v: &[u8]) -> &[u8] {
+    &v[..v.len().min(MAX_VALUE)]
+}
+
 /// What the proxy learns about its upstream exchange, for the log.
 #[derive(Debug, Default)]
 pub struct UpstreamTiming {
@@ -62,8 +72,10 @@ pub struct AccessLine {
     pub upstream: Option<String>,
     pub request_id: Option<String>,
     pub trace_id: Option<String>,
-    pub user_agent: Option<String>,
-    pub referer: Option<String>,
+    /// The header's bytes as sent (at most [`MAX_VALUE`]): the combined
+    /// format escapes each byte beyond ASCII as it came.
+    pub user_agent: Option<Vec<u8>>,
+    pub referer: Option<Vec<u8>>,
     /// The user the route's `auth` accepted, when one is known.
     pub user: Option<Arc<str>>,
     /// Time to the response head.
@@ -88,6 +100,7 @@ impl AccessLine {
         let endpoint = timing.and_then(|t| t.endpoint.lock().expect("timing lock").clone());
         let connect_ms = timing.and_then(|t| ms(t.connect_us.load(Relaxed)));
         let header_ms = timing.and_then(|t| ms(t.header_us.load(Relaxed)));
+        let user_agent = self.user_agent.as_deref().map(String::from_utf8_lossy);
         match self.format {
             AccessLogFormat::Json if !JSON_LOGS.load(Relaxed) => {
                 let mut object = serde_json::json!({
@@ -106,7 +119,7 @@ impl AccessLine {
                     "upstream_endpoint": endpoint,
                     "upstream_connect_ms": connect_ms,
                     "upstream_header_ms": header_ms,
-                    "user_agent": self.user_agent,
+                    "user_agent": user_agent,
                     "user": self.user.as_deref(),
                 });
                 // As the JSON logs' fields: one left out when it has no value.
@@ -132,7 +145,7 @@ impl AccessLine {
                 upstream_endpoint = endpoint.as_deref(),
                 upstream_connect_ms = connect_ms,
                 upstream_header_ms = header_ms,
-                user_agent = self.user_agent.as_deref(),
+                user_agent = user_agent.as_deref(),
                 user = self.user.as_deref(),
             ),
             AccessLogFormat::Combined => tracing::info!(target: "access", "{}", self.combined(total)),
@@ -143,15 +156,15 @@ impl AccessLine {
     /// seconds request_id`.
     fn combined(&self, total: Duration) -> String {
         let time = apache_time(self.time);
-        fn quote(v: &Option<String>) -> Cow<'_, str> {
-            v.as_deref().map_or(Cow::Borrowed("-"), escape)
+        fn quote<T: AsRef<[u8]>>(v: &Option<T>) -> Cow<'_, str> {
+            v.as_ref().map_or(Cow::Borrowed("-"), |v| escape(v.as_ref()))
         }
         format!(
             "{} - {} [{time}] \"{} {} {:?}\" {} {} \"{}\" \"{}\" {:.3} {}",
             self.client,
-            self.user.as_deref().map_or(Cow::Borrowed("-"), escape),
-            escape(self.method.as_str()),
-            escape(&self.path),
+            self.user.as_deref().map_or(Cow::Borrowed("-"), |u| escape(u.as_bytes())),
+            escape(self.method.as_str().as_bytes()),
+            escape(self.path.as_bytes()),
             self.version,
             self.status,
             self.bytes_out,
@@ -166,13 +179,14 @@ impl AccessLine {
 /// A value for the combined format, escaped as nginx escapes it: `"`, `\`
 /// and bytes outside printable ASCII become `\xHH`, so a value cannot end
 /// its quotes or forge a line.
-fn escape(v: &str) -> Cow<'_, str> {
+fn escape(v: &[u8]) -> Cow<'_, str> {
     let plain = |b: u8| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\';
-    if v.bytes().all(plain) {
-        return Cow::Borrowed(v);
+    if v.iter().copied().all(plain) {
+        // Printable ASCII only: UTF-8.
+        return String::from_utf8_lossy(v);
     }
     let mut out = String::with_capacity(v.len() + 8);
-    for b in v.bytes() {
+    for &b in v {
         if plain(b) {
             out.push(b as char);
         } else {
@@ -206,8 +220,16 @@ mod tests {
             ("line\nbreak\tand\x7f", "line\\x0Abreak\\x09and\\x7F"),
             ("caf\u{e9}", "caf\\xC3\\xA9"),
         ] {
-            assert_eq!(escape(raw), want, "{raw:?}");
+            assert_eq!(escape(raw.as_bytes()), want, "{raw:?}");
         }
+    }
+
+    /// A client's value is kept to `MAX_VALUE` bytes, shorter ones whole.
+    #[test]
+    fn a_value_is_kept_to_its_bound() {
+        assert_eq!(kept(&[b'a'; 60_000]).len(), MAX_VALUE);
+        assert_eq!(kept(b"curl/8"), b"curl/8");
+        assert_eq!(escape(kept(&[0xFF; 60_000])).len(), MAX_VALUE * 4, "each byte as \\xHH");
     }
 
     #[test]
@@ -224,7 +246,7 @@ mod tests {
             upstream: None,
             request_id: Some("ab\"c".into()),
             trace_id: None,
-            user_agent: Some("curl/8 \"quoted\"".into()),
+            user_agent: Some(b"curl/8 \"quoted\" \xFF".to_vec()),
             referer: None,
             user: Some("ann".into()),
             duration: Duration::from_millis(12),
@@ -235,7 +257,7 @@ mod tests {
         let text = line.combined(Duration::from_millis(1500));
         assert_eq!(
             text,
-            "10.0.0.1 - ann [14/Nov/2023:22:13:20 +0000] \"GET /b?x=1 HTTP/1.1\" 200 42 \"-\" \"curl/8 \\x22quoted\\x22\" 1.500 ab\\x22c"
+            "10.0.0.1 - ann [14/Nov/2023:22:13:20 +0000] \"GET /b?x=1 HTTP/1.1\" 200 42 \"-\" \"curl/8 \\x22quoted\\x22 \\xFF\" 1.500 ab\\x22c"
         );
     }
 }

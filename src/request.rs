@@ -313,16 +313,17 @@ impl<'a> RequestLog<'a> {
         peer: &Peer,
         start: Instant,
     ) -> Box<AccessLine> {
-        // Lossy, not `to_str`: a value with bytes beyond ASCII is logged
-        // (escaped), not dropped.
-        let header =
-            |name| req.headers().get(name).map(|v: &HeaderValue| String::from_utf8_lossy(v.as_bytes()).into_owned());
+        // Its bytes, not `to_str`: a value with bytes beyond ASCII is logged
+        // (escaped as it came), not dropped.
+        let header = |name| req.headers().get(name).map(|v: &HeaderValue| crate::access::kept(v.as_bytes()).to_vec());
+        let path = req.uri().path_and_query().map_or("/", |pq| pq.as_str());
         Box::new(AccessLine {
             format,
             time: std::time::SystemTime::now(),
             client: peer.forwarded_for.to_str().unwrap_or("-").to_owned(),
             method: req.method().clone(),
-            path: req.uri().path_and_query().map_or("/", |pq| pq.as_str()).to_owned(),
+            // A target is ASCII: cut anywhere, it is text.
+            path: String::from_utf8_lossy(crate::access::kept(path.as_bytes())).into_owned(),
             version: req.version(),
             route: String::new(),
             status: 0,

@@ -3,7 +3,9 @@
 //!
 //! A request's host is its `:authority` (HTTP/2) or absolute-form target's
 //! authority, else its `Host` field, without the port and a trailing dot,
-//! in lower case. An IPv6 literal keeps its brackets (`[::1]`).
+//! in lower case. An IPv6 literal keeps its brackets, in its canonical
+//! form (RFC 5952: `[0:0::1]` is `[::1]`), so any spelling of an address
+//! meets the route that names it.
 
 use std::borrow::Cow;
 
@@ -31,7 +33,7 @@ impl HostPattern {
         }
         if lower.starts_with('[') && lower.ends_with(']') {
             return match lower[1..lower.len() - 1].parse::<std::net::Ipv6Addr>() {
-                Ok(_) => Ok(HostPattern::Exact(lower)),
+                Ok(ip) => Ok(HostPattern::Exact(format!("[{ip}]"))),
                 Err(_) => Err(format!("{text:?} is not an IPv6 literal")),
             };
         }
@@ -86,6 +88,9 @@ pub fn request_host<'a>(uri: &'a Uri, headers: &'a HeaderMap) -> Option<Cow<'a, 
     if host.is_empty() {
         return None;
     }
+    if let Some(ip) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')?.parse::<std::net::Ipv6Addr>().ok()) {
+        return Some(Cow::Owned(format!("[{ip}]")));
+    }
     Some(match host.bytes().any(|b| b.is_ascii_uppercase()) {
         true => Cow::Owned(host.to_ascii_lowercase()),
         false => Cow::Borrowed(host),
@@ -119,6 +124,8 @@ mod tests {
             ("*.Example.com", HostPattern::Wildcard("example.com".into())),
             ("*.localhost", HostPattern::Wildcard("localhost".into())),
             ("[::1]", HostPattern::Exact("[::1]".into())),
+            ("[0:0:0:0:0:0:0:1]", HostPattern::Exact("[::1]".into())),
+            ("[2001:DB8::0001]", HostPattern::Exact("[2001:db8::1]".into())),
             ("127.0.0.1", HostPattern::Exact("127.0.0.1".into())),
         ];
         for (text, want) in ok {
@@ -137,6 +144,9 @@ mod tests {
             ("/x", Some("example.com.:80"), Some("example.com")),
             ("/x", Some("[::1]:8080"), Some("[::1]")),
             ("/x", Some("[::1]"), Some("[::1]")),
+            ("/x", Some("[0::1]:80"), Some("[::1]")),
+            ("/x", Some("[::0001]"), Some("[::1]")),
+            ("/x", Some("[2001:DB8:0:0::1]"), Some("[2001:db8::1]")),
             ("/x", None, None),
             ("/x", Some(""), None),
             ("http://Other.example:81/x", Some("ignored.example"), Some("other.example")),

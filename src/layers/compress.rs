@@ -153,13 +153,17 @@ pub fn settle_validators<B>(response: Response<B>, held: Option<&Held>) -> Respo
 
 /// The answer to a HEAD on a compressing route: its GET's headers and no
 /// body. A length its GET would send (a body the gateway made, such as an
-/// error's, sent as it is) is said, as on a route without compression.
+/// error's, sent as it is) is said, as on a route without compression; an
+/// upstream's or a file's HEAD has an empty body, which says nothing of
+/// its GET's length, and a 204 or 304 has none to say.
 pub fn head_of(mut response: Response<crate::body::Body>) -> Response<crate::body::Body> {
     let headers = response.headers();
     let framed = [header::CONTENT_LENGTH, header::CONTENT_ENCODING, header::TRANSFER_ENCODING]
         .iter()
         .any(|name| headers.contains_key(name));
-    if let (false, Some(n)) = (framed, response.body().size_hint().exact()) {
+    let status = response.status();
+    let bodiless = status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED || status.is_informational();
+    if let (false, false, Some(n @ 1..)) = (framed, bodiless, response.body().size_hint().exact()) {
         response.headers_mut().insert(header::CONTENT_LENGTH, n.into());
     }
     response.map(|_| crate::body::Body::empty())
@@ -228,8 +232,9 @@ mod tests {
     /// send: that of a body sent as it is, none for one encoded here.
     #[test]
     fn a_head_says_the_length_of_its_get() {
-        let answer = |fields: &[(header::HeaderName, &'static str)]| {
-            let mut r = Response::new(crate::body::Body::full("bad gateway\n"));
+        let answer = |status: u16, body: &'static str, fields: &[(header::HeaderName, &'static str)]| {
+            let mut r = Response::new(crate::body::Body::full(body));
+            *r.status_mut() = StatusCode::from_u16(status).unwrap();
             for (name, value) in fields {
                 r.headers_mut().insert(name, HeaderValue::from_static(value));
             }
@@ -237,10 +242,15 @@ mod tests {
             assert_eq!(r.body().size_hint().exact(), Some(0));
             r.headers().get(header::CONTENT_LENGTH).map(|v| v.to_str().unwrap().to_owned())
         };
-        assert_eq!(answer(&[]).as_deref(), Some("12"));
-        assert_eq!(answer(&[(header::CONTENT_LENGTH, "4096")]).as_deref(), Some("4096"));
-        assert_eq!(answer(&[(header::CONTENT_ENCODING, "gzip")]), None);
-        assert_eq!(answer(&[(header::TRANSFER_ENCODING, "chunked")]), None);
+        let error = "bad gateway\n";
+        assert_eq!(answer(502, error, &[]).as_deref(), Some("12"));
+        assert_eq!(answer(200, error, &[(header::CONTENT_LENGTH, "4096")]).as_deref(), Some("4096"));
+        assert_eq!(answer(200, error, &[(header::CONTENT_ENCODING, "gzip")]), None);
+        assert_eq!(answer(200, error, &[(header::TRANSFER_ENCODING, "chunked")]), None);
+        // An upstream's HEAD (an empty body) and a 204 or 304 get none made up.
+        assert_eq!(answer(200, "", &[]), None);
+        assert_eq!(answer(204, error, &[]), None);
+        assert_eq!(answer(304, error, &[]), None);
     }
 
     /// A 304's tag on a compressing route, by what the request says the

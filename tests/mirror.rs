@@ -283,6 +283,7 @@ async fn copies_carry_the_fields_the_upstream_is_sent() {
         .header("forwarded", "for=6.6.6.6;host=evil.example")
         .header("x_internal_user", "admin")
         .header("x-gateway-mirror", "1")
+        .header("traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
         .body(full(Bytes::new()))
         .unwrap();
     assert_eq!(common::bounded(send(req)).await.0.status, 200);
@@ -293,11 +294,13 @@ async fn copies_carry_the_fields_the_upstream_is_sent() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let (main, copy) = (main_heads.lock().unwrap()[0].clone(), heads.lock().unwrap()[0].clone());
-    for name in ["host", "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "forwarded", "via"] {
+    for name in ["host", "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "forwarded", "via", "traceparent"]
+    {
         assert_eq!(values(&copy, name), values(&main, name), "{name}\nmain: {main}\ncopy: {copy}");
     }
     assert_eq!(values(&main, "x-forwarded-host"), ["app.example"], "{main}");
     assert_eq!(values(&main, "x-forwarded-proto"), ["http"], "{main}");
+    assert!(!values(&main, "traceparent")[0].contains("b7ad6b7169203331"), "this hop's span is the parent: {main}");
     assert!(values(&main, "x_internal_user").is_empty() && values(&copy, "x_internal_user").is_empty(), "{copy}");
     assert!(values(&main, "x-gateway-mirror").is_empty(), "the client's mark reaches the upstream: {main}");
     assert_eq!(values(&copy, "x-gateway-mirror"), ["1"], "{copy}");
@@ -337,7 +340,8 @@ async fn a_shadows_answer_is_never_held_whole() {
 }
 
 /// An upstream of `protocol = "h2c"` gets its copies in HTTP/2, as its
-/// routes' requests.
+/// routes' requests, naming the client's host as `:authority` and no
+/// `Host` beside it (RFC 9113 §8.3.1: they must not differ).
 #[tokio::test]
 async fn an_h2c_shadow_is_sent_http2() {
     use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -346,11 +350,15 @@ async fn an_h2c_shadow_is_sent_http2() {
     let shadow_addr = listener.local_addr().unwrap();
     let versions = Arc::new(Mutex::new(Vec::new()));
     let seen = versions.clone();
+    let named = Arc::new(Mutex::new(Vec::new()));
+    let names = named.clone();
     tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
-            let seen = seen.clone();
+            let (seen, names) = (seen.clone(), names.clone());
             let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
                 seen.lock().unwrap().push(req.version());
+                let authority = req.uri().authority().map(|a| a.to_string());
+                names.lock().unwrap().push((authority, req.headers().get("host").cloned()));
                 async { Ok::<_, std::convert::Infallible>(http::Response::new(full("h2"))) }
             });
             tokio::spawn(
@@ -362,7 +370,7 @@ async fn an_h2c_shadow_is_sent_http2() {
     let toml =
         mirrored_toml("h2c", main.addr, shadow_addr, 100).replace("[[routes]]", "protocol = \"h2c\"\n[[routes]]");
     let gw = TestGateway::from_toml(&toml).await;
-    let req = Request::get(gw.url("/api/h2")).body(full(Bytes::new())).unwrap();
+    let req = Request::get(gw.url("/api/h2")).header("host", "shop.example").body(full(Bytes::new())).unwrap();
     assert_eq!(common::bounded(send(req)).await.0.status, 200);
     for _ in 0..100 {
         if !versions.lock().unwrap().is_empty() {
@@ -371,6 +379,7 @@ async fn an_h2c_shadow_is_sent_http2() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(*versions.lock().unwrap(), [http::Version::HTTP_2]);
+    assert_eq!(*named.lock().unwrap(), [(Some("shop.example".to_owned()), None)]);
     let text = metrics_text(gw.addr).await;
     assert_eq!(mirror_count(&text, "h2c", "answered"), 1.0, "{text}");
 }

@@ -30,8 +30,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use crate::body::{BodyCopy, WantsCopy};
 use crate::config::{HostMode, MirrorConfig, Protocol, ProxyTarget, UpstreamConfig};
 use crate::headers::{Stamp, X_GATEWAY_MIRROR};
-use crate::layers::request_id::RequestId;
-use crate::request::Peer;
+use crate::request::{Peer, RequestLog};
 
 /// Copies in flight per route at most.
 pub const MAX_IN_FLIGHT: usize = 100;
@@ -40,10 +39,13 @@ pub const MAX_IN_FLIGHT: usize = 100;
 pub struct Mirror {
     upstream: String,
     percent: f64,
-    endpoints: Vec<Authority>,
+    /// Each endpoint's address, with a client that connects to it
+    /// whatever authority a copy names (see [`ToEndpoint`]).
+    endpoints: Vec<(Authority, Client<ToEndpoint, BodyCopy>)>,
     next: AtomicUsize,
     slots: Arc<Semaphore>,
-    client: Client<HttpConnector, BodyCopy>,
+    /// Whether copies go in HTTP/2 (`protocol = "h2c"`).
+    h2: bool,
     timeout: Duration,
     /// The route's `request_buffer`: a longer body is not copied.
     buffer: usize,
@@ -92,21 +94,29 @@ impl Mirror {
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(upstream.connect_timeout));
         connector.set_nodelay(true);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_timer(TokioTimer::new())
-            .pool_idle_timeout(upstream.pool_idle_timeout)
-            // A copy is never sent twice.
-            .retry_canceled_requests(false)
-            .http2_only(upstream.protocol == Protocol::H2c)
-            .build(connector);
+        let h2 = upstream.protocol == Protocol::H2c;
+        let client = |authority: &Authority| {
+            let endpoint = Uri::builder().scheme(Scheme::HTTP).authority(authority.clone()).path_and_query("/").build();
+            let to = ToEndpoint {
+                http: connector.clone(),
+                endpoint: endpoint.expect("an endpoint's authority makes a URI"),
+            };
+            Client::builder(TokioExecutor::new())
+                .pool_timer(TokioTimer::new())
+                .pool_idle_timeout(upstream.pool_idle_timeout)
+                // A copy is never sent twice.
+                .retry_canceled_requests(false)
+                .http2_only(h2)
+                .build(to)
+        };
         let count = |result: &'static str| crate::metrics::mirror(route, &upstream.name, result);
         Mirror {
             upstream: upstream.name.clone(),
             percent: m.percent,
-            endpoints: upstream.endpoints.iter().map(|e| e.authority.clone()).collect(),
+            endpoints: upstream.endpoints.iter().map(|e| (e.authority.clone(), client(&e.authority))).collect(),
             next: AtomicUsize::new(0),
             slots: old.map_or_else(|| Arc::new(Semaphore::new(MAX_IN_FLIGHT)), |o| o.slots.clone()),
-            client,
+            h2,
             timeout: p.timeout,
             buffer: p.request_buffer,
             prefix: prefix.to_owned(),
@@ -123,7 +133,7 @@ impl Mirror {
     /// Sends a copy of `req` if it is among the share chosen and a place
     /// is free; returns at once. A request with a body is sent once the
     /// body has been read ahead (see [`Pending`]).
-    pub fn copy(&self, req: &mut Request<Incoming>, peer: &Peer, request_id: Option<&RequestId>) {
+    pub fn copy(&self, req: &mut Request<Incoming>, peer: &Peer, cx: &RequestLog<'_>) {
         if self.endpoints.is_empty() || fastrand::f64() * 100.0 >= self.percent {
             return;
         }
@@ -137,13 +147,14 @@ impl Mirror {
             self.counts.add(SKIPPED_IN_FLIGHT);
             return;
         };
-        let Some(head) = self.head(req, peer, request_id) else {
+        let (authority, client) = &self.endpoints[self.next.fetch_add(1, Relaxed) % self.endpoints.len()];
+        let Some(head) = self.head(req, peer, cx, authority) else {
             self.counts.add(FAILED);
             return;
         };
         let pending = Pending {
             head: Some((head, slot)),
-            client: self.client.clone(),
+            client: client.clone(),
             counts: self.counts.clone(),
             timeout: self.timeout,
         };
@@ -172,19 +183,13 @@ impl Mirror {
     /// rewrites it) and fields as its route's upstream is sent them, marked
     /// as a copy. `None` for a request its upstream is not sent either (a
     /// `Host` that is not one, a loop).
-    fn head(&self, req: &Request<Incoming>, peer: &Peer, request_id: Option<&RequestId>) -> Option<Request<()>> {
-        let authority = self.endpoints[self.next.fetch_add(1, Relaxed) % self.endpoints.len()].clone();
+    fn head(&self, req: &Request<Incoming>, peer: &Peer, cx: &RequestLog<'_>, to: &Authority) -> Option<Request<()>> {
         let (path, query) = (req.uri().path(), req.uri().query());
         let path_and_query = match &self.rewrite {
             Some(rw) => crate::router::rewrite_path(path, query, &self.prefix, rw),
             None => req.uri().path_and_query().map_or_else(|| "/".to_owned(), |pq| pq.as_str().to_owned()),
         };
-        let uri = Uri::builder()
-            .scheme(Scheme::HTTP)
-            .authority(authority.clone())
-            .path_and_query(PathAndQuery::try_from(path_and_query).ok()?)
-            .build()
-            .ok()?;
+
         let (client_host, version) =
             (crate::upstream::proxy::client_host(req.headers(), req.uri()).ok()?, req.version());
         let mut headers = req.headers().clone();
@@ -194,14 +199,33 @@ impl Mirror {
         let mut stamped = Stamp::default();
         let (host, target) = (client_host.as_ref(), &self.target);
         crate::upstream::proxy::forward_headers(&mut headers, version, host, target, peer, &mut stamped).ok()?;
+        // This hop's trace, as the route's upstream is sent it.
+        if let Some(trace) = &cx.trace
+            && cx.propagate_trace
+        {
+            trace.propagate(&mut headers, &mut stamped);
+        }
         stamped.insert_into(&mut headers);
-        match client_host {
-            Some(host) if self.host == HostMode::Preserve => headers.insert(header::HOST, host),
-            _ => headers.insert(header::HOST, HeaderValue::from_str(authority.as_str()).ok()?),
-        };
-        if let Some(id) = request_id {
+        if let Some(id) = cx.id {
             headers.insert(crate::headers::X_REQUEST_ID, id.header_value());
         }
+        // The host the copy names: the URI's authority (HTTP/2's
+        // `:authority`, which must not differ from a `Host` beside it), and
+        // in HTTP/1.1 its `Host`; the connection goes to `to` whatever it is.
+        let named = match client_host {
+            Some(host) if self.host == HostMode::Preserve => host,
+            _ => HeaderValue::from_str(to.as_str()).ok()?,
+        };
+        let uri = Uri::builder()
+            .scheme(Scheme::HTTP)
+            .authority(Authority::try_from(named.as_bytes()).ok()?)
+            .path_and_query(PathAndQuery::try_from(path_and_query).ok()?)
+            .build()
+            .ok()?;
+        match self.h2 {
+            true => headers.remove(header::HOST),
+            false => headers.insert(header::HOST, named),
+        };
         headers.insert(X_GATEWAY_MIRROR, HeaderValue::from_static("1"));
         let mut copy = Request::new(());
         *copy.method_mut() = req.method().clone();
@@ -216,7 +240,7 @@ impl Mirror {
 /// client's failed), it is counted as skipped.
 struct Pending {
     head: Option<(Request<()>, OwnedSemaphorePermit)>,
-    client: Client<HttpConnector, BodyCopy>,
+    client: Client<ToEndpoint, BodyCopy>,
     counts: Counts,
     timeout: Duration,
 }
@@ -257,5 +281,29 @@ impl Drop for Pending {
         if self.head.is_some() {
             self.counts.add(SKIPPED_BODY);
         }
+    }
+}
+
+/// A connector to one endpoint, whatever authority the request names: a
+/// copy names the host its route's upstream is sent (`host = "preserve"`),
+/// which in HTTP/2 is the `:authority` hyper's client takes from the URI,
+/// and the URI is also what the client would connect to.
+#[derive(Clone)]
+struct ToEndpoint {
+    http: HttpConnector,
+    endpoint: Uri,
+}
+
+impl tower::Service<Uri> for ToEndpoint {
+    type Response = <HttpConnector as tower::Service<Uri>>::Response;
+    type Error = <HttpConnector as tower::Service<Uri>>::Error;
+    type Future = <HttpConnector as tower::Service<Uri>>::Future;
+
+    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
+        self.http.poll_ready(cx)
+    }
+
+    fn call(&mut self, _named: Uri) -> Self::Future {
+        self.http.call(self.endpoint.clone())
     }
 }

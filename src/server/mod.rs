@@ -311,7 +311,7 @@ impl App {
             match &route.config.target {
                 Target::Proxy(p) => {
                     let upstream = upstream.expect("a proxy route has its upstream");
-                    let new_cookie = route.before_proxy(p, &mut req, peer, cx.id);
+                    let new_cookie = route.before_proxy(p, &mut req, peer, cx);
                     let deadline = start + p.timeout;
                     // Not boxed: boxing it made the fixed and file paths' future
                     // smaller but cost the proxy path a copy of its state and an

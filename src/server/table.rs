@@ -14,7 +14,6 @@ use crate::cache::RouteCache;
 use crate::config::{Config, ConfigError, ProxyTarget, RouteConfig, ServerConfig, Target, UpstreamConfig};
 use crate::discovery::Discovery;
 use crate::layers::RouteLayers;
-use crate::layers::request_id::RequestId;
 use crate::limits::ConcurrencyLimit;
 use crate::metrics::{self, RouteMetrics};
 use crate::ratelimit::{RedisStore, RouteLimiter};
@@ -82,10 +81,10 @@ impl Route {
         p: &ProxyTarget,
         req: &mut Request<Incoming>,
         peer: &crate::request::Peer,
-        id: Option<&RequestId>,
+        cx: &crate::request::RequestLog<'_>,
     ) -> Option<HeaderValue> {
         if let Some(mirror) = &self.mirror {
-            mirror.copy(req, peer, id);
+            mirror.copy(req, peer, cx);
         }
         let sets = p.split.as_ref().is_some_and(|s| s.set_cookie.is_some());
         sets.then(|| req.extensions_mut().remove::<NewCookie>()).flatten().map(|c| c.0)

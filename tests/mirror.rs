@@ -340,7 +340,7 @@ async fn a_shadows_answer_is_never_held_whole() {
 }
 
 /// An upstream of `protocol = "h2c"` gets its copies in HTTP/2, as its
-/// routes' requests, naming the client's host as `:authority` and no
+/// routes' requests, naming the shadow's address as `:authority` and no
 /// `Host` beside it (RFC 9113 §8.3.1: they must not differ).
 #[tokio::test]
 async fn an_h2c_shadow_is_sent_http2() {
@@ -379,7 +379,7 @@ async fn an_h2c_shadow_is_sent_http2() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(*versions.lock().unwrap(), [http::Version::HTTP_2]);
-    assert_eq!(*named.lock().unwrap(), [(Some("shop.example".to_owned()), None)]);
+    assert_eq!(*named.lock().unwrap(), [(Some(shadow_addr.to_string()), None)]);
     let text = metrics_text(gw.addr).await;
     assert_eq!(mirror_count(&text, "h2c", "answered"), 1.0, "{text}");
 }

@@ -39,11 +39,10 @@ pub const MAX_IN_FLIGHT: usize = 100;
 pub struct Mirror {
     upstream: String,
     percent: f64,
-    /// Each endpoint's address, with a client that connects to it
-    /// whatever authority a copy names (see [`ToEndpoint`]).
-    endpoints: Vec<(Authority, Client<ToEndpoint, BodyCopy>)>,
+    endpoints: Vec<Authority>,
     next: AtomicUsize,
     slots: Arc<Semaphore>,
+    client: Client<HttpConnector, BodyCopy>,
     /// Whether copies go in HTTP/2 (`protocol = "h2c"`).
     h2: bool,
     timeout: Duration,
@@ -95,27 +94,21 @@ impl Mirror {
         connector.set_connect_timeout(Some(upstream.connect_timeout));
         connector.set_nodelay(true);
         let h2 = upstream.protocol == Protocol::H2c;
-        let client = |authority: &Authority| {
-            let endpoint = Uri::builder().scheme(Scheme::HTTP).authority(authority.clone()).path_and_query("/").build();
-            let to = ToEndpoint {
-                http: connector.clone(),
-                endpoint: endpoint.expect("an endpoint's authority makes a URI"),
-            };
-            Client::builder(TokioExecutor::new())
-                .pool_timer(TokioTimer::new())
-                .pool_idle_timeout(upstream.pool_idle_timeout)
-                // A copy is never sent twice.
-                .retry_canceled_requests(false)
-                .http2_only(h2)
-                .build(to)
-        };
+        let client = Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(upstream.pool_idle_timeout)
+            // A copy is never sent twice.
+            .retry_canceled_requests(false)
+            .http2_only(h2)
+            .build(connector);
         let count = |result: &'static str| crate::metrics::mirror(route, &upstream.name, result);
         Mirror {
             upstream: upstream.name.clone(),
             percent: m.percent,
-            endpoints: upstream.endpoints.iter().map(|e| (e.authority.clone(), client(&e.authority))).collect(),
+            endpoints: upstream.endpoints.iter().map(|e| e.authority.clone()).collect(),
             next: AtomicUsize::new(0),
             slots: old.map_or_else(|| Arc::new(Semaphore::new(MAX_IN_FLIGHT)), |o| o.slots.clone()),
+            client,
             h2,
             timeout: p.timeout,
             buffer: p.request_buffer,
@@ -147,14 +140,14 @@ impl Mirror {
             self.counts.add(SKIPPED_IN_FLIGHT);
             return;
         };
-        let (authority, client) = &self.endpoints[self.next.fetch_add(1, Relaxed) % self.endpoints.len()];
-        let Some(head) = self.head(req, peer, cx, authority) else {
+        let to = &self.endpoints[self.next.fetch_add(1, Relaxed) % self.endpoints.len()];
+        let Some(head) = self.head(req, peer, cx, to) else {
             self.counts.add(FAILED);
             return;
         };
         let pending = Pending {
             head: Some((head, slot)),
-            client: client.clone(),
+            client: self.client.clone(),
             counts: self.counts.clone(),
             timeout: self.timeout,
         };
@@ -209,22 +202,21 @@ impl Mirror {
         if let Some(id) = cx.id {
             headers.insert(crate::headers::X_REQUEST_ID, id.header_value());
         }
-        // The host the copy names: the URI's authority (HTTP/2's
-        // `:authority`, which must not differ from a `Host` beside it), and
-        // in HTTP/1.1 its `Host`; the connection goes to `to` whatever it is.
-        let named = match client_host {
-            Some(host) if self.host == HostMode::Preserve => host,
-            _ => HeaderValue::from_str(to.as_str()).ok()?,
-        };
         let uri = Uri::builder()
             .scheme(Scheme::HTTP)
-            .authority(Authority::try_from(named.as_bytes()).ok()?)
+            .authority(to.clone())
             .path_and_query(PathAndQuery::try_from(path_and_query).ok()?)
             .build()
             .ok()?;
-        match self.h2 {
-            true => headers.remove(header::HOST),
-            false => headers.insert(header::HOST, named),
+        match (self.h2, client_host) {
+            // HTTP/2 names the host once, as `:authority` (a `Host` beside it
+            // must not differ, RFC 9113 §8.3.1), which hyper's client takes
+            // from the URI it also pools by: the endpoint's address, as a
+            // copy naming the client's host would need a connection per
+            // host named.
+            (true, _) => headers.remove(header::HOST),
+            (false, Some(host)) if self.host == HostMode::Preserve => headers.insert(header::HOST, host),
+            (false, _) => headers.insert(header::HOST, HeaderValue::from_str(to.as_str()).ok()?),
         };
         headers.insert(X_GATEWAY_MIRROR, HeaderValue::from_static("1"));
         let mut copy = Request::new(());
@@ -240,7 +232,7 @@ impl Mirror {
 /// client's failed), it is counted as skipped.
 struct Pending {
     head: Option<(Request<()>, OwnedSemaphorePermit)>,
-    client: Client<ToEndpoint, BodyCopy>,
+    client: Client<HttpConnector, BodyCopy>,
     counts: Counts,
     timeout: Duration,
 }
@@ -281,29 +273,5 @@ impl Drop for Pending {
         if self.head.is_some() {
             self.counts.add(SKIPPED_BODY);
         }
-    }
-}
-
-/// A connector to one endpoint, whatever authority the request names: a
-/// copy names the host its route's upstream is sent (`host = "preserve"`),
-/// which in HTTP/2 is the `:authority` hyper's client takes from the URI,
-/// and the URI is also what the client would connect to.
-#[derive(Clone)]
-struct ToEndpoint {
-    http: HttpConnector,
-    endpoint: Uri,
-}
-
-impl tower::Service<Uri> for ToEndpoint {
-    type Response = <HttpConnector as tower::Service<Uri>>::Response;
-    type Error = <HttpConnector as tower::Service<Uri>>::Error;
-    type Future = <HttpConnector as tower::Service<Uri>>::Future;
-
-    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
-        self.http.poll_ready(cx)
-    }
-
-    fn call(&mut self, _named: Uri) -> Self::Future {
-        self.http.call(self.endpoint.clone())
     }
 }

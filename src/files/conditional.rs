@@ -15,9 +15,7 @@ fn tags(headers: &HeaderMap, name: HeaderName) -> impl Iterator<Item = &str> {
     headers
         .get_all(name)
         .into_iter()
-        .flat_map(|line| line.to_str().unwrap_or_default().split(','))
-        .map(str::trim)
-        .filter(|t| !t.is_empty())
+        .flat_map(|line| crate::headers::etags::entity_tags(line.to_str().unwrap_or_default()))
 }
 
 /// Whether `If-None-Match` matches `etag` (weak comparison, RFC 9110 §13.1.2).

@@ -24,6 +24,7 @@ use http::Version;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
 mod cookies;
+pub mod etags;
 mod host;
 pub mod parsed;
 pub mod rules;

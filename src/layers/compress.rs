@@ -195,7 +195,8 @@ impl Held {
         if ours.starts_with("W/") {
             return false;
         }
-        let tags = || self.0.iter().flat_map(|line| line.to_str().unwrap_or_default().split(',')).map(str::trim);
+        let tags =
+            || self.0.iter().flat_map(|line| crate::headers::etags::entity_tags(line.to_str().unwrap_or_default()));
         tags().any(|t| t.strip_prefix("W/") == Some(ours)) && !tags().any(|t| t == ours)
     }
 }
@@ -270,6 +271,9 @@ mod tests {
             (Some("gzip"), &["W/\"b\""], "\"a\"", "\"a\""),
             (Some("gzip"), &["*"], "\"a\"", "\"a\""),
             (Some("gzip"), &["W/\"a\""], "W/\"a\"", "W/\"a\""),
+            // A comma inside a tag's quotes.
+            (Some("gzip"), &["W/\"a,b\""], "\"a,b\"", "W/\"a,b\""),
+            (Some("gzip"), &["W/\"a,b\", \"a,b\""], "\"a,b\"", "\"a,b\""),
             // No coding it accepts: its 200 would be the identity form.
             (None, &["W/\"a\""], "\"a\"", "\"a\""),
             (Some("gzip;q=0, identity"), &["W/\"a\""], "\"a\"", "\"a\""),

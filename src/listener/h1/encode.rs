@@ -126,7 +126,8 @@ fn fix_connection(parts: &mut response::Parts, asked: Asked<'_>) -> (Version, bo
     if says("keep-alive") {
         return (Version::HTTP_10, keep_alive);
     }
-    if parts.version == Version::HTTP_10 {
+    // An answer that closes its connection is not said to keep it.
+    if parts.version == Version::HTTP_10 || says("close") {
         return (Version::HTTP_10, false);
     }
     if keep_alive && parts.version == Version::HTTP_11 {

@@ -78,6 +78,16 @@ fn framing_follows_hyper() {
             true,
         ),
         (
+            ok().header("connection", "close").body(()).unwrap(),
+            Known(2),
+            get.clone(),
+            Version::HTTP_10,
+            true,
+            "HTTP/1.0 200 OK|connection: close|content-length: 2|",
+            Encoder::Length(2),
+            true,
+        ),
+        (
             ok().body(()).unwrap(),
             None,
             get.clone(),

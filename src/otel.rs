@@ -114,11 +114,18 @@ fn text(key: &str, value: &str) -> KeyValue {
 /// spans wait in memory, and a head may be as long as `max_header_size`.
 const MAX_TEXT: usize = 1024;
 
-/// `s`, cut to at most `MAX_TEXT` bytes on a character boundary.
+/// `s`, cut to at most `MAX_TEXT` bytes on a character boundary, and
+/// before a percent-escape the cut would split (`%C3%A9%C`).
 fn bounded(s: &str) -> &str {
-    let mut end = s.len().min(MAX_TEXT);
+    if s.len() <= MAX_TEXT {
+        return s;
+    }
+    let mut end = MAX_TEXT;
     while !s.is_char_boundary(end) {
         end -= 1;
+    }
+    if let Some(percent) = s[end.saturating_sub(2)..end].rfind('%') {
+        end = end.saturating_sub(2) + percent;
     }
     &s[..end]
 }
@@ -286,6 +293,14 @@ mod tests {
                 (attribute(&s, "url.path"), attribute(&s, "server.address")),
                 (want_path.into(), want_host.into())
             );
+        }
+        // Percent-escapes are not split: the cut falls before one.
+        let escaped = format!("/{}", "%C3%A9".repeat(400));
+        for shift in 0..3 {
+            let path = format!("{}{escaped}", "a".repeat(shift));
+            let kept = bounded(&path);
+            assert!(kept.len() <= MAX_TEXT && kept.len() >= MAX_TEXT - 2, "{}", kept.len());
+            assert!((kept.len() - 1 - shift).is_multiple_of(3), "{shift}: {}", &kept[kept.len() - 4..]);
         }
         let path = format!("/{long}");
         let r = RequestSpan {

@@ -110,7 +110,7 @@ impl Redirect {
                     }
                     out.push_str(&host);
                 }
-                Piece::Port => out.push_str(port(uri, headers).unwrap_or(if tls { "443" } else { "80" })),
+                Piece::Port => out.push_str(port(uri, headers)?.unwrap_or(if tls { "443" } else { "80" })),
                 Piece::Path => push_path(&mut out, uri.path()),
                 Piece::Query => push_escaped(&mut out, uri.query().unwrap_or("")),
                 Piece::Uri => {
@@ -135,18 +135,27 @@ fn unclosed(location: &str) -> String {
     format!("{location:?}: a '{{' without its '}}'")
 }
 
-/// The port the request named, if any.
-fn port<'a>(uri: &'a Uri, headers: &'a HeaderMap) -> Option<&'a str> {
+/// The port the request named, if any (`Some(None)`: none); `None` for
+/// one that is not a port.
+fn port<'a>(uri: &'a Uri, headers: &'a HeaderMap) -> Option<Option<&'a str>> {
     let authority = match uri.authority() {
         Some(a) => a.as_str(),
-        None => headers.get(http::header::HOST)?.to_str().ok()?,
+        None => match headers.get(http::header::HOST) {
+            Some(host) => host.to_str().ok()?,
+            None => return Some(None),
+        },
     };
     let after_host = match authority.rfind(']') {
         Some(end) => &authority[end + 1..],
         None => authority,
     };
-    let port = after_host.rsplit_once(':').map(|(_, p)| p)?;
-    (!port.is_empty() && port.bytes().all(|b| b.is_ascii_digit())).then_some(port)
+    let Some((_, port)) = after_host.rsplit_once(':') else { return Some(None) };
+    if port.is_empty() {
+        return Some(None);
+    }
+    // A port is a 16-bit number, written without leading zeros.
+    let fits = !(port.len() > 1 && port.starts_with('0')) && port.parse::<u16>().is_ok();
+    fits.then_some(Some(port))
 }
 
 /// The path, never starting with `//` when it starts the location.
@@ -210,6 +219,11 @@ mod tests {
             ("https://fixed.example/", "/", Some("port.test:1:2"), false, Some("https://fixed.example/")),
             ("https://www.example.com{uri}", "*", Some("h"), false, None),
             ("https://www.example.com/", "*", Some("h"), false, Some("https://www.example.com/")),
+            // A port that is not one is refused, never written.
+            ("http://{host}:{port}/", "/p", Some("h:99999"), false, None),
+            ("http://{host}:{port}/", "/p", Some("h:00000000000000000000443"), false, None),
+            ("http://{host}:{port}/", "/p", Some("h:"), false, Some("http://h:80/")),
+            ("http://{host}:{port}/", "/p", Some("h:8080"), true, Some("http://h:8080/")),
         ];
         for (template, target, host, tls, want) in cases {
             assert_eq!(expand(template, target, *host, *tls).as_deref(), *want, "{template} {target} {host:?}");

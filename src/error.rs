@@ -89,8 +89,9 @@ pub enum GatewayError {
     /// from a trusted proxy).
     #[error("client address {} refused by the address list", .client.map_or("unknown".to_owned(), |c| c.to_string()))]
     AddressDenied { client: Option<std::net::IpAddr> },
-    /// An admin request named a host the admin listener does not answer
-    /// (`metrics.hosts`), or a cross-origin page sent it.
+    /// An admin request from outside `metrics.allow`, naming a host the
+    /// admin listener does not answer (`metrics.hosts`), or sent by a
+    /// cross-origin page.
     #[error("admin request refused: {0}")]
     AdminRefused(String),
     /// No credentials, or ones not accepted; `challenge` is the
@@ -223,7 +224,9 @@ impl GatewayError {
     }
 
     /// Whether the connection must close after this response: the request's
-    /// framing is ambiguous or its body was left unread.
+    /// framing is ambiguous or its body was left unread; or a refused admin
+    /// client, which kept open would hold one of `metrics.max_connections`
+    /// for the idle timeout (a few dozen would lock the scraper out).
     pub fn closes_connection(&self) -> bool {
         matches!(
             self,
@@ -234,6 +237,7 @@ impl GatewayError {
                 | GatewayError::BodyIncomplete { .. }
                 | GatewayError::ClientBody(_)
                 | GatewayError::ClientLeft(_)
+                | GatewayError::AdminRefused(_)
         )
     }
 
@@ -426,6 +430,8 @@ mod tests {
             (GatewayError::BadPath("x"), Some("bad_path"), false),
             (GatewayError::ClientBody("eof".into()), None, true),
             (GatewayError::ClientLeft("eof".into()), None, true),
+            (GatewayError::AdminRefused("host".into()), None, true),
+            (GatewayError::AddressDenied { client: None }, None, false),
             (rate_limited(Some(2)), Some("rate_limited"), false),
         ];
         for (err, reason, closes) in cases {

@@ -43,7 +43,7 @@ impl App {
             if !list.admits(client) {
                 crate::metrics::auth("admin", "address", "denied").increment(1);
                 tracing::debug!(client = ?client, "admin request refused by metrics.allow");
-                return refused(&GatewayError::AddressDenied { client });
+                return error_response(&GatewayError::AdminRefused("outside metrics.allow".into()));
             }
         }
         let hosts = req.headers().get_all(header::HOST);
@@ -59,7 +59,7 @@ impl App {
             crate::metrics::auth("admin", "host", "denied").increment(1);
             let e = GatewayError::AdminRefused(why);
             tracing::debug!(error = %e, "admin request refused");
-            return refused(&e);
+            return error_response(&e);
         }
         if req.uri().path() == "/-/reload" {
             if req.method() != Method::POST {
@@ -121,15 +121,6 @@ impl App {
                 .expect("valid response"),
         )
     }
-}
-
-/// The 403 of a refused admin client, closing its connection: kept open,
-/// each would hold one of `metrics.max_connections` for the idle timeout,
-/// and a few dozen of them would lock the scraper out.
-fn refused(e: &GatewayError) -> Response<Body> {
-    let mut response = error_response(e);
-    response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
-    response
 }
 
 /// Whether an admin request may be answered, by the names it carries

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use crate::body::Incoming;
 use http::header::{self, HeaderValue};
-use http::uri::{Authority, PathAndQuery, Scheme};
+use http::uri::{Authority, Scheme};
 use http::{Request, Uri};
 use http_body::Body as _;
 use http_body_util::BodyExt;
@@ -45,13 +45,10 @@ pub struct Mirror {
     client: Client<HttpConnector, BodyCopy>,
     /// Whether copies go in HTTP/2 (`protocol = "h2c"`).
     h2: bool,
-    timeout: Duration,
-    /// The route's `request_buffer`: a longer body is not copied.
-    buffer: usize,
+    /// The route's prefix and target, whose rules make the copy's path and
+    /// fields (its `request_buffer` bounds a body copied, its `timeout` a
+    /// copy's time).
     prefix: String,
-    rewrite: Option<String>,
-    host: HostMode,
-    /// The route's target, whose rules make the copy's fields.
     target: ProxyTarget,
     counts: Counts,
 }
@@ -110,11 +107,7 @@ impl Mirror {
             slots: old.map_or_else(|| Arc::new(Semaphore::new(MAX_IN_FLIGHT)), |o| o.slots.clone()),
             client,
             h2,
-            timeout: p.timeout,
-            buffer: p.request_buffer,
             prefix: prefix.to_owned(),
-            rewrite: p.rewrite.clone(),
-            host: p.host,
             target: p.clone(),
             counts: Counts {
                 counters: RESULTS.map(count),
@@ -132,7 +125,8 @@ impl Mirror {
         }
         let bodiless = req.body().is_end_stream();
         // A body announced longer than can be held is skipped at once.
-        if !bodiless && (self.buffer == 0 || req.body().size_hint().lower() > self.buffer as u64) {
+        let buffer = self.target.request_buffer;
+        if !bodiless && (buffer == 0 || req.body().size_hint().lower() > buffer as u64) {
             self.counts.add(SKIPPED_BODY);
             return;
         }
@@ -149,7 +143,7 @@ impl Mirror {
             head: Some((head, slot)),
             client: self.client.clone(),
             counts: self.counts.clone(),
-            timeout: self.timeout,
+            timeout: self.target.timeout,
         };
         if bodiless {
             pending.send(BodyCopy::default());
@@ -177,11 +171,7 @@ impl Mirror {
     /// as a copy. `None` for a request its upstream is not sent either (a
     /// `Host` that is not one, a loop).
     fn head(&self, req: &Request<Incoming>, peer: &Peer, cx: &RequestLog<'_>, to: &Authority) -> Option<Request<()>> {
-        let (path, query) = (req.uri().path(), req.uri().query());
-        let path_and_query = match &self.rewrite {
-            Some(rw) => crate::router::rewrite_path(path, query, &self.prefix, rw),
-            None => req.uri().path_and_query().map_or_else(|| "/".to_owned(), |pq| pq.as_str().to_owned()),
-        };
+        let path_and_query = crate::upstream::proxy::upstream_path(req.uri(), &self.target, &self.prefix).ok()?;
 
         let (client_host, version) =
             (crate::upstream::proxy::client_host(req.headers(), req.uri()).ok()?, req.version());
@@ -202,12 +192,8 @@ impl Mirror {
         if let Some(id) = cx.id {
             headers.insert(crate::headers::X_REQUEST_ID, id.header_value());
         }
-        let uri = Uri::builder()
-            .scheme(Scheme::HTTP)
-            .authority(to.clone())
-            .path_and_query(PathAndQuery::try_from(path_and_query).ok()?)
-            .build()
-            .ok()?;
+        let uri =
+            Uri::builder().scheme(Scheme::HTTP).authority(to.clone()).path_and_query(path_and_query).build().ok()?;
         match (self.h2, client_host) {
             // HTTP/2 names the host once, as `:authority` (a `Host` beside it
             // must not differ, RFC 9113 §8.3.1), which hyper's client takes
@@ -215,7 +201,7 @@ impl Mirror {
             // copy naming the client's host would need a connection per
             // host named.
             (true, _) => headers.remove(header::HOST),
-            (false, Some(host)) if self.host == HostMode::Preserve => headers.insert(header::HOST, host),
+            (false, Some(host)) if self.target.host == HostMode::Preserve => headers.insert(header::HOST, host),
             (false, _) => headers.insert(header::HOST, HeaderValue::from_str(to.as_str()).ok()?),
         };
         headers.insert(X_GATEWAY_MIRROR, HeaderValue::from_static("1"));

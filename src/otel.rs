@@ -120,10 +120,7 @@ fn bounded(s: &str) -> &str {
     if s.len() <= MAX_TEXT {
         return s;
     }
-    let mut end = MAX_TEXT;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
+    let mut end = s.floor_char_boundary(MAX_TEXT);
     if let Some(percent) = s[end.saturating_sub(2)..end].rfind('%') {
         end = end.saturating_sub(2) + percent;
     }

@@ -322,8 +322,8 @@ impl<'a> RequestLog<'a> {
             time: std::time::SystemTime::now(),
             client: peer.forwarded_for.to_str().unwrap_or("-").to_owned(),
             method: req.method().clone(),
-            // A target is ASCII: cut anywhere, it is text.
-            path: String::from_utf8_lossy(crate::access::kept(path.as_bytes())).into_owned(),
+            // Cut on a character boundary: a target may hold UTF-8.
+            path: path[..path.floor_char_boundary(crate::access::MAX_VALUE)].to_owned(),
             version: req.version(),
             route: String::new(),
             status: 0,

@@ -51,7 +51,6 @@ use responses::{close_delimited_for_http10, error_response};
 pub use crate::request::{Peer, Recording, RequestLog};
 use table::{Route, Table};
 pub use table::{Trigger, follow_discovery};
-pub use unanswered::CLIENT_CLOSED;
 use unanswered::Unanswered;
 
 /// Everything a request needs, shared by all connections.

@@ -8,6 +8,7 @@ use tokio::time::Instant;
 use super::App;
 use crate::access::AccessLine;
 use crate::body::Body;
+use crate::error::CLIENT_CLOSED;
 use crate::metrics::RouteMetrics;
 use crate::request::RequestLog;
 use crate::upstream::Upstream;
@@ -48,4 +49,3 @@ impl Drop for Unanswered<'_> {
     }
 }
 
-pub use crate::error::CLIENT_CLOSED;

@@ -25,6 +25,20 @@ struct Gateway {
 }
 
 impl Gateway {
+    /// A gateway on a free port whose one route `name` answers 200 under a
+    /// rate limit shared through the Redis at `url`; `on_error = "deny"`:
+    /// a 429 says on_error decided, a 200 that Redis did.
+    fn shared(dir: &std::path::Path, name: &str, url: &str) -> Gateway {
+        let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+        let toml = format!(
+            "[server]\nlisten = \"{addr}\"\n[[routes]]\nname = \"{name}\"\nprefix = \"/\"\n\
+             respond = {{ status = 200 }}\n\
+             rate_limit = {{ rate = \"1000/s\", burst = 1000, key = \"route\", shared = \"redis\" }}\n\
+             [rate_limit_store]\nurl = \"{url}\"\ntimeout = \"200ms\"\non_error = \"deny\"\n"
+        );
+        Gateway::start(dir, &toml, addr)
+    }
+
     fn start(dir: &std::path::Path, toml: &str, addr: String) -> Gateway {
         let path = dir.join("gateway.toml");
         std::fs::write(&path, toml).unwrap();
@@ -109,16 +123,7 @@ fn a_redis_outage_is_logged_once_each_way_not_per_request() {
     let Some(mut redis) = Redis::start() else { return };
     redis.kill();
     let dir = tempfile::tempdir().unwrap();
-    let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
-    // deny: a 429 says on_error decided, a 200 that Redis did.
-    let toml = format!(
-        "[server]\nlisten = \"{addr}\"\n[[routes]]\nname = \"rl_outage\"\nprefix = \"/\"\n\
-         respond = {{ status = 200 }}\n\
-         rate_limit = {{ rate = \"1000/s\", burst = 1000, key = \"route\", shared = \"redis\" }}\n\
-         [rate_limit_store]\nurl = \"{}\"\ntimeout = \"200ms\"\non_error = \"deny\"\n",
-        redis.url()
-    );
-    let gw = Gateway::start(dir.path(), &toml, addr);
+    let gw = Gateway::shared(dir.path(), "rl_outage", &redis.url());
 
     // Refused: nothing listens on Redis's port.
     assert_eq!(gw.burst(50), [429; 50], "on_error = \"deny\" decides while Redis refuses");
@@ -149,17 +154,6 @@ fn a_redis_outage_is_logged_once_each_way_not_per_request() {
     assert_eq!(gw.lines_with(FAILED), 2, "{}", gw.log());
 }
 
-/// A gateway at `addr` whose one route `name` answers 200 under a rate
-/// limit shared through the Redis at `url`; `on_error = "deny"`.
-fn shared_route(addr: &str, name: &str, url: &str) -> String {
-    format!(
-        "[server]\nlisten = \"{addr}\"\n[[routes]]\nname = \"{name}\"\nprefix = \"/\"\n\
-         respond = {{ status = 200 }}\n\
-         rate_limit = {{ rate = \"1000/s\", burst = 1000, key = \"route\", shared = \"redis\" }}\n\
-         [rate_limit_store]\nurl = \"{url}\"\ntimeout = \"200ms\"\non_error = \"deny\"\n"
-    )
-}
-
 /// A Redis that answers PING but refuses the script (here a read-only
 /// replica: `READONLY`; `maxmemory` or an ACL do the same): one WARN that
 /// names Redis's error code, and no INFO until the script decides again,
@@ -168,9 +162,7 @@ fn shared_route(addr: &str, name: &str, url: &str) -> String {
 fn a_redis_that_answers_ping_but_refuses_the_script_is_down_until_it_decides() {
     let Some(redis) = Redis::start() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
-    let toml = shared_route(&addr, "rl_readonly", &redis.url());
-    let gw = Gateway::start(dir.path(), &toml, addr);
+    let gw = Gateway::shared(dir.path(), "rl_readonly", &redis.url());
     assert_eq!(gw.burst(10), [200; 10], "Redis decides");
 
     redis.cmd(&["REPLICAOF", "127.0.0.1", "1"]).expect("a replica of nothing");
@@ -194,8 +186,6 @@ fn a_redis_that_answers_ping_but_refuses_the_script_is_down_until_it_decides() {
 fn the_store_is_ready_before_the_first_request() {
     let Some(redis) = Redis::start() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
-    let toml = shared_route(&addr, "rl_warm", &redis.url());
     let scripts = || {
         let info = match redis.cmd(&["INFO", "memory"])? {
             redis::Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
@@ -205,7 +195,7 @@ fn the_store_is_ready_before_the_first_request() {
         info.lines().find_map(|l| l.strip_prefix("number_of_cached_scripts:")?.trim().parse::<u32>().ok())
     };
     assert_eq!(scripts(), Some(0), "no script before the gateway starts");
-    let _gw = Gateway::start(dir.path(), &toml, addr);
+    let _gw = Gateway::shared(dir.path(), "rl_warm", &redis.url());
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while scripts() != Some(1) && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));

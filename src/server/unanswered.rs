@@ -48,4 +48,3 @@ impl Drop for Unanswered<'_> {
         }
     }
 }
-

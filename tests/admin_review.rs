@@ -110,6 +110,34 @@ async fn a_refused_admin_client_loses_its_connection_with_the_403() {
     }
 }
 
+/// The same over HTTP/2, on either HTTP/2 server: the 403 comes with a
+/// GOAWAY, and the connection ends once it is sent. Before, the refused
+/// client kept its HTTP/2 connection (a `Connection: close` means nothing
+/// there).
+#[tokio::test]
+async fn a_refused_http2_admin_client_is_sent_goaway() {
+    for http2 in ["gateway", "hyper"] {
+        for (allow, host, refused) in
+            [("", "evil.example", true), ("allow = [\"10.0.0.0/8\"]", "127.0.0.1", true), ("", "127.0.0.1", false)]
+        {
+            let toml = format!("[server]\nhttp2 = \"{http2}\"\n[metrics]\nlisten = \"127.0.0.1:0\"\n{allow}\n");
+            let gw = TestGateway::from_toml(&toml).await;
+            let tcp = tokio::net::TcpStream::connect(gw.admin.unwrap()).await.unwrap();
+            let (client, connection) = h2::client::handshake(tcp).await.unwrap();
+            let mut connection = tokio::spawn(connection);
+            let req = http::Request::get(format!("http://{host}/metrics")).body(()).unwrap();
+            // Kept to the end: the client's connection ends once no handle is left.
+            let mut client = client.ready().await.unwrap();
+            let (answer, _) = client.send_request(req, true).unwrap();
+            let status = answer.await.unwrap().status();
+            assert_eq!(status, if refused { 403 } else { 200 }, "{http2} {allow:?} {host}");
+            let ended = tokio::time::timeout(Duration::from_secs(if refused { 5 } else { 1 }), &mut connection).await;
+            assert_eq!(ended.is_ok(), refused, "{http2} {allow:?} {host}: connection ended: {ended:?}");
+            drop(client);
+        }
+    }
+}
+
 /// `tracing.otlp_endpoint` with a query or fragment is refused at load, as
 /// one with user-info is, and the refusal does not echo it. Before, a
 /// `?token=` was logged in clear by each failed export, and `/v1/traces`

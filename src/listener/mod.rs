@@ -341,7 +341,7 @@ where
                 Kind::Main => app.handle(req, in_flight.peer()).await,
                 Kind::Admin => app.admin(&req, in_flight.peer()).await,
             };
-            Ok::<_, Infallible>(answered(&app, response, in_flight))
+            Ok::<_, Infallible>(answered(&app, kind, response, in_flight))
         }
     });
     let driven = match http {
@@ -391,13 +391,22 @@ async fn answer(
         Kind::Main => app.handle_with(req, in_flight.peer(), id_by_caller).await,
         Kind::Admin => (app.admin(&req, in_flight.peer()).await, None),
     };
-    let mut response = answered(&app, response, in_flight);
+    let mut response = answered(&app, kind, response, in_flight);
     response.body_mut().id = id;
     response
 }
 
 /// The app's `response` made the connection's: see [`answer`].
-fn answered(app: &App, mut response: Response<crate::body::Body>, in_flight: conn::InFlight) -> Response<ConnBody> {
+fn answered(
+    app: &App,
+    kind: Kind,
+    mut response: Response<crate::body::Body>,
+    in_flight: conn::InFlight,
+) -> Response<ConnBody> {
+    // A refused admin client's answer says `close` (see `GatewayError::closes_connection`).
+    if kind == Kind::Admin && response.headers().contains_key(http::header::CONNECTION) {
+        in_flight.close_http2();
+    }
     if response.status() == StatusCode::SWITCHING_PROTOCOLS
         && let Some(tunnel) = response.extensions_mut().remove::<PendingTunnel>().and_then(|t| t.take())
     {

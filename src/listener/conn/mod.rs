@@ -57,7 +57,8 @@ pub struct Timeouts {
 pub enum Expired {
     /// No complete request head in time: closed at once, counted.
     HeaderTimeout,
-    /// No request in flight for the idle timeout: shut down gracefully.
+    /// No request in flight for the idle timeout, or an HTTP/2 answer asked
+    /// for the connection to end: shut down gracefully.
     Idle,
     /// The client accepted no bytes for the send timeout: closed, counted.
     SendTimeout,
@@ -120,6 +121,8 @@ struct Http2Only {
     /// Each response body's cell: when it last handed out data that has
     /// not been taken further yet (0: none waiting).
     streams: Mutex<Vec<Weak<AtomicU64>>>,
+    /// An answer asked for the connection to end (see [`InFlight::close_http2`]).
+    close_asked: AtomicBool,
 }
 
 /// [`ConnState::park`]'s states.
@@ -192,6 +195,11 @@ impl ConnState {
     /// The tunnel to run, if the connection switched protocols.
     pub fn take_tunnel(&self) -> Option<Box<Tunnel>> {
         self.tunnel.lock().expect("tunnel lock").take()
+    }
+
+    /// Whether an answer asked for the (HTTP/2) connection to end, once.
+    fn close_asked(&self) -> bool {
+        self.http2.get().is_some_and(|only| only.close_asked.load(Relaxed) && only.close_asked.swap(false, Relaxed))
     }
 
     /// The longest-waiting HTTP/2 body's hand-out time, if any is waiting.
@@ -368,6 +376,17 @@ impl InFlight {
     /// See [`ConnState::upgraded`].
     pub fn upgraded(&self, tunnel: Tunnel) {
         self.state.upgraded(tunnel);
+    }
+
+    /// On HTTP/2, has the connection shut down gracefully (GOAWAY) once the
+    /// watchdog next looks: HTTP/2 has no `Connection: close`, and a refused
+    /// admin client kept connected would hold a slot of a small cap.
+    pub fn close_http2(&self) {
+        if self.waiting_since.is_some()
+            && let Some(only) = self.state.http2.get()
+        {
+            only.close_asked.store(true, Relaxed);
+        }
     }
 }
 

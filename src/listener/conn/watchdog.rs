@@ -91,6 +91,9 @@ impl Future for Watchdog {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Expired> {
         let this = self.get_mut();
+        if this.state.close_asked() {
+            return Poll::Ready(Expired::Idle);
+        }
         loop {
             let next = this.next();
             let http2 = this.state.http2.get().is_some();

@@ -44,10 +44,26 @@ pub fn h2_host(hosts: usize, host: Option<&HeaderValue>, uri: &Uri) -> Result<()
     }
     if let (Some(host), Some(authority)) = (host, uri.authority())
         && !host.as_bytes().eq_ignore_ascii_case(authority.as_str().as_bytes())
+        && !same_entity(host, authority.as_str(), uri.scheme_str())
     {
         return Err(GatewayError::BadRequest("Host differs from :authority"));
     }
     Ok(())
+}
+
+/// Whether `host` and `authority` name one entity once both are normalised
+/// (RFC 9113 §8.3.1, RFC 3986 §6.2): the host as routes compare it, the
+/// port with the scheme's default for none or an empty one.
+fn same_entity(host: &HeaderValue, authority: &str, scheme: Option<&str>) -> bool {
+    use crate::router::host::{normal_host, split_port};
+    let Ok(host) = host.to_str() else { return false };
+    let default = if scheme == Some("https") { 443 } else { 80 };
+    let port = |a| match split_port(a).1 {
+        None | Some("") => Some(default),
+        Some(p) => p.parse::<u16>().ok(),
+    };
+    let named = |a| normal_host(a).zip(port(a));
+    named(host).is_some_and(|h| Some(h) == named(authority))
 }
 
 /// The limits [`screen`] applies.
@@ -203,6 +219,19 @@ mod tests {
             ("GET", "http://x:8080/a", HTTP_2, vec![("host", "X:8080")], Ok(())),
             ("GET", "http://x/a", HTTP_2, vec![("host", "evil.example")], Err(400)),
             ("GET", "http://x/a", HTTP_2, vec![("host", "x:8080")], Err(400)),
+            // Spelt otherwise, the same entity (RFC 3986 §6.2).
+            ("GET", "http://x/a", HTTP_2, vec![("host", "x:80")], Ok(())),
+            ("GET", "http://x:80/a", HTTP_2, vec![("host", "X")], Ok(())),
+            ("GET", "http://x/a", HTTP_2, vec![("host", "x:")], Ok(())),
+            ("GET", "https://x/a", HTTP_2, vec![("host", "x:443")], Ok(())),
+            ("GET", "https://x/a", HTTP_2, vec![("host", "x:80")], Err(400)),
+            ("GET", "http://x/a", HTTP_2, vec![("host", "x.")], Ok(())),
+            ("GET", "http://[::1]/a", HTTP_2, vec![("host", "[0::1]")], Ok(())),
+            ("GET", "http://[::1]:8080/a", HTTP_2, vec![("host", "[::1]:80")], Err(400)),
+            ("GET", "http://[::1]/a", HTTP_2, vec![("host", "[::2]")], Err(400)),
+            ("GET", "http://x/a", HTTP_2, vec![("host", "x:080")], Ok(())),
+            ("GET", "http://x/a", HTTP_2, vec![("host", "x:99999")], Err(400)),
+            ("GET", "http://x/a", HTTP_2, vec![("host", "y.x")], Err(400)),
             ("GET", "http://x/a", HTTP_2, vec![("host", "x"), ("host", "x")], Err(400)),
             ("GET", "/a", HTTP_2, host.to_vec(), Ok(())),
             ("CONNECT", "evil.example:443", HTTP_11, host.to_vec(), Err(400)),

@@ -76,14 +76,17 @@ pub fn request_host<'a>(uri: &'a Uri, headers: &'a HeaderMap) -> Option<Cow<'a, 
         Some(a) => a.as_str(),
         None => headers.get(http::header::HOST)?.to_str().ok()?,
     };
+    normal_host(authority)
+}
+
+/// The host an authority (`host[:port]`) names, in one spelling: without
+/// the port and a trailing dot, lower case, an IPv6 literal canonical.
+/// `None` for one with user-info or no host.
+pub fn normal_host(authority: &str) -> Option<Cow<'_, str>> {
     if authority.contains('@') {
         return None;
     }
-    let host = if authority.starts_with('[') {
-        &authority[..authority.find(']').map_or(authority.len(), |end| end + 1)]
-    } else {
-        authority.split_once(':').map_or(authority, |(host, _)| host)
-    };
+    let (host, _) = split_port(authority);
     let host = host.strip_suffix('.').unwrap_or(host);
     if host.is_empty() {
         return None;
@@ -95,6 +98,16 @@ pub fn request_host<'a>(uri: &'a Uri, headers: &'a HeaderMap) -> Option<Cow<'a, 
         true => Cow::Owned(host.to_ascii_lowercase()),
         false => Cow::Borrowed(host),
     })
+}
+
+/// An authority's host and what follows its `:` (the port), if anything.
+pub fn split_port(authority: &str) -> (&str, Option<&str>) {
+    let end = match authority.starts_with('[') {
+        true => authority.find(']').map_or(authority.len(), |end| end + 1),
+        false => authority.find(':').unwrap_or(authority.len()),
+    };
+    let (host, rest) = authority.split_at(end);
+    (host, rest.strip_prefix(':'))
 }
 
 /// The suffix of `host` made of its last `n` labels, when `host` has more

@@ -119,7 +119,15 @@ pub fn redact_url(s: &str) -> String {
     }
     let Some(scheme_end) = s.find("://") else { return s.to_owned() };
     let rest_start = scheme_end + 3;
-    let authority_end = s[rest_start..].find(['/', '?', '#']).map_or(s.len(), |i| rest_start + i);
+    let mut authority_end = s[rest_start..].find(['/', '?', '#']).map_or(s.len(), |i| rest_start + i);
+    // A URL refused because it does not parse, or whose port is not a
+    // number, may hold a password with a raw `/`, `?` or `#`: its
+    // user-info is taken to run to the last `@`.
+    if let Some(at) = s[authority_end..].rfind('@').map(|i| authority_end + i)
+        && (s.parse::<http::Uri>().is_err() || !numeric_port(&s[rest_start..authority_end]))
+    {
+        authority_end = s[at..].find(['/', '?', '#']).map_or(s.len(), |i| at + i);
+    }
     let mut out = String::with_capacity(s.len());
     out.push_str(&s[..rest_start]);
     let authority = &s[rest_start..authority_end];
@@ -155,6 +163,15 @@ pub fn redact_url(s: &str) -> String {
     out
 }
 
+/// Whether an authority's port, if it has one, is a number.
+fn numeric_port(authority: &str) -> bool {
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, hp)| hp);
+    match host_port.rsplit_once(':') {
+        Some((host, port)) if !host.starts_with('[') || host.ends_with(']') => port.bytes().all(|b| b.is_ascii_digit()),
+        _ => true,
+    }
+}
+
 /// A query string with the values of secret-named parameters redacted.
 fn redact_query(query: &str) -> String {
     let pairs: Vec<String> = query
@@ -182,6 +199,12 @@ mod tests {
             ("https://h/jwks?token=abc&x=1#f", "https://h/jwks?token=<redacted>&x=1#f"),
             ("https://h/p?api-key=abc", "https://h/p?api-key=<redacted>"),
             ("https://h/a@b", "https://h/a@b"),
+            // Not URLs a parser takes: the password's raw `/`, `?`, `#`.
+            ("https://user:pa/ss@h/x", "https://user:<redacted>@h/x"),
+            ("https://u:p?w#x@h", "https://u:<redacted>@h"),
+            ("redis://:pa/s?s#w@h:6379/0", "redis://:<redacted>@h:6379/0"),
+            ("https://u:p/w@[::1]:1/x", "https://u:<redacted>@[::1]:1/x"),
+            ("https://[::1]:8/a@b", "https://[::1]:8/a@b"),
             ("not a url: a@b", "not a url: a@b"),
             ("/some/path", "/some/path"),
             ("/health?key=abc&v=1", "/health?key=<redacted>&v=1"),

@@ -395,3 +395,45 @@ async fn files_with_dates_out_of_range_are_served() {
         assert_eq!(parts.status, 304, "{name}");
     }
 }
+
+/// A small (kept) file rewritten with its length and modification time
+/// kept, in place (as `cp -p` onto it) or deleted and made again (which
+/// may reuse its inode number, as a reproducible build's deploy does), is
+/// served anew. Before, the kept bytes were served until a restart: only
+/// length, mtime and inode were compared.
+#[tokio::test]
+async fn a_file_rewritten_with_its_length_and_time_is_served_anew() {
+    let s = site().await;
+    let path = s.dir.path().join("root/deploy.txt");
+    let t = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_600_000_000);
+    let url = s.gw.url("/static/deploy.txt");
+    for (i, content) in ["version one\n", "version two\n", "version 333\n"].into_iter().enumerate() {
+        if i == 2 {
+            std::fs::remove_file(&path).unwrap();
+        }
+        // In place: truncated and written through the same inode.
+        std::fs::write(&path, content).unwrap();
+        std::fs::File::options().write(true).open(&path).unwrap().set_modified(t).unwrap();
+        let (parts, body) = get(&url).await;
+        assert_eq!(parts.status, 200);
+        assert_eq!(std::str::from_utf8(&body).unwrap(), content, "rewrite {i}");
+        // Asked again: from memory, still the new bytes.
+        assert_eq!(std::str::from_utf8(&get(&url).await.1).unwrap(), content, "rewrite {i}, again");
+    }
+}
+
+/// A symlink loop on a request's path is a 404, not the gateway's 500
+/// (and an ERROR line a client could write at will).
+#[tokio::test]
+async fn a_symlink_loop_is_not_found() {
+    let s = site().await;
+    let root = s.dir.path().join("root");
+    std::os::unix::fs::symlink(root.join("loop2"), root.join("loop1")).unwrap();
+    std::os::unix::fs::symlink(root.join("loop1"), root.join("loop2")).unwrap();
+    std::os::unix::fs::symlink(root.join("selfloop"), root.join("selfloop")).unwrap();
+    for path in ["/static/loop1", "/static/loop1/x", "/static/selfloop", "/static/selfloop/index.html"] {
+        let (parts, _) = get(&s.gw.url(path)).await;
+        assert_eq!(parts.status, 404, "{path}");
+    }
+    assert_eq!(get(&s.gw.url("/static/hello.txt")).await.0.status, 200);
+}

@@ -52,7 +52,8 @@ struct Entry {
     /// file's, but none before 1970 (an HTTP date cannot say it) and none
     /// after the entry was made (RFC 9110 §8.8.2.1).
     shown: SystemTime,
-    inode: (u64, u64),
+    /// Which file it is and its last change (see [`identity`]).
+    inode: Identity,
     etag: HeaderValue,
     last_modified: HeaderValue,
     content_type: HeaderValue,
@@ -70,14 +71,7 @@ struct Entry {
 }
 
 impl Entry {
-    fn new(
-        path: &Path,
-        modified: SystemTime,
-        inode: (u64, u64),
-        len: u64,
-        bytes: Option<Bytes>,
-        id_slot: bool,
-    ) -> Entry {
+    fn new(path: &Path, modified: SystemTime, inode: Identity, len: u64, bytes: Option<Bytes>, id_slot: bool) -> Entry {
         let since_epoch = modified.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
         let etag = HeaderValue::from_str(&format!("\"{:x}-{:x}\"", since_epoch.as_nanos(), len))
             .expect("a hex etag is a valid header");
@@ -119,8 +113,18 @@ impl Entry {
     }
 
     fn matches(&self, meta: &std::fs::Metadata) -> bool {
-        self.len == meta.len() && Some(self.modified) == meta.modified().ok() && self.inode == (meta.dev(), meta.ino())
+        self.len == meta.len() && Some(self.modified) == meta.modified().ok() && self.inode == identity(meta)
     }
+}
+
+/// A file's device and inode, and when its inode last changed (`ctime`,
+/// which no one can set back): a file rewritten in place, or deleted and
+/// made again on a freed inode number, with its length and `mtime` kept
+/// (as `cp -p` and reproducible builds keep them), is another file.
+type Identity = (u64, u64, i64, i64);
+
+fn identity(meta: &std::fs::Metadata) -> Identity {
+    (meta.dev(), meta.ino(), meta.ctime(), meta.ctime_nsec())
 }
 
 /// Serves files, keeping small ones in memory.
@@ -253,15 +257,14 @@ impl FileServer {
             if content.len() as u64 != meta.len() || after.modified().ok() != Some(modified) {
                 // Changed while we read it: serve what we read, cache nothing.
                 let len = content.len() as u64;
-                let entry = Entry::new(path, modified, (0, 0), len, Some(content.into()), self.request_ids);
+                let entry = Entry::new(path, modified, (0, 0, 0, 0), len, Some(content.into()), self.request_ids);
                 return Ok((Arc::new(entry), None));
             }
             bytes = Some(Bytes::from(content));
         } else {
             kept = Some(file);
         }
-        let inode = (meta.dev(), meta.ino());
-        let entry = Arc::new(Entry::new(path, modified, inode, meta.len(), bytes, self.request_ids));
+        let entry = Arc::new(Entry::new(path, modified, identity(meta), meta.len(), bytes, self.request_ids));
         let mut cache = self.cache.write().expect("file cache lock");
         // Requests that missed together all use the first entry cached, so
         // its compressed forms are made once, not once per entry.

@@ -47,7 +47,9 @@ pub(super) fn not_found_or_io(e: std::io::Error) -> GatewayError {
         std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory | std::io::ErrorKind::PermissionDenied => {
             GatewayError::NotFound
         }
-        _ if e.raw_os_error() == Some(36) => GatewayError::NotFound, // ENAMETOOLONG
+        // A name too long, or a symlink loop on the path (a tree that holds
+        // one is the client's to walk into; no failure of the gateway's).
+        _ if matches!(e.raw_os_error(), Some(libc::ENAMETOOLONG | libc::ELOOP)) => GatewayError::NotFound,
         _ => GatewayError::Io(e),
     }
 }

@@ -58,9 +58,10 @@ fn same_entity(host: &HeaderValue, authority: &str, scheme: Option<&str>) -> boo
     use crate::router::host::{normal_host, split_port};
     let Ok(host) = host.to_str() else { return false };
     let default = if scheme == Some("https") { 443 } else { 80 };
-    let port = |a| match split_port(a).1 {
+    let port = |a| match split_port(a)?.1 {
         None | Some("") => Some(default),
-        Some(p) => p.parse::<u16>().ok(),
+        Some(p) if p.bytes().all(|b| b.is_ascii_digit()) => p.parse::<u16>().ok(),
+        Some(_) => None,
     };
     let named = |a| normal_host(a).zip(port(a));
     named(host).is_some_and(|h| Some(h) == named(authority))
@@ -232,6 +233,9 @@ mod tests {
             ("GET", "http://x/a", HTTP_2, vec![("host", "x:080")], Ok(())),
             ("GET", "http://x/a", HTTP_2, vec![("host", "x:99999")], Err(400)),
             ("GET", "http://x/a", HTTP_2, vec![("host", "y.x")], Err(400)),
+            ("GET", "http://[::1]/a", HTTP_2, vec![("host", "[::1]evil.example")], Err(400)),
+            ("GET", "http://[::1]/a", HTTP_2, vec![("host", "[::1]]")], Err(400)),
+            ("GET", "http://x/a", HTTP_2, vec![("host", "x:+80")], Err(400)),
             ("GET", "http://x/a", HTTP_2, vec![("host", "x"), ("host", "x")], Err(400)),
             ("GET", "/a", HTTP_2, host.to_vec(), Ok(())),
             ("CONNECT", "evil.example:443", HTTP_11, host.to_vec(), Err(400)),

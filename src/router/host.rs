@@ -86,7 +86,7 @@ pub fn normal_host(authority: &str) -> Option<Cow<'_, str>> {
     if authority.contains('@') {
         return None;
     }
-    let (host, _) = split_port(authority);
+    let (host, _) = split_port(authority)?;
     let host = host.strip_suffix('.').unwrap_or(host);
     if host.is_empty() {
         return None;
@@ -100,14 +100,18 @@ pub fn normal_host(authority: &str) -> Option<Cow<'_, str>> {
     })
 }
 
-/// An authority's host and what follows its `:` (the port), if anything.
-pub fn split_port(authority: &str) -> (&str, Option<&str>) {
+/// An authority's host and what follows its `:` (the port), if anything;
+/// `None` when something else follows the host (`[::1]x`).
+pub fn split_port(authority: &str) -> Option<(&str, Option<&str>)> {
     let end = match authority.starts_with('[') {
         true => authority.find(']').map_or(authority.len(), |end| end + 1),
         false => authority.find(':').unwrap_or(authority.len()),
     };
     let (host, rest) = authority.split_at(end);
-    (host, rest.strip_prefix(':'))
+    match rest {
+        "" => Some((host, None)),
+        _ => Some((host, Some(rest.strip_prefix(':')?))),
+    }
 }
 
 /// The suffix of `host` made of its last `n` labels, when `host` has more

@@ -437,3 +437,54 @@ async fn a_symlink_loop_is_not_found() {
     }
     assert_eq!(get(&s.gw.url("/static/hello.txt")).await.0.status, 200);
 }
+
+/// An HTTP/1.0 client that asked to keep its connection keeps it after a
+/// streamed file (too large to keep), whole or a range of it, as after a
+/// kept one: its length is known. Before, the streamed body said no
+/// length and the connection closed after it.
+#[tokio::test]
+async fn an_http10_client_keeps_its_connection_after_a_streamed_file() {
+    let s = site().await;
+    for range in ["", "Range: bytes=0-9\r\n"] {
+        let ask = |path: &str| format!("GET {path} HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\n{range}\r\n");
+        let both = ask("/static/big.bin") + &ask("/static/hello.txt");
+        let r = raw(s.gw.addr, both.as_bytes(), Duration::from_secs(2)).await;
+        let head = &r.text[..r.text.find("\r\n\r\n").unwrap()].to_ascii_lowercase();
+        assert!(head.contains("connection: keep-alive"), "{range:?}: {head}");
+        assert!(r.text.contains("hello, fil") && !r.closed, "{range:?}: the second request was not answered");
+    }
+}
+
+/// A streamed file that shrinks while it is sent ends its HTTP/2 stream
+/// with an error (a reset), not as a whole answer short of its
+/// `content-length`. Before, the stream ended cleanly at the new end.
+#[tokio::test]
+async fn a_file_that_shrinks_mid_answer_fails_its_http2_stream() {
+    use http_body_util::BodyExt;
+    let s = site().await;
+    let path = s.dir.path().join("root/shrinks.bin");
+    std::fs::write(&path, vec![1u8; 20 << 20]).unwrap();
+    let (mut sender, _conn) = h2_client(s.gw.addr).await;
+    let req = Request::get(s.gw.url("/static/shrinks.bin")).body(full("")).unwrap();
+    let response = sender.send_request(req).await.unwrap();
+    assert_eq!(response.headers()["content-length"], "20971520");
+    let mut body = response.into_body();
+    let first = body.frame().await.unwrap().unwrap();
+    assert!(first.is_data());
+    std::fs::File::options().write(true).open(&path).unwrap().set_len(1 << 20).unwrap();
+    let ended = bounded(async {
+        loop {
+            match body.frame().await {
+                Some(Ok(_)) => continue,
+                Some(Err(e)) => break Err(e),
+                None => break Ok(()),
+            }
+        }
+    })
+    .await;
+    // Reset by the gateway: a client that checks the length itself (as
+    // the h2 crate does) would fail a stream ended short on its own.
+    let e = ended.expect_err("the stream ended cleanly, short of its length");
+    let h2 = std::error::Error::source(&e).and_then(|s| s.downcast_ref::<h2::Error>());
+    assert!(h2.is_some_and(|h2| h2.is_remote()), "the stream ended short, not reset by the gateway: {e:?}");
+}

@@ -10,19 +10,18 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::Stream;
 use http_body::{Frame, SizeHint};
-use tokio::io::Take;
 use tokio::time::{Instant, Sleep};
-use tokio_util::io::ReaderStream;
 use tower_http::compression::CompressionBody;
 
 mod copy;
+mod file;
 mod h2;
 mod incoming;
 mod request;
 mod upstream;
 pub use copy::{BodyCopy, WantsCopy};
+pub use file::FileBody;
 pub use h2::{H2Body, OnFirstPoll};
 pub use incoming::Incoming;
 pub use request::{BodyState, BodyTooLarge, ClientBodyFailed, ClientFault, ReadAhead, RequestBody};
@@ -47,7 +46,7 @@ pub enum Body {
     /// the upstream's), as a trait object.
     Streamed(Pin<Box<dyn http_body::Body<Data = Bytes, Error = BoxError> + Send>>),
     /// A file (or a range of one) too large for the cache, read in chunks.
-    File(Box<ReaderStream<Take<tokio::fs::File>>>),
+    File(Box<FileBody>),
     /// Any of the above through a route's compression layer.
     Compressed(Pin<Box<CompressionBody<Body>>>),
 }
@@ -79,9 +78,7 @@ impl http_body::Body for Body {
             Body::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
             Body::Upstream(b) => Pin::new(&mut **b).poll_frame(cx),
             Body::Streamed(b) => b.as_mut().poll_frame(cx),
-            Body::File(stream) => {
-                Pin::new(&mut **stream).poll_next(cx).map(|o| o.map(|r| r.map(Frame::data).map_err(Into::into)))
-            }
+            Body::File(file) => file.poll_frame(cx),
             Body::Compressed(b) => b.as_mut().poll_frame(cx),
         }
     }
@@ -91,7 +88,7 @@ impl http_body::Body for Body {
             Body::Full(b) => b.is_none(),
             Body::Upstream(b) => b.is_end_stream(),
             Body::Streamed(b) => b.is_end_stream(),
-            Body::File(_) => false,
+            Body::File(file) => file.is_end_stream(),
             Body::Compressed(b) => b.is_end_stream(),
         }
     }
@@ -101,7 +98,7 @@ impl http_body::Body for Body {
             Body::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
             Body::Upstream(b) => b.size_hint(),
             Body::Streamed(b) => b.size_hint(),
-            Body::File(_) => SizeHint::default(),
+            Body::File(file) => file.size_hint(),
             Body::Compressed(b) => b.size_hint(),
         }
     }

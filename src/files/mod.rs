@@ -16,11 +16,11 @@ use std::path::Path;
 use std::sync::{Arc, RwLock};
 use std::time::SystemTime;
 
+use crate::body::FileBody;
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Response, StatusCode, Uri};
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
-use tokio_util::io::ReaderStream;
 
 use crate::body::Body;
 use crate::error::GatewayError;
@@ -439,7 +439,7 @@ async fn respond(
         let file = file.ok_or_else(|| GatewayError::Io(std::io::Error::other("streamed file not opened")))?;
         let mut file = tokio::fs::File::from_std(file);
         file.seek(SeekFrom::Start(start)).await?;
-        Body::File(Box::new(ReaderStream::with_capacity(file.take(length), STREAM_CHUNK)))
+        Body::File(Box::new(FileBody::new(file, length, STREAM_CHUNK)))
     };
     Ok(builder.body(body).expect("valid response"))
 }

@@ -35,6 +35,12 @@ pub enum Framing {
 #[derive(Debug)]
 pub struct Head {
     pub parts: request::Parts,
+    pub meta: Meta,
+}
+
+/// What a head decides besides its [`request::Parts`] (see [`parse_into`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Meta {
     pub framing: Framing,
     /// The connection may carry another request after this one.
     pub keep_alive: bool,
@@ -58,10 +64,22 @@ const fn bad(status: StatusCode, reason: &'static str) -> Refused {
 const MALFORMED: Refused = bad(StatusCode::BAD_REQUEST, "malformed");
 const TOO_LARGE: Refused = bad(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, "header_too_large");
 
-/// Parses a request head at the start of `buf`; once complete, takes its
-/// bytes off `buf` (the target and values are slices of them, no copy).
-/// `Ok(None)`: not complete yet. `max`: the bytes a head may take.
+/// Parses a request head at the start of `buf` (see [`parse_into`]).
 pub fn parse(buf: &mut BytesMut, max: usize) -> Result<Option<Head>, Refused> {
+    let mut parts = None;
+    let meta = parse_into(buf, max, &mut parts)?;
+    Ok(meta.map(|meta| Head { parts: parts.expect("set with its meta"), meta }))
+}
+
+/// Parses a request head at the start of `buf`; once complete, takes its
+/// bytes off `buf` (the target and values are slices of them, no copy),
+/// puts its parts in `out` and returns the rest of what it decides.
+/// `Ok(None)`: not complete yet. `max`: the bytes a head may take.
+///
+/// The parts are written where the caller keeps them, not returned: the
+/// head handed back through the connection's futures was copied whole at
+/// each level (see benches/README.md, Decisions).
+pub fn parse_into(buf: &mut BytesMut, max: usize, out: &mut Option<request::Parts>) -> Result<Option<Meta>, Refused> {
     // Not filled first (a pass over all of it, for every head): the
     // fields found are pushed.
     let mut spans = SmallVec::<[(u32, u32, u32, u32); MAX_HEADERS]>::new();
@@ -114,9 +132,9 @@ pub fn parse(buf: &mut BytesMut, max: usize) -> Result<Option<Head>, Refused> {
     }
     let trailers_ok = head.trailers_ok;
     let (framing, keep_alive, expect_continue) = head.finish()?;
-    let (mut parts, ()) = http::Request::new(()).into_parts();
+    let parts = out.insert(http::Request::new(()).into_parts().0);
     (parts.method, parts.uri, parts.version, parts.headers) = (method, uri, version, headers);
-    Ok(Some(Head { parts, framing, keep_alive, expect_continue, trailers_ok }))
+    Ok(Some(Meta { framing, keep_alive, expect_continue, trailers_ok }))
 }
 
 /// What the fields of a head decide, field by field, as hyper's server
@@ -266,7 +284,7 @@ mod tests {
             ("GET /a b HTTP/1.1\r\n\r\n", Err(400)),
         ];
         for (raw, want) in cases {
-            let got = head(raw).map(|h| h.map(|h| (h.framing, h.keep_alive)).expect("complete"));
+            let got = head(raw).map(|h| h.map(|h| (h.meta.framing, h.meta.keep_alive)).expect("complete"));
             assert_eq!(got.map_err(|r| r.status.as_u16()), *want, "{raw:?}");
         }
     }
@@ -287,6 +305,6 @@ mod tests {
             431
         );
         let expect = head("PUT / HTTP/1.1\r\nexpect: 100-Continue\r\ncontent-length: 1\r\n\r\n").unwrap().unwrap();
-        assert!(expect.expect_continue);
+        assert!(expect.meta.expect_continue);
     }
 }

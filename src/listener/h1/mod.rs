@@ -55,7 +55,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::task::Poll;
 
 use bytes::{Bytes, BytesMut};
-use http::{Method, Request, Response, Version};
+use http::{Method, Request, Response, Version, request};
 use tokio::io::AsyncWrite;
 
 use super::conn::{ConnBody, ConnState};
@@ -70,7 +70,7 @@ use crate::upstream::tunnel::Tunnel;
 pub(super) use encode::with_date;
 use encode::{Asked, BodyLength};
 use guard::{Flags, Signals, guard, switch};
-use head::{Framing, Head, Refused};
+use head::{Framing, Meta, Refused};
 pub(super) use park::{Listener, Parking};
 pub use replay::replay;
 pub use wire::ClientStream;
@@ -84,7 +84,8 @@ const _: () = assert!(COALESCE == crate::net::KEPT_MAX);
 
 /// What a wait for the answer found.
 enum Waited {
-    Answer(Response<ConnBody>),
+    /// The answer, put where the caller keeps it (see `wait_for_answer`).
+    Answer,
     /// A 1xx head from the upstream.
     Interim(Bytes),
     /// The client closed its side (`true`) or sent more.
@@ -252,13 +253,14 @@ impl Own<'_> {
     /// else how the connection ends.
     async fn busy(&mut self) -> Option<Ended> {
         loop {
-            // The head taken out of the result before the exchange: a
-            // result matched around an await would be kept beside it.
-            let head = match self.next_head().await {
-                Ok(head) => head,
+            // The head's parts kept here, read into and taken from in
+            // place (see `head::parse_into`).
+            let mut parts = None;
+            let meta = match self.next_head(&mut parts).await {
+                Ok(meta) => meta,
                 Err(stop) => return Some(Ended::Stop(stop)),
             };
-            let again = self.exchange(head).await;
+            let again = self.exchange(meta, &mut parts).await;
             if let Some(tunnel) = self.state.take_tunnel() {
                 return Some(Ended::Switch(tunnel));
             }
@@ -277,7 +279,7 @@ impl Own<'_> {
     /// Waits for the rest of the next request head (its first bytes are
     /// in); a close inside a head, as hyper treats it, is [`Stop::Close`],
     /// and a head that cannot be taken is answered here.
-    async fn next_head(&mut self) -> Result<Head, Stop> {
+    async fn next_head(&mut self, parts: &mut Option<request::Parts>) -> Result<Meta, Stop> {
         if self.flags.closing() {
             return Err(Stop::Close);
         }
@@ -294,8 +296,8 @@ impl Own<'_> {
                 let ended = memchr::memchr(b'\n', &w.rx[scanned..]).is_some();
                 scanned = w.rx.len();
                 if first || ended || w.rx.len() >= max {
-                    match head::parse(&mut w.rx, max) {
-                        Ok(Some(head)) => return Poll::Ready(Some(Ok(head))),
+                    match head::parse_into(&mut w.rx, max, parts) {
+                        Ok(Some(meta)) => return Poll::Ready(Some(Ok(meta))),
                         Ok(None) => {}
                         Err(refused) => return Poll::Ready(Some(Err(refused))),
                     }
@@ -308,7 +310,7 @@ impl Own<'_> {
         });
         // Not idle meanwhile: a head begun before a shutdown is served.
         match read.await {
-            Some(Ok(head)) => Ok(head),
+            Some(Ok(meta)) => Ok(meta),
             Some(Err(refused)) => Err(self.refuse(refused).await),
             None => Err(Stop::Close),
         }
@@ -331,8 +333,9 @@ impl Own<'_> {
     /// carry another. The request is made and the app's future started
     /// here, before the exchange's future: that keeps only what the
     /// response needs, not the head.
-    fn exchange(&mut self, head: Head) -> impl Future<Output = Result<bool, Stop>> {
-        let Head { parts, framing, keep_alive, expect_continue, trailers_ok } = head;
+    fn exchange(&mut self, meta: Meta, parts: &mut Option<request::Parts>) -> impl Future<Output = Result<bool, Stop>> {
+        let Meta { framing, keep_alive, expect_continue, trailers_ok } = meta;
+        let parts = parts.take().expect("read with its meta");
         let (method, version) = (parts.method.clone(), parts.version);
         let decoder = match framing {
             Framing::Empty => Decoder::Done,
@@ -363,7 +366,8 @@ impl Own<'_> {
         slot.set(Some(super::answer(self.app.clone(), self.kind, req, in_flight, true)));
         async move {
             let answer = slot.as_mut().as_pin_mut().expect("just set");
-            let response = self.wait_for_answer(answer, forwards).await?;
+            let mut response = None;
+            self.wait_for_answer(answer, forwards, &mut response).await?;
             slot::give_back(slot);
             if version != Version::HTTP_11 {
                 // None goes to an HTTP/1.0 client: those its upstream sent
@@ -372,6 +376,7 @@ impl Own<'_> {
             }
             let keep_alive = keep_alive && !self.flags.closing();
             let asked = Asked { method: &method, version, keep_alive };
+            let response = response.expect("set when the wait ends well");
             let (body, encoder, out, last) = respond::response_head(response, asked, trailers_ok);
             self.respond(body, encoder, out).await?;
             Ok(!last && !self.flags.closing() && self.wire.lock().body_drained())
@@ -381,12 +386,15 @@ impl Own<'_> {
     /// Waits for the answer, forwarding the 1xx heads that come before it
     /// and watching the socket once the request body is in: a client that
     /// closes its side meanwhile has left (as hyper's connection sees it),
-    /// and its request is dropped.
+    /// and its request is dropped. The answer is put in `out`, not
+    /// returned: handed back through the futures, it was copied whole at
+    /// each level (see benches/README.md, Decisions).
     async fn wait_for_answer<F: Future<Output = Response<ConnBody>>>(
         &mut self,
         answer: F,
         forwards: bool,
-    ) -> Result<Response<ConnBody>, Stop> {
+        out: &mut Option<Response<ConnBody>>,
+    ) -> Result<(), Stop> {
         // The queue, looked for at each poll: an upstream makes it at its
         // first 1xx (see `Peer::interims`).
         let state = self.state;
@@ -406,18 +414,21 @@ impl Own<'_> {
             let raced = async {
                 tokio::select! {
                     biased;
-                    response = &mut answer => Waited::Answer(response),
+                    response = &mut answer => {
+                        *out = Some(response);
+                        Waited::Answer
+                    }
                     interim = interim => Waited::Interim(interim),
                     gone = watch => Waited::Watched(gone),
                 }
             };
             match raced.await {
-                Waited::Answer(response) => {
+                Waited::Answer => {
                     // Those that came with the answer's head go first.
                     while let Some(interim) = queue().and_then(Interims::take) {
                         self.forward_interim(&interim).await?;
                     }
-                    return Ok(response);
+                    return Ok(());
                 }
                 Waited::Interim(interim) => self.forward_interim(&interim).await?,
                 Waited::Watched(Ok(false)) => watching = false,

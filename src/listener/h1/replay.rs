@@ -31,8 +31,11 @@ pub fn replay(pieces: &[&[u8]], max: usize) -> Vec<String> {
             }
         };
         let p = &head.parts;
-        out.push(format!("{} {} {:?} {:?} keep-alive={}", p.method, p.uri, p.version, head.framing, head.keep_alive));
-        let mut decoder = match head.framing {
+        out.push(format!(
+            "{} {} {:?} {:?} keep-alive={}",
+            p.method, p.uri, p.version, head.meta.framing, head.meta.keep_alive
+        ));
+        let mut decoder = match head.meta.framing {
             Framing::Empty => Decoder::Done,
             Framing::Length(n) => Decoder::new(DecodeFraming::Length(n)),
             Framing::Chunked => Decoder::new(DecodeFraming::Chunked),
@@ -57,7 +60,7 @@ pub fn replay(pieces: &[&[u8]], max: usize) -> Vec<String> {
             }
         }
         out.push(format!("body {:?}", String::from_utf8_lossy(&body)));
-        if !head.keep_alive {
+        if !head.meta.keep_alive {
             return out;
         }
     }

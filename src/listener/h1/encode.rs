@@ -223,6 +223,35 @@ fn fields(
 }
 
 /// Whether a response may have a body at all (and so chunks).
+/// What a response's framing turns on of its request's method: `HEAD`,
+/// `CONNECT` or another (see [`framed_as`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FramedAs {
+    Head,
+    Connect,
+    Other,
+}
+
+impl FramedAs {
+    /// A method framed as this one: `GET` for any other.
+    pub fn method(self) -> Method {
+        match self {
+            FramedAs::Head => Method::HEAD,
+            FramedAs::Connect => Method::CONNECT,
+            FramedAs::Other => Method::GET,
+        }
+    }
+}
+
+/// How [`head`] frames the answer to a `method` request.
+pub fn framed_as(method: &Method) -> FramedAs {
+    match *method {
+        Method::HEAD => FramedAs::Head,
+        Method::CONNECT => FramedAs::Connect,
+        _ => FramedAs::Other,
+    }
+}
+
 fn can_chunk(method: &Method, status: StatusCode) -> bool {
     let connect_ok = *method == Method::CONNECT && status.is_success();
     !(*method == Method::HEAD || status.is_informational() || bodiless(status) || connect_ok)

@@ -216,7 +216,7 @@ async fn serve_wire(wire: Shared, c: &mut Connection, held: &mut Option<Held>, p
     }
 }
 
-impl Own<'_> {
+impl<'a> Own<'a> {
     /// Waits for the next request's first bytes, holding no buffer; the
     /// end of the stream (or an error) closes the connection.
     async fn idle(&self) -> Result<(), Stop> {
@@ -254,13 +254,18 @@ impl Own<'_> {
     async fn busy(&mut self) -> Option<Ended> {
         loop {
             // The head's parts kept here, read into and taken from in
-            // place (see `head::parse_into`).
-            let mut parts = None;
-            let meta = match self.next_head(&mut parts).await {
-                Ok(meta) => meta,
-                Err(stop) => return Some(Ended::Stop(stop)),
+            // place (see `head::parse_into`), and only until the exchange
+            // begins: kept beside it, they made the box of this future
+            // larger than the allocator's per-thread cache takes.
+            let exchange = {
+                let mut parts = None;
+                let meta = match self.next_head(&mut parts).await {
+                    Ok(meta) => meta,
+                    Err(stop) => return Some(Ended::Stop(stop)),
+                };
+                self.exchange(meta, &mut parts)
             };
-            let again = self.exchange(meta, &mut parts).await;
+            let again = exchange.await;
             if let Some(tunnel) = self.state.take_tunnel() {
                 return Some(Ended::Switch(tunnel));
             }
@@ -333,10 +338,17 @@ impl Own<'_> {
     /// carry another. The request is made and the app's future started
     /// here, before the exchange's future: that keeps only what the
     /// response needs, not the head.
-    fn exchange(&mut self, meta: Meta, parts: &mut Option<request::Parts>) -> impl Future<Output = Result<bool, Stop>> {
+    fn exchange<'s>(
+        &'s mut self,
+        meta: Meta,
+        parts: &mut Option<request::Parts>,
+    ) -> impl Future<Output = Result<bool, Stop>> + use<'s, 'a> {
         let Meta { framing, keep_alive, expect_continue, trailers_ok } = meta;
         let parts = parts.take().expect("read with its meta");
-        let (method, version) = (parts.method.clone(), parts.version);
+        // Of the method, only what the response's framing turns on (see
+        // `encode::head`), kept as a byte while the answer is awaited.
+        let framed_as = encode::framed_as(&parts.method);
+        let version = parts.version;
         let decoder = match framing {
             Framing::Empty => Decoder::Done,
             Framing::Length(n) => Decoder::new(DecodeFraming::Length(n)),
@@ -366,8 +378,16 @@ impl Own<'_> {
         slot.set(Some(super::answer(self.app.clone(), self.kind, req, in_flight, true)));
         async move {
             let answer = slot.as_mut().as_pin_mut().expect("just set");
-            let mut response = None;
-            self.wait_for_answer(answer, forwards, &mut response).await?;
+            // Each in a block of its own: a local borrowed, or one that
+            // outlives an await, is kept in this future while the answer's
+            // body is written, which made the exchange's box larger than
+            // the allocator's per-thread cache takes (see
+            // benches/README.md, Decisions).
+            let response = {
+                let mut response = None;
+                self.wait_for_answer(answer, forwards, &mut response).await?;
+                response.expect("set when the wait ends well")
+            };
             slot::give_back(slot);
             if version != Version::HTTP_11 {
                 // None goes to an HTTP/1.0 client: those its upstream sent
@@ -375,9 +395,11 @@ impl Own<'_> {
                 while self.state.peer.interims.get().and_then(Interims::take).is_some() {}
             }
             let keep_alive = keep_alive && !self.flags.closing();
-            let asked = Asked { method: &method, version, keep_alive };
-            let response = response.expect("set when the wait ends well");
-            let (body, encoder, out, last) = respond::response_head(response, asked, trailers_ok);
+            let (body, encoder, out, last) = {
+                let method = framed_as.method();
+                let asked = Asked { method: &method, version, keep_alive };
+                respond::response_head(response, asked, trailers_ok)
+            };
             self.respond(body, encoder, out).await?;
             Ok(!last && !self.flags.closing() && self.wire.lock().body_drained())
         }

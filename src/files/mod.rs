@@ -72,9 +72,7 @@ struct Entry {
 
 impl Entry {
     fn new(path: &Path, modified: SystemTime, inode: Identity, len: u64, bytes: Option<Bytes>, id_slot: bool) -> Entry {
-        let since_epoch = modified.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
-        let etag = HeaderValue::from_str(&format!("\"{:x}-{:x}\"", since_epoch.as_nanos(), len))
-            .expect("a hex etag is a valid header");
+        let etag = entity_tag(modified, &inode, len, bytes.as_deref());
         let shown = modified.clamp(SystemTime::UNIX_EPOCH, SystemTime::now());
         let last_modified =
             HeaderValue::from_str(&httpdate::fmt_http_date(shown)).expect("an http date is a valid header");
@@ -125,6 +123,28 @@ type Identity = (u64, u64, i64, i64);
 
 fn identity(meta: &std::fs::Metadata) -> Identity {
     (meta.dev(), meta.ino(), meta.ctime(), meta.ctime_nsec())
+}
+
+/// A file's strong `ETag`. A kept file's is made from its content (the
+/// first 64 bits of its SHA-256) and length: the same on every instance
+/// that serves the same bytes, another whenever they change, even with the
+/// length and `mtime` kept (RFC 9110 §8.8.3). A streamed file is not read
+/// whole: its tag is its modification and change times and its length.
+fn entity_tag(modified: SystemTime, inode: &Identity, len: u64, bytes: Option<&[u8]>) -> HeaderValue {
+    use sha2::{Digest, Sha256};
+    let tag = match bytes {
+        Some(bytes) => {
+            let digest = Sha256::digest(bytes);
+            let hash = u64::from_be_bytes(digest[..8].try_into().expect("a SHA-256 has 32 bytes"));
+            format!("\"{hash:016x}-{len:x}\"")
+        }
+        None => {
+            let since_epoch = modified.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+            let changed = i128::from(inode.2) * 1_000_000_000 + i128::from(inode.3);
+            format!("\"{:x}-{changed:x}-{len:x}\"", since_epoch.as_nanos())
+        }
+    };
+    HeaderValue::from_str(&tag).expect("a hex etag is a valid header")
 }
 
 /// Serves files, keeping small ones in memory.

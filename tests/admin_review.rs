@@ -138,6 +138,53 @@ async fn a_refused_http2_admin_client_is_sent_goaway() {
     }
 }
 
+/// A refused HTTP/2 admin client is cut within a short grace even if it
+/// never acknowledges the shutdown's PING and keeps opening streams (a raw
+/// client here: the h2 crate acknowledges PINGs by itself). Before, the
+/// GOAWAY that waits for the PING's acknowledgement left its connection
+/// open for as long as it kept sending.
+#[tokio::test]
+async fn a_refused_http2_admin_client_is_cut_if_it_does_not_leave() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // One HEADERS frame (END_STREAM | END_HEADERS): GET /healthz on `authority`.
+    let headers = |stream: u32, authority: &str| {
+        let mut block = vec![0x82, 0x86, 0x04, 8];
+        block.extend_from_slice(b"/healthz");
+        block.extend_from_slice(&[0x01, authority.len() as u8]);
+        block.extend_from_slice(authority.as_bytes());
+        let mut frame = (block.len() as u32).to_be_bytes()[1..].to_vec();
+        frame.extend_from_slice(&[0x1, 0x5]);
+        frame.extend_from_slice(&stream.to_be_bytes());
+        frame.extend_from_slice(&block);
+        frame
+    };
+    for http2 in ["hyper", "gateway"] {
+        let toml = format!("[server]\nhttp2 = \"{http2}\"\n[metrics]\nlisten = \"127.0.0.1:0\"\n");
+        let gw = TestGateway::from_toml(&toml).await;
+        let tcp = tokio::net::TcpStream::connect(gw.admin.unwrap()).await.unwrap();
+        let (mut rx, mut tx) = tcp.into_split();
+        tx.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0").await.unwrap();
+        tx.write_all(&headers(1, "evil.example")).await.unwrap();
+        let refused = tokio::time::Instant::now();
+        // Read (never answering a PING) until the gateway closes.
+        let reader = tokio::spawn(async move {
+            let mut buf = [0u8; 4096];
+            while matches!(rx.read(&mut buf).await, Ok(n) if n > 0) {}
+            refused.elapsed()
+        });
+        // Good requests, one every 100 ms, for up to 5 s or until cut.
+        for stream in (3..103).step_by(2) {
+            if reader.is_finished() || tx.write_all(&headers(stream, "127.0.0.1")).await.is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let closed = tokio::time::timeout(Duration::from_secs(1), reader).await;
+        let closed = closed.unwrap_or_else(|_| panic!("{http2}: still open 5 s after the refusal")).unwrap();
+        assert!(closed < Duration::from_secs(4), "{http2}: cut only after {closed:?}");
+    }
+}
+
 /// `tracing.otlp_endpoint` with a query or fragment is refused at load, as
 /// one with user-info is, and the refusal does not echo it. Before, a
 /// `?token=` was logged in clear by each failed export, and `/v1/traces`

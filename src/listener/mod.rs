@@ -419,6 +419,10 @@ fn answered(
     response.map(|body| ConnBody::new(body, in_flight, access))
 }
 
+/// How long a connection an answer asked to end (see
+/// `conn::InFlight::close_http2`) may take to close once told.
+const ASKED_GRACE: Duration = Duration::from_secs(1);
+
 /// How [`drive`] returned.
 enum Driven {
     /// hyper's connection ended, with its error if it failed.
@@ -453,6 +457,10 @@ where
                 Expired::Idle => {
                     shutdown(conn.as_mut());
                     watchdog.closing(timeouts.header_read);
+                }
+                Expired::Asked => {
+                    shutdown(conn.as_mut());
+                    watchdog.cut_after(timeouts.header_read.min(ASKED_GRACE));
                 }
                 Expired::HeaderTimeout => {
                     metrics::rejected("", "header_timeout");

@@ -57,9 +57,12 @@ pub struct Timeouts {
 pub enum Expired {
     /// No complete request head in time: closed at once, counted.
     HeaderTimeout,
-    /// No request in flight for the idle timeout, or an HTTP/2 answer asked
-    /// for the connection to end: shut down gracefully.
+    /// No request in flight for the idle timeout: shut down gracefully.
     Idle,
+    /// An HTTP/2 answer asked for the connection to end (see
+    /// [`InFlight::close_http2`]): shut down gracefully, and closed after a
+    /// short grace whatever the client does.
+    Asked,
     /// The client accepted no bytes for the send timeout: closed, counted.
     SendTimeout,
     /// A graceful shutdown took longer than its grace: closed.

@@ -23,6 +23,9 @@ pub struct Watchdog {
     /// Set once a graceful shutdown started: when, and how long it may take
     /// once no request is in flight any more.
     grace: Option<(u64, u64)>,
+    /// The grace counts from the start of the shutdown, requests in flight
+    /// or not (see [`Watchdog::cut_after`]).
+    hard: bool,
     /// A busy HTTP/2 connection is looked at now and then: its streams run
     /// in other tasks, whose changes need not wake this one.
     rechecking: bool,
@@ -37,7 +40,7 @@ impl Watchdog {
     pub fn new(state: Arc<ConnState>) -> Self {
         let armed = 1 + state.timeouts.header_read.as_millis() as u64;
         let sleep = Box::pin(tokio::time::sleep_until(state.at(armed)));
-        Watchdog { state, sleep, armed, grace: None, rechecking: false, polled: false }
+        Watchdog { state, sleep, armed, grace: None, hard: false, rechecking: false, polled: false }
     }
 
     /// The timeouts it enforces.
@@ -54,6 +57,14 @@ impl Watchdog {
         }
     }
 
+    /// A graceful shutdown has begun that must end within `grace` whatever
+    /// is in flight: a client that keeps opening streams, or never
+    /// acknowledges the shutdown's PING, is cut then.
+    pub fn cut_after(&mut self, grace: Duration) {
+        self.closing(grace);
+        self.hard = true;
+    }
+
     /// The next deadline and what expires then, given the closing state.
     fn next(&self) -> Option<(u64, Expired)> {
         let next = self.state.next_deadline(&self.state.timeouts);
@@ -63,10 +74,11 @@ impl Watchdog {
         // Once closing, the idle and header deadlines have done their part;
         // a stalled send still ends it, and so does the grace once idle.
         let send = next.filter(|(_, why)| *why == Expired::SendTimeout);
-        if self.state.in_flight.load(Relaxed) > 0 {
-            return send;
-        }
-        let over = started.max(self.state.idle_since.load(Relaxed)) + grace;
+        let over = match self.hard {
+            true => started + grace,
+            false if self.state.in_flight.load(Relaxed) > 0 => return send,
+            false => started.max(self.state.idle_since.load(Relaxed)) + grace,
+        };
         match send {
             Some((at, why)) if at < over => Some((at, why)),
             _ => Some((over, Expired::GraceOver)),
@@ -92,7 +104,7 @@ impl Future for Watchdog {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Expired> {
         let this = self.get_mut();
         if this.state.close_asked() {
-            return Poll::Ready(Expired::Idle);
+            return Poll::Ready(Expired::Asked);
         }
         loop {
             let next = this.next();

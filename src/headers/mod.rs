@@ -26,6 +26,7 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 mod cookies;
 pub mod etags;
 mod host;
+pub mod interim;
 pub mod parsed;
 pub mod rules;
 pub mod spare;

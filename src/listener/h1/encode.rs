@@ -350,10 +350,7 @@ pub fn interim(raw: &[u8], out: &mut BytesMut) {
             fields.append(name, value);
         }
     }
-    // All in first, so that the fields `Connection` names go with it
-    // (RFC 9110 §7.6.1); `TE` is a request's field.
-    crate::headers::strip_hop_by_hop(&mut fields);
-    fields.remove(header::TE);
+    crate::headers::interim::strip(&mut fields);
     status_line(out, Version::HTTP_11, status, None);
     for (name, value) in &fields {
         field(out, name.as_str(), value.as_bytes());

@@ -127,10 +127,7 @@ fn informational(raw: &[u8]) -> Option<Response<()>> {
             head.headers_mut().append(name, value);
         }
     }
-    // All in first, so that the fields `Connection` names go with it
-    // (RFC 9110 §7.6.1); `TE` is a request's field.
-    crate::headers::strip_hop_by_hop(head.headers_mut());
-    head.headers_mut().remove(header::TE);
+    crate::headers::interim::strip(head.headers_mut());
     Some(head)
 }
 
@@ -156,6 +153,7 @@ mod tests {
                 "HTTP/1.1 103 Early Hints\r\nConnection: X-Hint\r\nX-Hint: 1\r\nTE: trailers\r\nLink: <a>\r\n\r\n",
                 Some((103, &["link: <a>"])),
             ),
+            ("HTTP/1.1 103 Early Hints\r\nContent-Length: 10\r\nLink: <a>\r\n\r\n", Some((103, &["link: <a>"]))),
             ("HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\n\r\n", None),
             ("HTTP/1.1 200 OK\r\n\r\n", None),
             ("HTTP/1.1 103 Early", None),

@@ -385,9 +385,7 @@ impl InFlight {
     /// watchdog next looks: HTTP/2 has no `Connection: close`, and a refused
     /// admin client kept connected would hold a slot of a small cap.
     pub fn close_http2(&self) {
-        if self.waiting_since.is_some()
-            && let Some(only) = self.state.http2.get()
-        {
+        if let Some(only) = self.state.http2.get() {
             only.close_asked.store(true, Relaxed);
         }
     }

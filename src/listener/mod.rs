@@ -380,20 +380,26 @@ where
 /// written once the body is done. `id_by_caller`: the request ID goes in
 /// the body's `id`, for the own HTTP/1.1 connection to write with the head
 /// (see [`App::handle_with`]), not into the response's map.
-async fn answer(
+///
+/// An `async move` block, not an `async fn`, as `App::handle_with` is: an
+/// `async fn` copies the request into a local of its own on its first poll.
+#[allow(clippy::manual_async_fn)] // See above: not an `async fn` on purpose.
+fn answer(
     app: Arc<App>,
     kind: Kind,
     req: Request<Incoming>,
     in_flight: conn::InFlight,
     id_by_caller: bool,
-) -> Response<ConnBody> {
-    let (response, id) = match kind {
-        Kind::Main => app.handle_with(req, in_flight.peer(), id_by_caller).await,
-        Kind::Admin => (app.admin(&req, in_flight.peer()).await, None),
-    };
-    let mut response = answered(&app, kind, response, in_flight);
-    response.body_mut().id = id;
-    response
+) -> impl Future<Output = Response<ConnBody>> {
+    async move {
+        let (response, id) = match kind {
+            Kind::Main => app.handle_with(req, in_flight.peer(), id_by_caller).await,
+            Kind::Admin => (app.admin(&req, in_flight.peer()).await, None),
+        };
+        let mut response = answered(&app, kind, response, in_flight);
+        response.body_mut().id = id;
+        response
+    }
 }
 
 /// The app's `response` made the connection's: see [`answer`].

@@ -292,3 +292,29 @@ async fn a_client_that_leaves_mid_answer_is_noticed_while_the_upstream_is_silent
         assert!(noticed, "{mode:?}: the upstream's answer was still held 2 s after the client left");
     }
 }
+
+/// A request whose client waits for `100 Continue` is answered (here a 404)
+/// before its body came: the connection does not wait for that body, and
+/// its answer says so with `Connection: close` (RFC 9110 §10.1.1), so the
+/// client neither sends the body nor reuses the connection. A body sent at
+/// once with the head is read, and the connection kept.
+#[tokio::test]
+async fn an_answer_before_an_expected_body_says_the_connection_closes() {
+    let o = gateway(Http1Server::Gateway, "").await;
+    let cases: [(&str, &str, bool); 4] = [
+        ("Content-Length: 5\r\n\r\n", "", true),
+        ("Transfer-Encoding: chunked\r\n\r\n", "", true),
+        // The body came with the head: nothing is left unread.
+        ("Content-Length: 5\r\n\r\n", "hello", false),
+        // A body of nothing leaves nothing to wait for.
+        ("Content-Length: 0\r\n\r\n", "", false),
+    ];
+    for (framing, body, closes) in cases {
+        let head = format!("POST /nowhere HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n{framing}{body}");
+        let got = common::raw(o.gw.addr, head.as_bytes(), Duration::from_millis(500)).await;
+        let said = got.text.to_ascii_lowercase().contains("\r\nconnection: close\r\n");
+        assert_eq!(got.status(), 404, "{framing:?} {body:?}: {:?}", got.text);
+        assert!(!got.text.contains(" 100 "), "{framing:?} {body:?}: {:?}", got.text);
+        assert_eq!((said, got.closed), (closes, closes), "{framing:?} {body:?}: {:?}", got.text);
+    }
+}

@@ -394,7 +394,8 @@ impl<'a> Own<'a> {
                 // to the connection's queue are not for the next request.
                 while self.state.peer.interims.get().and_then(Interims::take).is_some() {}
             }
-            let keep_alive = keep_alive && !self.flags.closing();
+            let keep_alive =
+                keep_alive && !self.flags.closing() && !(continue_owed && self.wire.lock().answered_before_body());
             let (body, encoder, out, last) = {
                 let method = framed_as.method();
                 let asked = Asked { method: &method, version, keep_alive };

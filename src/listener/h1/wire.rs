@@ -129,6 +129,19 @@ impl Wire {
         self.body
     }
 
+    /// Whether a request whose client waits for `100 Continue` is answered
+    /// before that began, with its body not all in: the connection will
+    /// not wait for the rest (see [`Wire::body_drained`]), so the answer
+    /// says it closes (RFC 9110 §10.1.1). A chunked body is taken as not in.
+    pub fn answered_before_body(&self) -> bool {
+        self.continue_at == Some(0)
+            && match self.decoder {
+                Decoder::Length(left) => (self.rx.len() as u64) < left,
+                Decoder::Done => false,
+                _ => true,
+            }
+    }
+
     /// Between requests, an empty read buffer is given back; returns
     /// whether it was empty (no pipelined request waits in it). Empty
     /// lines are no request (RFC 9112 §2.2: a server ignores them before

@@ -324,6 +324,10 @@ fn run_gateway(path: Option<PathBuf>, log_format: LogFormat, watch: bool) -> Exi
         let addr = gateway.local_addr();
         let admin = gateway.admin_addr().unwrap_or(addr);
         tracing::info!(%addr, tls, "gateway listening");
+        if let Some(admin) = gateway.admin_addr() {
+            // Its own line: with port 0 the bound port is known only here.
+            tracing::info!(addr = %admin, "admin listener (metrics, health, status) listening");
+        }
         if embedded {
             println!("gateway: running the embedded default configuration on http://{addr}");
             match demo_at {

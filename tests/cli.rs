@@ -1,7 +1,7 @@
 //! The binary's command line: `check`, bad configs refused with status 64
 //! before anything binds, and the built-in upstream.
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -317,4 +317,52 @@ fn a_sigterm_as_soon_as_it_listens_drains() {
         Command::new("kill").args(["-TERM", &gw.id().to_string()]).status().unwrap();
         assert_eq!(gw.wait().unwrap().code(), Some(0), "killed, not drained");
     }
+}
+
+/// With `metrics.listen` on port 0 the admin listener's bound address is
+/// logged on a line of its own, and it is where `/metrics` answers.
+#[test]
+fn the_admin_listeners_bound_address_is_logged() {
+    let dir = tempfile::tempdir().unwrap();
+    let addr = free_addr();
+    let path = write_config(
+        dir.path(),
+        &format!(
+            "[server]\nlisten = \"{addr}\"\n[metrics]\nlisten = \"127.0.0.1:0\"\n[[routes]]\nname = 'r'\nprefix = '/r'\nrespond = {{ status = 200 }}\n"
+        ),
+    );
+    let mut gw = Command::new(BIN)
+        .args(["--config", path.to_str().unwrap(), "--log-format", "json"])
+        .env("RUST_LOG", "info")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pipe = gw.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(std::io::BufReader::new(pipe)).map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let admin = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = rx.recv_timeout(left).expect("an admin listener line within 10 s");
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        if v["fields"]["message"].as_str().is_some_and(|m| m.starts_with("admin listener")) {
+            break v["fields"]["addr"].as_str().unwrap().to_owned();
+        }
+    };
+    assert!(!admin.ends_with(":0"), "{admin}");
+    // Asked by its own name: the admin listener answers only that (or
+    // localhost).
+    let mut s = TcpStream::connect(&admin).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET /metrics HTTP/1.1\r\nhost: {admin}\r\nconnection: close\r\n\r\n").unwrap();
+    let mut got = String::new();
+    s.read_to_string(&mut got).unwrap();
+    assert!(got.starts_with("HTTP/1.1 200") && got.contains("# TYPE"), "at {admin}: {got}");
+    Command::new("kill").args(["-TERM", &gw.id().to_string()]).status().unwrap();
+    assert_eq!(gw.wait().unwrap().code(), Some(0));
+    reader.join().unwrap();
 }

@@ -101,6 +101,39 @@ async fn every_request_gets_one_id_that_the_upstream_and_the_client_both_see() {
     }
 }
 
+/// A fixed response is written into the request's own header map (see
+/// `App::dispatch`): none of the request's fields may be left in it, over
+/// HTTP/1.1 or HTTP/2, on its first request or a later one on the
+/// connection.
+#[tokio::test]
+async fn a_fixed_response_carries_none_of_the_requests_fields() {
+    let (up, _) = recording("ok", "text/plain", &[]).await;
+    let gw = TestGateway::from_toml(&route(up.addr, "echo", "")).await;
+    let sent = [("authorization", "Bearer secret-token"), ("cookie", "session=s3cret"), ("x-custom", "mine")];
+    let check = |parts: &http::response::Parts, body: &Bytes, how: &str| {
+        assert_eq!((parts.status.as_u16(), &body[..]), (200, &b"fixed"[..]), "{how}");
+        for (name, _) in sent {
+            assert!(parts.headers.get(name).is_none(), "{how}: {name} came back: {:?}", parts.headers);
+        }
+        assert_eq!(parts.headers["content-type"], "text/plain; charset=utf-8", "{how}");
+    };
+    for _ in 0..2 {
+        let (parts, body) = get_with(&gw.url("/echo-fixed"), &sent).await;
+        check(&parts, &body, "HTTP/1.1");
+    }
+    let (mut h2, _conn) = h2_client(gw.addr).await;
+    for _ in 0..2 {
+        let mut req = Request::get(format!("http://{}/echo-fixed", gw.addr));
+        for (k, v) in sent {
+            req = req.header(k, v);
+        }
+        let resp = h2.send_request(req.body(full(Bytes::new())).unwrap()).await.unwrap();
+        let (parts, body) = resp.into_parts();
+        let body = http_body_util::BodyExt::collect(body).await.unwrap().to_bytes();
+        check(&parts, &body, "HTTP/2");
+    }
+}
+
 #[tokio::test]
 async fn request_ids_can_be_switched_off() {
     // The upstream's own ID reaches the client: the gateway sets none.

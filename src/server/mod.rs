@@ -370,12 +370,14 @@ impl App {
                     // the map of the response it wrote, so this one map serves
                     // request after request; a new map each time cost two
                     // allocations and two frees (the request's map dropped).
-                    let mut headers = std::mem::take(req.headers_mut());
+                    // Swapped, not taken and assigned: that made and dropped
+                    // an empty map more.
+                    let mut response = Response::new(body);
+                    std::mem::swap(response.headers_mut(), req.headers_mut());
+                    let headers = response.headers_mut();
                     headers.clear();
                     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
-                    let mut response = Response::new(body);
                     *response.status_mut() = *status;
-                    *response.headers_mut() = headers;
                     Ok(response)
                 }
             }

@@ -94,6 +94,10 @@ async fn allowed_refused_hanging_and_missing_auth_services() {
         assert_eq!(h.get("x-forwarded-for").unwrap(), "127.0.0.1");
         assert_eq!(h.get("cookie").unwrap(), "session=good");
         assert!(h.get("x-secret").is_none() && h.get("x-user").is_none(), "only listed headers: {h:?}");
+        // The request's ID: the one the client and the upstream got.
+        let id = header(&parts, "x-request-id").expect("an ID");
+        assert_eq!(seen[0].get("x-request-id").unwrap(), id);
+        assert_eq!(h.get("x-request-id").map(|v| v.to_str().unwrap()), Some(id), "{h:?}");
     }
 
     // Refused: the service's answer as it is, and the upstream sees nothing.

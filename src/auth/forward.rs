@@ -23,7 +23,8 @@ use tokio::time::Instant;
 
 use crate::config::access::ForwardConfig;
 use crate::error::{GatewayError, RelayedAnswer};
-use crate::headers::{X_FORWARDED_FOR, X_FORWARDED_HOST, X_FORWARDED_PROTO};
+use crate::headers::{X_FORWARDED_FOR, X_FORWARDED_HOST, X_FORWARDED_PROTO, X_REQUEST_ID};
+use crate::layers::request_id::RequestId;
 use crate::request::Peer;
 
 const KIND: &str = "forward";
@@ -65,8 +66,13 @@ impl Forward {
 
     /// Asks the service about `req`; on a 2xx, sets its listed headers on
     /// `req` after removing the client's own (in any spelling of `-`/`_`).
-    pub async fn check<B>(&self, req: &mut Request<B>, peer: &Peer) -> Result<(), GatewayError> {
-        let ask = self.ask(req, peer);
+    pub async fn check<B>(
+        &self,
+        req: &mut Request<B>,
+        peer: &Peer,
+        id: Option<&RequestId>,
+    ) -> Result<(), GatewayError> {
+        let ask = self.ask(req, peer, id);
         let start = Instant::now();
         let answer = tokio::time::timeout(self.config.timeout, async {
             let response = self.client.request(ask).await.map_err(|e| e.to_string())?;
@@ -105,8 +111,9 @@ impl Forward {
         Ok(())
     }
 
-    /// The bodiless request to the auth service.
-    fn ask<B>(&self, req: &Request<B>, peer: &Peer) -> Request<Empty<Bytes>> {
+    /// The bodiless request to the auth service, with the request's ID (the
+    /// gateway's, not a client copy the service was configured to get).
+    fn ask<B>(&self, req: &Request<B>, peer: &Peer, id: Option<&RequestId>) -> Request<Empty<Bytes>> {
         let mut ask = Request::new(Empty::new());
         *ask.uri_mut() = self.config.url.clone();
         let headers = ask.headers_mut();
@@ -134,6 +141,9 @@ impl Forward {
             headers.insert(X_FORWARDED_URI, target);
         }
         headers.insert(X_FORWARDED_FOR, forwarded_for(req.headers(), peer));
+        if let Some(id) = id {
+            headers.insert(X_REQUEST_ID, id.header_value());
+        }
         ask
     }
 }

@@ -36,6 +36,7 @@ use metrics::Counter;
 
 use crate::config::access::{AccessConfig, AuthConfig};
 use crate::error::GatewayError;
+use crate::layers::request_id::RequestId;
 use crate::request::Peer;
 use address::AddressList;
 use basic::Basic;
@@ -111,8 +112,15 @@ impl Guard {
     /// `Authorization` removed once consumed (unless `forward_credentials`),
     /// and a JWT's `forward_claims` set after every client copy of those
     /// headers (in any spelling of `-` and `_`) is removed. The user's name,
-    /// when one is known, for the access log.
-    pub async fn authenticate<B>(&self, req: &mut Request<B>, peer: &Peer) -> Result<Option<Arc<str>>, GatewayError> {
+    /// when one is known, for the access log. `id`: the request's ID, sent
+    /// to a forward auth service, whose log lines can then be matched with
+    /// the gateway's and the upstream's.
+    pub async fn authenticate<B>(
+        &self,
+        req: &mut Request<B>,
+        peer: &Peer,
+        id: Option<&RequestId>,
+    ) -> Result<Option<Arc<str>>, GatewayError> {
         let Some((auth, allowed)) = &self.auth else { return Ok(None) };
         let headers = req.headers_mut();
         let (user, consumed) = match auth {
@@ -124,7 +132,7 @@ impl Guard {
                 (sub, j.from_authorization())
             }
             // The service's answer decides what the upstream gets.
-            Auth::Forward(f) => (f.check(req, peer).await.map(|()| None)?, false),
+            Auth::Forward(f) => (f.check(req, peer, id).await.map(|()| None)?, false),
         };
         if consumed && !self.forward_credentials {
             req.headers_mut().remove(header::AUTHORIZATION);

@@ -45,7 +45,7 @@ impl App {
             // The client's Connection list applies to the client's headers,
             // not to the ones authentication sets.
             crate::headers::drop_nominated(req.headers_mut());
-            let user = Box::pin(guard.authenticate(req, peer)).await?;
+            let user = Box::pin(guard.authenticate(req, peer, cx.id)).await?;
             cx.set_user(user);
             req.extensions_mut().insert(crate::request::Authenticated);
         }

@@ -15,6 +15,7 @@ pub mod block;
 pub mod body;
 pub mod cache;
 pub mod cli;
+pub mod clock;
 pub mod config;
 mod demo;
 pub mod discovery;

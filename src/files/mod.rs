@@ -70,10 +70,18 @@ struct Entry {
     variants: Variants,
 }
 
+/// The time a file's `Last-Modified` shows: its modification time, but
+/// never later than now by the clock the answers' `Date` comes from (RFC
+/// 9110 §8.8.2.1; the coarse one, up to a tick behind the file system's),
+/// nor before 1970.
+fn shown_time(modified: SystemTime) -> SystemTime {
+    modified.clamp(SystemTime::UNIX_EPOCH, crate::clock::coarse_now())
+}
+
 impl Entry {
     fn new(path: &Path, modified: SystemTime, inode: Identity, len: u64, bytes: Option<Bytes>, id_slot: bool) -> Entry {
         let etag = entity_tag(modified, &inode, len, bytes.as_deref());
-        let shown = modified.clamp(SystemTime::UNIX_EPOCH, SystemTime::now());
+        let shown = shown_time(modified);
         let last_modified =
             HeaderValue::from_str(&httpdate::fmt_http_date(shown)).expect("an http date is a valid header");
         let mime = mime_guess::from_path(path).first_or_octet_stream();
@@ -462,4 +470,31 @@ async fn respond(
         Body::File(Box::new(FileBody::new(file, length, STREAM_CHUNK)))
     };
     Ok(builder.body(body).expect("valid response"))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::*;
+
+    /// Just past a second's turn the coarse clock, which the `Date` comes
+    /// from, still shows the last second for up to a tick: a file modified
+    /// then shows no later `Last-Modified` than the `Date` written then.
+    #[test]
+    fn last_modified_is_never_after_the_date() {
+        let secs = |t: SystemTime| t.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs();
+        let give_up = Instant::now() + Duration::from_secs(3);
+        let mut caught = 0;
+        while caught < 20 && Instant::now() < give_up {
+            let modified = SystemTime::now();
+            if secs(modified) == crate::clock::coarse_seconds() {
+                continue;
+            }
+            caught += 1;
+            let shown = shown_time(modified);
+            assert!(secs(shown) <= crate::clock::coarse_seconds(), "{modified:?} shown as {shown:?}");
+        }
+        assert!(caught > 0, "no second's turn caught in 3 s");
+    }
 }

@@ -9,7 +9,6 @@ use std::time::{Duration, SystemTime};
 use bytes::{BufMut, Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Version, response};
-use rustix::time::{ClockId, clock_gettime};
 
 use super::head::has_token;
 use crate::headers::X_REQUEST_ID;
@@ -323,10 +322,9 @@ pub fn with_date<R>(f: impl FnOnce(&Bytes) -> R) -> R {
     thread_local! {
         static CACHED: RefCell<(u64, Bytes)> = const { RefCell::new((0, Bytes::new())) };
     }
-    // The kernel's coarse clock (its last tick) is exact enough for a
-    // field of whole seconds, and several times cheaper to read than the
-    // precise one, once a response.
-    let second = u64::try_from(clock_gettime(ClockId::RealtimeCoarse).tv_sec).unwrap_or(0);
+    // The coarse clock is exact enough for a field of whole seconds, and
+    // cheaper to read, once a response.
+    let second = crate::clock::coarse_seconds();
     CACHED.with_borrow_mut(|(at, text)| {
         if *at != second || text.is_empty() {
             *text = Bytes::from(httpdate::fmt_http_date(SystemTime::UNIX_EPOCH + Duration::from_secs(second)));

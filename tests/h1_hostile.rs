@@ -293,28 +293,46 @@ async fn a_client_that_leaves_mid_answer_is_noticed_while_the_upstream_is_silent
     }
 }
 
-/// A request whose client waits for `100 Continue` is answered (here a 404)
-/// before its body came: the connection does not wait for that body, and
-/// its answer says so with `Connection: close` (RFC 9110 §10.1.1), so the
-/// client neither sends the body nor reuses the connection. A body sent at
-/// once with the head is read, and the connection kept.
+/// A request answered (here a 404) before its body came, a body nobody
+/// reads (its client waits for `100 Continue`, or the app dropped it): the
+/// connection does not wait for that body, and its answer says so with
+/// `Connection: close` (RFC 9110 §10.1.1, RFC 9112 §9.6; for HTTP/1.0, no
+/// `keep-alive`). A body already in with the head is read, and the
+/// connection kept: the request behind it is answered.
 #[tokio::test]
-async fn an_answer_before_an_expected_body_says_the_connection_closes() {
+async fn an_answer_before_its_body_says_whether_the_connection_closes() {
     let o = gateway(Http1Server::Gateway, "").await;
-    let cases: [(&str, &str, bool); 4] = [
-        ("Content-Length: 5\r\n\r\n", "", true),
-        ("Transfer-Encoding: chunked\r\n\r\n", "", true),
-        // The body came with the head: nothing is left unread.
-        ("Content-Length: 5\r\n\r\n", "hello", false),
+    let next = "GET /nowhere HTTP/1.1\r\nHost: x\r\n\r\n";
+    // (version and fields, body and what follows, closes)
+    let cases: [(&str, String, bool); 8] = [
+        ("HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 5", String::new(), true),
+        ("HTTP/1.1\r\nExpect: 100-continue\r\nTransfer-Encoding: chunked", String::new(), true),
+        // No `Expect`: the 404 drops the body unread.
+        ("HTTP/1.1\r\nContent-Length: 5", String::new(), true),
+        ("HTTP/1.0\r\nConnection: keep-alive\r\nContent-Length: 5", String::new(), true),
+        // The body came with the head, chunked or not: nothing is left
+        // unread, and the next request is answered.
+        ("HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 5", format!("hello{next}"), false),
+        (
+            "HTTP/1.1\r\nExpect: 100-continue\r\nTransfer-Encoding: chunked",
+            format!("5\r\nhello\r\n0\r\n\r\n{next}"),
+            false,
+        ),
+        ("HTTP/1.1\r\nContent-Length: 5", format!("hello{next}"), false),
         // A body of nothing leaves nothing to wait for.
-        ("Content-Length: 0\r\n\r\n", "", false),
+        ("HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 0", next.to_owned(), false),
     ];
-    for (framing, body, closes) in cases {
-        let head = format!("POST /nowhere HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n{framing}{body}");
+    for (fields, rest, closes) in cases {
+        let head = format!("POST /nowhere {fields}\r\nHost: x\r\n\r\n{rest}");
         let got = common::raw(o.gw.addr, head.as_bytes(), Duration::from_millis(500)).await;
-        let said = got.text.to_ascii_lowercase().contains("\r\nconnection: close\r\n");
-        assert_eq!(got.status(), 404, "{framing:?} {body:?}: {:?}", got.text);
-        assert!(!got.text.contains(" 100 "), "{framing:?} {body:?}: {:?}", got.text);
-        assert_eq!((said, got.closed), (closes, closes), "{framing:?} {body:?}: {:?}", got.text);
+        let text = got.text.to_ascii_lowercase();
+        let case = format!("{fields:?} {rest:?}: {:?}", got.text);
+        assert_eq!(got.status(), 404, "{case}");
+        assert!(!got.text.contains(" 100 "), "{case}");
+        assert_eq!(text.contains("\r\nconnection: close\r\n"), closes && fields.starts_with("HTTP/1.1"), "{case}");
+        assert!(!(closes && text.contains("\r\nconnection: keep-alive\r\n")), "{case}");
+        assert_eq!(got.closed, closes, "{case}");
+        let answers = got.text.matches(" 404 ").count();
+        assert_eq!(answers, if closes { 1 } else { 2 }, "{case}");
     }
 }

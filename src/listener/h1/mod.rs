@@ -354,7 +354,8 @@ impl<'a> Own<'a> {
             Framing::Length(n) => Decoder::new(DecodeFraming::Length(n)),
             Framing::Chunked => Decoder::new(DecodeFraming::Chunked),
         };
-        let continue_owed = expect_continue && version == Version::HTTP_11 && framing != Framing::Empty;
+        let has_body = framing != Framing::Empty;
+        let continue_owed = expect_continue && version == Version::HTTP_11 && has_body;
         let number = self.wire.lock().begin_body(decoder, continue_owed);
         let body = match framing {
             Framing::Empty => Incoming::Empty,
@@ -394,15 +395,21 @@ impl<'a> Own<'a> {
                 // to the connection's queue are not for the next request.
                 while self.state.peer.interims.get().and_then(Interims::take).is_some() {}
             }
-            let keep_alive =
-                keep_alive && !self.flags.closing() && !(continue_owed && self.wire.lock().answered_before_body());
+            let keep_alive = keep_alive && !self.flags.closing();
+            // A body nobody reads any more is settled before the head
+            // says whether the connection goes on.
+            let settled = match keep_alive && has_body {
+                true => self.wire.lock().settle_unread(),
+                false => None,
+            };
+            let keep_alive = keep_alive && settled != Some(false);
             let (body, encoder, out, last) = {
                 let method = framed_as.method();
                 let asked = Asked { method: &method, version, keep_alive };
                 respond::response_head(response, asked, trailers_ok)
             };
             self.respond(body, encoder, out).await?;
-            Ok(!last && !self.flags.closing() && self.wire.lock().body_drained())
+            Ok(!last && !self.flags.closing() && settled.unwrap_or_else(|| self.wire.lock().body_drained()))
         }
     }
 

@@ -85,6 +85,8 @@ pub struct Wire {
     /// The last body whose exchange ended with none of it skipped: the
     /// end is all that is left for whoever still holds it.
     whole: u32,
+    /// The current body was dropped before its end: nobody reads it now.
+    dropped: bool,
 }
 
 /// The wire, shared by the connection and the request body in flight.
@@ -102,6 +104,7 @@ impl Shared {
             eof: false,
             body: 0,
             whole: 0,
+            dropped: false,
         };
         Shared(Arc::new(Mutex::new(wire)))
     }
@@ -125,21 +128,22 @@ impl Wire {
     pub fn begin_body(&mut self, decoder: Decoder, continue_owed: bool) -> u32 {
         self.decoder = decoder;
         self.continue_at = continue_owed.then_some(0);
+        self.dropped = false;
         self.body = self.body.wrapping_add(1);
         self.body
     }
 
-    /// Whether a request whose client waits for `100 Continue` is answered
-    /// before that began, with its body not all in: the connection will
-    /// not wait for the rest (see [`Wire::body_drained`]), so the answer
-    /// says it closes (RFC 9110 §10.1.1). A chunked body is taken as not in.
-    pub fn answered_before_body(&self) -> bool {
-        self.continue_at == Some(0)
-            && match self.decoder {
-                Decoder::Length(left) => (self.rx.len() as u64) < left,
-                Decoder::Done => false,
-                _ => true,
-            }
+    /// Before an answer's head: a request body that nobody reads any more
+    /// (dropped before its end, or its client still waits for `100
+    /// Continue`) is drained now of what is in, and `Some(whether it is
+    /// all in)` says whether the connection can go on after the answer;
+    /// not all in, it closes rather than wait for bytes the client may
+    /// never send, and the answer says so (RFC 9110 §10.1.1, RFC 9112
+    /// §9.6). `None`: a body still read, or none left, is decided after
+    /// the answer ([`Wire::body_drained`]).
+    pub fn settle_unread(&mut self) -> Option<bool> {
+        let unread = self.continue_at == Some(0) || self.dropped;
+        (unread && !self.decoder.is_done()).then(|| self.body_drained())
     }
 
     /// Between requests, an empty read buffer is given back; returns
@@ -291,6 +295,22 @@ pub struct WireBody {
 impl WireBody {
     pub fn new(wire: Shared, body: u32) -> WireBody {
         WireBody { wire, body, ended: false }
+    }
+}
+
+/// Dropped before its end: the connection is told (see
+/// [`Wire::settle_unread`]). Only if the wire is free at once: a drop
+/// while it is held (never on this path, but a lock taken twice on one
+/// thread would hang) leaves the body to be decided after the answer,
+/// as it was before the connection could tell.
+impl Drop for WireBody {
+    fn drop(&mut self) {
+        if !self.ended
+            && let Ok(mut wire) = self.wire.0.try_lock()
+            && wire.body == self.body
+        {
+            wire.dropped = true;
+        }
     }
 }
 

@@ -198,3 +198,51 @@ async fn a_list_valued_age_is_not_fresh() {
     assert!(!cache_status(&second).contains("hit"), "{}", cache_status(&second));
     assert_eq!(seen(&seen_), 2);
 }
+
+/// Behind a trusted proxy, `X-Forwarded-Host` and `X-Forwarded-Proto` (and
+/// `Forwarded`) reach the upstream as the proxy sent them, and an answer
+/// may depend on them: a link to the forwarded host, a redirect to `https`
+/// for a client that came over `http`. They were not in the key: one
+/// client's `X-Forwarded-Host: evil.example` page was served to the
+/// others, and the `http` clients' redirect to every `https` client, which
+/// then went round in a loop. From an untrusted peer they are the
+/// gateway's own, the same for every client with that `Host`, and one
+/// entry serves them all.
+#[tokio::test]
+async fn forwarding_fields_a_trusted_proxy_passes_on_are_in_the_key() {
+    let handler = |req: Request<Incoming>| {
+        let field = |name: &str| req.headers().get(name).map_or("-".to_owned(), |v| v.to_str().unwrap().to_owned());
+        let body = format!(
+            "host={} proto={} fwd={}",
+            field("x-forwarded-host"),
+            field("x-forwarded-proto"),
+            field("forwarded")
+        );
+        std::future::ready(answer(200, &[("cache-control", "max-age=600")], body))
+    };
+    let (gw, seen_) = cached_with_server("trusted_proxies = [\"127.0.0.1/32\"]", handler).await;
+    let ask = |fields: &'static [(&'static str, &'static str)]| {
+        let url = gw.url("/c/page");
+        async move { get_with(&url, fields).await }
+    };
+    let evil: &[(&str, &str)] = &[("x-forwarded-host", "evil.example"), ("x-forwarded-proto", "https")];
+    let good: &[(&str, &str)] = &[("x-forwarded-host", "shop.example"), ("x-forwarded-proto", "https")];
+    let plain: &[(&str, &str)] = &[("x-forwarded-host", "shop.example"), ("x-forwarded-proto", "http")];
+    let fwd: &[(&str, &str)] = &[("forwarded", "proto=http;host=shop.example")];
+    for (fields, want) in [
+        (evil, "host=evil.example proto=https"),
+        (good, "host=shop.example proto=https"),
+        (plain, "host=shop.example proto=http"),
+        (&[][..], "host=127.0.0.1"),
+        (fwd, "fwd=proto=http;host=shop.example"),
+    ] {
+        for round in 0..2 {
+            let (parts, body) = ask(fields).await;
+            let body = String::from_utf8_lossy(&body).into_owned();
+            assert!(body.contains(want), "{fields:?} round {round}: {body} ({})", cache_status(&parts));
+            // The second time, from the entry of its own fields.
+            assert_eq!(cache_status(&parts).contains("hit"), round == 1, "{fields:?}: {}", cache_status(&parts));
+        }
+    }
+    assert_eq!(seen(&seen_), 5);
+}

@@ -20,6 +20,7 @@
 
 mod entry;
 mod fill;
+mod key;
 pub mod rules;
 mod status;
 mod store;
@@ -39,7 +40,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::body::Body;
-use crate::config::{CacheConfig, HostMode, ProxyTarget};
+use crate::config::{CacheConfig, ProxyTarget};
 use crate::error::GatewayError;
 use crate::headers::X_REQUEST_ID;
 use crate::metrics::CacheMetrics;
@@ -49,6 +50,7 @@ use crate::upstream::Upstream;
 use crate::upstream::proxy::upstream_path;
 use entry::from_entry;
 use fill::{Answer, Fill};
+use key::{client_host, key_start};
 use rules::{Ask, Present};
 pub use store::Store;
 use store::{Entry, FillGuard, Filled};
@@ -142,7 +144,7 @@ impl RouteCache {
         {
             return Looked::Go(req, Miss::Pass);
         }
-        let key = self.key(&req);
+        let key = self.key(&req, peer);
         let (mut ask, only_if_cached, max_age) =
             if present.directives { rules::ask(req.headers()) } else { (Ask::Normal, false, None) };
         if ask == Ask::Bypass {
@@ -398,8 +400,9 @@ impl RouteCache {
     ) -> Result<Response<Body>, GatewayError> {
         self.metrics.bypass.increment(1);
         let unsafe_method = !req.method().is_safe();
-        let key = unsafe_method.then(|| self.key(&req));
+        let key = unsafe_method.then(|| self.key(&req, peer));
         let client_host = client_host(&req).map(str::to_owned);
+        let passed = key::passed_on(req.headers(), peer.trusted);
         let response = self.direct(req, peer, cx, deadline, Status::fwd("bypass")).await?;
         let status = response.status();
         if let Some(key) = key
@@ -415,7 +418,7 @@ impl RouteCache {
                     .filter(|u| under_prefix(u.path(), &self.prefix))
                     .and_then(|u| upstream_path(&u, &self.target, &self.prefix).ok());
                 if let Some(path) = path {
-                    self.store.invalidate(&self.key_for(client_host.as_deref().unwrap_or(""), path.as_str()));
+                    self.store.invalidate(&self.key_for(client_host.as_deref().unwrap_or(""), &passed, path.as_str()));
                 }
             }
         }
@@ -425,23 +428,25 @@ impl RouteCache {
     /// The key of a request: the upstream, the client's `Host` and the path
     /// and query it is sent (after `rewrite`), written straight into the
     /// key (it is made for every request).
-    fn key(&self, req: &Request<Incoming>) -> String {
+    fn key(&self, req: &Request<Incoming>, peer: &Peer) -> String {
         let uri = req.uri();
         let host = client_host(req).unwrap_or("");
+        let passed = key::passed_on(req.headers(), peer.trusted);
         match &self.target.rewrite {
             Some(rewrite) => {
                 let path = Rewritten::of(uri.path(), uri.query(), &self.prefix, rewrite);
-                let mut key = self.key_head(host, path.byte_len());
+                let mut key = self.key_head(host, &passed, path.byte_len());
                 path.push_to(&mut key);
                 key
             }
-            None => self.key_for(host, uri.path_and_query().map_or("/", |p| p.as_str())),
+            None => self.key_for(host, &passed, uri.path_and_query().map_or("/", |p| p.as_str())),
         }
     }
 
-    /// The key of `path` (as sent upstream) asked for with `host`.
-    fn key_for(&self, host: &str, path: &str) -> String {
-        let mut key = self.key_head(host, path.len());
+    /// The key of `path` (as sent upstream) asked for with `host` and the
+    /// forwarding fields `passed` (see [`key::passed_on`]).
+    fn key_for(&self, host: &str, passed: &str, path: &str) -> String {
+        let mut key = self.key_head(host, passed, path.len());
         key.push_str(path);
         key
     }
@@ -449,35 +454,14 @@ impl RouteCache {
     /// `upstream \n mode host \n` (see [`key_start`]), the host lowercased,
     /// with room for a path of `path_len` bytes after it. Built by hand,
     /// not with `format!`: it is made for every request.
-    fn key_head(&self, host: &str, path_len: usize) -> String {
-        let mut key = String::with_capacity(self.key_start.len() + host.len() + path_len + 1);
+    fn key_head(&self, host: &str, passed: &str, path_len: usize) -> String {
+        let mut key = String::with_capacity(self.key_start.len() + host.len() + passed.len() + path_len + 1);
         key.push_str(&self.key_start);
         key.push_str(host);
         key[self.key_start.len()..].make_ascii_lowercase();
+        key.push_str(passed);
         key.push('\n');
         key
-    }
-}
-
-/// The start of every key of a route: its upstream and its host mode (a
-/// reload may change the mode and keep the store).
-fn key_start(upstream: &str, host: HostMode) -> String {
-    let mode = match host {
-        HostMode::Upstream => "u ",
-        HostMode::Preserve => "p ",
-    };
-    format!("{upstream}\n{mode}")
-}
-
-/// The client's `Host`, as the key has it (before lowercasing). The
-/// upstream sees it as `Host` (`host = "preserve"`) or, with its own `Host`
-/// (`host = "upstream"`), as `X-Forwarded-Host` and `Forwarded: host=`,
-/// which the gateway sets from it: keyed either way, or one client's `Host`
-/// would choose what the others are served.
-fn client_host(req: &Request<Incoming>) -> Option<&str> {
-    match req.headers().get(header::HOST) {
-        Some(h) => h.to_str().ok(),
-        None => req.uri().authority().map(|a| a.as_str()),
     }
 }
 

@@ -186,10 +186,9 @@ pub fn has_hop_by_hop(headers: &HeaderMap) -> bool {
 /// client sent it in `request`: a hop-by-hop field (always, or named in
 /// the request's `Connection`), dropped on the way, or one the gateway
 /// sets per client or per request. A response that varies on such a
-/// field cannot be keyed by the client's value. Not `Host` (a cache key
-/// holds it already), nor `X-Forwarded-Host` and `X-Forwarded-Proto`:
-/// passed on as sent from a trusted proxy, and otherwise set from `Host`
-/// and the listener, the same for every client with that `Host`.
+/// field cannot be keyed by the client's value. Not `Host`, nor
+/// `X-Forwarded-Host` and `X-Forwarded-Proto`: a cache key holds them as a
+/// trusted proxy sent them, and else they come from `Host` and the listener.
 pub fn not_as_sent(name: &HeaderName, request: &HeaderMap) -> bool {
     if name == header::HOST || name == X_FORWARDED_HOST || name == X_FORWARDED_PROTO {
         return false;

@@ -21,6 +21,11 @@ use super::status::Stamps;
 use crate::config::CacheConfig;
 use crate::metrics::CacheStoreMetrics;
 
+/// What a stored field costs besides its name's and value's bytes.
+const FIELD_COST: usize = 224;
+/// What an entry costs besides its fields, body and key.
+const ENTRY_COST: usize = 768;
+
 /// Variants kept per key: each `Vary` value set an answer was stored for.
 const MAX_VARIANTS: usize = 8;
 
@@ -91,12 +96,16 @@ impl Entry {
 
     /// Bytes it holds, as the store weighs it: its head, the request
     /// fields its `Vary` keeps, and its body; nothing else of the request
-    /// that filled it is kept.
+    /// that filled it is kept. A field and an entry cost what the process's
+    /// memory grew by for them (the map's room and links, the allocations,
+    /// the store's own bookkeeping), not only their bytes: weighed by
+    /// their bytes alone, a store took 2.7 times its `max_size` (see
+    /// benches/README.md, Decisions).
     pub(super) fn weight(&self) -> u64 {
-        let head: usize = self.headers.iter().map(|(n, v)| n.as_str().len() + v.len() + 32).sum();
+        let head: usize = self.headers.iter().map(|(n, v)| n.as_str().len() + v.len() + FIELD_COST).sum();
         let vary: usize =
-            self.vary.iter().map(|(n, v)| n.as_str().len() + v.as_ref().map_or(0, String::len) + 64).sum();
-        (head + vary + self.body.len() + 512) as u64
+            self.vary.iter().map(|(n, v)| n.as_str().len() + v.as_ref().map_or(0, String::len) + FIELD_COST).sum();
+        (head + vary + self.body.len() + ENTRY_COST) as u64
     }
 
     /// How long the store keeps it: fresh, then the longer stale window;

@@ -82,10 +82,11 @@ pub(super) fn vary_of(
     response: &http::HeaderMap,
     head: &request::Parts,
 ) -> Option<Vec<(http::HeaderName, Option<String>)>> {
+    let nominated = crate::headers::Nominated::of(&head.headers);
     rules::vary_names(response)
         .map(|n| {
             let name = http::HeaderName::from_bytes(n.as_bytes()).ok()?;
-            if crate::headers::not_as_sent(&name, &head.headers) {
+            if crate::headers::not_as_sent(&name, &nominated) {
                 return None;
             }
             let value = rules::vary_value(&head.headers, &name);

@@ -19,6 +19,7 @@ use tokio::sync::watch;
 use super::rules;
 use super::status::Stamps;
 use crate::config::CacheConfig;
+use crate::headers::{Nominated, not_as_sent};
 use crate::metrics::CacheStoreMetrics;
 
 /// What a stored field costs besides its name's and value's bytes.
@@ -89,9 +90,13 @@ impl Entry {
 
     /// Whether it answers a request with `headers` (its `Vary` matches).
     pub fn matches(&self, headers: &HeaderMap) -> bool {
-        self.vary.iter().all(|(name, value)| {
-            rules::vary_value(headers, name) == *value && !crate::headers::not_as_sent(name, headers)
-        })
+        if self.vary.is_empty() {
+            return true;
+        }
+        let nominated = Nominated::of(headers);
+        self.vary
+            .iter()
+            .all(|(name, value)| rules::vary_value(headers, name) == *value && !not_as_sent(name, &nominated))
     }
 
     /// Bytes it holds, as the store weighs it: its head, the request

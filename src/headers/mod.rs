@@ -27,6 +27,7 @@ mod cookies;
 pub mod etags;
 mod host;
 pub mod interim;
+mod nominated;
 pub mod parsed;
 pub mod rules;
 pub mod spare;
@@ -35,6 +36,7 @@ pub mod via;
 
 pub use cookies::{cookie_line, join_cookies};
 pub use host::valid_host;
+pub use nominated::Nominated;
 pub use stamp::{Field, Stamp};
 pub use via::Via;
 
@@ -183,24 +185,17 @@ pub fn has_hop_by_hop(headers: &HeaderMap) -> bool {
 }
 
 /// Whether the upstream may see request header `name` otherwise than the
-/// client sent it in `request`: a hop-by-hop field (always, or named in
-/// the request's `Connection`), dropped on the way, or one the gateway
-/// sets per client or per request. A response that varies on such a
-/// field cannot be keyed by the client's value. Not `Host`, nor
+/// client sent it: a hop-by-hop field (always, or `nominated` by the
+/// request's `Connection`), dropped on the way, or one the gateway sets
+/// per client or per request. A response that varies on such a field
+/// cannot be keyed by the client's value. Not `Host`, nor
 /// `X-Forwarded-Host` and `X-Forwarded-Proto`: a cache key holds them as a
 /// trusted proxy sent them, and else they come from `Host` and the listener.
-pub fn not_as_sent(name: &HeaderName, request: &HeaderMap) -> bool {
+pub fn not_as_sent(name: &HeaderName, nominated: &Nominated) -> bool {
     if name == header::HOST || name == X_FORWARDED_HOST || name == X_FORWARDED_PROTO {
         return false;
     }
-    HOP_BY_HOP.contains(name)
-        || SET_BY_GATEWAY.contains(name)
-        || request
-            .get_all(header::CONNECTION)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .any(|token| token.trim().eq_ignore_ascii_case(name.as_str()))
+    HOP_BY_HOP.contains(name) || SET_BY_GATEWAY.contains(name) || nominated.contains(name)
 }
 
 /// [`strip_hop_by_hop`] once [`has_hop_by_hop`] said there is something to

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 #[path = "common/process.rs"]
 mod process;
 
-use process::{free_addr, http_get, wait_for};
+use process::{Running, free_addr, http_get, wait_for};
 
 const BIN: &str = env!("CARGO_BIN_EXE_gateway");
 
@@ -331,13 +331,16 @@ fn the_admin_listeners_bound_address_is_logged() {
             "[server]\nlisten = \"{addr}\"\n[metrics]\nlisten = \"127.0.0.1:0\"\n[[routes]]\nname = 'r'\nprefix = '/r'\nrespond = {{ status = 200 }}\n"
         ),
     );
-    let mut gw = Command::new(BIN)
-        .args(["--config", path.to_str().unwrap(), "--log-format", "json"])
-        .env("RUST_LOG", "info")
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pipe = gw.stderr.take().unwrap();
+    // Killed on drop: a failed assertion leaves nothing running.
+    let mut gw = Running(
+        Command::new(BIN)
+            .args(["--config", path.to_str().unwrap(), "--log-format", "json"])
+            .env("RUST_LOG", "info")
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let pipe = gw.0.stderr.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     let reader = std::thread::spawn(move || {
         for line in std::io::BufRead::lines(std::io::BufReader::new(pipe)).map_while(Result::ok) {
@@ -362,7 +365,7 @@ fn the_admin_listeners_bound_address_is_logged() {
     let mut got = String::new();
     s.read_to_string(&mut got).unwrap();
     assert!(got.starts_with("HTTP/1.1 200") && got.contains("# TYPE"), "at {admin}: {got}");
-    Command::new("kill").args(["-TERM", &gw.id().to_string()]).status().unwrap();
-    assert_eq!(gw.wait().unwrap().code(), Some(0));
+    Command::new("kill").args(["-TERM", &gw.0.id().to_string()]).status().unwrap();
+    assert_eq!(gw.0.wait().unwrap().code(), Some(0));
     reader.join().unwrap();
 }

@@ -246,3 +246,34 @@ async fn forwarding_fields_a_trusted_proxy_passes_on_are_in_the_key() {
     }
     assert_eq!(seen(&seen_), 5);
 }
+
+/// RFC 9111 §4.1: a request matches a stored `Vary` answer only when its
+/// fields differ by what their own syntax makes equal. Runs of whitespace
+/// were made one space in every field, so a `User-Agent: x  y` answer
+/// (the upstream may tell the two apart) was a hit for `User-Agent: x y`.
+/// A list field's members still match however they are spaced.
+#[tokio::test]
+async fn a_vary_value_is_normalised_only_as_its_syntax_allows() {
+    let handler = |req: Request<Incoming>| {
+        let field = |name: &str| req.headers().get(name).map_or("-".to_owned(), |v| v.to_str().unwrap().to_owned());
+        let body = format!("ua=[{}] lang=[{}]", field("user-agent"), field("accept-language"));
+        std::future::ready(answer(
+            200,
+            &[("cache-control", "max-age=600"), ("vary", "User-Agent, Accept-Language")],
+            body,
+        ))
+    };
+    let (gw, seen_) = cached("", handler).await;
+    let ask = |fields: &'static [(&'static str, &'static str)]| {
+        let url = gw.url("/c/page");
+        async move { get_with(&url, fields).await }
+    };
+    let (_, body) = ask(&[("user-agent", "x  y"), ("accept-language", "en,fr")]).await;
+    assert_eq!(&body[..], b"ua=[x  y] lang=[en,fr]");
+    let (parts, body) = ask(&[("user-agent", "x y"), ("accept-language", "en,fr")]).await;
+    assert_eq!(&body[..], b"ua=[x y] lang=[en,fr]", "{}", cache_status(&parts));
+    let (parts, body) = ask(&[("user-agent", "x y"), ("accept-language", " en , fr")]).await;
+    assert_eq!(&body[..], b"ua=[x y] lang=[en,fr]", "{}", cache_status(&parts));
+    assert!(cache_status(&parts).contains("hit"), "{}", cache_status(&parts));
+    assert_eq!(seen(&seen_), 2);
+}

@@ -14,10 +14,13 @@
 //! meaning), had no fixed default lifetime, and knew nothing of RFC 5861's
 //! stale windows.
 
+use std::borrow::Cow;
 use std::time::{Duration, SystemTime};
 
 use http::header::{self, HeaderMap, HeaderName};
 use http::{Method, StatusCode};
+
+use crate::headers::cookie_line;
 
 /// Statuses a shared cache may store without explicit freshness
 /// (RFC 9110 §15.1), as the issue lists them.
@@ -270,20 +273,81 @@ pub fn vary_names(response: &HeaderMap) -> impl Iterator<Item = String> + '_ {
         .filter(|n| !n.is_empty())
 }
 
-/// A request header's value as a `Vary` key compares it: every line,
-/// joined, with runs of whitespace made one space.
+/// Request fields whose syntax is no list (RFC 9110 §5.6.1): whitespace
+/// and commas inside them may matter upstream, so their values are compared
+/// as sent. Any other field, one the gateway knows as a list or one it does
+/// not know, is compared by its members (RFC 9111 §4.1 and the public cache
+/// test suite's `vary-normalise-*`: lines combined, whitespace around the
+/// commas dropped).
+const SINGLETONS: [HeaderName; 12] = [
+    header::USER_AGENT,
+    header::REFERER,
+    header::AUTHORIZATION,
+    header::PROXY_AUTHORIZATION,
+    header::ORIGIN,
+    header::HOST,
+    header::FROM,
+    header::CONTENT_TYPE,
+    header::RANGE,
+    header::IF_MODIFIED_SINCE,
+    header::IF_UNMODIFIED_SINCE,
+    header::IF_RANGE,
+];
+
+/// A request header's value as a `Vary` key compares it (RFC 9111 §4.1):
+/// a list field's members from all its lines (RFC 9110 §5.3), trimmed,
+/// empty ones dropped, whitespace inside them kept; `Cookie` crumbs joined
+/// with `"; "` as the upstream gets them; a field that is no list as sent,
+/// each line apart.
 pub fn vary_value(request: &HeaderMap, name: &HeaderName) -> Option<String> {
-    let mut values = request.get_all(name).iter().peekable();
-    values.peek()?;
-    // A value that is not UTF-8 is kept as its bytes in hex behind a NUL,
-    // which no field value holds: never equal to another value.
-    let text = |v: &http::HeaderValue| match v.to_str() {
-        Ok(v) => v.to_owned(),
-        Err(_) => std::iter::once("\0".to_owned()).chain(v.as_bytes().iter().map(|b| format!("{b:02x}"))).collect(),
+    let mut lines = request.get_all(name).iter().peekable();
+    lines.peek()?;
+    let joined: Cow<'_, [u8]> = match name {
+        n if *n == header::COOKIE => cookie_line(request)?,
+        // A line break, which no field value holds, keeps two lines apart
+        // from one line holding both.
+        _ => Cow::Owned(lines.map(|v| v.as_bytes()).collect::<Vec<_>>().join(&b'\n')),
     };
-    let joined: Vec<String> = values.map(text).collect();
-    let joined = joined.join(",");
-    Some(joined.split(',').map(|p| p.split_whitespace().collect::<Vec<_>>().join(" ")).collect::<Vec<_>>().join(","))
+    let Ok(text) = std::str::from_utf8(&joined) else {
+        // Kept as its bytes in hex behind a NUL, which no field value
+        // holds: never equal to another value.
+        return Some(std::iter::once("\0".to_owned()).chain(joined.iter().map(|b| format!("{b:02x}"))).collect());
+    };
+    if *name == header::COOKIE || SINGLETONS.contains(name) {
+        return Some(text.to_owned());
+    }
+    Some(text.split('\n').flat_map(members).collect::<Vec<_>>().join(","))
+}
+
+/// The members of a list line (RFC 9110 §5.6.1): split at commas outside
+/// quoted strings (which may hold one), trimmed of whitespace, empty ones
+/// dropped.
+fn members(line: &str) -> impl Iterator<Item = &str> {
+    let mut rest = line;
+    std::iter::from_fn(move || {
+        while !rest.is_empty() {
+            let (mut quoted, mut escaped) = (false, false);
+            let end = rest
+                .bytes()
+                .position(|b| {
+                    match b {
+                        _ if escaped => escaped = false,
+                        b'\\' if quoted => escaped = true,
+                        b'"' => quoted = !quoted,
+                        b',' if !quoted => return true,
+                        _ => {}
+                    }
+                    false
+                })
+                .unwrap_or(rest.len());
+            let member = rest[..end].trim_matches([' ', '\t']);
+            rest = rest.get(end + 1..).unwrap_or("");
+            if !member.is_empty() {
+                return Some(member);
+            }
+        }
+        None
+    })
 }
 
 /// How long past its freshness an entry may be served stale: `window`

@@ -292,8 +292,13 @@ pub enum Target {
     Proxy(ProxyTarget),
     /// Serve one file, whatever the rest of the path.
     File(PathBuf),
-    /// Serve a directory tree; the route prefix is stripped.
-    Dir(PathBuf),
+    /// Serve a directory tree; the route prefix is stripped. Names that
+    /// start with a dot are served only with `dotfiles` (see
+    /// `files::sanitize::hidden`).
+    Dir {
+        root: PathBuf,
+        dotfiles: bool,
+    },
     /// A fixed response.
     Respond {
         status: StatusCode,

@@ -229,6 +229,9 @@ pub(super) struct RawRoute {
     pub mirror: Option<RawMirror>,
     pub file: Option<String>,
     pub dir: Option<String>,
+    /// A `dir` route serves files and directories whose names start with a
+    /// dot (`.git`, `.env`); default no (404), `.well-known` always.
+    pub dotfiles: Option<bool>,
     pub respond: Option<RawRespond>,
     pub redirect: Option<RawRedirect>,
     pub rewrite: Option<String>,

@@ -70,7 +70,9 @@ impl Target {
             // Absolute as a `dir` (canonical at load) is, but with no link
             // followed: the file is opened by this path at each request.
             Target::File(p) => format!("file {}", std::path::absolute(p).unwrap_or_else(|_| p.clone()).display()),
-            Target::Dir(p) => format!("dir {}", p.display()),
+            Target::Dir { root, dotfiles } => {
+                format!("dir {}{}", root.display(), if *dotfiles { " (dotfiles served)" } else { "" })
+            }
             Target::Respond { status, body } => {
                 format!("respond {} ({} bytes)", status.as_u16(), body.len())
             }

@@ -87,6 +87,11 @@ fn bad_configs_name_key_and_problem() {
             "only applies to routes with an upstream",
         ),
         (
+            "[[routes]]\nname='x'\nprefix='/x'\nupstream='a'\ndotfiles=true\n",
+            "routes[0].dotfiles",
+            "only applies to routes with a dir",
+        ),
+        (
             "[[routes]]\nname='x'\nprefix='/x'\nupstream='a'\nbody_timeout='0s'\n",
             "routes[0].body_timeout",
             "greater than zero",

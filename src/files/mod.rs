@@ -33,8 +33,17 @@ mod sanitize;
 mod variants;
 use conditional::{Plan, none_match, plan};
 use open::{not_found_or_io, open, resolve};
+use sanitize::hidden;
 pub use sanitize::sanitize;
 use variants::Variants;
+
+/// A `dir` route's tree: its root (canonical) and whether names that start
+/// with a dot are served.
+#[derive(Debug, Clone, Copy)]
+pub struct Dir<'a> {
+    pub root: &'a Path,
+    pub dotfiles: bool,
+}
 
 /// Files up to this size are kept in memory.
 pub const CACHE_FILE_MAX: u64 = 256 * 1024;
@@ -187,7 +196,7 @@ impl FileServer {
     /// relative links resolve inside the directory.
     pub async fn serve_dir(
         &self,
-        root: &Path,
+        Dir { root, dotfiles }: Dir<'_>,
         rest: &str,
         uri: &Uri,
         method: &Method,
@@ -204,6 +213,10 @@ impl FileServer {
             path = resolve(root, &path.join("index.html")).await?;
         } else if rest.ends_with('/') {
             // A file is not a directory: `/a.txt/` is not `/a.txt`.
+            return Err(GatewayError::NotFound);
+        }
+        // Judged on the path resolved, so a link to `.git` is hidden too.
+        if !dotfiles && path.strip_prefix(root).is_ok_and(hidden) {
             return Err(GatewayError::NotFound);
         }
         self.serve(&path, Some(root), method, headers, compress).await

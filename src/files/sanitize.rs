@@ -1,6 +1,6 @@
 //! A `dir` route's remaining path made a relative path, pure and table-tested.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::error::GatewayError;
 
@@ -36,9 +36,41 @@ pub fn sanitize(rest: &str) -> Result<PathBuf, GatewayError> {
     Ok(out)
 }
 
+/// A path under a `dir` root that names a hidden file or directory: one
+/// whose name starts with a dot (`.git/config`, `.env`, `.htpasswd`), which
+/// a tree of files often holds and seldom means to publish. `.well-known`
+/// (RFC 8615: `security.txt`, ACME challenges) is not hidden.
+pub(super) fn hidden(relative: &Path) -> bool {
+    relative.components().any(|c| {
+        let name = c.as_os_str().as_encoded_bytes();
+        name.starts_with(b".") && name != b".well-known"
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hidden_table() {
+        let cases = [
+            ("", false),
+            ("a/b.txt", false),
+            ("index.html", false),
+            (".env", true),
+            (".git/config", true),
+            ("a/.htpasswd", true),
+            ("a/.b/c", true),
+            ("..a", true),
+            ("a.b/c.", false),
+            (".well-known/security.txt", false),
+            (".well-known/.x", true),
+            (".well-knownx", true),
+        ];
+        for (path, want) in cases {
+            assert_eq!(hidden(Path::new(path)), want, "{path}");
+        }
+    }
 
     #[test]
     fn sanitize_table() {

@@ -348,11 +348,10 @@ impl App {
                     "" | "/" => self.files.serve_file(file, req.method(), req.headers(), route.config.compress).await,
                     _ => Err(GatewayError::NotFound),
                 },
-                Target::Dir(root) => {
+                Target::Dir { root, dotfiles } => {
                     let rest = strip_prefix(req.uri().path(), prefix);
-                    self.files
-                        .serve_dir(root, rest, req.uri(), req.method(), req.headers(), route.config.compress)
-                        .await
+                    let dir = crate::files::Dir { root, dotfiles: *dotfiles };
+                    self.files.serve_dir(dir, rest, req.uri(), req.method(), req.headers(), route.config.compress).await
                 }
                 Target::Redirect(redirect) => {
                     let location = redirect

@@ -422,7 +422,7 @@ impl Route {
         }
         let methods = match (&r.target, &r.methods) {
             (_, Some(ms)) => Some(ms.clone()),
-            (Target::File(_) | Target::Dir(_), None) => Some(FILE_METHODS.to_vec()),
+            (Target::File(_) | Target::Dir { .. }, None) => Some(FILE_METHODS.to_vec()),
             _ => None,
         };
         let methods = methods.map(|ms| {

@@ -47,6 +47,9 @@ pub(super) fn target(
     {
         return Err((key(k), "only applies to routes with an upstream".into()));
     }
+    if r.dotfiles.is_some() && r.dir.is_none() {
+        return Err((key("dotfiles"), "only applies to routes with a dir".into()));
+    }
     if r.sticky.is_some() && r.split.is_none() {
         return Err((key("sticky"), "only applies to routes with a split".into()));
     }
@@ -77,7 +80,7 @@ pub(super) fn target(
             .ok()
             .filter(|p| p.is_dir())
             .ok_or_else(|| (key("dir"), format!("{} is not a directory", path.display())))?;
-        return Ok(Target::Dir(root));
+        return Ok(Target::Dir { root, dotfiles: r.dotfiles.unwrap_or(false) });
     }
     if let Some(redirect) = &r.redirect {
         return crate::router::redirect::Redirect::parse(redirect.status.unwrap_or(308), &redirect.location)

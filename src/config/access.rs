@@ -55,6 +55,17 @@ impl AccessConfig {
 }
 
 impl AccessConfig {
+    /// The request headers the route's `auth` sets in place of the
+    /// client's (a JWT's `forward_claims`, a forward auth service's
+    /// `response_headers`).
+    pub fn sets(&self) -> Vec<HeaderName> {
+        match &self.auth {
+            Some(AuthConfig::Jwt(j)) => j.forward_claims.iter().map(|(n, _)| n.clone()).collect(),
+            Some(AuthConfig::Forward(f)) => f.response_headers.clone(),
+            Some(AuthConfig::Basic(_)) | None => Vec::new(),
+        }
+    }
+
     /// The request headers the route's `auth` sets (a JWT's
     /// `forward_claims`, a forward auth service's `response_headers`) or
     /// decides on (the token's cookie, the headers sent to the auth

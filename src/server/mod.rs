@@ -248,10 +248,8 @@ impl App {
             let route = table.router.find(req.uri(), req.headers()).map(|i| &table.routes[i]);
             let route_metrics = route.map_or(&self.unmatched, |r| &r.metrics);
             let _active = route_metrics.start();
-            let upstream = route.and_then(|r| r.upstream(&table.upstreams, &mut req, peer.tls));
-            cx.route_found(&req, upstream.is_some());
             let mut pending =
-                Unanswered { app: self, route: route_metrics, upstream, method: &method, start, cx: Some(cx) };
+                Unanswered { app: self, route: route_metrics, upstream: None, method: &method, start, cx: Some(cx) };
             let mut rate_state = None;
             let refused = match route {
                 Some(route) if route.guard.is_some() || route.rate_limit.is_some() => {
@@ -260,6 +258,15 @@ impl App {
                 }
                 _ => None,
             };
+            // Chosen once admitted: a split's sticky key may read a header
+            // the route's auth has just set in place of the client's own.
+            let upstream = match refused {
+                None => route.and_then(|r| r.upstream(&table.upstreams, &mut req, peer.tls)),
+                Some(_) => None,
+            };
+            pending.upstream = upstream;
+            let cx = pending.cx.as_mut().expect("just set");
+            cx.route_found(&req, upstream.is_some());
             let cx = pending.cx.as_ref().expect("just set");
             let respond = |result: Result<Response<Body>, GatewayError>| {
                 result.unwrap_or_else(|e| self.fail(route_metrics, upstream, cx, e))

@@ -82,6 +82,7 @@ pub(super) fn config(raw: RawConfig, base_dir: &Path, running: Option<&ServerCon
         routes.push(route);
     }
     routing::refuse_unreachable(&routes)?;
+    routing::refuse_routing_on_auth_headers(&routes)?;
     routing::mirror_endpoints(&routes, &upstreams)?;
     Ok(Config {
         source_name: String::new(),

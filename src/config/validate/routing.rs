@@ -99,6 +99,37 @@ pub(super) fn refuse_unreachable(routes: &[RouteConfig]) -> Result<(), Problem> 
     Ok(())
 }
 
+/// Refuses a route whose `headers` condition names a header some route's
+/// `auth` sets (a JWT's `forward_claims`, a forward auth service's
+/// `response_headers`): the route is chosen before its auth runs, from the
+/// client's own copy, so a client could pick it by sending the header.
+pub(super) fn refuse_routing_on_auth_headers(routes: &[RouteConfig]) -> Result<(), Problem> {
+    let set_by = |name: &HeaderName| {
+        let spelled = |n: &HeaderName| n.as_str().replace('_', "-");
+        routes
+            .iter()
+            .enumerate()
+            .find(|(_, r)| r.access.as_ref().is_some_and(|a| a.sets().iter().any(|s| spelled(s) == spelled(name))))
+    };
+    for (j, route) in routes.iter().enumerate() {
+        let names = route.conditions.iter().flat_map(|c| c.headers.iter().map(|(n, _)| n));
+        for name in names {
+            if let Some((i, by)) = set_by(name) {
+                return Err((
+                    format!("routes[{j}].headers.{name}"),
+                    format!(
+                        "route {:?} (routes[{i}]) sets {name} from its auth, but routes are chosen before auth runs, \
+                         from the client's own copy: a client could pick this route by sending it; route by path or \
+                         host, and let the upstream read the header",
+                        by.name
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// A route's `split` and `sticky`.
 pub(super) fn split(
     members: &[RawSplit],

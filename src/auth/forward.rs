@@ -19,6 +19,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use metrics::Histogram;
+use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use crate::config::access::ForwardConfig;
@@ -37,6 +38,10 @@ const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 const RELAYED: [HeaderName; 5] =
     [header::CONTENT_TYPE, header::LOCATION, header::WWW_AUTHENTICATE, header::SET_COOKIE, header::CACHE_CONTROL];
 
+/// Credential fields that are no list: a request with two lines of one is
+/// refused rather than asked about.
+const SINGLE: [HeaderName; 2] = [header::AUTHORIZATION, header::PROXY_AUTHORIZATION];
+
 const X_FORWARDED_METHOD: HeaderName = HeaderName::from_static("x-forwarded-method");
 const X_FORWARDED_URI: HeaderName = HeaderName::from_static("x-forwarded-uri");
 
@@ -45,6 +50,9 @@ pub struct Forward {
     client: Client<HttpConnector, Empty<Bytes>>,
     config: ForwardConfig,
     duration: Histogram,
+    /// Turns to ask (`max_concurrent`): the client's pool opens a connection
+    /// for each ask while none is idle, with no bound of its own.
+    turns: Semaphore,
 }
 
 impl Forward {
@@ -61,7 +69,12 @@ impl Forward {
             .pool_timer(TokioTimer::new())
             .pool_idle_timeout(POOL_IDLE_TIMEOUT)
             .build(connector);
-        Forward { client, config: config.clone(), duration: crate::metrics::auth_forward_duration(route) }
+        Forward {
+            client,
+            config: config.clone(),
+            duration: crate::metrics::auth_forward_duration(route),
+            turns: Semaphore::new(config.max_concurrent),
+        }
     }
 
     /// Asks the service about `req`; on a 2xx, sets its listed headers on
@@ -72,9 +85,21 @@ impl Forward {
         peer: &Peer,
         id: Option<&RequestId>,
     ) -> Result<(), GatewayError> {
+        // The service would read one copy, the upstream maybe another.
+        for name in SINGLE.iter().filter(|n| self.config.request_headers.contains(n)) {
+            if req.headers().get_all(name).iter().nth(1).is_some() {
+                return Err(GatewayError::BadRequest("more than one Authorization or Proxy-Authorization field"));
+            }
+        }
         let ask = self.ask(req, peer, id);
         let start = Instant::now();
-        let answer = tokio::time::timeout(self.config.timeout, async {
+        let deadline = start + self.config.timeout;
+        let Ok(Ok(_turn)) = tokio::time::timeout_at(deadline, self.turns.acquire()).await else {
+            let (n, after) = (self.config.max_concurrent, humantime::format_duration(self.config.timeout));
+            let detail = format!("{n} asks under way already (max_concurrent), no turn within {after}");
+            return Err(GatewayError::AuthError { kind: KIND, detail });
+        };
+        let answer = tokio::time::timeout_at(deadline, async {
             let response = self.client.request(ask).await.map_err(|e| e.to_string())?;
             let (parts, body) = response.into_parts();
             let body = Limited::new(body, MAX_BODY).collect().await.map_err(|e| e.to_string())?.to_bytes();

@@ -104,6 +104,10 @@ pub struct ForwardConfig {
     /// Headers of a 2xx answer copied onto the request (replacing the
     /// client's own).
     pub response_headers: Vec<HeaderName>,
+    /// Asks under way at once, at most; more wait for a turn within
+    /// `timeout` (then 503), so one client's burst cannot open a connection
+    /// to the service for each request.
+    pub max_concurrent: usize,
 }
 
 /// `auth.basic`.

@@ -24,6 +24,7 @@ pub(super) struct RawForward {
     pub request_headers: Option<Vec<String>>,
     #[serde(default)]
     pub response_headers: Vec<String>,
+    pub max_concurrent: Option<usize>,
 }
 
 /// `auth.basic`.

@@ -24,6 +24,9 @@ use crate::config::raw_access::{RawAuth, RawBasic, RawForward, RawJwt};
 const DEFAULT_REMEMBER: Duration = Duration::from_secs(60);
 /// How long the forward auth service may take by default.
 const DEFAULT_FORWARD_TIMEOUT: Duration = Duration::from_secs(1);
+/// Asks of one route under way at once by default (`max_concurrent`).
+const DEFAULT_FORWARD_CONCURRENT: usize = 100;
+const MAX_FORWARD_CONCURRENT: usize = 100_000;
 
 /// How often a `jwks_url` is fetched again by default (unless its
 /// `Cache-Control: max-age` says otherwise).
@@ -250,7 +253,11 @@ fn forward(f: &RawForward, key: &str) -> Result<ForwardConfig, Problem> {
     if let Some(n) = response_headers.iter().find(|n| crate::headers::SET_BY_GATEWAY.contains(n)) {
         return Err((k("response_headers"), format!("{n} is set by the gateway itself")));
     }
-    Ok(ForwardConfig { url: uri, timeout, request_headers, response_headers })
+    let max_concurrent = f.max_concurrent.unwrap_or(DEFAULT_FORWARD_CONCURRENT);
+    if !(1..=MAX_FORWARD_CONCURRENT).contains(&max_concurrent) {
+        return Err((k("max_concurrent"), format!("between 1 and {MAX_FORWARD_CONCURRENT}")));
+    }
+    Ok(ForwardConfig { url: uri, timeout, request_headers, response_headers, max_concurrent })
 }
 
 /// `jwks_url` (`https://`, or `http://` for a service on the same host or

@@ -1,0 +1,88 @@
+//! Forward auth's bounds: a request with two `Authorization` lines is
+//! refused before the service is asked (the service would read one copy,
+//! the upstream maybe the other), and no more than `max_concurrent` asks
+//! are under way at once, however many requests come.
+
+mod auth_common;
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use auth_common::*;
+use common::*;
+use http::{Request, Response};
+use hyper::body::Incoming;
+
+/// An auth service that allows everything after `delay`, counting the asks
+/// it holds at once (the most seen) and in all.
+async fn counting_service(delay: Duration) -> (TestUpstream, Arc<(AtomicUsize, AtomicUsize, AtomicUsize)>) {
+    let counts = Arc::new((AtomicUsize::new(0), AtomicUsize::new(0), AtomicUsize::new(0)));
+    let c = counts.clone();
+    let up = TestUpstream::start(move |_req: Request<Incoming>| {
+        let c = c.clone();
+        async move {
+            let now = c.0.fetch_add(1, Ordering::SeqCst) + 1;
+            c.1.fetch_max(now, Ordering::SeqCst);
+            c.2.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(delay).await;
+            c.0.fetch_sub(1, Ordering::SeqCst);
+            Response::builder().header("x-user", "ann").body(full("")).unwrap()
+        }
+    })
+    .await;
+    (up, counts)
+}
+
+fn forward(auth: std::net::SocketAddr, extra: &str) -> String {
+    format!("auth = {{ forward = {{ url = \"http://{auth}/verify\", response_headers = [\"x-user\"]{extra} }} }}")
+}
+
+#[tokio::test]
+async fn two_authorization_lines_are_refused_before_the_service_is_asked() {
+    let (up, seen) = recording().await;
+    let (auth, counts) = counting_service(Duration::ZERO).await;
+    let gw = TestGateway::from_toml(&route(up.addr, "fwd", &forward(auth.addr, ""))).await;
+    let two = Request::get(gw.url("/fwd/x"))
+        .header("authorization", "Bearer good")
+        .header("authorization", "Bearer forged")
+        .body(full(""))
+        .unwrap();
+    assert_eq!(send(two).await.0.status, 400);
+    assert_eq!((counts.2.load(Ordering::SeqCst), seen.lock().unwrap().len()), (0, 0), "nothing asked or sent");
+    let (parts, _) = get_with(&gw.url("/fwd/x"), &[("authorization", "Bearer good")]).await;
+    assert_eq!(parts.status, 200);
+    assert_eq!(counts.2.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn no_more_than_max_concurrent_asks_are_under_way() {
+    let (up, _seen) = recording().await;
+    let (auth, counts) = counting_service(Duration::from_millis(150)).await;
+    let extra = ", max_concurrent = 2, timeout = \"10s\"";
+    let gw = TestGateway::from_toml(&route(up.addr, "fwd", &forward(auth.addr, extra))).await;
+    let asks = (0..12).map(|_| get_with_owned(gw.url("/fwd/x")));
+    let statuses: Vec<u16> = futures_util::future::join_all(asks).await.into_iter().map(|s| s.as_u16()).collect();
+    assert_eq!(statuses, [200; 12], "all allowed, in turns");
+    assert_eq!(counts.2.load(Ordering::SeqCst), 12);
+    assert_eq!(counts.1.load(Ordering::SeqCst), 2, "the most asks the service held at once");
+}
+
+async fn get_with_owned(url: String) -> http::StatusCode {
+    get_with(&url, &[]).await.0.status
+}
+
+#[test]
+fn max_concurrent_is_checked_at_load() {
+    let dir = tempfile::tempdir().unwrap();
+    for n in ["0", "100001"] {
+        let toml = format!(
+            "[[routes]]\nname = 'r'\nprefix = '/r'\nrespond = {{ status = 200 }}\n\
+             auth = {{ forward = {{ url = 'http://127.0.0.1:1/', max_concurrent = {n} }} }}\n"
+        );
+        let e = gateway::config::load(&gateway::config::Source::Inline { text: toml, base_dir: dir.path().into() })
+            .expect_err(n);
+        assert!(e.to_string().contains("max_concurrent: between 1 and 100000"), "{n}: {e}");
+    }
+}

@@ -5,9 +5,9 @@
 //! blocking pool, at most [`max_verifications`] at once in the whole
 //! process, with a few more waiting up to [`MAX_WAIT`] for a turn (past
 //! that: 503 with `Retry-After`), and a success is remembered
-//! for `remember`, keyed by a salted SHA-256 of the credentials (never the
-//! credentials themselves), so a valid client does not pay the hash on
-//! every request.
+//! for `remember`, each user's last one, as a salted SHA-256 of the
+//! credentials (never the credentials themselves), so a valid client does
+//! not pay the hash on every request.
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
@@ -25,9 +25,6 @@ use crate::config::access::{BasicConfig, HashKind, HtpasswdEntry};
 use crate::error::GatewayError;
 
 const KIND: &str = "basic";
-/// Successes remembered at most; past it, expired ones are dropped, and if
-/// none had expired, all are forgotten.
-const MAX_REMEMBERED: usize = 10_000;
 
 /// Verifications running at once, process-wide: half the CPUs, at least
 /// one, so the other half keeps proxying whatever the login traffic.
@@ -84,7 +81,11 @@ pub struct Basic {
     /// long as a known user's.
     decoy: (Arc<str>, HashKind),
     remember: Duration,
-    remembered: Mutex<HashMap<CredentialKey, (Arc<str>, Instant)>>,
+    /// Each user's last verified credentials, one entry a user of the file:
+    /// so no client, whatever it sends (bcrypt reads only a password's
+    /// first 72 bytes, so one password has many spellings), can push
+    /// another user's entry out.
+    remembered: Mutex<HashMap<Arc<str>, (CredentialKey, Instant)>>,
     /// Salts the keys of `remembered`.
     salt: [u8; 16],
 }
@@ -123,7 +124,7 @@ impl Basic {
             return Err(self.refuse("password too long"));
         }
         let key = self.key(&user, &password);
-        if let Some(user) = self.recall(&key) {
+        if let Some(user) = self.recall(&user, &key) {
             return Ok(user);
         }
         let known = self.users.get_key_value(user.as_str());
@@ -159,24 +160,18 @@ impl Basic {
         h.finalize().into()
     }
 
-    fn recall(&self, key: &CredentialKey) -> Option<Arc<str>> {
+    fn recall(&self, user: &str, key: &CredentialKey) -> Option<Arc<str>> {
         let remembered = self.remembered.lock().unwrap_or_else(|e| e.into_inner());
-        remembered.get(key).filter(|(_, until)| *until > Instant::now()).map(|(user, _)| user.clone())
+        let (user, (known, until)) = remembered.get_key_value(user)?;
+        (known == key && *until > Instant::now()).then(|| user.clone())
     }
 
     fn store(&self, key: CredentialKey, user: Arc<str>) {
         if self.remember.is_zero() {
             return;
         }
-        let now = Instant::now();
-        let mut remembered = self.remembered.lock().unwrap_or_else(|e| e.into_inner());
-        if remembered.len() >= MAX_REMEMBERED {
-            remembered.retain(|_, (_, until)| *until > now);
-            if remembered.len() >= MAX_REMEMBERED {
-                remembered.clear();
-            }
-        }
-        remembered.insert(key, (user, now + self.remember));
+        let until = Instant::now() + self.remember;
+        self.remembered.lock().unwrap_or_else(|e| e.into_inner()).insert(user, (key, until));
     }
 }
 
@@ -266,6 +261,32 @@ mod tests {
             let got = got.as_ref().map(|(u, p)| (u.as_str(), p.as_str())).map_err(|e| *e);
             assert_eq!(got, want, "{value:?}");
         }
+    }
+
+    /// Before, successes were kept by credentials, up to 10,000, then all
+    /// forgotten: one user sending 10,001 spellings of a password (bcrypt
+    /// reads only its first 72 bytes) made every other user pay the hash
+    /// again.
+    #[tokio::test]
+    async fn no_user_pushes_another_users_remembered_login_out() {
+        let entry = |user: &str| HtpasswdEntry { user: user.into(), hash: "$2y$04$x".into(), kind: HashKind::Bcrypt };
+        let config = BasicConfig {
+            htpasswd: "users".into(),
+            realm: "r".into(),
+            remember: Duration::from_secs(60),
+            users: vec![entry("bob"), entry("carl")],
+        };
+        let basic = Basic::new(&config);
+        let carl = basic.key("carl", "pw");
+        basic.store(carl, Arc::from("carl"));
+        for i in 0..20_000 {
+            basic.store(basic.key("bob", &format!("pw{i}")), Arc::from("bob"));
+        }
+        assert_eq!(basic.recall("carl", &carl).as_deref(), Some("carl"));
+        assert_eq!(basic.recall("bob", &basic.key("bob", "pw19999")).as_deref(), Some("bob"));
+        assert_eq!(basic.recall("bob", &basic.key("bob", "pw1")), None, "one entry a user: the last");
+        assert_eq!(basic.recall("carl", &basic.key("carl", "other")), None);
+        assert_eq!(basic.remembered.lock().unwrap().len(), 2);
     }
 
     #[test]

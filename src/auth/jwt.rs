@@ -186,8 +186,11 @@ fn token<'h>(headers: &'h HeaderMap, from: &TokenSource) -> Option<&'h str> {
 }
 
 /// A claim's value as a header value: strings as they are, numbers and
-/// booleans as JSON writes them, a list of those joined by `, `; `None`
-/// for anything else, or a value a header cannot carry.
+/// booleans as JSON writes them, a list of those joined by `, ` (a member
+/// that holds a comma, a quote or edge whitespace, or is empty, as a
+/// quoted string, RFC 9110 §5.6.4, so `["users, admin"]` never reads as
+/// `["users", "admin"]`); `None` for anything else, or a value a header
+/// cannot carry.
 pub fn claim_value(claim: &Value) -> Option<HeaderValue> {
     let text = match claim {
         Value::String(s) => s.clone(),
@@ -196,7 +199,7 @@ pub fn claim_value(claim: &Value) -> Option<HeaderValue> {
             let parts: Option<Vec<String>> = items
                 .iter()
                 .map(|i| match i {
-                    Value::String(s) => Some(s.clone()),
+                    Value::String(s) => Some(list_member(s)),
                     Value::Number(_) | Value::Bool(_) => Some(i.to_string()),
                     _ => None,
                 })
@@ -206,6 +209,25 @@ pub fn claim_value(claim: &Value) -> Option<HeaderValue> {
         _ => return None,
     };
     HeaderValue::from_str(&text).ok()
+}
+
+/// A list member as written in a header list: as it is, or quoted when a
+/// recipient splitting the list at commas would read it otherwise.
+fn list_member(s: &str) -> String {
+    let plain = !s.is_empty() && !s.contains([',', '"']) && s.trim_matches([' ', '\t']) == s;
+    if plain {
+        return s.to_owned();
+    }
+    let mut quoted = String::with_capacity(s.len() + 2);
+    quoted.push('"');
+    for c in s.chars() {
+        if c == '"' || c == '\\' {
+            quoted.push('\\');
+        }
+        quoted.push(c);
+    }
+    quoted.push('"');
+    quoted
 }
 
 #[cfg(test)]
@@ -253,6 +275,9 @@ mod tests {
             (Value::from(42), Some("42")),
             (Value::from(true), Some("true")),
             (serde_json::json!(["a", "b"]), Some("a, b")),
+            (serde_json::json!(["users, admin"]), Some("\"users, admin\"")),
+            (serde_json::json!(["a\"b", "c\\d", " e", ""]), Some("\"a\\\"b\", c\\d, \" e\", \"\"")),
+            (serde_json::json!(["a", 1, true]), Some("a, 1, true")),
             (serde_json::json!({"x": 1}), None),
             (serde_json::json!([{"x": 1}]), None),
             (Value::from("line\nbreak"), None),

@@ -217,9 +217,9 @@ impl App {
         }
     }
 
-    /// The data path: path normalisation, built-ins, route match, the
-    /// route's address lists, rate limit and credentials, its layers around
-    /// screening, method check, load shedding, proxy / file / fixed response; then the one place where the outcome becomes a
+    /// The data path: path normalisation, built-ins, route match,
+    /// screening, the route's address lists, rate limit and credentials,
+    /// its layers around the method check, load shedding, proxy / file / fixed response; then the one place where the outcome becomes a
     /// status, a metric and a log line.
     #[allow(clippy::manual_async_fn)] // See `handle`: not an `async fn` on purpose.
     pub fn serve<'a>(
@@ -252,11 +252,18 @@ impl App {
                 Unanswered { app: self, route: route_metrics, upstream: None, method: &method, start, cx: Some(cx) };
             let mut rate_state = None;
             let refused = match route {
-                Some(route) if route.guard.is_some() || route.rate_limit.is_some() => {
-                    let cx = pending.cx.as_mut().expect("just set");
-                    self.admit(route, &mut req, peer, cx, &mut rate_state).await.err()
-                }
-                _ => None,
+                // Screened first: a request refused as malformed or too
+                // large takes no token of the rate limit and no ask of
+                // the auth service.
+                Some(route) => match self.screen(&req, route.config.max_body) {
+                    Err(e) => Some(e),
+                    Ok(()) if route.guard.is_some() || route.rate_limit.is_some() => {
+                        let cx = pending.cx.as_mut().expect("just set");
+                        self.admit(route, &mut req, peer, cx, &mut rate_state).await.err()
+                    }
+                    Ok(()) => None,
+                },
+                None => None,
             };
             // Chosen once admitted: a split's sticky key may read a header
             // the route's auth has just set in place of the client's own.
@@ -295,7 +302,7 @@ impl App {
         }
     }
 
-    /// Screens the request, then hands it to the route's target.
+    /// Hands the (screened) request to the route's target.
     #[allow(clippy::manual_async_fn)] // See `handle`: not an `async fn` on purpose.
     fn dispatch<'a>(
         &'a self,
@@ -307,7 +314,6 @@ impl App {
         cx: &'a RequestLog<'_>,
     ) -> impl Future<Output = Result<Response<Body>, GatewayError>> + 'a {
         async move {
-            self.screen(&req, route.config.max_body)?;
             if !route.allows(req.method()) {
                 let allow = route.methods.as_ref().map(|(_, allow)| allow.clone()).unwrap_or_default();
                 return Err(GatewayError::MethodNotAllowed { allow });

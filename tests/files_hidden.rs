@@ -10,7 +10,7 @@ use common::*;
 fn tree() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("root");
-    for sub in [".git", ".well-known", ".hidden", "pub"] {
+    for sub in [".git", ".well-known", ".hidden", "pub", "conf"] {
         std::fs::create_dir_all(root.join(sub)).unwrap();
     }
     std::fs::write(root.join(".git/config"), "[remote] url = secret").unwrap();
@@ -18,7 +18,11 @@ fn tree() -> tempfile::TempDir {
     std::fs::write(root.join(".well-known/security.txt"), "Contact: ops").unwrap();
     std::fs::write(root.join(".hidden/index.html"), "secret index").unwrap();
     std::fs::write(root.join("pub/a.txt"), "public").unwrap();
+    std::fs::write(root.join("conf/prod.env"), "DB_PASSWORD=secret").unwrap();
     std::os::unix::fs::symlink(root.join(".git/config"), root.join("pub/link.txt")).unwrap();
+    // Dot names that link to plain ones: a file and a directory.
+    std::os::unix::fs::symlink(root.join("conf/prod.env"), root.join(".env.production")).unwrap();
+    std::os::unix::fs::symlink(root.join("conf"), root.join(".conf")).unwrap();
     dir
 }
 
@@ -48,6 +52,9 @@ dotfiles = true
         ("/pub/link.txt", false, "[remote] url = secret"),
         ("/.hidden/", false, "secret index"),
         ("/pub/../.env", false, "TOKEN=secret"),
+        ("/.env.production", false, "DB_PASSWORD=secret"),
+        ("/.conf/prod.env", false, "DB_PASSWORD=secret"),
+        ("/conf/prod.env", true, "DB_PASSWORD=secret"),
     ];
     for (path, served, body) in cases {
         let (parts, got) = get(&gw.url(&format!("/static{path}"))).await;
@@ -57,5 +64,11 @@ dotfiles = true
         let (parts, got) = get(&gw.url(&format!("/open{path}"))).await;
         assert_eq!(parts.status, 200, "/open{path}");
         assert_eq!(got, body.as_bytes(), "/open{path}");
+    }
+    // A hidden directory without its slash: a 404 like a missing one, not
+    // the redirect to its slash form that would tell it exists.
+    for (path, open) in [("/.git", 301), ("/.hidden", 301), ("/.missing", 404)] {
+        assert_eq!(get(&gw.url(&format!("/static{path}"))).await.0.status, 404, "/static{path}");
+        assert_eq!(get(&gw.url(&format!("/open{path}"))).await.0.status, open, "/open{path}");
     }
 }

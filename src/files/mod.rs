@@ -204,6 +204,11 @@ impl FileServer {
         compress: bool,
     ) -> Result<Response<Body>, GatewayError> {
         let relative = sanitize(rest)?;
+        // The name asked for (a `.env` that links to `conf/prod.env`), and
+        // before any redirect, which would tell a hidden directory exists.
+        if !dotfiles && hidden(&relative) {
+            return Err(GatewayError::NotFound);
+        }
         let mut path = resolve(root, &root.join(relative)).await?;
         // A blocking stat, as in `serve_file` and for the same reason.
         if path.is_dir() {
@@ -215,7 +220,7 @@ impl FileServer {
             // A file is not a directory: `/a.txt/` is not `/a.txt`.
             return Err(GatewayError::NotFound);
         }
-        // Judged on the path resolved, so a link to `.git` is hidden too.
+        // And the path resolved: a link to `.git` is hidden too.
         if !dotfiles && path.strip_prefix(root).is_ok_and(hidden) {
             return Err(GatewayError::NotFound);
         }

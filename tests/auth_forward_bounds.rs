@@ -86,3 +86,22 @@ fn max_concurrent_is_checked_at_load() {
         assert!(e.to_string().contains("max_concurrent: between 1 and 100000"), "{n}: {e}");
     }
 }
+
+/// Before, a request waited for a turn the whole `timeout` and asked with
+/// whatever was left: under a service slower than the requests came, asks
+/// started with milliseconds left were cut at once, each passing its turn
+/// on while the service still worked on it. A turn is now waited for half
+/// the timeout at most, so every ask made has time to be answered.
+#[tokio::test]
+async fn no_ask_starts_too_late_to_be_answered() {
+    let (up, _seen) = recording().await;
+    let (auth, counts) = counting_service(Duration::from_millis(300)).await;
+    let extra = ", max_concurrent = 1, timeout = \"2s\"";
+    let gw = TestGateway::from_toml(&route(up.addr, "fwd", &forward(auth.addr, extra))).await;
+    let asks = (0..8).map(|_| get_with_owned(gw.url("/fwd/x")));
+    let statuses: Vec<u16> = futures_util::future::join_all(asks).await.into_iter().map(|s| s.as_u16()).collect();
+    let allowed = statuses.iter().filter(|&&s| s == 200).count();
+    assert!(statuses.iter().all(|&s| s == 200 || s == 503), "{statuses:?}");
+    assert!((1..8).contains(&allowed), "some in turns, the rest refused: {statuses:?}");
+    assert_eq!(counts.2.load(Ordering::SeqCst), allowed, "every ask made was answered in time: {statuses:?}");
+}

@@ -94,8 +94,13 @@ impl Forward {
         let ask = self.ask(req, peer, id);
         let start = Instant::now();
         let deadline = start + self.config.timeout;
-        let Ok(Ok(_turn)) = tokio::time::timeout_at(deadline, self.turns.acquire()).await else {
-            let (n, after) = (self.config.max_concurrent, humantime::format_duration(self.config.timeout));
+        // A turn is waited for half the timeout at most, so an ask starts
+        // with half of it left: one started with a few milliseconds left
+        // would be cut at once, its turn passed on while the service still
+        // works on it, and under a slow service every waiter would ask so.
+        let wait = self.config.timeout / 2;
+        let Ok(Ok(_turn)) = tokio::time::timeout_at(start + wait, self.turns.acquire()).await else {
+            let (n, after) = (self.config.max_concurrent, humantime::format_duration(wait));
             let detail = format!("{n} asks under way already (max_concurrent), no turn within {after}");
             return Err(GatewayError::AuthError { kind: KIND, detail });
         };

@@ -277,3 +277,24 @@ async fn a_vary_value_is_normalised_only_as_its_syntax_allows() {
     assert!(cache_status(&parts).contains("hit"), "{}", cache_status(&parts));
     assert_eq!(seen(&seen_), 2);
 }
+
+/// An HTTP/1 request's `Cookie` lines reach the upstream apart, so two
+/// lines are another request than one line holding both: the key keeps
+/// them apart too. They shared a variant, and an answer made from the
+/// first line only was served for the one line (hostile review).
+#[tokio::test]
+async fn two_cookie_lines_are_not_one_line_in_a_vary_key() {
+    let handler = |req: Request<Incoming>| {
+        let lines: Vec<&str> = req.headers().get_all("cookie").iter().map(|v| v.to_str().unwrap()).collect();
+        let body = format!("lines={}", lines.join("|"));
+        std::future::ready(answer(200, &[("cache-control", "max-age=600"), ("vary", "Cookie")], body))
+    };
+    let (gw, seen_) = cached("", handler).await;
+    let (_, body) = get_with(&gw.url("/c/page"), &[("cookie", "lang=fr"), ("cookie", "theme=dark")]).await;
+    assert_eq!(&body[..], b"lines=lang=fr|theme=dark");
+    let (parts, body) = get_with(&gw.url("/c/page"), &[("cookie", "lang=fr; theme=dark")]).await;
+    assert_eq!(&body[..], b"lines=lang=fr; theme=dark", "{}", cache_status(&parts));
+    let (parts, _) = get_with(&gw.url("/c/page"), &[("cookie", "lang=fr; theme=dark")]).await;
+    assert!(cache_status(&parts).contains("hit"), "{}", cache_status(&parts));
+    assert_eq!(seen(&seen_), 2);
+}

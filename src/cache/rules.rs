@@ -18,7 +18,7 @@ use std::borrow::Cow;
 use std::time::{Duration, SystemTime};
 
 use http::header::{self, HeaderMap, HeaderName};
-use http::{Method, StatusCode};
+use http::{Method, StatusCode, Version};
 
 use crate::headers::cookie_line;
 
@@ -279,7 +279,7 @@ pub fn vary_names(response: &HeaderMap) -> impl Iterator<Item = String> + '_ {
 /// not know, is compared by its members (RFC 9111 §4.1 and the public cache
 /// test suite's `vary-normalise-*`: lines combined, whitespace around the
 /// commas dropped).
-const SINGLETONS: [HeaderName; 12] = [
+const SINGLETONS: [HeaderName; 13] = [
     header::USER_AGENT,
     header::REFERER,
     header::AUTHORIZATION,
@@ -292,18 +292,21 @@ const SINGLETONS: [HeaderName; 12] = [
     header::IF_MODIFIED_SINCE,
     header::IF_UNMODIFIED_SINCE,
     header::IF_RANGE,
+    // RFC 7089: a date, with a comma in it.
+    HeaderName::from_static("accept-datetime"),
 ];
 
 /// A request header's value as a `Vary` key compares it (RFC 9111 §4.1):
 /// a list field's members from all its lines (RFC 9110 §5.3), trimmed,
-/// empty ones dropped, whitespace inside them kept; `Cookie` crumbs joined
-/// with `"; "` as the upstream gets them; a field that is no list as sent,
-/// each line apart.
-pub fn vary_value(request: &HeaderMap, name: &HeaderName) -> Option<String> {
+/// empty ones dropped, whitespace inside them kept; `Cookie` as the
+/// upstream gets it (an HTTP/2 request's crumbs joined with `"; "`, an
+/// HTTP/1 request's lines apart, as they go on); a field that is no list
+/// as sent, each line apart.
+pub fn vary_value(request: &HeaderMap, version: Version, name: &HeaderName) -> Option<String> {
     let mut lines = request.get_all(name).iter().peekable();
     lines.peek()?;
     let joined: Cow<'_, [u8]> = match name {
-        n if *n == header::COOKIE => cookie_line(request)?,
+        n if *n == header::COOKIE && version == Version::HTTP_2 => cookie_line(request)?,
         // A line break, which no field value holds, keeps two lines apart
         // from one line holding both.
         _ => Cow::Owned(lines.map(|v| v.as_bytes()).collect::<Vec<_>>().join(&b'\n')),

@@ -297,8 +297,9 @@ impl<'a> RequestLog<'a> {
     /// The route is known: a request that will be proxied gets the trace it
     /// passes on, if it has none yet. Other routes skip it when nothing
     /// else shows it, to save its cost on every request (see
-    /// benches/README.md, Decisions). The route's header rules have not run
-    /// yet, so the trace is still the one the client sent.
+    /// benches/README.md, Decisions). The route's header rules and auth
+    /// have not run yet (and neither may set the trace fields), so the
+    /// trace is still the one the client sent.
     pub(crate) fn route_found(&mut self, req: &Request<Incoming>, proxied: bool) {
         if proxied && self.propagate_trace && self.trace.is_none() {
             self.trace = Some(TraceContext::from_headers(req.headers()));

@@ -248,6 +248,8 @@ impl App {
             let route = table.router.find(req.uri(), req.headers()).map(|i| &table.routes[i]);
             let route_metrics = route.map_or(&self.unmatched, |r| &r.metrics);
             let _active = route_metrics.start();
+            // A refused request of a proxy route is traced as one too.
+            cx.route_found(&req, route.is_some_and(|r| matches!(r.config.target, Target::Proxy(_))));
             let mut pending =
                 Unanswered { app: self, route: route_metrics, upstream: None, method: &method, start, cx: Some(cx) };
             let mut rate_state = None;
@@ -272,8 +274,6 @@ impl App {
                 Some(_) => None,
             };
             pending.upstream = upstream;
-            let cx = pending.cx.as_mut().expect("just set");
-            cx.route_found(&req, upstream.is_some());
             let cx = pending.cx.as_ref().expect("just set");
             let respond = |result: Result<Response<Body>, GatewayError>| {
                 result.unwrap_or_else(|e| self.fail(route_metrics, upstream, cx, e))

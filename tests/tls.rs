@@ -23,7 +23,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls::HandshakeKind;
 use rustls::pki_types::ServerName;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
@@ -434,7 +434,6 @@ async fn a_pooled_tls_connection_closed_without_close_notify_is_resent_on_a_new_
         while let Ok((stream, _)) = listener.accept().await {
             let acceptor = acceptor.clone();
             tokio::spawn(async move {
-                use tokio::io::AsyncReadExt;
                 let Ok(mut tls) = acceptor.accept(stream).await else { return };
                 if read_head(&mut tls).await.is_none() {
                     return;
@@ -686,4 +685,26 @@ async fn a_reload_of_unchanged_certificate_files_keeps_the_https_upstream() {
     let opened = sample(&text, "gateway_upstream_connections_opened_total", &[("upstream", "tls_kept")]);
     assert_eq!(opened, Some(1.0), "the reload rebuilt the upstream and its pool");
     assert_eq!(seen.lock().unwrap().handshakes.len(), 1);
+}
+
+/// A client that chose `h2` by ALPN must speak HTTP/2 (RFC 9113 §3.3,
+/// RFC 7301 §3.2). An HTTP/1.1 request on such a connection was served
+/// (hyper-util's `auto` connection looked at the bytes, not at ALPN); now
+/// the connection fails, on either HTTP/2 server.
+#[tokio::test]
+async fn http1_after_alpn_chose_h2_is_not_served() {
+    let pki = Pki::new();
+    pki.issue("server", &["localhost"], false);
+    for server in ["", "http2 = \"gateway\""] {
+        let gw = tls_gateway(&pki, "", server).await;
+        let mut tls = tls_connect(&pki, gw.addr, b"h2", None).await.expect("handshake");
+        assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+        tls.write_all(b"GET /app/x HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n").await.unwrap();
+        let mut out = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(5), tls.read_to_end(&mut out)).await;
+        assert!(!out.starts_with(b"HTTP/1.1"), "{server:?}: {}", String::from_utf8_lossy(&out));
+        // The same client offering http/1.1 is served.
+        let tls = tls_connect(&pki, gw.addr, b"http/1.1", None).await.expect("handshake");
+        assert_eq!(get_over(tls).await.expect("request").0, Version::HTTP_11, "{server:?}");
+    }
 }

@@ -16,6 +16,10 @@ use crate::server::App;
 pub(super) struct Builders {
     pub http1: http1::Builder,
     pub auto: auto::Builder<TokioExecutor>,
+    /// `auto` for connections known to speak HTTP/2 (`h2` by ALPN, or the
+    /// whole preface seen): anything else on them is a connection error
+    /// (RFC 9113 §3.3), not HTTP/1.1 served after all.
+    pub http2_only: auto::Builder<TokioExecutor>,
     pub h2: ::h2::server::Builder,
 }
 
@@ -52,5 +56,6 @@ pub(super) fn builders(app: &App) -> Builders {
         .max_send_buf_size(h2.max_send_buffer)
         .max_local_error_reset_streams(h2.max_local_error_resets)
         .max_header_list_size(h2.max_header_list_size);
-    Builders { http1, auto, h2: h2.builder() }
+    let http2_only = auto.clone().http2_only();
+    Builders { http1, auto, http2_only, h2: h2.builder() }
 }

@@ -351,8 +351,14 @@ where
         }
         // Boxed: `auto`'s connection, able to hold either protocol's state,
         // is larger, and only HTTP/2 and undecided connections take it.
-        Http::Auto | Http::Two => {
+        Http::Auto => {
             let mut conn = Box::pin(builders.auto.serve_connection_with_upgrades(io, service));
+            drive(conn.as_mut(), |c| c.graceful_shutdown(), &mut watchdog, &stops, timeouts, addr).await
+        }
+        // HTTP/2 has no upgrades; `http2_only` holds only with the plain
+        // `serve_connection`.
+        Http::Two => {
+            let mut conn = Box::pin(builders.http2_only.serve_connection(io, service));
             drive(conn.as_mut(), |c| c.graceful_shutdown(), &mut watchdog, &stops, timeouts, addr).await
         }
     };

@@ -265,8 +265,8 @@ pub fn drop_nominated(headers: &mut HeaderMap) {
 /// if its `Connection` lists `upgrade` so the request really asks for it.
 /// `h2c` is never passed on: an upstream that switched would take HTTP/2
 /// requests through the tunnel for any path, past the gateway's routes and
-/// rules ("h2c smuggling"); such a request is forwarded without its upgrade
-/// headers, as any other hop-by-hop header.
+/// rules ("h2c smuggling"): a request asking for others too asks for those
+/// only, one asking for it alone goes on without its upgrade headers.
 pub fn upgrade_requested(headers: &HeaderMap) -> Option<HeaderValue> {
     let mut values = headers.get_all(header::UPGRADE).iter();
     let upgrade = values.next()?;
@@ -274,8 +274,13 @@ pub fn upgrade_requested(headers: &HeaderMap) -> Option<HeaderValue> {
         return None;
     }
     let protocols = upgrade.to_str().ok()?;
-    let h2c = protocols.split(',').any(|p| p.trim().split('/').next().is_some_and(|n| n.eq_ignore_ascii_case("h2c")));
-    (!h2c && !protocols.trim().is_empty()).then(|| upgrade.clone())
+    let h2c = |p: &&str| p.split('/').next().is_some_and(|n| n.eq_ignore_ascii_case("h2c"));
+    let asked: Vec<&str> = protocols.split(',').map(str::trim).filter(|p| !p.is_empty()).collect();
+    let kept: Vec<&str> = asked.iter().filter(|p| !h2c(p)).copied().collect();
+    match kept.len() == asked.len() {
+        true => (!asked.is_empty()).then(|| upgrade.clone()),
+        false => HeaderValue::from_str(&kept.join(", ")).ok().filter(|_| !kept.is_empty()),
+    }
 }
 
 /// Whether a `101` that switched to `answered` (its `Upgrade`) keeps to

@@ -129,7 +129,9 @@ fn upgrade_is_requested_only_with_connection_upgrade_and_never_h2c() {
         (&[("connection", "upgrade"), ("upgrade", "")], None),
         (&[("connection", "upgrade"), ("upgrade", "websocket"), ("upgrade", "x")], None),
         (&[("connection", "upgrade"), ("upgrade", "h2c")], None),
-        (&[("connection", "upgrade"), ("upgrade", "websocket, H2C")], None),
+        (&[("connection", "upgrade"), ("upgrade", "websocket, H2C")], Some("websocket")),
+        (&[("connection", "upgrade"), ("upgrade", "h2c, foo/2, ,h2c/1")], Some("foo/2")),
+        (&[("connection", "upgrade"), ("upgrade", "h2c, h2c")], None),
         (&[("connection", "upgrade"), ("upgrade", "h2c/1")], None),
     ];
     for (input, want) in cases {

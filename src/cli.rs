@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use tokio_util::sync::CancellationToken;
 
 use crate::config::{self, Config, Source};
 use crate::net::{bind, bind_for};
@@ -241,11 +242,13 @@ fn runtime(worker_threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
     }
 }
 
-/// Resolves on SIGTERM or SIGINT. The handlers are installed when this is
-/// called, not when the future is first polled: the listeners may answer
-/// a request before that, and a SIGTERM sent after the answer would find
-/// the default action (the process killed, not drained).
-fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+/// Resolves on SIGTERM or SIGINT, and cancels `again` on a second one
+/// (which ends the drain at once, see `App::cut_drain_short`). The
+/// handlers are installed when this is called, not when the future is
+/// first polled: the listeners may answer a request before that, and a
+/// SIGTERM sent after the answer would find the default action (the
+/// process killed, not drained).
+fn shutdown_signal(again: CancellationToken) -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).expect("install SIGTERM handler");
     let mut int = signal(SignalKind::interrupt()).expect("install SIGINT handler");
@@ -254,6 +257,13 @@ fn shutdown_signal() -> impl std::future::Future<Output = ()> {
             _ = term.recv() => tracing::info!("SIGTERM received"),
             _ = int.recv() => tracing::info!("SIGINT received"),
         }
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = term.recv() => tracing::warn!("SIGTERM received again: ending the drain now"),
+                _ = int.recv() => tracing::warn!("SIGINT received again: ending the drain now"),
+            }
+            again.cancel();
+        });
     }
 }
 
@@ -295,7 +305,8 @@ fn run_gateway(path: Option<PathBuf>, log_format: LogFormat, watch: bool) -> Exi
     };
     rt.block_on(async move {
         // Before anything listens: a SIGTERM from then on drains.
-        let shutdown = shutdown_signal();
+        let again = CancellationToken::new();
+        let shutdown = shutdown_signal(again.clone());
         let (stop_demo, demo_stopped) = tokio::sync::oneshot::channel::<()>();
         let demo_at = if embedded { demo_address(&config) } else { None };
         if let Some(addr) = demo_at {
@@ -342,6 +353,11 @@ fn run_gateway(path: Option<PathBuf>, log_format: LogFormat, watch: bool) -> Exi
             println!("       curl http://{admin}{metrics_path}   # Prometheus metrics");
         }
         tokio::spawn(reload_on_sighup(gateway.app()));
+        let app = gateway.app();
+        tokio::spawn(async move {
+            again.cancelled().await;
+            app.cut_drain_short()
+        });
         gateway.serve(shutdown).await;
         let _ = stop_demo.send(());
         ExitCode::SUCCESS
@@ -370,7 +386,7 @@ fn run_upstream(listen: SocketAddr, upstream: demo::Upstream) -> ExitCode {
         }
     };
     rt.block_on(async move {
-        let shutdown = shutdown_signal();
+        let shutdown = shutdown_signal(CancellationToken::new());
         let listener = match bind(listen).await {
             Ok(l) => l,
             Err(e) => {

@@ -93,7 +93,8 @@ impl Gateway {
     }
 
     /// Serves until `shutdown` resolves. Then `/readyz` answers 503 at once
-    /// on every listener while the gateway keeps accepting and serving for
+    /// (where it is answered: the admin listener when there is one) while
+    /// the gateway keeps accepting and serving for
     /// `shutdown_delay` (so load balancers stop sending before anything is
     /// refused); then the main listener stops accepting and drains its
     /// connections (see [`listener::serve`]), and the admin listener after it.
@@ -109,7 +110,10 @@ impl Gateway {
             let delay = app.config().server.shutdown_delay;
             if !delay.is_zero() {
                 tracing::info!(delay = %humantime::format_duration(delay), "shutting down: /readyz answers 503; still serving for shutdown_delay");
-                tokio::time::sleep(delay).await;
+                tokio::select! {
+                    _ = tokio::time::sleep(delay) => {}
+                    _ = app.drain_cut_short() => {}
+                }
             }
             tracing::info!("shutting down: no longer accepting; waiting for in-flight requests");
             stop_main.cancel();

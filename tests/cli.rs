@@ -369,3 +369,40 @@ fn the_admin_listeners_bound_address_is_logged() {
     assert_eq!(gw.0.wait().unwrap().code(), Some(0));
     reader.join().unwrap();
 }
+
+/// A second SIGTERM or SIGINT ends the drain at once. Before, it was
+/// ignored: a client holding a connection (here, half a request head)
+/// kept the process until `header_read_timeout` or `shutdown_timeout`,
+/// and nothing short of SIGKILL ended it sooner.
+#[test]
+fn a_second_signal_ends_the_drain() {
+    for second in ["-INT", "-TERM"] {
+        let dir = tempfile::tempdir().unwrap();
+        let addr = free_addr();
+        let path = write_config(
+            dir.path(),
+            &format!(
+                "[server]\nlisten = \"{addr}\"\nheader_read_timeout = \"60s\"\nshutdown_timeout = \"60s\"\n\
+                 [[routes]]\nname = 'r'\nprefix = '/r'\nrespond = {{ status = 200 }}\n"
+            ),
+        );
+        let gw = Command::new(BIN).args(["--config", path.to_str().unwrap()]).stderr(Stdio::null()).spawn();
+        let mut gw = Running(gw.unwrap());
+        wait_for(&addr);
+        let mut holder = TcpStream::connect(&addr).unwrap();
+        holder.write_all(b"GET /r HTTP/1.1\r\nhost:").unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        let pid = gw.0.id().to_string();
+        Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(gw.0.try_wait().unwrap().is_none(), "{second}: the drain waits for the half head");
+        let asked = Instant::now();
+        Command::new("kill").args([second, &pid]).status().unwrap();
+        let deadline = asked + Duration::from_secs(10);
+        while gw.0.try_wait().unwrap().is_none() {
+            assert!(Instant::now() < deadline, "{second}: still draining 10 s after the second signal");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(gw.0.wait().unwrap().code(), Some(0), "{second}");
+    }
+}

@@ -139,19 +139,18 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, kind: Kind, stop: Cance
     }
     drop(listener);
     tracker.close();
-    tokio::select! {
-        _ = tracker.wait() => tracing::info!(listener = ?kind, "all connections closed"),
-        _ = tokio::time::sleep(server.shutdown_timeout) => {
-            tracing::warn!(listener = ?kind, "shutdown timeout passed; closing remaining connections");
-            // Closed here, not by the runtime as the process exits: the
-            // requests cut off are logged, counted and their spans queued
-            // (as the gateway's 503, not as clients that left) before the
-            // spans are flushed.
-            app.abandon_requests();
-            kill.cancel();
-            let _ = tokio::time::timeout(Duration::from_secs(1), tracker.wait()).await;
-        }
-    }
+    let why = tokio::select! {
+        _ = tracker.wait() => return tracing::info!(listener = ?kind, "all connections closed"),
+        _ = tokio::time::sleep(server.shutdown_timeout) => "shutdown timeout passed",
+        _ = app.drain_cut_short() => "asked again to stop",
+    };
+    tracing::warn!(listener = ?kind, "{why}; closing remaining connections");
+    // Closed here, not by the runtime as the process exits: the requests
+    // cut off are logged, counted and their spans queued (as the gateway's
+    // 503, not as clients that left) before the spans are flushed.
+    app.abandon_requests();
+    kill.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(1), tracker.wait()).await;
 }
 
 /// How a connection is told to stop: `graceful` finishes what is in flight

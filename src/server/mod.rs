@@ -74,6 +74,8 @@ pub struct App {
     draining: AtomicBool,
     /// See [`App::abandon_requests`].
     abandoning: AtomicBool,
+    /// Cancelled to end a drain at once (see [`App::cut_drain_short`]).
+    cut_short: tokio_util::sync::CancellationToken,
     /// Span export, when `[tracing] otlp_endpoint` is set.
     exporter: Option<Exporter>,
     /// What is recorded of each request besides its metrics.
@@ -124,6 +126,7 @@ impl App {
             metrics_exporter: exporter,
             draining: AtomicBool::new(false),
             abandoning: AtomicBool::new(false),
+            cut_short: tokio_util::sync::CancellationToken::new(),
             exporter: exporter_spans,
             config,
         }
@@ -152,6 +155,17 @@ impl App {
     /// cut off by the gateway (logged and counted as 503, not 499).
     pub fn abandon_requests(&self) {
         self.abandoning.store(true, Ordering::Relaxed);
+    }
+
+    /// Ends a shutdown's drain (and its `shutdown_delay`) at once, as its
+    /// `shutdown_timeout` passing would: a second SIGTERM or SIGINT.
+    pub fn cut_drain_short(&self) {
+        self.cut_short.cancel();
+    }
+
+    /// Resolves once [`App::cut_drain_short`] is called.
+    pub async fn drain_cut_short(&self) {
+        self.cut_short.cancelled().await;
     }
 
     /// Turns `/readyz` to 503.

@@ -73,14 +73,13 @@ impl AccessConfig {
     /// upstream that merges trailers into headers would read the client's
     /// copy beside (or instead of) the one the gateway set or checked.
     pub fn guarded_headers(&self) -> Vec<HeaderName> {
+        let mut names = self.sets();
         match &self.auth {
-            Some(AuthConfig::Jwt(j)) => {
-                let cookie = matches!(j.from, TokenSource::Cookie(_)).then_some(http::header::COOKIE);
-                j.forward_claims.iter().map(|(n, _)| n.clone()).chain(cookie).collect()
-            }
-            Some(AuthConfig::Forward(f)) => f.response_headers.iter().chain(&f.request_headers).cloned().collect(),
-            Some(AuthConfig::Basic(_)) | None => Vec::new(),
+            Some(AuthConfig::Jwt(j)) if matches!(j.from, TokenSource::Cookie(_)) => names.push(http::header::COOKIE),
+            Some(AuthConfig::Forward(f)) => names.extend(f.request_headers.iter().cloned()),
+            _ => {}
         }
+        names
     }
 }
 

@@ -10,6 +10,7 @@ use super::Problem;
 use crate::config::MirrorConfig;
 use crate::config::RouteConfig;
 use crate::config::raw::{RawMirror, RawRoute, RawSplit, RawSticky, RawWant};
+use crate::headers::same_cgi_name;
 use crate::router::split::{Member, SetCookie, Split, Sticky};
 use crate::router::{Conditions, HostPattern, Want};
 
@@ -104,12 +105,12 @@ pub(super) fn refuse_unreachable(routes: &[RouteConfig]) -> Result<(), Problem> 
 /// `response_headers`): the route is chosen before its auth runs, from the
 /// client's own copy, so a client could pick it by sending the header.
 pub(super) fn refuse_routing_on_auth_headers(routes: &[RouteConfig]) -> Result<(), Problem> {
+    let same = |s: &HeaderName, name: &HeaderName| s == name || same_cgi_name(s.as_str(), name.as_str());
     let set_by = |name: &HeaderName| {
-        let spelled = |n: &HeaderName| n.as_str().replace('_', "-");
         routes
             .iter()
             .enumerate()
-            .find(|(_, r)| r.access.as_ref().is_some_and(|a| a.sets().iter().any(|s| spelled(s) == spelled(name))))
+            .find(|(_, r)| r.access.as_ref().is_some_and(|a| a.sets().iter().any(|s| same(s, name))))
     };
     for (j, route) in routes.iter().enumerate() {
         let names = route.conditions.iter().flat_map(|c| c.headers.iter().map(|(n, _)| n));

@@ -218,16 +218,9 @@ fn list_member(s: &str) -> String {
     if plain {
         return s.to_owned();
     }
-    let mut quoted = String::with_capacity(s.len() + 2);
-    quoted.push('"');
-    for c in s.chars() {
-        if c == '"' || c == '\\' {
-            quoted.push('\\');
-        }
-        quoted.push(c);
-    }
-    quoted.push('"');
-    quoted
+    let mut quoted = Vec::with_capacity(s.len() + 2);
+    crate::headers::push_quoted(&mut quoted, s.as_bytes());
+    String::from_utf8(quoted).expect("quoting adds only ASCII to UTF-8")
 }
 
 #[cfg(test)]

@@ -29,6 +29,7 @@ mod host;
 pub mod interim;
 mod nominated;
 pub mod parsed;
+mod quoted;
 pub mod rules;
 pub mod spare;
 pub mod stamp;
@@ -37,6 +38,7 @@ pub mod via;
 pub use cookies::{cookie_line, join_cookies};
 pub use host::valid_host;
 pub use nominated::Nominated;
+pub use quoted::push_quoted;
 pub use stamp::{Field, Stamp};
 pub use via::Via;
 
@@ -476,14 +478,7 @@ fn forwarded_element(client_ip: &HeaderValue, host: Option<&HeaderValue>, https:
         if token {
             out.extend_from_slice(value);
         } else {
-            out.push(b'"');
-            for &b in value {
-                if b == b'"' || b == b'\\' {
-                    out.push(b'\\');
-                }
-                out.push(b);
-            }
-            out.push(b'"');
+            push_quoted(out, value);
         }
     }
     let mut out = b"for=".to_vec();

@@ -15,19 +15,39 @@ use common::*;
 use http::{Request, Response};
 use hyper::body::Incoming;
 
-/// An auth service that allows everything after `delay`, counting the asks
-/// it holds at once (the most seen) and in all.
-async fn counting_service(delay: Duration) -> (TestUpstream, Arc<(AtomicUsize, AtomicUsize, AtomicUsize)>) {
-    let counts = Arc::new((AtomicUsize::new(0), AtomicUsize::new(0), AtomicUsize::new(0)));
+/// What the counting auth service saw.
+#[derive(Default)]
+struct Asks {
+    /// Held now.
+    held: AtomicUsize,
+    /// The most held at once.
+    most: AtomicUsize,
+    /// In all.
+    all: AtomicUsize,
+}
+
+impl Asks {
+    fn most(&self) -> usize {
+        self.most.load(Ordering::SeqCst)
+    }
+
+    fn all(&self) -> usize {
+        self.all.load(Ordering::SeqCst)
+    }
+}
+
+/// An auth service that allows everything after `delay`, counting the asks.
+async fn counting_service(delay: Duration) -> (TestUpstream, Arc<Asks>) {
+    let counts = Arc::new(Asks::default());
     let c = counts.clone();
     let up = TestUpstream::start(move |_req: Request<Incoming>| {
         let c = c.clone();
         async move {
-            let now = c.0.fetch_add(1, Ordering::SeqCst) + 1;
-            c.1.fetch_max(now, Ordering::SeqCst);
-            c.2.fetch_add(1, Ordering::SeqCst);
+            let now = c.held.fetch_add(1, Ordering::SeqCst) + 1;
+            c.most.fetch_max(now, Ordering::SeqCst);
+            c.all.fetch_add(1, Ordering::SeqCst);
             tokio::time::sleep(delay).await;
-            c.0.fetch_sub(1, Ordering::SeqCst);
+            c.held.fetch_sub(1, Ordering::SeqCst);
             Response::builder().header("x-user", "ann").body(full("")).unwrap()
         }
     })
@@ -50,10 +70,10 @@ async fn two_authorization_lines_are_refused_before_the_service_is_asked() {
         .body(full(""))
         .unwrap();
     assert_eq!(send(two).await.0.status, 400);
-    assert_eq!((counts.2.load(Ordering::SeqCst), seen.lock().unwrap().len()), (0, 0), "nothing asked or sent");
+    assert_eq!((counts.all(), seen.lock().unwrap().len()), (0, 0), "nothing asked or sent");
     let (parts, _) = get_with(&gw.url("/fwd/x"), &[("authorization", "Bearer good")]).await;
     assert_eq!(parts.status, 200);
-    assert_eq!(counts.2.load(Ordering::SeqCst), 1);
+    assert_eq!(counts.all(), 1);
 }
 
 #[tokio::test]
@@ -62,15 +82,17 @@ async fn no_more_than_max_concurrent_asks_are_under_way() {
     let (auth, counts) = counting_service(Duration::from_millis(150)).await;
     let extra = ", max_concurrent = 2, timeout = \"10s\"";
     let gw = TestGateway::from_toml(&route(up.addr, "fwd", &forward(auth.addr, extra))).await;
-    let asks = (0..12).map(|_| get_with_owned(gw.url("/fwd/x")));
-    let statuses: Vec<u16> = futures_util::future::join_all(asks).await.into_iter().map(|s| s.as_u16()).collect();
+    let statuses = at_once(&gw, 12).await;
     assert_eq!(statuses, [200; 12], "all allowed, in turns");
-    assert_eq!(counts.2.load(Ordering::SeqCst), 12);
-    assert_eq!(counts.1.load(Ordering::SeqCst), 2, "the most asks the service held at once");
+    assert_eq!(counts.all(), 12);
+    assert_eq!(counts.most(), 2, "the most asks the service held at once");
 }
 
-async fn get_with_owned(url: String) -> http::StatusCode {
-    get_with(&url, &[]).await.0.status
+/// The statuses of `n` requests to `/fwd/x` sent at once.
+async fn at_once(gw: &TestGateway, n: usize) -> Vec<u16> {
+    let url = gw.url("/fwd/x");
+    let asks = (0..n).map(|_| get_with(&url, &[]));
+    futures_util::future::join_all(asks).await.into_iter().map(|(parts, _)| parts.status.as_u16()).collect()
 }
 
 #[test]
@@ -98,10 +120,9 @@ async fn no_ask_starts_too_late_to_be_answered() {
     let (auth, counts) = counting_service(Duration::from_millis(300)).await;
     let extra = ", max_concurrent = 1, timeout = \"2s\"";
     let gw = TestGateway::from_toml(&route(up.addr, "fwd", &forward(auth.addr, extra))).await;
-    let asks = (0..8).map(|_| get_with_owned(gw.url("/fwd/x")));
-    let statuses: Vec<u16> = futures_util::future::join_all(asks).await.into_iter().map(|s| s.as_u16()).collect();
+    let statuses = at_once(&gw, 8).await;
     let allowed = statuses.iter().filter(|&&s| s == 200).count();
     assert!(statuses.iter().all(|&s| s == 200 || s == 503), "{statuses:?}");
     assert!((1..8).contains(&allowed), "some in turns, the rest refused: {statuses:?}");
-    assert_eq!(counts.2.load(Ordering::SeqCst), allowed, "every ask made was answered in time: {statuses:?}");
+    assert_eq!(counts.all(), allowed, "every ask made was answered in time: {statuses:?}");
 }

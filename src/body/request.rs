@@ -131,6 +131,13 @@ impl BodyState {
             && since.saturating_sub(self.progress_ms.load(Ordering::Relaxed)) >= quiet.as_millis() as u64
     }
 
+    /// When the client's body was all in (to the millisecond), or `None`
+    /// while some of it is still to come.
+    pub fn completed_at(&self) -> Option<tokio::time::Instant> {
+        let done = self.complete.load(Ordering::Relaxed);
+        done.then(|| self.started + Duration::from_millis(self.progress_ms.load(Ordering::Relaxed)))
+    }
+
     fn progressed(&self) {
         self.progress_ms.store(self.started.elapsed().as_millis() as u64, Ordering::Relaxed);
     }

@@ -327,6 +327,16 @@ impl Admission {
         away
     }
 
+    /// The last waiter left the queue: a learned limit's queue stands no
+    /// more (see [`Codel::emptied`]).
+    fn emptied(&self) {
+        let mut state = self.state.lock().expect("admission lock");
+        if state.gradient.is_some() && state.codel.overloaded() {
+            state.codel.emptied();
+            self.publish(&state);
+        }
+    }
+
     fn typical(&self) -> Duration {
         Duration::from_micros(self.typical_us.load(Relaxed))
     }
@@ -363,7 +373,9 @@ impl<'a> Place<'a> {
 
 impl Drop for Place<'_> {
     fn drop(&mut self) {
-        self.0.waiting.fetch_sub(1, Relaxed);
+        if self.0.waiting.fetch_sub(1, Relaxed) == 1 {
+            self.0.emptied();
+        }
         self.0.depth.decrement(1.0);
     }
 }

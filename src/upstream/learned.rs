@@ -194,6 +194,15 @@ impl Codel {
         self.overloaded && delay > target * 2
     }
 
+    /// The queue emptied: no queue stands (RFC 8289 leaves its dropping
+    /// state on an empty queue), and the interval under way saw a wait of
+    /// nothing. Without it, the last interval's verdict stayed on an idle
+    /// queue, shown as overloaded for as long as no request waited again.
+    pub(super) fn emptied(&mut self) {
+        self.overloaded = false;
+        self.min_delay = Duration::ZERO;
+    }
+
     pub(super) fn overloaded(&self) -> bool {
         self.overloaded
     }
@@ -239,6 +248,24 @@ mod tests {
             assert_eq!(c.dequeued(delay * MS, at * MS, 5 * MS), away, "at {at} ms");
             assert_eq!(c.overloaded(), overloaded, "at {at} ms");
         }
+    }
+
+    /// An emptied queue is not overloaded, and the interval under way,
+    /// which saw it empty, does not judge it so at its end.
+    #[test]
+    fn an_emptied_queue_stands_no_more() {
+        let mut c = Codel::default();
+        for (at, delay) in [(1, 0), (50, 40), (102, 40), (150, 40), (203, 40)] {
+            c.dequeued(delay * MS, at * MS, 5 * MS);
+        }
+        assert!(c.overloaded());
+        c.emptied();
+        assert!(!c.overloaded());
+        // The next interval's end: its waits were 40 ms, but it saw the
+        // queue empty.
+        c.dequeued(40 * MS, 250 * MS, 5 * MS);
+        assert!(!c.dequeued(40 * MS, 310 * MS, 5 * MS));
+        assert!(!c.overloaded());
     }
 
     #[test]

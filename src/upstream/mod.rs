@@ -291,7 +291,7 @@ impl Upstream {
                     Some(Ok(response)) => match self.judge(&response, &mut attempt, copy, &tries, target) {
                         Some(tried) => tried,
                         None => {
-                            self.answered(&response, &attempt, timing, started, slot.as_ref());
+                            self.answered(&response, (&attempt, &tries), timing, started, slot.as_ref());
                             if response.status() == StatusCode::SWITCHING_PROTOCOLS
                                 && let (Some(client), Some(idle)) = (upgrade.take(), target.upgrade)
                             {

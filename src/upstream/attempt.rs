@@ -62,9 +62,8 @@ impl Tries {
     /// sending, else from `started`; `None` when the answer came before
     /// the client's body was all in. A learned limit takes it for the
     /// upstream's latency, and a slow upload is the client's time: counted,
-    /// three slow uploaders at a cold start made the minimum latency 0.9 s
-    /// for an upstream of 0.1 s, and the limit let nine times its capacity
-    /// in (hostile review of `max_requests = "auto"`).
+    /// a few slow uploaders at a cold start made the minimum latency theirs,
+    /// and the limit let in many times what the upstream could do.
     fn upstream_time(&self, started: Instant, now: Instant) -> Option<std::time::Duration> {
         let from = match &self.body_state {
             None => started,

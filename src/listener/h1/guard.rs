@@ -24,6 +24,10 @@ pub(super) struct Flags {
     /// The connection waits for its next request with nothing of it read,
     /// where a shutdown closes it.
     pub idle: AtomicBool,
+    /// A request waits for its answer, of which nothing (but whole 1xx
+    /// heads) has been written: cut by the shutdown timeout, it is
+    /// answered 503 (see `serve_wire`).
+    pub unanswered: AtomicBool,
 }
 
 impl Flags {

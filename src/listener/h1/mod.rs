@@ -31,6 +31,9 @@
 //! - A graceful shutdown closes a connection at once only while nothing
 //!   of its next request has come: a head begun is served (with
 //!   `Connection: close`), where hyper's serves only a connection's first.
+//! - A request cut off by the shutdown timeout (or a second signal) before
+//!   anything of its answer was written gets the 503 the log records;
+//!   hyper's connection is closed with no answer.
 //! - The first bytes of a next head read behind a request's body are
 //!   timed by the header read timeout from the request's answer (hyper's
 //!   cannot be told from the body, and the idle timeout bounds them).
@@ -211,6 +214,14 @@ async fn serve_wire(wire: Shared, c: &mut Connection, held: &mut Option<Held>, p
             let shut = std::future::poll_fn(|cx| std::pin::Pin::new(&mut wire.lock().io).poll_shutdown(cx));
             let _ = guard(pin!(shut), &mut signals).await;
         }
+        // Cut by the shutdown timeout (or a second signal) while a request
+        // waited for its answer: the client is told so (logged and counted
+        // as this 503 by `App::abandon_requests`), not left with a closed
+        // connection and no answer.
+        Ended::Stop(Stop::Cut) if own.flags.unanswered.load(Relaxed) && signals.stops.now.is_cancelled() => {
+            let written = own.last_head(http::StatusCode::SERVICE_UNAVAILABLE);
+            let _ = tokio::time::timeout(std::time::Duration::from_millis(200), written).await;
+        }
         // (A park comes only out of an idle wait, handled above.)
         Ended::Stop(Stop::Cut | Stop::Park) => {}
     }
@@ -325,13 +336,18 @@ impl<'a> Own<'a> {
     fn refuse(&self, refused: Refused) -> impl Future<Output = Stop> {
         metrics::rejected("", refused.reason);
         tracing::debug!(client = %self.addr, status = %refused.status, "request head refused");
+        let written = self.last_head(refused.status);
+        async move { written.await.err().unwrap_or(Stop::Close) }
+    }
+
+    /// Writes a bodiless `status` answer that closes the connection.
+    fn last_head(&self, status: http::StatusCode) -> impl Future<Output = Result<(), Stop>> {
         let (mut parts, ()) = Response::new(()).into_parts();
-        parts.status = refused.status;
+        parts.status = status;
         let asked = Asked { method: &Method::GET, version: Version::HTTP_11, keep_alive: false };
         let mut out = BytesMut::new();
         encode::head(&mut parts, BodyLength::None, asked, None, &mut out);
-        let written = self.write(out.freeze());
-        async move { written.await.err().unwrap_or(Stop::Close) }
+        self.write(out.freeze())
     }
 
     /// One request and its response; returns whether the connection may
@@ -386,7 +402,10 @@ impl<'a> Own<'a> {
             // benches/README.md, Decisions).
             let response = {
                 let mut response = None;
-                self.wait_for_answer(answer, forwards, &mut response).await?;
+                self.flags.unanswered.store(true, Relaxed);
+                let waited = self.wait_for_answer(answer, forwards, &mut response).await;
+                self.flags.unanswered.store(false, Relaxed);
+                waited?;
                 response.expect("set when the wait ends well")
             };
             slot::give_back(slot);

@@ -4,6 +4,7 @@
 
 use std::future::Future;
 use std::pin::pin;
+use std::sync::atomic::Ordering::Relaxed;
 use std::task::Poll;
 
 use bytes::{Bytes, BytesMut};
@@ -52,8 +53,12 @@ impl Own<'_> {
     pub(super) async fn forward_interim(&mut self, raw: &[u8]) -> Result<(), Stop> {
         let mut out = BytesMut::new();
         encode::interim(raw, &mut out);
+        // A 503 written after half a 1xx head would be garbage.
+        self.flags.unanswered.store(false, Relaxed);
         self.write(out.freeze()).await?;
-        self.flush().await
+        self.flush().await?;
+        self.flags.unanswered.store(true, Relaxed);
+        Ok(())
     }
 
     /// Waits for `f` (the answer's next bytes) watching the socket, as

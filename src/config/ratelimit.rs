@@ -126,6 +126,7 @@ impl OnStoreError {
 /// The raw `rate_limit` of a route.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[serde(expecting = "a table (rate_limit = { rate = \"100/s\" })")]
 pub(super) struct RawRateLimit {
     pub rate: Option<String>,
     pub burst: Option<u32>,
@@ -139,6 +140,7 @@ pub(super) struct RawRateLimit {
 /// The raw `[rate_limit_store]`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[serde(expecting = "a table ([rate_limit_store])")]
 pub(super) struct RawRateLimitStore {
     pub url: Option<String>,
     pub password_env: Option<String>,

@@ -3,6 +3,11 @@
 //! stay strings here; `validate` parses them so that an error names its full
 //! key path (`routes[1].timeout`), which serde adapters' errors do not carry
 //! through the `config` crate.
+//!
+//! Every type's `expecting` says what it accepts in the file's words, so a
+//! value of the wrong shape is never answered with a Rust type's name. An
+//! untagged enum's `expecting` is serde's whole message, so it starts with
+//! "expected"; a struct's follows serde's "invalid type: ..., expected".
 
 use std::collections::BTreeMap;
 
@@ -10,6 +15,7 @@ use serde::Deserialize;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[serde(expecting = "a table (the whole file)")]
 pub(super) struct RawConfig {
     pub server: RawServer,
     pub metrics: RawMetrics,
@@ -26,6 +32,7 @@ pub(super) struct RawConfig {
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[serde(expecting = "a table ([server])")]
 pub(super) struct RawServer {
     pub listen: String,
     pub worker_threads: usize,
@@ -60,6 +67,7 @@ pub(super) struct RawServer {
 /// `[resolver]`.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[serde(expecting = "a table ([resolver])")]
 pub(super) struct RawResolver {
     pub nameservers: Option<Vec<String>>,
     pub timeout: Option<String>,
@@ -69,6 +77,7 @@ pub(super) struct RawResolver {
 /// `[upstreams.NAME] discover = { ... }`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[serde(expecting = "a table (discover = { dns = \"name:port\" })")]
 pub(super) struct RawDiscover {
     pub dns: Option<String>,
     pub srv: Option<String>,
@@ -81,6 +90,7 @@ pub(super) struct RawDiscover {
 /// `[server.tls]`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[serde(expecting = "a table ([server.tls])")]
 pub(super) struct RawServerTls {
     pub cert: Option<String>,
     pub key: Option<String>,
@@ -90,6 +100,7 @@ pub(super) struct RawServerTls {
 /// A size: a plain integer (bytes) or a string such as "64KiB".
 #[derive(Debug, Clone, Deserialize)]
 #[serde(untagged)]
+#[serde(expecting = "expected a size such as \"64KiB\" or a number of bytes")]
 pub(super) enum RawSize {
     Bytes(u64),
     Text(String),
@@ -97,6 +108,7 @@ pub(super) enum RawSize {
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[serde(expecting = "a table ([tracing])")]
 pub(super) struct RawTracing {
     pub otlp_endpoint: Option<String>,
     pub service_name: Option<String>,
@@ -105,6 +117,7 @@ pub(super) struct RawTracing {
 /// `{ set = { name = value, ... }, remove = [name, ...] }`.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[serde(expecting = "a table ({ set = { \"x-env\" = \"prod\" }, remove = [\"x-debug\"] })")]
 pub(super) struct RawHeaderRules {
     #[serde(default)]
     pub set: BTreeMap<String, String>,
@@ -114,6 +127,7 @@ pub(super) struct RawHeaderRules {
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[serde(expecting = "a table ([metrics])")]
 pub(super) struct RawMetrics {
     pub path: String,
     pub listen: Option<String>,
@@ -127,6 +141,7 @@ pub(super) struct RawMetrics {
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[serde(expecting = "a table ([upstreams.NAME])")]
 pub(super) struct RawUpstream {
     pub url: Option<String>,
     pub endpoints: Option<Vec<RawEndpoint>>,
@@ -154,6 +169,7 @@ pub(super) struct RawUpstream {
 /// `max_requests`: a number, or `"auto"`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(untagged)]
+#[serde(expecting = "expected a number or \"auto\"")]
 pub(super) enum RawMaxRequests {
     Count(u64),
     Text(String),
@@ -162,6 +178,7 @@ pub(super) enum RawMaxRequests {
 /// An entry of `endpoints`: a URL (weight 1) or `{ url, weight }`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(untagged)]
+#[serde(expecting = "expected a URL or a table ({ url = \"http://host:port\", weight = 2 })")]
 pub(super) enum RawEndpoint {
     Url(String),
     Weighted(RawWeighted),
@@ -169,6 +186,7 @@ pub(super) enum RawEndpoint {
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[serde(expecting = "a table ({ url = \"http://host:port\", weight = 2 })")]
 pub(super) struct RawWeighted {
     pub url: String,
     pub weight: Option<u32>,
@@ -191,6 +209,7 @@ impl RawEndpoint {
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[serde(expecting = "a table (health = { path = \"/healthz\" })")]
 pub(super) struct RawHealth {
     pub path: Option<String>,
     pub interval: Option<String>,
@@ -201,6 +220,7 @@ pub(super) struct RawHealth {
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[serde(expecting = "a table (outlier = { consecutive_failures = 5 })")]
 pub(super) struct RawOutlier {
     pub consecutive_failures: Option<u32>,
     pub ejection_time: Option<String>,
@@ -208,6 +228,7 @@ pub(super) struct RawOutlier {
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[serde(expecting = "a table (retry_budget = { ratio = 0.2 })")]
 pub(super) struct RawRetryBudget {
     pub ratio: Option<f64>,
     pub min_per_second: Option<u32>,
@@ -215,6 +236,7 @@ pub(super) struct RawRetryBudget {
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[serde(expecting = "a table ([[routes]])")]
 pub(super) struct RawRoute {
     pub name: Option<String>,
     pub prefix: Option<String>,
@@ -263,6 +285,7 @@ pub(super) struct RawRoute {
 /// A route's `mirror = { upstream, percent }`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[serde(expecting = "a table (mirror = { upstream = \"NAME\", percent = 10 })")]
 pub(super) struct RawMirror {
     pub upstream: String,
     pub percent: Option<f64>,
@@ -272,6 +295,7 @@ pub(super) struct RawMirror {
 /// `{ header = "NAME" }` / `{ cookie = "NAME", set = true, max_age = "30d" }`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(untagged)]
+#[serde(expecting = "expected \"header:NAME\", \"cookie:NAME\" or a table ({ cookie = \"NAME\" })")]
 pub(super) enum RawSticky {
     Text(String),
     Table(RawStickyTable),
@@ -279,6 +303,7 @@ pub(super) enum RawSticky {
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[serde(expecting = "a table ({ cookie = \"NAME\" })")]
 pub(super) struct RawStickyTable {
     pub header: Option<String>,
     pub cookie: Option<String>,
@@ -289,6 +314,7 @@ pub(super) struct RawStickyTable {
 /// One upstream of a route's `split`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[serde(expecting = "a table ({ upstream = \"NAME\", weight = 1 })")]
 pub(super) struct RawSplit {
     pub upstream: String,
     pub weight: u32,
@@ -298,6 +324,7 @@ pub(super) struct RawSplit {
 /// `true` (present), `false` (absent), or `{ regex = "..." }`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(untagged)]
+#[serde(expecting = "expected a text, true, false or a table ({ regex = \"...\" })")]
 pub(super) enum RawWant {
     Flag(bool),
     Text(String),
@@ -306,12 +333,14 @@ pub(super) enum RawWant {
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[serde(expecting = "a table ({ regex = \"...\" })")]
 pub(super) struct RawPattern {
     pub regex: String,
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[serde(expecting = "a table (redirect = { location = \"https://...\" })")]
 pub(super) struct RawRedirect {
     pub status: Option<u16>,
     pub location: String,
@@ -319,6 +348,7 @@ pub(super) struct RawRedirect {
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[serde(expecting = "a table (respond = { status = 200, body = \"...\" })")]
 pub(super) struct RawRespond {
     pub status: Option<u16>,
     pub body: Option<String>,
@@ -327,6 +357,7 @@ pub(super) struct RawRespond {
 /// A proxy route's `cache = { ... }`; every key has a default.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[serde(expecting = "a table (cache = { max_size = \"64MiB\" })")]
 pub(super) struct RawCache {
     pub max_size: Option<RawSize>,
     pub max_entry: Option<RawSize>,

@@ -9,6 +9,7 @@ use serde::Deserialize;
 /// `auth = { basic | jwt | forward = {...} }`: exactly one.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[serde(expecting = "a table (auth = { basic = { htpasswd = \"FILE\" } })")]
 pub(super) struct RawAuth {
     pub basic: Option<RawBasic>,
     pub jwt: Option<RawJwt>,
@@ -18,6 +19,7 @@ pub(super) struct RawAuth {
 /// `auth.forward`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[serde(expecting = "a table (forward = { url = \"http://host:port/verify\" })")]
 pub(super) struct RawForward {
     pub url: Option<String>,
     pub timeout: Option<String>,
@@ -30,6 +32,7 @@ pub(super) struct RawForward {
 /// `auth.basic`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[serde(expecting = "a table (basic = { htpasswd = \"FILE\" })")]
 pub(super) struct RawBasic {
     pub htpasswd: Option<String>,
     pub realm: Option<String>,
@@ -40,6 +43,7 @@ pub(super) struct RawBasic {
 /// `auth.jwt`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[serde(expecting = "a table (jwt = { jwks_file = \"FILE\" })")]
 pub(super) struct RawJwt {
     pub jwks_file: Option<String>,
     pub jwks_url: Option<String>,

@@ -215,3 +215,64 @@ fn max_requests_is_a_number_or_auto_with_bounds() {
         assert_eq!((a.max_requests, a.queue, a.queue_timeout), (want, 100, Duration::from_secs(5)), "{keys}");
     }
 }
+
+/// A value of the wrong shape is answered with what the key accepts, in
+/// the file's words, never with the name of the Rust type it is read into.
+#[test]
+fn wrong_shapes_name_what_is_accepted() {
+    let route = |rest: &str| format!("[[routes]]\nname='x'\nprefix='/x'\n{rest}\n");
+    let upstream = |rest: &str| format!("[upstreams.a]\nurl='http://127.0.0.1:9'\n{rest}\n");
+    let cases: &[(String, &str, &str)] = &[
+        ("server = 5\n".into(), "server", "a table ([server])"),
+        ("[server]\nmax_body = -5\n".into(), "server.max_body", "a size such as \"64KiB\" or a number of bytes"),
+        ("[server]\ntls = 5\n".into(), "server.tls", "a table ([server.tls])"),
+        ("metrics = 5\n".into(), "metrics", "a table ([metrics])"),
+        ("tracing = 5\n".into(), "tracing", "a table ([tracing])"),
+        ("resolver = 5\n".into(), "resolver", "a table ([resolver])"),
+        ("rate_limit_store = 5\n".into(), "rate_limit_store", "a table ([rate_limit_store])"),
+        ("upstreams = { a = 5 }\n".into(), "upstreams.a", "a table ([upstreams.NAME])"),
+        (upstream("discover = 5"), "upstreams.a.discover", "a table (discover = {"),
+        (upstream("max_requests = true"), "upstreams.a.max_requests", "a number or \"auto\""),
+        (upstream("endpoints = [5]"), "upstreams.a.endpoints", "a URL or a table ({ url ="),
+        (upstream("health = 5"), "upstreams.a.health", "a table (health = {"),
+        (upstream("outlier = 5"), "upstreams.a.outlier", "a table (outlier = {"),
+        (upstream("retry_budget = 5"), "upstreams.a.retry_budget", "a table (retry_budget = {"),
+        ("routes = [5]\n".into(), "routes", "a table ([[routes]])"),
+        (route("max_body = -5"), "routes[0].max_body", "a size such as \"64KiB\" or a number of bytes"),
+        (route("cache = true"), "routes[0].cache", "a table (cache = { max_size = \"64MiB\" })"),
+        (route("respond = 'hello'"), "routes[0].respond", "a table (respond = {"),
+        (route("redirect = 5"), "routes[0].redirect", "a table (redirect = {"),
+        (route("mirror = 5"), "routes[0].mirror", "a table (mirror = {"),
+        (route("sticky = 5"), "routes[0].sticky", "\"header:NAME\", \"cookie:NAME\" or a table"),
+        (route("split = [5]"), "routes[0].split", "a table ({ upstream ="),
+        (route("headers = { x = 5 }"), "routes[0].headers", "a text, true, false or a table ({ regex ="),
+        (route("request_headers = 5"), "routes[0].request_headers", "a table ({ set ="),
+        (route("rate_limit = 5"), "routes[0].rate_limit", "a table (rate_limit = {"),
+        (route("auth = 5"), "routes[0].auth", "a table (auth = {"),
+        (route("auth = { basic = 5 }"), "routes[0].auth.basic", "a table (basic = {"),
+        (route("auth = { jwt = 5 }"), "routes[0].auth.jwt", "a table (jwt = {"),
+        (route("auth = { forward = 5 }"), "routes[0].auth.forward", "a table (forward = {"),
+    ];
+    for (text, key, want) in cases {
+        let e = inline(text).map(|_| ()).unwrap_err();
+        let shown = e.to_string();
+        assert!(e.key.starts_with(key), "{text}: key {:?}, wanted {key:?}: {shown}", e.key);
+        assert!(e.message.contains(want), "{text}: wanted {want:?} in: {shown}");
+        assert!(!shown.contains("Raw"), "{text}: a Rust type is named: {shown}");
+    }
+}
+
+/// Every type the file is read into says what it accepts, so a type added
+/// later cannot bring its Rust name back into the messages.
+#[test]
+fn every_raw_type_says_what_it_accepts() {
+    let sources = [include_str!("raw.rs"), include_str!("raw_access.rs"), include_str!("ratelimit.rs")];
+    for text in sources {
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, line) in lines.iter().enumerate().skip(1) {
+            if line.starts_with("pub(super) struct Raw") || line.starts_with("pub(super) enum Raw") {
+                assert!(lines[i - 1].contains("#[serde(expecting = "), "no `expecting` on: {line}");
+            }
+        }
+    }
+}

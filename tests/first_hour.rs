@@ -85,11 +85,19 @@ fn file_errors_name_the_key_path_and_the_line() {
 }
 
 /// A mistake in an environment override is blamed on the variable, not on
-/// the file it overrides.
+/// the file it overrides: an unknown top-level key too, which only the
+/// variable holds, and a list (the file's routes among them), which no
+/// variable can set.
 #[test]
 fn override_errors_name_the_variable() {
     let dir = tempfile::tempdir().unwrap();
-    let path = write(dir.path(), "base.toml", &format!("[server]\nlisten = \"127.0.0.1:{}\"\n", free_port()));
+    let route = "[[routes]]\nname = 'r'\nprefix = '/r'\nrespond = { status = 200 }\n";
+    let text = format!("[server]\nlisten = \"127.0.0.1:{}\"\n\n{route}", free_port());
+    let path = write(dir.path(), "base.toml", &text);
+    let no_list =
+        "is a list, and lists (routes, server.trusted_proxies and the like) cannot be set from the environment";
+    let routes = format!("environment variable GATEWAY__ROUTES__0__TIMEOUT: routes: {no_list}");
+    let proxies = format!("environment variable GATEWAY__SERVER__TRUSTED_PROXIES: server.trusted_proxies: {no_list}");
     let cases = [
         (
             ("GATEWAY__SERVER__LISTN", "127.0.0.1:1"),
@@ -99,6 +107,16 @@ fn override_errors_name_the_variable() {
             ("GATEWAY__SERVER__LISTEN", "nonsense"),
             "environment variable GATEWAY__SERVER__LISTEN: server.listen: invalid socket address \"nonsense\"",
         ),
+        (
+            ("GATEWAY__SERVR__LISTEN", "127.0.0.1:1"),
+            "environment variable GATEWAY__SERVR__LISTEN: servr: unknown key; did you mean `server`?",
+        ),
+        (
+            ("GATEWAY__METRIC__LISTEN", "127.0.0.1:1"),
+            "environment variable GATEWAY__METRIC__LISTEN: metric: unknown key; did you mean `metrics`?",
+        ),
+        (("GATEWAY__ROUTES__0__TIMEOUT", "1s"), routes.as_str()),
+        (("GATEWAY__SERVER__TRUSTED_PROXIES", "10.0.0.0/8"), proxies.as_str()),
     ];
     for ((var, value), want) in cases {
         let (out, stderr) = check(&path, &[(var, value)]);
@@ -106,6 +124,18 @@ fn override_errors_name_the_variable() {
         assert!(stderr.contains(want), "wanted {want:?} in: {stderr}");
         assert!(!stderr.contains("base.toml"), "blames the file: {stderr}");
     }
+    // With no file given, the embedded default is not blamed either.
+    let out = Command::new(bin())
+        .arg("check")
+        .current_dir(dir.path())
+        .env_remove("GATEWAY_CONFIG")
+        .env("GATEWAY__SERVR__LISTEN", "127.0.0.1:1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{stderr}");
+    assert!(stderr.contains("environment variable GATEWAY__SERVR__LISTEN: servr: unknown key"), "{stderr}");
+    assert!(!stderr.contains("embedded default"), "blames the default: {stderr}");
 }
 
 /// With `server.listen` free and `metrics.listen` taken, the start names

@@ -170,6 +170,31 @@ pub(super) fn variable_for(key: &str, vars: impl Iterator<Item = (String, String
     })
 }
 
+/// The variable that set a key under `key` (`GATEWAY__SERVR__LISTEN` for
+/// `servr`), among `vars`: whom to blame for an error about a key the file
+/// does not hold, which only a variable can have made.
+pub(super) fn variable_under(key: &str, vars: impl Iterator<Item = (String, String)>) -> Option<String> {
+    if key.is_empty() {
+        return None;
+    }
+    vars.map(|(name, _)| name).find(|name| {
+        let lower = name.to_lowercase();
+        let Some(path) = lower.strip_prefix("gateway__") else { return false };
+        path.replace("__", ".").strip_prefix(key).is_some_and(|rest| rest.starts_with('.'))
+    })
+}
+
+/// Whether `message` is serde's answer to a table, or a text, where a list
+/// belongs: what a variable under a list (`GATEWAY__ROUTES__0__TIMEOUT`)
+/// or naming one makes, since a variable's value is never read as a list.
+pub(super) fn wants_a_list(message: &str) -> bool {
+    message.ends_with("expected a sequence")
+}
+
+/// What is said of a list that a variable tried to set.
+pub(super) const NO_LIST_FROM_VARIABLES: &str = "is a list, and lists (routes, server.trusted_proxies and the \
+     like) cannot be set from the environment, only in the file";
+
 /// The line of `key` (`routes[3].respond.status`) in `text`, or of the
 /// deepest table on its path that is there (a missing key's table).
 pub(super) fn line_of(text: &str, key: &str) -> Option<usize> {
@@ -286,5 +311,11 @@ mod tests {
         assert_eq!(variable_for("upstreams.a.url", vars()).as_deref(), Some("GATEWAY__UPSTREAMS__A__URL"));
         assert_eq!(variable_for("server.listen_x", vars()), None);
         assert_eq!(variable_for("server.idle_timeout", vars()), None);
+        assert_eq!(variable_for("server", vars()), None);
+        assert_eq!(variable_under("server", vars()).as_deref(), Some("GATEWAY__SERVER__LISTEN"));
+        assert_eq!(variable_under("upstreams.a", vars()).as_deref(), Some("GATEWAY__UPSTREAMS__A__URL"));
+        assert_eq!(variable_under("serve", vars()), None);
+        assert_eq!(variable_under("server.listen", vars()), None);
+        assert_eq!(variable_under("", vars()), None);
     }
 }

@@ -462,14 +462,20 @@ fn read(source: &Source, given: Option<&str>) -> Result<String, ConfigError> {
 }
 
 /// An error about `key` of the file `name` whose bytes are `text`, told
-/// where it is: the environment variable that set the key, else the
-/// key's line in the file.
+/// where it is: the environment variable that set the key or a key under
+/// it (when the file does not hold the key, or a list was at stake), else
+/// the key's line in the file.
 fn located(name: &str, text: &str, (key, message): (String, String)) -> ConfigError {
-    let vars = std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)));
-    if let Some(var) = errors::variable_for(&key, vars) {
+    let vars = || std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)));
+    let line = errors::line_of(text, &key);
+    let list = errors::wants_a_list(&message);
+    let var = errors::variable_for(&key, vars())
+        .or_else(|| if line.is_none() || list { errors::variable_under(&key, vars()) } else { None });
+    if let Some(var) = var {
+        let message = if list { errors::NO_LIST_FROM_VARIABLES.to_owned() } else { message };
         return ConfigError::new(format!("environment variable {var}"), key, message);
     }
-    ConfigError { line: errors::line_of(text, &key), ..ConfigError::new(name, key, message) }
+    ConfigError { line, ..ConfigError::new(name, key, message) }
 }
 
 /// The defaults, the file's `text` and the environment's overrides,

@@ -95,6 +95,22 @@ pub(super) fn from_crate(e: config::ConfigError) -> (String, String) {
     }
 }
 
+/// An upstream name with a dot written bare (`[upstreams.svc.v1]` in the
+/// file's `text`) is a table `v1` inside the upstream `svc`, an unknown key
+/// there: said so, with the quoting that keeps it one name.
+pub(super) fn quote_dotted_name(key: &str, message: String, text: &str) -> String {
+    match key.split('.').collect::<Vec<_>>()[..] {
+        ["upstreams", name, rest]
+            if message.starts_with("unknown key") && text.contains(&format!("[upstreams.{name}.{rest}]")) =>
+        {
+            format!(
+                "{message} (an upstream named `{name}.{rest}` is written with quotes: [upstreams.\"{name}.{rest}\"])"
+            )
+        }
+        _ => message,
+    }
+}
+
 /// The config crate joins an index and the key after it with no dot.
 fn dotted(key: &str) -> String {
     let mut out = String::with_capacity(key.len() + 2);

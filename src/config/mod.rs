@@ -475,6 +475,7 @@ fn located(name: &str, text: &str, (key, message): (String, String)) -> ConfigEr
         let message = if list { errors::NO_LIST_FROM_VARIABLES.to_owned() } else { message };
         return ConfigError::new(format!("environment variable {var}"), key, message);
     }
+    let message = errors::quote_dotted_name(&key, message, text);
     ConfigError { line, ..ConfigError::new(name, key, message) }
 }
 

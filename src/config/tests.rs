@@ -276,3 +276,13 @@ fn every_raw_type_says_what_it_accepts() {
         }
     }
 }
+
+/// An upstream name with a dot, written bare, is told how to quote it.
+#[test]
+fn a_bare_dotted_upstream_name_is_told_to_quote_it() {
+    let e = inline("[upstreams.svc.v1]\nurl = 'http://127.0.0.1:9'\n").map(|_| ()).unwrap_err();
+    assert!(e.to_string().contains("[upstreams.\"svc.v1\"]"), "{e}");
+    // Any other unknown key of an upstream is not.
+    let e = inline("[upstreams.svc]\nurl = 'http://127.0.0.1:9'\nzzzz = 1\n").map(|_| ()).unwrap_err();
+    assert!(!e.to_string().contains("quotes"), "{e}");
+}

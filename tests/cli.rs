@@ -40,11 +40,11 @@ fn bad_configs_exit_64_with_file_key_and_reason() {
     let head = format!("[server]\nlisten = \"127.0.0.1:{port}\"\n[upstreams.a]\nurl = \"http://127.0.0.1:9\"\n");
     let cases = [
         ("[[routes]]\nname='r'\nprefix='/r'\nupstream='ghost'\n", "routes[0].upstream", "unknown upstream \"ghost\""),
-        ("[[routes]]\nname='r'\nprefix='/r'\n", "routes[0].upstream", "has 0 targets"),
+        ("[[routes]]\nname='r'\nprefix='/r'\n", "routes[0].upstream", "has no target"),
         (
             "[[routes]]\nname='r'\nprefix='/r'\nupstream='a'\nfile='gateway.toml'\n",
-            "routes[0].upstream",
-            "has 2 targets",
+            "routes[0].file",
+            "sets upstream and file",
         ),
         (
             "[[routes]]\nname='r'\nprefix='/r'\nupstream='a'\ntimeout='fast'\n",

@@ -25,11 +25,16 @@ fn embedded_default_is_valid() {
 fn bad_configs_name_key_and_problem() {
     let cases: &[(&str, &str, &str)] = &[
         ("[[routes]]\nname='x'\nprefix='/x'\nupstream='nope'\n", "routes[0].upstream", "unknown upstream \"nope\""),
-        ("[[routes]]\nname='x'\nprefix='/x'\n", "routes[0].upstream", "has 0 targets"),
+        ("[[routes]]\nname='x'\nprefix='/x'\n", "routes[0].upstream", "has no target"),
         (
             "[[routes]]\nname='x'\nprefix='/x'\nupstream='a'\nrespond={status=200}\n",
-            "routes[0].upstream",
-            "has 2 targets",
+            "routes[0].respond",
+            "sets upstream and respond",
+        ),
+        (
+            "[[routes]]\nname='x'\nprefix='/x'\nfile='f'\nrespond={status=200}\n",
+            "routes[0].respond",
+            "sets file and respond",
         ),
         (
             "[[routes]]\nname='x'\nprefix='/x'\nupstream='a'\ntimeout='2 parsecs'\n",

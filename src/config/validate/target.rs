@@ -12,21 +12,23 @@ pub(super) fn target(
     base_dir: &Path,
 ) -> Result<Target, Problem> {
     let targets = [
-        r.upstream.is_some(),
-        r.split.is_some(),
-        r.file.is_some(),
-        r.dir.is_some(),
-        r.respond.is_some(),
-        r.redirect.is_some(),
+        ("upstream", r.upstream.is_some()),
+        ("split", r.split.is_some()),
+        ("file", r.file.is_some()),
+        ("dir", r.dir.is_some()),
+        ("respond", r.respond.is_some()),
+        ("redirect", r.redirect.is_some()),
     ];
-    let count = targets.iter().filter(|t| **t).count();
-    if count != 1 {
-        return Err((
-            key("upstream"),
-            format!(
-                "route {name:?} has {count} targets; set exactly one of upstream, split, file, dir, respond, redirect"
-            ),
-        ));
+    let set: Vec<&str> = targets.iter().filter(|(_, set)| *set).map(|(k, _)| *k).collect();
+    let one_of = "set exactly one of upstream, split, file, dir, respond, redirect";
+    match set[..] {
+        [_] => {}
+        // Told at the second one set, the key in excess, and by name.
+        [_, second, ..] => {
+            let both = set.join(" and ");
+            return Err((key(second), format!("route {name:?} sets {both}; {one_of}")));
+        }
+        [] => return Err((key("upstream"), format!("route {name:?} has no target; {one_of}"))),
     }
     let only_for_proxy = [
         ("rewrite", r.rewrite.is_some()),

@@ -13,6 +13,15 @@ use crate::config::{self, Config, Source};
 use crate::net::{bind, bind_for};
 use crate::{Gateway, demo};
 
+/// `println!`, but a closed stdout (`gateway check | head`) is not a panic:
+/// the rest of the output has nowhere to go, and is dropped.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 /// EX_USAGE from sysexits.h: the configuration or command line is wrong.
 pub const EXIT_CONFIG: u8 = 64;
 /// Where the embedded default starts the built-in slow upstream.
@@ -151,11 +160,11 @@ fn check(path: Option<PathBuf>) -> ExitCode {
         Ok((c, _)) => c,
         Err(code) => return code,
     };
-    println!("{}: ok", config.source_name);
-    println!("listen {}", config.server.listen);
+    say!("{}: ok", config.source_name);
+    say!("listen {}", config.server.listen);
     if let Some(tls) = &config.server.tls {
         let clients = tls.client_ca.as_ref().map(|ca| format!(", client certificates from {}", ca.display()));
-        println!("tls {}{}", tls.cert.display(), clients.unwrap_or_default());
+        say!("tls {}{}", tls.cert.display(), clients.unwrap_or_default());
     }
     for r in &config.routes {
         let methods = r.methods.as_ref().map(|m| format!(" methods {m:?}")).unwrap_or_default();
@@ -166,10 +175,10 @@ fn check(path: Option<PathBuf>) -> ExitCode {
         };
         let when = r.conditions.as_ref().map(|c| format!(" when {}", c.describe())).unwrap_or_default();
         let target = r.target.describe(&config.upstreams);
-        println!("route {:<16} {hosts:<20} {:<24} {target}{methods}{access}{when}", r.name, r.prefix);
+        say!("route {:<16} {hosts:<20} {:<24} {target}{methods}{access}{when}", r.name, r.prefix);
     }
     for name in unused_upstreams(&config) {
-        println!("warning: upstream {name} is used by no route");
+        say!("warning: upstream {name} is used by no route");
     }
     check_discovery(&config);
     ExitCode::SUCCESS
@@ -206,12 +215,12 @@ fn check_discovery(config: &Config) {
     }
     let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
-        Err(e) => return println!("discovered names not checked: cannot start a runtime: {e}"),
+        Err(e) => return say!("discovered names not checked: cannot start a runtime: {e}"),
     };
     rt.block_on(async {
         let resolver = match resolve::resolver(&config.resolver) {
             Ok(r) => r,
-            Err(e) => return println!("discovered names not checked: {e}"),
+            Err(e) => return say!("discovered names not checked: {e}"),
         };
         for (u, d) in discovered {
             let what = format!("upstream {}: {} {}", u.name, d.source(), d.describe());
@@ -220,14 +229,14 @@ fn check_discovery(config: &Config) {
                 Ok(Combined::Found { endpoints, failed, .. }) => {
                     let addresses: Vec<&str> = endpoints.iter().map(|e| e.url.as_str()).collect();
                     let failed = failed.map(|why| format!(" (a part failed: {why})")).unwrap_or_default();
-                    println!("{what} resolves to {}{failed}", addresses.join(", "));
+                    say!("{what} resolves to {}{failed}", addresses.join(", "));
                 }
-                Ok(Combined::NotFound { failed: None }) => println!("{what} is not resolvable now (not found)"),
+                Ok(Combined::NotFound { failed: None }) => say!("{what} is not resolvable now (not found)"),
                 Ok(Combined::NotFound { failed: Some(why) }) => {
-                    println!("{what} is not resolvable now (not found; a part failed: {why})")
+                    say!("{what} is not resolvable now (not found; a part failed: {why})")
                 }
-                Ok(Combined::Failed(why)) => println!("{what} is not resolvable now ({why})"),
-                Err(_) => println!("{what} is not resolvable now (no answer in time)"),
+                Ok(Combined::Failed(why)) => say!("{what} is not resolvable now ({why})"),
+                Err(_) => say!("{what} is not resolvable now (no answer in time)"),
             }
         }
     });
@@ -340,17 +349,17 @@ fn run_gateway(path: Option<PathBuf>, log_format: LogFormat, watch: bool) -> Exi
             tracing::info!(addr = %admin, "admin listener (metrics, health, status) listening");
         }
         if embedded {
-            println!("gateway: running the embedded default configuration on http://{addr}");
+            say!("gateway: running the embedded default configuration on http://{addr}");
             match demo_at {
-                Some(at) => println!("  demo upstream (GET /a waits 1s): http://{at}"),
-                None => println!("  demo upstream: not started ({} is not a loopback address)", demo::URL_KEY),
+                Some(at) => say!("  demo upstream (GET /a waits 1s): http://{at}"),
+                None => say!("  demo upstream: not started ({} is not a loopback address)", demo::URL_KEY),
             }
-            println!("  demo files (carried in the binary): {demo_dir}");
-            println!("  try: curl -i http://{addr}/b        # proxied to the upstream's /a");
-            println!("       curl -i http://{addr}/file     # a file, with ETag and Range support");
-            println!("       curl -i http://{addr}/static/  # a directory tree");
-            println!("       curl -i http://{addr}/hello    # a fixed response");
-            println!("       curl http://{admin}{metrics_path}   # Prometheus metrics");
+            say!("  demo files (carried in the binary): {demo_dir}");
+            say!("  try: curl -i http://{addr}/b        # proxied to the upstream's /a");
+            say!("       curl -i http://{addr}/file     # a file, with ETag and Range support");
+            say!("       curl -i http://{addr}/static/  # a directory tree");
+            say!("       curl -i http://{addr}/hello    # a fixed response");
+            say!("       curl http://{admin}{metrics_path}   # Prometheus metrics");
         }
         tokio::spawn(reload_on_sighup(gateway.app()));
         let app = gateway.app();

@@ -406,3 +406,17 @@ fn a_second_signal_ends_the_drain() {
         assert_eq!(gw.0.wait().unwrap().code(), Some(0), "{second}");
     }
 }
+
+/// `gateway check | head`: a closed stdout ends the output, not the
+/// process with a panic (exit 101 and "failed printing to stdout").
+#[test]
+fn check_into_a_closed_pipe_does_not_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(dir.path(), "[[routes]]\nname = 'r'\nprefix = '/r'\nrespond = { status = 200 }\n");
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = Command::new(BIN).args(["check", "--config", path.to_str().unwrap()]).stdout(writer).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

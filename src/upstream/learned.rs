@@ -14,8 +14,14 @@ use super::adaptive::{Cadence, WINDOW, Window};
 /// records an answer: the count above `TOTAL_BITS`, microseconds below.
 const TOTAL_BITS: u32 = 40;
 /// The longest sample, in microseconds: past it a sample says no more (the
-/// gradient is at its floor long before), and the total cannot overflow.
+/// gradient is at its floor long before).
 const LONGEST_SAMPLE_US: u64 = 60_000_000;
+/// The samples a window takes at most: with each at most the longest, the
+/// total cannot overflow into the count (room is left for answers that
+/// pass the check at once on other threads). An `auto_max` in the tens of
+/// thousands and a route timeout past a minute could otherwise make more
+/// such answers close in one window.
+const MOST_SAMPLES: u64 = ((1 << TOTAL_BITS) / LONGEST_SAMPLE_US) * 7 / 8;
 
 /// The window being filled, and the requests in flight.
 pub(super) struct Learned {
@@ -92,7 +98,9 @@ impl Learned {
             return None;
         }
         let us = (took.as_micros() as u64).min(LONGEST_SAMPLE_US);
-        self.packed.fetch_add((1 << TOTAL_BITS) | us, Relaxed);
+        if self.packed.load(Relaxed) >> TOTAL_BITS < MOST_SAMPLES {
+            self.packed.fetch_add((1 << TOTAL_BITS) | us, Relaxed);
+        }
         let ramp = self.ramp_us.load(Relaxed);
         let proves = ramp != 0 && us <= ramp;
         if proves {
@@ -294,6 +302,22 @@ mod tests {
         assert_eq!(l.sample(10 * MS, epoch, start + 400 * MS), None);
         let w = l.sample(10 * MS, l.admitted(), start + 401 * MS).expect("the window ended");
         assert_eq!((w.samples, w.busiest), (1, 3));
+    }
+
+    /// Tens of thousands of answers past the longest sample in one window
+    /// (a huge `auto_max`, a route timeout past a minute): the window keeps
+    /// a count it can hold, and their mean is the longest sample. Their
+    /// total overflowed into the count before.
+    #[test]
+    fn a_window_of_very_many_very_long_answers_keeps_its_mean() {
+        let l = Learned::new(true);
+        let (ticket, start) = (l.admitted(), l.origin);
+        for _ in 0..20_000 {
+            assert_eq!(l.sample(120_000 * MS, ticket, start + 10 * MS), None);
+        }
+        let w = l.sample(120_000 * MS, ticket, start + 101 * MS).expect("the window ended");
+        assert_eq!(w.samples, MOST_SAMPLES, "{w:?}");
+        assert_eq!(w.total / w.samples as u32, Duration::from_micros(LONGEST_SAMPLE_US), "{w:?}");
     }
 
     /// During the slow start, an answer within the bound proves the load

@@ -246,7 +246,8 @@ async fn from_a_cold_start_the_limit_doubles_each_round_trip() {
 
 /// Clients uploading slowly at a cold start: the learned minimum latency
 /// is the upstream's own (it reads a body whole, then works 100 ms), not
-/// the clients' uploads, which took 1.5 s here. Counted from the request's
+/// the clients' uploads, which took 1.5 s here (a body trickled, or sent
+/// at once and ended late). Counted from the request's
 /// start, three uploaders held the measurement's three slots and made the
 /// minimum about 1.6 s, so the limit let far more in than the upstream
 /// could do (hostile review of `max_requests = "auto"`).
@@ -264,7 +265,9 @@ async fn a_slow_upload_is_not_taken_for_the_upstreams_latency() {
     let toml = gateway_toml("ad_upload", up.addr, "", "timeout = \"10s\"\nrequest_buffer = \"0\"");
     let gw = TestGateway::from_toml(&toml).await;
     let admin = gw.admin.unwrap();
-    let uploads = (0..3).map(|_| {
+    // One trickles its body; two send it at once and its end (the last
+    // chunk) 1.5 s later.
+    let uploads = (0..3).map(|i| {
         let addr = gw.addr;
         tokio::spawn(async move {
             let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
@@ -272,7 +275,12 @@ async fn a_slow_upload_is_not_taken_for_the_upstreams_latency() {
             s.write_all(head.as_bytes()).await.unwrap();
             for _ in 0..15 {
                 s.write_all(format!("400\r\n{}\r\n", "u".repeat(1024)).as_bytes()).await.unwrap();
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                if i == 0 {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+            if i > 0 {
+                tokio::time::sleep(Duration::from_millis(1500)).await;
             }
             s.write_all(b"0\r\n\r\n").await.unwrap();
             let mut answer = Vec::new();

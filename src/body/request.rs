@@ -336,6 +336,9 @@ impl RequestBody {
                 self.failed(ClientFault::Left(e.to_string()), e.into())
             }
             Poll::Ready(None) => {
+                // The end came now (a chunked body's last chunk, an HTTP/2
+                // empty END_STREAM), maybe long after the last data.
+                self.state.progressed();
                 self.state.complete.store(true, Ordering::Relaxed);
                 Poll::Ready(None)
             }

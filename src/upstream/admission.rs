@@ -252,7 +252,10 @@ impl Admission {
         // Claim a place in the queue, or be turned away at once.
         let queue = self.queue.load(Relaxed);
         if self.waiting.fetch_add(1, Relaxed) >= queue {
-            self.waiting.fetch_sub(1, Relaxed);
+            // The last to leave, if the waiter it counted with left meanwhile.
+            if self.waiting.fetch_sub(1, Relaxed) == 1 {
+                self.emptied();
+            }
             return Err(GatewayError::QueueFull { upstream: self.upstream.clone(), queue });
         }
         let _place = Place::new(self);

@@ -22,6 +22,32 @@ macro_rules! say {
     }};
 }
 
+/// `eprintln!`, likewise for a closed stderr: the exit status still tells.
+macro_rules! complain {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
+/// The log's writer: stderr, where a line that cannot be written is
+/// dropped. tracing-subscriber reports a failed write with `eprintln!`,
+/// which panics when stderr is closed (a log shipper that went away), and
+/// the process then exited 101 at its next line.
+struct LogWriter;
+
+impl std::io::Write for LogWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let _ = std::io::stderr().write_all(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let _ = std::io::stderr().flush();
+        Ok(())
+    }
+}
+
 /// EX_USAGE from sysexits.h: the configuration or command line is wrong.
 pub const EXIT_CONFIG: u8 = 64;
 /// Where the embedded default starts the built-in slow upstream.
@@ -123,7 +149,7 @@ fn init_tracing(format: LogFormat) {
         .add_directive("access=info".parse().expect("a valid directive"));
     // Colour only on a terminal: container and journald logs get plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(|| LogWriter).with_ansi(ansi);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => {
@@ -141,7 +167,7 @@ fn load(path: Option<PathBuf>) -> Result<(Config, Option<tempfile::TempDir>), Ex
         None => match demo::files() {
             Ok(dir) => (Source::embedded(dir.path().to_owned()), Some(dir)),
             Err(e) => {
-                eprintln!("gateway: cannot write the embedded default's files to a temporary folder: {e}");
+                complain!("gateway: cannot write the embedded default's files to a temporary folder: {e}");
                 return Err(ExitCode::FAILURE);
             }
         },
@@ -149,7 +175,7 @@ fn load(path: Option<PathBuf>) -> Result<(Config, Option<tempfile::TempDir>), Ex
     match config::load(&source) {
         Ok(c) => Ok((c, demo_files)),
         Err(e) => {
-            eprintln!("gateway: invalid configuration: {e}");
+            complain!("gateway: invalid configuration: {e}");
             Err(ExitCode::from(EXIT_CONFIG))
         }
     }
@@ -308,7 +334,7 @@ fn run_gateway(path: Option<PathBuf>, log_format: LogFormat, watch: bool) -> Exi
     let rt = match runtime(config.server.worker_threads) {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("gateway: cannot start the runtime: {e}");
+            complain!("gateway: cannot start the runtime: {e}");
             return ExitCode::FAILURE;
         }
     };
@@ -327,7 +353,7 @@ fn run_gateway(path: Option<PathBuf>, log_format: LogFormat, watch: bool) -> Exi
                     }));
                 }
                 Err(e) => {
-                    eprintln!("gateway: the demo upstream: {e}");
+                    complain!("gateway: the demo upstream: {e}");
                     return ExitCode::FAILURE;
                 }
             }
@@ -337,7 +363,7 @@ fn run_gateway(path: Option<PathBuf>, log_format: LogFormat, watch: bool) -> Exi
         let gateway = match Gateway::bind(config).await {
             Ok(g) => g,
             Err(e) => {
-                eprintln!("gateway: {e}");
+                complain!("gateway: {e}");
                 return ExitCode::FAILURE;
             }
         };
@@ -390,7 +416,7 @@ fn run_upstream(listen: SocketAddr, upstream: demo::Upstream) -> ExitCode {
     let rt = match runtime(0) {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("gateway upstream: cannot start the runtime: {e}");
+            complain!("gateway upstream: cannot start the runtime: {e}");
             return ExitCode::FAILURE;
         }
     };
@@ -399,7 +425,7 @@ fn run_upstream(listen: SocketAddr, upstream: demo::Upstream) -> ExitCode {
         let listener = match bind(listen).await {
             Ok(l) => l,
             Err(e) => {
-                eprintln!("gateway upstream: cannot listen on {listen}: {e}");
+                complain!("gateway upstream: cannot listen on {listen}: {e}");
                 return ExitCode::FAILURE;
             }
         };

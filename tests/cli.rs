@@ -420,3 +420,28 @@ fn check_into_a_closed_pipe_does_not_panic() {
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+/// A closed stderr (a log shipper gone) is not a panic: the gateway starts,
+/// serves, logs into nothing and exits 0 on SIGTERM, where its first log
+/// line made it exit 101; a bad configuration still exits 64.
+#[test]
+fn a_closed_stderr_is_not_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let addr = free_addr();
+    let text =
+        format!("[server]\nlisten = \"{addr}\"\n[[routes]]\nname = 'r'\nprefix = '/r'\nrespond = {{ status = 200 }}\n");
+    let path = write_config(dir.path(), &text);
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let gw = Command::new(BIN).args(["--config", path.to_str().unwrap()]).stderr(writer).spawn();
+    let mut gw = Running(gw.unwrap());
+    wait_for(&addr);
+    assert!(http_get(&addr, "/r").starts_with("HTTP/1.1 200"));
+    Command::new("kill").args(["-TERM", &gw.0.id().to_string()]).status().unwrap();
+    assert_eq!(gw.0.wait().unwrap().code(), Some(0));
+    let bad = write_config(dir.path(), "[server]\nlisten = 5\n");
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = Command::new(BIN).args(["check", "--config", bad.to_str().unwrap()]).stderr(writer).output().unwrap();
+    assert_eq!(out.status.code(), Some(64));
+}

@@ -92,7 +92,8 @@ fn file_errors_name_the_key_path_and_the_line() {
 fn override_errors_name_the_variable() {
     let dir = tempfile::tempdir().unwrap();
     let route = "[[routes]]\nname = 'r'\nprefix = '/r'\nrespond = { status = 200 }\n";
-    let text = format!("[server]\nlisten = \"127.0.0.1:{}\"\n\n{route}", free_port());
+    let upstream = "[upstreams.api]\nurl = 'http://127.0.0.1:9'\n";
+    let text = format!("[server]\nlisten = \"127.0.0.1:{}\"\n\n{upstream}{route}", free_port());
     let path = write(dir.path(), "base.toml", &text);
     let no_list =
         "is a list, and lists (routes, server.trusted_proxies and the like) cannot be set from the environment";
@@ -117,6 +118,16 @@ fn override_errors_name_the_variable() {
         ),
         (("GATEWAY__ROUTES__0__TIMEOUT", "1s"), routes.as_str()),
         (("GATEWAY__SERVER__TRUSTED_PROXIES", "10.0.0.0/8"), proxies.as_str()),
+        // An upstream only the variable makes, in a file that has others;
+        // a variable under a key the file sets.
+        (
+            ("GATEWAY__UPSTREAMS__NEW__MAX_REQUESTS", "8"),
+            "environment variable GATEWAY__UPSTREAMS__NEW__MAX_REQUESTS: upstreams.new",
+        ),
+        (
+            ("GATEWAY__UPSTREAMS__API__URL__X", "y"),
+            "environment variable GATEWAY__UPSTREAMS__API__URL__X: upstreams.api.url",
+        ),
     ];
     for ((var, value), want) in cases {
         let (out, stderr) = check(&path, &[(var, value)]);
@@ -124,6 +135,13 @@ fn override_errors_name_the_variable() {
         assert!(stderr.contains(want), "wanted {want:?} in: {stderr}");
         assert!(!stderr.contains("base.toml"), "blames the file: {stderr}");
     }
+    // The file's own error, beside a variable of the same upstream that is
+    // fine, is the file's.
+    let bad =
+        write(dir.path(), "bad.toml", &format!("[upstreams.api]\nurl = 'http://127.0.0.1:9'\nqueue = -1\n{route}"));
+    let (out, stderr) = check(&bad, &[("GATEWAY__UPSTREAMS__API__QUEUE_TIMEOUT", "2s")]);
+    assert_eq!(out.status.code(), Some(64), "{stderr}");
+    assert!(stderr.contains("bad.toml:3: upstreams.api.queue"), "{stderr}");
     // With no file given, the embedded default is not blamed either.
     let out = Command::new(bin())
         .arg("check")

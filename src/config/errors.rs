@@ -101,7 +101,8 @@ pub(super) fn from_crate(e: config::ConfigError) -> (String, String) {
 pub(super) fn quote_dotted_name(key: &str, message: String, text: &str) -> String {
     match key.split('.').collect::<Vec<_>>()[..] {
         ["upstreams", name, rest]
-            if message.starts_with("unknown key") && text.contains(&format!("[upstreams.{name}.{rest}]")) =>
+            if message.starts_with("unknown key; the keys here")
+                && text.contains(&format!("[upstreams.{name}.{rest}]")) =>
         {
             format!(
                 "{message} (an upstream named `{name}.{rest}` is written with quotes: [upstreams.\"{name}.{rest}\"])"
@@ -214,9 +215,23 @@ pub(super) const NO_LIST_FROM_VARIABLES: &str = "is a list, and lists (routes, s
 /// The line of `key` (`routes[3].respond.status`) in `text`, or of the
 /// deepest table on its path that is there (a missing key's table).
 pub(super) fn line_of(text: &str, key: &str) -> Option<usize> {
-    let root = DeTable::parse(text).ok()?;
+    walk(text, key).0
+}
+
+/// How many of `key`'s dotted segments `text` holds, from the first: fewer
+/// than all when a table on its path is not in the file (a variable may
+/// have made it).
+pub(super) fn held(text: &str, key: &str) -> usize {
+    walk(text, key).1
+}
+
+/// [`line_of`], and [`held`].
+fn walk(text: &str, key: &str) -> (Option<usize>, usize) {
+    let Ok(root) = DeTable::parse(text) else { return (None, 0) };
     let mut table = root.get_ref();
     let mut found: Option<Range<usize>> = None;
+    let line = |found: Option<Range<usize>>| found.map(|s| line_and_column(text, s.start).0);
+    let mut held = 0;
     for segment in key.split('.') {
         let (name, indices) = match segment.split_once('[') {
             Some((name, rest)) => (name, Some(rest)),
@@ -226,21 +241,22 @@ pub(super) fn line_of(text: &str, key: &str) -> Option<usize> {
         found = Some(k.span());
         let mut value = v;
         for index in indices.into_iter().flat_map(|r| r.split('[')) {
-            let i: usize = index.trim_end_matches(']').parse().ok()?;
+            let Ok(i) = index.trim_end_matches(']').parse::<usize>() else { return (None, held) };
             match value.get_ref() {
                 DeValue::Array(items) if i < items.len() => {
                     value = &items[i];
                     found = Some(value.span());
                 }
-                _ => return found.map(|s| line_and_column(text, s.start).0),
+                _ => return (line(found), held),
             }
         }
+        held += 1;
         match value.get_ref() {
             DeValue::Table(t) => table = t,
             _ => break,
         }
     }
-    found.map(|s| line_and_column(text, s.start).0)
+    (line(found), held)
 }
 
 /// The line and column (both from 1; the column in characters) of byte

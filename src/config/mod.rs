@@ -469,8 +469,12 @@ fn located(name: &str, text: &str, (key, message): (String, String)) -> ConfigEr
     let vars = || std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)));
     let line = errors::line_of(text, &key);
     let list = errors::wants_a_list(&message);
-    let var = errors::variable_for(&key, vars())
-        .or_else(|| if line.is_none() || list { errors::variable_under(&key, vars()) } else { None });
+    // The first table on the key's path the file lacks was made by a
+    // variable, if one sets a key in it; and a variable under the key
+    // itself made it a table.
+    let missing: Vec<&str> = key.split('.').take(errors::held(text, &key) + 1).collect();
+    let made = || errors::variable_under(&missing.join("."), vars());
+    let var = errors::variable_for(&key, vars()).or_else(|| errors::variable_under(&key, vars())).or_else(made);
     if let Some(var) = var {
         let message = if list { errors::NO_LIST_FROM_VARIABLES.to_owned() } else { message };
         return ConfigError::new(format!("environment variable {var}"), key, message);

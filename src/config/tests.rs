@@ -287,7 +287,11 @@ fn every_raw_type_says_what_it_accepts() {
 fn a_bare_dotted_upstream_name_is_told_to_quote_it() {
     let e = inline("[upstreams.svc.v1]\nurl = 'http://127.0.0.1:9'\n").map(|_| ()).unwrap_err();
     assert!(e.to_string().contains("[upstreams.\"svc.v1\"]"), "{e}");
-    // Any other unknown key of an upstream is not.
+    // Any other unknown key of an upstream is not, nor a typo of one of
+    // its tables.
     let e = inline("[upstreams.svc]\nurl = 'http://127.0.0.1:9'\nzzzz = 1\n").map(|_| ()).unwrap_err();
     assert!(!e.to_string().contains("quotes"), "{e}");
+    let e = inline("[upstreams.svc]\nurl = 'http://127.0.0.1:9'\n[upstreams.svc.helth]\npath = '/'\n");
+    let e = e.map(|_| ()).unwrap_err().to_string();
+    assert!(e.contains("did you mean `health`") && !e.contains("quotes"), "{e}");
 }

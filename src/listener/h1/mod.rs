@@ -218,7 +218,11 @@ async fn serve_wire(wire: Shared, c: &mut Connection, held: &mut Option<Held>, p
         // waited for its answer: the client is told so (logged and counted
         // as this 503 by `App::abandon_requests`), not left with a closed
         // connection and no answer.
-        Ended::Stop(Stop::Cut) if own.flags.unanswered.load(Relaxed) && signals.stops.now.is_cancelled() => {
+        Ended::Stop(Stop::Cut)
+            if own.flags.unanswered.load(Relaxed)
+                && signals.stops.now.is_cancelled()
+                && !wire.lock().continue_half_written() =>
+        {
             let written = own.last_head(http::StatusCode::SERVICE_UNAVAILABLE);
             let _ = tokio::time::timeout(std::time::Duration::from_millis(200), written).await;
         }

@@ -248,6 +248,12 @@ impl Wire {
         }
     }
 
+    /// Whether the `100 Continue` is written in part: nothing else may be
+    /// written after it.
+    pub fn continue_half_written(&self) -> bool {
+        self.continue_at.is_some_and(|at| at > 0)
+    }
+
     fn poll_write_continue(&mut self, at: &mut usize, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         ready!(self.poll_write_all(CONTINUE, at, cx))?;
         Pin::new(&mut self.io).poll_flush(cx)

@@ -54,6 +54,11 @@ fn bad_configs_name_key_and_problem() {
         ("[server]\nlisten='nowhere'\n", "server.listen", "invalid socket address"),
         ("[server]\nshutdown_timeout='soon'\n", "server.shutdown_timeout", "invalid duration"),
         (
+            "[server]\nshutdown_timeout = 5\n",
+            "server.shutdown_timeout",
+            "a duration needs its unit: \"5s\" or \"5ms\", not 5",
+        ),
+        (
             "[[routes]]\nname='x'\nprefix='/x'\nrespond={status=200}\ntimeout='1s'\n",
             "routes[0].timeout",
             "only applies",

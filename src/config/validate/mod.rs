@@ -333,7 +333,13 @@ fn route(
 const MAX_DURATION: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 
 fn parse_duration(key: &str, value: &str) -> Result<Duration, Problem> {
-    let d = humantime::parse_duration(value.trim())
+    // A bare number (`timeout = 5`, read as the text "5"): humantime's
+    // answer quoted it and offered `5sec` beside the usual forms.
+    let v = value.trim();
+    if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) {
+        return Err((key.to_owned(), format!("a duration needs its unit: \"{v}s\" or \"{v}ms\", not {v}")));
+    }
+    let d = humantime::parse_duration(v)
         .map_err(|e| (key.to_owned(), format!("invalid duration {value:?}: {e} (use e.g. \"250ms\", \"2s\")")))?;
     if d > MAX_DURATION {
         return Err((key.to_owned(), format!("{value:?} is too long: at most 10 years")));

@@ -377,7 +377,7 @@ fn bad_splits_are_refused_with_their_key() {
             "routes[0].split[1].upstream",
         ),
         (route("split = [{ upstream = \"v1\", weight = 0 }, { upstream = \"v2\", weight = 0 }]"), "routes[0].split"),
-        (route(&format!("{two}\nupstream = \"v1\"")), "routes[0].upstream"),
+        (route(&format!("{two}\nupstream = \"v1\"")), "routes[0].split: route \"r\" sets upstream and split"),
         (route(&format!("{two}\nsticky = \"query:x\"")), "routes[0].sticky"),
         (route(&format!("{two}\ncache = {{}}")), "routes[0].cache"),
         (route("upstream = \"v1\"\nsticky = \"header:x\""), "routes[0].sticky"),

@@ -16,18 +16,16 @@ use crate::{Gateway, demo};
 /// `println!`, but a closed stdout (`gateway check | head`) is not a panic:
 /// the rest of the output has nowhere to go, and is dropped.
 macro_rules! say {
-    ($($arg:tt)*) => {{
+    (to $out:expr, $($arg:tt)*) => {{
         use std::io::Write as _;
-        let _ = writeln!(std::io::stdout(), $($arg)*);
+        let _ = writeln!($out, $($arg)*);
     }};
+    ($($arg:tt)*) => { say!(to std::io::stdout(), $($arg)*) };
 }
 
 /// `eprintln!`, likewise for a closed stderr: the exit status still tells.
 macro_rules! complain {
-    ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stderr(), $($arg)*);
-    }};
+    ($($arg:tt)*) => { say!(to std::io::stderr(), $($arg)*) };
 }
 
 /// The log's writer: stderr, where a line that cannot be written is

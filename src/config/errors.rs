@@ -213,20 +213,11 @@ pub(super) const NO_LIST_FROM_VARIABLES: &str = "is a list, and lists (routes, s
      like) cannot be set from the environment, only in the file";
 
 /// The line of `key` (`routes[3].respond.status`) in `text`, or of the
-/// deepest table on its path that is there (a missing key's table).
-pub(super) fn line_of(text: &str, key: &str) -> Option<usize> {
-    walk(text, key).0
-}
-
-/// How many of `key`'s dotted segments `text` holds, from the first: fewer
+/// deepest table on its path that is there (a missing key's table); and
+/// how many of `key`'s dotted segments `text` holds, from the first: fewer
 /// than all when a table on its path is not in the file (a variable may
 /// have made it).
-pub(super) fn held(text: &str, key: &str) -> usize {
-    walk(text, key).1
-}
-
-/// [`line_of`], and [`held`].
-fn walk(text: &str, key: &str) -> (Option<usize>, usize) {
+pub(super) fn walk(text: &str, key: &str) -> (Option<usize>, usize) {
     let Ok(root) = DeTable::parse(text) else { return (None, 0) };
     let mut table = root.get_ref();
     let mut found: Option<Range<usize>> = None;
@@ -320,7 +311,7 @@ mod tests {
             ("routes[0]", Some(4)),
             ("metrics.path", None),
         ] {
-            assert_eq!(line_of(text, key), want, "{key}");
+            assert_eq!(walk(text, key).0, want, "{key}");
         }
     }
 

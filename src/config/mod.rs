@@ -467,12 +467,12 @@ fn read(source: &Source, given: Option<&str>) -> Result<String, ConfigError> {
 /// the key's line in the file.
 fn located(name: &str, text: &str, (key, message): (String, String)) -> ConfigError {
     let vars = || std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)));
-    let line = errors::line_of(text, &key);
+    let (line, held) = errors::walk(text, &key);
     let list = errors::wants_a_list(&message);
     // The first table on the key's path the file lacks was made by a
     // variable, if one sets a key in it; and a variable under the key
     // itself made it a table.
-    let missing: Vec<&str> = key.split('.').take(errors::held(text, &key) + 1).collect();
+    let missing: Vec<&str> = key.split('.').take(held + 1).collect();
     let made = || errors::variable_under(&missing.join("."), vars());
     let var = errors::variable_for(&key, vars()).or_else(|| errors::variable_under(&key, vars())).or_else(made);
     if let Some(var) = var {

@@ -211,11 +211,13 @@ pub fn exchange<'a>(
 /// Sends a request, `encoded`, on an HTTP/1.1 connection. The callers
 /// encode it (a plain call) rather than this taking the request: the
 /// request would then be kept, beside the encoding's future, in the future
-/// of every exchange in flight.
-async fn send_h1(mut conn: Conn, encoded: h1::Encoded<'_>, plan: Plan) -> Exchanged {
+/// of every exchange in flight. Not an `async fn`, as `exchange`.
+fn send_h1<'a>(mut conn: Conn, encoded: h1::Encoded<'a>, plan: Plan) -> impl Future<Output = Exchanged> + 'a {
     conn.prepare(plan.send_timeout, plan.large_body);
-    let response = h1::send_encoded(conn, encoded).await.map_err(Failure::Send)?;
-    Ok(response.map(Received::Http1))
+    futures_util::FutureExt::map(h1::send_encoded(conn, encoded), |sent| match sent {
+        Ok(response) => Ok(response.map(Received::Http1)),
+        Err(e) => Err(Failure::Send(e)),
+    })
 }
 
 /// The resend of a bodiless request `kept` as it was encoded, after its

@@ -112,29 +112,36 @@ impl<'a> Encoded<'a> {
     }
 }
 
-/// [`send`] of a request already encoded.
-pub async fn send_encoded(mut conn: Conn, encoded: Encoded<'_>) -> Result<Response<ResponseBody>, Error> {
+/// [`send`] of a request already encoded. An `async move` block, not an
+/// `async fn`: the latter moves its arguments into locals of its own on
+/// its first poll, a copy of the connection and the request's bytes.
+pub fn send_encoded<'a>(
+    mut conn: Conn,
+    encoded: Encoded<'a>,
+) -> impl Future<Output = Result<Response<ResponseBody>, Error>> + 'a {
     let Encoded { mut sending, head_request, interims } = encoded;
-    let mut rx = BytesMut::new();
-    let (mut unfinished, mut scanned, mut kept) = (false, 0, None);
-    let head = std::future::poll_fn(|cx| {
-        let rx = (&mut rx, &mut scanned);
-        let sending = (&mut sending, &mut kept);
-        poll_head(&mut conn, sending, &mut unfinished, rx, (head_request, interims.as_ref()), cx)
-    })
-    .await;
-    let head = match head {
-        Ok(head) => head,
-        // A stale connection found on the read side while the request is
-        // still being written (the upstream closed it, or sent stray bytes,
-        // as it went out): its bytes are whole in `sending`, kept too.
-        Err(e) => return Err(e.keeping(kept.or_else(|| sending.and_then(Sending::kept)))),
-    };
-    // Answered: no resend will want the kept bytes.
-    if let Some(kept) = kept {
-        crate::net::give_back(kept);
+    async move {
+        let mut rx = BytesMut::new();
+        let (mut unfinished, mut scanned, mut kept) = (false, 0, None);
+        let head = std::future::poll_fn(|cx| {
+            let rx = (&mut rx, &mut scanned);
+            let sending = (&mut sending, &mut kept);
+            poll_head(&mut conn, sending, &mut unfinished, rx, (head_request, interims.as_ref()), cx)
+        })
+        .await;
+        let head = match head {
+            Ok(head) => head,
+            // A stale connection found on the read side while the request is
+            // still being written (the upstream closed it, or sent stray bytes,
+            // as it went out): its bytes are whole in `sending`, kept too.
+            Err(e) => return Err(e.keeping(kept.or_else(|| sending.and_then(Sending::kept)))),
+        };
+        // Answered: no resend will want the kept bytes.
+        if let Some(kept) = kept {
+            crate::net::give_back(kept);
+        }
+        Ok(respond(head, conn, rx, sending.map(Box::new), unfinished))
     }
-    Ok(respond(head, conn, rx, sending.map(Box::new), unfinished))
 }
 
 /// The response for the client, its body reading on from `conn`.

@@ -89,6 +89,11 @@ pub fn screen(
     if method == Method::CONNECT {
         return Err(GatewayError::BadRequest("CONNECT is not supported"));
     }
+    // RFC 9112 §3.2.4: the asterisk form asks about the server as a whole,
+    // with OPTIONS only; with another method it names no resource.
+    if uri.path() == "*" && method != Method::OPTIONS {
+        return Err(GatewayError::BadRequest("asterisk-form request target with a method other than OPTIONS"));
+    }
     // What the checks below need of the headers, in one pass over them
     // rather than four lookups, each of which hashes its name (see
     // benches/README.md, Decisions).
@@ -239,6 +244,10 @@ mod tests {
             ("GET", "http://x/a", HTTP_2, vec![("host", "x"), ("host", "x")], Err(400)),
             ("GET", "/a", HTTP_2, host.to_vec(), Ok(())),
             ("CONNECT", "evil.example:443", HTTP_11, host.to_vec(), Err(400)),
+            ("OPTIONS", "*", HTTP_11, host.to_vec(), Ok(())),
+            ("GET", "*", HTTP_11, host.to_vec(), Err(400)),
+            ("HEAD", "*", HTTP_10, host.to_vec(), Err(400)),
+            ("POST", "*", HTTP_11, host.to_vec(), Err(400)),
             ("GET", "/a%zz", HTTP_11, host.to_vec(), Err(400)),
             ("GET", "/a?q=%G1", HTTP_11, host.to_vec(), Err(400)),
             ("GET", "/a%2", HTTP_11, host.to_vec(), Err(400)),

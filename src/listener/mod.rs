@@ -19,6 +19,7 @@ mod detach;
 pub mod h1;
 mod h2;
 pub mod io;
+mod stops;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -48,6 +49,7 @@ use accepted::{Accepted, connection};
 use builders::{Builders, builders};
 use conn::{ConnBody, ConnState, Expired, Timeouts, Watchdog};
 use io::ClientIo;
+use stops::{Said, Stops, relay};
 
 /// Which service a listener runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,8 +92,12 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, kind: Kind, stop: Cance
     let limit = Arc::new(Semaphore::new(max_connections));
     let tracker = TaskTracker::new();
     let kill = CancellationToken::new();
-    let shared =
-        h1::Listener { builders: builders.clone(), app: app.clone(), kind, graceful: stop.clone(), now: kill.clone() };
+    // The connections' graceful stop is `stop` passed on once `said` says
+    // so (see `Said`).
+    let said = Arc::new(Said::default());
+    let graceful = CancellationToken::new();
+    tokio::spawn(relay(stop.clone(), graceful.clone(), said.clone()));
+    let shared = h1::Listener { builders: builders.clone(), app: app.clone(), kind, graceful, now: kill.clone(), said };
     let parking = Arc::new(h1::Parking::new(shared, tracker.clone(), server.park_after));
     tokio::spawn(parking.clone().run(stop.clone()));
     let mut waits = LimitWarning::default();
@@ -149,19 +155,9 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, kind: Kind, stop: Cance
     // cut off are logged, counted and their spans queued (as the gateway's
     // 503, not as clients that left) before the spans are flushed.
     app.abandon_requests();
+    parking.said().say_now();
     kill.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(1), tracker.wait()).await;
-}
-
-/// How a connection is told to stop: `graceful` finishes what is in flight
-/// (shutdown begins), `now` closes it (the shutdown timeout passed).
-#[derive(Clone)]
-struct Stops {
-    graceful: CancellationToken,
-    now: CancellationToken,
-    /// Where idle own HTTP/1.1 connections park (and are closed at the
-    /// start of a shutdown).
-    parking: Arc<h1::Parking>,
 }
 
 /// What a connection holds until it ends: its slot under the listener's

@@ -57,11 +57,11 @@ impl Signals<'_, '_> {
     /// Whether the shutdown signal waited for has come. Once `stop` is
     /// polled, its token wakes this task when cancelled, so it is polled
     /// again only then: a poll locks the token and looks through its
-    /// waiters, on every wake of every connection, where the token's flag
-    /// alone is a cheaper look.
+    /// waiters, on every wake of every connection, where a flag set before
+    /// the cancellation is a load (see `listener::Said`).
     fn poll_stop(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        let token = if self.flags.closing() { &self.stops.now } else { &self.stops.graceful };
-        if self.stop_polled && !token.is_cancelled() {
+        let said = if self.flags.closing() { self.stops.said.now() } else { self.stops.said.graceful() };
+        if self.stop_polled && !said {
             return Poll::Pending;
         }
         self.stop_polled = true;

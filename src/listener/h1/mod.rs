@@ -183,7 +183,7 @@ async fn serve_wire(wire: Shared, c: &mut Connection, held: &mut Option<Held>, p
                 // Readable already, or shutting down (then none parks
                 // from here on): back to the idle wait, which reads what
                 // came or, shutting down, closes.
-                own.parks = !signals.stops.graceful.is_cancelled();
+                own.parks = !signals.stops.said.graceful();
                 continue;
             }
             Ok(Err(stop)) | Err(stop) => break Err(stop),
@@ -220,7 +220,7 @@ async fn serve_wire(wire: Shared, c: &mut Connection, held: &mut Option<Held>, p
         // connection and no answer.
         Ended::Stop(Stop::Cut)
             if own.flags.unanswered.load(Relaxed)
-                && signals.stops.now.is_cancelled()
+                && signals.stops.said.now()
                 && !wire.lock().continue_half_written() =>
         {
             let written = own.last_head(http::StatusCode::SERVICE_UNAVAILABLE);

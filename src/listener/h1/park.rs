@@ -43,7 +43,7 @@ use super::Own;
 use super::wire::{ClientStream, Shared};
 use crate::listener::builders::Builders;
 use crate::listener::conn::{ConnState, Watchdog};
-use crate::listener::{Connection, Held, Kind, Stops};
+use crate::listener::{Connection, Held, Kind, Said, Stops};
 use crate::metrics::ConnectionGuard;
 use crate::server::App;
 
@@ -88,6 +88,7 @@ pub struct Listener {
     /// parking, which holds this).
     pub graceful: CancellationToken,
     pub now: CancellationToken,
+    pub said: Arc<Said>,
 }
 
 /// A parked connection: its task's state, less the task: what of
@@ -150,7 +151,12 @@ impl Parking {
     /// A connection's stops: the listener's, and this parking.
     pub fn stops(self: &Arc<Self>) -> Stops {
         let l = &self.listener;
-        Stops { graceful: l.graceful.clone(), now: l.now.clone(), parking: self.clone() }
+        Stops { graceful: l.graceful.clone(), now: l.now.clone(), said: l.said.clone(), parking: self.clone() }
+    }
+
+    /// The listener's [`Said`].
+    pub fn said(&self) -> &Said {
+        &self.listener.said
     }
 
     /// Whether its connections park at all.

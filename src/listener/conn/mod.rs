@@ -21,7 +21,10 @@
 //! connection counts as idle only from its last write.
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicBool, AtomicU8, AtomicU32, AtomicU64,
+    Ordering::{Acquire, Relaxed, Release},
+};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -106,6 +109,8 @@ pub struct ConnState {
     /// The tunnel a `101` response opened, run once hyper hands the
     /// connection over. (Boxed: rare, and every connection holds the cell.)
     tunnel: Mutex<Option<Box<Tunnel>>>,
+    /// Set once `tunnel` has been: see [`ConnState::take_tunnel`].
+    tunnelled: AtomicBool,
     /// An own HTTP/1.1 connection that may park (see `h1::park`): whether
     /// it waits for its next request with nothing of it read (`IDLE`),
     /// whether its listener asked it to park (`PARK`), whether it has
@@ -152,6 +157,7 @@ impl ConnState {
             http2: OnceLock::new(),
             large_response: AtomicBool::new(false),
             tunnel: Mutex::new(None),
+            tunnelled: AtomicBool::new(false),
             park: AtomicU8::new(BUSY),
             park_waker: AtomicWaker::new(),
         }
@@ -193,10 +199,16 @@ impl ConnState {
     /// Keeps the tunnel of a `101` response for when the switch is done.
     pub fn upgraded(&self, tunnel: Tunnel) {
         *self.tunnel.lock().expect("tunnel lock") = Some(Box::new(tunnel));
+        self.tunnelled.store(true, Release);
     }
 
-    /// The tunnel to run, if the connection switched protocols.
+    /// The tunnel to run, if the connection switched protocols. Looked
+    /// for after every exchange: the flag spares the lock (a locked
+    /// instruction each way, see benches/README.md, "Locked instructions").
     pub fn take_tunnel(&self) -> Option<Box<Tunnel>> {
+        if !self.tunnelled.load(Acquire) {
+            return None;
+        }
         self.tunnel.lock().expect("tunnel lock").take()
     }
 

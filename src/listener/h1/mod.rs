@@ -455,7 +455,7 @@ impl<'a> Own<'a> {
         let mut answer = pin!(answer);
         let mut watching = true;
         loop {
-            let wire = self.wire.clone();
+            let wire = self.wire;
             let watch = std::future::poll_fn(|cx| match watching {
                 true => wire.lock().poll_watch(cx),
                 false => Poll::Pending,

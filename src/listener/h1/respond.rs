@@ -68,7 +68,7 @@ impl Own<'_> {
         let mut f = pin!(f);
         let mut watching = true;
         loop {
-            let wire = self.wire.clone();
+            let wire = self.wire;
             let watch = std::future::poll_fn(|cx| match watching {
                 true => wire.lock().poll_watch(cx),
                 false => Poll::Pending,
@@ -194,7 +194,7 @@ impl Own<'_> {
     }
 
     pub(super) async fn flush(&mut self) -> Result<(), Stop> {
-        let wire = self.wire.clone();
+        let wire = self.wire;
         let flushed = std::future::poll_fn(|cx| std::pin::Pin::new(&mut wire.lock().io).poll_flush(cx));
         flushed.await.map_err(|_| Stop::Cut)
     }

@@ -376,9 +376,10 @@ pub fn pick(
             super::weighted::least_request(endpoints, eligible, random).map(|i| (i, false))
         }
         (_, Balance::RoundRobin) => {
-            // The first eligible endpoint at or after the counter's position.
-            let n = endpoints.len();
-            (0..n).map(|k| (next + k) % n).find(|&i| eligible(&endpoints[i])).map(|i| (i, false))
+            // Strict rotation over the eligible endpoints: a closed one's
+            // turns are shared by all the others, not taken by its neighbour.
+            let i = if count == endpoints.len() { next % count } else { nth(next % count)? };
+            Some((i, false))
         }
         (_, Balance::LeastRequest) => {
             // Power of two random choices, by requests in flight.
@@ -417,7 +418,7 @@ mod tests {
             (vec![c(Open, 0, false), c(TrialDue, 0, true)], Balance::LeastRequest, 0, Some((0, false))),
             // Least request: of the two drawn (0 and 1 here), the less busy.
             (vec![c(Open, 5, false), c(Open, 2, false), c(Open, 0, false)], Balance::LeastRequest, 0, Some((1, false))),
-            // Round robin: from the counter's position, skipping closed ones.
+            // Round robin: the counter's turn among the eligible endpoints.
             (vec![c(Open, 0, false), c(Open, 0, false), c(Open, 0, false)], Balance::RoundRobin, 4, Some((1, false))),
             (vec![c(Open, 0, false), c(Closed, 0, false), c(Open, 0, false)], Balance::RoundRobin, 1, Some((2, false))),
             (vec![c(Open, 0, false), c(Closed, 0, false), c(Open, 0, true)], Balance::RoundRobin, 2, Some((0, false))),

@@ -1,7 +1,8 @@
 //! SRV records' weights (RFC 2782) become the endpoints' weights, against
 //! the tests' DNS server (`discovery/dns.rs`): requests spread in their
 //! proportion, a record of weight 0 among heavier ones gets almost none,
-//! and a change of weight in the DNS applies without the set churning.
+//! even beside records scaled down to the bound, and a change of weight in
+//! the DNS applies without the set churning.
 
 mod common;
 #[path = "discovery/dns.rs"]
@@ -72,4 +73,20 @@ async fn srv_weights_share_requests_and_follow_the_dns() {
     }
     let got: Vec<usize> = counts(&ups).iter().zip(&before).map(|(a, b)| a - b).collect();
     assert!((190..=210).contains(&got[0]) && (190..=210).contains(&got[1]) && got[2] <= 4, "1 : 1 : almost 0: {got:?}");
+}
+
+#[tokio::test]
+async fn a_record_of_weight_0_stays_a_hundredth_of_the_lightest_beside_one_scaled_down() {
+    let dns = TestDns::start().await;
+    let (port, _ups) = on_one_port(&["127.0.0.1", "127.0.0.2", "127.0.0.3"]).await;
+    let records = [(10, 65535, port, "a.x.test."), (10, 1, port, "b.x.test."), (10, 0, port, "c.x.test.")];
+    dns.srv("_http._tcp.x.test", &records, 60);
+    for (target, ip) in [("a.x.test", "127.0.0.1"), ("b.x.test", "127.0.0.2"), ("c.x.test", "127.0.0.3")] {
+        dns.addresses(target, &[ip], 60);
+    }
+    let gw = gateway(&dns, "x", "srv = \"_http._tcp.x.test\"", "").await;
+    wait_for_endpoints(&gw, "x", 3).await;
+    // 65535 : 1 does not fit under 10,000 beside a record of 0 weighing
+    // 1: the record of 1 stays at 100, not 1 like the record of 0.
+    wait_for_weights(&gw, "x", &[10_000, 100, 1]).await;
 }

@@ -182,8 +182,9 @@ const ZERO_WEIGHT_SHARE: u64 = 100;
 /// runs stay short), at most [`MAX_WEIGHT`]. A record of weight 0 among
 /// heavier ones weighs 1 an address against at least
 /// [`ZERO_WEIGHT_SHARE`] for the lightest other (the RFC's "very small
-/// chance"; it still serves when they cannot); when every record weighs 0
-/// (and for a name's own A and AAAA), every address weighs 1. An address of
+/// chance"; it still serves when they cannot), even where that bends the
+/// others' proportions (see [`scale`]); when every record weighs 0 (and
+/// for a name's own A and AAAA), every address weighs 1. An address of
 /// several records weighs their sum.
 fn weighted(records: Vec<Record>) -> Vec<EndpointConfig> {
     let records: Vec<Record> = records.into_iter().filter(|(_, _, e)| !e.is_empty()).collect();
@@ -194,16 +195,7 @@ fn weighted(records: Vec<Record>) -> Vec<EndpointConfig> {
     let g = shares.iter().fold(0, |g, &s| gcd(g, s));
     if g > 0 {
         shares.iter_mut().for_each(|s| *s /= g);
-        let lightest = shares.iter().copied().filter(|&s| s > 0).min().unwrap_or(1);
-        if shares.contains(&0) {
-            let times = ZERO_WEIGHT_SHARE.div_ceil(lightest);
-            shares.iter_mut().for_each(|s| *s = (*s * times).max(1));
-        }
-        let heaviest = shares.iter().copied().max().unwrap_or(1);
-        if heaviest > MAX_WEIGHT {
-            let scale = |s: u64| ((s as f64 * MAX_WEIGHT as f64 / heaviest as f64).round() as u64).max(1);
-            shares.iter_mut().for_each(|s| *s = scale(*s));
-        }
+        scale(&mut shares);
     }
     let mut out: Vec<EndpointConfig> = Vec::new();
     for ((_, _, endpoints), share) in records.into_iter().zip(shares) {
@@ -220,6 +212,24 @@ fn weighted(records: Vec<Record>) -> Vec<EndpointConfig> {
         }
     }
     out
+}
+
+/// Brings records' shares (in lowest terms, not all 0) within
+/// [`MAX_WEIGHT`], those of weight 0 left at 0. Beside a share of 0 the
+/// others are first raised so the lightest is at least
+/// [`ZERO_WEIGHT_SHARE`], and scaling down never takes one below it: the
+/// promise to a record of weight 0 holds, and at the extremes (records of
+/// 65535 and 1) the others' proportions give instead.
+fn scale(shares: &mut [u64]) {
+    let least = if shares.contains(&0) { ZERO_WEIGHT_SHARE } else { 1 };
+    let lightest = shares.iter().copied().filter(|&s| s > 0).min().unwrap_or(1);
+    let times = least.div_ceil(lightest);
+    shares.iter_mut().for_each(|s| *s *= times);
+    let heaviest = shares.iter().copied().max().unwrap_or(1);
+    if heaviest > MAX_WEIGHT {
+        let down = |s: u64| ((s as f64 * MAX_WEIGHT as f64 / heaviest as f64).round() as u64).max(least);
+        shares.iter_mut().filter(|s| **s > 0).for_each(|s| *s = down(*s));
+    }
 }
 
 fn gcd(a: u64, b: u64) -> u64 {
@@ -312,6 +322,16 @@ mod tests {
             ("two records of 0, one address", vec![(0, &[1]), (0, &[1])], &[(1, 1)]),
             ("a record without addresses", vec![(9, &[]), (1, &[2])], &[(2, 1)]),
             ("too heavy: scaled to the bound", vec![(65535, &[1]), (1, &[2])], &[(1, 10_000), (2, 1)]),
+            // Scaled down, the lightest other stays 100 times a record of 0.
+            ("0 beside a too heavy one", vec![(65535, &[1]), (1, &[2]), (0, &[3])], &[(1, 10_000), (2, 100), (3, 1)]),
+            ("0 beside 65535 and 300", vec![(65535, &[1]), (300, &[2]), (0, &[3])], &[(1, 10_000), (2, 100), (3, 1)]),
+            // Where the proportions allow it, they are kept.
+            ("scaled, 0 kept apart", vec![(65535, &[1]), (6554, &[2]), (0, &[3])], &[(1, 10_000), (2, 1_000), (3, 1)]),
+            (
+                "0 and a record of two",
+                vec![(65535, &[1]), (1, &[2, 3]), (0, &[4])],
+                &[(1, 10_000), (2, 100), (3, 100), (4, 1)],
+            ),
             ("three addresses and two", vec![(1, &[1, 2, 3]), (1, &[4, 5])], &[(1, 2), (2, 2), (3, 2), (4, 3), (5, 3)]),
         ];
         for (name, records, want) in cases {

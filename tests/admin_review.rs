@@ -265,3 +265,37 @@ fn a_refused_url_is_named_without_its_secrets() {
     let stderr = String::from_utf8_lossy(&out.unwrap().stderr).into_owned();
     assert!(stderr.contains("svc:<redacted>@") && !stderr.contains("SECRETPW"), "{stderr}");
 }
+
+/// A file whose route matches on secret-named headers and a query
+/// parameter, by literal value and by pattern, beside two that are not
+/// secret (`x-canary`, `v`).
+const CONDITIONS: &str = "[metrics]\nlisten = \"127.0.0.1:0\"\n\
+     [[routes]]\nname = \"c\"\nprefix = \"/c\"\nrespond = { status = 200 }\n\
+     headers = { \"x-api-key\" = { regex = \"k3y-SECRET13\" }, \"authorization\" = { regex = \"(Bearer|Basic) SECRET14\" }, \
+     \"x-session-token\" = \"SECRET15\", \"x-canary\" = \"1\" }\n\
+     query = { access_token = \"SECRET16\", sig = { regex = \"SECRET17[0-9]\" }, v = { regex = \"v[0-9]\" } }\n";
+
+const CONDITION_SECRETS: [&str; 5] = ["SECRET13", "SECRET14", "SECRET15", "SECRET16", "SECRET17"];
+
+/// `/-/config` redacts a route's conditions under secret-named headers and
+/// query parameters whatever their form, a `{ regex = ... }` table too.
+/// Before, a literal was redacted but a pattern shown in clear.
+#[tokio::test]
+async fn config_redacts_secret_named_conditions_of_every_form() {
+    let gw = TestGateway::from_toml(CONDITIONS).await;
+    let (parts, body) = get(&format!("http://{}/-/config", gw.admin.unwrap())).await;
+    assert_eq!(parts.status, 200);
+    let text = String::from_utf8_lossy(&body);
+    for secret in CONDITION_SECRETS {
+        assert!(!text.contains(secret), "{secret} shown: {text}");
+    }
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    let (headers, query) = (&v["routes"][0]["headers"], &v["routes"][0]["query"]);
+    assert_eq!(headers["x-api-key"], serde_json::json!({ "regex": "<redacted>" }), "{v}");
+    assert_eq!(headers["authorization"], serde_json::json!({ "regex": "<redacted>" }), "{v}");
+    assert_eq!(headers["x-session-token"], "<redacted>", "{v}");
+    assert_eq!(headers["x-canary"], "1", "{v}");
+    assert_eq!(query["access_token"], "<redacted>", "{v}");
+    assert_eq!(query["sig"], serde_json::json!({ "regex": "<redacted>" }), "{v}");
+    assert_eq!(query["v"], serde_json::json!({ "regex": "v[0-9]" }), "{v}");
+}

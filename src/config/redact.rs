@@ -53,11 +53,34 @@ fn not_secret(path: &[String], key: &str) -> bool {
     }
 }
 
+/// The gateway's own tables under keys that look secret, looked into
+/// rather than redacted whole: a route's `auth` (its settings), and an
+/// upstream named so (`[upstreams.auth-svc]`). Any other table under such
+/// a key, a route's `headers` or `query` condition `{ regex = "..." }`
+/// under `authorization` or `access_token`, holds what the key names.
+fn own_table(path: &[String], key: &str) -> bool {
+    match path {
+        [top] => top == "upstreams" || (top == "routes" && key == "auth"),
+        _ => false,
+    }
+}
+
 /// `value` with its secrets replaced by [`REDACTED`]. A secret-named key
-/// over a table is looked into (`auth = { ... }` shows its settings), over
-/// anything else redacted.
+/// over one of the gateway's own tables is looked into (`auth = { ... }`
+/// shows its settings), over any other table has every value in it
+/// redacted (`{ regex = "<redacted>" }`), over anything else is redacted.
 pub fn redacted(value: Value) -> Value {
     redacted_under(value, &mut Vec::new())
+}
+
+/// Every value in `value` redacted, its tables' keys and `null`s kept.
+fn redacted_all(value: Value) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(map.into_iter().map(|(k, v)| (k, redacted_all(v))).collect()),
+        Value::Array(items) => Value::Array(items.into_iter().map(redacted_all).collect()),
+        Value::Null => Value::Null,
+        _ => Value::from(REDACTED),
+    }
 }
 
 /// [`redacted`] for the value under `path` (the keys above it; arrays add
@@ -67,8 +90,10 @@ fn redacted_under(value: Value, path: &mut Vec<String>) -> Value {
         Value::Object(map) => Value::Object(
             map.into_iter()
                 .map(|(k, v)| {
-                    let secret = names_secret(&k) && !v.is_null() && !v.is_object() && !not_secret(path, &k);
-                    let v = if secret {
+                    let secret = names_secret(&k) && !v.is_null() && !not_secret(path, &k);
+                    let v = if secret && v.is_object() && !own_table(path, &k) {
+                        redacted_all(v)
+                    } else if secret && !v.is_object() {
                         Value::from(REDACTED)
                     } else {
                         path.push(k.clone());
@@ -290,12 +315,46 @@ mod tests {
     }
 
     #[test]
+    fn conditions_under_secret_names_are_redacted_in_every_form() {
+        // (a route's `headers` or `query` condition, how /-/config shows it)
+        let cases = [
+            (
+                json!({"headers": {"x-api-key": {"regex": "k3y-SECRET"}}}),
+                json!({"headers": {"x-api-key": {"regex": REDACTED}}}),
+            ),
+            (
+                json!({"headers": {"authorization": {"regex": "(Bearer|Basic) SECRET"}}}),
+                json!({"headers": {"authorization": {"regex": REDACTED}}}),
+            ),
+            (
+                json!({"query": {"access_token": {"regex": "t[0-9]+"}}}),
+                json!({"query": {"access_token": {"regex": REDACTED}}}),
+            ),
+            (json!({"headers": {"x-api-key": "SECRET"}}), json!({"headers": {"x-api-key": REDACTED}})),
+            (json!({"query": {"access_token": true}}), json!({"query": {"access_token": REDACTED}})),
+            // Not secret-named: shown, a pattern as any other text.
+            (
+                json!({"headers": {"x-canary": {"regex": "v[0-9]+"}}}),
+                json!({"headers": {"x-canary": {"regex": "v[0-9]+"}}}),
+            ),
+            (json!({"query": {"v": "2"}}), json!({"query": {"v": "2"}})),
+            // The gateway's own tables under secret-looking keys: looked into.
+            (json!({"auth": {"jwt": {"issuer": "i"}}}), json!({"auth": {"jwt": {"issuer": "i"}}})),
+        ];
+        for (route, want) in cases {
+            assert_eq!(redacted(json!({"routes": [route.clone()]})), json!({"routes": [want]}), "{route}");
+        }
+        let upstream = json!({"upstreams": {"auth-svc": {"url": "http://h:1"}, "token": {"url": "http://u:p@h"}}});
+        let want = json!({"upstreams": {"auth-svc": {"url": "http://h:1"}, "token": {"url": "http://u:<redacted>@h"}}});
+        assert_eq!(redacted(upstream), want, "an upstream named so is looked into");
+    }
+
+    #[test]
     fn keys() {
         let got = redacted(json!({
             "upstreams": {"a": {"url": "http://u:p@h", "endpoints": ["http://x:y@e"]}},
             "rate_limit_store": {"url": "redis://:pw@h", "timeout": "50ms"},
-            "routes": [{"name": "r", "headers": {"request": {"set": {"Authorization": "Bearer x", "X-Api-Key": "k", "X-Other": "v", "X-Auth": "s", "Ocp-Apim-Subscription-Key": "s", "X-Forward-To": "Bearer t"}}}}],
-            "auth": {"jwt": {"jwks_url": "https://h/k"}, "basic": {"htpasswd": "users"}},
+            "routes": [{"name": "r", "headers": {"request": {"set": {"Authorization": "Bearer x", "X-Api-Key": "k", "X-Other": "v", "X-Auth": "s", "Ocp-Apim-Subscription-Key": "s", "X-Forward-To": "Bearer t"}}}, "auth": {"jwt": {"jwks_url": "https://h/k"}, "basic": {"htpasswd": "users"}}}],
             "client_secret": null,
         }));
         assert_eq!(
@@ -303,8 +362,7 @@ mod tests {
             json!({
                 "upstreams": {"a": {"url": "http://u:<redacted>@h", "endpoints": ["http://x:<redacted>@e"]}},
                 "rate_limit_store": {"url": "redis://:<redacted>@h", "timeout": "50ms"},
-                "routes": [{"name": "r", "headers": {"request": {"set": {"Authorization": "<redacted>", "X-Api-Key": "<redacted>", "X-Other": "v", "X-Auth": "<redacted>", "Ocp-Apim-Subscription-Key": "<redacted>", "X-Forward-To": "<redacted>"}}}}],
-                "auth": {"jwt": {"jwks_url": "https://h/k"}, "basic": {"htpasswd": "users"}},
+                "routes": [{"name": "r", "headers": {"request": {"set": {"Authorization": "<redacted>", "X-Api-Key": "<redacted>", "X-Other": "v", "X-Auth": "<redacted>", "Ocp-Apim-Subscription-Key": "<redacted>", "X-Forward-To": "<redacted>"}}}, "auth": {"jwt": {"jwks_url": "https://h/k"}, "basic": {"htpasswd": "users"}}}],
                 "client_secret": null,
             })
         );

@@ -197,7 +197,8 @@ fn check(path: Option<PathBuf>) -> ExitCode {
             [] => "*".to_owned(),
             hosts => hosts.iter().map(|h| h.describe()).collect::<Vec<_>>().join(","),
         };
-        let when = r.conditions.as_ref().map(|c| format!(" when {}", c.describe())).unwrap_or_default();
+        let conditions = r.conditions.as_ref().map(|c| c.describe(config::redact_condition));
+        let when = conditions.map(|c| format!(" when {c}")).unwrap_or_default();
         let target = r.target.describe(&config.upstreams);
         say!("route {:<16} {hosts:<20} {:<24} {target}{methods}{access}{when}", r.name, r.prefix);
     }

@@ -299,3 +299,31 @@ async fn config_redacts_secret_named_conditions_of_every_form() {
     assert_eq!(query["sig"], serde_json::json!({ "regex": "<redacted>" }), "{v}");
     assert_eq!(query["v"], serde_json::json!({ "regex": "v[0-9]" }), "{v}");
 }
+
+/// `gateway check`, whose output goes to CI logs, describes the same
+/// conditions with what `/-/config` redacts redacted. Before, it printed
+/// `header authorization ~ "(Bearer|Basic) SECRET14"` and the literals.
+#[test]
+fn check_redacts_secret_named_conditions() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gw.toml");
+    std::fs::write(&path, CONDITIONS).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gateway")).args(["check", "--config"]).arg(&path).output();
+    let out = out.unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    for secret in CONDITION_SECRETS {
+        assert!(!stdout.contains(secret), "{secret} shown: {stdout}");
+    }
+    for said in [
+        "header authorization ~ <redacted>",
+        "header x-api-key ~ <redacted>",
+        "header x-session-token=<redacted>",
+        "header x-canary=\"1\"",
+        "query access_token=<redacted>",
+        "query sig ~ <redacted>",
+        "query v ~ \"v[0-9]\"",
+    ] {
+        assert!(stdout.contains(said), "{said:?} not in: {stdout}");
+    }
+}

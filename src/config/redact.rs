@@ -106,14 +106,27 @@ fn redacted_under(value: Value, path: &mut Vec<String>) -> Value {
                 .collect(),
         ),
         Value::Array(items) => Value::Array(items.into_iter().map(|v| redacted_under(v, path)).collect()),
-        Value::String(s)
-            if looks_like_jwt(&s)
-                || AUTH_SCHEMES.iter().any(|p| s.len() > p.len() && s[..p.len()].eq_ignore_ascii_case(p)) =>
-        {
-            Value::from(REDACTED)
-        }
-        Value::String(s) => Value::String(redact_url(&s)),
+        Value::String(s) => Value::String(redact_text(&s)),
         other => other,
+    }
+}
+
+/// A text under a key that does not name a secret: redacted whole when it
+/// is a credential itself (a JWT, `Bearer ...`), else as [`redact_url`].
+fn redact_text(s: &str) -> String {
+    let credential =
+        looks_like_jwt(s) || AUTH_SCHEMES.iter().any(|p| s.len() > p.len() && s[..p.len()].eq_ignore_ascii_case(p));
+    if credential { REDACTED.to_owned() } else { redact_url(s) }
+}
+
+/// A route condition's text (a value to equal, or a pattern) on the
+/// header or query parameter `name` as `gateway check` says it: redacted
+/// where `/-/config` redacts it (under a name that names a secret, or a
+/// credential under any name), else quoted, a URL's secrets redacted.
+pub fn redact_condition(name: &str, text: &str) -> String {
+    match redact_text(text) {
+        t if names_secret(name) || t == REDACTED => REDACTED.to_owned(),
+        t => format!("{t:?}"),
     }
 }
 
@@ -347,6 +360,32 @@ mod tests {
         let upstream = json!({"upstreams": {"auth-svc": {"url": "http://h:1"}, "token": {"url": "http://u:p@h"}}});
         let want = json!({"upstreams": {"auth-svc": {"url": "http://h:1"}, "token": {"url": "http://u:<redacted>@h"}}});
         assert_eq!(redacted(upstream), want, "an upstream named so is looked into");
+    }
+
+    #[test]
+    fn check_describes_conditions_as_config_shows_them() {
+        use crate::router::{Conditions, Want};
+        let on_header = |n: &str, w| Conditions { headers: vec![(n.parse().unwrap(), w)], query: vec![] };
+        let on_query = |n: &str, w| Conditions { headers: vec![], query: vec![(n.to_owned(), w)] };
+        let (equals, pattern) = (|v: &str| Want::Equals(v.into()), |p: &str| Want::pattern(p).unwrap());
+        let cases = [
+            (on_header("x-canary", equals("1")), "header x-canary=\"1\""),
+            (on_header("x-v", pattern("v[0-9]+")), "header x-v ~ \"v[0-9]+\""),
+            (on_header("authorization", equals("Bearer S3")), "header authorization=<redacted>"),
+            (on_header("x-api-key", equals("S3")), "header x-api-key=<redacted>"),
+            (on_header("x-api-key", pattern("k3y-S3")), "header x-api-key ~ <redacted>"),
+            (on_header("authorization", pattern("(Bearer|Basic) S3")), "header authorization ~ <redacted>"),
+            (on_header("x-session-token", Want::Present), "header x-session-token present"),
+            (on_query("access_token", equals("S3")), "query access_token=<redacted>"),
+            (on_query("sig", pattern("[a-f0-9]+")), "query sig ~ <redacted>"),
+            (on_query("code", Want::Absent), "query code absent"),
+            // A credential under any name, a URL's password: as /-/config.
+            (on_header("x-forward", equals("Bearer S3")), "header x-forward=<redacted>"),
+            (on_query("next", equals("https://u:S3@h/")), "query next=\"https://u:<redacted>@h/\""),
+        ];
+        for (c, want) in cases {
+            assert_eq!(c.describe(redact_condition), want);
+        }
     }
 
     #[test]

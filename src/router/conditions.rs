@@ -65,12 +65,14 @@ impl Want {
         self == other || (*self == Want::Present && matches!(other, Want::Equals(_) | Want::Matches(_)))
     }
 
-    pub fn describe(&self) -> String {
+    /// For `gateway check`, as a condition on `name`, its value or pattern
+    /// as `shown(name, text)` gives it.
+    fn describe(&self, name: &str, shown: &dyn Fn(&str, &str) -> String) -> String {
         match self {
-            Want::Equals(v) => format!("={v:?}"),
+            Want::Equals(v) => format!("={}", shown(name, v)),
             Want::Present => " present".to_owned(),
             Want::Absent => " absent".to_owned(),
-            Want::Matches(re) => format!(" ~ {:?}", &re.as_str()[4..re.as_str().len() - 2]),
+            Want::Matches(re) => format!(" ~ {}", shown(name, &re.as_str()[4..re.as_str().len() - 2])),
         }
     }
 }
@@ -106,10 +108,12 @@ impl Conditions {
             && self.query.iter().all(|(n, w)| other.query.iter().any(|(on, ow)| on == n && w.implied_by(ow)))
     }
 
-    /// For `gateway check`: `header x-canary="1", query v present`.
-    pub fn describe(&self) -> String {
-        let headers = self.headers.iter().map(|(n, w)| format!("header {n}{}", w.describe()));
-        let query = self.query.iter().map(|(n, w)| format!("query {n}{}", w.describe()));
+    /// For `gateway check`: `header x-canary="1", query v present`, each
+    /// value or pattern as `shown(name, text)` gives it (quoted, or
+    /// redacted: `config::redact_condition`).
+    pub fn describe(&self, shown: impl Fn(&str, &str) -> String) -> String {
+        let headers = self.headers.iter().map(|(n, w)| format!("header {n}{}", w.describe(n.as_str(), &shown)));
+        let query = self.query.iter().map(|(n, w)| format!("query {n}{}", w.describe(n, &shown)));
         headers.chain(query).collect::<Vec<_>>().join(", ")
     }
 }

@@ -78,6 +78,24 @@ async fn keep(gw: &TestGateway, users: &[(String, String)]) {
     }
 }
 
+/// A client sending the cookie empty (`gw_v=`) is given a key, and the
+/// upstream sees one `gw_v`, the new key, among its other cookies as they
+/// were. Before, it saw `gw_v=; gw_v=KEY`, and a parser that takes the
+/// first saw the empty one.
+#[tokio::test]
+async fn an_empty_cookie_is_replaced_not_kept_beside_the_new_key() {
+    let (v1, v2) = (naming("v1").await, naming("v2").await);
+    let gw = TestGateway::from_toml(&toml(&v1, &v2, "")).await;
+    for (sent, others) in [("gw_v=", ""), ("a=1; gw_v=; b=2", "a=1; b=2; "), ("gw_v=;a=1", "a=1; ")] {
+        let (version, seen, set) = ask(&gw, Some(sent)).await;
+        assert_eq!(set.len(), 1, "{sent}: {set:?}");
+        let key = set[0].strip_prefix("gw_v=").and_then(|f| f.split(';').next()).unwrap();
+        assert_eq!(seen, format!("{others}gw_v={key}"), "{sent}");
+        let (again, _, set) = ask(&gw, Some(&seen)).await;
+        assert_eq!((again, set.len()), (version, 0), "{sent}: what the upstream saw keeps the version");
+    }
+}
+
 #[tokio::test]
 async fn without_set_no_cookie_is_given() {
     let (v1, v2) = (naming("v1").await, naming("v2").await);

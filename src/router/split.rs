@@ -142,9 +142,11 @@ impl Split {
             return (self.choose(headers, random), None);
         }
         let key = format!("{:032x}", fastrand::u128(..));
-        // One `Cookie` line, as RFC 6265 has it: the pair joins the others.
-        let mut pairs: Vec<&[u8]> = headers.get_all(COOKIE).iter().map(|v| v.as_bytes().trim_ascii()).collect();
-        pairs.retain(|p| !p.is_empty());
+        // One `Cookie` line, as RFC 6265 has it: the pair joins the others,
+        // and is the only one of its name (those there are empty, and a
+        // parser that takes the first would see one).
+        let lines: Vec<Vec<u8>> = headers.get_all(COOKIE).iter().map(|v| without_pair(v.as_bytes(), name)).collect();
+        let mut pairs: Vec<&[u8]> = lines.iter().map(|l| l.as_slice()).filter(|l| !l.is_empty()).collect();
         let pair = format!("{name}={key}");
         pairs.push(pair.as_bytes());
         let joined = HeaderValue::from_bytes(&pairs.join(&b"; "[..])).expect("from header values and visible ASCII");
@@ -186,6 +188,22 @@ impl Split {
         let best = self.members.iter().map(|m| (score(m), m.upstream)).max_by(|a, b| a.0.total_cmp(&b.0));
         best.map_or(self.members[0].upstream, |(_, upstream)| upstream)
     }
+}
+
+/// A `Cookie` line without its pairs named `name`, trimmed; a line
+/// without such a pair is kept as it is.
+fn without_pair(line: &[u8], name: &str) -> Vec<u8> {
+    let named = |pair: &&[u8]| {
+        let pair = pair.trim_ascii();
+        pair.iter().position(|&b| b == b'=').is_some_and(|eq| pair[..eq].trim_ascii() == name.as_bytes())
+    };
+    let line = line.trim_ascii();
+    if !line.split(|&b| b == b';').any(|p| named(&p)) {
+        return line.to_vec();
+    }
+    let kept: Vec<&[u8]> =
+        line.split(|&b| b == b';').filter(|p| !named(p)).map(<[u8]>::trim_ascii).filter(|p| !p.is_empty()).collect();
+    kept.join(&b"; "[..])
 }
 
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
@@ -255,7 +273,20 @@ mod tests {
             (&[], false, Some("sid=K"), "; Path=/; HttpOnly; SameSite=Lax; Max-Age=3600"),
             (&["a=1"], true, Some("a=1; sid=K"), "; Path=/; HttpOnly; SameSite=Lax; Max-Age=3600; Secure"),
             (&["a=1", "b=2"], false, Some("a=1; b=2; sid=K"), "; Path=/; HttpOnly; SameSite=Lax; Max-Age=3600"),
-            (&["sid="], false, Some("sid=; sid=K"), "; Path=/; HttpOnly; SameSite=Lax; Max-Age=3600"),
+            // An empty one is dropped: the upstream sees one `sid`, the new key.
+            (&["sid="], false, Some("sid=K"), "; Path=/; HttpOnly; SameSite=Lax; Max-Age=3600"),
+            (
+                &["a=1; sid=;b=2", "sid = ", "c=3;d=4"],
+                false,
+                Some("a=1; b=2; c=3;d=4; sid=K"),
+                "; Path=/; HttpOnly; SameSite=Lax; Max-Age=3600",
+            ),
+            (
+                &["sidx=; a=sid; sid"],
+                false,
+                Some("sidx=; a=sid; sid; sid=K"),
+                "; Path=/; HttpOnly; SameSite=Lax; Max-Age=3600",
+            ),
             // Has one: chosen by it, nothing set.
             (&["a=1; sid=mine"], false, None, ""),
         ];

@@ -39,11 +39,24 @@ impl PartialEq for Want {
 impl Want {
     /// A pattern that must match a whole value.
     pub fn pattern(pattern: &str) -> Result<Want, String> {
-        regex::RegexBuilder::new(&format!("^(?:{pattern})$"))
-            .size_limit(PATTERN_SIZE_LIMIT)
-            .build()
-            .map(Want::Matches)
-            .map_err(|e| format!("invalid pattern {pattern:?}: {e}"))
+        Self::compiled(pattern).map_err(|e| format!("invalid pattern {pattern:?}: {e}"))
+    }
+
+    /// [`Want::pattern`] for a secret's header or parameter: the refusal
+    /// says what is wrong without the pattern (`regex`'s own message
+    /// quotes it).
+    pub fn secret_pattern(pattern: &str) -> Result<Want, String> {
+        Self::compiled(pattern).map_err(|e| {
+            let why = match &e {
+                regex::Error::CompiledTooBig(limit) => format!("compiled, larger than {limit} bytes"),
+                e => e.to_string().lines().last().and_then(|l| l.strip_prefix("error: ")).unwrap_or("").to_owned(),
+            };
+            format!("invalid pattern (not shown: the name is a secret's): {why}")
+        })
+    }
+
+    fn compiled(pattern: &str) -> Result<Want, regex::Error> {
+        regex::RegexBuilder::new(&format!("^(?:{pattern})$")).size_limit(PATTERN_SIZE_LIMIT).build().map(Want::Matches)
     }
 
     /// Whether `values` (every value the field or parameter has) satisfy it.
@@ -203,5 +216,17 @@ mod tests {
     fn patterns_are_bounded_and_checked() {
         assert!(Want::pattern("(").is_err());
         assert!(Want::pattern("a{100000}").is_err(), "a pattern past the size limit is refused");
+        // A secret's pattern is refused for the same reasons, without it.
+        let cases = [
+            ("(Bearer S3CRET", "invalid pattern (not shown: the name is a secret's): unclosed group"),
+            (
+                "S3CRET{100000}",
+                "invalid pattern (not shown: the name is a secret's): compiled, larger than 1048576 bytes",
+            ),
+        ];
+        for (pattern, want) in cases {
+            assert_eq!(Want::secret_pattern(pattern).unwrap_err(), want);
+        }
+        assert!(Want::secret_pattern("k3y-[0-9]+").is_ok());
     }
 }

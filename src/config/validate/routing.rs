@@ -42,14 +42,14 @@ pub(super) fn matchers(
         if parsed == http::header::HOST {
             return Err((k, "use `hosts` to match the host".into()));
         }
-        conditions.headers.push((parsed, want(raw).map_err(|m| (k, m))?));
+        conditions.headers.push((parsed, want(raw, name).map_err(|m| (k, m))?));
     }
     for (name, raw) in r.query.iter().flatten() {
         let k = key(&format!("query.{name}"));
         if name.is_empty() {
             return Err((k, "an empty parameter name".into()));
         }
-        conditions.query.push((name.clone(), want(raw).map_err(|m| (k, m))?));
+        conditions.query.push((name.clone(), want(raw, name).map_err(|m| (k, m))?));
     }
     for (k, n) in [("headers", conditions.headers.len()), ("query", conditions.query.len())] {
         if n > MAX_CONDITIONS {
@@ -59,8 +59,11 @@ pub(super) fn matchers(
     Ok((hosts, (!conditions.is_empty()).then(|| Arc::new(conditions))))
 }
 
-fn want(raw: &RawWant) -> Result<Want, String> {
+/// The condition on the header or parameter `name`; a refused pattern is
+/// not quoted when `name` names a secret (`/-/config` would not show it).
+fn want(raw: &RawWant, name: &str) -> Result<Want, String> {
     Ok(match raw {
+        RawWant::Pattern(p) if crate::config::names_secret(name) => Want::secret_pattern(&p.regex)?,
         RawWant::Flag(true) => Want::Present,
         RawWant::Flag(false) => Want::Absent,
         RawWant::Text(t) if t == "*" => Want::Present,

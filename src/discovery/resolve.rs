@@ -276,8 +276,8 @@ async fn srv(resolver: &TokioResolver, d: &Discover, name: &str) -> Answer {
             None => asked.push((record.ttl, *priority, *weight, *port, target)),
         }
     }
-    // At once, so that targets that do not answer cost one timeout, not
-    // one each; bounded, so that a huge record set is not as many queries
+    // Together, so that targets that do not answer cost about one timeout
+    // per TARGETS_AT_ONCE of them, not one each; bounded, so that a huge record set is not as many queries
     // in flight. In record order, as the parts' keys are.
     // (The futures made first: a stream holding the closure would not be
     // `Send` for every lifetime, as a spawned task must be.)

@@ -201,11 +201,86 @@ fn log_outcome(upstream: &str, d: &Discover, resolution: &Resolution, state: &St
 }
 
 fn log_change(upstream: &str, before: &[EndpointConfig], after: &[EndpointConfig]) {
-    let added: Vec<&str> = after.iter().filter(|e| !before.contains(e)).map(|e| e.url.as_str()).collect();
-    let removed: Vec<&str> = before.iter().filter(|e| !after.contains(e)).map(|e| e.url.as_str()).collect();
+    let Change { added, removed, reweighted } = change(before, after);
     if after.is_empty() {
         tracing::warn!(upstream, removed = ?removed, "discovery: no address left; requests get 503");
     } else {
-        tracing::info!(upstream, added = ?added, removed = ?removed, endpoints = after.len(), "discovery: endpoints changed");
+        tracing::info!(
+            upstream,
+            added = ?added,
+            removed = ?removed,
+            reweighted = ?reweighted,
+            endpoints = after.len(),
+            "discovery: endpoints changed"
+        );
+    }
+}
+
+/// What a set change did, by address: an address in both sets whose weight
+/// changed is reweighted (`"url old -> new"`), not removed and added again.
+#[derive(Debug, PartialEq, Eq)]
+struct Change {
+    added: Vec<String>,
+    removed: Vec<String>,
+    reweighted: Vec<String>,
+}
+
+fn change(before: &[EndpointConfig], after: &[EndpointConfig]) -> Change {
+    let find = |set: &[EndpointConfig], url: &str| set.iter().find(|e| e.url == url).map(|e| e.weight);
+    let mut change = Change { added: Vec::new(), removed: Vec::new(), reweighted: Vec::new() };
+    for e in after {
+        match find(before, &e.url) {
+            None => change.added.push(e.url.clone()),
+            Some(w) if w != e.weight => change.reweighted.push(format!("{} {w} -> {}", e.url, e.weight)),
+            Some(_) => {}
+        }
+    }
+    change.removed = before.iter().filter(|e| find(after, &e.url).is_none()).map(|e| e.url.clone()).collect();
+    change
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::config::DiscoverName;
+
+    fn at(port: u16, weight: u32) -> EndpointConfig {
+        let d = Discover {
+            name: DiscoverName::Dns { host: "app".into(), port: 80 },
+            scheme: http::uri::Scheme::HTTP,
+            interval: Duration::from_secs(5),
+            min_ttl: Duration::from_secs(1),
+            max_ttl: Duration::from_secs(60),
+            tls_name: None,
+        };
+        EndpointConfig { weight, ..d.endpoint("127.0.0.1".parse().unwrap(), port) }
+    }
+
+    #[test]
+    fn change_table() {
+        type Case = (
+            &'static [(u16, u32)],
+            &'static [(u16, u32)],
+            &'static [&'static str],
+            &'static [&'static str],
+            &'static [&'static str],
+        );
+        // (before, after as (port, weight); added, removed, reweighted)
+        let cases: &[Case] = &[
+            (&[(1, 1)], &[(1, 1), (2, 1)], &["127.0.0.1:2"], &[], &[]),
+            (&[(1, 1), (2, 1)], &[(1, 1)], &[], &["127.0.0.1:2"], &[]),
+            // A weight-only change (an SRV record's weight): neither added nor removed.
+            (&[(1, 1), (2, 10)], &[(1, 1), (2, 20)], &[], &[], &["127.0.0.1:2 10 -> 20"]),
+            (&[(1, 1), (2, 10)], &[(2, 5), (3, 1)], &["127.0.0.1:3"], &["127.0.0.1:1"], &["127.0.0.1:2 10 -> 5"]),
+            (&[(1, 1)], &[], &[], &["127.0.0.1:1"], &[]),
+        ];
+        let set = |s: &[(u16, u32)]| s.iter().map(|&(p, w)| at(p, w)).collect::<Vec<_>>();
+        let strings = |s: &[&str]| s.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        for (before, after, added, removed, reweighted) in cases {
+            let want = Change { added: strings(added), removed: strings(removed), reweighted: strings(reweighted) };
+            assert_eq!(change(&set(before), &set(after)), want, "{before:?} -> {after:?}");
+        }
     }
 }

@@ -42,30 +42,22 @@ impl Target {
     pub fn describe(&self, upstreams: &[UpstreamConfig]) -> String {
         match self {
             Target::Proxy(p) => {
-                let up = &upstreams[p.upstream];
                 let rewrite = p.rewrite.as_deref().map(|r| format!(" rewrite {r}")).unwrap_or_default();
-                let urls: Vec<String> = up
-                    .endpoints
-                    .iter()
-                    .map(|e| match e.weight {
-                        1 => e.url.clone(),
-                        w => format!("{} weight {w}", e.url),
-                    })
-                    .collect();
-                let urls = match &up.discover {
-                    Some(d) => format!("discover {} {}", d.source(), d.describe()),
-                    None => urls.join(", "),
-                };
-                let split = p.split.as_ref().map(|s| {
-                    let members: Vec<String> = s.members.iter().map(|m| format!("{} {}", m.name, m.weight)).collect();
-                    let sets = if s.set_cookie.is_some() { " (set)" } else { "" };
-                    let sticky =
-                        s.sticky.as_ref().map(|k| format!(" sticky {}{sets}", k.describe())).unwrap_or_default();
-                    format!(" split [{}]{sticky}", members.join(", "))
-                });
-                let split = split.unwrap_or_default();
                 let timeout = humantime::format_duration(p.timeout);
-                format!("proxy -> {} ({urls}){split}{rewrite} timeout {timeout}", up.name)
+                // A split is named by all its members: `p.upstream` is only
+                // its first, and naming it alone says all traffic goes there.
+                let to = match &p.split {
+                    Some(s) => {
+                        let members: Vec<String> =
+                            s.members.iter().map(|m| format!("{} {}", m.name, m.weight)).collect();
+                        let sets = if s.set_cookie.is_some() { " (set)" } else { "" };
+                        let sticky =
+                            s.sticky.as_ref().map(|k| format!(" sticky {}{sets}", k.describe())).unwrap_or_default();
+                        format!("split [{}]{sticky}", members.join(", "))
+                    }
+                    None => describe_upstream(&upstreams[p.upstream]),
+                };
+                format!("proxy -> {to}{rewrite} timeout {timeout}")
             }
             // Absolute as a `dir` (canonical at load) is, but with no link
             // followed: the file is opened by this path at each request.
@@ -81,4 +73,23 @@ impl Target {
             Target::Redirect(r) => format!("redirect {} {}", r.status.as_u16(), super::redact_url(r.template())),
         }
     }
+}
+
+/// `NAME (URL, URL weight 3)` or `NAME (discover ...)`.
+fn describe_upstream(up: &UpstreamConfig) -> String {
+    let urls = match &up.discover {
+        Some(d) => format!("discover {} {}", d.source(), d.describe()),
+        None => {
+            let urls: Vec<String> = up
+                .endpoints
+                .iter()
+                .map(|e| match e.weight {
+                    1 => e.url.clone(),
+                    w => format!("{} weight {w}", e.url),
+                })
+                .collect();
+            urls.join(", ")
+        }
+    };
+    format!("{} ({urls})", up.name)
 }

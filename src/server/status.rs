@@ -70,7 +70,11 @@ impl App {
                 "target": c.target.describe(&upstreams),
             });
             if let Target::Proxy(p) = &c.target {
-                out["upstream"] = table.upstreams[p.upstream].config.name.clone().into();
+                // A split's `p.upstream` is only its first member: a split
+                // route has `split`, no `upstream`.
+                if p.split.is_none() {
+                    out["upstream"] = table.upstreams[p.upstream].config.name.clone().into();
+                }
                 if let Some(split) = &p.split {
                     let members: Vec<Value> =
                         split.members.iter().map(|m| json!({ "upstream": m.name, "weight": m.weight })).collect();

@@ -237,11 +237,12 @@ fn gcd(a: u64, b: u64) -> u64 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::config::{Discover, DiscoverName};
 
-    fn at(port: u16) -> EndpointConfig {
+    /// An endpoint of a discovered name, at `port` (also for `task`'s tests).
+    pub(in crate::discovery) fn at(port: u16) -> EndpointConfig {
         let d = Discover {
             name: DiscoverName::Dns { host: "app".into(), port: 80 },
             scheme: http::uri::Scheme::HTTP,

@@ -3,7 +3,7 @@
 //! publishes the set in its [`State`] and notifies the server when it
 //! changed; counts and logs how lookups go, once per change.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -225,37 +225,33 @@ struct Change {
     reweighted: Vec<String>,
 }
 
+fn weights(set: &[EndpointConfig]) -> HashMap<&str, u32> {
+    set.iter().map(|e| (e.url.as_str(), e.weight)).collect()
+}
+
+/// By address through maps, not a search of one set for each address of
+/// the other: a DNS answer may hold thousands, and this runs on the
+/// runtime's thread.
 fn change(before: &[EndpointConfig], after: &[EndpointConfig]) -> Change {
-    let find = |set: &[EndpointConfig], url: &str| set.iter().find(|e| e.url == url).map(|e| e.weight);
+    let (was, is) = (weights(before), weights(after));
     let mut change = Change { added: Vec::new(), removed: Vec::new(), reweighted: Vec::new() };
     for e in after {
-        match find(before, &e.url) {
+        match was.get(e.url.as_str()) {
             None => change.added.push(e.url.clone()),
-            Some(w) if w != e.weight => change.reweighted.push(format!("{} {w} -> {}", e.url, e.weight)),
+            Some(&w) if w != e.weight => change.reweighted.push(format!("{} {w} -> {}", e.url, e.weight)),
             Some(_) => {}
         }
     }
-    change.removed = before.iter().filter(|e| find(after, &e.url).is_none()).map(|e| e.url.clone()).collect();
+    change.removed = before.iter().filter(|e| !is.contains_key(e.url.as_str())).map(|e| e.url.clone()).collect();
     change
 }
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
-    use crate::config::DiscoverName;
 
     fn at(port: u16, weight: u32) -> EndpointConfig {
-        let d = Discover {
-            name: DiscoverName::Dns { host: "app".into(), port: 80 },
-            scheme: http::uri::Scheme::HTTP,
-            interval: Duration::from_secs(5),
-            min_ttl: Duration::from_secs(1),
-            max_ttl: Duration::from_secs(60),
-            tls_name: None,
-        };
-        EndpointConfig { weight, ..d.endpoint("127.0.0.1".parse().unwrap(), port) }
+        EndpointConfig { weight, ..super::super::hold::tests::at(port) }
     }
 
     #[test]

@@ -105,6 +105,51 @@ async fn ranges_give_206_or_416() {
     assert!(body.iter().all(|b| *b == 7));
 }
 
+/// `If-Range` with a date (RFC 9110 §13.1.5): only a strong date, one at
+/// least a second before the answer's `Date` (§8.8.2.2), keeps the range;
+/// a file modified in the second it is answered in could change again
+/// under the same `Last-Modified`, so the whole file is sent.
+#[tokio::test]
+async fn if_range_takes_a_date_only_when_it_is_strong() {
+    let s = site().await;
+    let path = s.dir.path().join("root/fresh.txt");
+    let url = s.gw.url("/static/fresh.txt");
+    // A file changed this second: retried until two answers fall in the
+    // second of its `Last-Modified`.
+    let mut checked = false;
+    for attempt in 0..20 {
+        std::fs::write(
+            &path,
+            format!(
+                "version {attempt}
+"
+            ),
+        )
+        .unwrap();
+        let (parts, _) = get(&url).await;
+        let lm = parts.headers["last-modified"].to_str().unwrap().to_owned();
+        let (parts, body) = get_with(&url, &[("range", "bytes=0-3"), ("if-range", &lm)]).await;
+        if parts.headers["date"] != lm.as_str() {
+            continue;
+        }
+        assert_eq!(parts.status, 200, "a same-second date is weak");
+        assert_eq!(&body[..], format!("version {attempt}\n").as_bytes());
+        checked = true;
+        break;
+    }
+    assert!(checked, "never answered in the file's second");
+    // A file older than its answer: the date is strong.
+    let old = std::time::SystemTime::now() - Duration::from_secs(60);
+    std::fs::File::options().write(true).open(&path).unwrap().set_modified(old).unwrap();
+    let (parts, _) = get(&url).await;
+    let lm = parts.headers["last-modified"].to_str().unwrap().to_owned();
+    let (parts, body) = get_with(&url, &[("range", "bytes=0-3"), ("if-range", &lm)]).await;
+    assert_eq!(parts.status, 206);
+    assert_eq!(&body[..], b"vers");
+    let (parts, _) = get_with(&url, &[("range", "bytes=0-3"), ("if-range", "Sun, 06 Nov 1994 08:49:37 GMT")]).await;
+    assert_eq!(parts.status, 200);
+}
+
 #[tokio::test]
 async fn cached_file_follows_changes_on_disk() {
     let s = site().await;

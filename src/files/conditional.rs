@@ -66,7 +66,22 @@ pub enum Plan {
     Unsatisfiable,
 }
 
+/// What to answer for a file with this ETag, date and length, to a
+/// request with `headers`, now (the answer's `Date` is now, by the same
+/// clock).
 pub fn plan(entry_etag: &HeaderValue, modified: SystemTime, len: u64, method: &Method, headers: &HeaderMap) -> Plan {
+    plan_at(entry_etag, modified, len, method, headers, crate::clock::coarse_now())
+}
+
+/// [`plan`] in an answer dated `now`.
+fn plan_at(
+    entry_etag: &HeaderValue,
+    modified: SystemTime,
+    len: u64,
+    method: &Method,
+    headers: &HeaderMap,
+    now: SystemTime,
+) -> Plan {
     if precondition_failed(entry_etag, modified, headers) {
         return Plan::PreconditionFailed;
     }
@@ -85,11 +100,10 @@ pub fn plan(entry_etag: &HeaderValue, modified: SystemTime, len: u64, method: &M
         return Plan::Full;
     };
     // If-Range: a validator that no longer matches means "send it all".
-    if let Some(if_range) = headers.get(header::IF_RANGE) {
-        let lm = httpdate::fmt_http_date(modified);
-        if if_range != entry_etag && if_range.to_str().ok() != Some(lm.as_str()) {
-            return Plan::Full;
-        }
+    if let Some(if_range) = headers.get(header::IF_RANGE)
+        && !if_range_holds(if_range, entry_etag, modified, now)
+    {
+        return Plan::Full;
     }
     match http_range_header::parse_range_header(range) {
         // Only bytes ranges are understood; anything else is ignored (RFC 9110 §14.2).
@@ -101,6 +115,18 @@ pub fn plan(entry_etag: &HeaderValue, modified: SystemTime, len: u64, method: &M
             Err(_) => Plan::Unsatisfiable,
         },
     }
+}
+
+/// Whether `If-Range` names the file as it is (RFC 9110 §13.1.5): its
+/// strong tag, or its `Last-Modified` exactly, when that date is strong,
+/// at least a second before the answer's `Date` (§8.8.2.2): a file
+/// modified in the second it is answered in may change again within that
+/// second and keep the date.
+fn if_range_holds(if_range: &HeaderValue, etag: &HeaderValue, modified: SystemTime, now: SystemTime) -> bool {
+    if if_range == etag {
+        return true;
+    }
+    secs(modified) < secs(now) && if_range.to_str().ok() == Some(httpdate::fmt_http_date(modified).as_str())
 }
 
 #[cfg(test)]
@@ -144,6 +170,7 @@ mod tests {
             (Method::GET, vec![("range", "bytes=0-3".into()), ("if-range", lm)], Plan::Partial(0, 3)),
             (Method::GET, vec![("range", "bytes=0-3".into()), ("if-range", "\"old\"".into())], Plan::Full),
             (Method::GET, vec![("range", "bytes=0-3".into()), ("if-range", earlier.clone())], Plan::Full),
+            (Method::GET, vec![("range", "bytes=0-3".into()), ("if-range", "W/\"abc-10\"".into())], Plan::Full),
             // If-Match: strong comparison; `*` for a file that exists.
             (Method::GET, vec![("if-match", "\"abc-10\"".into())], Plan::Full),
             (Method::GET, vec![("if-match", "\"x\", \"abc-10\"".into())], Plan::Full),
@@ -189,7 +216,35 @@ mod tests {
             for (k, v) in &hs {
                 headers.append(http::HeaderName::from_static(k), hv(v));
             }
-            assert_eq!(plan(&etag, modified, 10, &method, &headers), want, "{method} {hs:?}");
+            let now = modified + std::time::Duration::from_secs(1);
+            assert_eq!(plan_at(&etag, modified, 10, &method, &headers, now), want, "{method} {hs:?}");
+        }
+    }
+
+    /// A date in `If-Range` counts only when it is strong: the file's
+    /// `Last-Modified` a whole second or more before the answer's `Date`
+    /// (RFC 9110 §13.1.5, §8.8.2.2); its strong tag counts whenever.
+    #[test]
+    fn if_range_dates_must_be_strong() {
+        let etag = hv("\"abc-10\"");
+        let t = |s: u64, ms: u64| SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(s * 1000 + ms);
+        let modified = t(1_700_000_000, 900);
+        let lm = httpdate::fmt_http_date(modified);
+        // If-Range, answer's date, plan.
+        let cases: &[(&str, SystemTime, Plan)] = &[
+            (&lm, t(1_700_000_000, 950), Plan::Full),
+            (&lm, t(1_700_000_000, 900), Plan::Full),
+            (&lm, t(1_700_000_001, 0), Plan::Partial(0, 3)),
+            (&lm, t(1_700_000_060, 0), Plan::Partial(0, 3)),
+            // A clock behind the file's time: never strong.
+            (&lm, t(1_699_999_999, 0), Plan::Full),
+            ("\"abc-10\"", t(1_700_000_000, 950), Plan::Partial(0, 3)),
+        ];
+        for (if_range, now, want) in cases {
+            let mut headers = HeaderMap::new();
+            headers.insert(header::RANGE, hv("bytes=0-3"));
+            headers.insert(header::IF_RANGE, hv(if_range));
+            assert_eq!(plan_at(&etag, modified, 10, &Method::GET, &headers, *now), *want, "{if_range} at {now:?}");
         }
     }
 }

@@ -346,6 +346,69 @@ async fn failed_preconditions_are_412() {
     }
 }
 
+/// `If-Match` on a compressing route is compared with the tag of the
+/// form it is answered with, by the strong comparison (RFC 9110 §13.1.1):
+/// a request naming the identity tag gets the identity form, one naming a
+/// kept form's tag that form, and the identity tag never passes for a
+/// form encoded here (its tag is weak) nor for a held form's 304.
+#[tokio::test]
+async fn if_match_is_compared_with_the_form_answered() {
+    let s = site().await;
+    let root = s.dir.path().join("root");
+    std::fs::write(root.join("long.txt"), "a line of text that compresses well\n".repeat(100)).unwrap();
+    std::fs::write(root.join("huge.txt"), "a line of a file too large to keep\n".repeat(10_000)).unwrap();
+    let noise: Vec<u8> = (0..4000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8 | 0x20).collect();
+    std::fs::write(root.join("noise.txt"), noise).unwrap();
+    let toml = "[[routes]]\nname = \"z\"\nprefix = \"/z\"\ndir = \"root\"\ncompress = true\n";
+    let zipped = TestGateway::start(config(toml, s.dir.path())).await;
+    let gz = ("accept-encoding", "gzip");
+    let tag = |parts: &http::response::Parts| parts.headers["etag"].to_str().unwrap().to_owned();
+    let coding =
+        |parts: &http::response::Parts| parts.headers.get("content-encoding").map(|v| v.to_str().unwrap().to_owned());
+    // A kept file whose gzip form is never made (not smaller).
+    let url = zipped.url("/z/noise.txt");
+    let identity = tag(&get(&url).await.0);
+    let held = format!("{}-gzip\"", &identity[..identity.len() - 1]);
+    let (parts, _) = get_with(&url, &[gz, ("if-none-match", &held), ("if-match", &identity)]).await;
+    assert_eq!((parts.status.as_u16(), tag(&parts)), (200, identity.clone()), "the identity form, asked for");
+    let (parts, _) = get_with(&url, &[gz, ("if-none-match", &held), ("if-match", &held)]).await;
+    assert_eq!((parts.status.as_u16(), tag(&parts)), (304, held.clone()), "the held form, named");
+    // A kept file once its gzip form is made.
+    let url = zipped.url("/z/long.txt");
+    let identity = tag(&get(&url).await.0);
+    let mut coded = None;
+    for _ in 0..100 {
+        let (parts, _) = get_with(&url, &[gz]).await;
+        if coding(&parts).is_some() {
+            coded = Some(tag(&parts));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let coded = coded.expect("the gzip form is made");
+    let (parts, body) = get_with(&url, &[gz, ("if-match", &identity)]).await;
+    assert_eq!((parts.status.as_u16(), tag(&parts), coding(&parts)), (200, identity.clone(), None));
+    assert_eq!(body.len(), 3600);
+    let (parts, _) = get_with(&url, &[gz, ("if-match", &coded)]).await;
+    assert_eq!((parts.status.as_u16(), tag(&parts), coding(&parts)), (200, coded.clone(), Some("gzip".into())));
+    let (parts, _) = get_with(&url, &[gz, ("if-match", &format!("W/{coded}"))]).await;
+    assert_eq!(parts.status, 412);
+    // A streamed file, compressed on the fly: its form's tag is weak, so
+    // only the identity form can pass `If-Match`.
+    let url = zipped.url("/z/huge.txt");
+    let (parts, _) = get_with(&url, &[gz]).await;
+    let weak = tag(&parts);
+    assert_eq!(coding(&parts).as_deref(), Some("gzip"));
+    let strong = weak.strip_prefix("W/").expect("a weak tag").to_owned();
+    let (parts, body) = get_with(&url, &[gz, ("if-match", &strong)]).await;
+    assert_eq!((parts.status.as_u16(), tag(&parts), coding(&parts)), (200, strong.clone(), None));
+    assert_eq!(body.len(), 350_000);
+    let (parts, _) = get_with(&url, &[gz, ("if-match", &weak)]).await;
+    assert_eq!(parts.status, 412);
+    let (parts, _) = get_with(&url, &[gz, ("if-match", &strong), ("if-none-match", &weak)]).await;
+    assert_eq!((parts.status.as_u16(), tag(&parts)), (304, strong.clone()), "the 304 of the identity form");
+}
+
 /// A file replaced by rename, over and over, between two versions while it
 /// is requested: every answer's validators, length and bytes are one
 /// version's, kept (small) or streamed (large), and the kept one does not

@@ -319,6 +319,27 @@ async fn a_compressed_response_has_a_weak_etag_and_every_form_says_vary() {
     assert_eq!(parts.headers["etag"], "\"v1\"");
 }
 
+/// A request with `If-Match` is answered as the upstream sent it: the
+/// upstream compared the tag with its own form's, and a form compressed
+/// here has only a weak tag, which `If-Match` never matches (RFC 9110
+/// §13.1.1); a 304 to it keeps the strong tag too.
+#[tokio::test]
+async fn a_request_with_if_match_is_not_compressed() {
+    let text: &'static str = Box::leak(TEXT.repeat(100).into_boxed_str());
+    let (up, _) = recording(text, "text/html; charset=utf-8", &[("etag", "\"v1\"")]).await;
+    let gw = TestGateway::from_toml(&route(up.addr, "m", "compress = true")).await;
+    let gz = ("accept-encoding", "gzip");
+    let (parts, body) = get_with(&gw.url("/m"), &[gz, ("if-match", "\"v1\"")]).await;
+    assert!(parts.headers.get("content-encoding").is_none(), "{:?}", parts.headers);
+    assert_eq!(parts.headers["etag"], "\"v1\"");
+    assert_eq!(parts.headers["vary"], "accept-encoding");
+    assert_eq!(&body[..], text.as_bytes());
+    // `*` names no form: compressed as usual.
+    let (parts, _) = get_with(&gw.url("/m"), &[gz, ("if-match", "*")]).await;
+    assert_eq!(parts.headers["content-encoding"], "gzip");
+    assert_eq!(parts.headers["etag"], "W/\"v1\"");
+}
+
 /// A HEAD on a compressing route answers the headers its GET would
 /// (RFC 9110 §9.3.2): the coding, the tag, no identity Content-Length.
 #[tokio::test]

@@ -32,6 +32,12 @@ fn matches(headers: &HeaderMap, etag: &HeaderValue) -> bool {
     tags(headers, header::IF_MATCH).any(|t| t == "*" || (t == ours && !t.starts_with("W/")))
 }
 
+/// Whether `If-Match` names `etag` (a strong tag) itself, `*` aside.
+pub fn if_match_names(headers: &HeaderMap, etag: &HeaderValue) -> bool {
+    let ours = etag.to_str().unwrap_or_default();
+    tags(headers, header::IF_MATCH).any(|t| t == ours && !t.starts_with("W/"))
+}
+
 /// A time in whole seconds: HTTP dates have one-second resolution.
 fn secs(t: SystemTime) -> u64 {
     t.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)

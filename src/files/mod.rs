@@ -375,8 +375,10 @@ async fn respond_compressed(
         }
         return Ok(response);
     };
-    // A HEAD gets the headers of the GET, coding included (RFC 9110 §9.3.2).
-    let coding = ((method == Method::GET || method == Method::HEAD) && !headers.contains_key(header::RANGE))
+    // A HEAD gets the headers of the GET, coding included (RFC 9110 §9.3.2);
+    // a range, or an `If-Match` naming the identity tag, the identity form.
+    let as_is = headers.contains_key(header::RANGE) || conditional::if_match_names(headers, &entry.etag);
+    let coding = ((method == Method::GET || method == Method::HEAD) && !as_is)
         .then(|| negotiate(headers.get(header::ACCEPT_ENCODING)))
         .flatten();
     let variant = match coding {
@@ -403,11 +405,11 @@ async fn respond_compressed(
         None => {
             // Not ready (or not smaller): as it is, unless the client holds
             // the form already.
-            // (Preconditions first: a failed one is 412 whatever is held.)
+            // (Preconditions first, on the held form's tag: 412 if one fails.)
             let held = coding
-                .filter(|_| !conditional::precondition_failed(&entry.etag, entry.shown, headers))
                 .map(|c| variants::etag(&entry.etag, c))
-                .filter(|etag| none_match(headers, etag));
+                .filter(|etag| none_match(headers, etag))
+                .filter(|etag| !conditional::precondition_failed(etag, entry.shown, headers));
             let mut response = match held {
                 Some(etag) => Response::builder()
                     .status(StatusCode::NOT_MODIFIED)

@@ -37,9 +37,22 @@ pub struct ForHead;
 #[derive(Debug, Clone, Copy)]
 pub struct Settled;
 
+/// Marks the response to a request whose `If-Match` names an entity tag
+/// ([`pins_a_form`]): sent as it is, the form whose tag was compared.
+#[derive(Debug, Clone, Copy)]
+pub struct Pinned;
+
+/// Whether the request's `If-Match` names an entity tag (not `*`). The
+/// upstream or the file compared it with the tag of the form it sends; a
+/// form encoded here has only a weak tag, which `If-Match` never matches
+/// (RFC 9110 §13.1.1), so such a request is answered in that form.
+pub fn pins_a_form(headers: &http::HeaderMap) -> bool {
+    headers.get_all(header::IF_MATCH).iter().any(|line| line.as_bytes().trim_ascii() != b"*")
+}
+
 impl Predicate for Compressible {
     fn should_compress<B: Body>(&self, response: &Response<B>) -> bool {
-        if response.extensions().get::<Settled>().is_some() {
+        if response.extensions().get::<Settled>().is_some() || response.extensions().get::<Pinned>().is_some() {
             return false;
         }
         let status = response.status();
@@ -178,13 +191,17 @@ pub fn head_of(mut response: Response<crate::body::Body>) -> Response<crate::bod
 pub struct Held(Vec<HeaderValue>);
 
 impl Held {
-    /// `None` when no 304 could need it: no `If-None-Match`, or no coding
-    /// the client accepts.
+    /// `None` when no 304 could need it: no `If-None-Match`, no coding
+    /// the client accepts, or an `If-Match` that keeps the answer as it is
+    /// ([`pins_a_form`]).
     pub fn of(headers: &http::HeaderMap) -> Option<Held> {
         let lines = headers.get_all(header::IF_NONE_MATCH);
         let mut lines = lines.iter().peekable();
         lines.peek()?;
         negotiate(headers.get(header::ACCEPT_ENCODING))?;
+        if pins_a_form(headers) {
+            return None;
+        }
         Some(Held(lines.cloned().collect()))
     }
 
@@ -252,6 +269,24 @@ mod tests {
         assert_eq!(answer(200, "", &[]), None);
         assert_eq!(answer(204, error, &[]), None);
         assert_eq!(answer(304, error, &[]), None);
+    }
+
+    /// Which `If-Match` keeps an answer as it is: one naming a tag, on any
+    /// line; `*` alone does not.
+    #[test]
+    fn if_match_with_a_tag_pins_the_form() {
+        let cases: &[(&[&str], bool)] =
+            &[(&[], false), (&["*"], false), (&[" * "], false), (&["\"a\""], true), (&["*", "W/\"a\""], true)];
+        for (lines, want) in cases {
+            let mut req = http::HeaderMap::new();
+            req.insert(header::ACCEPT_ENCODING, HeaderValue::from_static("gzip"));
+            req.insert(header::IF_NONE_MATCH, HeaderValue::from_static("W/\"a\""));
+            for line in *lines {
+                req.append(header::IF_MATCH, HeaderValue::from_static(line));
+            }
+            assert_eq!(pins_a_form(&req), *want, "{lines:?}");
+            assert_eq!(Held::of(&req).is_none(), *want, "{lines:?}");
+        }
     }
 
     /// A 304's tag on a compressing route, by what the request says the

@@ -78,6 +78,7 @@ impl RouteLayers {
         let head = req.method() == Method::HEAD;
         let compression = self.compress.then(|| {
             let held = compress::Held::of(req.headers());
+            let pinned = compress::pins_a_form(req.headers());
             ServiceBuilder::new()
                 .layer(MapResponseLayer::new(move |r: Response<_>| {
                     let r = compress::settle_validators(r, held.as_ref()).map(Body::compressed);
@@ -89,6 +90,9 @@ impl RouteLayers {
                 .layer(MapResponseLayer::new(move |mut r: Response<Body>| {
                     if head {
                         r.extensions_mut().insert(compress::ForHead);
+                    }
+                    if pinned {
+                        r.extensions_mut().insert(compress::Pinned);
                     }
                     compress::mark_encoded(r)
                 }))

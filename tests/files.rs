@@ -235,6 +235,43 @@ async fn raw_status(addr: std::net::SocketAddr, target: &str) -> (u16, String) {
     (status, text)
 }
 
+/// A file name on Linux is bytes: a percent-encoded name that is not
+/// UTF-8 (`%E9.txt`, Latin-1 "é.txt") names the file of those bytes, and
+/// one that is absent is 404, as nginx answers; an encoded slash,
+/// backslash or NUL beside such bytes is still refused.
+#[tokio::test]
+async fn a_name_that_is_not_utf8_names_those_bytes() {
+    use std::os::unix::ffi::OsStrExt;
+    let s = site().await;
+    let root = s.dir.path().join("root");
+    std::fs::write(root.join(std::ffi::OsStr::from_bytes(b"\xe9.txt")), "latin-1\n").unwrap();
+    std::fs::write(root.join("\u{e9}.txt"), "utf-8\n").unwrap();
+    std::fs::create_dir(root.join(std::ffi::OsStr::from_bytes(b"d\xff"))).unwrap();
+    std::fs::write(root.join(std::ffi::OsStr::from_bytes(b"d\xff/in.txt")), "inside\n").unwrap();
+    for (target, want) in [
+        ("/static/%E9.txt", "latin-1\n"),
+        ("/static/%e9.txt", "latin-1\n"),
+        ("/static/%C3%A9.txt", "utf-8\n"),
+        ("/static/d%FF/in.txt", "inside\n"),
+    ] {
+        let (status, text) = raw_status(s.gw.addr, target).await;
+        assert_eq!(status, 200, "{target}: {text}");
+        assert!(text.ends_with(want), "{target}: {text}");
+    }
+    for (target, want) in [
+        ("/static/%E8.txt", 404),
+        ("/static/%E9.txt/", 404),
+        ("/static/d%FF", 301),
+        ("/static/%E9%2f..%2fsecret.txt", 400),
+        ("/static/%E9%5c..%5csecret.txt", 400),
+        ("/static/%E9%00", 400),
+    ] {
+        let (status, text) = raw_status(s.gw.addr, target).await;
+        assert_eq!(status, want, "{target}: {text}");
+        assert!(!text.contains("TOP SECRET"), "{target} leaked the secret");
+    }
+}
+
 #[tokio::test]
 async fn traversal_attempts_never_read_outside_the_root() {
     let s = site().await;

@@ -1,5 +1,8 @@
 //! A `dir` route's remaining path made a relative path, pure and table-tested.
 
+use std::borrow::Cow;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use crate::error::GatewayError;
@@ -10,28 +13,28 @@ use crate::error::GatewayError;
 /// Each raw segment is percent-decoded on its own, so an encoded slash
 /// (`%2f`) can never create a new segment; dot segments, backslashes, NUL and
 /// malformed percent-encoding are refused (400). Empty segments are skipped.
+/// A name on Linux is bytes, not text: decoded bytes that are not UTF-8
+/// (`%E9.txt`) name the file of those bytes, as nginx has it.
 pub fn sanitize(rest: &str) -> Result<PathBuf, GatewayError> {
     let mut out = PathBuf::new();
     for raw in rest.split('/').filter(|s| !s.is_empty()) {
         if !crate::limits::valid_percent_encoding(raw) {
             return Err(GatewayError::BadPath("malformed percent-encoding"));
         }
-        let decoded = percent_encoding::percent_decode_str(raw)
-            .decode_utf8()
-            .map_err(|_| GatewayError::BadPath("path is not UTF-8"))?;
-        if decoded.contains('/') {
+        let decoded: Cow<[u8]> = percent_encoding::percent_decode_str(raw).into();
+        if decoded.contains(&b'/') {
             return Err(GatewayError::BadPath("encoded slash"));
         }
-        if decoded.contains('\\') {
+        if decoded.contains(&b'\\') {
             return Err(GatewayError::BadPath("backslash"));
         }
-        if decoded.contains('\0') {
+        if decoded.contains(&0) {
             return Err(GatewayError::BadPath("NUL byte"));
         }
-        if decoded == ".." || decoded == "." {
+        if *decoded == *b".." || *decoded == *b"." {
             return Err(GatewayError::BadPath("dot segment"));
         }
-        out.push(decoded.as_ref());
+        out.push(OsStr::from_bytes(&decoded));
     }
     Ok(out)
 }
@@ -101,10 +104,24 @@ mod tests {
             "/%zz",
             "/%2",
             "/a%",
-            "/%ff%fe",
+            "/%e9%2f..",
+            "/%e9%5c..",
+            "/%e9%00",
         ];
         for input in bad {
             assert!(matches!(sanitize(input), Err(GatewayError::BadPath(_))), "{input} should be refused");
+        }
+        // A name on Linux is bytes: one that is not UTF-8 is that name.
+        let bytes: &[(&str, &[u8])] = &[
+            ("/%e9.txt", b"\xe9.txt"),
+            ("/%ff%fe", b"\xff\xfe"),
+            ("/a/%E9/b%E8", b"a/\xe9/b\xe8"),
+            ("/%c0%ae%c0%ae/x", b"\xc0\xae\xc0\xae/x"),
+            ("/%C3%A9", "\u{e9}".as_bytes()),
+        ];
+        for (input, want) in bytes {
+            let got = sanitize(input).unwrap();
+            assert_eq!(got.as_os_str().as_encoded_bytes(), *want, "{input}");
         }
     }
 }

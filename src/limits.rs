@@ -67,24 +67,38 @@ fn same_entity(host: &HeaderValue, authority: &str, scheme: Option<&str>) -> boo
     named(host).is_some_and(|h| Some(h) == named(authority))
 }
 
-/// The limits [`screen`] applies.
+/// A screened request's declared body length (its `Content-Length`),
+/// held apart from [`screen`]'s other checks: the server compares it with
+/// the route's `max_body` only once the route's address lists have
+/// admitted the client, so that a refused client learns nothing of that
+/// limit (403, never 413).
 #[derive(Debug, Clone, Copy)]
-pub struct Limits {
-    pub max_uri_length: u64,
-    pub max_body: u64,
+#[must_use]
+pub struct Declared(Option<u64>);
+
+impl Declared {
+    /// A body declared longer than `max_body` is refused (413).
+    pub fn within(self, max_body: u64) -> Result<(), GatewayError> {
+        match self.0 {
+            Some(n) if n > max_body => Err(GatewayError::BodyTooLarge { limit: max_body }),
+            _ => Ok(()),
+        }
+    }
 }
 
-/// Checks a request head before it is routed to a target.
+/// Checks a request head before it is routed to a target: its shape and
+/// its target's length (`max_uri_length`). Its declared body length is
+/// returned, for [`Declared::within`].
 pub fn screen(
     method: &Method,
     uri: &Uri,
     version: Version,
     headers: &HeaderMap,
-    limits: Limits,
-) -> Result<(), GatewayError> {
+    max_uri_length: u64,
+) -> Result<Declared, GatewayError> {
     let target_len = uri.path_and_query().map_or(0, |pq| pq.as_str().len()) as u64;
-    if target_len > limits.max_uri_length {
-        return Err(GatewayError::UriTooLong { limit: limits.max_uri_length });
+    if target_len > max_uri_length {
+        return Err(GatewayError::UriTooLong { limit: max_uri_length });
     }
     if method == Method::CONNECT {
         return Err(GatewayError::BadRequest("CONNECT is not supported"));
@@ -132,11 +146,7 @@ pub fn screen(
     if !valid_percent_encoding(uri.path()) || !uri.query().is_none_or(valid_percent_encoding) {
         return Err(GatewayError::BadRequest("malformed percent-encoding"));
     }
-    let declared = declared.and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limits.max_body) {
-        return Err(GatewayError::BodyTooLarge { limit: limits.max_body });
-    }
-    Ok(())
+    Ok(Declared(declared.and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok())))
 }
 
 /// A route's `max_concurrent`: requests past it are shed at once.
@@ -196,8 +206,8 @@ mod tests {
         for (k, v) in headers {
             h.append(http::HeaderName::from_bytes(k.as_bytes()).unwrap(), v.parse().unwrap());
         }
-        let limits = Limits { max_uri_length: 64, max_body: 100 };
-        screen(&Method::from_bytes(method.as_bytes()).unwrap(), &target.parse().unwrap(), version, &h, limits)
+        screen(&Method::from_bytes(method.as_bytes()).unwrap(), &target.parse().unwrap(), version, &h, 64)
+            .and_then(|declared| declared.within(100))
             .map_err(|e| e.status().as_u16())
     }
 

@@ -8,11 +8,16 @@ use http::Request;
 use super::table::Route;
 use super::{App, Peer, RequestLog};
 use crate::error::GatewayError;
+use crate::limits::Declared;
 
 impl App {
     /// What a route decides before anything else it does: the address
-    /// lists, then the credentials (boxed, as only routes with `auth` take
-    /// them; the user goes to the access log) and the rate limit. The limit
+    /// lists, then the declared body length against `max_body` (after the
+    /// lists, so that a refused client gets 403 and learns nothing of the
+    /// limit; before the rest, so that a request too large takes no token
+    /// and costs no verification), then the credentials (boxed, as only
+    /// routes with `auth` take them; the user goes to the access log) and
+    /// the rate limit. The limit
     /// comes before the credentials, in nginx's order (`limit_req` before
     /// `auth_basic`), so that guessed credentials are limited like any
     /// other request and a refused guess costs no verification; but one
@@ -23,6 +28,7 @@ impl App {
     pub(super) async fn admit(
         &self,
         route: &Route,
+        declared: Declared,
         req: &mut Request<Incoming>,
         peer: &Peer,
         cx: &mut RequestLog<'_>,
@@ -31,6 +37,7 @@ impl App {
         if let Some(guard) = &route.guard {
             guard.admit(peer, req.headers())?;
         }
+        declared.within(route.config.max_body)?;
         // Before the concurrency slot and the upstream's queue too: a
         // refused request takes neither.
         let trusted = &self.config.server.trusted_proxies;

@@ -25,11 +25,11 @@ use crate::body::{Body, ReadAhead};
 use crate::cache::Looked;
 use crate::config::{AccessLogFormat, Config, Target};
 use crate::discovery::Discovery;
-use crate::error::GatewayError;
+use crate::error::GatewayError::{self, NoRoute};
 use crate::files::FileServer;
 use crate::layers::panic::{CatchUnwindRef, panic_response};
 use crate::layers::request_id::{self, RequestId};
-use crate::limits::{ConcurrencyLimit, Limits, screen};
+use crate::limits::{ConcurrencyLimit, Declared, screen};
 use crate::metrics::{self, RouteMetrics};
 use crate::otel::{Exporter, RequestSpan};
 use crate::path::{self, PathError};
@@ -270,14 +270,14 @@ impl App {
             let refused = match route {
                 // Screened first: a request refused as malformed or too
                 // large takes no token of the rate limit and no ask of
-                // the auth service.
-                Some(route) => match self.screen(&req, route.config.max_body) {
+                // the auth service (its length after the address lists).
+                Some(route) => match self.screen(&req) {
                     Err(e) => Some(e),
-                    Ok(()) if route.guard.is_some() || route.rate_limit.is_some() => {
+                    Ok(declared) if route.guard.is_some() || route.rate_limit.is_some() => {
                         let cx = pending.cx.as_mut().expect("just set");
-                        self.admit(route, &mut req, peer, cx, &mut rate_state).await.err()
+                        self.admit(route, declared, &mut req, peer, cx, &mut rate_state).await.err()
                     }
-                    Ok(()) => None,
+                    Ok(declared) => declared.within(route.config.max_body).err(),
                 },
                 None => None,
             };
@@ -306,7 +306,9 @@ impl App {
                         Box::pin(layers.call(req, dispatch)).await
                     }
                 },
-                None => respond(self.screen(&req, self.config.server.max_body).and(Err(GatewayError::NoRoute))),
+                None => {
+                    respond(self.screen(&req).and_then(|d| d.within(self.config.server.max_body)).and(Err(NoRoute)))
+                }
             };
             if let Some(fields) = rate_state {
                 fields.append_to(response.headers_mut());
@@ -434,9 +436,8 @@ impl App {
         Ok(())
     }
 
-    fn screen(&self, req: &Request<Incoming>, max_body: u64) -> Result<(), GatewayError> {
-        let limits = Limits { max_uri_length: self.config.server.max_uri_length, max_body };
-        screen(req.method(), req.uri(), req.version(), req.headers(), limits)
+    fn screen(&self, req: &Request<Incoming>) -> Result<Declared, GatewayError> {
+        screen(req.method(), req.uri(), req.version(), req.headers(), self.config.server.max_uri_length)
     }
 
     /// An error becomes its response, counted and logged: with

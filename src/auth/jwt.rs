@@ -185,15 +185,16 @@ fn token<'h>(headers: &'h HeaderMap, from: &TokenSource) -> Option<&'h str> {
     }
 }
 
-/// A claim's value as a header value: strings as they are, numbers and
-/// booleans as JSON writes them, a list of those joined by `, ` (a member
-/// that holds a comma, a quote or edge whitespace, or is empty, as a
-/// quoted string, RFC 9110 §5.6.4, so `["users, admin"]` never reads as
-/// `["users", "admin"]`); `None` for anything else, or a value a header
+/// A claim's value as a header value: numbers and booleans as JSON writes
+/// them, strings as they are, a list of those joined by `, `; a string
+/// (alone or a list's member) that holds a comma, a quote or edge
+/// whitespace, or is empty, as a quoted string (RFC 9110 §5.6.4), so
+/// neither `["users, admin"]` nor `"users, admin"` ever reads as
+/// `["users", "admin"]`; `None` for anything else, or a value a header
 /// cannot carry.
 pub fn claim_value(claim: &Value) -> Option<HeaderValue> {
     let text = match claim {
-        Value::String(s) => s.clone(),
+        Value::String(s) => list_member(s),
         Value::Number(_) | Value::Bool(_) => claim.to_string(),
         Value::Array(items) => {
             let parts: Option<Vec<String>> = items
@@ -211,8 +212,9 @@ pub fn claim_value(claim: &Value) -> Option<HeaderValue> {
     HeaderValue::from_str(&text).ok()
 }
 
-/// A list member as written in a header list: as it is, or quoted when a
-/// recipient splitting the list at commas would read it otherwise.
+/// A string as written in a header list (a list's member, or a string
+/// claim, which a recipient must not read as a list): as it is, or quoted
+/// when a recipient splitting the list at commas would read it otherwise.
 fn list_member(s: &str) -> String {
     let plain = !s.is_empty() && !s.contains([',', '"']) && s.trim_matches([' ', '\t']) == s;
     if plain {
@@ -274,6 +276,17 @@ mod tests {
             (serde_json::json!({"x": 1}), None),
             (serde_json::json!([{"x": 1}]), None),
             (Value::from("line\nbreak"), None),
+            // A plain string by the list members' rule: `"a,b"` is not
+            // the list `["a", "b"]`, nor `""` the empty list.
+            (Value::from("a,b"), Some("\"a,b\"")),
+            (serde_json::json!(["a,b"]), Some("\"a,b\"")),
+            (serde_json::json!(["a", "b"]), Some("a, b")),
+            (Value::from("a\"b"), Some("\"a\\\"b\"")),
+            (Value::from(" e"), Some("\" e\"")),
+            (Value::from(""), Some("\"\"")),
+            (serde_json::json!([]), Some("")),
+            (Value::from("c\\d"), Some("c\\d")),
+            (Value::from("ann@example.com"), Some("ann@example.com")),
         ];
         for (claim, want) in cases {
             assert_eq!(claim_value(&claim).as_ref().map(|v| v.to_str().unwrap()), want, "{claim}");

@@ -3,7 +3,8 @@
 //! to `request_buffer` and longer ones skipped, and the client's answer
 //! untouched by a shadow that hangs, fails or is slow; copies carry the
 //! fields the route's upstream is sent, a shadow's answer is never held
-//! whole, and an h2c shadow is spoken to in HTTP/2.
+//! whole, and an h2c shadow is spoken to in HTTP/2; a copy's share of
+//! `request_buffer_total` is given back once its body is written.
 
 mod common;
 
@@ -213,6 +214,39 @@ async fn bodies_are_copied_up_to_request_buffer_and_longer_ones_skipped() {
     assert_eq!(mirror_count(&text, "bodies", "sent"), 2.0, "{text}");
     assert_eq!(mirror_count(&text, "bodies", "skipped_body"), 2.0);
     assert_eq!(mirror_count(&text, "bodies", "answered"), 2.0);
+}
+
+/// A copy's body counts against `server.request_buffer_total` until it
+/// has been written to the shadow, not until the shadow answers: a shadow
+/// that reads a copy and never answers holds none of the bound, so the
+/// next request's body is read ahead and copied as the first was.
+#[tokio::test]
+async fn a_copy_gives_its_share_of_the_buffer_back_once_written() {
+    let (main, _) = counting_upstream().await;
+    let (shadow_addr, heads) = shadow(Shadow::Hangs).await;
+    // Room for one body read ahead and its copy (700 + 700), not for a
+    // second body and copy beside a first copy still counted (2,100).
+    let toml =
+        format!("[server]\nrequest_buffer_total = \"2KiB\"\n{}", mirrored_toml("written", main.addr, shadow_addr, 100));
+    let gw = TestGateway::from_toml(&toml).await;
+    let body = "y".repeat(700);
+    for i in 1..=2 {
+        let req = Request::post(gw.url("/api/w")).body(full(body.clone())).unwrap();
+        let (parts, answer) = common::bounded(send(req)).await;
+        assert_eq!((parts.status.as_u16(), answer.len()), (200, 700));
+        // The shadow has read copy i's body whole (and will never answer).
+        for _ in 0..250 {
+            if heads.lock().unwrap().len() >= i {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(heads.lock().unwrap().len(), i, "copy {i} reached the shadow");
+        assert!(heads.lock().unwrap()[i - 1].ends_with(&body), "copy {i} carries its body");
+    }
+    let text = metrics_text(gw.addr).await;
+    assert_eq!(mirror_count(&text, "written", "sent"), 2.0, "{text}");
+    assert_eq!(mirror_count(&text, "written", "skipped_body"), 0.0);
 }
 
 #[tokio::test]

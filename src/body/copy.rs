@@ -7,7 +7,9 @@
 //!
 //! The copy shares the body's bytes (no second allocation), but keeps them
 //! alive after the request has sent them on, so it takes its own share of
-//! `server.request_buffer_total` for as long as it is held.
+//! `server.request_buffer_total` for as long as it is held: until the
+//! shadow's connection has taken its last frame and dropped it, not until
+//! the shadow answers (a slow shadow holds none of the bound).
 
 use std::collections::VecDeque;
 use std::pin::Pin;

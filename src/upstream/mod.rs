@@ -44,6 +44,7 @@ use http::{Request, Response, StatusCode};
 use http_body_util::Either;
 
 use metrics::{Counter, Gauge, counter, gauge};
+use smallvec::SmallVec;
 use tokio::time::Instant;
 use tower::retry::budget::{Budget, TpsBudget};
 
@@ -61,6 +62,10 @@ use endpoint::{Attempt, Availability, Candidate, Endpoint};
 use exchange::{Plan, exchange};
 use pool::SendBody;
 use proxy::Prepared;
+
+/// Endpoints whose candidates [`Upstream::choose`] lists on the stack; an
+/// upstream with more lists them on the heap, one allocation a pick.
+const INLINE_CANDIDATES: usize = 16;
 
 /// One configured upstream: its endpoints, admission, retry budget and
 /// metrics.
@@ -339,8 +344,10 @@ impl Upstream {
         allowed
     }
 
-    /// The endpoint for the next attempt (see [`endpoint::pick`]).
-    fn choose(&self, tried: &[usize]) -> Result<(usize, Attempt), GatewayError> {
+    /// The endpoint for the next attempt (see [`endpoint::pick`]); `tried`:
+    /// the endpoints this request has tried. Public for its test of
+    /// allocations (tests/choose_allocations.rs).
+    pub fn choose(&self, tried: &[usize]) -> Result<(usize, Attempt), GatewayError> {
         loop {
             let picked = if let [only] = &self.endpoints[..] {
                 match only.availability() {
@@ -349,7 +356,9 @@ impl Upstream {
                     Availability::Closed => None,
                 }
             } else {
-                let candidates: Vec<Candidate> = self
+                // On the stack up to INLINE_CANDIDATES endpoints: a Vec
+                // here was an allocation and a free on every request.
+                let candidates: SmallVec<[Candidate; INLINE_CANDIDATES]> = self
                     .endpoints
                     .iter()
                     .enumerate()

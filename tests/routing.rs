@@ -433,6 +433,14 @@ async fn redirects_write_the_request_into_the_location_safely() {
         let injected = text.lines().any(|l| l.to_ascii_lowercase().starts_with("set-cookie"));
         assert!(!injected, "no header injected: {text}");
     }
+    // An IP literal that is no IPv6 address or IPvFuture, or one with an
+    // IPv6 zone ID, is no host a URL may hold: 400, never a Location.
+    let (got, loc, _) = redirected(&gw, "GET /tmp HTTP/1.1\r\nHost: [V1.x]:81\r\n").await;
+    assert_eq!((got, loc.as_deref()), (308, Some("http://[v1.x]:81/new?")));
+    for host in ["[fe80::1%25eth0]", "[fe80::1%25eth0]:81", "[abc]", "[1.2.3.4]", "[vg.x]"] {
+        let (got, loc, text) = redirected(&gw, &format!("GET /tmp HTTP/1.1\r\nHost: {host}\r\n")).await;
+        assert_eq!((got, loc), (400, None), "{host}\n{text}");
+    }
     // Browsers read `/\` as `//`: such a target is refused, never redirected.
     let (got, loc, text) = redirected(&gw, "GET /\\evil.example HTTP/1.1\r\nHost: h\r\n").await;
     assert_eq!((got, loc), (400, None), "{text}");

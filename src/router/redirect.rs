@@ -105,7 +105,7 @@ impl Redirect {
                 Piece::Scheme => out.push_str(if tls { "https" } else { "http" }),
                 Piece::Host => {
                     let host = host()?;
-                    if !host.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._[]:".contains(&b)) {
+                    if !url_host(&host) {
                         return None;
                     }
                     out.push_str(&host);
@@ -129,6 +129,29 @@ impl Redirect {
     pub fn template(&self) -> &str {
         &self.template
     }
+}
+
+/// Whether `host` (as routes match it) may be written as a location's
+/// host: a name or IPv4 address of letters, digits, `-`, `.` and `_`; or
+/// an IP literal (RFC 3986 §3.2.2) holding an IPv6 address or an
+/// IPvFuture (`v`, hex digits, `.`, then letters, digits, `-`, `.`, `_`
+/// and `:`). Not an IPv6 address with a zone ID (`%25eth0`, RFC 6874): it
+/// names an interface of the client's own machine, and browsers refuse it.
+fn url_host(host: &str) -> bool {
+    let plain = |s: &str, extra: &[u8]| {
+        s.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b) || extra.contains(&b))
+    };
+    let Some(literal) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) else { return plain(host, b"") };
+    if literal.parse::<std::net::Ipv6Addr>().is_ok() {
+        return true;
+    }
+    let future = literal.strip_prefix('v').and_then(|f| f.split_once('.'));
+    future.is_some_and(|(version, address)| {
+        !version.is_empty()
+            && version.bytes().all(|b| b.is_ascii_hexdigit())
+            && !address.is_empty()
+            && plain(address, b":")
+    })
 }
 
 fn unclosed(location: &str) -> String {
@@ -224,6 +247,26 @@ mod tests {
             ("http://{host}:{port}/", "/p", Some("h:00000000000000000000443"), false, None),
             ("http://{host}:{port}/", "/p", Some("h:"), false, Some("http://h:80/")),
             ("http://{host}:{port}/", "/p", Some("h:8080"), true, Some("http://h:8080/")),
+            // An IP literal is written only as a URL may hold one (RFC 3986
+            // §3.2.2): an IPv6 address (canonical) or an IPvFuture
+            // (`v` 1*HEXDIG "." ...); anything else between brackets is
+            // no host, and an IPv6 zone ID (RFC 6874) names an interface of
+            // the client's own machine: 400 for both.
+            ("http://{host}/", "/p", Some("[::FFFF:1.2.3.4]"), false, Some("http://[::ffff:1.2.3.4]/")),
+            ("http://{host}/", "/p", Some("[v1.x]"), false, Some("http://[v1.x]/")),
+            ("http://{host}:{port}/", "/p", Some("[V1F.a:B]:81"), false, Some("http://[v1f.a:b]:81/")),
+            ("http://{host}/", "/p", Some("[fe80::1%25eth0]"), false, None),
+            ("http://{host}/", "/p", Some("[fe80::1%eth0]"), false, None),
+            ("http://{host}/", "/p", Some("[abc]"), false, None),
+            ("http://{host}/", "/p", Some("[.]"), false, None),
+            ("http://{host}/", "/p", Some("[1.2.3.4]"), false, None),
+            ("http://{host}/", "/p", Some("[vg.x]"), false, None),
+            ("http://{host}/", "/p", Some("[v.x]"), false, None),
+            ("http://{host}/", "/p", Some("[v1.]"), false, None),
+            ("http://{host}/", "/p", Some("[v1x]"), false, None),
+            ("http://{host}/", "/p", Some("[::1::2]"), false, None),
+            // Not written by {host}, the literal does not matter.
+            ("https://fixed.example{uri}", "/p", Some("[abc]"), false, Some("https://fixed.example/p")),
         ];
         for (template, target, host, tls, want) in cases {
             assert_eq!(expand(template, target, *host, *tls).as_deref(), *want, "{template} {target} {host:?}");

@@ -121,3 +121,23 @@ fn sticky_tables_are_checked_with_their_key() {
         assert_refused_at_load(&toml, key);
     }
 }
+
+/// A client sending the cookie twice, empty first (`gw_v=; gw_v=KEY`), is
+/// routed by `KEY`, and the upstream sees that pair alone beside the other
+/// cookies: before, it saw `gw_v=; gw_v=KEY`, and a parser that takes the
+/// first read it empty. The same with `set` or without.
+#[tokio::test]
+async fn the_upstream_sees_only_the_cookie_the_route_was_chosen_by() {
+    let (v1, v2) = (naming("v1").await, naming("v2").await);
+    for text in [toml(&v1, &v2, ""), toml(&v1, &v2, "").replace(", set = true, max_age = \"1day\"", "")] {
+        let gw = TestGateway::from_toml(&text).await;
+        let (version, seen, _) = ask(&gw, Some("gw_v=abc")).await;
+        assert_eq!(seen, "gw_v=abc");
+        for sent in ["gw_v=; gw_v=abc", "a=1; gw_v=;b=2; gw_v=abc; gw_v=def"] {
+            let (now, seen, set) = ask(&gw, Some(sent)).await;
+            assert_eq!((&now, set.len()), (&version, 0), "{sent}");
+            let want = if sent.starts_with("a=1") { "a=1; b=2; gw_v=abc" } else { "gw_v=abc" };
+            assert_eq!(seen, want, "{sent}");
+        }
+    }
+}

@@ -56,13 +56,8 @@ impl Sticky {
     fn key<'h>(&self, headers: &'h HeaderMap) -> Option<&'h [u8]> {
         let key = match self {
             Sticky::Header(name) => headers.get(name).map(|v| v.as_bytes()),
-            Sticky::Cookie(name) => headers.get_all(http::header::COOKIE).iter().find_map(|line| {
-                line.as_bytes().split(|&b| b == b';').find_map(|pair| {
-                    let pair = pair.trim_ascii();
-                    let eq = pair.iter().position(|&b| b == b'=')?;
-                    let value = pair[eq + 1..].trim_ascii();
-                    (pair[..eq].trim_ascii() == name.as_bytes() && !value.is_empty()).then_some(value)
-                })
+            Sticky::Cookie(name) => headers.get_all(COOKIE).iter().find_map(|line| {
+                line.as_bytes().split(|&b| b == b';').find_map(|pair| value_of(pair, name).filter(|v| !v.is_empty()))
             }),
         };
         key.filter(|k| !k.is_empty())
@@ -74,6 +69,14 @@ impl Sticky {
             Sticky::Cookie(name) => format!("cookie:{name}"),
         }
     }
+}
+
+/// The value of a cookie pair (`NAME=VALUE`, spaces around either
+/// trimmed) if it is named `name`.
+fn value_of<'p>(pair: &'p [u8], name: &str) -> Option<&'p [u8]> {
+    let pair = pair.trim_ascii();
+    let eq = pair.iter().position(|&b| b == b'=')?;
+    (pair[..eq].trim_ascii() == name.as_bytes()).then(|| pair[eq + 1..].trim_ascii())
 }
 
 fn is_cookie_name(name: &str) -> bool {
@@ -135,12 +138,16 @@ impl Split {
     ) -> (usize, Option<HeaderValue>) {
         // (The new key is drawn with `fastrand`, like request IDs: it
         // only places a client, it guards nothing.)
-        let (Some(set), Some(sticky @ Sticky::Cookie(name))) = (&self.set_cookie, &self.sticky) else {
+        let Some(sticky @ Sticky::Cookie(name)) = &self.sticky else {
             return (self.choose(headers, random), None);
         };
         if sticky.key(headers).is_some() {
+            only_chosen_pair(headers, name);
             return (self.choose(headers, random), None);
         }
+        let Some(set) = &self.set_cookie else {
+            return (self.choose(headers, random), None);
+        };
         let key = format!("{:032x}", fastrand::u128(..));
         // One `Cookie` line, as RFC 6265 has it: the pair joins the others,
         // and is the only one of its name (those there are empty, and a
@@ -193,17 +200,60 @@ impl Split {
 /// A `Cookie` line without its pairs named `name`, trimmed; a line
 /// without such a pair is kept as it is.
 fn without_pair(line: &[u8], name: &str) -> Vec<u8> {
-    let named = |pair: &&[u8]| {
-        let pair = pair.trim_ascii();
-        pair.iter().position(|&b| b == b'=').is_some_and(|eq| pair[..eq].trim_ascii() == name.as_bytes())
-    };
     let line = line.trim_ascii();
-    if !line.split(|&b| b == b';').any(|p| named(&p)) {
+    if !line.split(|&b| b == b';').any(|p| value_of(p, name).is_some()) {
         return line.to_vec();
     }
-    let kept: Vec<&[u8]> =
-        line.split(|&b| b == b';').filter(|p| !named(p)).map(<[u8]>::trim_ascii).filter(|p| !p.is_empty()).collect();
+    let kept: Vec<&[u8]> = line
+        .split(|&b| b == b';')
+        .filter(|p| value_of(p, name).is_none())
+        .map(<[u8]>::trim_ascii)
+        .filter(|p| !p.is_empty())
+        .collect();
     kept.join(&b"; "[..])
+}
+
+/// Leaves one pair named `name` in the request's `Cookie` lines: the first
+/// with a value, the one [`Sticky::key`] routes by. The others of that
+/// name (empty, or later) are taken out, so an upstream reads the value
+/// the route was chosen by whichever of them its parser takes. Lines
+/// without such a pair are kept as sent; a line left with no pair goes.
+fn only_chosen_pair(headers: &mut HeaderMap, name: &str) {
+    let named =
+        |line: &HeaderValue| line.as_bytes().split(|&b| b == b';').filter(|p| value_of(p, name).is_some()).count();
+    if headers.get_all(COOKIE).iter().map(named).sum::<usize>() < 2 {
+        return;
+    }
+    let mut chosen = false;
+    let mut keep = |pair: &&[u8]| match value_of(pair, name) {
+        None => true,
+        Some(value) => {
+            let first = !chosen && !value.is_empty();
+            chosen |= first;
+            first
+        }
+    };
+    let mut lines = Vec::new();
+    for line in headers.get_all(COOKIE) {
+        if named(line) == 0 {
+            lines.push(line.clone());
+            continue;
+        }
+        let pairs: Vec<&[u8]> = line
+            .as_bytes()
+            .split(|&b| b == b';')
+            .filter(&mut keep)
+            .map(<[u8]>::trim_ascii)
+            .filter(|p| !p.is_empty())
+            .collect();
+        if !pairs.is_empty() {
+            lines.push(HeaderValue::from_bytes(&pairs.join(&b"; "[..])).expect("pieces of a header value"));
+        }
+    }
+    headers.remove(COOKIE);
+    for line in lines {
+        headers.append(COOKIE, line);
+    }
 }
 
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
@@ -317,6 +367,39 @@ mod tests {
             None
         );
         assert!(h.is_empty());
+    }
+
+    /// A request that has the sticky cookie goes upstream with exactly one
+    /// pair of its name, the one it was routed by, and its other cookies
+    /// as sent. Before, `sid=; sid=abc` was routed by `abc` and went
+    /// upstream as it was: a parser taking the first read it empty.
+    #[test]
+    fn the_upstream_sees_only_the_pair_the_route_was_chosen_by() {
+        // (cookie lines sent) -> the lines the upstream gets
+        let cases: &[(&[&str], &[&str])] = &[
+            (&["sid=abc"], &["sid=abc"]),
+            (&["a=1;  sid=abc;b=2"], &["a=1;  sid=abc;b=2"]),
+            (&["sid=; sid=abc"], &["sid=abc"]),
+            (&["sid=abc; sid=def"], &["sid=abc"]),
+            (&["a=1; sid=; b=2; sid = abc ; c=3"], &["a=1; b=2; sid = abc; c=3"]),
+            (&["sid=", "x=1", "sid=abc; y=2", "sid=zzz"], &["x=1", "sid=abc; y=2"]),
+            (&["sidx=1; sid", "sid=abc"], &["sidx=1; sid", "sid=abc"]),
+        ];
+        for set in [false, true] {
+            let mut s = split(&[("v1", 1), ("v2", 1)], Some(Sticky::Cookie("sid".into())));
+            s.set_cookie = set.then_some(SetCookie { max_age: None });
+            for (lines, want) in cases {
+                let mut h = HeaderMap::new();
+                for line in *lines {
+                    h.append(COOKIE, line.parse().unwrap());
+                }
+                let (chosen, field) = s.choose_or_set(&mut h, false, |_| unreachable!());
+                assert!(field.is_none(), "{lines:?}");
+                assert_eq!(chosen, s.by_key(b"abc"), "{lines:?}");
+                let got: Vec<&str> = h.get_all(COOKIE).iter().map(|v| v.to_str().unwrap()).collect();
+                assert_eq!(got, *want, "{lines:?}");
+            }
+        }
     }
 
     #[test]

@@ -909,3 +909,81 @@ async fn a_request_cut_off_at_shutdown_is_the_gateways_503_and_its_span_is_sent(
         .collect();
     assert_eq!(statuses, ["503"], "cut off by the gateway, exported before it exited");
 }
+
+/// The `X-Request-Id` values of a raw answer's head.
+fn raw_ids(text: &str) -> Vec<String> {
+    let head = text.split("\r\n\r\n").next().unwrap_or_default();
+    head.split("\r\n")
+        .filter_map(|line| line.split_once(':'))
+        .filter(|(name, _)| name.eq_ignore_ascii_case("x-request-id"))
+        .map(|(_, value)| value.trim().to_owned())
+        .collect()
+}
+
+fn is_made(ids: &[String]) -> bool {
+    ids.len() == 1 && ids[0].len() == 32 && ids[0].bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// A head the gateway's own HTTP/1.1 connection refuses (400, 414, 431)
+/// is answered with an `X-Request-Id` as any other request is: the
+/// client's own when the head was read whole and it carries a valid one,
+/// else one made here; none with `request_id = false`. Before, these
+/// answers carried none.
+#[tokio::test]
+async fn refused_heads_carry_a_request_id() {
+    let (up, seen) = recording("ok", "text/plain", &[]).await;
+    // A head may be larger than the longest target the parser takes.
+    let gw =
+        TestGateway::from_toml(&format!("[server]\nmax_header_size = \"128KiB\"\n{}", route(up.addr, "rid", ""))).await;
+    let two_lengths =
+        "POST /rid HTTP/1.1\r\nHost: x\r\nX-Request-Id: {ID}\r\nContent-Length: 4\r\nContent-Length: 5\r\n\r\n";
+    let long_target = format!("GET /rid/{} HTTP/1.1\r\nHost: x\r\nX-Request-Id: {{ID}}\r\n\r\n", "b".repeat(70_000));
+    let big_head =
+        format!("GET /rid HTTP/1.1\r\nHost: x\r\nX-Request-Id: {{ID}}\r\nX-Big: {}\r\n\r\n", "a".repeat(140_000));
+    let bad_line = "GET /rid HTTP/9.9 extra\r\nHost: x\r\nX-Request-Id: {ID}\r\n\r\n";
+    // (head, status, whether the client's ID can be read from it)
+    let cases: &[(&str, u16, bool)] =
+        &[(two_lengths, 400, true), (&long_target, 414, true), (&big_head, 431, false), (bad_line, 400, false)];
+    for (head, status, read) in cases {
+        let r = raw(gw.addr, head.replace("{ID}", "client-7").as_bytes(), Duration::from_secs(5)).await;
+        assert_eq!(r.status(), *status, "{}", r.text);
+        let got = raw_ids(&r.text);
+        match read {
+            true => assert_eq!(got, ["client-7"], "{status}: {}", r.text),
+            false => assert!(is_made(&got), "{status}: {}", r.text),
+        }
+        // An invalid one is replaced, as for any request.
+        let r = raw(gw.addr, head.replace("{ID}", "has space").as_bytes(), Duration::from_secs(5)).await;
+        assert_eq!(r.status(), *status, "{}", r.text);
+        assert!(is_made(&raw_ids(&r.text)), "{status}: {}", r.text);
+    }
+    assert!(seen.lock().unwrap().is_empty());
+    let off = TestGateway::from_toml(&format!("[server]\nrequest_id = false\n{}", route(up.addr, "rid", ""))).await;
+    let r = raw(off.addr, two_lengths.replace("{ID}", "client-7").as_bytes(), Duration::from_secs(5)).await;
+    assert_eq!((r.status(), raw_ids(&r.text)), (400, vec![]), "{}", r.text);
+}
+
+/// The admin listener's answers carry an `X-Request-Id` by the same rule
+/// as the main listener's, refusals included, on either HTTP/1.1 server.
+/// Before, they carried none.
+#[tokio::test]
+async fn admin_answers_carry_a_request_id() {
+    for http1 in ["gateway", "hyper"] {
+        let gw =
+            TestGateway::from_toml(&format!("[server]\nhttp1 = \"{http1}\"\n[metrics]\nlisten = \"127.0.0.1:0\"\n"))
+                .await;
+        let admin = gw.admin.unwrap();
+        for (path, host, status) in
+            [("/healthz", "127.0.0.1", 200), ("/nothing", "127.0.0.1", 404), ("/metrics", "evil.example", 403)]
+        {
+            let ask = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+            let r = raw(admin, ask.as_bytes(), Duration::from_secs(5)).await;
+            assert_eq!(r.status(), status, "{http1} {path}: {}", r.text);
+            assert!(is_made(&raw_ids(&r.text)), "{http1} {path}: {}", r.text);
+            let ask =
+                format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nX-Request-Id: adm-1\r\nConnection: close\r\n\r\n");
+            let r = raw(admin, ask.as_bytes(), Duration::from_secs(5)).await;
+            assert_eq!(raw_ids(&r.text), ["adm-1"], "{http1} {path}: {}", r.text);
+        }
+    }
+}

@@ -56,6 +56,12 @@ impl RequestId {
         // carry none, and a pass is cheaper than hashing the name (see
         // `TraceContext::from_headers`).
         let given = if headers.keys().any(|name| *name == X_REQUEST_ID) { headers.get(X_REQUEST_ID) } else { None };
+        RequestId::for_given(given)
+    }
+
+    /// The ID for a request whose first `X-Request-Id` is `given`: it, if
+    /// it may be kept, else a new one (as [`RequestId::for_request`]).
+    pub fn for_given(given: Option<&HeaderValue>) -> RequestId {
         match given {
             // Copied, not cloned: a clone would be a slice of the buffer
             // the head was read or copied into (see `listener::detach`),

@@ -13,6 +13,7 @@ use http::{Method, Request, Response, StatusCode};
 use super::{App, Peer, Trigger, error_response};
 use crate::body::Body;
 use crate::error::GatewayError;
+use crate::layers::request_id::RequestId;
 
 impl App {
     /// [`App::reload`] on the blocking pool: it reads files and waits for a
@@ -35,8 +36,18 @@ impl App {
     /// The admin listener's service: the built-ins, `POST /-/reload`
     /// (the configuration loaded again, as on SIGHUP: 200, or 500 with the
     /// reason and nothing changed), else 404. With `metrics.allow`, a
-    /// client outside it gets 403 and nothing else.
+    /// client outside it gets 403 and nothing else. Every answer carries
+    /// an `X-Request-Id` by the main listener's rule (`server.request_id`).
     pub async fn admin(self: &Arc<Self>, req: &Request<Incoming>, peer: &Peer) -> Response<Body> {
+        let id = self.config.server.request_id.then(|| RequestId::for_request(req.headers()));
+        let mut response = self.admin_answer(req, peer).await;
+        if let Some(id) = id {
+            response.headers_mut().insert(crate::headers::X_REQUEST_ID, id.header_value());
+        }
+        response
+    }
+
+    async fn admin_answer(self: &Arc<Self>, req: &Request<Incoming>, peer: &Peer) -> Response<Body> {
         if let Some(list) = &self.admin_allow {
             let trusted = &self.config.server.trusted_proxies;
             let client = peer.client(req.headers(), trusted).addr();

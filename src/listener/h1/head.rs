@@ -51,15 +51,33 @@ pub struct Meta {
     pub trailers_ok: bool,
 }
 
-/// Why a head was refused: the status answered, and the `reason` counted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Why a head was refused: the status answered, and the `reason` counted;
+/// with the head's first `X-Request-Id` when it was read whole (for the
+/// answer's ID, by the rule any request's follows).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refused {
     pub status: StatusCode,
     pub reason: &'static str,
+    pub given_id: Option<HeaderValue>,
 }
 
 const fn bad(status: StatusCode, reason: &'static str) -> Refused {
-    Refused { status, reason }
+    Refused { status, reason, given_id: None }
+}
+
+impl Refused {
+    /// With the first `X-Request-Id` of `head`, a head `httparse` read
+    /// whole: read again, as only a refusal needs it.
+    #[cold]
+    fn of_head(mut self, head: &[u8]) -> Refused {
+        let mut storage = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut req = httparse::Request::new(&mut storage);
+        if let Ok(httparse::Status::Complete(_)) = req.parse(head) {
+            let given = req.headers.iter().find(|h| h.name.eq_ignore_ascii_case(crate::headers::X_REQUEST_ID.as_str()));
+            self.given_id = given.and_then(|h| crate::layers::request_id::copied_value(h.value));
+        }
+        self
+    }
 }
 const MALFORMED: Refused = bad(StatusCode::BAD_REQUEST, "malformed");
 const TOO_LARGE: Refused = bad(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, "header_too_large");
@@ -107,14 +125,17 @@ pub fn parse_into(buf: &mut BytesMut, max: usize, out: &mut Option<request::Part
         }
         let path = req.path.unwrap_or_default();
         if path.len() > MAX_URI_LEN {
-            return Err(bad(StatusCode::URI_TOO_LONG, "malformed"));
+            return Err(bad(StatusCode::URI_TOO_LONG, "malformed").of_head(&bytes[..len]));
         }
-        let method = Method::from_bytes(req.method.unwrap_or_default().as_bytes()).map_err(|_| MALFORMED)?;
+        let method = Method::from_bytes(req.method.unwrap_or_default().as_bytes())
+            .map_err(|_| MALFORMED.of_head(&bytes[..len]))?;
         let target = (at(path.as_bytes()), at(path.as_bytes()) + path.len() as u32);
         (len, method, target, req.version.unwrap_or(0))
     };
     let frozen = buf.split_to(len).freeze();
-    let uri = Uri::from_maybe_shared(frozen.slice(target.0 as usize..target.1 as usize)).map_err(|_| MALFORMED)?;
+    // (Each refusal from here on carries the head's ID: see `Refused::of_head`.)
+    let uri = Uri::from_maybe_shared(frozen.slice(target.0 as usize..target.1 as usize))
+        .map_err(|_| MALFORMED.of_head(&frozen))?;
     let version = if version == 1 { Version::HTTP_11 } else { Version::HTTP_10 };
     let fields = spans.iter().map(|&(n0, n1, v0, v1)| (&frozen[n0 as usize..n1 as usize], (v0, v1)));
     let mut head = Fields::new(version);
@@ -122,16 +143,16 @@ pub fn parse_into(buf: &mut BytesMut, max: usize, out: &mut Option<request::Part
     // (forwarding, `via`, request id), which would grow the map twice.
     let mut headers = crate::headers::spare::map_with_room(spans.len() + ADDED_FIELDS);
     for (name, (v0, v1)) in fields {
-        let name = crate::headers::parsed::name(name).map_err(|_| MALFORMED)?;
+        let name = crate::headers::parsed::name(name).map_err(|_| MALFORMED.of_head(&frozen))?;
         // SAFETY: a value span `httparse` (default configuration) returned.
         #[allow(unsafe_code)]
         let value = unsafe { crate::headers::parsed::value(&frozen, v0, v1) };
-        if head.take(&name, &value, &mut headers)? {
+        if head.take(&name, &value, &mut headers).map_err(|r| r.of_head(&frozen))? {
             headers.append(name, value);
         }
     }
     let trailers_ok = head.trailers_ok;
-    let (framing, keep_alive, expect_continue) = head.finish()?;
+    let (framing, keep_alive, expect_continue) = head.finish().map_err(|r| r.of_head(&frozen))?;
     let parts = out.insert(http::Request::new(()).into_parts().0);
     (parts.method, parts.uri, parts.version, parts.headers) = (method, uri, version, headers);
     Ok(Some(Meta { framing, keep_alive, expect_continue, trailers_ok }))
@@ -286,6 +307,25 @@ mod tests {
         for (raw, want) in cases {
             let got = head(raw).map(|h| h.map(|h| (h.meta.framing, h.meta.keep_alive)).expect("complete"));
             assert_eq!(got.map_err(|r| r.status.as_u16()), *want, "{raw:?}");
+        }
+    }
+
+    /// A refused head read whole carries its first `X-Request-Id` (for the
+    /// answer's); one not read whole carries none.
+    #[test]
+    fn a_refusal_carries_the_heads_request_id() {
+        let cases: &[(&str, Option<&str>)] = &[
+            (
+                "POST / HTTP/1.1\r\nX-Request-Id: a\r\nx-request-id: b\r\ncontent-length: 5\r\ncontent-length: 6\r\n\r\n",
+                Some("a"),
+            ),
+            ("POST / HTTP/1.0\r\nx-request-id: c\r\ntransfer-encoding: chunked\r\n\r\n", Some("c")),
+            ("POST / HTTP/1.1\r\ntransfer-encoding: gzip\r\n\r\n", None),
+            ("GET /a b HTTP/1.1\r\nx-request-id: d\r\n\r\n", None),
+        ];
+        for (raw, want) in cases {
+            let refused = head(raw).unwrap_err();
+            assert_eq!(refused.given_id.as_ref().map(|v| v.to_str().unwrap()), *want, "{raw:?}");
         }
     }
 

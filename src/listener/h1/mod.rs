@@ -58,12 +58,13 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::task::Poll;
 
 use bytes::{Bytes, BytesMut};
-use http::{Method, Request, Response, Version, request};
+use http::{HeaderValue, Method, Request, Response, Version, request};
 use tokio::io::AsyncWrite;
 
 use super::conn::{ConnBody, ConnState};
 use super::{Connection, Held, Kind};
 use crate::body::Incoming;
+use crate::layers::request_id::RequestId;
 use crate::metrics;
 use crate::request::Interims;
 use crate::server::App;
@@ -223,7 +224,7 @@ async fn serve_wire(wire: Shared, c: &mut Connection, held: &mut Option<Held>, p
                 && signals.stops.said.now()
                 && !wire.lock().continue_half_written() =>
         {
-            let written = own.last_head(http::StatusCode::SERVICE_UNAVAILABLE);
+            let written = own.last_head(http::StatusCode::SERVICE_UNAVAILABLE, None);
             let _ = tokio::time::timeout(std::time::Duration::from_millis(200), written).await;
         }
         // (A park comes only out of an idle wait, handled above.)
@@ -336,21 +337,26 @@ impl<'a> Own<'a> {
         }
     }
 
-    /// Answers a head that could not be taken; the connection closes.
+    /// Answers a head that could not be taken; the connection closes. The
+    /// answer carries a request ID as any other (`server.request_id`): the
+    /// head's own if it was read whole and may be kept, else one made here.
     fn refuse(&self, refused: Refused) -> impl Future<Output = Stop> {
         metrics::rejected("", refused.reason);
-        tracing::debug!(client = %self.addr, status = %refused.status, "request head refused");
-        let written = self.last_head(refused.status);
+        let id = self.app.config().server.request_id.then(|| RequestId::for_given(refused.given_id.as_ref()));
+        let request_id = id.as_ref().map_or("-", RequestId::as_str);
+        tracing::debug!(client = %self.addr, status = %refused.status, request_id, "request head refused");
+        let written = self.last_head(refused.status, id.map(|id| id.header_value()));
         async move { written.await.err().unwrap_or(Stop::Close) }
     }
 
-    /// Writes a bodiless `status` answer that closes the connection.
-    fn last_head(&self, status: http::StatusCode) -> impl Future<Output = Result<(), Stop>> {
+    /// Writes a bodiless `status` answer that closes the connection, with
+    /// `id` as its `X-Request-Id`.
+    fn last_head(&self, status: http::StatusCode, id: Option<HeaderValue>) -> impl Future<Output = Result<(), Stop>> {
         let (mut parts, ()) = Response::new(()).into_parts();
         parts.status = status;
         let asked = Asked { method: &Method::GET, version: Version::HTTP_11, keep_alive: false };
         let mut out = BytesMut::new();
-        encode::head(&mut parts, BodyLength::None, asked, None, &mut out);
+        encode::head(&mut parts, BodyLength::None, asked, id.as_ref(), &mut out);
         self.write(out.freeze())
     }
 

@@ -298,3 +298,43 @@ async fn early_hints_go_out_before_the_upstream_answers() {
         got.clear();
     }
 }
+
+/// An upstream's `X-Request-Id` in a 1xx head and in its trailers follows
+/// the final head's rule: with `server.request_id` on (the default) the
+/// gateway's ID is the answer's one and the upstream's goes nowhere; off,
+/// the upstream's passes everywhere. Before, the 1xx and the trailers
+/// carried the upstream's own beside the gateway's in the final head.
+#[tokio::test]
+async fn an_upstreams_request_id_in_a_1xx_or_trailers_follows_the_final_heads_rule() {
+    let up = common::raw_upstream(|mut s: TcpStream| async move {
+        while common::read_head(&mut s).await.is_some() {
+            let _ = s.write_all(b"HTTP/1.1 103 Early Hints\r\nLink: <a>\r\nX-Request-Id: up-103\r\n\r\n").await;
+            let answer = b"HTTP/1.1 200 OK\r\nx-request-id: up-head\r\ntrailer: x-request-id, x-sum\r\ntransfer-encoding: chunked\r\n\r\n\
+                2\r\nok\r\n0\r\nx-request-id: up-trailer\r\nx-sum: 1\r\n\r\n";
+            let _ = s.write_all(answer).await;
+        }
+    })
+    .await;
+    for request_id in [true, false] {
+        let mut config = common::config(&proxy_toml(up, "d", "", ""), Path::new(env!("CARGO_MANIFEST_DIR")));
+        (config.server.http1, config.server.request_id) = (Http1Server::Gateway, request_id);
+        let gw = TestGateway::start(config).await;
+        let ask = b"GET /d/x HTTP/1.1\r\nHost: x\r\nTE: trailers\r\nX-Request-Id: client-1\r\n\r\n";
+        let got = common::raw(gw.addr, ask, Duration::from_millis(500)).await.text.to_ascii_lowercase();
+        let answer = got.find("http/1.1 200 ok\r\n").expect("the answer");
+        let body = answer + got[answer..].find("\r\n\r\n").expect("its head");
+        let (hints, head, trailers) = (&got[..answer], &got[answer..body], &got[body..]);
+        assert!(hints.starts_with("http/1.1 103 early hints\r\n") && hints.contains("link: <a>"), "{got}");
+        assert!(trailers.contains("x-sum: 1"), "{got}");
+        if request_id {
+            assert!(!hints.contains("x-request-id"), "{got}");
+            assert!(!trailers.contains("x-request-id"), "{got}");
+            assert_eq!(head.matches("\r\nx-request-id:").count(), 1, "{got}");
+            assert!(head.contains("x-request-id: client-1\r\n"), "{got}");
+        } else {
+            assert!(hints.contains("x-request-id: up-103\r\n"), "{got}");
+            assert!(trailers.contains("x-request-id: up-trailer\r\n"), "{got}");
+            assert!(head.contains("x-request-id: up-head\r\n"), "{got}");
+        }
+    }
+}

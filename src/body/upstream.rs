@@ -42,6 +42,9 @@ pub struct UpstreamBody<H: ?Sized + Held> {
     /// Whether the connection may go back to the pool once the body is
     /// complete (otherwise it is closed cleanly).
     reusable: bool,
+    /// The gateway sets request IDs: the upstream's `X-Request-Id` in the
+    /// trailers is dropped, as the one in its head is replaced.
+    request_ids: bool,
     /// The connection is still held: neither completed nor failed yet.
     open: bool,
     idle: IdleTimer,
@@ -54,10 +57,17 @@ pub struct UpstreamBody<H: ?Sized + Held> {
 
 impl<H: Held> UpstreamBody<H> {
     /// `failed` and `stalled` count a body cut by an upstream error and by
-    /// `idle_timeout`.
-    pub fn new(held: H, reusable: bool, idle_timeout: Duration, failed: Counter, stalled: Counter) -> Self {
+    /// `idle_timeout`; `request_ids`: the gateway sets request IDs (see the
+    /// field of that name).
+    pub fn new(
+        held: H,
+        (reusable, request_ids): (bool, bool),
+        idle_timeout: Duration,
+        failed: Counter,
+        stalled: Counter,
+    ) -> Self {
         let idle = IdleTimer::new(idle_timeout);
-        let mut body = UpstreamBody { reusable, open: true, idle, failed, stalled, held };
+        let mut body = UpstreamBody { reusable, request_ids, open: true, idle, failed, stalled, held };
         body.release_if_done(false);
         body
     }
@@ -104,6 +114,9 @@ impl<H: ?Sized + Held> http_body::Body for UpstreamBody<H> {
                     && let Some(trailers) = frame.trailers_mut()
                 {
                     crate::headers::strip_forbidden_trailers(trailers);
+                    if this.request_ids {
+                        trailers.remove(crate::headers::X_REQUEST_ID);
+                    }
                 }
                 this.release_if_done(other.is_none());
                 Poll::Ready(other)

@@ -305,7 +305,7 @@ impl Upstream {
                                 return Ok(tunnel::switch(response, client, idle, &target.via));
                             }
                             let lease = Lease::new(attempt, slot, in_flight);
-                            return Ok(self.respond(response, lease, target));
+                            return Ok(self.respond(response, lease, target, cx.id.is_some()));
                         }
                     },
                     Some(Err(failure)) => self.failed(failure, attempt, copy, &tries, target.retry_on),
@@ -323,12 +323,21 @@ impl Upstream {
     }
 
     /// The upstream's response, with the header rules applied and its body
-    /// streaming; `lease` is held until the body is complete.
-    fn respond(&self, response: Response<Received>, lease: Lease, target: &ProxyTarget) -> Response<Body> {
+    /// streaming; `lease` is held until the body is complete. `request_ids`:
+    /// the request has the gateway's ID (the upstream's is dropped from the
+    /// trailers).
+    fn respond(
+        &self,
+        response: Response<Received>,
+        lease: Lease,
+        target: &ProxyTarget,
+        request_ids: bool,
+    ) -> Response<Body> {
         let (mut parts, body) = response.into_parts();
         let reusable = proxy::prepare_response(&mut parts, &body, &target.via);
         let (failed, stalled) = (self.metrics.body_failed.clone(), self.metrics.body_stalled.clone());
-        let body = UpstreamBody::new(Leased { body, lease }, reusable, target.body_timeout, failed, stalled);
+        let flags = (reusable, request_ids);
+        let body = UpstreamBody::new(Leased { body, lease }, flags, target.body_timeout, failed, stalled);
         Response::from_parts(parts, Body::Upstream(Box::new(body)))
     }
 

@@ -337,7 +337,7 @@ pub fn with_date<R>(f: impl FnOnce(&Bytes) -> R) -> R {
 /// A 1xx head from the upstream (`raw`, as it came) as the client gets
 /// it: the status, and the fields but the hop-by-hop ones (RFC 9110 §7.6.1).
 /// Nothing is written if `raw` is not such a head.
-pub fn interim(raw: &[u8], out: &mut BytesMut) {
+pub fn interim(raw: &[u8], out: &mut BytesMut, request_ids: bool) {
     let mut storage = [httparse::EMPTY_HEADER; super::head::MAX_HEADERS];
     let mut parsed = httparse::Response::new(&mut storage);
     let Ok(httparse::Status::Complete(_)) = parsed.parse(raw) else { return };
@@ -351,7 +351,7 @@ pub fn interim(raw: &[u8], out: &mut BytesMut) {
             fields.append(name, value);
         }
     }
-    crate::headers::interim::strip(&mut fields);
+    crate::headers::interim::strip(&mut fields, request_ids);
     status_line(out, Version::HTTP_11, status, None);
     for (name, value) in &fields {
         field(out, name.as_str(), value.as_bytes());

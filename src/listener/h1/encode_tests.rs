@@ -204,7 +204,7 @@ fn interim_heads_lose_their_connection_fields() {
     ];
     for (raw, want) in cases {
         let mut out = BytesMut::new();
-        interim(raw.as_bytes(), &mut out);
+        interim(raw.as_bytes(), &mut out, true);
         assert_eq!(String::from_utf8_lossy(&out), *want, "{raw:?}");
     }
 }

@@ -52,7 +52,7 @@ impl Own<'_> {
     /// Writes a 1xx head from the upstream to the client.
     pub(super) async fn forward_interim(&mut self, raw: &[u8]) -> Result<(), Stop> {
         let mut out = BytesMut::new();
-        encode::interim(raw, &mut out);
+        encode::interim(raw, &mut out, self.app.config().server.request_id);
         // A 503 written after half a 1xx head would be garbage.
         self.flags.unanswered.store(false, Relaxed);
         self.write(out.freeze()).await?;

@@ -27,11 +27,12 @@ pub(super) async fn serve(streams: Streams, req: Request<RecvStream>, mut reply:
     let (req, _held) = request(req, &interims);
     let bodiless = http_body::Body::is_end_stream(req.body());
     let in_flight = streams.state.request_started(true, bodiless);
+    let request_ids = streams.app.config().server.request_id;
     // Boxed: inline, the app's future would be copied with the stream's
     // whenever that is moved, as in its spawn (see benches/README.md,
     // Decisions).
     let answer = Box::pin(super::super::answer(streams.app, streams.kind, req, in_flight, false));
-    if let Some(response) = wait(answer, &interims, &mut reply).await {
+    if let Some(response) = wait(answer, &interims, &mut reply, request_ids).await {
         super::send::respond(response, reply).await;
     }
 }
@@ -69,6 +70,7 @@ async fn wait<F: Future<Output = Response<ConnBody>>>(
     answer: F,
     interims: &Interims,
     reply: &mut SendResponse<Bytes>,
+    request_ids: bool,
 ) -> Option<Response<ConnBody>> {
     let mut answer = pin!(answer);
     let mut left = MAX_INTERIMS;
@@ -77,12 +79,12 @@ async fn wait<F: Future<Output = Response<ConnBody>>>(
             if let Poll::Ready(response) = answer.as_mut().poll(cx) {
                 // Those that came with the answer's head go first.
                 while let Some(raw) = interims.take() {
-                    forward(&raw, reply, &mut left);
+                    forward(&raw, reply, &mut left, request_ids);
                 }
                 return Poll::Ready(Some(response));
             }
             if let Poll::Ready(raw) = interims.poll_next(cx) {
-                forward(&raw, reply, &mut left);
+                forward(&raw, reply, &mut left, request_ids);
                 continue;
             }
             if let Poll::Ready(reset) = reply.poll_reset(cx) {
@@ -96,12 +98,12 @@ async fn wait<F: Future<Output = Response<ConnBody>>>(
 }
 
 /// Sends the interim head `raw` (as the upstream sent it) to the client,
-/// while `left` allows.
-fn forward(raw: &[u8], reply: &mut SendResponse<Bytes>, left: &mut usize) {
+/// while `left` allows; `request_ids`: see [`crate::headers::interim::strip`].
+fn forward(raw: &[u8], reply: &mut SendResponse<Bytes>, left: &mut usize, request_ids: bool) {
     if *left == 0 {
         return;
     }
-    let Some(head) = informational(raw) else { return };
+    let Some(head) = informational(raw, request_ids) else { return };
     *left -= 1;
     if let Err(e) = reply.send_informational(head) {
         tracing::debug!(error = %e, "cannot send an interim answer");
@@ -112,7 +114,7 @@ fn forward(raw: &[u8], reply: &mut SendResponse<Bytes>, left: &mut usize) {
 /// gets it: the status, and the fields but the connection-specific ones
 /// and those its `Connection` field names (RFC 9113 §8.2.2). `None` if `raw` is not such a head, or is a 101,
 /// which HTTP/2 has no use for.
-fn informational(raw: &[u8]) -> Option<Response<()>> {
+fn informational(raw: &[u8], request_ids: bool) -> Option<Response<()>> {
     let mut storage = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut parsed = httparse::Response::new(&mut storage);
     let Ok(httparse::Status::Complete(_)) = parsed.parse(raw) else { return None };
@@ -127,7 +129,7 @@ fn informational(raw: &[u8]) -> Option<Response<()>> {
             head.headers_mut().append(name, value);
         }
     }
-    crate::headers::interim::strip(head.headers_mut());
+    crate::headers::interim::strip(head.headers_mut(), request_ids);
     Some(head)
 }
 
@@ -154,13 +156,15 @@ mod tests {
                 Some((103, &["link: <a>"])),
             ),
             ("HTTP/1.1 103 Early Hints\r\nContent-Length: 10\r\nLink: <a>\r\n\r\n", Some((103, &["link: <a>"]))),
+            // The gateway's ID comes with the answer; the upstream's goes nowhere.
+            ("HTTP/1.1 103 Early Hints\r\nX-Request-Id: up\r\nLink: <a>\r\n\r\n", Some((103, &["link: <a>"]))),
             ("HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\n\r\n", None),
             ("HTTP/1.1 200 OK\r\n\r\n", None),
             ("HTTP/1.1 103 Early", None),
             ("garbage\r\n\r\n", None),
         ];
         for (raw, want) in cases {
-            let got = informational(raw.as_bytes()).map(|h| {
+            let got = informational(raw.as_bytes(), true).map(|h| {
                 let fields: Vec<String> =
                     h.headers().iter().map(|(n, v)| format!("{n}: {}", v.to_str().unwrap())).collect();
                 (h.status().as_u16(), fields)

@@ -38,6 +38,7 @@ pub mod via;
 pub use cookies::{cookie_line, join_cookies};
 pub use host::valid_host;
 pub use nominated::Nominated;
+pub use parsed::digits;
 pub use quoted::push_quoted;
 pub use stamp::{Field, Stamp};
 pub use via::Via;
@@ -438,9 +439,14 @@ pub fn add_forwarding(
         (false, true) => {
             headers.insert(X_FORWARDED_PROTO, proto);
         }
-        (true, true) => {}
+        // From a trusted proxy, one line: the last, the one it added
+        // after any its client sent (an upstream reading the first would
+        // read the client's).
+        (true, true) => last_line_only(headers, X_FORWARDED_PROTO),
     }
-    if !(trusted && xfh) {
+    if trusted && xfh {
+        last_line_only(headers, X_FORWARDED_HOST);
+    } else {
         match original_host {
             Some(host) if !xfh => stamp.add(Field::ForwardedHost, host.clone()),
             Some(host) => {
@@ -468,6 +474,15 @@ pub fn add_forwarding(
         stamp.add(Field::Via, via_entry.entry(version).clone());
     }
     false
+}
+
+/// Keeps only the last line of `name` (a single-valued field).
+fn last_line_only(headers: &mut HeaderMap, name: HeaderName) {
+    let mut lines = headers.get_all(&name).iter();
+    if let (Some(_), Some(last)) = (lines.next(), lines.next_back()) {
+        let last = last.clone();
+        headers.insert(name, last);
+    }
 }
 
 /// This hop's `Forwarded` element: `for=...;proto=http;host=...`, quoted as
@@ -500,15 +515,3 @@ fn forwarded_element(client_ip: &HeaderValue, host: Option<&HeaderValue>, https:
 
 #[cfg(test)]
 mod tests;
-
-/// A decimal number of ASCII digits only (no sign, no space, no list), as a
-/// `Content-Length` is read on both HTTP/1 connections.
-pub fn digits(bytes: &[u8]) -> Option<u64> {
-    if bytes.is_empty() {
-        return None;
-    }
-    bytes.iter().try_fold(0u64, |n, &b| match b {
-        b'0'..=b'9' => n.checked_mul(10)?.checked_add(u64::from(b - b'0')),
-        _ => None,
-    })
-}

@@ -107,6 +107,18 @@ fn known(raw: &[u8]) -> Option<HeaderName> {
     }
 }
 
+/// A decimal number of ASCII digits only (no sign, no space, no list), as a
+/// `Content-Length` is read on both HTTP/1 connections.
+pub fn digits(bytes: &[u8]) -> Option<u64> {
+    if bytes.is_empty() {
+        return None;
+    }
+    bytes.iter().try_fold(0u64, |n, &b| match b {
+        b'0'..=b'9' => n.checked_mul(10)?.checked_add(u64::from(b - b'0')),
+        _ => None,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -258,6 +258,20 @@ fn forwarding_headers_append_and_set() {
             false,
             [Some("1.1.1.1, 10.0.0.1"), Some("http"), Some("h"), None, Some("1.0 edge, 1.1 gateway")],
         ),
+        // Trusted, each sent on two lines: the last line of each, the one
+        // the trusted proxy added after what its client sent, and one line.
+        (
+            &[
+                ("x-forwarded-proto", "http"),
+                ("x-forwarded-host", "spoofed.example"),
+                ("x-forwarded-proto", "https"),
+                ("x-forwarded-host", "public.example"),
+            ],
+            Some("app"),
+            Version::HTTP_11,
+            true,
+            [Some("10.0.0.1"), Some("https"), Some("public.example"), None, Some("1.1 gateway")],
+        ),
         // Trusted, but nothing to keep: this hop's own values.
         (
             &[],

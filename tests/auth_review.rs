@@ -498,3 +498,23 @@ async fn a_jwks_url_is_logged_redacted() {
     let leaked: Vec<&String> = lines.iter().filter(|l| l.contains("S3CRET")).collect();
     assert!(leaked.is_empty(), "{leaked:?}");
 }
+
+/// An HTTP/1.1 client's two `Cookie` lines (RFC 6265 says a user agent
+/// sends one) reach the forward auth service and the upstream as one line
+/// joined with `; `, as an HTTP/2 client's crumbs do, empty lines left out:
+/// a parser that reads one line reads them all. Before, both got the lines
+/// apart.
+#[tokio::test]
+async fn http1_cookie_lines_reach_the_auth_service_and_the_upstream_joined() {
+    let (up, seen) = recording().await;
+    let (auth, asked) = allowing_auth_service().await;
+    let fwd = format!("auth = {{ forward = {{ url = \"http://{}/v\", response_headers = [\"x-user\"] }} }}", auth.addr);
+    let gw = TestGateway::from_toml(&route(up.addr, "h1lines", &fwd)).await;
+    let (parts, _) =
+        get_with(&gw.url("/h1lines/x"), &[("cookie", "a=1"), ("cookie", " "), ("cookie", "session=s; b=2")]).await;
+    assert_eq!(parts.status, 200);
+    let cookies =
+        |h: &HeaderMap| h.get_all("cookie").iter().map(|v| v.to_str().unwrap().to_owned()).collect::<Vec<_>>();
+    assert_eq!(cookies(&asked.lock().unwrap()[0]), ["a=1; session=s; b=2"], "the auth service");
+    assert_eq!(cookies(&seen.lock().unwrap()[0]), ["a=1; session=s; b=2"], "the upstream");
+}

@@ -152,11 +152,9 @@ impl Forward {
                 headers.append(name.clone(), value.clone());
             }
         }
-        // HTTP/2 cookie crumbs are joined as for the upstream (RFC 9113
-        // §8.2.3), so that the service sees the header the upstream gets.
-        if req.version() == http::Version::HTTP_2 {
-            crate::headers::join_cookies(headers);
-        }
+        // Cookie lines (HTTP/2 crumbs, HTTP/1 lines) are joined as for the
+        // upstream, so that the service sees the header the upstream gets.
+        crate::headers::join_cookies(headers);
         if let Ok(method) = HeaderValue::from_str(req.method().as_str()) {
             headers.insert(X_FORWARDED_METHOD, method);
         }

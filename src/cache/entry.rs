@@ -89,7 +89,7 @@ pub(super) fn vary_of(
             if crate::headers::not_as_sent(&name, &nominated) {
                 return None;
             }
-            let value = rules::vary_value(&head.headers, head.version, &name);
+            let value = rules::vary_value(&head.headers, &name);
             Some((name, value))
         })
         .collect()

@@ -151,7 +151,7 @@ impl RouteCache {
             self.metrics.bypass.increment(1);
             return Looked::Go(req, Miss::Direct(Status::fwd("bypass")));
         }
-        let entry = self.store.get(&key, req.headers(), req.version());
+        let entry = self.store.get(&key, req.headers());
         let age = entry.as_ref().map(|e| e.age(SystemTime::now())).unwrap_or_default();
         // The client's max-age: an older entry is revalidated (§5.2.1.1).
         if max_age.is_some_and(|max| age > Duration::from_secs(max)) {
@@ -243,7 +243,7 @@ impl RouteCache {
             Filled::Streaming => rx.wait_for(|f| *f != Filled::Streaming).await.map_or(Filled::NotShared, |f| *f),
             other => other,
         };
-        let entry = self.store.get(&key, req.headers(), req.version());
+        let entry = self.store.get(&key, req.headers());
         let now = SystemTime::now();
         if filled == Filled::Stored
             && let Some(e) = &entry

@@ -18,7 +18,7 @@ use std::borrow::Cow;
 use std::time::{Duration, SystemTime};
 
 use http::header::{self, HeaderMap, HeaderName};
-use http::{Method, StatusCode, Version};
+use http::{Method, StatusCode};
 
 use crate::headers::cookie_line;
 
@@ -299,14 +299,14 @@ const SINGLETONS: [HeaderName; 13] = [
 /// A request header's value as a `Vary` key compares it (RFC 9111 §4.1):
 /// a list field's members from all its lines (RFC 9110 §5.3), trimmed,
 /// empty ones dropped, whitespace inside them kept; `Cookie` as the
-/// upstream gets it (an HTTP/2 request's crumbs joined with `"; "`, an
-/// HTTP/1 request's lines apart, as they go on); a field that is no list
-/// as sent, each line apart.
-pub fn vary_value(request: &HeaderMap, version: Version, name: &HeaderName) -> Option<String> {
+/// upstream gets it (its lines, an HTTP/2 request's crumbs or an HTTP/1
+/// request's, joined with `"; "`); a field that is no list as sent, each
+/// line apart.
+pub fn vary_value(request: &HeaderMap, name: &HeaderName) -> Option<String> {
     let mut lines = request.get_all(name).iter().peekable();
     lines.peek()?;
     let joined: Cow<'_, [u8]> = match name {
-        n if *n == header::COOKIE && version == Version::HTTP_2 => cookie_line(request)?,
+        n if *n == header::COOKIE => cookie_line(request)?,
         // A line break, which no field value holds, keeps two lines apart
         // from one line holding both.
         _ => Cow::Owned(lines.map(|v| v.as_bytes()).collect::<Vec<_>>().join(&b'\n')),

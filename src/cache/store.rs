@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use http::{HeaderMap, StatusCode, Version};
+use http::{HeaderMap, StatusCode};
 use metrics::{Counter, Gauge};
 use moka::notification::RemovalCause;
 use tokio::sync::watch;
@@ -89,14 +89,14 @@ impl Entry {
     }
 
     /// Whether it answers a request with `headers` (its `Vary` matches).
-    pub fn matches(&self, headers: &HeaderMap, version: Version) -> bool {
+    pub fn matches(&self, headers: &HeaderMap) -> bool {
         if self.vary.is_empty() {
             return true;
         }
         let nominated = Nominated::of(headers);
         self.vary
             .iter()
-            .all(|(name, value)| rules::vary_value(headers, version, name) == *value && !not_as_sent(name, &nominated))
+            .all(|(name, value)| rules::vary_value(headers, name) == *value && !not_as_sent(name, &nominated))
     }
 
     /// Bytes it holds, as the store weighs it: its head, the request
@@ -256,9 +256,9 @@ impl Store {
     }
 
     /// The variant stored for `key` that answers a request with `headers`.
-    pub fn get(&self, key: &str, headers: &HeaderMap, version: Version) -> Option<Arc<Entry>> {
+    pub fn get(&self, key: &str, headers: &HeaderMap) -> Option<Arc<Entry>> {
         let variants = self.cache.get(key)?;
-        variants.0.iter().find(|e| e.matches(headers, version)).cloned()
+        variants.0.iter().find(|e| e.matches(headers)).cloned()
     }
 
     /// Stores `entry` for `key`, replacing the variant with the same `Vary` values.

@@ -4,7 +4,7 @@
 
 use std::borrow::Cow;
 
-use http::{HeaderMap, HeaderName, HeaderValue, Request, Version, header};
+use http::{HeaderMap, HeaderName, HeaderValue, Request, header};
 
 use crate::headers::{cookie_line, same_cgi_name};
 
@@ -12,8 +12,8 @@ use crate::headers::{cookie_line, same_cgi_name};
 /// (see [`header_key`]). Three headers are read as the gateway reads them:
 /// - `Authorization` and `Proxy-Authorization`: the credential as `auth`
 ///   reads it (see [`credential`]);
-/// - `Cookie` from an HTTP/2 client: its crumbs joined with `"; "`
-///   (RFC 9113 §8.2.3), as the proxy path sends them on;
+/// - `Cookie`: its lines (an HTTP/2 client's crumbs, an HTTP/1 client's
+///   lines) joined with `"; "`, as the proxy path sends them on;
 /// - `Host`: the one the proxy path sends on (HTTP/2's `:authority`
 ///   without a `Host`), in lower case, as host names are.
 pub(super) fn header_value<'r, B>(req: &'r Request<B>, name: &HeaderName) -> Option<Cow<'r, [u8]>> {
@@ -23,7 +23,7 @@ pub(super) fn header_value<'r, B>(req: &'r Request<B>, name: &HeaderName) -> Opt
         let host = host.or_else(|| req.uri().authority().map(|a| a.as_str().as_bytes()))?;
         return Some(lower_case(host));
     }
-    if *name == header::COOKIE && req.version() == Version::HTTP_2 {
+    if *name == header::COOKIE {
         return cookie_line(headers);
     }
     let value = header_key(headers, name)?.as_bytes();
@@ -93,6 +93,7 @@ pub(super) fn client_block(ip: std::net::IpAddr) -> std::net::IpAddr {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::Version;
 
     #[test]
     fn an_ipv6_client_is_its_64() {
@@ -158,7 +159,11 @@ mod tests {
         let one = request(Version::HTTP_2, "/", &[("cookie", "a=1; b=2; c=3")]);
         assert_eq!(header_value(&one, &cookie), header_value(&h2, &cookie), "one bucket, crumbs or not");
         let h1 = request(Version::HTTP_11, "/", &crumbs[..2]);
-        assert_eq!(header_value(&h1, &cookie), None, "two Cookie lines over HTTP/1 are not one value");
+        assert_eq!(
+            header_value(&h1, &cookie).unwrap(),
+            &b"a=1; b=2"[..],
+            "HTTP/1 lines are joined as the upstream gets them"
+        );
         let host = header::HOST;
         assert_eq!(header_value(&h2, &host).unwrap(), &b"example.com"[..], ":authority without a Host");
         let both = request(Version::HTTP_11, "/", &[("host", "API.example")]);

@@ -84,7 +84,10 @@ pub fn forward_headers(
     peer: &Peer,
     stamped: &mut Stamp,
 ) -> Result<(), GatewayError> {
-    if version == Version::HTTP_2 {
+    // Cookie lines joined, an HTTP/1 client's too: looked for only when
+    // some field is repeated (a count the map keeps), which most requests'
+    // are not.
+    if version == Version::HTTP_2 || headers.len() != headers.keys_len() {
         headers::join_cookies(headers);
     }
     let (via, trusted, tls) = (&target.via, peer.trusted, peer.tls);

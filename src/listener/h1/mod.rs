@@ -41,6 +41,9 @@
 //!   gateway's log (the decoder is the upstream client's), and a chunk-size
 //!   line past that decoder's bound (thousands of leading zeros) is a 400
 //!   where hyper's takes it.
+//! - A refused head's 400, 414 or 431 carries an `X-Request-Id` (the head's
+//!   own when it was read whole and may be kept, else one made here);
+//!   hyper's carries none.
 
 mod encode;
 mod guard;

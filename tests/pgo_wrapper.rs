@@ -1,0 +1,77 @@
+//! pgo/rustc-wrapper, which cargo runs each rustc through
+//! (.cargo/config.toml): an optimised build gets the profile, every other
+//! build runs rustc untouched. Driven here with a stand-in rustc that prints
+//! the arguments it was given and, asked `-vV`, an LLVM version.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A stand-in rustc of LLVM `major` in `dir`.
+fn fake_rustc(dir: &Path, major: u32) -> PathBuf {
+    let path = dir.join(format!("rustc-llvm{major}"));
+    let script = format!(
+        "#!/bin/sh\nif [ \"$1\" = -vV ]; then echo 'rustc 1.0.0'; echo 'LLVM version: {major}.1.0'; exit 0; fi\necho \"$@\"\n"
+    );
+    std::fs::write(&path, script).unwrap();
+    Command::new("chmod").arg("+x").arg(&path).status().unwrap();
+    path
+}
+
+/// What the stand-in was run with, through the wrapper.
+fn run(rustc: &Path, args: &[&str], pgo: Option<&str>) -> String {
+    let mut cmd = Command::new(repo().join("pgo/rustc-wrapper"));
+    cmd.arg(rustc).args(args).env_remove("GATEWAY_PGO");
+    if let Some(v) = pgo {
+        cmd.env("GATEWAY_PGO", v);
+    }
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+#[test]
+fn only_an_optimised_build_by_a_new_enough_llvm_gets_the_profile() {
+    let dir = tempfile::tempdir().unwrap();
+    let want: u32 = std::fs::read_to_string(repo().join("pgo/llvm-major")).unwrap().trim().parse().unwrap();
+    assert!(repo().join("pgo/gateway.profdata").is_file(), "the profile is checked in");
+    let (same, newer, older) =
+        (fake_rustc(dir.path(), want), fake_rustc(dir.path(), want + 1), fake_rustc(dir.path(), want - 1));
+    let profile = format!("-Cprofile-use={}", repo().join("pgo/gateway.profdata").canonicalize().unwrap().display());
+    let release = ["--crate-name", "gateway", "-C", "opt-level=3", "-C", "lto"];
+    // (rustc, its arguments, GATEWAY_PGO, whether the profile is added)
+    let cases: &[(&Path, &[&str], Option<&str>, bool)] = &[
+        (&same, &release, None, true),
+        (&newer, &release, None, true),
+        (&same, &release, Some("on"), true),
+        // Warnings of a stale profile shown.
+        (&same, &release, Some("warn"), true),
+        (&same, &["--crate-name", "gateway", "-C", "opt-level=3"], None, true),
+        // An older LLVM could not read the profile.
+        (&older, &release, None, false),
+        (&same, &release, Some("off"), false),
+        // Debug builds and tests, build scripts.
+        (&same, &["--crate-name", "gateway", "-C", "debuginfo=2"], None, false),
+        (&same, &["--crate-name", "build_script_build", "-C", "opt-level=0"], None, false),
+        // Builds that instrument: a profile's own training, fuzzing.
+        (&same, &["-C", "opt-level=3", "-Cprofile-generate=/tmp/x"], None, false),
+        (&same, &["-C", "opt-level=3", "-Cpasses=sancov-module"], None, false),
+        (&same, &["-C", "opt-level=3", "-Cinstrument-coverage"], None, false),
+    ];
+    for (rustc, args, pgo, added) in cases {
+        let got = run(rustc, args, *pgo);
+        let mut expected = args.join(" ");
+        if *added {
+            expected = format!("{expected} {profile}");
+            if *pgo != Some("warn") {
+                expected.push_str(" -Cllvm-args=-no-pgo-warn-mismatch");
+            }
+        }
+        assert_eq!(got, expected, "{} {args:?} GATEWAY_PGO={pgo:?}", rustc.display());
+    }
+    // Probes pass through: cargo asks rustc for its version through it.
+    assert!(run(&same, &["-vV"], None).ends_with(&format!("LLVM version: {want}.1.0")));
+}

@@ -72,11 +72,20 @@ impl Sticky {
 }
 
 /// The value of a cookie pair (`NAME=VALUE`, spaces around either
-/// trimmed) if it is named `name`.
+/// trimmed, a quoted value without its quotes, RFC 6265 §4.1.1) if it is
+/// named `name`; a bare `NAME` is that name with an empty value, as
+/// upstreams' parsers read it (Go's `sid` is `sid=""`).
 fn value_of<'p>(pair: &'p [u8], name: &str) -> Option<&'p [u8]> {
     let pair = pair.trim_ascii();
-    let eq = pair.iter().position(|&b| b == b'=')?;
-    (pair[..eq].trim_ascii() == name.as_bytes()).then(|| pair[eq + 1..].trim_ascii())
+    let (named, value) = match pair.iter().position(|&b| b == b'=') {
+        Some(eq) => (pair[..eq].trim_ascii(), pair[eq + 1..].trim_ascii()),
+        None => (pair, &pair[pair.len()..]),
+    };
+    let value = match value {
+        [b'"', inner @ .., b'"'] => inner,
+        _ => value,
+    };
+    (named == name.as_bytes()).then_some(value)
 }
 
 fn is_cookie_name(name: &str) -> bool {
@@ -308,6 +317,13 @@ mod tests {
             ("sid=", None),
             ("sid=; sid=abc", Some(b"abc")),
             ("a=sid", None),
+            // A bare name and a quoted empty value are empty values (a Go
+            // upstream reads both as `sid=""`); quotes are not the value.
+            ("sid", None),
+            ("sid; sid=abc", Some(b"abc")),
+            ("sid=\"\"; sid=abc", Some(b"abc")),
+            ("sid=\"abc\"", Some(b"abc")),
+            ("sid=\"", Some(b"\"")),
         ];
         for (cookie, want) in cases {
             assert_eq!(s.key(&keyed("cookie", cookie)), *want, "{cookie}");
@@ -332,9 +348,9 @@ mod tests {
                 "; Path=/; HttpOnly; SameSite=Lax; Max-Age=3600",
             ),
             (
-                &["sidx=; a=sid; sid"],
+                &["sidx=; a=sid; sid", "sid=\"\""],
                 false,
-                Some("sidx=; a=sid; sid; sid=K"),
+                Some("sidx=; a=sid; sid=K"),
                 "; Path=/; HttpOnly; SameSite=Lax; Max-Age=3600",
             ),
             // Has one: chosen by it, nothing set.
@@ -383,7 +399,8 @@ mod tests {
             (&["sid=abc; sid=def"], &["sid=abc"]),
             (&["a=1; sid=; b=2; sid = abc ; c=3"], &["a=1; b=2; sid = abc; c=3"]),
             (&["sid=", "x=1", "sid=abc; y=2", "sid=zzz"], &["x=1", "sid=abc; y=2"]),
-            (&["sidx=1; sid", "sid=abc"], &["sidx=1; sid", "sid=abc"]),
+            (&["sidx=1; sid", "sid=abc"], &["sidx=1", "sid=abc"]),
+            (&["sid=\"\"; a=1", "sid=\"abc\""], &["a=1", "sid=\"abc\""]),
         ];
         for set in [false, true] {
             let mut s = split(&[("v1", 1), ("v2", 1)], Some(Sticky::Cookie("sid".into())));

@@ -245,8 +245,15 @@ def build_gateway(skip):
         # gateway's, it would switch on the dev-dependencies' features
         # (tokio's test-util) for the gateway built beside it.
         floor = ["cargo", "build", "--release", "--manifest-path", "benches/floor/Cargo.toml", "--target-dir"]
-        run_checked([*floor, TARGET / "floor"], cwd=ROOT)
+        run_checked([*floor, TARGET / "floor"], cwd=ROOT, env=WITHOUT_PROFILE)
     return None if GATEWAY_BIN.exists() else f"{GATEWAY_BIN} not found"
+
+
+# The floor and the Cargo peers are built under this repository's
+# .cargo/config.toml, whose rustc wrapper would give their dependencies
+# (tokio, hyper, ...) the gateway's profile (benches/README.md,
+# "Profile-guided build"): a peer is built as its own project would be.
+WITHOUT_PROFILE = {**os.environ, "GATEWAY_PGO": "off"}
 
 
 def build_cargo_peers(names, skip):
@@ -262,7 +269,7 @@ def build_cargo_peers(names, skip):
             log(f"cargo not found: {peer.what} is not built; build it with `{shlex.join(peer.command)}`")
             continue
         try:
-            run_checked([cargo, *peer.command[1:]], cwd=ROOT)
+            run_checked([cargo, *peer.command[1:]], cwd=ROOT, env=WITHOUT_PROFILE)
         except subprocess.CalledProcessError as err:
             peer.problem = f"`{shlex.join(peer.command)}` failed ({err.returncode})"
             log(f"{peer.what} is not built: {peer.problem}")

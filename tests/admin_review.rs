@@ -218,13 +218,8 @@ async fn a_redirect_location_is_shown_redacted() {
     let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(v[0]["target"], "redirect 302 https://user:<redacted>@example.com/{path}?token=<redacted>&v=1", "{v}");
     assert_eq!(v[1]["target"], "redirect 301 /new?key=<redacted>", "{v}");
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("gw.toml");
-    std::fs::write(&path, toml).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gateway")).args(["check", "--config"]).arg(&path).output();
-    let out = out.unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success() && stdout.contains("https://user:<redacted>@example.com"), "{stdout}");
+    let (ok, stdout) = check(toml);
+    assert!(ok && stdout.contains("https://user:<redacted>@example.com"), "{stdout}");
     for secret in ["REDIRPW", "REDIRTOK", "REDIRKEY"] {
         assert!(!stdout.contains(secret), "{secret} shown: {stdout}");
     }
@@ -305,13 +300,8 @@ async fn config_redacts_secret_named_conditions_of_every_form() {
 /// `header authorization ~ "(Bearer|Basic) SECRET14"` and the literals.
 #[test]
 fn check_redacts_secret_named_conditions() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("gw.toml");
-    std::fs::write(&path, CONDITIONS).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gateway")).args(["check", "--config"]).arg(&path).output();
-    let out = out.unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}");
+    let (ok, stdout) = check(CONDITIONS);
+    assert!(ok, "{stdout}");
     for secret in CONDITION_SECRETS {
         assert!(!stdout.contains(secret), "{secret} shown: {stdout}");
     }
@@ -358,4 +348,15 @@ fn a_refused_pattern_under_a_secret_name_is_not_shown() {
     let out = out.unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && stderr.contains("unclosed group") && !stderr.contains("SECRETPAT"), "{stderr}");
+}
+
+/// `gateway check` on a config of `toml`: whether it passed, and what it
+/// printed.
+fn check(toml: &str) -> (bool, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gw.toml");
+    std::fs::write(&path, toml).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gateway")).args(["check", "--config"]).arg(&path).output();
+    let out = out.unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned())
 }

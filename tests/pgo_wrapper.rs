@@ -3,6 +3,7 @@
 //! build runs rustc untouched. Driven here with a stand-in rustc that prints
 //! the arguments it was given and, asked `-vV`, an LLVM version.
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -17,7 +18,7 @@ fn fake_rustc(dir: &Path, major: u32) -> PathBuf {
         "#!/bin/sh\nif [ \"$1\" = -vV ]; then echo 'rustc 1.0.0'; echo 'LLVM version: {major}.1.0'; exit 0; fi\necho \"$@\"\n"
     );
     std::fs::write(&path, script).unwrap();
-    Command::new("chmod").arg("+x").arg(&path).status().unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
     path
 }
 

@@ -42,7 +42,7 @@ async fn gateway(idle: &str) -> TestGateway {
 
 #[tokio::test]
 async fn a_parked_connection_serves_its_next_requests() {
-    let _one = SERIAL.lock().await;
+    let _one = common::parked::one_at_a_time(&SERIAL).await;
     let gw = gateway("10s").await;
     let base = parked(&gw).await;
     let mut s = TcpStream::connect(gw.addr).await.unwrap();
@@ -71,7 +71,7 @@ async fn a_parked_connection_serves_its_next_requests() {
 
 #[tokio::test]
 async fn a_parked_connection_closes_at_its_idle_timeout() {
-    let _one = SERIAL.lock().await;
+    let _one = common::parked::one_at_a_time(&SERIAL).await;
     let gw = gateway("2s").await;
     let base = parked(&gw).await;
     let mut s = TcpStream::connect(gw.addr).await.unwrap();
@@ -88,7 +88,7 @@ async fn a_parked_connection_closes_at_its_idle_timeout() {
 /// `park_after = "0s"`: none parks.
 #[tokio::test]
 async fn park_after_zero_parks_none() {
-    let _one = SERIAL.lock().await;
+    let _one = common::parked::one_at_a_time(&SERIAL).await;
     let (up, _) = counting_upstream().await;
     let gw = TestGateway::from_toml(&proxy_toml(up.addr, "p", "", "park_after = \"0s\"")).await;
     let base = parked(&gw).await;
@@ -101,7 +101,7 @@ async fn park_after_zero_parks_none() {
 
 #[tokio::test]
 async fn a_shutdown_closes_parked_connections_at_once() {
-    let _one = SERIAL.lock().await;
+    let _one = common::parked::one_at_a_time(&SERIAL).await;
     let mut gw = gateway("30s").await;
     let base = parked(&gw).await;
     let mut conns = Vec::new();
@@ -137,7 +137,7 @@ async fn parked_become(gw: &TestGateway, base: f64, n: f64) {
 /// at its idle timeout, and neither closes before its own.
 #[tokio::test]
 async fn a_connection_parked_behind_one_that_woke_closes_at_its_idle_timeout() {
-    let _one = SERIAL.lock().await;
+    let _one = common::parked::one_at_a_time(&SERIAL).await;
     let gw = gateway("2s").await;
     let base = parked(&gw).await;
     let mut first = TcpStream::connect(gw.addr).await.unwrap();
@@ -164,7 +164,7 @@ async fn a_connection_parked_behind_one_that_woke_closes_at_its_idle_timeout() {
 /// again: it still parks after each answer.
 #[tokio::test]
 async fn a_connection_busy_across_looks_parks_after_its_answer() {
-    let _one = SERIAL.lock().await;
+    let _one = common::parked::one_at_a_time(&SERIAL).await;
     let up = TestUpstream::start(|_req: http::Request<hyper::body::Incoming>| async {
         tokio::time::sleep(Duration::from_millis(500)).await;
         http::Response::new(full("ok"))

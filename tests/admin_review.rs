@@ -341,22 +341,22 @@ fn a_refused_pattern_under_a_secret_name_is_not_shown() {
         gateway::config::load(&source).unwrap_err().to_string().contains("\"(v1\""),
         "a pattern of no secret is named"
     );
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("gw.toml");
-    std::fs::write(&path, &cases[0].0).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gateway")).args(["check", "--config"]).arg(&path).output();
-    let out = out.unwrap();
+    let out = check_output(&cases[0].0);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && stderr.contains("unclosed group") && !stderr.contains("SECRETPAT"), "{stderr}");
 }
 
 /// `gateway check` on a config of `toml`: whether it passed, and what it
-/// printed.
+/// printed to stdout.
 fn check(toml: &str) -> (bool, String) {
+    let out = check_output(toml);
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// `gateway check` on a config of `toml`, run to its end.
+fn check_output(toml: &str) -> std::process::Output {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("gw.toml");
     std::fs::write(&path, toml).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gateway")).args(["check", "--config"]).arg(&path).output();
-    let out = out.unwrap();
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned())
+    std::process::Command::new(env!("CARGO_BIN_EXE_gateway")).args(["check", "--config"]).arg(&path).output().unwrap()
 }

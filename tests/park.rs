@@ -14,9 +14,6 @@ use common::{
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-/// The tests read one process-wide gauge: one at a time.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
 const GET: &[u8] = b"GET /p HTTP/1.1\r\nHost: x\r\n\r\n";
 
 async fn parked(gw: &TestGateway) -> f64 {
@@ -42,7 +39,7 @@ async fn gateway(idle: &str) -> TestGateway {
 
 #[tokio::test]
 async fn a_parked_connection_serves_its_next_requests() {
-    let _one = common::parked::one_at_a_time(&SERIAL).await;
+    let _one = common::parked::one_at_a_time().await;
     let gw = gateway("10s").await;
     let base = parked(&gw).await;
     let mut s = TcpStream::connect(gw.addr).await.unwrap();
@@ -71,7 +68,7 @@ async fn a_parked_connection_serves_its_next_requests() {
 
 #[tokio::test]
 async fn a_parked_connection_closes_at_its_idle_timeout() {
-    let _one = common::parked::one_at_a_time(&SERIAL).await;
+    let _one = common::parked::one_at_a_time().await;
     let gw = gateway("2s").await;
     let base = parked(&gw).await;
     let mut s = TcpStream::connect(gw.addr).await.unwrap();
@@ -88,7 +85,7 @@ async fn a_parked_connection_closes_at_its_idle_timeout() {
 /// `park_after = "0s"`: none parks.
 #[tokio::test]
 async fn park_after_zero_parks_none() {
-    let _one = common::parked::one_at_a_time(&SERIAL).await;
+    let _one = common::parked::one_at_a_time().await;
     let (up, _) = counting_upstream().await;
     let gw = TestGateway::from_toml(&proxy_toml(up.addr, "p", "", "park_after = \"0s\"")).await;
     let base = parked(&gw).await;
@@ -101,7 +98,7 @@ async fn park_after_zero_parks_none() {
 
 #[tokio::test]
 async fn a_shutdown_closes_parked_connections_at_once() {
-    let _one = common::parked::one_at_a_time(&SERIAL).await;
+    let _one = common::parked::one_at_a_time().await;
     let mut gw = gateway("30s").await;
     let base = parked(&gw).await;
     let mut conns = Vec::new();
@@ -137,7 +134,7 @@ async fn parked_become(gw: &TestGateway, base: f64, n: f64) {
 /// at its idle timeout, and neither closes before its own.
 #[tokio::test]
 async fn a_connection_parked_behind_one_that_woke_closes_at_its_idle_timeout() {
-    let _one = common::parked::one_at_a_time(&SERIAL).await;
+    let _one = common::parked::one_at_a_time().await;
     let gw = gateway("2s").await;
     let base = parked(&gw).await;
     let mut first = TcpStream::connect(gw.addr).await.unwrap();
@@ -164,7 +161,7 @@ async fn a_connection_parked_behind_one_that_woke_closes_at_its_idle_timeout() {
 /// again: it still parks after each answer.
 #[tokio::test]
 async fn a_connection_busy_across_looks_parks_after_its_answer() {
-    let _one = common::parked::one_at_a_time(&SERIAL).await;
+    let _one = common::parked::one_at_a_time().await;
     let up = TestUpstream::start(|_req: http::Request<hyper::body::Incoming>| async {
         tokio::time::sleep(Duration::from_millis(500)).await;
         http::Response::new(full("ok"))

@@ -28,9 +28,6 @@ use tokio::net::TcpStream;
 #[global_allocator]
 static ALLOC: Counting = Counting;
 
-/// The tests read one process-wide gauge and one heap: one at a time.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
 /// The time between two looks of the listener at `park_after = "20ms"`.
 const LOOK: Duration = Duration::from_millis(10);
 
@@ -123,7 +120,7 @@ const GET: &[u8] = b"GET /alive HTTP/1.1\r\nHost: x\r\n\r\n";
 /// round after round; closed, the gauge comes back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_busy_across_looks_park_again_after_each_answer() {
-    let _one = common::parked::one_at_a_time(&SERIAL).await;
+    let _one = common::parked::one_at_a_time().await;
     const N: usize = 8;
     let gw = gateway("idle_timeout = \"10s\"").await;
     let base = parked();
@@ -159,7 +156,7 @@ async fn connections_busy_across_looks_park_again_after_each_answer() {
 /// awaited: busy across the looks throughout, then parked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pipelined_requests_across_looks_then_parked() {
-    let _one = common::parked::one_at_a_time(&SERIAL).await;
+    let _one = common::parked::one_at_a_time().await;
     let gw = gateway("idle_timeout = \"10s\"").await;
     let base = parked();
     let mut s = TcpStream::connect(gw.addr).await.unwrap();
@@ -195,7 +192,7 @@ async fn trickle(s: &mut TcpStream, bytes: &[u8]) {
 /// looks later): none parks meanwhile, each parks after its answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bodies_trickling_in_and_expect_continue_across_looks_then_parked() {
-    let _one = common::parked::one_at_a_time(&SERIAL).await;
+    let _one = common::parked::one_at_a_time().await;
     let gw = gateway("idle_timeout = \"10s\"").await;
     let base = parked();
     let conns = on_each(connect(&gw, 3).await, |i, mut s| async move {
@@ -247,7 +244,7 @@ async fn bodies_trickling_in_and_expect_continue_across_looks_then_parked() {
 /// still parks after each round.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_that_end_busy_leave_the_others_parking() {
-    let _one = common::parked::one_at_a_time(&SERIAL).await;
+    let _one = common::parked::one_at_a_time().await;
     let gw = gateway("idle_timeout = \"10s\"").await;
     let base = parked();
     let mut kept = TcpStream::connect(gw.addr).await.unwrap();
@@ -290,7 +287,7 @@ async fn connections_that_end_busy_leave_the_others_parking() {
 /// parks again at the end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_arriving_as_connections_are_asked_to_park() {
-    let _one = common::parked::one_at_a_time(&SERIAL).await;
+    let _one = common::parked::one_at_a_time().await;
     const N: usize = 20;
     let gw = gateway("idle_timeout = \"10s\"").await;
     let base = parked();
@@ -314,7 +311,7 @@ async fn requests_arriving_as_connections_are_asked_to_park() {
 /// the tunnel is closed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tunnel_across_looks_is_never_parked() {
-    let _one = common::parked::one_at_a_time(&SERIAL).await;
+    let _one = common::parked::one_at_a_time().await;
     let gw = gateway("idle_timeout = \"10s\"").await;
     let base = parked();
     let mut beside = TcpStream::connect(gw.addr).await.unwrap();
@@ -344,7 +341,7 @@ async fn a_tunnel_across_looks_is_never_parked() {
 /// gateway's task ends.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shutdown_with_connections_busy_across_looks() {
-    let _one = common::parked::one_at_a_time(&SERIAL).await;
+    let _one = common::parked::one_at_a_time().await;
     let mut gw = gateway("idle_timeout = \"10s\"\nshutdown_timeout = \"5s\"").await;
     let base = parked();
     let mut parked_ones = on_each(connect(&gw, 3).await, |_, mut s| async move {
@@ -401,7 +398,7 @@ async fn heap_growth(gw: &TestGateway, n: usize) -> (isize, TcpStream) {
 /// 8 bytes each, 48 KB of list for these).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thousands_of_idle_waits_list_a_connection_once() {
-    let _one = common::parked::one_at_a_time(&SERIAL).await;
+    let _one = common::parked::one_at_a_time().await;
     const N: usize = 6000;
     let never = TestGateway::from_toml(&proxy_toml(common::refused_addr().await, "p", "", "park_after = \"0s\"")).await;
     let (without, _) = heap_growth(&never, N).await;

@@ -15,9 +15,6 @@ use common::{TestGateway, bounded, closed_within, metrics_text, read_for, read_r
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-/// The tests read process-wide gauges: one at a time.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
 const GET: &[u8] = b"GET /p HTTP/1.1\r\nHost: x\r\n\r\n";
 
 /// A gateway with one route `/p` to an upstream that answers `ok` (or
@@ -117,7 +114,7 @@ async fn parked_conn(gw: &TestGateway, base: f64) -> TcpStream {
 
 #[tokio::test]
 async fn a_byte_then_a_stall_on_a_parked_connection_is_cut_at_the_header_read_timeout() {
-    let _one = common::parked::one_at_a_time(&SERIAL).await;
+    let _one = common::parked::one_at_a_time().await;
     let gw = gateway("header_read_timeout = \"1s\"\nidle_timeout = \"6s\"").await;
     let base = parked(&gw).await;
     let mut s = parked_conn(&gw, base).await;
@@ -132,7 +129,7 @@ async fn a_byte_then_a_stall_on_a_parked_connection_is_cut_at_the_header_read_ti
 
 #[tokio::test]
 async fn a_parked_connection_wakes_to_a_pipelined_burst_and_a_split_body() {
-    let _one = common::parked::one_at_a_time(&SERIAL).await;
+    let _one = common::parked::one_at_a_time().await;
     let gw = gateway("idle_timeout = \"2s\"").await;
     let base = parked(&gw).await;
     let mut s = parked_conn(&gw, base).await;
@@ -150,7 +147,7 @@ async fn a_parked_connection_wakes_to_a_pipelined_burst_and_a_split_body() {
 
 #[tokio::test]
 async fn a_parked_connection_wakes_to_an_expect_and_to_an_upgrade_whose_tunnel_never_parks() {
-    let _one = common::parked::one_at_a_time(&SERIAL).await;
+    let _one = common::parked::one_at_a_time().await;
     let gw = gateway("idle_timeout = \"2s\"").await;
     let base = parked(&gw).await;
     let mut s = parked_conn(&gw, base).await;
@@ -174,7 +171,7 @@ async fn a_parked_connection_wakes_to_an_expect_and_to_an_upgrade_whose_tunnel_n
 
 #[tokio::test]
 async fn a_half_close_or_a_reset_ends_a_parked_connection_and_frees_its_count() {
-    let _one = common::parked::one_at_a_time(&SERIAL).await;
+    let _one = common::parked::one_at_a_time().await;
     let gw = gateway("idle_timeout = \"10s\"").await;
     let base = parked(&gw).await;
     let active = gauge(&gw, "gateway_connections_active").await;
@@ -193,7 +190,7 @@ async fn a_half_close_or_a_reset_ends_a_parked_connection_and_frees_its_count() 
 
 #[tokio::test]
 async fn many_connections_park_and_wake_in_rounds_and_leave_nothing_behind() {
-    let _one = common::parked::one_at_a_time(&SERIAL).await;
+    let _one = common::parked::one_at_a_time().await;
     const CONNS: usize = 200;
     // Room for exactly the connections: a slot a parked or closed one kept
     // would leave one of them unserved.
@@ -227,7 +224,7 @@ async fn many_connections_park_and_wake_in_rounds_and_leave_nothing_behind() {
 
 #[tokio::test]
 async fn parked_connections_hold_their_slots_and_a_closed_one_frees_its_own() {
-    let _one = common::parked::one_at_a_time(&SERIAL).await;
+    let _one = common::parked::one_at_a_time().await;
     let gw = gateway("idle_timeout = \"5s\"\nmax_connections = 2").await;
     let base = parked(&gw).await;
     let first = parked_conn(&gw, base).await;
@@ -251,7 +248,7 @@ async fn parked_connections_hold_their_slots_and_a_closed_one_frees_its_own() {
 
 #[tokio::test]
 async fn a_shutdown_closes_parked_connections_at_once_and_serves_busy_and_begun_ones() {
-    let _one = common::parked::one_at_a_time(&SERIAL).await;
+    let _one = common::parked::one_at_a_time().await;
     let mut gw = gateway("idle_timeout = \"30s\"\nshutdown_timeout = \"8s\"").await;
     let base = parked(&gw).await;
     let mut parked_one = parked_conn(&gw, base).await;
@@ -274,7 +271,7 @@ async fn a_shutdown_closes_parked_connections_at_once_and_serves_busy_and_begun_
 
 #[tokio::test]
 async fn admin_and_http2_connections_never_park_and_keep_serving() {
-    let _one = common::parked::one_at_a_time(&SERIAL).await;
+    let _one = common::parked::one_at_a_time().await;
     let gw = gateway("idle_timeout = \"2s\"").await;
     let base = parked(&gw).await;
     let mut admin = TcpStream::connect(gw.admin.unwrap()).await.unwrap();
@@ -294,7 +291,7 @@ async fn admin_and_http2_connections_never_park_and_keep_serving() {
 
 #[tokio::test]
 async fn tls_connections_never_park_and_keep_serving() {
-    let _one = common::parked::one_at_a_time(&SERIAL).await;
+    let _one = common::parked::one_at_a_time().await;
     let pki = common::pki::Pki::new();
     pki.issue("server", &["localhost"], false);
     let (up, _) = common::counting_upstream().await;
@@ -339,7 +336,7 @@ async fn tls_served(tls: &mut tokio_rustls::client::TlsStream<TcpStream>) {
 /// at once have parked, every connection sends its next request.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_racing_the_ask_to_park_are_all_answered() {
-    let _one = common::parked::one_at_a_time(&SERIAL).await;
+    let _one = common::parked::one_at_a_time().await;
     let gw = gateway("idle_timeout = \"30s\"").await;
     let base = parked(&gw).await;
     let mut conns = served_many(&gw, 1000).await;
@@ -371,7 +368,7 @@ fn first_parked(base: f64) {
 /// connections asked at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_asked_to_park_as_a_shutdown_begins_close_at_once() {
-    let _one = common::parked::one_at_a_time(&SERIAL).await;
+    let _one = common::parked::one_at_a_time().await;
     for round in 0..3 {
         let mut gw = gateway("idle_timeout = \"30s\"\nshutdown_timeout = \"8s\"").await;
         let conns = served_many(&gw, 1000).await;

@@ -17,9 +17,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
 
-/// The tests read the process-wide parked gauge: one at a time.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
 const HINT: &[u8] = b"HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\n\r\n";
 
 /// An upstream that answers by the target: `hold` sends a 103 and its 200
@@ -167,7 +164,7 @@ async fn held_exchange(s: &mut TcpStream, path: &str, told: &Notify) {
 /// only once the client has read it), after a second park too.
 #[tokio::test]
 async fn early_hints_first_sent_after_a_park_go_out_before_the_answer() {
-    let _one = common::parked::one_at_a_time(&SERIAL).await;
+    let _one = common::parked::one_at_a_time().await;
     let told = Arc::new(Notify::new());
     let gw = gateway(upstream(told.clone()).await, "idle_timeout = \"5s\"").await;
     let base = parked(&gw).await;
@@ -186,7 +183,7 @@ async fn early_hints_first_sent_after_a_park_go_out_before_the_answer() {
 /// the next HTTP/1.1 request's.
 #[tokio::test]
 async fn early_hints_first_sent_to_an_http10_request_reach_no_later_answer() {
-    let _one = common::parked::one_at_a_time(&SERIAL).await;
+    let _one = common::parked::one_at_a_time().await;
     let gw = gateway(upstream(Arc::default()).await, "idle_timeout = \"5s\"").await;
     let base = parked(&gw).await;
     let mut s = TcpStream::connect(gw.addr).await.unwrap();
@@ -205,7 +202,7 @@ async fn early_hints_first_sent_to_an_http10_request_reach_no_later_answer() {
 /// answer.
 #[tokio::test]
 async fn a_flood_of_1xx_after_a_park_is_bounded_and_leaves_nothing_behind() {
-    let _one = common::parked::one_at_a_time(&SERIAL).await;
+    let _one = common::parked::one_at_a_time().await;
     let gw = gateway(upstream(Arc::default()).await, "idle_timeout = \"5s\"").await;
     let base = parked(&gw).await;
     let mut s = TcpStream::connect(gw.addr).await.unwrap();
@@ -225,7 +222,7 @@ async fn a_flood_of_1xx_after_a_park_is_bounded_and_leaves_nothing_behind() {
 /// answer; the hit that follows, after a park, sends none.
 #[tokio::test]
 async fn a_cache_fills_early_hints_go_out_before_its_answer_and_a_hit_sends_none() {
-    let _one = common::parked::one_at_a_time(&SERIAL).await;
+    let _one = common::parked::one_at_a_time().await;
     let told = Arc::new(Notify::new());
     let gw = gateway(upstream(told.clone()).await, "idle_timeout = \"5s\"").await;
     let base = parked(&gw).await;
@@ -242,7 +239,7 @@ async fn a_cache_fills_early_hints_go_out_before_its_answer_and_a_hit_sends_none
 /// upgrade still runs the tunnel.
 #[tokio::test]
 async fn an_upgrade_after_an_http10_request_and_a_park_runs_its_tunnel() {
-    let _one = common::parked::one_at_a_time(&SERIAL).await;
+    let _one = common::parked::one_at_a_time().await;
     let gw = gateway(upstream(Arc::default()).await, "idle_timeout = \"5s\"").await;
     let base = parked(&gw).await;
     let mut s = TcpStream::connect(gw.addr).await.unwrap();
@@ -263,7 +260,7 @@ async fn an_upgrade_after_an_http10_request_and_a_park_runs_its_tunnel() {
 /// whole body reaches the upstream; the connection parks again after.
 #[tokio::test]
 async fn an_expect_after_a_park_with_its_body_split_is_answered_whole() {
-    let _one = common::parked::one_at_a_time(&SERIAL).await;
+    let _one = common::parked::one_at_a_time().await;
     let gw = gateway(upstream(Arc::default()).await, "idle_timeout = \"5s\"").await;
     let base = parked(&gw).await;
     let mut s = TcpStream::connect(gw.addr).await.unwrap();
@@ -288,7 +285,7 @@ async fn an_expect_after_a_park_with_its_body_split_is_answered_whole() {
 /// and the gateway ends well before its shutdown timeout.
 #[tokio::test]
 async fn a_shutdown_with_parked_and_resumed_connections_ends_each_after_its_answer() {
-    let _one = common::parked::one_at_a_time(&SERIAL).await;
+    let _one = common::parked::one_at_a_time().await;
     const CONNS: usize = 40;
     let mut gw = gateway(upstream(Arc::default()).await, "idle_timeout = \"10s\"\nshutdown_timeout = \"8s\"").await;
     let base = parked(&gw).await;
@@ -332,7 +329,7 @@ async fn a_shutdown_with_parked_and_resumed_connections_ends_each_after_its_answ
 /// they close the gauges are back and every slot is free.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_with_a_queue_park_and_wake_in_rounds_and_leave_nothing_behind() {
-    let _one = common::parked::one_at_a_time(&SERIAL).await;
+    let _one = common::parked::one_at_a_time().await;
     const CONNS: usize = 150;
     let server = format!("idle_timeout = \"10s\"\nmax_connections = {CONNS}");
     let gw = gateway(upstream(Arc::default()).await, &server).await;
@@ -387,7 +384,7 @@ async fn connections_with_a_queue_park_and_wake_in_rounds_and_leave_nothing_behi
 /// listener's), its answer never sent.
 #[tokio::test]
 async fn a_resumed_connection_is_cut_at_the_shutdown_timeout() {
-    let _one = common::parked::one_at_a_time(&SERIAL).await;
+    let _one = common::parked::one_at_a_time().await;
     let mut gw = gateway(upstream(Arc::default()).await, "shutdown_timeout = \"200ms\"").await;
     let base = parked(&gw).await;
     let mut s = TcpStream::connect(gw.addr).await.unwrap();

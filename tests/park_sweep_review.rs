@@ -23,9 +23,6 @@ use tokio::net::TcpStream;
 #[global_allocator]
 static ALLOC: Counting = Counting;
 
-/// The tests read one process-wide gauge and one heap: one at a time.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
 /// Answered by the gateway itself (a `respond` route): no upstream pool.
 const GET: &[u8] = b"GET /alive HTTP/1.1\r\nHost: x\r\n\r\n";
 
@@ -131,7 +128,7 @@ async fn close_at_idle_timeout(conns: Vec<(TcpStream, Instant)>, idle: Duration,
 /// at their idle timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_parking_and_waking_in_rounds_park_again_every_round() {
-    let _one = common::parked::one_at_a_time(&SERIAL).await;
+    let _one = common::parked::one_at_a_time().await;
     const N: usize = 40;
     let idle = Duration::from_millis(700);
     let gw = gateway("idle_timeout = \"700ms\"").await;
@@ -164,7 +161,7 @@ async fn connections_parking_and_waking_in_rounds_park_again_every_round() {
 /// not much after.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn parked_connections_behind_hundreds_of_woken_cells_close_at_their_idle_timeout() {
-    let _one = common::parked::one_at_a_time(&SERIAL).await;
+    let _one = common::parked::one_at_a_time().await;
     const N: usize = 30;
     let idle = Duration::from_millis(2000);
     let gw = gateway("idle_timeout = \"2s\"").await;
@@ -200,7 +197,7 @@ async fn parked_connections_behind_hundreds_of_woken_cells_close_at_their_idle_t
 /// gauge comes back and the gateway's task ends.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shutdown_closes_parked_unlisted_and_just_woken_connections() {
-    let _one = common::parked::one_at_a_time(&SERIAL).await;
+    let _one = common::parked::one_at_a_time().await;
     let mut gw = gateway("idle_timeout = \"30s\"\nshutdown_timeout = \"10s\"").await;
     let base = parked();
     let mut long = streams(connected(&gw, 10).await);
@@ -235,7 +232,7 @@ async fn a_shutdown_closes_parked_unlisted_and_just_woken_connections() {
 /// more than that of them, whatever came before.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn woken_cells_after_a_burst_has_gone_do_not_pile_up_to_twice_the_burst() {
-    let _one = common::parked::one_at_a_time(&SERIAL).await;
+    let _one = common::parked::one_at_a_time().await;
     const BURST: usize = 400;
     const N: usize = 20;
     let gw = gateway("idle_timeout = \"5s\"").await;

@@ -23,21 +23,19 @@ pub async fn parked_become(want: f64, within: Duration) -> f64 {
     }
 }
 
-/// Waits up to 5 s for no connection to be parked in the process, before a
-/// test reads its base count: the last test's connections may still be
-/// parked when it lets go of its file's lock (its runtime, gateway and
-/// sockets are dropped after), and when they went the next test's gauge
-/// fell below its base (CI: a base of 9 fell to 1 after a test that left
-/// 200 connections parking). Not asserted: a test's own count is still
-/// taken from its base.
-async fn none_left() {
-    parked_become(0.0, Duration::from_secs(5)).await;
-}
+/// One test at a time of a file that reads the process's gauges (the
+/// parked count, the heap): each test binary has its own.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// A file's `lock`, taken once no connection is left parked (see
-/// [`none_left`]): the tests that read the process's gauge, one at a time.
-pub async fn one_at_a_time(lock: &'static tokio::sync::Mutex<()>) -> tokio::sync::MutexGuard<'static, ()> {
-    let one = lock.lock().await;
-    none_left().await;
+/// The file's one-at-a-time lock, taken once no connection is left parked
+/// in the process (waited for up to 5 s, not asserted: a test's own count
+/// is still taken from its base). The last test's connections may still be
+/// parked when it lets go of the lock (its runtime, gateway and sockets are
+/// dropped after), and when they went the next test's gauge fell below its
+/// base (CI: a base of 9 fell to 1 after a test that left 200 connections
+/// parking).
+pub async fn one_at_a_time() -> tokio::sync::MutexGuard<'static, ()> {
+    let one = SERIAL.lock().await;
+    parked_become(0.0, Duration::from_secs(5)).await;
     one
 }

@@ -76,3 +76,21 @@ fn only_an_optimised_build_by_a_new_enough_llvm_gets_the_profile() {
     // Probes pass through: cargo asks rustc for its version through it.
     assert!(run(&same, &["-vV"], None).ends_with(&format!("LLVM version: {want}.1.0")));
 }
+
+/// The profile names each function by its symbol, and every symbol of the
+/// crate carries a hash of its dependencies (cargo's `-C metadata`): with
+/// another Cargo.lock (a dependency added, bumped or removed, the version
+/// changed) the profile matches no function and guides nothing, silently.
+/// benches/pgo-train records the lock it trained with.
+#[test]
+fn the_profile_was_trained_with_this_cargo_lock() {
+    let out = Command::new("sha256sum").arg(repo().join("Cargo.lock")).output().unwrap();
+    let lock = String::from_utf8(out.stdout).unwrap();
+    let trained = std::fs::read_to_string(repo().join("pgo/cargo-lock.sha256")).unwrap();
+    assert_eq!(
+        lock.split_whitespace().next(),
+        Some(trained.trim()),
+        "Cargo.lock changed since pgo/gateway.profdata was made: every symbol is renamed and the \
+         profile guides no function. Run benches/pgo-train (about 8 minutes) and commit pgo/"
+    );
+}

@@ -344,7 +344,7 @@ fn run_gateway(path: Option<PathBuf>, log_format: LogFormat, watch: bool) -> Exi
         let (stop_demo, demo_stopped) = tokio::sync::oneshot::channel::<()>();
         let demo_at = if embedded { demo_address(&config) } else { None };
         if let Some(addr) = demo_at {
-            match bind_for(demo::URL_KEY, addr).await {
+            match bind_for(demo::URL_KEY, addr, None).await {
                 Ok(l) => {
                     let upstream = demo::Upstream { delay: Duration::from_secs(1), cache_control: None };
                     tokio::spawn(demo::serve(l, upstream, async move {
@@ -406,8 +406,11 @@ fn run_gateway(path: Option<PathBuf>, log_format: LogFormat, watch: bool) -> Exi
 fn demo_address(config: &Config) -> Option<SocketAddr> {
     use std::net::ToSocketAddrs;
     let up = config.upstreams.iter().find(|u| u.name == "service_a")?;
-    let config::Address::Tcp(host_port) = &up.endpoints.first()?.address else { return None };
-    let addr = host_port.to_socket_addrs().ok()?.next()?;
+    let addr = match &up.endpoints.first()?.address {
+        config::Address::Ip(addr) => *addr,
+        config::Address::Tcp(host_port) => host_port.to_socket_addrs().ok()?.next()?,
+        config::Address::Unix(_) => return None,
+    };
     addr.ip().is_loopback().then_some(addr)
 }
 

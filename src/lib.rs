@@ -59,9 +59,9 @@ impl Gateway {
     /// Binds the main listener (and the admin listener, if configured); an
     /// error names the address and its key.
     pub async fn bind(config: Config) -> std::io::Result<Gateway> {
-        let listener = crate::net::bind_for("server.listen", config.server.listen).await?;
+        let listener = crate::net::bind_for("server.listen", config.server.listen, config.server.tcp_keepalive).await?;
         let admin = match config.metrics.listen {
-            Some(addr) => Some(crate::net::bind_for("metrics.listen", addr).await?),
+            Some(addr) => Some(crate::net::bind_for("metrics.listen", addr, config.server.tcp_keepalive).await?),
             None => None,
         };
         let app = Arc::new(App::new(config));

@@ -10,16 +10,17 @@ use tokio::net::{TcpListener, TcpStream};
 /// Binds a TCP listener with a backlog large enough for load tests
 /// (std's default of 128 drops connections under bursts).
 pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
-    socket.set_reuseaddr(true)?;
-    socket.bind(addr)?;
-    socket.listen(4096)
+    listen(addr, None)
 }
 
-/// [`bind`] for the listener `key` configures (`server.listen`): an error
-/// names the address and the key, and says how to move it when it is taken.
-pub async fn bind_for(key: &str, addr: SocketAddr) -> std::io::Result<TcpListener> {
-    bind(addr).await.map_err(|e| {
+/// [`bind`] for the listener `key` configures (`server.listen`), with the
+/// socket options of its connections ([`configure`]) set on it before it
+/// listens: Linux gives them to each connection it accepts, from the first
+/// (one set later would miss those already queued), so the accept loop sets
+/// none per connection ([`configured`]). An error names the address and
+/// the key, and says how to move it when it is taken.
+pub async fn bind_for(key: &str, addr: SocketAddr, tcp_keepalive: Option<Duration>) -> std::io::Result<TcpListener> {
+    listen(addr, Some(tcp_keepalive)).map_err(|e| {
         let hint = match e.kind() {
             std::io::ErrorKind::AddrInUse => {
                 let var = format!("GATEWAY__{}", key.to_uppercase().replace('.', "__"));
@@ -29,6 +30,68 @@ pub async fn bind_for(key: &str, addr: SocketAddr) -> std::io::Result<TcpListene
         };
         std::io::Error::new(e.kind(), format!("cannot listen on {addr} ({key}): {e}{hint}"))
     })
+}
+
+/// A listening socket; with `accepted`, [`configure`]d first with it.
+fn listen(addr: SocketAddr, accepted: Option<Option<Duration>>) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+    socket.set_reuseaddr(true)?;
+    if let Some(tcp_keepalive) = accepted {
+        configure(&socket, tcp_keepalive);
+    }
+    socket.bind(addr)?;
+    socket.listen(4096)
+}
+
+/// Socket options for an accepted connection, set on it or, before it
+/// listens, on its listener. Whether all were set.
+pub fn configure(socket: &impl std::os::fd::AsFd, tcp_keepalive: Option<Duration>) -> bool {
+    let socket = socket2::SockRef::from(socket);
+    let mut set = socket.set_tcp_nodelay(true).is_ok();
+    if let Some(idle) = tcp_keepalive {
+        // Probes after `idle` of silence, then every quarter of it: a peer
+        // that vanished (power loss, a dropped NAT entry) is noticed and its
+        // slot freed instead of waiting for a timeout that may never run.
+        let (time, interval) = keepalive_times(idle);
+        let keepalive =
+            socket2::TcpKeepalive::new().with_time(time).with_interval(interval).with_retries(KEEPALIVE_PROBES);
+        if let Err(e) = socket.set_tcp_keepalive(&keepalive) {
+            tracing::debug!(error = %e, "cannot enable TCP keepalive");
+            set = false;
+        }
+    }
+    set
+}
+
+/// Unanswered keepalive probes before a connection is dropped.
+const KEEPALIVE_PROBES: u32 = 4;
+
+/// The keepalive idle time and probe interval for `idle`, in the whole
+/// seconds the kernel keeps.
+fn keepalive_times(idle: Duration) -> (Duration, Duration) {
+    let interval = (idle / 4).max(Duration::from_secs(1));
+    (Duration::from_secs(idle.as_secs()), Duration::from_secs(interval.as_secs()))
+}
+
+/// Whether `listener`'s accepted connections have from it, on this system,
+/// every option [`configure`] would set on them: a listener from
+/// [`bind_for`] on Linux; not one from [`bind`], nor elsewhere.
+pub fn configured(listener: &TcpListener, tcp_keepalive: Option<Duration>) -> bool {
+    if !cfg!(target_os = "linux") {
+        return false;
+    }
+    let s = socket2::SockRef::from(listener);
+    let keepalive = match tcp_keepalive {
+        None => true,
+        Some(idle) => {
+            let (time, interval) = keepalive_times(idle);
+            s.keepalive().unwrap_or(false)
+                && s.tcp_keepalive_time().ok() == Some(time)
+                && s.tcp_keepalive_interval().ok() == Some(interval)
+                && s.tcp_keepalive_retries().ok() == Some(KEEPALIVE_PROBES)
+        }
+    };
+    s.tcp_nodelay().unwrap_or(false) && keepalive
 }
 
 /// Accepts the next connection. On errors such as EMFILE it logs and backs
@@ -174,5 +237,28 @@ mod tests {
         })
         .join()
         .unwrap();
+    }
+
+    /// What the accept loop counts on: a listener from `bind_for` gives
+    /// its accepted connections every option `configure` sets, one that
+    /// connected before anything was accepted too; one from `bind` is not
+    /// taken for configured.
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn connections_of_a_configured_listener_have_its_options() {
+        let idle = Some(Duration::from_secs(45));
+        let listener = bind_for("server.listen", "127.0.0.1:0".parse().unwrap(), idle).await.unwrap();
+        assert!(configured(&listener, idle));
+        assert!(!configured(&listener, Some(Duration::from_secs(30))), "another keepalive time");
+        let _client = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+        let (accepted, _) = accept(&listener).await;
+        let s = socket2::SockRef::from(&accepted);
+        assert!(s.tcp_nodelay().unwrap(), "TCP_NODELAY");
+        assert!(s.keepalive().unwrap(), "SO_KEEPALIVE");
+        assert_eq!(s.tcp_keepalive_time().unwrap(), Duration::from_secs(45));
+        assert_eq!(s.tcp_keepalive_interval().unwrap(), Duration::from_secs(11));
+        assert_eq!(s.tcp_keepalive_retries().unwrap(), 4);
+        let plain = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        assert!(!configured(&plain, None) && !configured(&plain, idle));
     }
 }

@@ -171,7 +171,7 @@ impl Discover {
             url: addr.clone(),
             scheme: self.scheme.clone(),
             authority,
-            address: Address::Tcp(addr),
+            address: Address::Ip(SocketAddr::new(ip, port)),
             tls_name: self.tls_name.clone(),
             weight: 1,
         }
@@ -184,11 +184,24 @@ impl Discover {
     }
 }
 
+impl Address {
+    /// `host:port` over TCP: [`Address::Ip`] when the host is an IP address.
+    pub fn tcp(host_port: String) -> Address {
+        match host_port.parse() {
+            Ok(addr) => Address::Ip(addr),
+            Err(_) => Address::Tcp(host_port),
+        }
+    }
+}
+
 /// Where an endpoint's connections go.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Address {
     /// `host:port`, resolved at each connect.
     Tcp(String),
+    /// An IP address and port, parsed once at load: a new connection does
+    /// not parse it again (see benches/README.md, "A new connection's cost").
+    Ip(SocketAddr),
     /// A Unix stream socket (`unix:PATH`; a relative path is resolved
     /// against the config file's folder at load).
     Unix(PathBuf),
@@ -198,6 +211,7 @@ impl std::fmt::Display for Address {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Address::Tcp(addr) => f.write_str(addr),
+            Address::Ip(addr) => write!(f, "{addr}"),
             Address::Unix(path) => write!(f, "unix:{}", path.display()),
         }
     }

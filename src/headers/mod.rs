@@ -18,11 +18,10 @@
 //! - HTTP/2 `cookie` fields are joined with `; ` for an HTTP/1 upstream
 //!   (RFC 9113 §8.2.3).
 
-use std::net::IpAddr;
-
 use http::Version;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
+mod client_ip;
 mod cookies;
 pub mod etags;
 mod host;
@@ -35,6 +34,7 @@ pub mod spare;
 pub mod stamp;
 pub mod via;
 
+pub use client_ip::forwarded_for;
 pub use cookies::{cookie_line, join_cookies};
 pub use host::valid_host;
 pub use nominated::Nominated;
@@ -352,13 +352,6 @@ fn add_to_list(headers: &mut HeaderMap, name: HeaderName, present: bool, item: H
     if let Ok(v) = HeaderValue::from_bytes(&joined) {
         headers.insert(name, v);
     }
-}
-
-/// The client's address as an `X-Forwarded-For` item. Made once per
-/// connection: formatting an address costs more than the rest of the
-/// forwarding rules together.
-pub fn forwarded_for(ip: IpAddr) -> HeaderValue {
-    HeaderValue::from_maybe_shared(bytes::Bytes::from(ip.to_string())).expect("an IP address is a valid header")
 }
 
 /// Sets the forwarding headers on a request on its way upstream.

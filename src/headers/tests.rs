@@ -336,6 +336,18 @@ fn a_request_that_passed_here_changes_nothing() {
     assert_eq!(h.get(header::VIA).unwrap(), "1.1 gateway-0badcafe, 1.1 gateway");
 }
 
+/// A client's address as `X-Forwarded-For` writes it: what `Display` writes.
+#[test]
+fn forwarded_for_writes_addresses_as_display_does() {
+    // Every octet in every place, and IPv6.
+    let v4 = (0..=255u8).flat_map(|o| [[o, 0, 0, 0], [1, o, 0, 0], [10, 0, o, 0], [127, 0, 0, o]]);
+    let mut ips: Vec<std::net::IpAddr> = v4.map(|o| std::net::Ipv4Addr::from(o).into()).collect();
+    ips.extend(["2001:db8::1", "::1", "::ffff:10.0.0.1"].map(|t| t.parse::<std::net::IpAddr>().unwrap()));
+    for ip in ips {
+        assert_eq!(forwarded_for(ip), ip.to_string().as_str());
+    }
+}
+
 #[test]
 fn forwarded_element_quotes_ipv6_and_ports() {
     let v6 = forwarded_for("2001:db8::1".parse().unwrap());

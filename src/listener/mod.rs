@@ -88,6 +88,10 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, kind: Kind, stop: Cance
         send: server.send_timeout,
     });
     let tcp_keepalive = server.tcp_keepalive;
+    // A listener bound with its connections' options gives them to each
+    // (Linux): none is set again, five calls on every connection (see
+    // benches/README.md, "A new connection's cost").
+    let inherited = crate::net::configured(&listener, tcp_keepalive);
     let builders = Arc::new(builders(&app));
     let limit = Arc::new(Semaphore::new(max_connections));
     let tracker = TaskTracker::new();
@@ -130,7 +134,9 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, kind: Kind, stop: Cance
                 _ = stop.cancelled() => break,
             },
         };
-        configure(&stream, tcp_keepalive);
+        if !inherited {
+            crate::net::configure(&stream, tcp_keepalive);
+        }
         let stops = parking.stops();
         // Per connection: a reload may have replaced the certificate.
         let tls = match kind {
@@ -220,23 +226,6 @@ async fn sniff(stream: &TcpStream) -> Http {
         Ok(n) if n > 0 && first[..n] != H2_PREFACE[..n] => Http::One,
         Ok(n) if n == H2_PREFACE.len() => Http::Two,
         _ => Http::Auto,
-    }
-}
-
-/// Socket options for an accepted connection.
-fn configure(stream: &TcpStream, tcp_keepalive: Option<Duration>) {
-    let _ = stream.set_nodelay(true);
-    if let Some(idle) = tcp_keepalive {
-        // Probes after `idle` of silence, then every quarter of it: a peer
-        // that vanished (power loss, a dropped NAT entry) is noticed and its
-        // slot freed instead of waiting for a timeout that may never run.
-        let keepalive = socket2::TcpKeepalive::new()
-            .with_time(idle)
-            .with_interval((idle / 4).max(Duration::from_secs(1)))
-            .with_retries(4);
-        if let Err(e) = socket2::SockRef::from(stream).set_tcp_keepalive(&keepalive) {
-            tracing::debug!(error = %e, "cannot enable TCP keepalive");
-        }
     }
 }
 

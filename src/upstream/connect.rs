@@ -54,21 +54,24 @@ pub async fn connect_stream(
 ) -> Result<Stream, ConnectError> {
     let connect = async {
         match address {
-            Address::Tcp(addr) => {
-                let stream = TcpStream::connect(addr.as_str()).await?;
-                stream.set_nodelay(true)?;
-                match tls {
-                    None => Ok(Stream::Tcp(stream)),
-                    Some(t) => {
-                        let secured = t.connector.connect(t.name.clone(), stream).await.map_err(ConnectError::Tls)?;
-                        Ok(Stream::Tls(Box::new(secured)))
-                    }
-                }
-            }
+            Address::Ip(addr) => secure(TcpStream::connect(*addr).await?, tls).await,
+            Address::Tcp(host_port) => secure(TcpStream::connect(host_port.as_str()).await?, tls).await,
             Address::Unix(path) => Ok(Stream::Unix(UnixStream::connect(path).await?)),
         }
     };
     tokio::time::timeout(timeout, connect).await.map_err(|_| ConnectError::Timeout(timeout))?
+}
+
+/// A new TCP connection, with TLS over it for an `https://` endpoint.
+async fn secure(stream: TcpStream, tls: Option<&TlsTarget>) -> Result<Stream, ConnectError> {
+    stream.set_nodelay(true)?;
+    match tls {
+        None => Ok(Stream::Tcp(stream)),
+        Some(t) => {
+            let secured = t.connector.connect(t.name.clone(), stream).await.map_err(ConnectError::Tls)?;
+            Ok(Stream::Tls(Box::new(secured)))
+        }
+    }
 }
 
 /// An upstream socket: TCP, TLS over TCP, or Unix.

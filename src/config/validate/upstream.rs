@@ -387,7 +387,7 @@ fn parse_upstream_url(
     }
     let tls = scheme == Scheme::HTTPS;
     let port = authority.port_u16().unwrap_or(if tls { 443 } else { 80 });
-    let address = Address::Tcp(format!("{}:{port}", authority.host()));
+    let address = Address::tcp(format!("{}:{port}", authority.host()));
     let tls_name = match (tls, server_name) {
         (false, _) => None,
         (true, Some(name)) => Some(name.clone()),

@@ -11,11 +11,16 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// A stand-in rustc of LLVM `major` in `dir`.
-fn fake_rustc(dir: &Path, major: u32) -> PathBuf {
-    let path = dir.join(format!("rustc-llvm{major}"));
+/// The rustc that made the profile, as `rustc -V` says.
+fn profile_rustc() -> String {
+    std::fs::read_to_string(repo().join("pgo/rustc-version")).unwrap().trim().to_owned()
+}
+
+/// A stand-in rustc of LLVM `major` in `dir`, saying `version` of itself.
+fn fake_rustc(dir: &Path, major: u32, version: &str) -> PathBuf {
+    let path = dir.join(format!("rustc-llvm{major}-{}", version.len()));
     let script = format!(
-        "#!/bin/sh\nif [ \"$1\" = -vV ]; then echo 'rustc 1.0.0'; echo 'LLVM version: {major}.1.0'; exit 0; fi\necho \"$@\"\n"
+        "#!/bin/sh\nif [ \"$1\" = -vV ]; then echo '{version}'; echo 'LLVM version: {major}.1.0'; exit 0; fi\necho \"$@\"\n"
     );
     std::fs::write(&path, script).unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -24,6 +29,11 @@ fn fake_rustc(dir: &Path, major: u32) -> PathBuf {
 
 /// What the stand-in was run with, through the wrapper.
 fn run(rustc: &Path, args: &[&str], pgo: Option<&str>) -> String {
+    run_said(rustc, args, pgo).0
+}
+
+/// [`run`], and what the wrapper wrote to its standard error.
+fn run_said(rustc: &Path, args: &[&str], pgo: Option<&str>) -> (String, String) {
     let mut cmd = Command::new(repo().join("pgo/rustc-wrapper"));
     cmd.arg(rustc).args(args).env_remove("GATEWAY_PGO");
     if let Some(v) = pgo {
@@ -31,7 +41,7 @@ fn run(rustc: &Path, args: &[&str], pgo: Option<&str>) -> String {
     }
     let out = cmd.output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    (String::from_utf8(out.stdout).unwrap().trim().to_owned(), String::from_utf8(out.stderr).unwrap())
 }
 
 #[test]
@@ -39,8 +49,12 @@ fn only_an_optimised_build_by_a_new_enough_llvm_gets_the_profile() {
     let dir = tempfile::tempdir().unwrap();
     let want: u32 = std::fs::read_to_string(repo().join("pgo/llvm-major")).unwrap().trim().parse().unwrap();
     assert!(repo().join("pgo/gateway.profdata").is_file(), "the profile is checked in");
-    let (same, newer, older) =
-        (fake_rustc(dir.path(), want), fake_rustc(dir.path(), want + 1), fake_rustc(dir.path(), want - 1));
+    let made = profile_rustc();
+    let (same, newer, older) = (
+        fake_rustc(dir.path(), want, &made),
+        fake_rustc(dir.path(), want + 1, &made),
+        fake_rustc(dir.path(), want - 1, &made),
+    );
     let profile = format!("-Cprofile-use={}", repo().join("pgo/gateway.profdata").canonicalize().unwrap().display());
     let release = ["--crate-name", "gateway", "-C", "opt-level=3", "-C", "lto"];
     // (rustc, its arguments, GATEWAY_PGO, whether the profile is added)
@@ -73,6 +87,14 @@ fn only_an_optimised_build_by_a_new_enough_llvm_gets_the_profile() {
         }
         assert_eq!(got, expected, "{} {args:?} GATEWAY_PGO={pgo:?}", rustc.display());
     }
+    // Another rustc of the same LLVM: no profile, and a warning, once (for
+    // the gateway itself, not for every dependency).
+    let other = fake_rustc(dir.path(), want, "rustc 0.0.1 (000000000 2000-01-01)");
+    let (got, said) = run_said(&other, &release, None);
+    assert_eq!(got, release.join(" "));
+    assert!(said.contains("made by") && said.contains("rustc 0.0.1"), "{said:?}");
+    let dependency = ["--crate-name", "tokio", "-C", "opt-level=3"];
+    assert_eq!(run_said(&other, &dependency, None), (dependency.join(" "), String::new()));
     // Probes pass through: cargo asks rustc for its version through it.
     assert!(run(&same, &["-vV"], None).ends_with(&format!("LLVM version: {want}.1.0")));
 }

@@ -10,7 +10,7 @@ use tokio::net::{TcpListener, TcpStream};
 /// Binds a TCP listener with a backlog large enough for load tests
 /// (std's default of 128 drops connections under bursts).
 pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    listen(addr, None)
+    listen(socket(addr)?, addr)
 }
 
 /// [`bind`] for the listener `key` configures (`server.listen`), with the
@@ -20,7 +20,11 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
 /// none per connection ([`configured`]). An error names the address and
 /// the key, and says how to move it when it is taken.
 pub async fn bind_for(key: &str, addr: SocketAddr, tcp_keepalive: Option<Duration>) -> std::io::Result<TcpListener> {
-    listen(addr, Some(tcp_keepalive)).map_err(|e| {
+    let bound = socket(addr).and_then(|s| {
+        configure(&s, tcp_keepalive);
+        listen(s, addr)
+    });
+    bound.map_err(|e| {
         let hint = match e.kind() {
             std::io::ErrorKind::AddrInUse => {
                 let var = format!("GATEWAY__{}", key.to_uppercase().replace('.', "__"));
@@ -32,22 +36,24 @@ pub async fn bind_for(key: &str, addr: SocketAddr, tcp_keepalive: Option<Duratio
     })
 }
 
-/// A listening socket; with `accepted`, [`configure`]d first with it.
-fn listen(addr: SocketAddr, accepted: Option<Option<Duration>>) -> std::io::Result<TcpListener> {
+/// A TCP socket for a listener at `addr`, not yet bound.
+fn socket(addr: SocketAddr) -> std::io::Result<tokio::net::TcpSocket> {
     let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
     socket.set_reuseaddr(true)?;
-    if let Some(tcp_keepalive) = accepted {
-        configure(&socket, tcp_keepalive);
-    }
+    Ok(socket)
+}
+
+/// `socket` bound to `addr` and listening.
+fn listen(socket: tokio::net::TcpSocket, addr: SocketAddr) -> std::io::Result<TcpListener> {
     socket.bind(addr)?;
     socket.listen(4096)
 }
 
 /// Socket options for an accepted connection, set on it or, before it
-/// listens, on its listener. Whether all were set.
-pub fn configure(socket: &impl std::os::fd::AsFd, tcp_keepalive: Option<Duration>) -> bool {
+/// listens, on its listener.
+pub fn configure(socket: &impl std::os::fd::AsFd, tcp_keepalive: Option<Duration>) {
     let socket = socket2::SockRef::from(socket);
-    let mut set = socket.set_tcp_nodelay(true).is_ok();
+    let _ = socket.set_tcp_nodelay(true);
     if let Some(idle) = tcp_keepalive {
         // Probes after `idle` of silence, then every quarter of it: a peer
         // that vanished (power loss, a dropped NAT entry) is noticed and its
@@ -57,10 +63,8 @@ pub fn configure(socket: &impl std::os::fd::AsFd, tcp_keepalive: Option<Duration
             socket2::TcpKeepalive::new().with_time(time).with_interval(interval).with_retries(KEEPALIVE_PROBES);
         if let Err(e) = socket.set_tcp_keepalive(&keepalive) {
             tracing::debug!(error = %e, "cannot enable TCP keepalive");
-            set = false;
         }
     }
-    set
 }
 
 /// Unanswered keepalive probes before a connection is dropped.

@@ -163,7 +163,8 @@ impl Discover {
     /// The endpoint for one address of the answer: everything a configured
     /// endpoint has, its `url` (the `endpoint` label) being the address.
     pub fn endpoint(&self, ip: IpAddr, port: u16) -> EndpointConfig {
-        let addr = SocketAddr::new(ip, port).to_string();
+        let socket = SocketAddr::new(ip, port);
+        let addr = socket.to_string();
         let authority = format!("{}:{port}", self.domain())
             .parse()
             .unwrap_or_else(|_| addr.parse().expect("a socket address is an authority"));
@@ -171,7 +172,7 @@ impl Discover {
             url: addr.clone(),
             scheme: self.scheme.clone(),
             authority,
-            address: Address::Ip(SocketAddr::new(ip, port)),
+            address: Address::Ip(socket),
             tls_name: self.tls_name.clone(),
             weight: 1,
         }

@@ -223,10 +223,10 @@ pub(super) fn mirror_endpoints(
         let Some(m) = &p.mirror else { continue };
         let up = &upstreams[m.upstream];
         let plain = up.discover.is_none()
-            && up.endpoints.iter().all(|e| {
-                e.scheme == http::uri::Scheme::HTTP
-                    && matches!(e.address, crate::config::Address::Tcp(_) | crate::config::Address::Ip(_))
-            });
+            && up
+                .endpoints
+                .iter()
+                .all(|e| e.scheme == http::uri::Scheme::HTTP && !matches!(e.address, crate::config::Address::Unix(_)));
         if !plain {
             return Err((
                 format!("routes[{i}].mirror.upstream"),

@@ -87,8 +87,8 @@ fn only_an_optimised_build_by_a_new_enough_llvm_gets_the_profile() {
         }
         assert_eq!(got, expected, "{} {args:?} GATEWAY_PGO={pgo:?}", rustc.display());
     }
-    // Another rustc of the same LLVM: no profile, and a warning, once (for
-    // the gateway itself, not for every dependency).
+    // Another rustc of the same LLVM: no profile, and a warning for the
+    // gateway's own crates (its library and binary), not every dependency.
     let other = fake_rustc(dir.path(), want, "rustc 0.0.1 (000000000 2000-01-01)");
     let (got, said) = run_said(&other, &release, None);
     assert_eq!(got, release.join(" "));

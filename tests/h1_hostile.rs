@@ -336,3 +336,27 @@ async fn an_answer_before_its_body_says_whether_the_connection_closes() {
         assert_eq!(answers, if closes { 1 } else { 2 }, "{case}");
     }
 }
+
+/// A client that closes its side once answered sees the gateway close its
+/// own: the end of the stream, not a reset (the own connection, having
+/// read the client's FIN, closes a plain socket without a `shutdown`
+/// first, which must not turn into an abort).
+#[tokio::test]
+async fn a_client_that_closes_its_side_gets_a_fin_back() {
+    for mode in [Http1Server::Hyper, Http1Server::Gateway] {
+        let gw = gateway(mode, "").await;
+        let mut s = TcpStream::connect(gw.gw.addr).await.unwrap();
+        s.write_all(b"GET /d/a HTTP/1.1\r\nHost: h\r\n\r\n").await.unwrap();
+        let mut got = Vec::new();
+        while !got.ends_with(b"\r\n\r\nok") {
+            let mut buf = [0u8; 1024];
+            let n = common::bounded(s.read(&mut buf)).await.unwrap();
+            assert!(n > 0, "{mode:?}: closed before its answer: {:?}", String::from_utf8_lossy(&got));
+            got.extend_from_slice(&buf[..n]);
+        }
+        s.shutdown().await.unwrap();
+        let mut rest = Vec::new();
+        let end = common::bounded(s.read_to_end(&mut rest)).await;
+        assert!(matches!(end, Ok(0)), "{mode:?}: {end:?} after the answer, not the end of the stream");
+    }
+}

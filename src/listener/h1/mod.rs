@@ -213,6 +213,10 @@ async fn serve_wire(wire: Shared, c: &mut Connection, held: &mut Option<Held>, p
             let timeouts = signals.watchdog.timeouts();
             Box::pin(switch(wire, tunnel, signals.stops.clone(), timeouts)).await
         }
+        // A plain connection whose client closed its side, every byte of it
+        // read: the socket's close sends the FIN after what is still to
+        // send, as a `shutdown` would, one system call fewer.
+        Ended::Stop(Stop::Close) if wire.lock().client_closed_plain() => {}
         Ended::Stop(Stop::Close) => {
             // A clean close (a TLS close_notify, a FIN).
             let shut = std::future::poll_fn(|cx| std::pin::Pin::new(&mut wire.lock().io).poll_shutdown(cx));

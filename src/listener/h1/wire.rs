@@ -188,6 +188,12 @@ impl Wire {
         Poll::Ready(Ok(n))
     }
 
+    /// A plain socket read to its end (the client closed its side): the
+    /// kernel holds nothing unread, so closing it sends a FIN, not a reset.
+    pub fn client_closed_plain(&self) -> bool {
+        self.eof && matches!(self.io, ClientStream::Plain(_))
+    }
+
     /// Writes `buf` from `at` on, as far as the socket takes it.
     pub fn poll_write_all(&mut self, buf: &[u8], at: &mut usize, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         while *at < buf.len() {

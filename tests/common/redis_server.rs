@@ -29,7 +29,7 @@ impl Redis {
             return None;
         }
         let mut redis = Redis { port: free_port(), child: None, password, tls: None };
-        redis.spawn();
+        redis.first_spawn().unwrap_or_else(|why| panic!("{why}"));
         Some(redis)
     }
 
@@ -42,12 +42,30 @@ impl Redis {
         let pki = Pki::new();
         pki.issue("redis", &["127.0.0.1", "localhost"], false);
         let mut redis = Redis { port: free_port(), child: None, password: None, tls: Some(pki) };
-        if let Err(why) = redis.try_spawn() {
+        if let Err(why) = redis.first_spawn() {
             assert!(std::env::var("CI").as_deref() != Ok("true"), "redis-server with TLS did not start: {why}");
             eprintln!("SKIPPED: this redis-server does not start with TLS (built without it?): {why}");
             return None;
         }
         Some(redis)
+    }
+
+    /// The first start, on a new free port each try: between `free_port`
+    /// closing its probe and redis-server binding, another test's outgoing
+    /// connection may take the port (CI saw `bind: Address already in use`).
+    /// A restart ([`Redis::spawn`]) keeps its port, as the tests need.
+    fn first_spawn(&mut self) -> Result<(), String> {
+        let mut tries = 0;
+        loop {
+            match self.try_spawn() {
+                Err(why) if self.child.is_none() && tries < 4 => {
+                    eprintln!("redis-server did not start on port {} ({why}); another port", self.port);
+                    tries += 1;
+                    self.port = free_port();
+                }
+                done => return done,
+            }
+        }
     }
 
     pub fn spawn(&mut self) {

@@ -81,6 +81,8 @@ impl Redis {
         match &self.tls {
             None => args.extend(["--port".to_owned(), port]),
             Some(pki) => {
+                // Its log is read when it exits; only this start's lines.
+                let _ = std::fs::remove_file(pki.path("redis.log"));
                 args.extend(["--port", "0", "--tls-auth-clients", "no", "--tls-port"].map(String::from));
                 args.push(port);
                 let files = [

@@ -111,12 +111,18 @@ async fn idle_keep_alive_closes_at_the_idle_timeout_not_the_header_timeout() {
     // and serves its next request (nginx's keepalive_timeout, not
     // client_header_timeout).
     tokio::time::sleep(Duration::from_millis(800)).await;
+    let sent = Instant::now();
     s.write_all(b"GET /alive HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
     let r = read_for(&mut s, Duration::from_millis(300)).await;
     assert!(r.text.starts_with("HTTP/1.1 200"), "closed at the header timeout while idle: {:?}", r.text);
-    // Then idle past the idle timeout: closed.
-    let took = closed_within(&mut s, Duration::from_secs(4)).await.expect("idle keep-alive connection never closed");
-    assert!(took >= Duration::from_millis(1000), "closed after {took:?}, before the idle timeout");
+    // Then idle past the idle timeout (counted from before the request was
+    // sent, so never late): closed.
+    closed_within(&mut s, Duration::from_secs(4)).await.expect("idle keep-alive connection never closed");
+    let idle = sent.elapsed();
+    assert!(
+        idle >= Duration::from_millis(1495),
+        "closed {idle:?} after its last request was sent, before the idle timeout"
+    );
 
     // A next request head that starts and stalls is cut at the header timeout.
     let mut t = TcpStream::connect(gw.addr).await.unwrap();
@@ -135,13 +141,14 @@ async fn idle_http2_connection_gets_goaway_and_closes_at_the_idle_timeout() {
     let (up, _) = counting_upstream().await;
     let gw = TestGateway::from_toml(&proxy_toml(up.addr, "idleh2", "", "idle_timeout = \"500ms\"")).await;
     let (mut sender, conn) = h2_client(gw.addr).await;
+    // Taken before the request: the connection's idle time starts after it.
+    let sent = Instant::now();
     let resp = sender.send_request(Request::get(gw.url("/idleh2")).body(full(Bytes::new())).unwrap()).await.unwrap();
     assert_eq!(resp.status(), 200);
     assert_eq!(&resp.into_body().collect().await.unwrap().to_bytes()[..], b"ok");
-    let started = Instant::now();
     let ended = tokio::time::timeout(Duration::from_secs(4), conn).await;
     assert!(ended.is_ok(), "an idle HTTP/2 connection was never closed");
-    assert!(started.elapsed() >= Duration::from_millis(400), "closed after {:?}", started.elapsed());
+    assert!(sent.elapsed() >= Duration::from_millis(495), "closed {:?} after its request was sent", sent.elapsed());
     // GOAWAY: the client knows not to send more on it.
     assert!(sender.is_closed());
 }

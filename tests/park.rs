@@ -20,10 +20,14 @@ async fn parked(gw: &TestGateway) -> f64 {
     sample(&metrics_text(gw.addr).await, "gateway_connections_parked", &[]).unwrap_or(0.0)
 }
 
-async fn served(s: &mut TcpStream) {
+/// One request answered on `s`; when it was sent (the connection's idle
+/// time starts after).
+async fn served(s: &mut TcpStream) -> std::time::Instant {
+    let sent = std::time::Instant::now();
     s.write_all(GET).await.unwrap();
     let (head, _) = read_responses(s, &[false]).await.remove(0);
     assert!(head.starts_with("HTTP/1.1 200"), "{head:?}");
+    sent
 }
 
 /// A gateway whose connections park after 300 ms (the listener looks every
@@ -72,13 +76,12 @@ async fn a_parked_connection_closes_at_its_idle_timeout() {
     let gw = gateway("2s").await;
     let base = parked(&gw).await;
     let mut s = TcpStream::connect(gw.addr).await.unwrap();
-    served(&mut s).await;
-    let idle_from = std::time::Instant::now();
+    let idle_from = served(&mut s).await;
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert_eq!(parked(&gw).await - base, 1.0, "not parked after 600 ms of a 2 s idle timeout");
     let took = closed_within(&mut s, Duration::from_secs(5)).await.expect("a parked connection never closed");
     let idle = idle_from.elapsed();
-    assert!(idle >= Duration::from_millis(1950), "closed after {idle:?} idle ({took:?} after parked)");
+    assert!(idle >= Duration::from_millis(1995), "closed after {idle:?} idle ({took:?} after parked)");
     assert_eq!(parked(&gw).await - base, 0.0);
 }
 
@@ -141,17 +144,15 @@ async fn a_connection_parked_behind_one_that_woke_closes_at_its_idle_timeout() {
     served(&mut first).await;
     parked_become(&gw, base, 1.0).await;
     let mut behind = TcpStream::connect(gw.addr).await.unwrap();
-    served(&mut behind).await;
-    let behind_idle = std::time::Instant::now();
+    let behind_idle = served(&mut behind).await;
     parked_become(&gw, base, 2.0).await;
     // The first wakes, and parks again, now behind the other.
-    served(&mut first).await;
-    let first_idle = std::time::Instant::now();
+    let first_idle = served(&mut first).await;
     parked_become(&gw, base, 2.0).await;
     for (s, idle_from, which) in [(&mut behind, behind_idle, "behind"), (&mut first, first_idle, "woken")] {
         closed_within(s, Duration::from_secs(5)).await.unwrap_or_else(|| panic!("the {which} one never closed"));
         let idle = idle_from.elapsed();
-        assert!(idle >= Duration::from_millis(1950), "the {which} one closed after {idle:?} idle");
+        assert!(idle >= Duration::from_millis(1995), "the {which} one closed after {idle:?} idle");
     }
     assert_eq!(parked(&gw).await - base, 0.0);
 }

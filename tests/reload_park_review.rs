@@ -294,8 +294,9 @@ async fn server_keys_changed_by_a_reload_do_not_reach_parked_or_new_connections(
     let gw = TestGateway::from_file(dir.path(), &file(RUNNING, &routes)).await;
     let base = parked();
     let mut before = TcpStream::connect(gw.addr).await.unwrap();
-    assert_eq!(ask(&mut before, "/r").await.0, 200);
+    // Taken before the request: the connection's idle time starts after it.
     let before_idle = Instant::now();
+    assert_eq!(ask(&mut before, "/r").await.0, 200);
     assert_eq!(parked_become(base + 1.0, WAIT).await - base, 1.0);
     assert_eq!(reload(&gw, dir.path(), &file(CHANGED, &routes)), vec!["server"]);
 
@@ -310,9 +311,10 @@ async fn server_keys_changed_by_a_reload_do_not_reach_parked_or_new_connections(
                 let head = get("/r", &format!("X-Big: {}\r\n", "b".repeat(16 * 1024)));
                 s.write_all(&head.as_bytes()[..10]).await.unwrap();
                 tokio::time::sleep(Duration::from_secs(1)).await;
+                let sent = Instant::now();
                 s.write_all(&head.as_bytes()[10..]).await.unwrap();
                 assert_eq!(answer(&mut s).await.0, 200, "a new connection under the file's [server]");
-                (s, Instant::now())
+                (s, sent)
             })
         })
         .collect();
@@ -324,10 +326,10 @@ async fn server_keys_changed_by_a_reload_do_not_reach_parked_or_new_connections(
     assert_eq!(parked_become(base + 4.0, WAIT).await - base, 4.0, "new connections did not park");
     // idle_timeout: the running 5 s, not the file's 60 s.
     let idle = closes_after_idle(&mut before, before_idle, "parked").await;
-    assert!(idle >= Duration::from_millis(4950), "closed after {idle:?} idle");
+    assert!(idle >= Duration::from_millis(4995), "closed after {idle:?} idle");
     for (s, idle_from) in &mut after {
         let idle = closes_after_idle(s, *idle_from, "new").await;
-        assert!(idle >= Duration::from_millis(4950), "closed after {idle:?} idle");
+        assert!(idle >= Duration::from_millis(4995), "closed after {idle:?} idle");
     }
     assert_eq!(parked_become(base, WAIT).await, base);
 }

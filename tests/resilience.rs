@@ -91,11 +91,16 @@ async fn a_full_queue_and_a_long_wait_are_503_with_retry_after_and_counted() {
     let first = tokio::spawn(status_of(gw.url("/qf")));
     tokio::time::sleep(Duration::from_millis(100)).await;
     let queued = tokio::spawn(status_of(gw.url("/qf")));
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    // The queue's one place is taken: turned away at once.
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while sample(&metrics_text(gw.addr).await, "gateway_upstream_queue_depth", &[("upstream", "qf")]) != Some(1.0) {
+        assert!(Instant::now() < deadline, "the second request was never queued");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The queue's one place is taken: turned away at once, not after the
+    // queue_timeout (300 ms) a queued request waits.
     let started = Instant::now();
     assert_eq!(status_of(gw.url("/qf")).await, (503, Some("1".into())));
-    assert!(started.elapsed() < Duration::from_millis(100), "a full queue must answer at once");
+    assert!(started.elapsed() < Duration::from_millis(250), "a full queue must answer at once");
     // The queued one waited its queue_timeout.
     assert_eq!(queued.await.unwrap(), (503, Some("1".into())));
     // A route timeout shorter than the queue's wins: 504.

@@ -33,10 +33,10 @@ fn check_prints_resolved_routes() {
 #[test]
 fn bad_configs_exit_64_with_file_key_and_reason() {
     let dir = tempfile::tempdir().unwrap();
-    // A port that is free now: a refused config must not bind it.
-    let probe = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = probe.local_addr().unwrap().port();
-    drop(probe);
+    // A port held by this test throughout: a refused config is refused
+    // before the gateway tries to listen, so none says it cannot.
+    let held = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = held.local_addr().unwrap().port();
     let head = format!("[server]\nlisten = \"127.0.0.1:{port}\"\n[upstreams.a]\nurl = \"http://127.0.0.1:9\"\n");
     let cases = [
         ("[[routes]]\nname='r'\nprefix='/r'\nupstream='ghost'\n", "routes[0].upstream", "unknown upstream \"ghost\""),
@@ -68,10 +68,10 @@ fn bad_configs_exit_64_with_file_key_and_reason() {
             assert!(stderr.contains(path.to_str().unwrap()), "names the file: {stderr}");
             assert!(stderr.contains(key), "names the key {key}: {stderr}");
             assert!(stderr.contains(reason), "says {reason}: {stderr}");
+            assert!(!stderr.contains("cannot listen"), "tried to listen: {stderr}");
         }
     }
-    // Nothing bound the port while refusing those configs.
-    TcpListener::bind(("127.0.0.1", port)).expect("the port is still free");
+    drop(held);
 
     let out = Command::new(BIN).args(["--config", "/no/such/gateway.toml"]).output().unwrap();
     assert_eq!(out.status.code(), Some(64));

@@ -1,9 +1,9 @@
 """A gRPC server for tests/grpc.rs, without generated code: raw-bytes
-methods of service demo.Echo. Prints "ready" once it listens.
+methods of service demo.Echo, on a port the kernel chooses. Prints
+"ready PORT" once it listens.
 
-    python server.py PORT
+    python server.py
 """
-import sys
 import time
 from concurrent import futures
 
@@ -29,7 +29,6 @@ def slow(request, context):
 
 
 def main():
-    port = int(sys.argv[1])
     ident = lambda b: b  # noqa: E731 (bytes in, bytes out)
     handlers = {
         "Say": grpc.unary_unary_rpc_method_handler(say, ident, ident),
@@ -39,9 +38,11 @@ def main():
     }
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("demo.Echo", handlers),))
-    server.add_insecure_port(f"127.0.0.1:{port}")
+    # Port 0: the kernel's choice, said on the ready line, so no port
+    # probed beforehand can be taken by another test in the meantime.
+    port = server.add_insecure_port("127.0.0.1:0")
     server.start()
-    print("ready", flush=True)
+    print(f"ready {port}", flush=True)
     server.wait_for_termination(timeout=120)
 
 

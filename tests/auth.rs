@@ -254,9 +254,7 @@ fn the_access_log_names_the_user_and_no_log_line_holds_a_credential() {
     use std::io::Read;
     let dir = tempfile::tempdir().unwrap();
     htpasswd(dir.path(), 4);
-    let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = probe.local_addr().unwrap().to_string();
-    drop(probe);
+    let addr = common::process::free_addr();
     let toml = format!(
         "[server]\nlisten = \"{addr}\"\naccess_log = true\naccess_log_format = 'json'\n\
          [[routes]]\nname = 'logged'\nprefix = '/logged'\nrespond = {{ status = 200 }}\n\

@@ -450,7 +450,7 @@ async fn a_jwks_url_is_logged_redacted() {
     let (up, _) = recording().await;
     let (keys, _) = key_server().await;
     let down = refused_addr().await;
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = common::process::free_port();
     let jwt = |url: String| format!("auth = {{ jwt = {{ jwks_url = \"{url}\", algorithms = [\"RS256\"] }} }}");
     let toml = format!(
         "[server]\nlisten = \"127.0.0.1:{port}\"\n{}{}",

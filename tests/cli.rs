@@ -100,9 +100,7 @@ fn environment_overrides_the_file() {
 
 #[test]
 fn built_in_upstream_and_sigterm_exit_zero() {
-    let probe = TcpListener::bind("127.0.0.1:0").unwrap();
-    let up_addr = probe.local_addr().unwrap().to_string();
-    drop(probe);
+    let up_addr = free_addr();
     let mut upstream = Command::new(BIN)
         .args(["upstream", "--listen", &up_addr, "--delay", "300ms"])
         .stderr(Stdio::null())
@@ -117,9 +115,7 @@ fn built_in_upstream_and_sigterm_exit_zero() {
 
     // The gateway binary in front of it, stopped with SIGTERM.
     let dir = tempfile::tempdir().unwrap();
-    let probe = TcpListener::bind("127.0.0.1:0").unwrap();
-    let gw_addr = probe.local_addr().unwrap().to_string();
-    drop(probe);
+    let gw_addr = free_addr();
     let path = write_config(
         dir.path(),
         &format!(
@@ -153,12 +149,8 @@ fn the_binary_runs_the_embedded_default_from_anywhere() {
     let dir = tempfile::tempdir().unwrap();
     let bin = dir.path().join("gateway");
     std::fs::copy(BIN, &bin).unwrap();
-    let probe = TcpListener::bind("127.0.0.1:0").unwrap();
-    let gw_addr = probe.local_addr().unwrap().to_string();
-    drop(probe);
-    let probe = TcpListener::bind("127.0.0.1:0").unwrap();
-    let demo_url = format!("http://{}", probe.local_addr().unwrap());
-    drop(probe);
+    let gw_addr = free_addr();
+    let demo_url = format!("http://{}", free_addr());
     let mut gw = Command::new(&bin)
         .current_dir(dir.path())
         .env_remove("GATEWAY_CONFIG")
@@ -203,9 +195,7 @@ fn the_binary_runs_the_embedded_default_from_anywhere() {
 /// with `server` keys added to an access-logged config and `RUST_LOG` set.
 fn access_logged(server: &str, rust_log: &str) -> String {
     let dir = tempfile::tempdir().unwrap();
-    let probe = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = probe.local_addr().unwrap().to_string();
-    drop(probe);
+    let addr = free_addr();
     let path = write_config(
         dir.path(),
         &format!(
@@ -270,9 +260,7 @@ fn a_json_access_log_is_json_under_text_logs() {
 /// `benches/compare`'s slow-upstream-cached counts upstream requests with).
 #[test]
 fn built_in_upstream_cache_control_and_count() {
-    let probe = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = probe.local_addr().unwrap().to_string();
-    drop(probe);
+    let addr = free_addr();
     let mut upstream = Command::new(BIN)
         .args(["upstream", "--listen", &addr, "--delay", "10ms", "--cache-control", "max-age=1"])
         .stderr(Stdio::null())

@@ -41,7 +41,7 @@ fn check(path: &Path, env: &[(&str, &str)]) -> (Output, String) {
 }
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    process::free_port()
 }
 
 /// Unknown keys are named by their path and line, with the close name

@@ -619,7 +619,7 @@ impl Drop for Child {
 
 fn spawn_gateway(toml: &str, dir: &std::path::Path) -> (Child, Arc<Mutex<Vec<String>>>, SocketAddr) {
     use std::io::BufRead;
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = common::process::free_port();
     let path = dir.join("gw.toml");
     std::fs::write(&path, format!("[server]\nlisten = \"127.0.0.1:{port}\"\naccess_log = true\n{toml}")).unwrap();
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_gateway"))

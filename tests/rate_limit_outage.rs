@@ -29,7 +29,7 @@ impl Gateway {
     /// rate limit shared through the Redis at `url`; `on_error = "deny"`:
     /// a 429 says on_error decided, a 200 that Redis did.
     fn shared(dir: &std::path::Path, name: &str, url: &str) -> Gateway {
-        let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+        let addr = common::process::free_addr();
         let toml = format!(
             "[server]\nlisten = \"{addr}\"\n[[routes]]\nname = \"{name}\"\nprefix = \"/\"\n\
              respond = {{ status = 200 }}\n\

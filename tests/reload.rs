@@ -209,9 +209,7 @@ async fn the_admin_listener_reloads_on_post() {
 #[test]
 fn sighup_reloads_the_binary() {
     let dir = tempfile::tempdir().unwrap();
-    let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = probe.local_addr().unwrap().to_string();
-    drop(probe);
+    let addr = common::process::free_addr();
     let path = dir.path().join("gateway.toml");
     let base = format!(
         "[server]\nlisten = \"{addr}\"\n[[routes]]\nname = 'one'\nprefix = '/one'\nrespond = {{ status = 200 }}\n"

@@ -147,9 +147,7 @@ async fn an_invalid_file_changes_nothing_and_is_counted() {
 #[test]
 fn the_watch_flag_reloads_the_binary_on_a_change() {
     let dir = tempfile::tempdir().unwrap();
-    let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = probe.local_addr().unwrap().to_string();
-    drop(probe);
+    let addr = common::process::free_addr();
     let path = dir.path().join("gateway.toml");
     let file = |routes: &[&str]| toml(routes).replace("127.0.0.1:0", &addr).replace("watch_config = true\n", "");
     std::fs::write(&path, file(&["one"])).unwrap();

@@ -7,6 +7,7 @@ pub mod counting;
 pub mod limits;
 pub mod parked;
 pub mod pki;
+pub mod process;
 pub mod redis_server;
 pub mod scripted;
 
@@ -29,7 +30,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -194,10 +195,7 @@ pub fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
 
 /// A free port with nothing listening on it.
 pub async fn refused_addr() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let a = l.local_addr().unwrap();
-    drop(l);
-    a
+    SocketAddr::from(([127, 0, 0, 1], process::free_port()))
 }
 
 /// A misbehaving upstream written in the test: runs `peer` on every

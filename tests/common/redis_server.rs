@@ -198,7 +198,7 @@ fn installed() -> bool {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    super::process::free_port()
 }
 
 /// Every byte but unreserved ones percent-encoded, for a password in a URL.

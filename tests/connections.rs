@@ -115,8 +115,8 @@ async fn idle_keep_alive_closes_at_the_idle_timeout_not_the_header_timeout() {
     s.write_all(b"GET /alive HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
     let r = read_for(&mut s, Duration::from_millis(300)).await;
     assert!(r.text.starts_with("HTTP/1.1 200"), "closed at the header timeout while idle: {:?}", r.text);
-    // Then idle past the idle timeout (counted from before the request was
-    // sent, so never late): closed.
+    // Then idle past the idle timeout, counted from before the request was
+    // sent (the gateway's count starts after it gets it): closed.
     closed_within(&mut s, Duration::from_secs(4)).await.expect("idle keep-alive connection never closed");
     let idle = sent.elapsed();
     assert!(

@@ -15,7 +15,7 @@ mod pki;
 #[path = "common/process.rs"]
 mod process;
 
-use process::{Running, http_get};
+use process::{Running, free_addr, free_port, http_get};
 
 /// The binary under test; `GATEWAY_TEST_BIN` runs these tests against
 /// another build (an older one, to see a test fail before its fix).
@@ -38,10 +38,6 @@ fn check(path: &Path, env: &[(&str, &str)]) -> (Output, String) {
     let out = cmd.output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     (out, stderr)
-}
-
-fn free_port() -> u16 {
-    process::free_port()
 }
 
 /// Unknown keys are named by their path and line, with the close name
@@ -163,7 +159,7 @@ fn a_busy_address_is_named_with_its_key() {
     let dir = tempfile::tempdir().unwrap();
     let taken = TcpListener::bind("127.0.0.1:0").unwrap();
     let busy = taken.local_addr().unwrap();
-    let free = format!("127.0.0.1:{}", free_port());
+    let free = free_addr();
     let text = format!("[server]\nlisten = \"{free}\"\n[metrics]\nlisten = \"{busy}\"\n");
     let path = write(dir.path(), "gw.toml", &text);
     let out = Command::new(bin()).args(["--config", path.to_str().unwrap()]).output().unwrap();
@@ -240,8 +236,8 @@ fn stop(mut child: Running) {
 /// that moves it.
 #[test]
 fn the_quick_start_moves_off_busy_ports() {
-    let gw = format!("127.0.0.1:{}", free_port());
-    let demo = format!("127.0.0.1:{}", free_port());
+    let gw = free_addr();
+    let demo = free_addr();
     let url = format!("http://{demo}");
     let env = [("GATEWAY__SERVER__LISTEN", gw.as_str()), ("GATEWAY__UPSTREAMS__SERVICE_A__URL", url.as_str())];
     let (child, stdout) = run_embedded(&env, &gw).unwrap_or_else(|e| panic!("exited: {e}"));
@@ -266,7 +262,7 @@ fn the_quick_start_moves_off_busy_ports() {
 #[test]
 fn an_app_that_starts_after_the_gateway_is_served_soon() {
     let dir = tempfile::tempdir().unwrap();
-    let (gw, app) = (format!("127.0.0.1:{}", free_port()), format!("127.0.0.1:{}", free_port()));
+    let (gw, app) = (free_addr(), free_addr());
     let text = format!(
         "[server]\nlisten = \"{gw}\"\n[upstreams.app]\nurl = \"http://{app}\"\n[upstreams.app.health]\npath = \"/healthz\"\ninterval = \"1h\"\nhealthy_after = 2\n[[routes]]\nname = 'app'\nprefix = '/'\nupstream = 'app'\n"
     );
@@ -367,7 +363,7 @@ fn check_warns_of_an_upstream_no_route_uses() {
 #[test]
 fn the_ejection_log_names_its_time_by_its_key() {
     let dir = tempfile::tempdir().unwrap();
-    let (gw, dead) = (format!("127.0.0.1:{}", free_port()), format!("127.0.0.1:{}", free_port()));
+    let (gw, dead) = (free_addr(), free_addr());
     let text = format!(
         "[server]\nlisten = \"{gw}\"\n[upstreams.app]\nurl = \"http://{dead}\"\n[upstreams.app.outlier]\nconsecutive_failures = 1\n[[routes]]\nname = 'app'\nprefix = '/'\nupstream = 'app'\n"
     );

@@ -43,7 +43,6 @@ async fn gateway(server: &str) -> TestGateway {
 /// When a connection's last request was sent and when its answer was read:
 /// the gateway's idle time starts between the two (a test task on a loaded
 /// machine may read the answer some ms after the gateway wrote it).
-#[derive(Clone, Copy)]
 struct Served {
     sent: Instant,
     answered: Instant,

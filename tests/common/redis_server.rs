@@ -5,6 +5,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::pki::Pki;
+use super::process::free_port;
 
 /// A `redis-server` of this test's own on a free loopback port, killed on drop.
 pub struct Redis {
@@ -195,10 +196,6 @@ fn installed() -> bool {
         eprintln!("SKIPPED: redis-server is not installed (apt-get install redis-server)");
     }
     found
-}
-
-fn free_port() -> u16 {
-    super::process::free_port()
 }
 
 /// Every byte but unreserved ones percent-encoded, for a password in a URL.

@@ -106,14 +106,14 @@ async fn idle_keep_alive_closes_at_the_idle_timeout_not_the_header_timeout() {
     let before = rejected(&metrics_text(gw.addr).await, "", "header_timeout");
     let mut s = TcpStream::connect(gw.addr).await.unwrap();
     s.write_all(b"GET /alive HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
-    assert!(read_for(&mut s, Duration::from_millis(300)).await.text.starts_with("HTTP/1.1 200"));
+    assert!(one_response(&mut s).await.text.starts_with("HTTP/1.1 200"));
     // Idle past the header timeout: a keep-alive connection is still open
     // and serves its next request (nginx's keepalive_timeout, not
     // client_header_timeout).
     tokio::time::sleep(Duration::from_millis(800)).await;
     let sent = Instant::now();
     s.write_all(b"GET /alive HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
-    let r = read_for(&mut s, Duration::from_millis(300)).await;
+    let r = one_response(&mut s).await;
     assert!(r.text.starts_with("HTTP/1.1 200"), "closed at the header timeout while idle: {:?}", r.text);
     // Then idle past the idle timeout, counted from before the request was
     // sent (the gateway's count starts after it gets it): closed.
@@ -127,7 +127,7 @@ async fn idle_keep_alive_closes_at_the_idle_timeout_not_the_header_timeout() {
     // A next request head that starts and stalls is cut at the header timeout.
     let mut t = TcpStream::connect(gw.addr).await.unwrap();
     t.write_all(b"GET /alive HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
-    assert!(read_for(&mut t, Duration::from_millis(300)).await.text.starts_with("HTTP/1.1 200"));
+    assert!(one_response(&mut t).await.text.starts_with("HTTP/1.1 200"));
     t.write_all(b"GET /alive HTTP/1.1\r\nHo").await.unwrap();
     let took = closed_within(&mut t, Duration::from_secs(3)).await.expect("stalled second head never cut");
     assert!(took < Duration::from_millis(1200), "a stalled head waited {took:?}: the idle timeout, not the header one");
@@ -173,7 +173,7 @@ async fn admin_listener_has_the_header_timeout_and_its_own_connection_cap() {
     for _ in 0..2 {
         let mut s = TcpStream::connect(admin).await.unwrap();
         s.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").await.unwrap();
-        assert!(read_for(&mut s, Duration::from_millis(200)).await.text.starts_with("HTTP/1.1 200"));
+        assert!(one_response(&mut s).await.text.starts_with("HTTP/1.1 200"));
         held.push(s);
     }
     let mut third = TcpStream::connect(admin).await.unwrap();
@@ -391,7 +391,7 @@ async fn hold_served(addr: std::net::SocketAddr, n: usize) -> Vec<TcpStream> {
     for _ in 0..n {
         let mut s = TcpStream::connect(addr).await.unwrap();
         s.write_all(b"GET /alive HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
-        assert!(read_for(&mut s, Duration::from_millis(300)).await.text.starts_with("HTTP/1.1 200"));
+        assert!(one_response(&mut s).await.text.starts_with("HTTP/1.1 200"));
         held.push(s);
     }
     held
@@ -423,7 +423,7 @@ async fn accepted_sockets_have_tcp_keepalive() {
     let gw = TestGateway::from_toml("[server]\ntcp_keepalive = \"45s\"\n").await;
     let mut s = TcpStream::connect(gw.addr).await.unwrap();
     s.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").await.unwrap();
-    assert!(read_for(&mut s, Duration::from_millis(300)).await.text.starts_with("HTTP/1.1 200"));
+    assert!(one_response(&mut s).await.text.starts_with("HTTP/1.1 200"));
     // `ss -o` shows the kernel's keepalive timer on the gateway's side of
     // the connection (source port = the gateway's).
     let out = std::process::Command::new("ss")

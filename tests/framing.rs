@@ -183,7 +183,7 @@ async fn an_upstream_response_with_content_length_and_chunked_is_never_truncated
     let mut c = TcpStream::connect(gw.addr).await.unwrap();
     for _ in 0..2 {
         c.write_all(b"GET /clte HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
-        let r = read_for(&mut c, Duration::from_millis(500)).await;
+        let r = one_response(&mut c).await;
         let lower = r.text.to_ascii_lowercase();
         if r.status() == 200 {
             assert!(!lower.contains("content-length: 5"), "{}", r.text);
@@ -399,11 +399,11 @@ async fn an_unsolicited_101_from_the_upstream_is_502() {
     let gw = TestGateway::from_toml(&route_toml(addr, "switch", "")).await;
     let mut c = TcpStream::connect(gw.addr).await.unwrap();
     c.write_all(b"GET /switch HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
-    let r = read_for(&mut c, Duration::from_millis(500)).await;
+    let r = one_response(&mut c).await;
     assert_eq!(r.status(), 502, "{}", r.text);
     // The client's connection is still usable.
     c.write_all(b"GET /switch HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
-    assert_eq!(read_for(&mut c, Duration::from_millis(500)).await.status(), 502);
+    assert_eq!(one_response(&mut c).await.status(), 502);
     let (mut h2, _conn) = h2_client(gw.addr).await;
     let resp = h2.send_request(Request::get(gw.url("/switch")).body(full(Bytes::new())).unwrap()).await.unwrap();
     assert_eq!(resp.status(), 502);

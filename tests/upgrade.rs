@@ -138,12 +138,12 @@ async fn an_upgrade_the_upstream_refuses_is_an_ordinary_response_on_a_kept_conne
     let gw = TestGateway::from_toml(&ws_toml(up.addr, "ws", "", "")).await;
     let mut s = TcpStream::connect(gw.addr).await.unwrap();
     s.write_all(&upgrade_request("/ws/x", "websocket", "Upgrade, HTTP2-Settings")).await.unwrap();
-    let first = read_for(&mut s, Duration::from_millis(500)).await;
+    let first = one_response(&mut s).await;
     assert_eq!(first.status(), 403, "{}", first.text);
     assert!(first.text.ends_with("no") && !first.closed, "{}", first.text);
     // The connection still carries requests.
     s.write_all(b"GET /ws/y HTTP/1.1\r\nHost: h\r\n\r\n").await.unwrap();
-    assert_eq!(read_for(&mut s, Duration::from_millis(500)).await.status(), 403);
+    assert_eq!(one_response(&mut s).await.status(), 403);
     let first_seen = seen.lock().unwrap()[0].clone();
     assert!(first_seen.contains("connection: upgrade") && first_seen.contains("upgrade: websocket"), "{first_seen}");
     // Connection's other members stay hop-by-hop.

@@ -8,6 +8,9 @@ pub mod limits;
 pub mod parked;
 pub mod pki;
 pub mod process;
+pub mod raw;
+#[allow(unused_imports)] // Each test binary uses some.
+pub use raw::{Raw, closed_within, one_response, raw, read_for, read_responses};
 pub mod redis_server;
 pub mod scripted;
 
@@ -215,39 +218,6 @@ where
     addr
 }
 
-/// What a raw exchange returned: the bytes, and whether the server closed.
-pub struct Raw {
-    pub text: String,
-    pub closed: bool,
-}
-
-impl Raw {
-    pub fn status(&self) -> u16 {
-        self.text.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0)
-    }
-}
-
-/// Writes `bytes`, then reads until the server closes or `wait` passes.
-pub async fn raw(addr: SocketAddr, bytes: &[u8], wait: Duration) -> Raw {
-    let mut s = TcpStream::connect(addr).await.unwrap();
-    s.write_all(bytes).await.unwrap();
-    read_for(&mut s, wait).await
-}
-
-pub async fn read_for(s: &mut TcpStream, wait: Duration) -> Raw {
-    let mut out = Vec::new();
-    let mut buf = [0u8; 8192];
-    let deadline = tokio::time::Instant::now() + wait;
-    let closed = loop {
-        match tokio::time::timeout_at(deadline, s.read(&mut buf)).await {
-            Err(_) => break false,
-            Ok(Ok(0)) | Ok(Err(_)) => break true,
-            Ok(Ok(n)) => out.extend_from_slice(&buf[..n]),
-        }
-    };
-    Raw { text: String::from_utf8_lossy(&out).into_owned(), closed }
-}
-
 /// An upstream that answers `ok` and counts the requests it saw.
 pub async fn counting_upstream() -> (TestUpstream, Arc<AtomicUsize>) {
     let seen = Arc::new(AtomicUsize::new(0));
@@ -393,56 +363,9 @@ pub fn request_line(head: &[u8]) -> String {
     String::from_utf8_lossy(&head[..end]).into_owned()
 }
 
-/// Reads `n` responses with `Content-Length` (none for a HEAD, as listed
-/// in `heads`) from `s`; their raw heads and bodies.
-pub async fn read_responses(s: &mut TcpStream, heads: &[bool]) -> Vec<(String, Vec<u8>)> {
-    let mut got = Vec::new();
-    let mut out = Vec::new();
-    let mut buf = [0u8; 65536];
-    for is_head in heads {
-        let (head, length) = loop {
-            if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
-                let head = String::from_utf8_lossy(&got[..end + 4]).into_owned();
-                got.drain(..end + 4);
-                let length = head
-                    .lines()
-                    .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length: ").map(str::to_owned))
-                    .map_or(0, |v| v.trim().parse::<usize>().unwrap());
-                break (head, if *is_head { 0 } else { length });
-            }
-            let n = s.read(&mut buf).await.unwrap();
-            assert!(n > 0, "closed early; responses so far: {out:?}");
-            got.extend_from_slice(&buf[..n]);
-        };
-        while got.len() < length {
-            let n = s.read(&mut buf).await.unwrap();
-            assert!(n > 0, "closed in a body");
-            got.extend_from_slice(&buf[..n]);
-        }
-        let body: Vec<u8> = got.drain(..length).collect();
-        out.push((head, body));
-    }
-    out
-}
-
 /// Runs `f`, failing the test if it takes longer than ten seconds.
 pub async fn bounded<F: Future>(f: F) -> F::Output {
     tokio::time::timeout(Duration::from_secs(10), f).await.expect("test took too long")
-}
-
-/// Waits until `s` is closed by the gateway (EOF or reset), up to `within`;
-/// returns how long that took, or `None` if it stayed open.
-pub async fn closed_within(s: &mut TcpStream, within: Duration) -> Option<Duration> {
-    let started = std::time::Instant::now();
-    let mut buf = [0u8; 65536];
-    loop {
-        let left = within.checked_sub(started.elapsed())?;
-        match tokio::time::timeout(left, s.read(&mut buf)).await {
-            Err(_) => return None,
-            Ok(Ok(0)) | Ok(Err(_)) => return Some(started.elapsed()),
-            Ok(Ok(_)) => {}
-        }
-    }
 }
 
 /// An upstream that answers every request head with `answer` (a 101, say),

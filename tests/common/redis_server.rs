@@ -69,8 +69,19 @@ impl Redis {
         }
     }
 
+    /// Starts it again on its port (the outage tests need the same one):
+    /// if the port is briefly taken, after a moment, four times more.
     pub fn spawn(&mut self) {
-        self.try_spawn().unwrap_or_else(|why| panic!("{why}"));
+        for tries in 0.. {
+            match self.try_spawn() {
+                Ok(()) => return,
+                Err(why) if tries < 4 => {
+                    eprintln!("redis-server did not start again on port {} ({why}); again", self.port);
+                    std::thread::sleep(Duration::from_millis(250));
+                }
+                Err(why) => panic!("{why}"),
+            }
+        }
     }
 
     /// Starts the process and waits (up to 10 s) for it to answer a PING;

@@ -33,10 +33,13 @@ pub fn cookie_line(headers: &HeaderMap) -> Option<Cow<'_, [u8]>> {
 /// send each cookie as its own field, which an HTTP/1 upstream must
 /// receive as one line (RFC 9113 §8.2.3), and an HTTP/1 client's second
 /// line (RFC 6265 §5.4 allows one) would be read by a parser that takes
-/// the first alone.
+/// the first alone. Lines that are all empty go as none, not as an empty
+/// `cookie:`.
 pub fn join_cookies(headers: &mut HeaderMap) {
     let Some(Cow::Owned(joined)) = cookie_line(headers) else { return };
-    if let Ok(v) = HeaderValue::from_bytes(&joined) {
+    if joined.is_empty() {
+        headers.remove(header::COOKIE);
+    } else if let Ok(v) = HeaderValue::from_bytes(&joined) {
         headers.insert(header::COOKIE, v);
     }
 }
@@ -63,6 +66,28 @@ mod tests {
             let line = cookie_line(&h);
             assert_eq!(line.as_deref(), want.map(str::as_bytes), "{crumbs:?}");
             assert_eq!(matches!(line, Some(Cow::Owned(_))), *owned, "copied only when joined: {crumbs:?}");
+        }
+    }
+
+    /// What an upstream gets: one line, or none for lines all empty (a
+    /// single empty line goes as it came).
+    #[test]
+    fn joined_in_place() {
+        let cases: &[(&[&str], &[&str])] = &[
+            (&[], &[]),
+            (&[""], &[""]),
+            (&["a=1", "b=2"], &["a=1; b=2"]),
+            (&["", " "], &[]),
+            (&["", "a=1", ""], &["a=1"]),
+        ];
+        for (crumbs, want) in cases {
+            let mut h = HeaderMap::new();
+            for c in *crumbs {
+                h.append(header::COOKIE, HeaderValue::from_str(c).unwrap());
+            }
+            join_cookies(&mut h);
+            let got: Vec<&str> = h.get_all(header::COOKIE).iter().map(|v| v.to_str().unwrap()).collect();
+            assert_eq!(got, *want, "{crumbs:?}");
         }
     }
 }

@@ -42,12 +42,16 @@ pub struct Settled;
 #[derive(Debug, Clone, Copy)]
 pub struct Pinned;
 
-/// Whether the request's `If-Match` names an entity tag (not `*`). The
-/// upstream or the file compared it with the tag of the form it sends; a
-/// form encoded here has only a weak tag, which `If-Match` never matches
-/// (RFC 9110 §13.1.1), so such a request is answered in that form.
+/// Whether the request's `If-Match` names an entity tag (not `*`; an
+/// empty line names none). The upstream or the file compared it with the
+/// tag of the form it sends; a form encoded here has only a weak tag,
+/// which `If-Match` never matches (RFC 9110 §13.1.1), so such a request is
+/// answered in that form. A line that is not text is taken as one.
 pub fn pins_a_form(headers: &http::HeaderMap) -> bool {
-    headers.get_all(header::IF_MATCH).iter().any(|line| line.as_bytes().trim_ascii() != b"*")
+    headers.get_all(header::IF_MATCH).iter().any(|line| match line.to_str() {
+        Ok(list) => crate::headers::etags::entity_tags(list).any(|tag| tag != "*"),
+        Err(_) => true,
+    })
 }
 
 impl Predicate for Compressible {
@@ -275,8 +279,16 @@ mod tests {
     /// line; `*` alone does not.
     #[test]
     fn if_match_with_a_tag_pins_the_form() {
-        let cases: &[(&[&str], bool)] =
-            &[(&[], false), (&["*"], false), (&[" * "], false), (&["\"a\""], true), (&["*", "W/\"a\""], true)];
+        let cases: &[(&[&str], bool)] = &[
+            (&[], false),
+            (&["*"], false),
+            (&[" * "], false),
+            (&[""], false),
+            (&[" , ,"], false),
+            (&["\"a\""], true),
+            (&["*", "W/\"a\""], true),
+            (&["", "\"a\""], true),
+        ];
         for (lines, want) in cases {
             let mut req = http::HeaderMap::new();
             req.insert(header::ACCEPT_ENCODING, HeaderValue::from_static("gzip"));

@@ -19,6 +19,7 @@ use tokio::time::Instant;
 
 use crate::access::{AccessLine, UpstreamTiming};
 use crate::config::AccessLogFormat;
+use crate::headers::rules::{ForInterims, HeaderRules};
 use crate::layers::request_id::RequestId;
 use crate::layers::trace::TraceContext;
 use crate::timer::KeptTimer;
@@ -79,22 +80,48 @@ impl Interims {
     }
 }
 
-/// Where an upstream's 1xx heads for one request go.
-pub enum InterimSink<'a> {
-    /// The request's own queue (the gateway's own HTTP/2 connection puts
-    /// one in each request's extensions).
+/// Where an upstream's 1xx heads for one request go, and the route's
+/// response rules they are passed on under.
+pub struct InterimSink<'a> {
+    queue: InterimQueue<'a>,
+    rules: Option<Arc<HeaderRules>>,
+}
+
+enum InterimQueue<'a> {
+    /// The request's own (the gateway's own HTTP/2 connection puts one in
+    /// each request's extensions).
     Request(Interims),
     /// Its client connection's, made at the first one (see
     /// [`Peer::interims`]).
     Connection(&'a OnceLock<Interims>),
 }
 
-impl InterimSink<'_> {
-    /// An interim head arrived from the upstream.
+impl<'a> InterimSink<'a> {
+    /// The sink of a request that carries its own queue, else of its
+    /// connection's, `connection` (if any); under the rules `req` carries
+    /// ([`ForInterims`], taken out).
+    pub fn of<B>(req: &mut Request<B>, connection: Option<&'a OnceLock<Interims>>) -> Option<Self> {
+        let queue = match req.extensions_mut().remove::<Interims>() {
+            Some(queue) => InterimQueue::Request(queue),
+            None => InterimQueue::Connection(connection?),
+        };
+        let rules = req.extensions_mut().remove::<ForInterims>().map(|ForInterims(rules)| rules);
+        Some(InterimSink { queue, rules })
+    }
+
+    /// An interim head arrived from the upstream: queued, without the
+    /// fields the route's rules name.
     pub fn push(&self, head: bytes::Bytes) {
-        match self {
-            InterimSink::Request(queue) => queue.push(head),
-            InterimSink::Connection(queue) => queue.get_or_init(Interims::default).push(head),
+        let head = match &self.rules {
+            None => head,
+            Some(rules) => match crate::headers::interim::without(&head, rules) {
+                Some(head) => head,
+                None => return,
+            },
+        };
+        match &self.queue {
+            InterimQueue::Request(queue) => queue.push(head),
+            InterimQueue::Connection(queue) => queue.get_or_init(Interims::default).push(head),
         }
     }
 }

@@ -24,13 +24,17 @@ impl HeaderRules {
         self.set.is_empty() && self.remove.is_empty()
     }
 
+    /// Every name the rules remove or set.
+    pub fn names(&self) -> impl Iterator<Item = &HeaderName> + Clone {
+        self.remove.iter().chain(self.set.iter().map(|(n, _)| n))
+    }
+
     /// Removes, then sets. A name's other spellings of `-` and `_` go too
     /// (`X_Internal_User` for `x-internal-user`): CGI and WSGI upstreams
     /// read them as one header, so a client could otherwise slip past a
     /// rule that removes or sets it.
     pub fn apply(&self, headers: &mut HeaderMap) {
-        let named = self.remove.iter().chain(self.set.iter().map(|(n, _)| n));
-        crate::headers::remove_other_spellings(headers, named, false);
+        crate::headers::remove_other_spellings(headers, self.names(), false);
         for name in &self.remove {
             headers.remove(name);
         }
@@ -39,6 +43,13 @@ impl HeaderRules {
         }
     }
 }
+
+/// A route's response rules, in its request's extensions, for the
+/// upstream's 1xx heads: passed on as the upstream sent them, they would
+/// otherwise carry the fields the rules keep from the final answer (see
+/// [`crate::headers::interim::without`]).
+#[derive(Clone)]
+pub struct ForInterims(pub std::sync::Arc<HeaderRules>);
 
 #[cfg(test)]
 mod tests {

@@ -32,7 +32,7 @@ use tower_http::compression::CompressionLayer;
 use crate::body::Body;
 use crate::config::{RouteConfig, Target};
 use crate::headers;
-use crate::headers::rules::HeaderRules;
+use crate::headers::rules::{ForInterims, HeaderRules};
 use compress::Compressible;
 
 /// One route's layers, built at load.
@@ -64,7 +64,7 @@ impl RouteLayers {
     }
 
     /// Runs `inner` (the route's target) inside the route's layers.
-    pub async fn call<F, Fut>(&self, req: Request<Incoming>, inner: F) -> Response<Body>
+    pub async fn call<F, Fut>(&self, mut req: Request<Incoming>, inner: F) -> Response<Body>
     where
         F: FnOnce(Request<Incoming>) -> Fut,
         Fut: Future<Output = Response<Body>>,
@@ -115,6 +115,10 @@ impl RouteLayers {
                 req
             })
         });
+        if let Some(rules) = &self.response {
+            // For the upstream's 1xx heads, which pass outside these layers.
+            req.extensions_mut().insert(ForInterims(rules.clone()));
+        }
         let response = self.response.clone().map(|rules| {
             MapResponseLayer::new(move |mut resp: Response<Body>| {
                 rules.apply(resp.headers_mut());

@@ -335,8 +335,8 @@ pub fn with_date<R>(f: impl FnOnce(&Bytes) -> R) -> R {
 }
 
 /// A 1xx head from the upstream (`raw`, as it came) as the client gets
-/// it: the status, and the fields but the hop-by-hop ones (RFC 9110 §7.6.1).
-/// Nothing is written if `raw` is not such a head.
+/// it: the status and its reason, and the fields but the hop-by-hop ones
+/// (RFC 9110 §7.6.1). Nothing is written if `raw` is not such a head.
 pub fn interim(raw: &[u8], out: &mut BytesMut, request_ids: bool) {
     let mut storage = [httparse::EMPTY_HEADER; super::head::MAX_HEADERS];
     let mut parsed = httparse::Response::new(&mut storage);
@@ -352,7 +352,10 @@ pub fn interim(raw: &[u8], out: &mut BytesMut, request_ids: bool) {
         }
     }
     crate::headers::interim::strip(&mut fields, request_ids);
-    status_line(out, Version::HTTP_11, status, None);
+    // The upstream's own, as a final head's is kept; none, the usual one.
+    let reason =
+        parsed.reason.filter(|r| !r.is_empty()).and_then(|r| hyper::ext::ReasonPhrase::try_from(r.as_bytes()).ok());
+    status_line(out, Version::HTTP_11, status, reason.as_ref());
     for (name, value) in &fields {
         field(out, name.as_str(), value.as_bytes());
     }

@@ -199,6 +199,10 @@ fn interim_heads_lose_their_connection_fields() {
             "HTTP/1.1 103 Early Hints\r\nlink: <a>\r\n\r\n",
         ),
         ("HTTP/1.1 102 Processing\r\n\r\n", "HTTP/1.1 102 Processing\r\n\r\n"),
+        // The upstream's reason, as with a final head; without one, the usual.
+        ("HTTP/1.1 199 Whatever\r\nX-A: 1\r\n\r\n", "HTTP/1.1 199 Whatever\r\nx-a: 1\r\n\r\n"),
+        ("HTTP/1.1 103 Hints, soon\r\n\r\n", "HTTP/1.1 103 Hints, soon\r\n\r\n"),
+        ("HTTP/1.1 103 \r\n\r\n", "HTTP/1.1 103 Early Hints\r\n\r\n"),
         ("HTTP/1.1 200 OK\r\n\r\n", ""),
         ("HTTP/1.1 103 Early", ""),
     ];

@@ -64,13 +64,7 @@ impl<'a> Encoded<'a> {
         interims: bool,
         connection: Option<&'a OnceLock<Interims>>,
     ) -> Self {
-        let interims = match interims {
-            true => match req.extensions_mut().remove::<Interims>() {
-                Some(queue) => Some(InterimSink::Request(queue)),
-                None => connection.map(InterimSink::Connection),
-            },
-            false => None,
-        };
+        let interims = interims.then(|| InterimSink::of(&mut req, connection)).flatten();
         let (sending, head_request) = Sending::new(req, stamp);
         Encoded { sending, head_request, interims }
     }

@@ -127,6 +127,29 @@ async fn allowed_refused_hanging_and_missing_auth_services() {
     assert_eq!(asked_count, Some(2.0));
 }
 
+/// A listed request header reaches the upstream only as the service saw
+/// it: its underscore spelling, which CGI and WSGI upstreams read as the
+/// same variable, is removed, not passed on unasked (a hostile review's
+/// `X_Api_Key: victim` beside the `X-Api-Key` the service checked).
+#[tokio::test]
+async fn a_listed_header_in_another_spelling_does_not_pass_unasked() {
+    let (up, seen) = recording().await;
+    let (auth, asked) = auth_service().await;
+    let forward = format!(
+        "auth = {{ forward = {{ url = \"http://{}/verify\", request_headers = [\"cookie\", \"x-api-key\"] }} }}",
+        auth.addr
+    );
+    let gw = TestGateway::from_toml(&route(up.addr, "spelt", &forward)).await;
+    let headers = [("cookie", "session=good"), ("x-api-key", "mine"), ("x_api_key", "victim"), ("X_API-key", "v2")];
+    let (parts, _) = get_with(&gw.url("/spelt/x"), &headers).await;
+    assert_eq!(parts.status, 200);
+    let (_, h) = &asked.lock().unwrap()[0];
+    assert_eq!(h.get_all("x-api-key").iter().collect::<Vec<_>>(), ["mine"], "{h:?}");
+    let got = &seen.lock().unwrap()[0];
+    assert_eq!(got.get_all("x-api-key").iter().collect::<Vec<_>>(), ["mine"], "{got:?}");
+    assert!(got.get("x_api_key").is_none() && got.get("x_api-key").is_none(), "{got:?}");
+}
+
 #[test]
 fn forward_auth_urls_are_checked_at_load() {
     let dir = tempfile::tempdir().unwrap();

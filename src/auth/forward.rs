@@ -91,6 +91,10 @@ impl Forward {
                 return Err(GatewayError::BadRequest("more than one Authorization or Proxy-Authorization field"));
             }
         }
+        // What the upstream reads of a listed field is what the service
+        // saw: its other spellings of `-` and `_` (one CGI variable to a
+        // WSGI upstream) go, not on unasked.
+        crate::headers::remove_other_spellings(req.headers_mut(), self.config.request_headers.iter(), false);
         let ask = self.ask(req, peer, id);
         let start = Instant::now();
         let deadline = start + self.config.timeout;

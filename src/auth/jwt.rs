@@ -163,26 +163,62 @@ fn token<'h>(headers: &'h HeaderMap, from: &TokenSource) -> Option<&'h str> {
         }
         TokenSource::Cookie(name) => {
             // Every pair whose name, trimmed, is the one configured counts
-            // (`session =x`, a bare `session`), in every Cookie line: the
-            // cookie parsers of common upstreams (Go's, Python's, Node's)
-            // trim names, so a copy the gateway did not count could be the
-            // one they read.
-            let mut found = headers
-                .get_all(header::COOKIE)
-                .iter()
-                .filter_map(|v| v.to_str().ok())
-                .flat_map(|v| v.split(';'))
-                .map(|pair| pair.split_once('=').unwrap_or((pair, "")))
-                .filter(|(n, _)| n.trim_matches(COOKIE_SPACE) == name);
+            // (`session =x`, a bare `session`), in every Cookie line, read
+            // as bytes (a line with a byte past ASCII was skipped, and a
+            // second copy in it went uncounted): the cookie parsers of
+            // common upstreams (Go's, Python's, Node's) trim names, so a
+            // copy the gateway did not count could be the one they read.
+            let name = name.as_bytes();
+            let lines = || headers.get_all(header::COOKIE).iter().map(HeaderValue::as_bytes);
+            let mut found = lines()
+                .flat_map(|line| line.split(|&b| b == b';'))
+                .map(|pair| match pair.iter().position(|&b| b == b'=') {
+                    Some(at) => (&pair[..at], &pair[at + 1..]),
+                    None => (pair, &pair[pair.len()..]),
+                })
+                .filter(|(n, _)| trim_to_token(n) == name);
             let (_, value) = found.next()?;
             // Exactly one cookie of the name: the upstream gets the Cookie
-            // header whole, and could read another copy than the one checked.
-            if found.next().is_some() {
+            // header whole, and could read another copy than the one
+            // checked; counted again where a parser splitting at `,` or
+            // whitespace too (RFC 2965's, Python's `SimpleCookie`) would
+            // find one.
+            if found.next().is_some() || lines().map(|line| name_count(line, name)).sum::<usize>() != 1 {
                 return None;
             }
+            let value = std::str::from_utf8(value).ok()?;
             Some(value.trim_matches(COOKIE_SPACE).trim_matches('"')).filter(|t| !t.is_empty())
         }
     }
+}
+
+/// Whether `b` may be part of a token (RFC 9110 §5.6.2), as a cookie's
+/// name is.
+fn tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// `name` without what no token holds at its ends: spaces and tabs, and
+/// what some parsers trim too (Python's `strip()` takes U+00A0, a byte
+/// past ASCII here).
+fn trim_to_token(name: &[u8]) -> &[u8] {
+    let start = name.iter().position(|&b| tchar(b)).unwrap_or(name.len());
+    let end = name.iter().rposition(|&b| tchar(b)).map_or(start, |at| at + 1);
+    &name[start..end]
+}
+
+/// How often `name` stands as a cookie's name in `line` by the loosest
+/// reading: after no token character, and followed (past anything but
+/// one, `=`, `;` and `,`) by `=`, `;`, `,` or the line's end.
+fn name_count(line: &[u8], name: &[u8]) -> usize {
+    (0..line.len())
+        .filter(|&at| {
+            line[at..].starts_with(name) && (at == 0 || !tchar(line[at - 1])) && {
+                let mut rest = line[at + name.len()..].iter().skip_while(|&&b| !tchar(b) && !b"=;,".contains(&b));
+                matches!(rest.next(), None | Some(b'=' | b';' | b','))
+            }
+        })
+        .count()
 }
 
 /// A claim's value as a header value: numbers and booleans as JSON writes
@@ -253,11 +289,22 @@ mod tests {
             (vec!["session=t; session"], None),
             (vec!["session=t; sessions=x; xsession=y; Session=z"], Some("t")),
             (vec!["session="], None),
+            // A line with bytes past ASCII is read too; a copy behind a
+            // comma or a space, or after a byte a parser trims, counts.
+            (vec!["x=\u{ff}; session=t"], Some("t")),
+            (vec!["session=t", "x=\u{ff}; session=forged"], None),
+            (vec!["session=t; x=1, session=forged"], None),
+            (vec!["session=t; x=1 session=forged"], None),
+            (vec!["session=t", "\u{a0}session=forged"], None),
+            (vec!["session=t; session\u{a0}=forged"], None),
+            (vec!["session=t; a=b,sessionx=y"], Some("t")),
         ];
         for (lines, want) in cases {
             let mut h = HeaderMap::new();
             for line in &lines {
-                h.append(header::COOKIE, line.parse().unwrap());
+                // Bytes past ASCII as one byte each, as a client may send them.
+                let bytes: Vec<u8> = line.chars().map(|c| u8::try_from(u32::from(c)).unwrap()).collect();
+                h.append(header::COOKIE, HeaderValue::from_bytes(&bytes).unwrap());
             }
             assert_eq!(token(&h, &session), want, "{lines:?}");
         }

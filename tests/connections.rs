@@ -89,6 +89,14 @@ async fn http_versions_are_told_apart_from_first_bytes_that_arrive_in_pieces() {
     let mut frame = [0u8; 9];
     tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut frame)).await.unwrap().unwrap();
     assert_eq!(frame[3], 4, "expected a SETTINGS frame, got header {frame:?}");
+    // Part of the preface, then the end of the stream: neither protocol
+    // is known; the connection is closed, nothing answered.
+    let mut s = TcpStream::connect(gw.addr).await.unwrap();
+    s.write_all(b"PRI * HTTP/2.0\r\n").await.unwrap();
+    s.shutdown().await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut answer)).await.unwrap().unwrap();
+    assert_eq!(String::from_utf8_lossy(&answer), "");
     still_serving(&gw).await;
 }
 

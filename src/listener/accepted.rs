@@ -11,8 +11,8 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio_rustls::TlsAcceptor;
 
 use super::conn::{ConnState, Timeouts, Watchdog};
-use super::io::ClientIo;
-use super::{Builders, Connection, Held, Kind, Own, Stops, h1, h2, secure_connection, serve_connection, sniff};
+use super::io::{ClientIo, Rewind, first_bytes};
+use super::{Builders, Connection, Held, Kind, Own, Stops, h1, h2, secure_connection, serve_connection};
 use crate::metrics;
 use crate::request::Peer;
 use crate::server::App;
@@ -63,7 +63,7 @@ pub(super) fn connection(builders: Arc<Builders>, app: Arc<App>, a: Accepted) ->
 #[allow(clippy::manual_async_fn)]
 fn serve_accepted(
     mut c: Connection,
-    io: ClientIo,
+    mut io: ClientIo,
     tls: Option<TlsAcceptor>,
     held: Held,
 ) -> impl Future<Output = ()> + Send {
@@ -74,10 +74,8 @@ fn serve_accepted(
         let addr = c.addr;
         let Some(acceptor) = tls else {
             // Within the header read timeout, which runs from accept.
-            // Boxed: held only until the first bytes, it would make every
-            // connection's task larger.
-            let http = tokio::select! {
-                http = Box::pin(sniff(io.stream())) => http,
+            let first = tokio::select! {
+                first = first_bytes(&mut io) => first,
                 _ = &mut c.watchdog => {
                     metrics::rejected("", "header_timeout");
                     tracing::debug!(client = %addr, "no request head within the header read timeout");
@@ -85,13 +83,15 @@ fn serve_accepted(
                 }
                 _ = c.stops.graceful.cancelled() => return,
             };
+            // Closed (or failed) before a byte told the protocol.
+            let Some((http, first)) = first else { return };
             match c.served_by(http) {
                 // Not boxed, and borrowing the connection: this future is what
                 // an idle own HTTP/1.1 connection's task holds (see `h1`).
-                Own::Http1 => return h1::serve(h1::ClientStream::Plain(io), &mut c, &mut held).await,
+                Own::Http1 => return h1::serve(h1::ClientStream::Plain(io), first, &mut c, &mut held).await,
                 // Boxed: every connection's task would reserve their space.
-                Own::Http2 => return Box::pin(h2::serve(io, c)).await,
-                Own::No => return Box::pin(serve_connection(io, c, http)).await,
+                Own::Http2 => return Box::pin(h2::serve(Rewind::new(first.freeze(), io), c)).await,
+                Own::No => return Box::pin(serve_connection(Rewind::new(first.freeze(), io), c, http)).await,
             }
         };
         // Boxed: a TLS connection's future (rustls' state, the TLS stream) is

@@ -29,12 +29,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::body::Incoming;
+use bytes::BytesMut;
 use futures_util::FutureExt;
 use http::{Request, Response, StatusCode, Version};
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
@@ -195,38 +196,15 @@ impl LimitWarning {
 /// Which hyper connection serves a connection.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Http {
-    /// Known to be HTTP/1: served by hyper's HTTP/1 connection directly.
+    /// Known to be HTTP/1 (its first bytes, or `http/1.1` by ALPN): served
+    /// by hyper's HTTP/1 connection directly, or by the own one ([`h1`]).
     One,
-    /// HTTP/1 or HTTP/2 (h2c prior knowledge, or `h2` by ALPN): hyper-util's
-    /// `auto` connection reads the first bytes and chooses.
+    /// HTTP/1 or HTTP/2 (TLS without ALPN): hyper-util's `auto` connection
+    /// reads the first bytes and chooses.
     Auto,
-    /// Known to be HTTP/2 (its whole preface seen, or `h2` by ALPN): served
+    /// Known to be HTTP/2 (its whole preface read, or `h2` by ALPN): served
     /// as [`Http::Auto`], or by the own HTTP/2 connection ([`h2`]).
     Two,
-}
-
-/// HTTP/2's connection preface (RFC 9113 §3.4).
-const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-
-/// What a plain connection speaks, from its first bytes, peeked (left in
-/// the socket for hyper to read): [`Http::One`] as soon as they differ
-/// from HTTP/2's preface, [`Http::Two`] on the whole preface, else
-/// [`Http::Auto`] (part of the preface, or nothing: the end of the stream,
-/// an error).
-///
-/// Why not `auto` for every connection: it reads those first bytes itself
-/// and hands them to hyper's HTTP/1 connection in front of the socket, so
-/// a request head arrives in two reads, and the second one's reserve grows
-/// hyper's read buffer for the connection's life (see benches/README.md,
-/// Decisions). Peeking costs one `recv` per connection, and serving HTTP/1
-/// directly skips `auto`'s layer on every poll.
-async fn sniff(stream: &TcpStream) -> Http {
-    let mut first = [0u8; H2_PREFACE.len()];
-    match stream.peek(&mut first).await {
-        Ok(n) if n > 0 && first[..n] != H2_PREFACE[..n] => Http::One,
-        Ok(n) if n == H2_PREFACE.len() => Http::Two,
-        _ => Http::Auto,
-    }
 }
 
 /// What a connection's task carries besides its byte stream.
@@ -292,7 +270,7 @@ async fn secure_connection(acceptor: TlsAcceptor, io: ClientIo, mut c: Connectio
     };
     match c.served_by(http) {
         // Not parked: its slot is held by the task that runs this.
-        Own::Http1 => h1::serve(h1::ClientStream::Tls(Box::new(secured)), &mut c, &mut None).await,
+        Own::Http1 => h1::serve(h1::ClientStream::Tls(Box::new(secured)), BytesMut::new(), &mut c, &mut None).await,
         Own::Http2 => h2::serve(secured, c).await,
         Own::No => serve_connection(secured, c, http).await,
     }

@@ -137,14 +137,16 @@ enum Ended {
     Switch(Box<Tunnel>),
 }
 
-/// Serves requests on `io` until the connection closes (then runs its
-/// tunnel if it switched protocols) or parks, taking `held` with it.
+/// Serves requests on `io`, whose bytes `first` were read already, until
+/// the connection closes (then runs its tunnel if it switched protocols)
+/// or parks, taking `held` with it.
 pub(super) fn serve<'a>(
     io: ClientStream,
+    first: BytesMut,
     c: &'a mut Connection,
     held: &'a mut Option<Held>,
 ) -> impl Future<Output = ()> + Send + 'a {
-    let wire = Shared::new(io);
+    let wire = Shared::new(io, first);
     let parks = may_park(&wire, c, held);
     if parks {
         c.stops.parking.watch(&c.state);

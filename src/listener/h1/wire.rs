@@ -94,10 +94,11 @@ pub struct Wire {
 pub struct Shared(Arc<Mutex<Wire>>);
 
 impl Shared {
-    pub fn new(io: ClientStream) -> Shared {
+    /// The wire of `io`, whose bytes `rx` were read already.
+    pub fn new(io: ClientStream, rx: BytesMut) -> Shared {
         let wire = Wire {
             io,
-            rx: BytesMut::new(),
+            rx,
             decoder: Decoder::Done,
             continue_at: None,
             watcher: None,

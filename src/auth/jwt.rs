@@ -17,6 +17,7 @@ use super::jwks::{Jwks, Keys};
 use super::jwt_cache::TokenCache;
 use crate::config::access::{JwksSource, JwtConfig, TokenSource};
 use crate::error::GatewayError;
+use crate::headers::via::is_tchar;
 
 const KIND: &str = "jwt";
 
@@ -192,18 +193,12 @@ fn token<'h>(headers: &'h HeaderMap, from: &TokenSource) -> Option<&'h str> {
     }
 }
 
-/// Whether `b` may be part of a token (RFC 9110 §5.6.2), as a cookie's
-/// name is.
-fn tchar(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
-}
-
 /// `name` without what no token holds at its ends: spaces and tabs, and
 /// what some parsers trim too (Python's `strip()` takes U+00A0, a byte
 /// past ASCII here).
 fn trim_to_token(name: &[u8]) -> &[u8] {
-    let start = name.iter().position(|&b| tchar(b)).unwrap_or(name.len());
-    let end = name.iter().rposition(|&b| tchar(b)).map_or(start, |at| at + 1);
+    let start = name.iter().position(|&b| is_tchar(b)).unwrap_or(name.len());
+    let end = name.iter().rposition(|&b| is_tchar(b)).map_or(start, |at| at + 1);
     &name[start..end]
 }
 
@@ -213,8 +208,8 @@ fn trim_to_token(name: &[u8]) -> &[u8] {
 fn name_count(line: &[u8], name: &[u8]) -> usize {
     (0..line.len())
         .filter(|&at| {
-            line[at..].starts_with(name) && (at == 0 || !tchar(line[at - 1])) && {
-                let mut rest = line[at + name.len()..].iter().skip_while(|&&b| !tchar(b) && !b"=;,".contains(&b));
+            line[at..].starts_with(name) && (at == 0 || !is_tchar(line[at - 1])) && {
+                let mut rest = line[at + name.len()..].iter().skip_while(|&&b| !is_tchar(b) && !b"=;,".contains(&b));
                 matches!(rest.next(), None | Some(b'=' | b';' | b','))
             }
         })

@@ -89,7 +89,8 @@ pub fn default_name() -> &'static str {
     NAME.get_or_init(|| format!("gateway-{:08x}", fastrand::u32(..)))
 }
 
-fn is_tchar(b: u8) -> bool {
+/// Whether `b` may be part of a token (RFC 9110 §5.6.2).
+pub fn is_tchar(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 

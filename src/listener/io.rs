@@ -94,9 +94,10 @@ impl AsyncWrite for ClientIo {
 /// HTTP/2's connection preface (RFC 9113 §3.4).
 const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-/// Bytes read at a time (into a buffer on the stack, then copied into
-/// one of the size read), as the own HTTP/1.1 connection reads.
-const READ: usize = 4096;
+/// Bytes read at a time into a buffer on the stack when the read buffer
+/// has no room (a connection waiting for bytes holds no buffer of its
+/// own): by [`first_bytes`] and the own HTTP/1.1 connection.
+pub(super) const READ: usize = 4096;
 
 /// What a plain connection speaks, from its first bytes, read (and given
 /// to the connection that serves it): [`Http::One`] as soon as they

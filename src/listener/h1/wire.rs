@@ -17,9 +17,7 @@ use crate::body::BoxError;
 use crate::listener::io::ClientIo;
 use crate::upstream::h1::decode::{Decoder, Step};
 
-/// Bytes read at a time into a buffer on the stack when the read buffer
-/// has no room: a connection waiting for bytes holds no buffer of its own.
-const READ: usize = 4096;
+use crate::listener::io::READ;
 
 /// What a server answers to `Expect: 100-continue` when the body is first
 /// asked for (RFC 9110 §10.1.1).

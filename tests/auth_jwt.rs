@@ -142,6 +142,8 @@ async fn every_refusal_is_401_invalid_token_and_never_reaches_the_upstream() {
         ("no exp", rs(claims(json!({"exp": null})))),
         ("wrong issuer", rs(claims(json!({"iss": "https://evil.test"})))),
         ("no issuer", rs(claims(json!({"iss": null})))),
+        ("an array issuer holding the issuer", rs(claims(json!({"iss": ["https://id.test", "https://evil.test"]})))),
+        ("an array issuer of the issuer alone", rs(claims(json!({"iss": ["https://id.test"]})))),
         ("wrong audience", rs(claims(json!({"aud": "elsewhere"})))),
         ("alg none", none),
         ("HS256 signed with the public key", hmac_with_public_key),

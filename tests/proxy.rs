@@ -108,9 +108,18 @@ fn forwarded_request(url: &str) -> Request<TestBody> {
         .header("x-forwarded-host", "public.example")
         .header("forwarded", "for=198.51.100.7;proto=https;host=public.example")
         .header("x-forwarded-for", "198.51.100.7")
+        .header("x-real-ip", "198.51.100.7")
+        .header("x-forwarded-port", "443")
+        .header("x_forwarded_ssl", "on")
+        .header("x-forwarded-prefix", "/app")
         .body(full(Bytes::new()))
         .unwrap()
 }
+
+/// The fields of [`forwarded_request`] that only a proxy may send, as the
+/// upstream echoes them.
+const PROXY_ONLY: [&str; 4] =
+    ["x-real-ip: 198.51.100.7\n", "x-forwarded-port: 443\n", "x_forwarded_ssl: on\n", "x-forwarded-prefix: /app\n"];
 
 #[tokio::test]
 async fn forwarding_headers_from_a_trusted_proxy_are_kept() {
@@ -130,6 +139,9 @@ async fn forwarding_headers_from_a_trusted_proxy_are_kept() {
         "{seen}"
     );
     assert!(seen.contains("x-forwarded-for: 198.51.100.7, 127.0.0.1\n"), "{seen}");
+    for field in PROXY_ONLY {
+        assert!(seen.contains(field), "{field:?} from a trusted proxy is kept: {seen}");
+    }
 }
 
 #[tokio::test]
@@ -147,6 +159,22 @@ async fn forwarding_headers_from_an_untrusted_peer_are_replaced() {
     assert_eq!(seen.matches("\nforwarded:").count(), 1, "one Forwarded line: {seen}");
     // X-Forwarded-For is appended to either way, as nginx's $proxy_add_x_forwarded_for.
     assert!(seen.contains("x-forwarded-for: 198.51.100.7, 127.0.0.1\n"), "{seen}");
+    // What only a proxy in front may say goes, in any spelling.
+    for field in PROXY_ONLY {
+        let name = field.split(':').next().unwrap();
+        assert!(!seen.contains(name), "{name} from an untrusted peer reached the upstream: {seen}");
+    }
+}
+
+#[tokio::test]
+async fn a_proxy_only_field_a_route_rule_sets_reaches_the_upstream() {
+    // Dropped from the client before the route's rules run, not after.
+    let up = echo_upstream().await;
+    let rule = "request_headers = { set = { \"X-Forwarded-Prefix\" = \"/api\" } }\n";
+    let gw = TestGateway::from_toml(&proxy_config(up.addr, "prefixed", rule)).await;
+    let seen = String::from_utf8(send(forwarded_request(&gw.url("/prefixed"))).await.1.to_vec()).unwrap();
+    assert!(seen.contains("x-forwarded-prefix: /api\n"), "{seen}");
+    assert!(!seen.contains("x-real-ip") && !seen.contains("/app"), "{seen}");
 }
 
 #[tokio::test]

@@ -31,6 +31,9 @@ pub struct Jwt {
     pub(super) forward_claims: Vec<(http::HeaderName, String)>,
     /// Tokens verified already; `None` with `cache_tokens = 0`.
     cache: Option<TokenCache>,
+    /// An `issuer` is configured: the token's `iss` must be that one
+    /// string, not an array holding it (see [`Jwt::check`]).
+    issuer: bool,
 }
 
 /// A verified token's claims.
@@ -73,7 +76,8 @@ impl Jwt {
             }
         }
         let cache = (c.cache_tokens > 0).then(|| TokenCache::new(c.cache_tokens, c.leeway));
-        Jwt { keys, validations, from: c.from.clone(), forward_claims: c.forward_claims.clone(), cache }
+        let (from, forward_claims, issuer) = (c.from.clone(), c.forward_claims.clone(), c.issuer.is_some());
+        Jwt { keys, validations, from, forward_claims, cache, issuer }
     }
 
     /// Whether the token is read from `Authorization` (which is then removed
@@ -126,6 +130,12 @@ impl Jwt {
             return Err(invalid("key does not fit alg"));
         }
         match jsonwebtoken::decode::<Claims>(token, key, validation) {
+            // jsonwebtoken takes an array `iss` holding the issuer as a
+            // match; RFC 7519 §4.1.1 makes `iss` one string, and an
+            // upstream reading the forwarded claim could take another item.
+            Ok(data) if self.issuer && !data.claims.get("iss").is_some_and(Value::is_string) => {
+                Err(invalid("wrong issuer"))
+            }
             Ok(data) => Ok((data.claims, keys)),
             Err(e) => Err(invalid(match e.kind() {
                 ErrorKind::ExpiredSignature => "expired",

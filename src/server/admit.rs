@@ -1,16 +1,54 @@
-//! What a route decides about a request before anything else it does:
-//! its address lists, its rate limit and its credentials, in the order
-//! `App::admit` gives.
+//! What the gateway decides about a request before anything else it does:
+//! its path's normal form, its screen, then the route's address lists,
+//! rate limit and credentials, in the order `App::admit` gives.
+
+use std::borrow::Cow;
 
 use crate::body::Incoming;
-use http::Request;
+use http::uri::PathAndQuery;
+use http::{Request, Uri};
 
 use super::table::Route;
 use super::{App, Peer, RequestLog};
 use crate::error::GatewayError;
-use crate::limits::Declared;
+use crate::limits::{Declared, screen};
+use crate::path::{self, PathError};
 
 impl App {
+    /// Replaces the request's path with its normal form (see [`path`]), so
+    /// the route is chosen on it and the upstream receives it.
+    pub(super) fn normalize(&self, req: &mut Request<Incoming>) -> Result<(), GatewayError> {
+        let normal = match path::normalize(req.uri().path(), self.path_options) {
+            Ok(Cow::Borrowed(_)) => return Ok(()),
+            Ok(Cow::Owned(normal)) => normal,
+            Err(PathError::AboveRoot) => return Err(GatewayError::BadPath("path climbs above the root")),
+            Err(PathError::EncodedSlash) => return Err(GatewayError::BadPath("encoded slash or backslash")),
+            Err(PathError::Backslash) => return Err(GatewayError::BadPath("backslash in path")),
+            Err(PathError::DotSegmentParam) => {
+                return Err(GatewayError::BadPath("dot segment with a parameter (..;)"));
+            }
+        };
+        let target = match req.uri().query() {
+            Some(q) => format!("{normal}?{q}"),
+            None => normal,
+        };
+        let mut parts = req.uri().clone().into_parts();
+        parts.path_and_query =
+            Some(PathAndQuery::try_from(target).map_err(|_| GatewayError::BadPath("normalised path is invalid"))?);
+        *req.uri_mut() = Uri::from_parts(parts).map_err(|_| GatewayError::BadPath("normalised path is invalid"))?;
+        Ok(())
+    }
+
+    /// The request's [`screen`], once a peer that is not a trusted proxy
+    /// has lost the fields only a proxy may send (before the route's
+    /// credentials and header rules, so that what they set stays).
+    pub(super) fn screen(&self, req: &mut Request<Incoming>, peer: &Peer) -> Result<Declared, GatewayError> {
+        if !peer.trusted {
+            crate::headers::drop_proxy_only(req.headers_mut());
+        }
+        screen(req.method(), req.uri(), req.version(), req.headers(), self.config.server.max_uri_length)
+    }
+
     /// What a route decides before anything else it does: the address
     /// lists, then the declared body length against `max_body` (after the
     /// lists, so that a refused client gets 403 and learns nothing of the

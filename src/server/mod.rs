@@ -9,7 +9,6 @@
 //! - `table`: the routes and upstreams built from a config, and the reload
 //!   that replaces them while requests keep flowing.
 
-use std::borrow::Cow;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,8 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use crate::body::Incoming;
 use arc_swap::{ArcSwap, ArcSwapOption};
 use http::header::{self, HeaderValue};
-use http::uri::PathAndQuery;
-use http::{Method, Request, Response, StatusCode, Uri};
+use http::{Method, Request, Response, StatusCode};
 use tokio::time::Instant;
 
 use crate::body::{Body, ReadAhead};
@@ -29,10 +27,10 @@ use crate::error::GatewayError::{self, NoRoute};
 use crate::files::FileServer;
 use crate::layers::panic::{CatchUnwindRef, panic_response};
 use crate::layers::request_id::{self, RequestId};
-use crate::limits::{ConcurrencyLimit, Declared, screen};
+use crate::limits::ConcurrencyLimit;
 use crate::metrics::{self, RouteMetrics};
 use crate::otel::{Exporter, RequestSpan};
-use crate::path::{self, PathError};
+use crate::path;
 use crate::router::strip_prefix;
 use crate::upstream::Upstream;
 use crate::upstream::tunnel::PendingTunnel;
@@ -271,7 +269,7 @@ impl App {
                 // Screened first: a request refused as malformed or too
                 // large takes no token of the rate limit and no ask of
                 // the auth service (its length after the address lists).
-                Some(route) => match self.screen(&req) {
+                Some(route) => match self.screen(&mut req, peer) {
                     Err(e) => Some(e),
                     Ok(declared) if route.guard.is_some() || route.rate_limit.is_some() => {
                         let cx = pending.cx.as_mut().expect("just set");
@@ -306,9 +304,9 @@ impl App {
                         Box::pin(layers.call(req, dispatch)).await
                     }
                 },
-                None => {
-                    respond(self.screen(&req).and_then(|d| d.within(self.config.server.max_body)).and(Err(NoRoute)))
-                }
+                None => respond(
+                    self.screen(&mut req, peer).and_then(|d| d.within(self.config.server.max_body)).and(Err(NoRoute)),
+                ),
             };
             if let Some(fields) = rate_state {
                 fields.append_to(response.headers_mut());
@@ -410,34 +408,6 @@ impl App {
                 }
             }
         }
-    }
-
-    /// Replaces the request's path with its normal form (see [`path`]), so
-    /// the route is chosen on it and the upstream receives it.
-    fn normalize(&self, req: &mut Request<Incoming>) -> Result<(), GatewayError> {
-        let normal = match path::normalize(req.uri().path(), self.path_options) {
-            Ok(Cow::Borrowed(_)) => return Ok(()),
-            Ok(Cow::Owned(normal)) => normal,
-            Err(PathError::AboveRoot) => return Err(GatewayError::BadPath("path climbs above the root")),
-            Err(PathError::EncodedSlash) => return Err(GatewayError::BadPath("encoded slash or backslash")),
-            Err(PathError::Backslash) => return Err(GatewayError::BadPath("backslash in path")),
-            Err(PathError::DotSegmentParam) => {
-                return Err(GatewayError::BadPath("dot segment with a parameter (..;)"));
-            }
-        };
-        let target = match req.uri().query() {
-            Some(q) => format!("{normal}?{q}"),
-            None => normal,
-        };
-        let mut parts = req.uri().clone().into_parts();
-        parts.path_and_query =
-            Some(PathAndQuery::try_from(target).map_err(|_| GatewayError::BadPath("normalised path is invalid"))?);
-        *req.uri_mut() = Uri::from_parts(parts).map_err(|_| GatewayError::BadPath("normalised path is invalid"))?;
-        Ok(())
-    }
-
-    fn screen(&self, req: &Request<Incoming>) -> Result<Declared, GatewayError> {
-        screen(req.method(), req.uri(), req.version(), req.headers(), self.config.server.max_uri_length)
     }
 
     /// An error becomes its response, counted and logged: with

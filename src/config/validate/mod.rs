@@ -304,7 +304,8 @@ fn route(
         p.via = server.via.clone();
         let ruled = request_headers.remove.iter().chain(request_headers.set.iter().map(|(n, _)| n));
         let authed = access.as_ref().map(|a| a.guarded_headers()).unwrap_or_default();
-        p.guarded_trailers = crate::headers::SET_BY_GATEWAY.iter().chain(ruled).chain(&authed).cloned().collect();
+        let gateway = [&crate::headers::SET_BY_GATEWAY[..], &crate::headers::FROM_PROXIES_ONLY].concat();
+        p.guarded_trailers = gateway.iter().chain(ruled).chain(&authed).cloned().collect();
     }
     if r.panic.is_some() && !cfg!(debug_assertions) {
         return Err((key("panic"), "only in debug builds, for the gateway's own tests".into()));

@@ -213,10 +213,12 @@ async fn forwarding_fields_a_trusted_proxy_passes_on_are_in_the_key() {
     let handler = |req: Request<Incoming>| {
         let field = |name: &str| req.headers().get(name).map_or("-".to_owned(), |v| v.to_str().unwrap().to_owned());
         let body = format!(
-            "host={} proto={} fwd={}",
+            "host={} proto={} fwd={} prefix={} ssl={}",
             field("x-forwarded-host"),
             field("x-forwarded-proto"),
-            field("forwarded")
+            field("forwarded"),
+            field("x-forwarded-prefix"),
+            field("x_forwarded_ssl")
         );
         std::future::ready(answer(200, &[("cache-control", "max-age=600")], body))
     };
@@ -235,6 +237,9 @@ async fn forwarding_fields_a_trusted_proxy_passes_on_are_in_the_key() {
         (plain, "host=shop.example proto=http"),
         (&[][..], "host=127.0.0.1"),
         (fwd, "fwd=proto=http;host=shop.example"),
+        // And those only a proxy may send, which it passes on too.
+        (&[("x-forwarded-prefix", "/evil")], "prefix=/evil ssl=-"),
+        (&[("x_forwarded_ssl", "on")], "prefix=- ssl=on"),
     ] {
         for round in 0..2 {
             let (parts, body) = ask(fields).await;
@@ -244,7 +249,7 @@ async fn forwarding_fields_a_trusted_proxy_passes_on_are_in_the_key() {
             assert_eq!(cache_status(&parts).contains("hit"), round == 1, "{fields:?}: {}", cache_status(&parts));
         }
     }
-    assert_eq!(seen(&seen_), 5);
+    assert_eq!(seen(&seen_), 7);
 }
 
 /// RFC 9111 §4.1: a request matches a stored `Vary` answer only when its

@@ -90,6 +90,36 @@ async fn http2_authority_chooses_the_host() {
     }
 }
 
+/// A condition on a forwarding field is met only by a trusted proxy's: an
+/// untrusted client's `X-Forwarded-Proto: https` or `X-Forwarded-Ssl: on`
+/// never reaches the upstream (it gets the gateway's `http`, or none), so
+/// it may not choose the route either (the "HTTPS behind the balancer"
+/// route of an app that redirects the rest).
+#[tokio::test]
+async fn a_forwarding_field_chooses_a_route_only_from_a_trusted_proxy() {
+    let routes = answering(&[
+        ("tls", "/app", "headers = { \"x-forwarded-proto\" = \"https\" }"),
+        ("ssl", "/app", "headers = { \"x-forwarded-ssl\" = \"on\" }"),
+        ("plain", "/app", ""),
+    ]);
+    let cases: [(&[(&str, &str)], &str); 4] = [
+        (&[("x-forwarded-proto", "https")], "tls"),
+        (&[("x_forwarded_proto", "https")], "tls"),
+        (&[("x-forwarded-ssl", "on")], "ssl"),
+        (&[], "plain"),
+    ];
+    let untrusted =
+        TestGateway::from_toml(&routes.replace("[server]\n", "[server]\ntrusted_proxies = [\"10.0.0.0/8\"]\n")).await;
+    let trusted =
+        TestGateway::from_toml(&routes.replace("[server]\n", "[server]\ntrusted_proxies = [\"127.0.0.1\"]\n")).await;
+    for (headers, want) in cases {
+        assert_eq!(chosen(&untrusted, Some("h"), "/app/x", headers).await, "plain", "untrusted {headers:?}");
+        // The underscore spelling is not the trusted proxy's field either.
+        let want = if headers.first().is_some_and(|(n, _)| n.contains('_')) { "plain" } else { want };
+        assert_eq!(chosen(&trusted, Some("h"), "/app/x", headers).await, want, "trusted {headers:?}");
+    }
+}
+
 #[tokio::test]
 async fn headers_and_query_choose_in_file_order_and_fall_back_to_shorter_prefixes() {
     let toml = answering(&[

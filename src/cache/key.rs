@@ -32,14 +32,16 @@ pub(super) fn client_host(req: &Request<Incoming>) -> Option<&str> {
 }
 
 /// The forwarding fields a trusted peer sent (`X-Forwarded-Host`,
-/// `X-Forwarded-Proto`, `Forwarded`), written for a key: they reach the
-/// upstream as sent (`Forwarded` with the gateway's element after them), so
-/// an answer may depend on them (a link to the forwarded host, a redirect
+/// `X-Forwarded-Proto`, `Forwarded`, and those only a proxy may send:
+/// `X-Forwarded-Prefix`, `X-Forwarded-Ssl`, ..., in the order it sent
+/// them), written for a key: they reach the upstream as sent (`Forwarded`
+/// with the gateway's element after them), so an answer may depend on them
+/// (a link to the forwarded host or under the forwarded prefix, a redirect
 /// to `https` for a client that came over `http`), and one client's must
 /// not choose what another is served. Empty for an untrusted peer, whose
-/// fields the gateway replaces from the `Host` the key holds already.
-/// Each field's lines in order, each byte outside visible ASCII escaped
-/// (`%` too), so that no two sets of lines write the same text.
+/// fields the gateway replaces from the `Host` the key holds already, or
+/// removes. Each field's lines in order, each byte outside visible ASCII
+/// escaped (`%` too), so that no two sets of lines write the same text.
 pub(super) fn passed_on(headers: &HeaderMap, trusted: bool) -> String {
     let mut out = String::new();
     if !trusted {
@@ -50,20 +52,30 @@ pub(super) fn passed_on(headers: &HeaderMap, trusted: bool) -> String {
         // each line.
         out.push('\u{2}');
         for value in headers.get_all(&name) {
-            out.push('\u{1}');
-            for &b in value.as_bytes() {
-                match b {
-                    b'%' | 0..0x20 | 0x7f.. => out.push_str(&format!("%{b:02X}")),
-                    _ => out.push(char::from(b)),
-                }
-            }
+            push_line(&mut out, value);
         }
+    }
+    for (name, value) in headers.iter().filter(|(n, _)| crate::headers::is_proxy_only(n)) {
+        out.push('\u{3}');
+        out.push_str(name.as_str());
+        push_line(&mut out, value);
     }
     if out.len() == 3 {
         // None of them: the key of an untrusted peer's request.
         out.clear();
     }
     out
+}
+
+/// One line of a field, escaped for [`passed_on`].
+fn push_line(out: &mut String, value: &http::HeaderValue) {
+    out.push('\u{1}');
+    for &b in value.as_bytes() {
+        match b {
+            b'%' | 0..0x20 | 0x7f.. => out.push_str(&format!("%{b:02X}")),
+            _ => out.push(char::from(b)),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -84,7 +96,7 @@ mod tests {
     /// any, write none.
     #[test]
     fn passed_on_fields_are_told_apart() {
-        let sets: [&[(&str, &[u8])]; 9] = [
+        let sets: [&[(&str, &[u8])]; 14] = [
             &[],
             &[("x-forwarded-host", b"a")],
             &[("x-forwarded-proto", b"a")],
@@ -94,6 +106,11 @@ mod tests {
             &[("x-forwarded-host", b"")],
             &[("x-forwarded-host", b"%E9")],
             &[("x-forwarded-host", b"\xe9")],
+            &[("x-forwarded-prefix", b"/a")],
+            &[("x-forwarded-prefix", b"/b")],
+            &[("x_forwarded_prefix", b"/a")],
+            &[("x-forwarded-ssl", b"on")],
+            &[("x-forwarded-host", b"a"), ("x-forwarded-ssl", b"on")],
         ];
         let keys: Vec<String> = sets.iter().map(|s| passed_on(&map(s), true)).collect();
         for (i, a) in keys.iter().enumerate() {

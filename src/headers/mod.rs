@@ -40,7 +40,7 @@ pub use cookies::{cookie_line, join_cookies};
 pub use host::valid_host;
 pub use nominated::Nominated;
 pub use parsed::digits;
-pub use proxy_only::{FROM_PROXIES_ONLY, drop_proxy_only};
+pub use proxy_only::{FROM_PROXIES_ONLY, drop_proxy_only, is_proxy_only};
 pub use quoted::push_quoted;
 pub use stamp::{Field, Stamp};
 pub use via::Via;

@@ -15,9 +15,16 @@ use crate::limits::{Declared, screen};
 use crate::path::{self, PathError};
 
 impl App {
-    /// Replaces the request's path with its normal form (see [`path`]), so
-    /// the route is chosen on it and the upstream receives it.
-    pub(super) fn normalize(&self, req: &mut Request<Incoming>) -> Result<(), GatewayError> {
+    /// What the gateway makes of a request before it chooses its route: a
+    /// peer that is not a trusted proxy loses the fields only a proxy may
+    /// send (so that no route's `headers` condition reads a value the
+    /// upstream never gets, and the route's credentials and header rules
+    /// set theirs after); the path takes its normal form (see [`path`]),
+    /// so the route is chosen on it and the upstream receives it.
+    pub(super) fn normalize(&self, req: &mut Request<Incoming>, peer: &Peer) -> Result<(), GatewayError> {
+        if !peer.trusted {
+            crate::headers::drop_proxy_only(req.headers_mut());
+        }
         let normal = match path::normalize(req.uri().path(), self.path_options) {
             Ok(Cow::Borrowed(_)) => return Ok(()),
             Ok(Cow::Owned(normal)) => normal,
@@ -39,13 +46,7 @@ impl App {
         Ok(())
     }
 
-    /// The request's [`screen`], once a peer that is not a trusted proxy
-    /// has lost the fields only a proxy may send (before the route's
-    /// credentials and header rules, so that what they set stays).
-    pub(super) fn screen(&self, req: &mut Request<Incoming>, peer: &Peer) -> Result<Declared, GatewayError> {
-        if !peer.trusted {
-            crate::headers::drop_proxy_only(req.headers_mut());
-        }
+    pub(super) fn screen(&self, req: &Request<Incoming>) -> Result<Declared, GatewayError> {
         screen(req.method(), req.uri(), req.version(), req.headers(), self.config.server.max_uri_length)
     }
 

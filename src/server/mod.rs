@@ -244,7 +244,7 @@ impl App {
             let start = Instant::now();
             let method = req.method().clone();
             let mut cx = RequestLog::new(&req, id, self.recording);
-            let normalized = self.normalize(&mut req);
+            let normalized = self.normalize(&mut req, peer);
             cx.describe(&req, peer, start);
             if let Err(e) = normalized {
                 let response = self.fail(&self.unmatched, None, &cx, e);
@@ -269,7 +269,7 @@ impl App {
                 // Screened first: a request refused as malformed or too
                 // large takes no token of the rate limit and no ask of
                 // the auth service (its length after the address lists).
-                Some(route) => match self.screen(&mut req, peer) {
+                Some(route) => match self.screen(&req) {
                     Err(e) => Some(e),
                     Ok(declared) if route.guard.is_some() || route.rate_limit.is_some() => {
                         let cx = pending.cx.as_mut().expect("just set");
@@ -304,9 +304,9 @@ impl App {
                         Box::pin(layers.call(req, dispatch)).await
                     }
                 },
-                None => respond(
-                    self.screen(&mut req, peer).and_then(|d| d.within(self.config.server.max_body)).and(Err(NoRoute)),
-                ),
+                None => {
+                    respond(self.screen(&req).and_then(|d| d.within(self.config.server.max_body)).and(Err(NoRoute)))
+                }
             };
             if let Some(fields) = rate_state {
                 fields.append_to(response.headers_mut());

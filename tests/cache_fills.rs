@@ -88,6 +88,38 @@ async fn an_uncacheable_answer_is_not_shared() {
     assert_eq!(seen(&seen_), 10);
 }
 
+/// Once a key's answer could not be stored, its misses go upstream at
+/// once rather than wait on one another's fill (Varnish's hit-for-miss):
+/// waiting on a fill whose answer is never shared only doubled each
+/// waiter's time, and under a route timeout answered 504.
+#[tokio::test]
+async fn after_an_uncacheable_answer_misses_of_the_key_do_not_wait_on_each_other() {
+    let (inflight, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (i, m) = (inflight.clone(), most.clone());
+    let handler = move |_req: Request<Incoming>| {
+        let (i, m) = (i.clone(), m.clone());
+        async move {
+            m.fetch_max(i.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            i.fetch_sub(1, Ordering::SeqCst);
+            answer(200, &[("cache-control", "private")], "mine")
+        }
+    };
+    let (gw, seen_) = cached("", handler).await;
+    let url = gw.url("/c/x");
+    get(&url).await;
+    most.store(0, Ordering::SeqCst);
+    let all = (0..4).map(|_| {
+        let url = url.clone();
+        tokio::spawn(async move { get(&url).await.0.status })
+    });
+    for status in futures_util::future::join_all(all).await {
+        assert_eq!(status.unwrap(), 200);
+    }
+    assert_eq!(seen(&seen_), 5);
+    assert_eq!(most.load(Ordering::SeqCst), 4, "the four were upstream together: none waited on another's fill");
+}
+
 #[tokio::test]
 async fn waiters_obey_the_route_timeout() {
     let seen_ = Arc::new(AtomicUsize::new(0));

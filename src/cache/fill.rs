@@ -140,6 +140,7 @@ impl Fill {
         }
         let (parts, body) = response.into_parts();
         let Some(entry) = judge(&cache, &head, &parts, now) else {
+            guard.not_storable();
             // Which targeted field decided, for `Cache-Status`: read again,
             // only for an answer that has one.
             let targeted = targeted::select(&parts.headers, &cache.store.config.targeted).map(|(name, _)| name);
@@ -239,7 +240,7 @@ async fn collect(
         let too_large = frame.data_ref().is_some_and(|d| kept.len() as u64 + d.len() as u64 > max_entry);
         if too_large {
             // Too large to store: the client reads the rest itself.
-            guard.publish(Filled::NotShared);
+            guard.not_storable();
             drop(kept);
             hand_over(client, frame, body).await;
             return None;

@@ -27,6 +27,14 @@ const FIELD_COST: usize = 224;
 /// What an entry costs besides its fields, body and key.
 const ENTRY_COST: usize = 768;
 
+/// How long the misses of a key whose last answer could not be stored go
+/// upstream each at once rather than wait on one another's fill (Varnish's
+/// hit-for-miss): for a key that is never stored, waiting only doubled
+/// each waiter's time. A stored answer ends it at once.
+const PASS_FOR: Duration = Duration::from_secs(120);
+/// The bytes of such keys a route remembers (the least used go first).
+const PASS_KEYS: u64 = 1 << 20;
+
 /// Variants kept per key: each `Vary` value set an answer was stored for.
 const MAX_VARIANTS: usize = 8;
 
@@ -164,6 +172,14 @@ impl FillGuard {
     pub fn publish(&self, outcome: Filled) {
         self.tx.send_replace(outcome);
     }
+
+    /// The answer cannot be stored (not storable, or too large): the
+    /// waiters go upstream themselves, and the key's next misses for a
+    /// while do at once (see [`PASS_FOR`]).
+    pub fn not_storable(&self) {
+        self.store.passes.insert(self.key.clone(), ());
+        self.publish(Filled::NotShared);
+    }
 }
 
 impl Drop for FillGuard {
@@ -187,6 +203,8 @@ pub struct Store {
     /// its inserts and housekeeping are short, and done only by a fill.
     cache: moka::sync::Cache<Arc<str>, Variants>,
     fills: Mutex<HashMap<Arc<str>, Arc<watch::Sender<Filled>>>>,
+    /// Keys whose last answer could not be stored (see [`PASS_FOR`]).
+    passes: moka::sync::Cache<Arc<str>, ()>,
     counts: Arc<Counts>,
 }
 
@@ -252,7 +270,12 @@ impl Store {
                 listener.add(-i64::from(v.weight(&k)), -(v.0.len() as i64));
             })
             .build();
-        Arc::new(Store { config, cache, fills: Mutex::default(), counts })
+        let passes = moka::sync::Cache::builder()
+            .max_capacity(PASS_KEYS)
+            .weigher(|k: &Arc<str>, _: &()| u32::try_from(k.len()).unwrap_or(u32::MAX).saturating_add(64))
+            .time_to_live(PASS_FOR)
+            .build();
+        Arc::new(Store { config, cache, fills: Mutex::default(), passes, counts })
     }
 
     /// The variant stored for `key` that answers a request with `headers`.
@@ -286,6 +309,7 @@ impl Store {
         let variants = Variants(std::iter::once(entry).chain(kept).collect());
         self.counts.add(i64::from(variants.weight(key)), variants.0.len() as i64);
         self.cache.insert(key.clone(), variants);
+        self.passes.invalidate(&**key);
         // The size bound and the eviction counts applied now, not at moka's
         // next housekeeping: a miss (an upstream request) pays for it.
         self.cache.run_pending_tasks();
@@ -294,6 +318,12 @@ impl Store {
     /// Drops every variant of `key` (RFC 9111 §4.4).
     pub fn invalidate(&self, key: &str) {
         self.cache.invalidate(key);
+    }
+
+    /// Whether the misses of `key` go upstream each at once (see
+    /// [`PASS_FOR`]).
+    pub fn passes(&self, key: &str) -> bool {
+        self.passes.contains_key(key)
     }
 
     /// A fill of `key` that no one waits on (coalescing off, or a request

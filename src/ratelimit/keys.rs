@@ -7,6 +7,7 @@ use std::borrow::Cow;
 use http::{HeaderMap, HeaderName, HeaderValue, Request, header};
 
 use crate::headers::{cookie_line, same_cgi_name};
+use crate::router::host::normal_host;
 
 /// The value a `header:NAME` key counts `req` by, or `None` without one
 /// (see [`header_key`]). Three headers are read as the gateway reads them:
@@ -15,13 +16,20 @@ use crate::headers::{cookie_line, same_cgi_name};
 /// - `Cookie`: its lines (an HTTP/2 client's crumbs, an HTTP/1 client's
 ///   lines) joined with `"; "`, as the proxy path sends them on;
 /// - `Host`: the one the proxy path sends on (HTTP/2's `:authority`
-///   without a `Host`), in lower case, as host names are.
+///   without a `Host`), the host name as routes match it (lower case,
+///   without the port and a trailing dot).
 pub(super) fn header_value<'r, B>(req: &'r Request<B>, name: &HeaderName) -> Option<Cow<'r, [u8]>> {
     let headers = req.headers();
     if *name == header::HOST {
         let host = header_key(headers, name).map(HeaderValue::as_bytes);
         let host = host.or_else(|| req.uri().authority().map(|a| a.as_str().as_bytes()))?;
-        return Some(lower_case(host));
+        // As routes match it: a port or a trailing dot of the client's
+        // choosing would make each spelling a new bucket.
+        return Some(match std::str::from_utf8(host).ok().and_then(normal_host) {
+            Some(Cow::Borrowed(name)) => Cow::Borrowed(name.as_bytes()),
+            Some(Cow::Owned(name)) => Cow::Owned(name.into_bytes()),
+            None => lower_case(host),
+        });
     }
     if *name == header::COOKIE {
         return cookie_line(headers);
@@ -168,6 +176,12 @@ mod tests {
         assert_eq!(header_value(&h2, &host).unwrap(), &b"example.com"[..], ":authority without a Host");
         let both = request(Version::HTTP_11, "/", &[("host", "API.example")]);
         assert_eq!(header_value(&both, &host).unwrap(), &b"api.example"[..]);
+        for spelt in ["api.example:1", "API.example.", "api.example.:80", "api.example:019210"] {
+            let one = request(Version::HTTP_11, "/", &[("host", spelt)]);
+            assert_eq!(header_value(&one, &host).unwrap(), &b"api.example"[..], "{spelt}: one bucket");
+        }
+        let v6 = request(Version::HTTP_11, "/", &[("host", "[0:0::1]:8080")]);
+        assert_eq!(header_value(&v6, &host).unwrap(), &b"[::1]"[..]);
         assert_eq!(header_value(&request(Version::HTTP_11, "/", &[]), &host), None);
     }
 }

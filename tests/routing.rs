@@ -94,18 +94,21 @@ async fn http2_authority_chooses_the_host() {
 /// untrusted client's `X-Forwarded-Proto: https` or `X-Forwarded-Ssl: on`
 /// never reaches the upstream (it gets the gateway's `http`, or none), so
 /// it may not choose the route either (the "HTTPS behind the balancer"
-/// route of an app that redirects the rest).
+/// route of an app that redirects the rest), nor its `Forwarded`, which
+/// the upstream does not get either.
 #[tokio::test]
 async fn a_forwarding_field_chooses_a_route_only_from_a_trusted_proxy() {
     let routes = answering(&[
         ("tls", "/app", "headers = { \"x-forwarded-proto\" = \"https\" }"),
         ("ssl", "/app", "headers = { \"x-forwarded-ssl\" = \"on\" }"),
+        ("fwd", "/app", "headers = { \"forwarded\" = \"*\" }"),
         ("plain", "/app", ""),
     ]);
-    let cases: [(&[(&str, &str)], &str); 4] = [
+    let cases: [(&[(&str, &str)], &str); 5] = [
         (&[("x-forwarded-proto", "https")], "tls"),
         (&[("x_forwarded_proto", "https")], "tls"),
         (&[("x-forwarded-ssl", "on")], "ssl"),
+        (&[("forwarded", "proto=https")], "fwd"),
         (&[], "plain"),
     ];
     let untrusted =

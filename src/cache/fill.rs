@@ -57,6 +57,17 @@ pub struct Fill {
     pub stale: Option<Arc<Entry>>,
 }
 
+/// Whether what a fill's answer is (not storable, too large) may be taken
+/// for the key's answer to everyone (see `store::PASS_FOR`): not for a
+/// request with credentials, cookies or its own `Cache-Control`, whose
+/// answer may be that client's alone (a signed-in user's `private` page)
+/// or unstorable because of the request (`Authorization`, `no-store`). One
+/// such request must not turn coalescing off for every other client, a
+/// stampede at the key's next expiry.
+fn for_everyone(head: &request::Parts) -> bool {
+    ![header::AUTHORIZATION, header::COOKIE, header::CACHE_CONTROL].iter().any(|n| head.headers.contains_key(n))
+}
+
 /// Starts `fill` in a task; its first client's answer comes on the receiver.
 pub fn spawn(fill: Fill) -> oneshot::Receiver<Answer> {
     let (tx, rx) = oneshot::channel();
@@ -140,7 +151,7 @@ impl Fill {
         }
         let (parts, body) = response.into_parts();
         let Some(entry) = judge(&cache, &head, &parts, now) else {
-            guard.not_storable();
+            guard.not_storable(for_everyone(&head) && status.is_success());
             // Which targeted field decided, for `Cache-Status`: read again,
             // only for an answer that has one.
             let targeted = targeted::select(&parts.headers, &cache.store.config.targeted).map(|(name, _)| name);
@@ -165,7 +176,8 @@ impl Fill {
         {
             to_client = None;
         }
-        if let Some(bytes) = collect(body, to_client.as_ref(), cache.store.config.max_entry, &guard).await {
+        let remember = for_everyone(&head);
+        if let Some(bytes) = collect(body, to_client.as_ref(), cache.store.config.max_entry, &guard, remember).await {
             cache.store.put(&key, Entry { body: bytes, ..entry });
             guard.publish(Filled::Stored);
             // The key is free for the next fill while the client reads on.
@@ -220,6 +232,7 @@ async fn collect(
     client: Option<&mpsc::Sender<Msg>>,
     max_entry: u64,
     guard: &FillGuard,
+    remember: bool,
 ) -> Option<Bytes> {
     let mut kept = BytesMut::new();
     let mut client = client.filter(|c| !c.is_closed());
@@ -240,7 +253,7 @@ async fn collect(
         let too_large = frame.data_ref().is_some_and(|d| kept.len() as u64 + d.len() as u64 > max_entry);
         if too_large {
             // Too large to store: the client reads the rest itself.
-            guard.not_storable();
+            guard.not_storable(remember);
             drop(kept);
             hand_over(client, frame, body).await;
             return None;

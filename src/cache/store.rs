@@ -174,10 +174,12 @@ impl FillGuard {
     }
 
     /// The answer cannot be stored (not storable, or too large): the
-    /// waiters go upstream themselves, and the key's next misses for a
-    /// while do at once (see [`PASS_FOR`]).
-    pub fn not_storable(&self) {
-        self.store.passes.insert(self.key.clone(), ());
+    /// waiters go upstream themselves, and with `remember` the key's next
+    /// misses for a while do at once (see [`PASS_FOR`]).
+    pub fn not_storable(&self, remember: bool) {
+        if remember {
+            self.store.passes.insert(self.key.clone(), ());
+        }
         self.publish(Filled::NotShared);
     }
 }

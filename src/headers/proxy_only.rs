@@ -35,8 +35,9 @@ pub const FROM_PROXIES_ONLY: [HeaderName; 18] = [
 /// The forwarding fields the gateway replaces with its own for a peer it
 /// does not trust (`add_forwarding`): taken out of such a request with the
 /// others, so that a route's `headers` condition cannot be met by a value
-/// the upstream never gets.
-const REPLACED: [HeaderName; 2] = [super::X_FORWARDED_PROTO, super::X_FORWARDED_HOST];
+/// the upstream never gets. (An untrusted client's `Forwarded` then gets no
+/// element of this hop, as a request that carried none.)
+const REPLACED: [HeaderName; 3] = [super::X_FORWARDED_PROTO, super::X_FORWARDED_HOST, super::FORWARDED];
 
 /// Removes every field [`FROM_PROXIES_ONLY`] and [`REPLACED`] list, in any
 /// spelling of `-` and `_` (one CGI variable to a WSGI upstream), from the
@@ -64,7 +65,8 @@ pub fn is_proxy_only(name: &HeaderName) -> bool {
 fn dropped(name: &HeaderName) -> bool {
     let b = name.as_str().as_bytes();
     // Every listed name starts with `x`, `f` or `t` and is 8 to 32 bytes
-    // long: a test of both spares most names the comparisons.
+    // long (`forwarded` is 9): a test of both spares most names the
+    // comparisons.
     (8..=32).contains(&b.len())
         && matches!(b[0], b'x' | b'f' | b't')
         && (spelled_as(b, &FROM_PROXIES_ONLY) || spelled_as(b, &REPLACED))
@@ -99,7 +101,7 @@ mod tests {
             ("x-forwarded-proto", true),
             ("x_forwarded_host", true),
             ("x-forwarded-for", false),
-            ("forwarded", false),
+            ("forwarded", true),
             ("x-schemes", false),
             ("x-real-ips", false),
             ("x-real-i", false),
@@ -114,7 +116,7 @@ mod tests {
             headers.append("x-real-ip-not", "kept".parse().unwrap());
             headers.insert("accept", "*/*".parse().unwrap());
             let name = HeaderName::from_bytes(name.as_bytes()).unwrap();
-            let replaced = ["x-forwarded-proto", "x_forwarded_host"].contains(&name.as_str());
+            let replaced = ["x-forwarded-proto", "x_forwarded_host", "forwarded"].contains(&name.as_str());
             assert_eq!(is_proxy_only(&name), gone && !replaced, "{name}");
             drop_proxy_only(&mut headers);
             assert_eq!(!headers.contains_key(&name), gone, "{name}");

@@ -120,37 +120,47 @@ async fn after_an_uncacheable_answer_misses_of_the_key_do_not_wait_on_each_other
     assert_eq!(most.load(Ordering::SeqCst), 4, "the four were upstream together: none waited on another's fill");
 }
 
-/// A signed-in client's `private` answer (its `Cookie`), or an answer
-/// left unstored because of the request (`Authorization`, its own
-/// `Cache-Control`), says nothing of the key's answer to everyone else:
-/// the misses after it still wait on one fill. Remembered as the key's,
-/// one such request turned coalescing off for every client, a stampede
-/// at the key's next expiry.
+/// A signed-in client's `private` answer (its `Cookie`), an answer left
+/// unstored because of the request (`Authorization`, its own
+/// `Cache-Control`, a varied field named in its `Connection`), or another
+/// variant's `private` answer says nothing of the key's answer to everyone
+/// else: the misses after it still wait on one fill. Remembered as the
+/// key's, one such request turned coalescing off for every client, a
+/// stampede at the key's next expiry.
 #[tokio::test]
 async fn one_clients_unstorable_answer_does_not_turn_coalescing_off() {
     let handler = |req: Request<Incoming>| {
-        let personal = req.headers().contains_key("cookie");
+        let lang = req.headers().get("accept-language").map(|v| v.to_str().unwrap().to_owned());
+        let personal = req.headers().contains_key("cookie") || lang.as_deref() == Some("xx");
         async move {
             tokio::time::sleep(Duration::from_millis(300)).await;
-            answer(200, &[("cache-control", if personal { "private" } else { "max-age=60" })], "page")
+            let cc = if personal { "private" } else { "max-age=60" };
+            answer(200, &[("cache-control", cc), ("vary", "accept-language")], "page")
         }
     };
     let (gw, seen_) = cached("", handler).await;
     let url = gw.url("/c/x");
-    let asked: [&[(&str, &str)]; 3] =
-        [&[("cookie", "session=ann")], &[("authorization", "Bearer x")], &[("cache-control", "no-store")]];
+    let en = ("accept-language", "en");
+    let asked: [&[(&str, &str)]; 5] = [
+        &[en, ("cookie", "session=ann")],
+        &[en, ("authorization", "Bearer x")],
+        &[en, ("cache-control", "no-store")],
+        &[("accept-language", "xx")],
+        // Last: a marker replaces the one before it.
+        &[en, ("connection", "accept-language")],
+    ];
     for headers in asked {
         get_with(&url, headers).await;
     }
-    assert_eq!(seen(&seen_), 3);
+    assert_eq!(seen(&seen_), 5);
     let all = (0..4).map(|_| {
         let url = url.clone();
-        tokio::spawn(async move { get(&url).await.0.status })
+        tokio::spawn(async move { get_with(&url, &[en]).await.0.status })
     });
     for status in futures_util::future::join_all(all).await {
         assert_eq!(status.unwrap(), 200);
     }
-    assert_eq!(seen(&seen_), 4, "the four misses waited on one fill");
+    assert_eq!(seen(&seen_), 6, "the four misses waited on one fill");
 }
 
 #[tokio::test]

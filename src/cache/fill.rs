@@ -20,9 +20,9 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::RouteCache;
-use super::entry::{content_length, judge, refresh};
+use super::entry::{content_length, judge, refresh, vary_of};
 use super::rules;
-use super::store::{Entry, FillGuard, Filled};
+use super::store::{Entry, FillGuard, Filled, VaryValues};
 use super::targeted;
 use crate::body::{Body, BoxError};
 use crate::error::GatewayError;
@@ -151,7 +151,10 @@ impl Fill {
         }
         let (parts, body) = response.into_parts();
         let Some(entry) = judge(&cache, &head, &parts, now) else {
-            guard.not_storable(for_everyone(&head) && status.is_success());
+            // Not when a field it varies on was not the client's as sent
+            // (one named in its `Connection`): the request made it so.
+            let remember = for_everyone(&head) && status.is_success();
+            guard.not_storable(remember.then(|| vary_of(&parts.headers, &head)).flatten());
             // Which targeted field decided, for `Cache-Status`: read again,
             // only for an answer that has one.
             let targeted = targeted::select(&parts.headers, &cache.store.config.targeted).map(|(name, _)| name);
@@ -176,7 +179,7 @@ impl Fill {
         {
             to_client = None;
         }
-        let remember = for_everyone(&head);
+        let remember = for_everyone(&head).then(|| entry.vary.clone());
         if let Some(bytes) = collect(body, to_client.as_ref(), cache.store.config.max_entry, &guard, remember).await {
             cache.store.put(&key, Entry { body: bytes, ..entry });
             guard.publish(Filled::Stored);
@@ -232,7 +235,7 @@ async fn collect(
     client: Option<&mpsc::Sender<Msg>>,
     max_entry: u64,
     guard: &FillGuard,
-    remember: bool,
+    remember: Option<VaryValues>,
 ) -> Option<Bytes> {
     let mut kept = BytesMut::new();
     let mut client = client.filter(|c| !c.is_closed());

@@ -207,7 +207,7 @@ impl RouteCache {
         };
         // The map's keys are shared (`Arc<str>`): made only past a hit.
         let key: Arc<str> = key.into();
-        if !self.store.config.coalesce || self.store.passes(&key) {
+        if !self.store.config.coalesce || self.store.passes(&key, req.headers()) {
             let guard = self.store.solo(&key);
             return self.fill(guard, key, req, peer, cx, deadline, entry, fwd).await;
         }

@@ -35,6 +35,10 @@ const PASS_FOR: Duration = Duration::from_secs(120);
 /// The bytes of such keys a route remembers (the least used go first).
 const PASS_KEYS: u64 = 1 << 20;
 
+/// A `Vary` answer's selecting fields, as the request that brought it
+/// sent them (`None`: it had none).
+pub type VaryValues = Vec<(http::HeaderName, Option<String>)>;
+
 /// Variants kept per key: each `Vary` value set an answer was stored for.
 const MAX_VARIANTS: usize = 8;
 
@@ -61,12 +65,22 @@ pub struct Entry {
     pub while_revalidate: Duration,
     pub if_error: Duration,
     /// The request headers its `Vary` names, as [`rules::vary_value`] has them.
-    pub vary: Vec<(http::HeaderName, Option<String>)>,
+    pub vary: VaryValues,
     /// The targeted field (RFC 9213) whose directives it was judged by, in
     /// place of `Cache-Control` (shared with the route's configuration).
     pub targeted: Option<http::HeaderName>,
     /// Its latest answer's `Age` and `Cache-Status`.
     pub stamps: Stamps,
+}
+
+/// Whether a request with `headers` is one an answer with selecting
+/// fields `vary` answers (RFC 9111 §4.1).
+fn selects(vary: &VaryValues, headers: &HeaderMap) -> bool {
+    if vary.is_empty() {
+        return true;
+    }
+    let nominated = Nominated::of(headers);
+    vary.iter().all(|(name, value)| rules::vary_value(headers, name) == *value && !not_as_sent(name, &nominated))
 }
 
 impl Entry {
@@ -98,13 +112,7 @@ impl Entry {
 
     /// Whether it answers a request with `headers` (its `Vary` matches).
     pub fn matches(&self, headers: &HeaderMap) -> bool {
-        if self.vary.is_empty() {
-            return true;
-        }
-        let nominated = Nominated::of(headers);
-        self.vary
-            .iter()
-            .all(|(name, value)| rules::vary_value(headers, name) == *value && !not_as_sent(name, &nominated))
+        selects(&self.vary, headers)
     }
 
     /// Bytes it holds, as the store weighs it: its head, the request
@@ -174,11 +182,12 @@ impl FillGuard {
     }
 
     /// The answer cannot be stored (not storable, or too large): the
-    /// waiters go upstream themselves, and with `remember` the key's next
-    /// misses for a while do at once (see [`PASS_FOR`]).
-    pub fn not_storable(&self, remember: bool) {
-        if remember {
-            self.store.passes.insert(self.key.clone(), ());
+    /// waiters go upstream themselves, and with its selecting fields
+    /// (`remember`) the key's next misses that it would select go at once
+    /// for a while (see [`PASS_FOR`]).
+    pub fn not_storable(&self, remember: Option<VaryValues>) {
+        if let Some(vary) = remember {
+            self.store.passes.insert(self.key.clone(), Arc::new(vary));
         }
         self.publish(Filled::NotShared);
     }
@@ -205,8 +214,10 @@ pub struct Store {
     /// its inserts and housekeeping are short, and done only by a fill.
     cache: moka::sync::Cache<Arc<str>, Variants>,
     fills: Mutex<HashMap<Arc<str>, Arc<watch::Sender<Filled>>>>,
-    /// Keys whose last answer could not be stored (see [`PASS_FOR`]).
-    passes: moka::sync::Cache<Arc<str>, ()>,
+    /// Keys whose last answer could not be stored, with its selecting
+    /// fields: per variant, as one variant's `private` answer says nothing
+    /// of another's (see [`PASS_FOR`]).
+    passes: moka::sync::Cache<Arc<str>, Arc<VaryValues>>,
     counts: Arc<Counts>,
 }
 
@@ -274,7 +285,10 @@ impl Store {
             .build();
         let passes = moka::sync::Cache::builder()
             .max_capacity(PASS_KEYS)
-            .weigher(|k: &Arc<str>, _: &()| u32::try_from(k.len()).unwrap_or(u32::MAX).saturating_add(64))
+            .weigher(|k: &Arc<str>, v: &Arc<VaryValues>| {
+                let fields = v.iter().map(|(n, v)| n.as_str().len() + v.as_ref().map_or(0, String::len) + 32);
+                u32::try_from(k.len() + fields.sum::<usize>()).unwrap_or(u32::MAX).saturating_add(64)
+            })
             .time_to_live(PASS_FOR)
             .build();
         Arc::new(Store { config, cache, fills: Mutex::default(), passes, counts })
@@ -322,10 +336,10 @@ impl Store {
         self.cache.invalidate(key);
     }
 
-    /// Whether the misses of `key` go upstream each at once (see
-    /// [`PASS_FOR`]).
-    pub fn passes(&self, key: &str) -> bool {
-        self.passes.contains_key(key)
+    /// Whether the misses of `key` with `headers` go upstream each at once
+    /// (see [`PASS_FOR`]).
+    pub fn passes(&self, key: &str, headers: &HeaderMap) -> bool {
+        self.passes.get(key).is_some_and(|vary| selects(&vary, headers))
     }
 
     /// A fill of `key` that no one waits on (coalescing off, or a request

@@ -344,7 +344,13 @@ impl<'a> RequestLog<'a> {
         // Its bytes, not `to_str`: a value with bytes beyond ASCII is logged
         // (escaped as it came), not dropped.
         let header = |name| req.headers().get(name).map(|v: &HeaderValue| crate::access::kept(v.as_bytes()).to_vec());
-        let path = req.uri().path_and_query().map_or("/", |pq| pq.as_str());
+        // A token in a query (`?access_token=`) is not logged: its value is
+        // redacted as `/-/config` redacts one, in the target and `Referer`.
+        let path = crate::config::redact_url(req.uri().path_and_query().map_or("/", |pq| pq.as_str()));
+        let referer = header(header::REFERER).map(|r| match std::str::from_utf8(&r) {
+            Ok(text) => crate::config::redact_url(text).into_bytes(),
+            Err(_) => r,
+        });
         Box::new(AccessLine {
             format,
             time: std::time::SystemTime::now(),
@@ -359,7 +365,7 @@ impl<'a> RequestLog<'a> {
             request_id: self.id.map(|id| id.as_str().to_owned()),
             trace_id: self.trace.map(|t| t.trace_id_hex()),
             user_agent: header(header::USER_AGENT),
-            referer: header(header::REFERER),
+            referer,
             user: None,
             duration: Duration::ZERO,
             timing: self.timing.clone(),

@@ -580,7 +580,7 @@ async fn bad_middleware_configs_name_the_key() {
     let cases: &[(&str, &str)] = &[
         (
             "[upstreams.a]\nurl = \"http://127.0.0.1:1\"\n[[routes]]\nname = \"r\"\nprefix = \"/r\"\nupstream = \"a\"\nrequest_headers = { set = { \"bad name\" = \"x\" } }\n",
-            "routes[0].request_headers.set.bad name",
+            "routes[0].request_headers.set.bad…",
         ),
         (
             "[upstreams.a]\nurl = \"http://127.0.0.1:1\"\n[[routes]]\nname = \"r\"\nprefix = \"/r\"\nupstream = \"a\"\nresponse_headers = { set = { \"x-a\" = \"line\\nbreak\" } }\n",
@@ -722,15 +722,38 @@ async fn access_log_lines_carry_ids_sizes_and_upstream_timings_and_no_secrets() 
     );
     // A route that proxies nothing still logs the trace the client sent.
     let trace = ("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
-    get_with(&format!("http://{addr}/fixed"), &[("x-request-id", "fixed-1"), trace]).await;
+    // A token in the query is not logged.
+    let target = format!("http://{addr}/fixed?page=2&access_token=QUERYSECRET");
+    get_with(&target, &[("x-request-id", "fixed-1"), trace]).await;
     let line = wait_for_lines(&lines, "\"request_id\":\"fixed-1\"", 1).await.remove(0);
     let f = serde_json::from_str::<serde_json::Value>(&line).unwrap()["fields"].clone();
     assert_eq!(f["trace_id"], "4bf92f3577b34da6a3ce929d0e0e4736", "{line}");
+    assert_eq!(f["path"], "/fixed?page=2&access_token=<redacted>", "{line}");
     drop(child);
     let all = lines.lock().unwrap().join("\n");
-    for secret in ["AUTHSECRET", "PROXYSECRET", "COOKIESECRET", "SETCOOKIESECRET"] {
+    for secret in ["AUTHSECRET", "PROXYSECRET", "COOKIESECRET", "SETCOOKIESECRET", "QUERYSECRET"] {
         assert!(!all.contains(secret), "{secret} was logged");
     }
+}
+
+/// The combined format logs the target and `Referer` with a token in
+/// their query redacted, as `/-/config` redacts one.
+#[tokio::test]
+async fn combined_access_lines_carry_no_token_of_a_query_or_referer() {
+    let dir = tempfile::tempdir().unwrap();
+    let toml = "access_log_format = \"combined\"\n[[routes]]\nname = \"fixed\"\nprefix = \"/fixed\"\n\
+                respond = { status = 200 }\n";
+    let (child, lines, addr) = spawn_gateway(toml, dir.path());
+    wait_for_lines(&lines, "gateway listening", 1).await;
+    let referer = ("referer", "https://site.example/login?next=/&code=REFERERSECRET");
+    let target = format!("http://{addr}/fixed?page=2&access_token=QUERYSECRET");
+    get_with(&target, &[("x-request-id", "combined-1"), referer]).await;
+    let line = wait_for_lines(&lines, "combined-1", 1).await.remove(0);
+    assert!(line.contains("GET /fixed?page=2&access_token=<redacted> HTTP/1.1"), "{line}");
+    assert!(line.contains("https://site.example/login?next=/&code=<redacted>"), "{line}");
+    drop(child);
+    let all = lines.lock().unwrap().join("\n");
+    assert!(!all.contains("QUERYSECRET") && !all.contains("REFERERSECRET"), "{all}");
 }
 
 /// An OTLP/HTTP receiver: keeps each JSON body posted to /v1/traces.

@@ -130,6 +130,29 @@ pub fn redact_condition(name: &str, text: &str) -> String {
     }
 }
 
+/// A header name the configuration refused, as an error and its key say
+/// it: up to its first byte a name cannot hold, as what follows may be a
+/// value pasted after the name (`X-Api-Key abc123`).
+pub fn refused_name(name: &str) -> String {
+    let valid = name.bytes().take_while(|&b| crate::headers::via::is_tchar(b)).count();
+    match valid == name.len() {
+        true => name.to_owned(),
+        false => format!("{}…", &name[..valid]),
+    }
+}
+
+/// A header value the configuration refused, as an error says it:
+/// redacted where `/-/config` would redact it (a token pasted with its
+/// line's end), else quoted; with where its first byte a value cannot hold
+/// is.
+pub fn refused_value(name: &str, value: &str) -> String {
+    let shown = redact_condition(name, value);
+    match value.bytes().position(|b| (b < 0x20 && b != b'\t') || b == 0x7f) {
+        Some(at) => format!("{shown} (a control character at byte {})", at + 1),
+        None => shown,
+    }
+}
+
 /// Whether `s` is a JSON Web Token (JWS or JWE compact form: 3 or 5
 /// base64url parts, the first a JSON object's, `{"` being `eyJ`), a bearer
 /// credential under whatever name (`X-JWT-Assertion`).

@@ -74,7 +74,15 @@ impl Redirect {
         if location.is_empty() || !text_ok {
             return Err((
                 "location",
-                format!("{location:?}: a URL of visible characters, e.g. \"https://{{host}}{{uri}}\""),
+                // Not the location itself: it may carry a token in its query.
+                format!(
+                    "must be a URL of visible characters, e.g. \"https://{{host}}{{uri}}\": {}",
+                    match location.bytes().position(|c| !c.is_ascii_graphic()) {
+                        Some(at) => format!("byte {} is not one", at + 1),
+                        None if location.is_empty() => "it is empty".to_owned(),
+                        None => "a '}' outside a placeholder".to_owned(),
+                    }
+                ),
             ));
         }
         Ok(Redirect { status, template: location.to_owned(), pieces })

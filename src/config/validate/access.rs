@@ -19,6 +19,7 @@ use crate::config::access::{
     parse_jwks,
 };
 use crate::config::raw_access::{RawAuth, RawBasic, RawForward, RawJwt};
+use crate::config::refused_name;
 
 /// How long a successful Basic verification is remembered by default.
 const DEFAULT_REMEMBER: Duration = Duration::from_secs(60);
@@ -198,9 +199,9 @@ fn read_jwks(path: &Path, algorithms: &[Algorithm]) -> Result<JwkSet, String> {
 fn forward_claims(map: &BTreeMap<String, String>, key: &str) -> Result<Vec<(HeaderName, String)>, Problem> {
     map.iter()
         .map(|(header, claim)| {
-            let k = format!("{key}.{header}");
+            let k = format!("{key}.{}", refused_name(header));
             let name = HeaderName::from_bytes(header.as_bytes())
-                .map_err(|_| (k.clone(), format!("invalid header name {header:?}")))?;
+                .map_err(|_| (k.clone(), format!("invalid header name {:?}", refused_name(header))))?;
             let managed = crate::headers::is_hop_by_hop(&name)
                 || crate::headers::SET_BY_GATEWAY.contains(&name)
                 || name == http::header::AUTHORIZATION
@@ -239,7 +240,7 @@ fn forward(f: &RawForward, key: &str) -> Result<ForwardConfig, Problem> {
             .enumerate()
             .map(|(i, n)| {
                 let name = HeaderName::from_bytes(n.as_bytes())
-                    .map_err(|_| (format!("{key}[{i}]"), format!("invalid header name {n:?}")))?;
+                    .map_err(|_| (format!("{key}[{i}]"), format!("invalid header name {:?}", refused_name(n))))?;
                 if crate::headers::is_hop_by_hop(&name) || name == http::header::CONTENT_LENGTH {
                     return Err((format!("{key}[{i}]"), format!("{n:?} is hop-by-hop or framing")));
                 }

@@ -11,6 +11,7 @@ use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue};
 use http::{Method, StatusCode, Uri};
 
+use crate::config::{redact_url, refused_name, refused_value};
 use crate::headers::rules::HeaderRules;
 
 use super::raw::{RawConfig, RawHeaderRules, RawRoute, RawServer, RawServerTls, RawSize, RawTracing};
@@ -218,8 +219,8 @@ fn header_rules(
 ) -> Result<HeaderRules, Problem> {
     let Some(raw) = raw else { return Ok(HeaderRules::default()) };
     let name = |k: &str, n: &str| {
-        let parsed =
-            HeaderName::from_bytes(n.as_bytes()).map_err(|_| (k.to_owned(), format!("invalid header name {n:?}")))?;
+        let parsed = HeaderName::from_bytes(n.as_bytes())
+            .map_err(|_| (k.to_owned(), format!("invalid header name {:?}", refused_name(n))))?;
         if let Some((_, switch)) = switched.iter().find(|(h, _)| *h == parsed) {
             return Err((
                 k.to_owned(),
@@ -239,8 +240,9 @@ fn header_rules(
     };
     let mut rules = HeaderRules::default();
     for (n, v) in &raw.set {
-        let k = format!("{key}.set.{n}");
-        let value = HeaderValue::from_str(v).map_err(|_| (k.clone(), format!("invalid header value {v:?}")))?;
+        let k = format!("{key}.set.{}", refused_name(n));
+        let value = HeaderValue::from_str(v)
+            .map_err(|_| (k.clone(), format!("invalid header value {}", refused_value(n, v))))?;
         rules.set.push((name(&k, n)?, value));
     }
     for (i, n) in raw.remove.iter().enumerate() {
@@ -403,10 +405,10 @@ fn normalize_prefix(p: &str) -> Result<String, String> {
 
 fn validate_rewrite(rw: &str) -> Result<String, String> {
     if !rw.starts_with('/') {
-        return Err(format!("{rw:?} must start with '/'"));
+        return Err(format!("{:?} must start with '/'", redact_url(rw)));
     }
     if rw.parse::<http::uri::PathAndQuery>().is_err() || rw.contains(['?', '#']) {
-        return Err(format!("{rw:?} must be a plain path"));
+        return Err(format!("{:?} must be a plain path", redact_url(rw)));
     }
     Ok(rw.to_owned())
 }

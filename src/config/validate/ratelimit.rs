@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use http::HeaderName;
 
+use crate::config::refused_name;
+
 use super::super::ratelimit::{
     MissingKey, OnStoreError, Rate, RateLimitConfig, RateLimitKey, RateLimitStoreConfig, RawRateLimit,
     RawRateLimitStore, StoreCa, StoreKind,
@@ -44,8 +46,9 @@ pub(super) fn rate_limit(
         "route" => RateLimitKey::Route,
         other => match other.strip_prefix("header:") {
             Some(name) => {
-                let name = HeaderName::from_bytes(name.trim().as_bytes())
-                    .map_err(|_| (k("key"), format!("{other:?}: invalid header name")))?;
+                let name = HeaderName::from_bytes(name.trim().as_bytes()).map_err(|_| {
+                    (k("key"), format!("\"header:{}\": invalid header name", refused_name(name.trim())))
+                })?;
                 let missing = match raw.missing_key.as_deref() {
                     None | Some("share") => MissingKey::Share,
                     Some("refuse") => MissingKey::Refuse,
@@ -101,6 +104,10 @@ pub(super) fn store(
     // a database number, a fragment) would otherwise be found only at start,
     // leaving the shared routes to local buckets whatever `on_error` says.
     // Its messages never quote the URL, which may hold a password.
+    if url.contains('#') {
+        // The client takes it whole, and it would show in `/-/config`.
+        return Err((k("url"), "a fragment (#...) is not part of a Redis URL".into()));
+    }
     redis::IntoConnectionInfo::into_connection_info(url.as_str())
         .map_err(|e| (k("url"), format!("the Redis client refuses it: {e}")))?;
     let password = match &raw.password_env {

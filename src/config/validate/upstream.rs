@@ -293,7 +293,8 @@ fn auto_bounds(up: &RawUpstream, key: &dyn Fn(&str) -> String, auto: bool) -> Re
 fn health(h: &RawHealth, key: &dyn Fn(&str) -> String) -> Result<HealthConfig, Problem> {
     let path = h.path.clone().ok_or_else(|| (key("health.path"), "missing".into()))?;
     if !path.starts_with('/') || path.parse::<http::uri::PathAndQuery>().is_err() {
-        return Err((key("health.path"), format!("{path:?} must be a path starting with '/'")));
+        let shown = crate::config::redact_url(&path);
+        return Err((key("health.path"), format!("{shown:?} must be a path starting with '/'")));
     }
     let at_least_one = |k: &str, v: Option<u32>, default: u32| match v.unwrap_or(default) {
         0 => Err((key(k), "must be at least 1".to_owned())),

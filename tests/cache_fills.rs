@@ -120,6 +120,41 @@ async fn after_an_uncacheable_answer_misses_of_the_key_do_not_wait_on_each_other
     assert_eq!(most.load(Ordering::SeqCst), 4, "the four were upstream together: none waited on another's fill");
 }
 
+/// Each variant is remembered on its own: another variant's unstorable
+/// answer, or one stored, leaves it as it was (one marker a key was
+/// replaced by the next, or dropped by any store).
+#[tokio::test]
+async fn a_variant_that_could_not_be_stored_stays_remembered_beside_others() {
+    let (inflight, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (i, m) = (inflight.clone(), most.clone());
+    let handler = move |req: Request<Incoming>| {
+        let (i, m) = (i.clone(), m.clone());
+        let lang = req.headers().get("accept-language").map(|v| v.to_str().unwrap().to_owned()).unwrap_or_default();
+        async move {
+            m.fetch_max(i.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            i.fetch_sub(1, Ordering::SeqCst);
+            let cc = if lang == "en" { "max-age=60" } else { "private" };
+            answer(200, &[("cache-control", cc), ("vary", "accept-language")], lang)
+        }
+    };
+    let (gw, seen_) = cached("", handler).await;
+    let url = gw.url("/c/x");
+    for lang in ["de", "xx", "en"] {
+        get_with(&url, &[("accept-language", lang)]).await;
+    }
+    most.store(0, Ordering::SeqCst);
+    let all = (0..4).map(|_| {
+        let url = url.clone();
+        tokio::spawn(async move { get_with(&url, &[("accept-language", "de")]).await.0.status })
+    });
+    for status in futures_util::future::join_all(all).await {
+        assert_eq!(status.unwrap(), 200);
+    }
+    assert_eq!(seen(&seen_), 7);
+    assert_eq!(most.load(Ordering::SeqCst), 4, "the four de misses went upstream together");
+}
+
 /// A signed-in client's `private` answer (its `Cookie`), an answer left
 /// unstored because of the request (`Authorization`, its own
 /// `Cache-Control`, a varied field named in its `Connection`), or another

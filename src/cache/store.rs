@@ -187,7 +187,7 @@ impl FillGuard {
     /// for a while (see [`PASS_FOR`]).
     pub fn not_storable(&self, remember: Option<VaryValues>) {
         if let Some(vary) = remember {
-            self.store.passes.insert(self.key.clone(), Arc::new(vary));
+            self.store.mark_pass(&self.key, vary);
         }
         self.publish(Filled::NotShared);
     }
@@ -217,7 +217,7 @@ pub struct Store {
     /// Keys whose last answer could not be stored, with its selecting
     /// fields: per variant, as one variant's `private` answer says nothing
     /// of another's (see [`PASS_FOR`]).
-    passes: moka::sync::Cache<Arc<str>, Arc<VaryValues>>,
+    passes: moka::sync::Cache<Arc<str>, Arc<Vec<VaryValues>>>,
     counts: Arc<Counts>,
 }
 
@@ -285,8 +285,8 @@ impl Store {
             .build();
         let passes = moka::sync::Cache::builder()
             .max_capacity(PASS_KEYS)
-            .weigher(|k: &Arc<str>, v: &Arc<VaryValues>| {
-                let fields = v.iter().map(|(n, v)| n.as_str().len() + v.as_ref().map_or(0, String::len) + 32);
+            .weigher(|k: &Arc<str>, v: &Arc<Vec<VaryValues>>| {
+                let fields = v.iter().flatten().map(|(n, v)| n.as_str().len() + v.as_ref().map_or(0, String::len) + 32);
                 u32::try_from(k.len() + fields.sum::<usize>()).unwrap_or(u32::MAX).saturating_add(64)
             })
             .time_to_live(PASS_FOR)
@@ -324,8 +324,8 @@ impl Store {
             .collect();
         let variants = Variants(std::iter::once(entry).chain(kept).collect());
         self.counts.add(i64::from(variants.weight(key)), variants.0.len() as i64);
+        self.unmark_pass(key, &variants.0[0].vary);
         self.cache.insert(key.clone(), variants);
-        self.passes.invalidate(&**key);
         // The size bound and the eviction counts applied now, not at moka's
         // next housekeeping: a miss (an upstream request) pays for it.
         self.cache.run_pending_tasks();
@@ -339,7 +339,26 @@ impl Store {
     /// Whether the misses of `key` with `headers` go upstream each at once
     /// (see [`PASS_FOR`]).
     pub fn passes(&self, key: &str, headers: &HeaderMap) -> bool {
-        self.passes.get(key).is_some_and(|vary| selects(&vary, headers))
+        self.passes.get(key).is_some_and(|marks| marks.iter().any(|vary| selects(vary, headers)))
+    }
+
+    /// Remembers that the variant `vary` of `key` could not be stored,
+    /// beside the key's other such variants (as many as it stores).
+    fn mark_pass(&self, key: &Arc<str>, vary: VaryValues) {
+        let marks = self.passes.get(&**key).unwrap_or_default();
+        let others: Vec<VaryValues> = marks.iter().filter(|v| **v != vary).take(MAX_VARIANTS - 1).cloned().collect();
+        self.passes.insert(key.clone(), Arc::new(std::iter::once(vary).chain(others).collect()));
+    }
+
+    /// An answer for the variant `vary` of `key` was stored: that variant
+    /// is no longer one that could not be.
+    fn unmark_pass(&self, key: &Arc<str>, vary: &VaryValues) {
+        let Some(marks) = self.passes.get(&**key) else { return };
+        let kept: Vec<VaryValues> = marks.iter().filter(|v| *v != vary).cloned().collect();
+        match kept.is_empty() {
+            true => self.passes.invalidate(&**key),
+            false => self.passes.insert(key.clone(), Arc::new(kept)),
+        }
     }
 
     /// A fill of `key` that no one waits on (coalescing off, or a request

@@ -349,7 +349,13 @@ impl<'a> RequestLog<'a> {
         let path = crate::config::redact_url(req.uri().path_and_query().map_or("/", |pq| pq.as_str()));
         let referer = header(header::REFERER).map(|r| match std::str::from_utf8(&r) {
             Ok(text) => crate::config::redact_url(text).into_bytes(),
-            Err(_) => r,
+            // Bytes past UTF-8 are kept as sent, unless there is a token to
+            // redact: then the line says it without them.
+            Err(_) => {
+                let lossy = String::from_utf8_lossy(&r);
+                let redacted = crate::config::redact_url(&lossy);
+                if redacted == lossy { r } else { redacted.into_bytes() }
+            }
         });
         Box::new(AccessLine {
             format,

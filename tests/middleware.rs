@@ -751,9 +751,23 @@ async fn combined_access_lines_carry_no_token_of_a_query_or_referer() {
     let line = wait_for_lines(&lines, "combined-1", 1).await.remove(0);
     assert!(line.contains("GET /fixed?page=2&access_token=<redacted> HTTP/1.1"), "{line}");
     assert!(line.contains("https://site.example/login?next=/&code=<redacted>"), "{line}");
+    // A Referer with a byte past UTF-8 in it, or its token in a fragment.
+    for (id, referer) in [
+        ("combined-2", &b"https://h/x?token=REFERER2SECRET&q=\xc3"[..]),
+        ("combined-3", &b"https://h/x?a=1#access_token=REFERER3SECRET"[..]),
+    ] {
+        let head = [&b"GET /fixed HTTP/1.1\r\nHost: x\r\nX-Request-Id: "[..], id.as_bytes(), b"\r\nReferer: ", referer]
+            .concat();
+        let r = raw(addr, &[&head[..], b"\r\nConnection: close\r\n\r\n"].concat(), Duration::from_secs(3)).await;
+        assert_eq!(r.status(), 200, "{}", r.text);
+        let line = wait_for_lines(&lines, id, 1).await.remove(0);
+        assert!(line.contains("token=<redacted>"), "{line}");
+    }
     drop(child);
     let all = lines.lock().unwrap().join("\n");
-    assert!(!all.contains("QUERYSECRET") && !all.contains("REFERERSECRET"), "{all}");
+    for secret in ["QUERYSECRET", "REFERERSECRET", "REFERER2SECRET", "REFERER3SECRET"] {
+        assert!(!all.contains(secret), "{secret}: {all}");
+    }
 }
 
 /// An OTLP/HTTP receiver: keeps each JSON body posted to /v1/traces.

@@ -89,7 +89,7 @@ mod target;
 pub use target::MirrorConfig;
 mod raw_access;
 mod redact;
-pub use redact::{names_secret, redact_condition, redact_url, refused_name, refused_value};
+pub use redact::{REDACTED, names_secret, redact_condition, redact_url, refused_name, refused_value};
 mod server;
 pub use server::AccessLogFormat;
 mod upstream;

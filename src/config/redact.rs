@@ -146,7 +146,12 @@ pub fn refused_name(name: &str) -> String {
 /// line's end), else quoted; with where its first byte a value cannot hold
 /// is.
 pub fn refused_value(name: &str, value: &str) -> String {
-    let shown = redact_condition(name, value);
+    // Judged without what ends a pasted line (a JWT followed by `\n`).
+    let trimmed = value.trim_matches(|c: char| c.is_ascii_control() || c == ' ');
+    let shown = match redact_condition(name, trimmed) {
+        r if r == REDACTED => r,
+        _ => redact_condition(name, value),
+    };
     match value.bytes().position(|b| (b < 0x20 && b != b'\t') || b == 0x7f) {
         Some(at) => format!("{shown} (a control character at byte {})", at + 1),
         None => shown,
@@ -168,17 +173,15 @@ fn looks_like_jwt(s: &str) -> bool {
             .is_ok_and(|h| serde_json::from_slice::<serde_json::Map<String, Value>>(&h).is_ok())
 }
 
-/// A URL's user-info password and secret-named query values redacted;
-/// any other string as it is. Logs show URLs of the configuration this
-/// way too, so that they say no more than `/-/config` does.
+/// A URL's user-info password and secret-named query and fragment values
+/// redacted; any other string as it is, but for its query and fragment
+/// and, outside a path, a password before an `@` (a malformed URL's
+/// user-info: `http:/u:pw@h`, `u:pw@h`). Logs show URLs of the configuration this way
+/// too, so that they say no more than `/-/config` does.
 pub fn redact_url(s: &str) -> String {
-    if s.starts_with('/') {
-        return match s.split_once('?') {
-            Some((path, query)) => format!("{path}?{}", redact_query(query)),
-            None => s.to_owned(),
-        };
-    }
-    let Some(scheme_end) = s.find("://") else { return s.to_owned() };
+    let Some(scheme_end) = s.find("://").filter(|_| !s.starts_with('/')) else {
+        return redact_relative(s);
+    };
     let rest_start = scheme_end + 3;
     let mut authority_end = s[rest_start..].find(['/', '?', '#']).map_or(s.len(), |i| rest_start + i);
     // A URL refused because it does not parse, or whose port is not a
@@ -207,19 +210,51 @@ pub fn redact_url(s: &str) -> String {
         }
         None => out.push_str(authority),
     }
-    let tail = &s[authority_end..];
-    match tail.split_once('?') {
-        Some((path, query)) => {
-            let (query, fragment) = query.split_once('#').map_or((query, None), |(q, f)| (q, Some(f)));
-            out.push_str(path);
-            out.push('?');
-            out.push_str(&redact_query(query));
-            if let Some(f) = fragment {
-                out.push('#');
-                out.push_str(f);
-            }
+    out.push_str(&redact_tail(&s[authority_end..]));
+    out
+}
+
+/// [`redact_url`] of a string without `://`.
+fn redact_relative(s: &str) -> String {
+    let head_end = s.find(['?', '#']).unwrap_or(s.len());
+    let (head, tail) = s.split_at(head_end);
+    let mut out = String::with_capacity(s.len());
+    // `user:password@`, after the last `/` before the `@`.
+    let userinfo = head.rfind('@').filter(|_| !head.starts_with('/')).and_then(|at| {
+        let start = head[..at].rfind('/').map_or(0, |i| i + 1);
+        let colon = start + head[start..at].find(':')?;
+        (!head[start..at].contains(char::is_whitespace)).then_some((colon, at))
+    });
+    match userinfo {
+        Some((colon, at)) => {
+            out.push_str(&head[..=colon]);
+            out.push_str(REDACTED);
+            out.push_str(&head[at..]);
         }
-        None => out.push_str(tail),
+        None => out.push_str(head),
+    }
+    out.push_str(&redact_tail(tail));
+    out
+}
+
+/// A URL's path, query and fragment, the values of secret-named parameters
+/// of the last two redacted (a fragment's too: OAuth's implicit flow puts
+/// `access_token` there).
+fn redact_tail(tail: &str) -> String {
+    let Some(at) = tail.find(['?', '#']) else { return tail.to_owned() };
+    let (path, rest) = tail.split_at(at);
+    let (query, fragment) = match rest.strip_prefix('?') {
+        Some(q) => q.split_once('#').map_or((Some(q), None), |(q, f)| (Some(q), Some(f))),
+        None => (None, rest.strip_prefix('#')),
+    };
+    let mut out = path.to_owned();
+    if let Some(q) = query {
+        out.push('?');
+        out.push_str(&redact_query(q));
+    }
+    if let Some(f) = fragment {
+        out.push('#');
+        out.push_str(&redact_query(f));
     }
     out
 }
@@ -233,16 +268,28 @@ fn numeric_port(authority: &str) -> bool {
     }
 }
 
-/// A query string with the values of secret-named parameters redacted.
+/// A query string with the values of secret-named parameters redacted:
+/// pairs split at `&` and `;` (which some frameworks take too), a name
+/// judged percent-decoded, as the upstream reads it (`tok%65n`).
 fn redact_query(query: &str) -> String {
-    let pairs: Vec<String> = query
-        .split('&')
-        .map(|pair| match pair.split_once('=') {
-            Some((k, _)) if names_secret(k) => format!("{k}={REDACTED}"),
-            _ => pair.to_owned(),
-        })
-        .collect();
-    pairs.join("&")
+    let mut out = String::with_capacity(query.len());
+    let mut rest = query;
+    loop {
+        let end = rest.find(['&', ';']).unwrap_or(rest.len());
+        let pair = &rest[..end];
+        match pair.split_once('=') {
+            Some((k, _)) if names_secret(&percent_encoding::percent_decode_str(k).decode_utf8_lossy()) => {
+                out.push_str(k);
+                out.push('=');
+                out.push_str(REDACTED);
+            }
+            _ => out.push_str(pair),
+        }
+        let Some(separator) = rest[end..].chars().next() else { break };
+        out.push(separator);
+        rest = &rest[end + 1..];
+    }
+    out
 }
 
 #[cfg(test)]
@@ -267,6 +314,16 @@ mod tests {
             ("https://u:p/w@[::1]:1/x", "https://u:<redacted>@[::1]:1/x"),
             ("https://[::1]:8/a@b", "https://[::1]:8/a@b"),
             ("not a url: a@b", "not a url: a@b"),
+            ("ops@example.com", "ops@example.com"),
+            // Malformed URLs, paths without their `/`, fragments, encoded
+            // names and `;` separators.
+            ("http:/user:pw1@h:80", "http:/user:<redacted>@h:80"),
+            ("user:pw2@h:80/x", "user:<redacted>@h:80/x"),
+            ("x?token=t1", "x?token=<redacted>"),
+            ("/x#access_token=t2&a=1", "/x#access_token=<redacted>&a=1"),
+            ("https://h/x?a=1#access_token=t3", "https://h/x?a=1#access_token=<redacted>"),
+            ("/p?tok%65n=t4&p%61ss=t5&q", "/p?tok%65n=<redacted>&p%61ss=<redacted>&q"),
+            ("/p?a=1;token=t6&&b=2=3", "/p?a=1;token=<redacted>&&b=2=3"),
             ("/some/path", "/some/path"),
             ("/health?key=abc&v=1", "/health?key=<redacted>&v=1"),
             ("/health?pass=abc&pwd=d&v=1", "/health?pass=<redacted>&pwd=<redacted>&v=1"),

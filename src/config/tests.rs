@@ -183,6 +183,29 @@ fn a_refused_secret_is_not_echoed() {
         assert!(!shown.contains(&format!("SECRET{}", i + 1)), "{extra}: {shown}");
         assert!(e.key.contains(key) && shown.contains(says), "{extra}: {shown}");
     }
+    // Whole configurations: (text, its secret, what the error says).
+    let jwt = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJhIn0.SECRET12";
+    let whole = [
+        (format!("{route}rewrite='x?token=SECRET11'\n"), "SECRET11", "x?token=<redacted>".to_owned()),
+        (
+            format!("{route}request_headers={{set={{'X-JWT-Assertion'=\"{jwt}\\n\"}}}}\n"),
+            "SECRET12",
+            "<redacted>".into(),
+        ),
+        (format!("{route}headers={{\"X-Api-Key SECRET13\"=\"*\"}}\n"), "SECRET13", "headers.X-Api-Key…".into()),
+        (format!("{route}headers={{\"x-forward\"={{regex=\"Bearer SECRET14(\"}}}}\n"), "SECRET14", "pattern".into()),
+        ("[upstreams.b]\nurl='http:/user:SECRET15@h:80'\n".to_owned(), "SECRET15", "user:<redacted>@h".into()),
+        ("[metrics]\npath='m?token=SECRET16'\n".to_owned(), "SECRET16", "m?token=<redacted>".into()),
+        (
+            "[[routes]]\nname='x'\nprefix='/x?token=SECRET17'\nupstream='a'\n".to_owned(),
+            "SECRET17",
+            "token=<redacted>".into(),
+        ),
+    ];
+    for (text, secret, says) in &whole {
+        let e = inline(&format!("{UP}{text}")).expect_err(text);
+        assert!(!e.to_string().contains(secret) && e.to_string().contains(says.as_str()), "{text}: {e}");
+    }
     let health = "[upstreams.h]\nurl='http://127.0.0.1:9'\nhealth={path='/h?token=SECRET9 x'}\n";
     let e = inline(&format!("{UP}{health}")).expect_err("health");
     assert!(!e.to_string().contains("SECRET9") && e.to_string().contains("token=<redacted>"), "{e}");

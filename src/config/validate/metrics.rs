@@ -8,7 +8,8 @@ use super::{Problem, parse_addr};
 
 pub(super) fn metrics(m: &RawMetrics) -> Result<MetricsConfig, Problem> {
     if !m.path.starts_with('/') {
-        return Err(("metrics.path".into(), format!("{:?} must start with '/'", m.path)));
+        let shown = crate::config::redact_url(&m.path);
+        return Err(("metrics.path".into(), format!("{shown:?} must start with '/'")));
     }
     if m.max_connections == 0 {
         return Err(("metrics.max_connections".into(), "must be at least 1".into()));

@@ -388,10 +388,10 @@ fn parse_addr(key: &str, value: &str) -> Result<SocketAddr, Problem> {
 /// are matched after [`crate::path::normalize`].
 fn normalize_prefix(p: &str) -> Result<String, String> {
     if !p.starts_with('/') {
-        return Err(format!("{p:?} must start with '/'"));
+        return Err(format!("{:?} must start with '/'", redact_url(p)));
     }
     if p.contains(['?', '#']) || p.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(format!("{p:?} must be a plain path"));
+        return Err(format!("{:?} must be a plain path", redact_url(p)));
     }
     let trimmed = p.trim_end_matches('/');
     let prefix = if trimmed.is_empty() { "/".to_owned() } else { trimmed.to_owned() };

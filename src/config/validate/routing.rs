@@ -37,7 +37,7 @@ pub(super) fn matchers(
     }
     let mut conditions = Conditions::default();
     for (name, raw) in r.headers.iter().flatten() {
-        let k = key(&format!("headers.{name}"));
+        let k = key(&format!("headers.{}", crate::config::refused_name(name)));
         let parsed = HeaderName::from_bytes(name.as_bytes()).map_err(|_| (k.clone(), "not a header name".into()))?;
         if parsed == http::header::HOST {
             return Err((k, "use `hosts` to match the host".into()));
@@ -63,7 +63,13 @@ pub(super) fn matchers(
 /// not quoted when `name` names a secret (`/-/config` would not show it).
 fn want(raw: &RawWant, name: &str) -> Result<Want, String> {
     Ok(match raw {
-        RawWant::Pattern(p) if crate::config::names_secret(name) => Want::secret_pattern(&p.regex)?,
+        // Nor when the pattern is a credential itself (`Bearer ...`).
+        RawWant::Pattern(p)
+            if crate::config::names_secret(name)
+                || crate::config::redact_condition("", &p.regex) == crate::config::REDACTED =>
+        {
+            Want::secret_pattern(&p.regex)?
+        }
         RawWant::Flag(true) => Want::Present,
         RawWant::Flag(false) => Want::Absent,
         RawWant::Text(t) if t == "*" => Want::Present,

@@ -6,7 +6,7 @@
 //! settings did not change.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -218,6 +218,9 @@ pub struct Store {
     /// fields: per variant, as one variant's `private` answer says nothing
     /// of another's (see [`PASS_FOR`]).
     passes: moka::sync::Cache<Arc<str>, Arc<Vec<VaryValues>>>,
+    /// Whether any key was ever marked: until then a miss and a store
+    /// leave `passes` untouched (a lookup costs moka a read-log slot).
+    marked: AtomicBool,
     counts: Arc<Counts>,
 }
 
@@ -291,7 +294,7 @@ impl Store {
             })
             .time_to_live(PASS_FOR)
             .build();
-        Arc::new(Store { config, cache, fills: Mutex::default(), passes, counts })
+        Arc::new(Store { config, cache, fills: Mutex::default(), passes, marked: AtomicBool::new(false), counts })
     }
 
     /// The variant stored for `key` that answers a request with `headers`.
@@ -339,12 +342,14 @@ impl Store {
     /// Whether the misses of `key` with `headers` go upstream each at once
     /// (see [`PASS_FOR`]).
     pub fn passes(&self, key: &str, headers: &HeaderMap) -> bool {
-        self.passes.get(key).is_some_and(|marks| marks.iter().any(|vary| selects(vary, headers)))
+        self.marked.load(Relaxed)
+            && self.passes.get(key).is_some_and(|marks| marks.iter().any(|vary| selects(vary, headers)))
     }
 
     /// Remembers that the variant `vary` of `key` could not be stored,
     /// beside the key's other such variants (as many as it stores).
     fn mark_pass(&self, key: &Arc<str>, vary: VaryValues) {
+        self.marked.store(true, Relaxed);
         let marks = self.passes.get(&**key).unwrap_or_default();
         let others: Vec<VaryValues> = marks.iter().filter(|v| **v != vary).take(MAX_VARIANTS - 1).cloned().collect();
         self.passes.insert(key.clone(), Arc::new(std::iter::once(vary).chain(others).collect()));
@@ -353,6 +358,9 @@ impl Store {
     /// An answer for the variant `vary` of `key` was stored: that variant
     /// is no longer one that could not be.
     fn unmark_pass(&self, key: &Arc<str>, vary: &VaryValues) {
+        if !self.marked.load(Relaxed) {
+            return;
+        }
         let Some(marks) = self.passes.get(&**key) else { return };
         let kept: Vec<VaryValues> = marks.iter().filter(|v| *v != vary).cloned().collect();
         match kept.is_empty() {

@@ -179,7 +179,7 @@ impl Fill {
         {
             to_client = None;
         }
-        let remember = for_everyone(&head).then(|| entry.vary.clone());
+        let remember = for_everyone(&head).then_some(&entry.vary);
         if let Some(bytes) = collect(body, to_client.as_ref(), cache.store.config.max_entry, &guard, remember).await {
             cache.store.put(&key, Entry { body: bytes, ..entry });
             guard.publish(Filled::Stored);
@@ -235,7 +235,7 @@ async fn collect(
     client: Option<&mpsc::Sender<Msg>>,
     max_entry: u64,
     guard: &FillGuard,
-    remember: Option<VaryValues>,
+    remember: Option<&VaryValues>,
 ) -> Option<Bytes> {
     let mut kept = BytesMut::new();
     let mut client = client.filter(|c| !c.is_closed());
@@ -256,7 +256,7 @@ async fn collect(
         let too_large = frame.data_ref().is_some_and(|d| kept.len() as u64 + d.len() as u64 > max_entry);
         if too_large {
             // Too large to store: the client reads the rest itself.
-            guard.not_storable(remember);
+            guard.not_storable(remember.cloned());
             drop(kept);
             hand_over(client, frame, body).await;
             return None;

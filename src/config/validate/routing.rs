@@ -60,14 +60,11 @@ pub(super) fn matchers(
 }
 
 /// The condition on the header or parameter `name`; a refused pattern is
-/// not quoted when `name` names a secret (`/-/config` would not show it).
+/// not quoted where `/-/config` would not show it (under a name that names
+/// a secret, or a credential itself).
 fn want(raw: &RawWant, name: &str) -> Result<Want, String> {
     Ok(match raw {
-        // Nor when the pattern is a credential itself (`Bearer ...`).
-        RawWant::Pattern(p)
-            if crate::config::names_secret(name)
-                || crate::config::redact_condition("", &p.regex) == crate::config::REDACTED =>
-        {
+        RawWant::Pattern(p) if crate::config::redact_condition(name, &p.regex) == crate::config::REDACTED => {
             Want::secret_pattern(&p.regex)?
         }
         RawWant::Flag(true) => Want::Present,

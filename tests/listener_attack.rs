@@ -85,9 +85,11 @@ async fn a_host_with_userinfo_a_path_or_junk_is_400_and_never_forwarded() {
         let (up, seen) = recording_upstream(Duration::ZERO, 0).await;
         let gw = TestGateway::from_toml(&proxy_toml(up, "d", "", "")).await;
         let mut wrong = Vec::new();
-        for host in
-            ["user:pw@evil.example", "evil.example/x", "a b", "h?x", "h:80:80", "h:port", "[::1", "::1", "h]:80"]
-        {
+        // A percent-encoded name would choose an any-host route while an
+        // upstream that decodes it reads a host a `hosts` route guards.
+        let hosts =
+            ["user:pw@evil.example", "evil.example/x", "a b", "h?x", "h:80:80", "h:port", "[::1", "::1", "h]:80"];
+        for host in hosts.into_iter().chain(["%61dmin.example", "admin%2Eexample", "[::1%25lo]"]) {
             let req = format!("GET /d/h HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
             let r = raw(gw.addr, req.as_bytes(), Duration::from_secs(2)).await;
             if r.status() != 400 {

@@ -149,8 +149,8 @@ pub struct Plan {
 /// pooled connection the upstream closed while idle is passed over before
 /// anything is written on it (see [`Pool::take_idle`]). A retryable request that
 /// failed after being written on a pooled connection, before any response
-/// byte (the upstream closed it just as the request went out, or left stray
-/// bytes on it), is sent once more, on a new connection so the resend can
+/// byte (the upstream closed it just as the request went out), is sent
+/// once more, on a new connection so the resend can
 /// never land on another stale one, when `resend` allows: once a request,
 /// and within the retry budget, since the upstream may have seen it.
 /// `interims`: the client connection's 1xx queue, made at the first 1xx, if

@@ -126,8 +126,8 @@ pub fn send_encoded<'a>(
         let head = match head {
             Ok(head) => head,
             // A stale connection found on the read side while the request is
-            // still being written (the upstream closed it, or sent stray bytes,
-            // as it went out): its bytes are whole in `sending`, kept too.
+            // still being written (the upstream closed it as it went out):
+            // its bytes are whole in `sending`, kept too.
             Err(e) => return Err(e.keeping(kept.or_else(|| sending.and_then(Sending::kept)))),
         };
         // Answered: no resend will want the kept bytes.

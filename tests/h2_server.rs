@@ -8,7 +8,7 @@ mod common;
 
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -291,4 +291,72 @@ fn server_http2_is_checked_at_load() {
     assert_eq!(load("hyper").unwrap().server.http2, Http2Server::Hyper);
     let e = load("h2o").unwrap_err().to_string();
     assert!(e.contains("server.http2") && e.contains("\"hyper\" or \"gateway\""), "{e}");
+}
+
+/// Opens streams to an upstream that never answers, each reset by the
+/// client once the upstream has its request, `reset(i)` saying which;
+/// the number sent before the connection refused another.
+async fn resetting_client(gw: &TestGateway, asked: &AtomicUsize, reset: impl Fn(usize) -> bool) -> usize {
+    let (mut client, _ping) = common::raw_h2(gw.addr, 65_535).await;
+    let mut held = Vec::new();
+    for i in 0..150 {
+        let Ok(ready) = tokio::time::timeout(Duration::from_secs(5), client.ready()).await else { return i };
+        let Ok(ready) = ready else { return i };
+        client = ready;
+        let before = asked.load(Ordering::SeqCst);
+        let Ok((answer, mut stream)) = client.send_request(get(gw, "/d/hold"), true) else { return i };
+        let arrived = async {
+            while asked.load(Ordering::SeqCst) == before {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        };
+        if tokio::time::timeout(Duration::from_secs(5), arrived).await.is_err() {
+            return i;
+        }
+        if reset(i) {
+            stream.send_reset(h2::Reason::CANCEL);
+        } else {
+            held.push((answer, stream));
+        }
+    }
+    150
+}
+
+/// A client that resets most of its streams after the gateway has sent
+/// them upstream (each one an upstream request, and over HTTP/1.1 the
+/// upstream connection it was on) has its connection shut down once 100
+/// streams have started (`EARLY_RESETS_FROM`); the h2 crate counts only
+/// streams reset before they are accepted. One that resets a third of
+/// them keeps it.
+#[tokio::test]
+async fn a_client_resetting_most_streams_after_they_went_upstream_is_shut_down() {
+    let asked = Arc::new(AtomicUsize::new(0));
+    let seen = asked.clone();
+    let up = common::raw_upstream(move |mut s: TcpStream| {
+        let seen = seen.clone();
+        async move {
+            if common::read_head(&mut s).await.is_some() {
+                seen.fetch_add(1, Ordering::SeqCst);
+                let _ = common::closed_within(&mut s, Duration::from_secs(20)).await;
+            }
+        }
+    })
+    .await;
+    bounded(async {
+        for http2 in [Http2Server::Gateway, Http2Server::Hyper] {
+            let gw = gateway(up, http2).await;
+            let counted = || async {
+                let text = common::metrics_text(gw.addr).await;
+                common::sample(&text, "gateway_rejected_total", &[("route", ""), ("reason", "stream_resets")])
+                    .unwrap_or(0.0)
+            };
+            let some = resetting_client(&gw, &asked, |i| i % 3 == 0).await;
+            assert_eq!(some, 150, "{http2:?}: a client resetting a third of its streams was shut down");
+            let before = counted().await;
+            let most = resetting_client(&gw, &asked, |_| true).await;
+            assert!((100..=110).contains(&most), "{http2:?}: {most} streams sent upstream and reset");
+            assert_eq!(counted().await, before + 1.0, "{http2:?}");
+        }
+    })
+    .await;
 }

@@ -131,7 +131,21 @@ struct Http2Only {
     streams: Mutex<Vec<Weak<AtomicU64>>>,
     /// An answer asked for the connection to end (see [`InFlight::close_http2`]).
     close_asked: AtomicBool,
+    /// Streams started, and those the client reset (or the connection
+    /// lost) before their answer (see [`EARLY_RESETS_FROM`]).
+    streams_started: AtomicU32,
+    early_resets: AtomicU32,
+    /// Asked to end for its early resets (counted once).
+    reset_out: AtomicBool,
 }
+
+/// An HTTP/2 connection on which at least this many streams started and
+/// more than half of them were reset by the client before their answer is
+/// shut down (GOAWAY): the h2 crate counts only streams reset before they
+/// are accepted, and each one reset later has cost an upstream request
+/// (and, over HTTP/1.1, the upstream connection it was on). Envoy's
+/// premature-reset check has the same shape (`premature_reset_total_stream_count`).
+pub const EARLY_RESETS_FROM: u32 = 100;
 
 /// [`ConnState::park`]'s states.
 const BUSY: u8 = 0;
@@ -188,12 +202,26 @@ impl ConnState {
         let waiting_since = http2.then(|| {
             let cell = Arc::new(AtomicU64::new(0));
             let only = self.http2.get_or_init(Box::default);
+            only.streams_started.fetch_add(1, Relaxed);
             let mut streams = only.streams.lock().expect("streams lock");
             streams.retain(|s| s.strong_count() > 0);
             streams.push(Arc::downgrade(&cell));
             cell
         });
-        InFlight { state: self.clone(), waiting_since }
+        InFlight { state: self.clone(), waiting_since, answered: false }
+    }
+
+    /// An HTTP/2 stream ended before its answer (the client reset it):
+    /// past [`EARLY_RESETS_FROM`], the connection is asked to end.
+    fn early_reset(&self) {
+        let Some(only) = self.http2.get() else { return };
+        let early = only.early_resets.fetch_add(1, Relaxed) + 1;
+        let started = only.streams_started.load(Relaxed);
+        if started >= EARLY_RESETS_FROM && early * 2 > started && !only.reset_out.swap(true, Relaxed) {
+            only.close_asked.store(true, Relaxed);
+            crate::metrics::rejected("", "stream_resets");
+            tracing::debug!(client = %self.peer.ip, early, started, "HTTP/2 client reset most streams before their answer");
+        }
     }
 
     /// Keeps the tunnel of a `101` response for when the switch is done.
@@ -380,6 +408,8 @@ pub struct InFlight {
     state: Arc<ConnState>,
     /// HTTP/2: when this body last handed out data not yet taken further.
     waiting_since: Option<Arc<AtomicU64>>,
+    /// The request was answered (its response body holds this mark).
+    answered: bool,
 }
 
 impl InFlight {
@@ -405,6 +435,9 @@ impl InFlight {
 
 impl Drop for InFlight {
     fn drop(&mut self) {
+        if self.waiting_since.is_some() && !self.answered {
+            self.state.early_reset();
+        }
         if self.state.in_flight.fetch_sub(1, Relaxed) == 1 {
             let now = self.state.now();
             self.state.idle_since.store(now, Relaxed);
@@ -428,7 +461,8 @@ pub struct ConnBody {
 }
 
 impl ConnBody {
-    pub fn new(inner: Body, in_flight: InFlight, access: Option<Box<AccessLine>>) -> Self {
+    pub fn new(inner: Body, mut in_flight: InFlight, access: Option<Box<AccessLine>>) -> Self {
+        in_flight.answered = true;
         let large = http_body::Body::size_hint(&inner).upper().is_none_or(|n| n > u64::from(crate::net::NOTSENT_LOWAT));
         if large && !in_flight.state.has_large_response() {
             in_flight.state.large_response.store(true, Relaxed);

@@ -53,6 +53,24 @@ pub enum PathError {
     /// route on one path and the upstream serve another.
     #[error("dot segment with a parameter")]
     DotSegmentParam,
+    /// A dot segment an encoded slash or a `;` parameter makes
+    /// (`/a%2F..%2Fb`), for an upstream that splits there (see
+    /// [`routing_view`]).
+    #[error("dot segment between encoded slashes")]
+    EncodedDotSegment,
+}
+
+impl PathError {
+    /// What is wrong, for the 400's log line.
+    pub fn reason(self) -> &'static str {
+        match self {
+            PathError::AboveRoot => "path climbs above the root",
+            PathError::EncodedSlash => "encoded slash or backslash",
+            PathError::Backslash => "backslash in path",
+            PathError::DotSegmentParam => "dot segment with a parameter (..;)",
+            PathError::EncodedDotSegment => "dot segment between encoded slashes or parameters",
+        }
+    }
 }
 
 /// The normalised form of `path`; borrowed when it is already normal (the
@@ -172,6 +190,49 @@ fn remove_dot_segments(path: &str, merge_slashes: bool) -> Result<String, PathEr
     Ok(normal)
 }
 
+/// The path as an upstream that splits segments at an encoded slash
+/// (`%2F`, as Werkzeug and many WSGI servers decode it) or drops a
+/// segment's `;` parameters (Tomcat, Jetty) reads it, for choosing a
+/// route: otherwise `/admin%2Fsecret` and `/admin;x/secret` chose an open
+/// `/` route over a guarded `/admin` and reached the same handler. `None`
+/// for a path with neither (the common case, one scan); refused when such
+/// a split makes a dot segment (`/a%2F..%2Fb`). Empty segments are left
+/// out. Takes a normalised path (escapes in upper case).
+pub fn routing_view(path: &str) -> Option<Result<String, PathError>> {
+    if !path.bytes().any(|b| b == b';' || b == b'%') || !(path.contains(';') || path.contains("%2F")) {
+        // (One scan for either byte first: most paths hold neither.)
+        return None;
+    }
+    let mut view = String::with_capacity(path.len());
+    for piece in path.split('/').flat_map(|segment| segment.split("%2F")) {
+        let name = piece.split(';').next().unwrap_or("");
+        match name {
+            "" => continue,
+            "." | ".." => return Some(Err(PathError::EncodedDotSegment)),
+            _ => {
+                view.push('/');
+                view.push_str(name);
+            }
+        }
+    }
+    if view.is_empty() || path.ends_with('/') {
+        view.push('/');
+    }
+    Some(Ok(view))
+}
+
+/// Whether a request's `path` begins with the route `prefix` it was routed
+/// to by its [`routing_view`], as a whole segment, a segment with
+/// parameters or one an encoded slash ends: the part of it after the
+/// prefix is then what a rewrite or a file route takes.
+pub fn carries(path: &str, prefix: &str) -> bool {
+    let prefix = prefix.trim_end_matches('/');
+    prefix.is_empty()
+        || path.strip_prefix(prefix).is_some_and(|rest| {
+            rest.is_empty() || rest.starts_with('/') || rest.starts_with(';') || rest.starts_with("%2F")
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -251,6 +312,46 @@ mod tests {
     fn already_normal_paths_are_borrowed() {
         for p in ["/", "/a/b/c", "/static/app.js", "/a/.hidden", "/a-b_c~d/e.f"] {
             assert!(matches!(normalize(p, MERGE), Ok(Cow::Borrowed(_))), "{p}");
+        }
+    }
+
+    #[test]
+    fn routing_view_table() {
+        let cases: &[(&str, Option<Result<&str, PathError>>)] = &[
+            ("/admin/secret", None),
+            ("/a%20b", None),
+            ("/admin%2Fsecret", Some(Ok("/admin/secret"))),
+            ("/admin;x/secret", Some(Ok("/admin/secret"))),
+            ("/admin;x", Some(Ok("/admin"))),
+            ("/admin;x/", Some(Ok("/admin/"))),
+            ("/;x/admin", Some(Ok("/admin"))),
+            ("/%2Fadmin", Some(Ok("/admin"))),
+            ("/a%2F%2Fb;c=d;e/f", Some(Ok("/a/b/f"))),
+            ("/;", Some(Ok("/"))),
+            ("/a%2F..%2Fb", Some(Err(PathError::EncodedDotSegment))),
+            ("/..%2Fetc", Some(Err(PathError::EncodedDotSegment))),
+            ("/a/.%2Fb", Some(Err(PathError::EncodedDotSegment))),
+        ];
+        for (path, want) in cases {
+            let got = routing_view(path);
+            assert_eq!(got.as_ref().map(|r| r.as_deref().map_err(|e| *e)), *want, "{path}");
+        }
+    }
+
+    #[test]
+    fn carries_table() {
+        let cases: &[(&str, &str, bool)] = &[
+            ("/admin;x/secret", "/admin", true),
+            ("/admin%2Fsecret", "/admin", true),
+            ("/admin", "/admin", true),
+            ("/admin/", "/admin/", true),
+            ("/anything;x", "/", true),
+            ("/admin%2Fpanel%2Fx", "/admin/panel", false),
+            ("/admin;x/panel", "/admin/panel", false),
+            ("/administrator;x", "/admin", false),
+        ];
+        for (path, prefix, want) in cases {
+            assert_eq!(carries(path, prefix), *want, "{path} {prefix}");
         }
     }
 }

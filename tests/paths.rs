@@ -98,6 +98,37 @@ async fn a_dot_segment_with_a_parameter_is_400_not_routed_past_a_policy() {
     assert_eq!(up.connections(), 0, "nothing may reach the upstream");
 }
 
+/// A server that splits segments at `%2F` (Werkzeug and other WSGI
+/// servers decode it) or drops `;` parameters (Tomcat, Jetty) reads
+/// `/api/admin%2Fx` and `/api/admin;x/y` as under `/api/admin`: routed on
+/// their segments as written, they reached it through the open `/api`.
+/// They now choose the route such a server would (here the 403), or, when
+/// the path does not carry that route's prefix as written, 400; a path
+/// with parameters outside any guarded prefix is served as before.
+#[tokio::test]
+async fn route_policy_cannot_be_bypassed_with_an_encoded_slash_or_parameters() {
+    let _one_at_a_time = COUNTING.lock().await;
+    let up = echo().await;
+    let gw = TestGateway::from_toml(&policy_toml(up.addr, "")).await;
+    for (target, want) in [
+        ("/api/admin%2Fx", 403),
+        ("/api/admin%2fx", 403),
+        ("/api/admin;x/y", 403),
+        ("/api/admin;jsessionid=1", 403),
+        ("/api%2Fadmin", 400),
+        ("/api;v=1/admin", 400),
+        ("/api/x%2F..%2Fadmin", 400),
+    ] {
+        assert_eq!(raw_get(gw.addr, target).await.0, want, "{target}");
+    }
+    assert_eq!(up.connections(), 0, "nothing may reach the upstream");
+    let served =
+        [("/api;jsessionid=1/x", "/api;jsessionid=1/x"), ("/api/x%2Fy", "/api/x%2Fy"), ("/b;s=1/y", "/a;s=1/y")];
+    for (sent, want) in served {
+        assert_eq!(raw_get(gw.addr, sent).await, (200, want.to_owned()), "{sent}");
+    }
+}
+
 #[tokio::test]
 async fn the_upstream_receives_the_normalised_path() {
     let up = echo().await;

@@ -99,7 +99,13 @@ impl Router {
 
     /// The index of the route for a request with this target and headers.
     pub fn find(&self, uri: &Uri, headers: &HeaderMap) -> Option<usize> {
-        let (path, query) = (uri.path(), uri.query());
+        self.find_on(uri.path(), uri, headers)
+    }
+
+    /// [`Router::find`] on another spelling of the request's path (see
+    /// [`crate::path::routing_view`]).
+    pub fn find_on(&self, path: &str, uri: &Uri, headers: &HeaderMap) -> Option<usize> {
+        let query = uri.query();
         if !(self.exact.is_empty() && self.wild.is_empty())
             && let Some(host) = host::request_host(uri, headers)
         {

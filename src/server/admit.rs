@@ -8,11 +8,11 @@ use crate::body::Incoming;
 use http::uri::PathAndQuery;
 use http::{Request, Uri};
 
-use super::table::Route;
+use super::table::{Route, Table};
 use super::{App, Peer, RequestLog};
 use crate::error::GatewayError;
 use crate::limits::{Declared, screen};
-use crate::path::{self, PathError};
+use crate::path;
 
 impl App {
     /// What the gateway makes of a request before it chooses its route: a
@@ -28,12 +28,7 @@ impl App {
         let normal = match path::normalize(req.uri().path(), self.path_options) {
             Ok(Cow::Borrowed(_)) => return Ok(()),
             Ok(Cow::Owned(normal)) => normal,
-            Err(PathError::AboveRoot) => return Err(GatewayError::BadPath("path climbs above the root")),
-            Err(PathError::EncodedSlash) => return Err(GatewayError::BadPath("encoded slash or backslash")),
-            Err(PathError::Backslash) => return Err(GatewayError::BadPath("backslash in path")),
-            Err(PathError::DotSegmentParam) => {
-                return Err(GatewayError::BadPath("dot segment with a parameter (..;)"));
-            }
+            Err(e) => return Err(GatewayError::BadPath(e.reason())),
         };
         let target = match req.uri().query() {
             Some(q) => format!("{normal}?{q}"),
@@ -44,6 +39,25 @@ impl App {
             Some(PathAndQuery::try_from(target).map_err(|_| GatewayError::BadPath("normalised path is invalid"))?);
         *req.uri_mut() = Uri::from_parts(parts).map_err(|_| GatewayError::BadPath("normalised path is invalid"))?;
         Ok(())
+    }
+
+    /// The index of the request's route: chosen on its path as an upstream
+    /// that splits at `%2F` or drops `;` parameters reads it (see
+    /// [`path::routing_view`]), and refused (400) when its path does not
+    /// carry the chosen route's prefix as it is (`/admin%2Fpanel` under
+    /// `/admin/panel`): what follows the prefix could not be told apart.
+    pub(super) fn route_index(&self, table: &Table, req: &Request<Incoming>) -> Result<Option<usize>, GatewayError> {
+        let Some(view) = path::routing_view(req.uri().path()) else {
+            return Ok(table.router.find(req.uri(), req.headers()));
+        };
+        let view = view.map_err(|e| GatewayError::BadPath(e.reason()))?;
+        let found = table.router.find_on(&view, req.uri(), req.headers());
+        match found {
+            Some(i) if !path::carries(req.uri().path(), &table.routes[i].config.prefix) => {
+                Err(GatewayError::BadPath("encoded slash or parameter inside the route's prefix"))
+            }
+            found => Ok(found),
+        }
     }
 
     pub(super) fn screen(&self, req: &Request<Incoming>) -> Result<Declared, GatewayError> {

@@ -257,7 +257,13 @@ impl App {
             }
             // The routes as of now; a reload during the request does not touch it.
             let table = self.table.load_full();
-            let route = table.router.find(req.uri(), req.headers()).map(|i| &table.routes[i]);
+            let route = match self.route_index(&table, &req) {
+                Ok(found) => found.map(|i| &table.routes[i]),
+                Err(e) => {
+                    let response = self.fail(&self.unmatched, None, &cx, e);
+                    return self.finish(&self.unmatched, None, &method, start, cx, response);
+                }
+            };
             let route_metrics = route.map_or(&self.unmatched, |r| &r.metrics);
             let _active = route_metrics.start();
             // A refused request of a proxy route is traced as one too.

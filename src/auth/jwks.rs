@@ -42,6 +42,10 @@ const MAX_JWKS: usize = 1024 * 1024;
 pub struct Jwks {
     keys: ArcSwapOption<Keys>,
     remote: Option<Remote>,
+    /// Ends the refresh task when the set is dropped (a reload replaced
+    /// it), rather than when its sleep of up to `refresh` next ends: each
+    /// reload would leave one behind for that long.
+    _stop: Option<tokio_util::sync::DropGuard>,
 }
 
 struct Remote {
@@ -76,7 +80,7 @@ pub fn keys_of(set: &JwkSet) -> Keys {
 
 impl Jwks {
     pub fn fixed(set: &JwkSet) -> Arc<Jwks> {
-        Arc::new(Jwks { keys: ArcSwapOption::from_pointee(keys_of(set)), remote: None })
+        Arc::new(Jwks { keys: ArcSwapOption::from_pointee(keys_of(set)), remote: None, _stop: None })
     }
 
     /// Starts fetching `url` (in a task that ends when the set is dropped).
@@ -111,8 +115,17 @@ impl Jwks {
             }
             Some(Arc::new(keys_for(&keys, algorithms)))
         });
-        let jwks = Arc::new(Jwks { keys: ArcSwapOption::new(keys), remote: Some(remote) });
-        tokio::spawn(refresh_loop(Arc::downgrade(&jwks)));
+        // Keys kept from the running set of the same URL wait before the
+        // first fetch, as a fetch for an unknown `kid` would: a storm of
+        // reloads would otherwise fetch once each.
+        let first = if keys.is_some() { MIN_REFETCH } else { Duration::ZERO };
+        let stop = tokio_util::sync::CancellationToken::new();
+        let jwks = Arc::new(Jwks {
+            keys: ArcSwapOption::new(keys),
+            remote: Some(remote),
+            _stop: Some(stop.clone().drop_guard()),
+        });
+        tokio::spawn(refresh_loop(Arc::downgrade(&jwks), first, stop));
         jwks
     }
 
@@ -180,13 +193,16 @@ fn keys_for(keys: &Keys, algorithms: &[Algorithm]) -> Keys {
         .collect()
 }
 
-async fn refresh_loop(jwks: Weak<Jwks>) {
+async fn refresh_loop(jwks: Weak<Jwks>, first: Duration, stop: tokio_util::sync::CancellationToken) {
+    let mut wait = first;
     loop {
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = stop.cancelled() => return,
+        }
         let Some(j) = jwks.upgrade() else { return };
         let Some(remote) = &j.remote else { return };
-        let wait = j.fetch(remote).await;
-        drop(j);
-        tokio::time::sleep(wait).await;
+        wait = j.fetch(remote).await;
     }
 }
 
@@ -195,7 +211,9 @@ async fn get(remote: &Remote) -> Result<(JwkSet, Option<Duration>), String> {
     let authority = remote.url.authority().ok_or("no host")?;
     let tls = remote.tls.as_ref();
     let port = authority.port_u16().unwrap_or(if tls.is_some() { 443 } else { 80 });
-    let tcp = tokio::net::TcpStream::connect((authority.host(), port)).await.map_err(|e| e.to_string())?;
+    // An IPv6 literal without its brackets, as an address to connect to.
+    let host = authority.host().trim_start_matches('[').trim_end_matches(']');
+    let tcp = tokio::net::TcpStream::connect((host, port)).await.map_err(|e| e.to_string())?;
     let path = remote.url.path_and_query().map_or("/", |pq| pq.as_str());
     let request = Request::get(path)
         .header(header::HOST, authority.as_str())
@@ -205,8 +223,7 @@ async fn get(remote: &Remote) -> Result<(JwkSet, Option<Duration>), String> {
         .map_err(|e| e.to_string())?;
     let response = match tls {
         Some(config) => {
-            let name =
-                rustls_pki_types::ServerName::try_from(authority.host().to_owned()).map_err(|e| e.to_string())?;
+            let name = rustls_pki_types::ServerName::try_from(host.to_owned()).map_err(|e| e.to_string())?;
             let stream = tokio_rustls::TlsConnector::from(config.clone()).connect(name, tcp).await;
             send(TokioIo::new(stream.map_err(|e| e.to_string())?), request).await?
         }
@@ -250,6 +267,49 @@ fn max_age(value: &str) -> Option<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A set a reload replaced ends its refresh task then, not when the
+    /// task's sleep (up to `refresh`, here a day) next ends; and a set
+    /// that kept the last one's keys does not fetch at once.
+    #[tokio::test]
+    async fn a_dropped_set_ends_its_refresh_task() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url: Uri = format!("http://{}/jwks", listener.local_addr().unwrap()).parse().unwrap();
+        drop(listener);
+        let tasks = tokio::runtime::Handle::current().metrics();
+        let before = tasks.num_alive_tasks();
+        let sets: Vec<_> =
+            (0..20).map(|_| Jwks::remote(&url, Duration::from_secs(86_400), &[Algorithm::RS256], None)).collect();
+        // Their first fetches fail (nothing listens), and they sleep.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(tasks.num_alive_tasks(), before + 20);
+        drop(sets);
+        for _ in 0..100 {
+            if tasks.num_alive_tasks() == before {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(tasks.num_alive_tasks(), before, "refresh tasks left behind");
+    }
+
+    /// An IPv6 literal's host is connected to without its brackets.
+    #[tokio::test]
+    async fn a_set_at_an_ipv6_literal_is_fetched() {
+        let Ok(listener) = tokio::net::TcpListener::bind("[::1]:0").await else { return };
+        let addr = listener.local_addr().unwrap();
+        let served = tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut buf = [0u8; 1024];
+            let _ = tokio::io::AsyncReadExt::read(&mut s, &mut buf).await;
+            let body = r#"{"keys":[]}"#;
+            let answer = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{body}", body.len());
+            tokio::io::AsyncWriteExt::write_all(&mut s, answer.as_bytes()).await.unwrap();
+        });
+        let url: Uri = format!("http://[::1]:{}/jwks", addr.port()).parse().unwrap();
+        let _set = Jwks::remote(&url, Duration::from_secs(86_400), &[Algorithm::RS256], None);
+        tokio::time::timeout(Duration::from_secs(5), served).await.expect("the key server was asked").unwrap();
+    }
 
     #[test]
     fn max_age_of_cache_control() {

@@ -28,6 +28,10 @@ async fn auth_service() -> (TestUpstream, Arc<Mutex<Vec<(String, HeaderMap)>>>) 
             if req.uri().path() == "/hang" {
                 tokio::time::sleep(Duration::from_secs(5)).await;
             }
+            if req.uri().path() == "/fail" {
+                let failed = Response::builder().status(500).header("x-internal", "stack trace");
+                return failed.body(full("Traceback: internal detail")).unwrap();
+            }
             let good = req.headers().get("cookie").is_some_and(|c| c.to_str().unwrap().contains("session=good"));
             if good {
                 return Response::builder()
@@ -65,7 +69,7 @@ async fn allowed_refused_hanging_and_missing_auth_services() {
         route(up.addr, "fwd", &fwd(format!("http://{}/verify", auth.addr), "1s")),
         route(up.addr, "fwd_hang", &fwd(format!("http://{}/hang", auth.addr), "200ms")),
         route(up.addr, "fwd_down", &fwd(format!("http://{down}/verify"), "1s")),
-    );
+    ) + &route(up.addr, "fwd_fail", &fwd(format!("http://{}/fail", auth.addr), "1s"));
     let gw = TestGateway::from_toml(&toml).await;
 
     // Allowed: the service's x-user replaces the client's own copies.
@@ -115,6 +119,10 @@ async fn allowed_refused_hanging_and_missing_auth_services() {
     assert!(t.elapsed() < Duration::from_secs(2), "took {:?}", t.elapsed());
     let (parts, _) = get_with(&gw.url("/fwd_down"), &[("cookie", "session=good")]).await;
     assert_eq!(parts.status, 503);
+    // Failing (a 5xx): 503 too, not the service's own answer and body.
+    let (parts, body) = get_with(&gw.url("/fwd_fail"), &[("cookie", "session=good")]).await;
+    assert_eq!(parts.status, 503);
+    assert!(!String::from_utf8_lossy(&body).contains("Traceback") && parts.headers.get("x-internal").is_none());
     assert_eq!(seen.lock().unwrap().len(), 1, "no refused request reached the upstream");
 
     let text = metrics_text(gw.addr).await;
@@ -123,6 +131,7 @@ async fn allowed_refused_hanging_and_missing_auth_services() {
     };
     assert_eq!((count("fwd", "allowed"), count("fwd", "denied")), (Some(1.0), Some(1.0)));
     assert_eq!((count("fwd_hang", "error"), count("fwd_down", "error")), (Some(1.0), Some(1.0)));
+    assert_eq!((count("fwd_fail", "error"), count("fwd_fail", "denied")), (Some(1.0), None));
     let asked_count = sample(&text, "gateway_auth_forward_duration_seconds_count", &[("route", "fwd")]);
     assert_eq!(asked_count, Some(2.0));
 }

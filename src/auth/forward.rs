@@ -124,6 +124,13 @@ impl Forward {
                 return Err(GatewayError::AuthError { kind: KIND, detail: format!("no answer within {after}") });
             }
         };
+        // A failing service (a 5xx) fails closed as an unreachable one does:
+        // its answer, perhaps an error page with internals, is not the
+        // client's (nginx's `auth_request` answers 500 for it).
+        if parts.status.is_server_error() {
+            let detail = format!("answered {}", parts.status.as_u16());
+            return Err(GatewayError::AuthError { kind: KIND, detail });
+        }
         if !parts.status.is_success() {
             let mut headers = HeaderMap::new();
             for name in RELAYED {

@@ -19,6 +19,7 @@ pub mod adaptive;
 pub mod admission;
 mod attempt;
 pub mod body;
+mod budget;
 pub mod connect;
 pub mod endpoint;
 pub mod exchange;
@@ -46,7 +47,6 @@ use http_body_util::Either;
 use metrics::{Counter, Gauge, counter, gauge};
 use smallvec::SmallVec;
 use tokio::time::Instant;
-use tower::retry::budget::{Budget, TpsBudget};
 
 use crate::body::{Body, ReadAhead, RequestBody, UpstreamBody, WantsCopy};
 use crate::config::{Balance, ProxyTarget, UpstreamConfig};
@@ -58,6 +58,7 @@ use crate::request::{Peer, RequestLog};
 use admission::Admission;
 use attempt::{Tried, Tries};
 use body::{InFlight, Lease, Leased, Received};
+use budget::RetryBudget;
 use endpoint::{Attempt, Availability, Candidate, Endpoint};
 use exchange::{Plan, exchange};
 use pool::SendBody;
@@ -78,7 +79,7 @@ pub struct Upstream {
     admission: Option<Arc<Admission>>,
     /// Only when a route retries through this upstream: depositing costs a
     /// clock read per request.
-    budget: Option<Arc<TpsBudget>>,
+    budget: Option<Arc<RetryBudget>>,
     /// The bound on request body bytes read ahead, the gateway's.
     read_ahead: Arc<ReadAhead>,
     /// Round-robin position.
@@ -129,7 +130,7 @@ impl Upstream {
             Some(kept) => kept,
             None => {
                 let b = config.retry_budget;
-                Arc::new(TpsBudget::new(Duration::from_secs(10), b.min_per_second, b.ratio))
+                Arc::new(RetryBudget::new(b.min_per_second, b.ratio))
             }
         });
         let admission = config.admission.map(|a| match before.and_then(|b| b.admission.clone().map(|k| (b, k))) {

@@ -209,6 +209,11 @@ fn parse_jwks_keys(mut set: JwkSet, algorithms: &[Algorithm]) -> Result<JwkSet, 
         if jwk.common.key_operations.as_ref().is_some_and(|ops| !ops.contains(&KeyOperations::Verify)) {
             return Err(at("a key whose \"key_ops\" lacks \"verify\" is refused"));
         }
+        if let AlgorithmParameters::RSA(rsa) = &jwk.algorithm
+            && let Some(problem) = rsa_problem(&rsa.n, &rsa.e)
+        {
+            return Err(at(&problem));
+        }
         DecodingKey::from_jwk(jwk).map_err(|e| at(&format!("unusable key: {e}")))?;
     }
     let listed =
@@ -218,6 +223,32 @@ fn parse_jwks_keys(mut set: JwkSet, algorithms: &[Algorithm]) -> Result<JwkSet, 
         return Err("no key of the listed algorithms (every key's \"alg\" is another)".into());
     }
     Ok(set)
+}
+
+/// Why an RSA key (modulus `n`, exponent `e`, base64url) verifies no
+/// token worth trusting, or costs too much to try: a modulus under 2048
+/// bits (RFC 7518 §3.3) or over 8192 (each token, good or forged, costs a
+/// verification with it), an exponent under 3 or even (no RSA key has
+/// one: `e = 1` "verifies" anything its holder computes).
+fn rsa_problem(n: &str, e: &str) -> Option<String> {
+    use base64::Engine;
+    let decode = |v: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(v.trim_end_matches('=')).ok();
+    let (Some(n), Some(e)) = (decode(n), decode(e)) else {
+        return Some("an RSA key whose \"n\" or \"e\" is not base64url".into());
+    };
+    fn significant(b: &[u8]) -> &[u8] {
+        b.iter().position(|&x| x != 0).map_or(&[][..], |i| &b[i..])
+    }
+    let (n, e) = (significant(&n), significant(&e));
+    let bits = n.first().map_or(0, |top| (n.len() - 1) * 8 + (8 - top.leading_zeros() as usize));
+    if !(2048..=8192).contains(&bits) {
+        return Some(format!("an RSA key of {bits} bits is refused: 2048 to 8192 (RFC 7518 §3.3)"));
+    }
+    let odd = e.last().is_some_and(|last| last & 1 == 1);
+    if !odd || (e.len() == 1 && e[0] < 3) {
+        return Some("an RSA key whose exponent is under 3 or even is refused".into());
+    }
+    None
 }
 
 /// A JWKS a key server answered: its usable keys, and why the others were
@@ -329,10 +360,14 @@ fn hash_kind(hash: &str) -> Result<HashKind, String> {
     }
     if hash.starts_with("$5$") || hash.starts_with("$6$") {
         sha_crypt::PasswordHashRef::new(hash).map_err(|_| "malformed SHA-crypt hash".to_owned())?;
+        // Fewer than 1,000 rounds (crypt(5)'s least) or a count that is no
+        // number loaded before, and the user could never log in.
         return match sha_crypt_rounds(hash) {
-            Some(r) if r > MAX_SHA_CRYPT_ROUNDS => {
+            Some(Some(r)) if r > MAX_SHA_CRYPT_ROUNDS => {
                 Err(format!("SHA-crypt rounds={r} is refused: at most {MAX_SHA_CRYPT_ROUNDS}"))
             }
+            Some(Some(r)) if r < 1000 => Err(format!("SHA-crypt rounds={r} is refused: at least 1000")),
+            Some(None) => Err("malformed SHA-crypt rounds".to_owned()),
             _ => Ok(HashKind::ShaCrypt),
         };
     }
@@ -351,10 +386,11 @@ fn hash_kind(hash: &str) -> Result<HashKind, String> {
     Err(format!("unknown hash scheme; {USE}"))
 }
 
-/// The `rounds=N` of a SHA-crypt hash (`$6$rounds=N$salt$digest`); `None`
-/// for the default (5,000).
-fn sha_crypt_rounds(hash: &str) -> Option<u64> {
-    hash.get(3..)?.strip_prefix("rounds=")?.split('$').next()?.parse().ok()
+/// The `rounds=N` of a SHA-crypt hash (`$6$rounds=N$salt$digest`), `None`
+/// within when it is no number; `None` for the default (5,000).
+fn sha_crypt_rounds(hash: &str) -> Option<Option<u64>> {
+    let rounds = hash.get(3..)?.strip_prefix("rounds=")?;
+    Some(rounds.split('$').next().and_then(|r| r.parse().ok()))
 }
 
 #[cfg(test)]
@@ -362,6 +398,38 @@ mod tests {
     use super::*;
 
     const BCRYPT: &str = "$2y$05$9EVlwSB2NC6UXZ8IVpCCUOGmBqdEtn6PcW2ph08rsBE/GChz6Cbbq";
+
+    #[test]
+    fn rsa_keys_by_size_and_exponent() {
+        use base64::Engine;
+        let b64 = |bytes: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
+        // A modulus of `bits` bits (its top bit set), with `zeros` leading zero bytes.
+        let modulus = |bits: usize, zeros: usize| {
+            let mut n = vec![0u8; zeros];
+            n.push(1u8 << ((bits - 1) % 8));
+            n.extend(std::iter::repeat_n(0xffu8, (bits - 1) / 8));
+            b64(&n)
+        };
+        let f4 = b64(&[1, 0, 1]);
+        let cases = [
+            (modulus(2048, 0), f4.clone(), true),
+            (modulus(2048, 1), f4.clone(), true),
+            (modulus(4096, 0), b64(&[3]), true),
+            (modulus(8192, 0), f4.clone(), true),
+            (modulus(2047, 0), f4.clone(), false),
+            (modulus(1024, 0), f4.clone(), false),
+            (modulus(512, 0), f4.clone(), false),
+            (modulus(8193, 0), f4.clone(), false),
+            (modulus(16384, 0), f4.clone(), false),
+            (modulus(2048, 0), b64(&[1]), false),
+            (modulus(2048, 0), b64(&[0, 1]), false),
+            (modulus(2048, 0), b64(&[1, 0, 0]), false),
+            (modulus(2048, 0), "!!".into(), false),
+        ];
+        for (n, e, ok) in cases {
+            assert_eq!(rsa_problem(&n, &e).is_none(), ok, "{} bytes, e {e}: {:?}", n.len(), rsa_problem(&n, &e));
+        }
+    }
 
     #[test]
     fn htpasswd_lines_by_kind() {
@@ -393,6 +461,11 @@ mod tests {
                 "a:$6$rounds=999999999$saltsalt$Gbmxz7AL/7/V8CNyZQmvhPuqmpSPnEXyC8XiaEJI3sC".into(),
                 Err("SHA-crypt rounds=999999999 is refused"),
             ),
+            (
+                "a:$6$rounds=999$saltsalt$Gbmxz7AL/7/V8CNyZQmvhPuqmpSPnEXyC8XiaEJI3sC".into(),
+                Err("SHA-crypt rounds=999 is refused: at least 1000"),
+            ),
+            ("a:$6$rounds=1000$saltsalt$Gbmxz7AL/7/V8CNyZQmvhPuqmpSPnEXyC8XiaEJI3sC".into(), Ok(HashKind::ShaCrypt)),
             ("a:$argon2id$v=19$m=2097152,t=2,p=1$c2FsdHNhbHQ$L0Z9S3cvszSYv7jVqfIbTg".into(), Ok(HashKind::Argon2)),
             (
                 "a:$argon2id$v=19$m=2097153,t=1,p=1$c2FsdHNhbHQ$L0Z9S3cvszSYv7jVqfIbTg".into(),

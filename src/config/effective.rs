@@ -68,7 +68,12 @@ fn upstream(up: &UpstreamConfig) -> Map<String, Value> {
         "connect_timeout": duration(up.connect_timeout),
         "pool_max_idle_per_host": up.pool_max_idle_per_host,
         "pool_idle_timeout": duration(up.pool_idle_timeout),
-        "retry_budget": { "ratio": up.retry_budget.ratio, "min_per_second": up.retry_budget.min_per_second },
+        // The ratio as written: an `f32` widened to JSON's `f64` shows
+        // 0.2 as 0.20000000298023224.
+        "retry_budget": {
+            "ratio": up.retry_budget.ratio.to_string().parse::<f64>().unwrap_or(0.0),
+            "min_per_second": up.retry_budget.min_per_second,
+        },
         "protocol": match up.protocol {
             Protocol::Http1 => "http1",
             Protocol::H2c => "h2c",

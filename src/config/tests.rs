@@ -361,3 +361,14 @@ fn a_bare_dotted_upstream_name_is_told_to_quote_it() {
     let e = e.map(|_| ()).unwrap_err().to_string();
     assert!(e.contains("did you mean `health`") && !e.contains("quotes"), "{e}");
 }
+
+/// `/-/config` shows a defaulted retry ratio as written (0.2), not as the
+/// `f32` widened to `f64` (0.20000000298023224); an unknown upstream with
+/// none defined says so rather than `(known: )`.
+#[test]
+fn effective_ratio_and_an_empty_upstream_list_read_as_written() {
+    let c = inline("[upstreams.a]\nurl='http://h:1'\n[[routes]]\nname='r'\nprefix='/'\nupstream='a'\n").unwrap();
+    assert_eq!(c.effective["upstreams"]["a"]["retry_budget"]["ratio"], serde_json::json!(0.2));
+    let e = inline("[[routes]]\nname='r'\nprefix='/'\nupstream='a'\n").unwrap_err().to_string();
+    assert!(e.contains("unknown upstream \"a\" (no [upstreams] are defined)"), "{e}");
+}

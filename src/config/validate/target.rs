@@ -107,7 +107,11 @@ fn proxy_target(
 ) -> Result<ProxyTarget, Problem> {
     let upstream = *upstream_index.get(up).ok_or_else(|| {
         let known: Vec<_> = upstream_index.keys().map(String::as_str).collect();
-        (key("upstream"), format!("unknown upstream {up:?} (known: {})", known.join(", ")))
+        let known = match known.is_empty() {
+            true => "no [upstreams] are defined".to_owned(),
+            false => format!("known: {}", known.join(", ")),
+        };
+        (key("upstream"), format!("unknown upstream {up:?} ({known})"))
     })?;
     let rewrite = r.rewrite.as_deref().map(|rw| validate_rewrite(rw).map_err(|m| (key("rewrite"), m))).transpose()?;
     let host = match r.host.as_deref() {

@@ -7,6 +7,8 @@
 //! safe side, but for the few keys of the gateway's own whose names only
 //! look secret (a rate limit's `key`, `password_env`, key file paths).
 
+use std::borrow::Cow;
+
 use serde_json::Value;
 
 /// What a redacted value reads as.
@@ -14,10 +16,10 @@ pub const REDACTED: &str = "<redacted>";
 
 /// Parts of key names (compared lowercased, `-` as `_`) whose values are
 /// secrets: `X-Pwd`, `passphrase`, `X-Auth-User`, `OAuth-Token`,
-/// `X-Access-Key`, `Ocp-Apim-Subscription-Key`, `?pass=`. Broad on purpose:
-/// a name that only looks secret costs a hidden value, a secret shown
-/// costs the secret.
-const SECRET_KEYS: [&str; 8] = ["pass", "pwd", "secret", "token", "credential", "auth", "cookie", "key"];
+/// `X-Access-Key`, `Ocp-Apim-Subscription-Key`, `?pass=`, `;jsessionid=`.
+/// Broad on purpose: a name that only looks secret costs a hidden value, a
+/// secret shown costs the secret.
+const SECRET_KEYS: [&str; 9] = ["pass", "pwd", "secret", "token", "credential", "auth", "cookie", "key", "session"];
 
 /// Whole words of key names (split at `-` and `_`) that name a secret: a
 /// `sig` query parameter, a `code` (OAuth's).
@@ -214,6 +216,35 @@ pub fn redact_url(s: &str) -> String {
     out
 }
 
+/// A path with the values of secret-named `;` parameters redacted
+/// (`/app;jsessionid=…/x`: a session's ID, which servlet containers put
+/// into URLs, is as good as its cookie).
+fn redact_path_params(path: &str) -> Cow<'_, str> {
+    if !path.contains(';') {
+        return Cow::Borrowed(path);
+    }
+    let segments: Vec<String> = path
+        .split('/')
+        .map(|segment| {
+            let mut params = segment.split(';');
+            let name = params.next().unwrap_or("").to_owned();
+            params.fold(name, |mut out, param| {
+                out.push(';');
+                match param.split_once('=') {
+                    Some((k, _)) if names_secret(&percent_encoding::percent_decode_str(k).decode_utf8_lossy()) => {
+                        out.push_str(k);
+                        out.push('=');
+                        out.push_str(REDACTED);
+                    }
+                    _ => out.push_str(param),
+                }
+                out
+            })
+        })
+        .collect();
+    Cow::Owned(segments.join("/"))
+}
+
 /// [`redact_url`] of a string without `://`.
 fn redact_relative(s: &str) -> String {
     let head_end = s.find(['?', '#']).unwrap_or(s.len());
@@ -231,7 +262,7 @@ fn redact_relative(s: &str) -> String {
             out.push_str(REDACTED);
             out.push_str(&head[at..]);
         }
-        None => out.push_str(head),
+        None => out.push_str(&redact_path_params(head)),
     }
     out.push_str(&redact_tail(tail));
     out
@@ -241,13 +272,13 @@ fn redact_relative(s: &str) -> String {
 /// of the last two redacted (a fragment's too: OAuth's implicit flow puts
 /// `access_token` there).
 fn redact_tail(tail: &str) -> String {
-    let Some(at) = tail.find(['?', '#']) else { return tail.to_owned() };
+    let Some(at) = tail.find(['?', '#']) else { return redact_path_params(tail).into_owned() };
     let (path, rest) = tail.split_at(at);
     let (query, fragment) = match rest.strip_prefix('?') {
         Some(q) => q.split_once('#').map_or((Some(q), None), |(q, f)| (Some(q), Some(f))),
         None => (None, rest.strip_prefix('#')),
     };
-    let mut out = path.to_owned();
+    let mut out = redact_path_params(path).into_owned();
     if let Some(q) = query {
         out.push('?');
         out.push_str(&redact_query(q));
@@ -302,6 +333,10 @@ mod tests {
         let cases = [
             ("http://127.0.0.1:8000", "http://127.0.0.1:8000"),
             ("redis://:hunter2@127.0.0.1:6379/0", "redis://:<redacted>@127.0.0.1:6379/0"),
+            ("/app;jsessionid=ABC123/x", "/app;jsessionid=<redacted>/x"),
+            ("/app;JSESSIONID=ABC;v=2/x?q=1", "/app;JSESSIONID=<redacted>;v=2/x?q=1"),
+            ("http://h/a;sid=1;tok%65n=t/b", "http://h/a;sid=1;tok%65n=<redacted>/b"),
+            ("/a;b/c", "/a;b/c"),
             ("rediss://user:hunter2@h", "rediss://user:<redacted>@h"),
             ("https://tok3n@h/x", "https://<redacted>@h/x"),
             ("https://h/jwks?token=abc&x=1#f", "https://h/jwks?token=<redacted>&x=1#f"),

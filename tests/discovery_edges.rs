@@ -2,7 +2,8 @@
 //! server (`discovery/dns.rs`): a name gone from A while AAAA fails, a
 //! reload while a name is gone, SRV targets that do not answer, SRV
 //! priorities whose lowest has no address; records that are not the
-//! name's, link-local addresses, an SRV target of `.`.
+//! name's, link-local addresses, an SRV target of `.`; more addresses
+//! than an upstream holds.
 
 mod common;
 #[path = "discovery/dns.rs"]
@@ -237,4 +238,28 @@ async fn an_srv_target_of_dot_is_no_service() {
     assert_eq!(wait_for_endpoints(&gw, "dot", 1).await, [format!("127.0.0.1:{port}")]);
     assert!(skipped(&metrics_text(gw.addr).await, "dot", "no_service") >= 1.0);
     assert_eq!(dns.queries(".", RecordType::A) + dns.queries(".", RecordType::AAAA), 0, "the root was asked");
+}
+
+/// An upstream holds at most 1024 endpoints (`MAX_ENDPOINTS`): an SRV name
+/// of 18 targets of 60 addresses each (1080) gives the 1024 lowest, and
+/// the 56 others are counted `too_many`.
+#[tokio::test]
+async fn a_name_with_more_addresses_than_an_upstream_holds_gives_the_lowest() {
+    let dns = TestDns::start().await;
+    let mut records = Vec::new();
+    for t in 0..18u8 {
+        let target = format!("t{t}.cap.test");
+        let ips: Vec<String> = (0..60).map(|i| format!("127.1.{t}.{i}")).collect();
+        dns.addresses(&target, &ips.iter().map(String::as_str).collect::<Vec<_>>(), 60);
+        records.push(target);
+    }
+    let srv: Vec<(u16, u16, u16, &str)> = records.iter().map(|t| (10, 1, 8080, t.as_str())).collect();
+    dns.srv("_http._tcp.cap.test", &srv, 60);
+    let gw = gateway(&dns, "cap", "srv = \"_http._tcp.cap.test\", interval = \"60s\"", "").await;
+    let got = wait_for_count(&gw, "cap", 1024, Duration::from_secs(10)).await;
+    assert_eq!(got.first().map(String::as_str), Some("127.1.0.0:8080"));
+    // 17 targets whole (1020 addresses), and the 4 lowest of the last.
+    assert_eq!(got.last().map(String::as_str), Some("127.1.17.3:8080"));
+    assert_eq!(resolution(&gw, "cap"), Some(Resolution::Found { addresses: 1080 }));
+    assert!(skipped(&metrics_text(gw.addr).await, "cap", "too_many") >= 56.0);
 }

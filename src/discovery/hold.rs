@@ -17,13 +17,14 @@
 //! it at once; HAProxy's `hold obsolete` keeps it for a fixed time; the
 //! TTL is the time the DNS itself promises).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::resolve::{Answer, Outcome, Part};
+use super::weights::{Record, weighted};
 use crate::config::EndpointConfig;
 
 /// The set, with when each address was last left out, and each part's last
@@ -33,6 +34,35 @@ pub struct Held {
     entries: Vec<Entry>,
     /// By part key (see [`Part`]): what the part last gave when it answered.
     last_good: HashMap<String, (Vec<EndpointConfig>, Duration)>,
+    /// See [`Held::left_out`].
+    left_out: usize,
+}
+
+/// The most endpoints one discovered upstream holds. Each endpoint has its
+/// own pool, health checks and four metric series, and every set change
+/// rebuilds them all, so an unbounded answer (an SRV name's targets times
+/// their addresses) would cost memory, CPU and scrape size without end.
+/// 1024 is above the largest set a real service publishes (Kubernetes'
+/// Endpoints object stops at 1000 addresses) and keeps one upstream's
+/// series in the low thousands.
+pub const MAX_ENDPOINTS: usize = 1024;
+
+/// The order of a set: by address (IPv4 before IPv6, numerically).
+fn order(e: &EndpointConfig) -> (Option<SocketAddr>, String) {
+    (e.url.parse::<SocketAddr>().ok(), e.url.clone())
+}
+
+/// An answer's endpoints bounded to [`MAX_ENDPOINTS`]: the lowest
+/// addresses, so that the same answer keeps the same subset; and how many
+/// were left out.
+fn capped(found: &[EndpointConfig]) -> (Vec<EndpointConfig>, usize) {
+    if found.len() <= MAX_ENDPOINTS {
+        return (found.to_vec(), 0);
+    }
+    let mut sorted = found.to_vec();
+    sorted.sort_by_cached_key(order);
+    sorted.truncate(MAX_ENDPOINTS);
+    (sorted, found.len() - MAX_ENDPOINTS)
 }
 
 /// What a lookup came to once its failed parts stood in with their last
@@ -64,39 +94,56 @@ impl Held {
     /// address held for `ttl` if the first answer leaves it out.
     pub fn carried(endpoints: Vec<EndpointConfig>, ttl: Duration) -> Held {
         let entries = endpoints.into_iter().map(|endpoint| Entry { endpoint, ttl, missing_since: None }).collect();
-        Held { entries, last_good: HashMap::new() }
+        Held { entries, last_good: HashMap::new(), left_out: 0 }
     }
 
     /// Takes an answer's endpoints, valid for `ttl` (already clamped), at
     /// `now`; returns the set: the answer's and those it left out whose
     /// TTL has not passed since the first answer without them, in address
-    /// order.
+    /// order; at most [`MAX_ENDPOINTS`], the answer's first.
     pub fn answer(&mut self, found: &[EndpointConfig], ttl: Duration, now: Instant) -> Vec<EndpointConfig> {
-        // By address: an answer may change an endpoint's weight.
-        self.entries.retain_mut(|e| {
-            if found.iter().any(|f| f.url == e.endpoint.url) {
-                return true;
+        let (found, left_out) = capped(found);
+        self.left_out = left_out;
+        // By address (an answer may change an endpoint's weight), through
+        // a map: an answer may hold thousands.
+        let mut fresh: HashMap<&str, &EndpointConfig> = found.iter().map(|f| (f.url.as_str(), f)).collect();
+        self.entries.retain_mut(|e| match fresh.remove(e.endpoint.url.as_str()) {
+            Some(f) => {
+                e.endpoint = f.clone();
+                e.ttl = ttl;
+                e.missing_since = None;
+                true
             }
-            let since = *e.missing_since.get_or_insert(now);
-            now.saturating_duration_since(since) < e.ttl
+            None => {
+                let since = *e.missing_since.get_or_insert(now);
+                now.saturating_duration_since(since) < e.ttl
+            }
         });
-        for f in found {
-            match self.entries.iter_mut().find(|e| e.endpoint.url == f.url) {
-                Some(e) => {
-                    e.endpoint = f.clone();
-                    e.ttl = ttl;
-                    e.missing_since = None;
-                }
-                None => self.entries.push(Entry { endpoint: f.clone(), ttl, missing_since: None }),
+        self.entries.extend(fresh.into_values().map(|f| Entry { endpoint: f.clone(), ttl, missing_since: None }));
+        self.entries.sort_by_cached_key(|e| order(&e.endpoint));
+        // The answer's own come first: those held for their TTL fill what
+        // room is left, lowest address first.
+        let mut room = MAX_ENDPOINTS.saturating_sub(found.len());
+        self.entries.retain(|e| {
+            let kept = e.missing_since.is_none() || room > 0;
+            if e.missing_since.is_some() {
+                room = room.saturating_sub(1);
             }
-        }
-        self.entries.sort_by_key(|e| (e.endpoint.url.parse::<SocketAddr>().ok(), e.endpoint.url.clone()));
+            kept
+        });
         self.endpoints()
+    }
+
+    /// How many addresses the last answer had beyond [`MAX_ENDPOINTS`],
+    /// left out.
+    pub fn left_out(&self) -> usize {
+        self.left_out
     }
 
     /// Forgets every address (the name has been gone for `max_ttl`).
     pub fn clear(&mut self) {
         self.entries.clear();
+        self.left_out = 0;
         self.last_good.clear();
     }
 
@@ -111,7 +158,8 @@ impl Held {
             Answer::NotFound => return Combined::NotFound { failed: None },
             Answer::Failed(why) => return Combined::Failed(why),
         };
-        self.last_good.retain(|key, _| parts.iter().any(|p| p.key == *key));
+        let asked: HashSet<&str> = parts.iter().map(|p| p.key.as_str()).collect();
+        self.last_good.retain(|key, _| asked.contains(key.as_str()));
         // Each part's priority, endpoints (`None`: failed, none good
         // before) and why it failed, with its record and weight.
         let mut taken = Vec::with_capacity(parts.len());
@@ -136,15 +184,20 @@ impl Held {
             taken.retain(|(p, _, _, _)| *p == lowest);
         }
         let (mut records, mut ttl, mut failed) = (Vec::<Record>::new(), None::<Duration>, None);
+        // Where each record is in `records`: an SRV name may have thousands.
+        let mut at: HashMap<String, usize> = HashMap::new();
         for (_, got, why, (record, weight)) in taken {
             failed = why.or(failed);
             let Some((got, t)) = got else { continue };
             if !got.is_empty() {
                 ttl = Some(ttl.map_or(t, |u| u.min(t)));
             }
-            match records.iter_mut().find(|r| r.0 == record) {
-                Some(r) => r.2.extend(got),
-                None => records.push((record, weight, got)),
+            match at.get(&record) {
+                Some(&i) => records[i].2.extend(got),
+                None => {
+                    at.insert(record.clone(), records.len());
+                    records.push((record, weight, got));
+                }
             }
         }
         let endpoints = weighted(records);
@@ -166,76 +219,6 @@ impl Held {
     }
 }
 
-/// One SRV record's endpoints (both families), by its key and weight.
-type Record = (String, u16, Vec<EndpointConfig>);
-
-/// The heaviest an endpoint weighs (as in the file).
-const MAX_WEIGHT: u64 = 10_000;
-
-/// How many times a record of weight 0 the lightest other weighs, when
-/// there are both.
-const ZERO_WEIGHT_SHARE: u64 = 100;
-
-/// The endpoints of one priority's records, weighted as RFC 2782 has the
-/// records chosen: each record's weight is shared among its addresses, in
-/// the smallest whole numbers that keep the proportions (so round robin's
-/// runs stay short), at most [`MAX_WEIGHT`]. A record of weight 0 among
-/// heavier ones weighs 1 an address against at least
-/// [`ZERO_WEIGHT_SHARE`] for the lightest other (the RFC's "very small
-/// chance"; it still serves when they cannot), even where that bends the
-/// others' proportions (see [`scale`]); when every record weighs 0 (and
-/// for a name's own A and AAAA), every address weighs 1. An address of
-/// several records weighs their sum.
-fn weighted(records: Vec<Record>) -> Vec<EndpointConfig> {
-    let records: Vec<Record> = records.into_iter().filter(|(_, _, e)| !e.is_empty()).collect();
-    // Each record's weight an address, in whole numbers: over the least
-    // common multiple of the address counts (bounded: they are small).
-    let lcm = records.iter().fold(1u64, |l, (_, _, e)| (l / gcd(l, e.len() as u64) * e.len() as u64).min(MAX_WEIGHT));
-    let mut shares: Vec<u64> = records.iter().map(|(_, w, e)| u64::from(*w) * lcm / e.len() as u64).collect();
-    let g = shares.iter().fold(0, |g, &s| gcd(g, s));
-    if g > 0 {
-        shares.iter_mut().for_each(|s| *s /= g);
-        scale(&mut shares);
-    }
-    let mut out: Vec<EndpointConfig> = Vec::new();
-    for ((_, _, endpoints), share) in records.into_iter().zip(shares) {
-        let share = share.max(1) as u32;
-        for mut e in endpoints {
-            match out.iter_mut().find(|o| o.url == e.url) {
-                Some(o) if g > 0 => o.weight = (o.weight + share).min(MAX_WEIGHT as u32),
-                Some(_) => {}
-                None => {
-                    e.weight = share;
-                    out.push(e);
-                }
-            }
-        }
-    }
-    out
-}
-
-/// Brings records' shares (in lowest terms, not all 0) within
-/// [`MAX_WEIGHT`], those of weight 0 left at 0. Beside a share of 0 the
-/// others are first raised so the lightest is at least
-/// [`ZERO_WEIGHT_SHARE`], and scaling down never takes one below it: the
-/// promise to a record of weight 0 holds, and at the extremes (records of
-/// 65535 and 1) the others' proportions give instead.
-fn scale(shares: &mut [u64]) {
-    let least = if shares.contains(&0) { ZERO_WEIGHT_SHARE } else { 1 };
-    let lightest = shares.iter().copied().filter(|&s| s > 0).min().unwrap_or(1);
-    let times = least.div_ceil(lightest);
-    shares.iter_mut().for_each(|s| *s *= times);
-    let heaviest = shares.iter().copied().max().unwrap_or(1);
-    if heaviest > MAX_WEIGHT {
-        let down = |s: u64| ((s as f64 * MAX_WEIGHT as f64 / heaviest as f64).round() as u64).max(least);
-        shares.iter_mut().filter(|s| **s > 0).for_each(|s| *s = down(*s));
-    }
-}
-
-fn gcd(a: u64, b: u64) -> u64 {
-    if b == 0 { a } else { gcd(b, a % b) }
-}
-
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
@@ -243,6 +226,11 @@ pub(super) mod tests {
 
     /// An endpoint of a discovered name, at `port` (also for `task`'s tests).
     pub(in crate::discovery) fn at(port: u16) -> EndpointConfig {
+        on("127.0.0.1".parse().unwrap(), port)
+    }
+
+    /// An endpoint of a discovered name, at `ip` and `port`.
+    fn on(ip: std::net::IpAddr, port: u16) -> EndpointConfig {
         let d = Discover {
             name: DiscoverName::Dns { host: "app".into(), port: 80 },
             scheme: http::uri::Scheme::HTTP,
@@ -251,7 +239,7 @@ pub(super) mod tests {
             max_ttl: Duration::from_secs(60),
             tls_name: None,
         };
-        d.endpoint("127.0.0.1".parse().unwrap(), port)
+        d.endpoint(ip, port)
     }
 
     #[test]
@@ -307,46 +295,6 @@ pub(super) mod tests {
             None => Outcome::Failed("SERVFAIL".into()),
         };
         Part { key: key.into(), priority, weight: 0, outcome }
-    }
-
-    #[test]
-    fn srv_weights_table() {
-        // (records: weight, ports), the endpoints' (port, weight)
-        type Case = (&'static str, Vec<(u16, &'static [u16])>, &'static [(u16, u32)]);
-        let cases: Vec<Case> = vec![
-            ("all 0: each weighs 1", vec![(0, &[1]), (0, &[2, 3])], &[(1, 1), (2, 1), (3, 1)]),
-            ("in proportion, smallest numbers", vec![(60, &[1]), (40, &[2])], &[(1, 3), (2, 2)]),
-            ("one of 0 among others", vec![(5, &[1]), (0, &[2])], &[(1, 100), (2, 1)]),
-            ("0 among unequal others", vec![(2, &[1]), (3, &[2]), (0, &[3])], &[(1, 100), (2, 150), (3, 1)]),
-            ("a record's weight shared by its addresses", vec![(50, &[1, 2]), (50, &[3])], &[(1, 1), (2, 1), (3, 2)]),
-            ("an address of two records weighs both", vec![(10, &[1]), (10, &[1]), (30, &[2])], &[(1, 2), (2, 3)]),
-            ("two records of 0, one address", vec![(0, &[1]), (0, &[1])], &[(1, 1)]),
-            ("a record without addresses", vec![(9, &[]), (1, &[2])], &[(2, 1)]),
-            ("too heavy: scaled to the bound", vec![(65535, &[1]), (1, &[2])], &[(1, 10_000), (2, 1)]),
-            // Scaled down, the lightest other stays 100 times a record of 0.
-            ("0 beside a too heavy one", vec![(65535, &[1]), (1, &[2]), (0, &[3])], &[(1, 10_000), (2, 100), (3, 1)]),
-            ("0 beside 65535 and 300", vec![(65535, &[1]), (300, &[2]), (0, &[3])], &[(1, 10_000), (2, 100), (3, 1)]),
-            // Where the proportions allow it, they are kept.
-            ("scaled, 0 kept apart", vec![(65535, &[1]), (6554, &[2]), (0, &[3])], &[(1, 10_000), (2, 1_000), (3, 1)]),
-            (
-                "0 and a record of two",
-                vec![(65535, &[1]), (1, &[2, 3]), (0, &[4])],
-                &[(1, 10_000), (2, 100), (3, 100), (4, 1)],
-            ),
-            ("three addresses and two", vec![(1, &[1, 2, 3]), (1, &[4, 5])], &[(1, 2), (2, 2), (3, 2), (4, 3), (5, 3)]),
-        ];
-        for (name, records, want) in cases {
-            let records = records
-                .into_iter()
-                .enumerate()
-                .map(|(i, (w, ports))| (format!("t{i}:80"), w, ports.iter().map(|p| at(*p)).collect()))
-                .collect();
-            let got: Vec<(u16, u32)> = weighted(records)
-                .iter()
-                .map(|e| (e.url.rsplit(':').next().unwrap().parse().unwrap(), e.weight))
-                .collect();
-            assert_eq!(got, want, "{name}");
-        }
     }
 
     #[test]
@@ -462,5 +410,55 @@ pub(super) mod tests {
         assert_eq!(held.answer(&[at(1)], Duration::from_secs(30), t0 + Duration::from_secs(1)), [at(1)]);
         held.clear();
         assert!(held.endpoints().is_empty());
+    }
+
+    #[test]
+    fn an_upstream_holds_at_most_max_endpoints_the_answers_first() {
+        let t0 = Instant::now();
+        type Ports = Vec<std::ops::RangeInclusive<u16>>;
+        let ports = |r: &Ports| r.iter().cloned().flatten().map(at).collect::<Vec<_>>();
+        // (answers one after another, a second apart; the set's ports; left out)
+        let cases: Vec<(&str, Vec<Ports>, Ports, usize)> = vec![
+            ("at the bound, all", vec![vec![1..=1024]], vec![1..=1024], 0),
+            ("too many: the lowest", vec![vec![1..=1100]], vec![1..=1024], 76),
+            ("in any order, the lowest", vec![vec![1050..=1100, 1..=1049]], vec![1..=1024], 76),
+            // The answer's own first; one held for its TTL waits for room.
+            ("held: no room", vec![vec![1..=1024], vec![2..=1025]], vec![2..=1025], 0),
+            ("held: the lowest fill the room", vec![vec![1..=1000], vec![1001..=1100]], vec![1..=924, 1001..=1100], 0),
+        ];
+        for (name, answers, want, left_out) in cases {
+            let mut held = Held::default();
+            let mut got = Vec::new();
+            for (i, answer) in answers.iter().enumerate() {
+                got = held.answer(&ports(answer), Duration::from_secs(5), t0 + Duration::from_secs(i as u64));
+            }
+            assert_eq!(got, ports(&want), "{name}");
+            assert_eq!(held.left_out(), left_out, "{name}");
+        }
+    }
+
+    /// The review's SRV name of 30 targets of 2000 addresses: merged by
+    /// address through maps, it is quick; searching a list per address, it
+    /// is billions of comparisons, a core busy for each lookup.
+    #[test]
+    fn a_huge_answer_is_merged_in_linear_time() {
+        let ttl = Duration::from_secs(5);
+        let parts = (0..30u8)
+            .map(|t| {
+                let ips = (0..2000u16).map(|i| std::net::Ipv4Addr::new(10, t, (i >> 8) as u8, i as u8).into());
+                let endpoints = ips.map(|ip| on(ip, 80)).collect();
+                Part { key: format!("t{t}:80 A"), priority: 0, weight: 1, outcome: Outcome::Found { endpoints, ttl } }
+            })
+            .collect();
+        let started = std::time::Instant::now();
+        let mut held = Held::default();
+        let Combined::Found { endpoints, .. } = held.combine(Answer::Parts { parts, skipped: Vec::new() }) else {
+            panic!("found")
+        };
+        assert_eq!(endpoints.len(), 60_000);
+        assert_eq!(held.answer(&endpoints, ttl, Instant::now()).len(), MAX_ENDPOINTS);
+        assert_eq!(held.answer(&endpoints, ttl, Instant::now()).len(), MAX_ENDPOINTS);
+        // Quadratic, this is billions of comparisons: a bound far from both.
+        assert!(started.elapsed() < Duration::from_secs(2), "took {:?}", started.elapsed());
     }
 }

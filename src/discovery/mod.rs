@@ -14,6 +14,9 @@
 //!   (pure, table-tested);
 //! - `hold`: an address an answer left out stays for its TTL (pure,
 //!   table-tested), so a server answering subsets does not churn the set;
+//!   and an upstream holds at most `MAX_ENDPOINTS`;
+//! - `weights`: an SRV answer's record weights shared among their
+//!   addresses (pure, table-tested);
 //! - `task`: the task of each upstream, its metrics and log lines;
 //! - here: keeping the tasks in step with the configuration, and
 //!   [`Status`], the read-only view of each upstream's discovery for the
@@ -23,6 +26,7 @@ pub mod hold;
 pub mod resolve;
 pub mod schedule;
 mod task;
+mod weights;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

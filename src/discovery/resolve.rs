@@ -86,13 +86,14 @@ pub enum Outcome {
 pub struct Skipped {
     /// The address, or the SRV record (`target:port`).
     pub record: String,
-    /// One of [`SKIP_REASONS`].
+    /// One of [`SKIP_REASONS`] (`too_many` is counted by the task, never
+    /// a record of its own).
     pub reason: &'static str,
 }
 
 /// The `reason` label values of `gateway_discovery_skipped_total`.
-pub const SKIP_REASONS: [&str; 7] =
-    ["port_zero", "no_service", "other_name", "unspecified", "multicast", "broadcast", "link_local"];
+pub const SKIP_REASONS: [&str; 8] =
+    ["port_zero", "no_service", "other_name", "unspecified", "multicast", "broadcast", "link_local", "too_many"];
 
 /// Why an answer's address can never be an upstream, if it cannot: no one
 /// listens on 0.0.0.0 or `::` (a connect to it reaches the gateway's own

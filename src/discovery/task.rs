@@ -12,7 +12,7 @@ use metrics::{Gauge, counter, gauge};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::hold::{Combined, Held};
+use super::hold::{Combined, Held, MAX_ENDPOINTS};
 use super::resolve::{self, Answer, SKIP_REASONS, Skipped};
 use super::schedule::{self, Looked, SetChange};
 use super::{Resolution, State};
@@ -44,6 +44,7 @@ pub(super) async fn run(
         held: Held::carried(state.endpoints(), d.min_ttl),
         previous: None,
         skipped: HashSet::new(),
+        over: false,
         upstream,
         d,
         state,
@@ -72,6 +73,9 @@ struct Task {
     /// The records the last answer left out (each is logged when it
     /// first appears, not at every lookup).
     skipped: HashSet<Skipped>,
+    /// Whether the last answer had more addresses than the upstream holds
+    /// (logged when it starts).
+    over: bool,
     last_success: Gauge,
 }
 
@@ -93,6 +97,28 @@ impl Task {
             }
         }
         self.skipped = skipped.iter().cloned().collect();
+    }
+
+    /// Counts the addresses an answer of `found` had beyond
+    /// [`MAX_ENDPOINTS`], at every lookup, and logs when an answer first
+    /// has too many.
+    fn too_many(&mut self, found: usize) {
+        let left_out = self.held.left_out();
+        if left_out > 0 {
+            counter!(DISCOVERY_SKIPPED, "upstream" => self.upstream.clone(), "reason" => "too_many")
+                .increment(left_out as u64);
+            if !self.over {
+                tracing::warn!(
+                    upstream = %self.upstream,
+                    name = %self.d.describe(),
+                    found,
+                    kept = MAX_ENDPOINTS,
+                    left_out,
+                    "discovery: the name has more addresses than an upstream holds; the lowest are kept"
+                );
+            }
+        }
+        self.over = left_out > 0;
     }
 
     /// Takes one lookup's answer: the status, the set; returns when to ask
@@ -119,7 +145,9 @@ impl Task {
         let new = match (change, combined) {
             (SetChange::Replace, Combined::Found { endpoints, ttl, .. }) => {
                 *self.state.last_found.lock().unwrap_or_else(|e| e.into_inner()) = Some(now);
-                Some(self.held.answer(&endpoints, ttl.clamp(self.d.min_ttl, self.d.max_ttl), now))
+                let set = self.held.answer(&endpoints, ttl.clamp(self.d.min_ttl, self.d.max_ttl), now);
+                self.too_many(endpoints.len());
+                Some(set)
             }
             (SetChange::Empty, _) => {
                 self.held.clear();
@@ -200,16 +228,30 @@ fn log_outcome(upstream: &str, d: &Discover, resolution: &Resolution, state: &St
     }
 }
 
+/// How many addresses of each kind a set change logs: a line listing
+/// thousands is cut by log shippers (see `access`), and the counts say
+/// the rest.
+const LOGGED_ADDRESSES: usize = 8;
+
 fn log_change(upstream: &str, before: &[EndpointConfig], after: &[EndpointConfig]) {
     let Change { added, removed, reweighted } = change(before, after);
+    let sample = |list: &[String]| list.iter().take(LOGGED_ADDRESSES).cloned().collect::<Vec<_>>();
     if after.is_empty() {
-        tracing::warn!(upstream, removed = ?removed, "discovery: no address left; requests get 503");
+        tracing::warn!(
+            upstream,
+            removed = ?sample(&removed),
+            removed_count = removed.len(),
+            "discovery: no address left; requests get 503"
+        );
     } else {
         tracing::info!(
             upstream,
-            added = ?added,
-            removed = ?removed,
-            reweighted = ?reweighted,
+            added = ?sample(&added),
+            added_count = added.len(),
+            removed = ?sample(&removed),
+            removed_count = removed.len(),
+            reweighted = ?sample(&reweighted),
+            reweighted_count = reweighted.len(),
             endpoints = after.len(),
             "discovery: endpoints changed"
         );

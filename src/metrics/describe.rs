@@ -152,7 +152,7 @@ fn describe_operations() {
     );
     describe_counter!(
         DISCOVERY_SKIPPED,
-        "Records of a discovered name left out, by reason: port_zero and no_service (SRV), other_name, unspecified, multicast, broadcast, link_local."
+        "Records of a discovered name left out, by reason: port_zero and no_service (SRV), other_name, unspecified, multicast, broadcast, link_local; too_many: addresses beyond the 1024 an upstream holds."
     );
     describe_gauge!(UPGRADED_ACTIVE, "Upgraded connections (WebSocket tunnels) open now, per route.");
     describe_counter!(

@@ -34,6 +34,7 @@ pub mod series;
 pub mod tunnel;
 mod weighted;
 
+use std::collections::HashMap;
 use std::pin::pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
@@ -104,11 +105,15 @@ impl Upstream {
     pub fn new(config: UpstreamConfig, retried: bool, read_ahead: Arc<ReadAhead>, before: Option<&Upstream>) -> Self {
         let metrics = UpstreamMetrics::new(&config.name);
         let mut started = Vec::new();
+        // By address through a map: a discovered upstream may have a
+        // thousand endpoints, rebuilt at every change of its set.
+        let olds: HashMap<&str, &Arc<Endpoint>> =
+            before.map(|b| b.endpoints.iter().map(|o| (o.config.url.as_str(), o)).collect()).unwrap_or_default();
         let endpoints: Vec<Arc<Endpoint>> = config
             .endpoints
             .iter()
             .map(|e| {
-                let old = before.and_then(|b| b.endpoints.iter().find(|o| o.config.url == e.url));
+                let old = olds.get(e.url.as_str()).copied();
                 match old {
                     Some(old) if old.unchanged(e, &config) => old.clone(),
                     old => {

@@ -4,7 +4,7 @@
 //! into endpoints.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use futures_util::{StreamExt, stream};
@@ -102,15 +102,40 @@ pub const SKIP_REASONS: [&str; 8] =
 /// DNS cannot name, and 169.254.169.254 is where clouds serve instance
 /// credentials, which a DNS record must not turn into an upstream.
 /// Loopback is allowed: a sidecar answering on 127.0.0.1 is a real
-/// upstream.
+/// upstream. An IPv6 address that embeds an IPv4 one is judged by the
+/// IPv4 rules (see [`embedded`]).
 pub fn unusable(ip: IpAddr) -> Option<&'static str> {
-    match ip.to_canonical() {
+    match embedded(ip) {
         ip if ip.is_unspecified() => Some("unspecified"),
         ip if ip.is_multicast() => Some("multicast"),
         IpAddr::V4(v4) if v4.is_broadcast() => Some("broadcast"),
         IpAddr::V4(v4) if v4.is_link_local() => Some("link_local"),
         IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80 => Some("link_local"),
         _ => None,
+    }
+}
+
+/// The IPv4 address an IPv6 one stands for, where it embeds one: mapped
+/// (`::ffff:0:0/96`), IPv4-compatible (`::/96`, deprecated by RFC 4291
+/// §2.5.5.1 but still routed by some stacks) and NAT64's well-known prefix
+/// (`64:ff9b::/96`, RFC 6052 §2.1), which a translator that does not
+/// refuse non-global IPv4 turns into a connection to 169.254.169.254.
+/// `::` and `::1` stay IPv6 (unspecified and loopback, not 0.0.0.0 and
+/// 0.0.0.1). A network-specific NAT64 prefix (RFC 6052 §2.2) places the
+/// IPv4 address where its operator chose, so it cannot be told from
+/// plain IPv6.
+fn embedded(ip: IpAddr) -> IpAddr {
+    let IpAddr::V6(v6) = ip else { return ip };
+    if v6.is_unspecified() || v6.is_loopback() {
+        return ip;
+    }
+    let [a, b, c, d, e, f, ..] = v6.segments();
+    match (a, b, c, d, e, f) {
+        (0, 0, 0, 0, 0, 0 | 0xffff) | (0x64, 0xff9b, 0, 0, 0, 0) => {
+            let [.., w, x, y, z] = v6.octets();
+            IpAddr::V4(Ipv4Addr::new(w, x, y, z))
+        }
+        _ => ip,
     }
 }
 
@@ -327,6 +352,22 @@ mod tests {
             ("febf::1", Some("link_local")),
             ("fec0::1", None),
             ("169.253.255.255", None),
+            // An IPv6 address that embeds an IPv4 one: the IPv4 rules.
+            ("64:ff9b::a9fe:a9fe", Some("link_local")),
+            ("64:ff9b::169.254.1.1", Some("link_local")),
+            ("64:ff9b::0.0.0.0", Some("unspecified")),
+            ("64:ff9b::224.0.0.1", Some("multicast")),
+            ("64:ff9b::255.255.255.255", Some("broadcast")),
+            ("64:ff9b::10.1.2.3", None),
+            ("::a9fe:a9fe", Some("link_local")),
+            ("::224.0.0.1", Some("multicast")),
+            ("::255.255.255.255", Some("broadcast")),
+            ("::10.1.2.3", None),
+            ("::ffff:255.255.255.255", Some("broadcast")),
+            // Only the well-known prefix's /96: others are plain IPv6.
+            ("64:ff9b:1::a9fe:a9fe", None),
+            ("64:ff9b::1:a9fe:a9fe", None),
+            ("2001:db8::a9fe:a9fe", None),
         ];
         for (ip, want) in cases {
             assert_eq!(unusable(ip.parse().unwrap()), want, "{ip}");

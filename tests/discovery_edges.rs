@@ -263,3 +263,39 @@ async fn a_name_with_more_addresses_than_an_upstream_holds_gives_the_lowest() {
     assert_eq!(resolution(&gw, "cap"), Some(Resolution::Found { addresses: 1080 }));
     assert!(skipped(&metrics_text(gw.addr).await, "cap", "too_many") >= 56.0);
 }
+
+/// An answer holding only another name's records (A or SRV) never
+/// reaches the gateway: hickory's resolver finds none of the name's
+/// records in it and reports "no records", dropping the answer, so the
+/// lookup is `not_found` and `other_name` stays 0, as docs/behaviour.md
+/// says. The address is never used.
+#[tokio::test]
+async fn an_answer_of_only_another_names_records_is_not_found() {
+    let dns = TestDns::start().await;
+    let records = vec![("victim.test".to_owned(), a("127.0.0.2"))];
+    dns.set("only.test", RecordType::A, Reply::Owned { records, ttl: 60 });
+    dns.set("only.test", RecordType::AAAA, Reply::Records { data: vec![], ttl: 60 });
+    let gw = gateway(&dns, "only", "dns = \"only.test:8080\", interval = \"60s\"", "").await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while resolution(&gw, "only").is_none() {
+        assert!(Instant::now() < deadline, "no lookup finished");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(resolution(&gw, "only"), Some(Resolution::NotFound));
+    assert!(endpoints(&gw, "only").is_empty());
+    assert_eq!(skipped(&metrics_text(gw.addr).await, "only", "other_name"), 0.0);
+
+    let srv = RData::SRV(hickory_proto::rr::rdata::SRV::new(10, 1, 8080, Name::from_ascii("t.victim.test.").unwrap()));
+    let records = vec![("_http._tcp.victim.test".to_owned(), srv)];
+    dns.set("_http._tcp.only-srv.test", RecordType::SRV, Reply::Owned { records, ttl: 60 });
+    dns.addresses("t.victim.test", &["127.0.0.2"], 60);
+    let gw = gateway(&dns, "osrv", "srv = \"_http._tcp.only-srv.test\", interval = \"60s\"", "").await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while resolution(&gw, "osrv").is_none() {
+        assert!(Instant::now() < deadline, "no lookup finished");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(resolution(&gw, "osrv"), Some(Resolution::NotFound));
+    assert!(endpoints(&gw, "osrv").is_empty());
+    assert_eq!(skipped(&metrics_text(gw.addr).await, "osrv", "other_name"), 0.0);
+}

@@ -220,7 +220,7 @@ fn log_outcome(upstream: &str, d: &Discover, resolution: &Resolution, state: &St
             name,
             kept,
             max_ttl = %humantime::format_duration(d.max_ttl),
-            "discovery: name not found (NXDOMAIN or no records); its addresses go after max_ttl"
+            "discovery: name not found (NXDOMAIN, or no records of the name); its addresses go after max_ttl"
         ),
         Resolution::Failed { reason } => {
             tracing::warn!(upstream, name, kept, error = %reason, "discovery: lookup failed; keeping the last addresses")

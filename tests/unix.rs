@@ -5,6 +5,7 @@
 mod common;
 
 use std::convert::Infallible;
+use std::os::unix::ffi::OsStringExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -117,9 +118,29 @@ fn bad_unix_urls_are_refused_at_load() {
         ("unix:", "missing socket path"),
         (long.as_str(), "longer than a Unix socket address allows"),
         ("unix://run/app.sock", "use unix:/absolute/path or unix:relative/path"),
+        // Taken as written: a percent-encoding or a NUL would name a file
+        // of that spelling, not what was meant.
+        ("unix:%00x", "not percent-decoded"),
+        ("unix:x\\u0000y", "NUL byte"),
+        ("unix:@", "an abstract socket's name has 1 to 107 bytes"),
     ] {
         let source = gateway::config::Source::Inline { text: toml(url, ""), base_dir: dir.path().to_path_buf() };
         let err = gateway::config::load(&source).expect_err(url).to_string();
         assert!(err.contains("upstreams.app.url") && err.contains(want), "{url}: {err}");
     }
+}
+
+/// `unix:@NAME` is a Linux abstract socket (no file; common for sidecars
+/// such as `@envoy_admin`), not a file named `@NAME`.
+#[tokio::test]
+async fn an_abstract_socket_upstream_is_reached() {
+    let dir = tempfile::tempdir().unwrap();
+    let name = format!("gateway-test-{}-{}", std::process::id(), dir.path().file_name().unwrap().to_string_lossy());
+    let abstract_path = std::ffi::OsString::from_vec([&[0], name.as_bytes()].concat());
+    let (connections, _) = unix_upstream(Path::new(&abstract_path));
+    let gw = TestGateway::start(config(&toml(&format!("unix:@{name}"), ""), dir.path())).await;
+    let (parts, body) = get(&gw.url("/app/x")).await;
+    assert_eq!((parts.status.as_u16(), &body[..]), (200, &b"unix ok"[..]));
+    assert_eq!(connections.load(Ordering::SeqCst), 1);
+    assert!(!dir.path().join(format!("@{name}")).exists());
 }

@@ -2,6 +2,7 @@
 //! they are spoken to, and how the gateway protects them.
 
 use std::net::{IpAddr, SocketAddr};
+use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -204,7 +205,8 @@ pub enum Address {
     /// not parse it again (see benches/README.md, "A new connection's cost").
     Ip(SocketAddr),
     /// A Unix stream socket (`unix:PATH`; a relative path is resolved
-    /// against the config file's folder at load).
+    /// against the config file's folder at load; `unix:@NAME`, a Linux
+    /// abstract socket, is NAME after a NUL byte, as tokio takes it).
     Unix(PathBuf),
 }
 
@@ -213,7 +215,11 @@ impl std::fmt::Display for Address {
         match self {
             Address::Tcp(addr) => f.write_str(addr),
             Address::Ip(addr) => write!(f, "{addr}"),
-            Address::Unix(path) => write!(f, "unix:{}", path.display()),
+            Address::Unix(path) => match path.as_os_str().as_bytes().strip_prefix(b"\0") {
+                // An abstract socket, spelt as configured.
+                Some(name) => write!(f, "unix:@{}", String::from_utf8_lossy(name)),
+                None => write!(f, "unix:{}", path.display()),
+            },
         }
     }
 }

@@ -1,7 +1,9 @@
 //! `[upstreams.NAME]`: endpoints and their URLs, TLS, protocol, admission,
 //! health checks, ejection and the retry budget.
 
-use std::path::Path;
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
+use std::path::{Path, PathBuf};
 
 use http::Uri;
 use http::uri::{Authority, Scheme};
@@ -333,7 +335,7 @@ fn retry_budget(b: Option<&RawRetryBudget>, key: &dyn Fn(&str) -> String) -> Res
 }
 
 /// An upstream URL: `http://host:port` or `https://host:port`, with no path
-/// beyond `/`, or `unix:PATH` (relative to `base_dir`). `server_name`
+/// beyond `/`, or `unix:PATH` (see [`unix_path`]). `server_name`
 /// overrides the name an `https://` endpoint's certificate must carry.
 fn parse_upstream_url(
     url: &str,
@@ -344,26 +346,7 @@ fn parse_upstream_url(
     // in the URL is shown as `/-/config` shows it.
     let shown = crate::config::redact_url(url);
     if let Some(path) = url.strip_prefix("unix:") {
-        // `unix:///run/app.sock` is a common spelling too; `unix://x/y`
-        // is not (is `x` a host or a folder?).
-        let path = match path.strip_prefix("//") {
-            Some(rest) if !rest.starts_with('/') => {
-                return Err(format!("invalid URL {shown:?}: use unix:/absolute/path or unix:relative/path"));
-            }
-            Some(rest) => rest,
-            None => path,
-        };
-        if path.is_empty() {
-            return Err(format!("invalid URL {shown:?}: missing socket path (use unix:/run/app/app.sock)"));
-        }
-        let path = base_dir.join(path);
-        // sun_path holds 108 bytes, the terminating NUL included.
-        if path.as_os_str().len() > 107 {
-            return Err(format!(
-                "socket path {} is longer than a Unix socket address allows (107 bytes)",
-                path.display()
-            ));
-        }
+        let path = unix_path(path, base_dir).map_err(|why| format!("invalid URL {shown:?}: {why}"))?;
         return Ok(EndpointConfig {
             url: url.to_owned(),
             scheme: Scheme::HTTP,
@@ -402,4 +385,90 @@ fn parse_upstream_url(
         }
     };
     Ok(EndpointConfig { url: url.to_owned(), scheme, authority, address, tls_name, weight: 1 })
+}
+
+/// What `sun_path` holds: 108 bytes, a path's terminating NUL or an
+/// abstract name's leading one included.
+const SUN_PATH_BYTES: usize = 107;
+
+/// The socket of `unix:PATH`: a file, relative to `base_dir`, or with `@`
+/// a Linux abstract socket (`unix:@envoy_admin`, as `ss` and socat spell
+/// it), which tokio connects to given the name after a NUL byte. The path
+/// is taken as written, never percent-decoded, so a NUL byte or what looks
+/// like a percent-encoding (`%00`, `%20`) is refused rather than left to
+/// name a file of that spelling.
+fn unix_path(path: &str, base_dir: &Path) -> Result<PathBuf, String> {
+    // `unix:///run/app.sock` is a common spelling too; `unix://x/y` is not
+    // (is `x` a host or a folder?).
+    let path = match path.strip_prefix("//") {
+        Some(rest) if !rest.starts_with('/') => return Err("use unix:/absolute/path or unix:relative/path".into()),
+        Some(rest) => rest,
+        None => path,
+    };
+    if path.is_empty() {
+        return Err("missing socket path (use unix:/run/app/app.sock)".into());
+    }
+    if path.contains('\0') {
+        return Err("a socket path cannot hold a NUL byte (an abstract socket is unix:@name)".into());
+    }
+    let encoded = path.as_bytes().windows(3).any(|w| w[0] == b'%' && w[1..].iter().all(u8::is_ascii_hexdigit));
+    if encoded {
+        return Err("a unix: path is not percent-decoded: write it as the file is named".into());
+    }
+    if let Some(name) = path.strip_prefix('@') {
+        if !cfg!(any(target_os = "linux", target_os = "android")) {
+            return Err("abstract sockets (unix:@name) exist only on Linux".into());
+        }
+        if name.is_empty() || name.len() > SUN_PATH_BYTES {
+            return Err(format!("an abstract socket's name has 1 to {SUN_PATH_BYTES} bytes"));
+        }
+        return Ok(PathBuf::from(OsString::from_vec([&[0], name.as_bytes()].concat())));
+    }
+    let path = base_dir.join(path);
+    if path.as_os_str().len() > SUN_PATH_BYTES {
+        return Err(format!(
+            "socket path {} is longer than a Unix socket address allows ({SUN_PATH_BYTES} bytes)",
+            path.display()
+        ));
+    }
+    Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unix_path_table() {
+        let base = Path::new("/etc/gateway");
+        let long = "d".repeat(SUN_PATH_BYTES + 1);
+        let abstract_name = |name: &str| PathBuf::from(OsString::from_vec([&[0], name.as_bytes()].concat()));
+        let cases: Vec<(&str, Result<PathBuf, &str>)> = vec![
+            ("/run/app.sock", Ok("/run/app.sock".into())),
+            ("///run/app.sock", Ok("/run/app.sock".into())),
+            ("run/app.sock", Ok("/etc/gateway/run/app.sock".into())),
+            // A file whose name holds `@` or `%` not followed by two hex digits.
+            ("run/@x", Ok("/etc/gateway/run/@x".into())),
+            ("/run/50%.sock", Ok("/run/50%.sock".into())),
+            ("@envoy_admin", Ok(abstract_name("envoy_admin"))),
+            ("@", Err("1 to 107 bytes")),
+            ("", Err("missing socket path")),
+            ("//run/app.sock", Err("use unix:/absolute/path")),
+            ("%00x", Err("not percent-decoded")),
+            ("/run/a%20b.sock", Err("not percent-decoded")),
+            ("@%00x", Err("not percent-decoded")),
+            ("x\0y", Err("NUL byte")),
+            ("@a\0b", Err("NUL byte")),
+        ];
+        for (path, want) in cases {
+            match (unix_path(path, base), want) {
+                (Ok(got), Ok(want)) => assert_eq!(got, want, "{path:?}"),
+                (Err(got), Err(want)) => assert!(got.contains(want), "{path:?}: {got}"),
+                (got, want) => panic!("{path:?}: {got:?}, not {want:?}"),
+            }
+        }
+        assert!(unix_path(&format!("/{long}"), base).unwrap_err().contains("longer than"));
+        assert!(unix_path(&format!("@{}", &long[1..]), base).is_ok(), "107 bytes");
+        assert!(unix_path(&format!("@{long}"), base).unwrap_err().contains("1 to 107 bytes"));
+    }
 }

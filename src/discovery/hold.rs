@@ -437,11 +437,12 @@ pub(super) mod tests {
         }
     }
 
-    /// The review's SRV name of 30 targets of 2000 addresses: merged by
-    /// address through maps, it is quick; searching a list per address, it
-    /// is billions of comparisons, a core busy for each lookup.
+    /// An SRV name of 30 targets of 2000 addresses is held to the cap.
+    /// (Merged by address through maps it takes well under a second in a
+    /// debug build; searching a list per address took 77 s: measured, not
+    /// asserted, as no test asserts a wall-clock time.)
     #[test]
-    fn a_huge_answer_is_merged_in_linear_time() {
+    fn a_huge_answer_is_held_to_the_cap() {
         let ttl = Duration::from_secs(5);
         let parts = (0..30u8)
             .map(|t| {
@@ -450,7 +451,6 @@ pub(super) mod tests {
                 Part { key: format!("t{t}:80 A"), priority: 0, weight: 1, outcome: Outcome::Found { endpoints, ttl } }
             })
             .collect();
-        let started = std::time::Instant::now();
         let mut held = Held::default();
         let Combined::Found { endpoints, .. } = held.combine(Answer::Parts { parts, skipped: Vec::new() }) else {
             panic!("found")
@@ -458,7 +458,5 @@ pub(super) mod tests {
         assert_eq!(endpoints.len(), 60_000);
         assert_eq!(held.answer(&endpoints, ttl, Instant::now()).len(), MAX_ENDPOINTS);
         assert_eq!(held.answer(&endpoints, ttl, Instant::now()).len(), MAX_ENDPOINTS);
-        // Quadratic, this is billions of comparisons: a bound far from both.
-        assert!(started.elapsed() < Duration::from_secs(2), "took {:?}", started.elapsed());
     }
 }

@@ -25,6 +25,8 @@ fn embedded_default_is_valid() {
 fn bad_configs_name_key_and_problem() {
     let cases: &[(&str, &str, &str)] = &[
         ("[[routes]]\nname='x'\nprefix='/x'\nupstream='nope'\n", "routes[0].upstream", "unknown upstream \"nope\""),
+        ("[[routes]]\nname='x'\nprefix='/p/a%2fb'\nupstream='a'\n", "routes[0].prefix", "cannot hold ';' or '%2F'"),
+        ("[[routes]]\nname='x'\nprefix='/app;v=2'\nupstream='a'\n", "routes[0].prefix", "cannot hold ';' or '%2F'"),
         ("[[routes]]\nname='x'\nprefix='/x'\n", "routes[0].upstream", "has no target"),
         (
             "[[routes]]\nname='x'\nprefix='/x'\nupstream='a'\nrespond={status=200}\n",

@@ -393,6 +393,15 @@ fn normalize_prefix(p: &str) -> Result<String, String> {
     if p.contains(['?', '#']) || p.chars().any(|c| c.is_whitespace() || c.is_control()) {
         return Err(format!("{:?} must be a plain path", redact_url(p)));
     }
+    // A request's `;` parameters and `%2F` are read as a parameter-dropping
+    // or slash-decoding upstream reads them when its route is chosen (see
+    // `path::routing_view`): a prefix spelt with them would never be chosen,
+    // and its requests would fall to a shorter prefix's route, past its guard.
+    if p.contains(';') || p.to_ascii_uppercase().contains("%2F") {
+        return Err(format!(
+            "{p:?}: a prefix cannot hold ';' or '%2F' (requests choose routes by their segments without them)"
+        ));
+    }
     let trimmed = p.trim_end_matches('/');
     let prefix = if trimmed.is_empty() { "/".to_owned() } else { trimmed.to_owned() };
     let opts = crate::path::Options { merge_slashes: true, reject_encoded_slash: false };

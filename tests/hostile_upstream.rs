@@ -270,27 +270,37 @@ async fn trailers_past_the_limit_cut_the_response() {
     assert!(cut(&got), "{got:?}");
 }
 
-/// Check: a head that breaks the protocol on a pooled connection is not
-/// taken for a stale connection (`Error::is_stale`): the upstream read the
-/// request and answered it, so an idempotent request is not run twice
-/// without `retries`.
+/// Check: an answer begun on a pooled connection, then broken or cut (a
+/// head that breaks the protocol, part of a head, a 1xx or a status line
+/// and then the close), is not taken for a stale connection
+/// (`Error::is_stale`, `client::exchange`): the upstream read the request
+/// and answered it, so an idempotent request is not run twice without
+/// `retries`.
 #[tokio::test]
-async fn a_bad_head_on_a_pooled_connection_is_not_sent_again() {
-    let asked = Arc::new(AtomicUsize::new(0));
-    let seen = asked.clone();
-    let (addr, _) = scripted(move |_, n, head| {
-        if head.starts_with("DELETE") {
-            seen.fetch_add(1, Ordering::SeqCst);
-        }
-        match n {
-            0 => answer(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"),
-            _ => answer(b"HTTP/1.1 200 OK\r\nContent-Length: 2, 5\r\n\r\nok"),
-        }
-    })
-    .await;
-    let gw = gateway(addr, "abadheadonapooledconnectionisnots", "").await;
-    assert_eq!(fetch(&gw).await, (200, Ok(Bytes::from_static(b"ok"))));
-    let resp = client().request(Request::delete(gw.url("/h")).body(full(Bytes::new())).unwrap()).await.unwrap();
-    assert_eq!(resp.status(), 502);
-    assert_eq!(asked.load(Ordering::SeqCst), 1, "the DELETE reached the upstream twice");
+async fn an_answer_begun_on_a_pooled_connection_is_not_sent_again() {
+    let cases: [(&[u8], bool); 4] = [
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 2, 5\r\n\r\nok", false),
+        (b"HTTP/1.1 200 OK\r\nContent-Le", true),
+        (b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n", true),
+        (b"HTTP/1.1 200 OK\r\n", true),
+    ];
+    for (i, (second, close)) in cases.into_iter().enumerate() {
+        let asked = Arc::new(AtomicUsize::new(0));
+        let seen = asked.clone();
+        let (addr, _) = scripted(move |_, n, head| {
+            if head.starts_with("DELETE") {
+                seen.fetch_add(1, Ordering::SeqCst);
+            }
+            match n {
+                0 => answer(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"),
+                _ => once(second, close),
+            }
+        })
+        .await;
+        let gw = gateway(addr, &format!("anansweronapooledconnection{i}"), "").await;
+        assert_eq!(fetch(&gw).await, (200, Ok(Bytes::from_static(b"ok"))));
+        let resp = client().request(Request::delete(gw.url("/h")).body(full(Bytes::new())).unwrap()).await.unwrap();
+        assert_eq!(resp.status(), 502, "case {i}");
+        assert_eq!(asked.load(Ordering::SeqCst), 1, "case {i}: the DELETE reached the upstream twice");
+    }
 }

@@ -116,9 +116,9 @@ pub fn send_encoded<'a>(
     let Encoded { mut sending, head_request, interims } = encoded;
     async move {
         let mut rx = BytesMut::new();
-        let (mut unfinished, mut scanned, mut kept) = (false, 0, None);
+        let (mut unfinished, mut scanned, mut kept, mut answered) = (false, 0, None, false);
         let head = std::future::poll_fn(|cx| {
-            let rx = (&mut rx, &mut scanned);
+            let rx = (&mut rx, &mut scanned, &mut answered);
             let sending = (&mut sending, &mut kept);
             poll_head(&mut conn, sending, &mut unfinished, rx, (head_request, interims.as_ref()), cx)
         })
@@ -126,8 +126,12 @@ pub fn send_encoded<'a>(
         let head = match head {
             Ok(head) => head,
             // A stale connection found on the read side while the request is
-            // still being written (the upstream closed it as it went out):
-            // its bytes are whole in `sending`, kept too.
+            // still being written (the upstream closed it, or sent stray bytes,
+            // as it went out): its bytes are whole in `sending`, kept too. Not
+            // when an answer began (a 1xx, bytes that start a status line,
+            // whatever broke after them): the upstream read the request, and
+            // a resend would run it twice.
+            Err(e) if answered => return Err(e),
             Err(e) => return Err(e.keeping(kept.or_else(|| sending.and_then(Sending::kept)))),
         };
         // Answered: no resend will want the kept bytes.
@@ -136,6 +140,13 @@ pub fn send_encoded<'a>(
         }
         Ok(respond(head, conn, rx, sending.map(Box::new), unfinished))
     }
+}
+
+/// Whether `rx` holds the start of a status line (`HTTP/`, or as much of
+/// it as came): an answer, not stray bytes left on an idle connection.
+fn began_an_answer(rx: &[u8]) -> bool {
+    let n = rx.len().min(5);
+    n > 0 && rx[..n] == b"HTTP/"[..n]
 }
 
 /// The response for the client, its body reading on from `conn`.
@@ -171,7 +182,7 @@ fn poll_head(
     conn: &mut Conn,
     (sending, kept): (&mut Option<Sending>, &mut Option<BytesMut>),
     unfinished: &mut bool,
-    (rx, scanned): (&mut BytesMut, &mut usize),
+    (rx, scanned, answered): (&mut BytesMut, &mut usize, &mut bool),
     (head_request, interims): (bool, Option<&InterimSink<'_>>),
     cx: &mut Context<'_>,
 ) -> Poll<Result<Head, Error>> {
@@ -194,6 +205,7 @@ fn poll_head(
         // upstream that drips an endless head cost time in the square of
         // its length.
         if !rx.is_empty() && (*scanned == 0 || may_end_head(rx, *scanned) || rx.len() >= head::MAX_HEAD) {
+            *answered |= began_an_answer(rx);
             match head::parse(rx, head_request)? {
                 Parsed::Head(head) => {
                     check_body_start(head.framing, conn.io_mut(), rx, cx)?;
@@ -204,7 +216,7 @@ fn poll_head(
                     if let Some(sink) = interims.filter(|_| interim.get(9..12) != Some(b"100")) {
                         sink.push(interim);
                     }
-                    *scanned = 0;
+                    (*scanned, *answered) = (0, true);
                     continue;
                 }
                 Parsed::Partial => {}

@@ -163,14 +163,14 @@ impl Error {
     }
 
     /// On a pooled connection, before any response: the connection went
-    /// bad while idle (closed under the request). A head that broke the
-    /// protocol is not taken for one: the upstream read the request and
-    /// answered it, so a resend would run it twice (nginx does not pass
-    /// an `invalid_header` on by default either). Stray bytes on an idle
-    /// connection are caught before reuse (`Pool::take_idle`).
+    /// bad while idle (closed under the request, or stray bytes on it). The
+    /// exchange keeps no request to resend once bytes that begin an answer
+    /// came (`client::exchange`): the upstream read the request, and a
+    /// resend would run it twice (nginx passes no `invalid_header` on by
+    /// default either).
     pub fn is_stale(&self) -> bool {
         match self.kind {
-            Kind::Incomplete => true,
+            Kind::Incomplete | Kind::Parse(_) | Kind::TooLarge => true,
             Kind::Io => self.io_kind().is_some_and(|k| {
                 matches!(
                     k,

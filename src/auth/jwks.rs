@@ -64,6 +64,9 @@ struct Remote {
     skipped: std::sync::Mutex<String>,
     /// The set the current keys were made from.
     fetched: std::sync::Mutex<Option<JwkSet>>,
+    /// When the last fetch began (this set's or, kept over a reload, the
+    /// set's before it).
+    last_fetch: std::sync::Mutex<Option<Instant>>,
 }
 
 /// The keys of a checked set.
@@ -103,8 +106,11 @@ impl Jwks {
             failed: counter("error"),
             skipped: std::sync::Mutex::new(String::new()),
             fetched: std::sync::Mutex::new(None),
+            last_fetch: std::sync::Mutex::new(None),
         };
         let kept = previous.and_then(|p| Some((p, p.remote.as_ref().filter(|r| r.url == *url)?)));
+        let last = kept.and_then(|(_, r)| *r.last_fetch.lock().unwrap_or_else(|e| e.into_inner()));
+        *remote.last_fetch.lock().unwrap_or_else(|e| e.into_inner()) = last;
         let keys = kept.and_then(|(p, r)| {
             let keys = p.current()?;
             if r.algorithms == algorithms {
@@ -115,10 +121,16 @@ impl Jwks {
             }
             Some(Arc::new(keys_for(&keys, algorithms)))
         });
-        // Keys kept from the running set of the same URL wait before the
-        // first fetch, as a fetch for an unknown `kid` would: a storm of
-        // reloads would otherwise fetch once each.
-        let first = if keys.is_some() { MIN_REFETCH } else { Duration::ZERO };
+        // Keys kept from the running set of the same URL are fetched again
+        // [`MIN_REFETCH`] (or `refresh`, if shorter) after the last set's
+        // last fetch, not at once: a storm of reloads would otherwise fetch
+        // once each; and not a fixed wait from the reload, which reloads
+        // closer together than it would put off for ever.
+        let spacing = MIN_REFETCH.min(refresh);
+        let first = match (&keys, last) {
+            (Some(_), Some(last)) => (last + spacing).saturating_duration_since(Instant::now()),
+            _ => Duration::ZERO,
+        };
         let stop = tokio_util::sync::CancellationToken::new();
         let jwks = Arc::new(Jwks {
             keys: ArcSwapOption::new(keys),
@@ -149,6 +161,7 @@ impl Jwks {
 
     /// One fetch; how long until the next.
     async fn fetch(&self, remote: &Remote) -> Duration {
+        *remote.last_fetch.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
         match tokio::time::timeout(FETCH_TIMEOUT, get(remote)).await.unwrap_or_else(|_| Err("timed out".into())) {
             Ok((set, max_age)) => {
                 remote.ok.increment(1);
@@ -291,6 +304,46 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         assert_eq!(tasks.num_alive_tasks(), before, "refresh tasks left behind");
+    }
+
+    /// Reloads closer together than [`MIN_REFETCH`] neither fetch once each
+    /// nor put the next fetch off for ever: it comes `refresh` (here 1 s,
+    /// shorter than `MIN_REFETCH`) after the last one, whatever the reloads.
+    #[tokio::test]
+    async fn reloads_neither_storm_nor_starve_the_fetches() {
+        use base64::Engine;
+        let b64 = |b: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b);
+        let mut n = vec![0x80u8];
+        n.extend([0xffu8; 255]);
+        let set = format!(r#"{{"keys":[{{"kty":"RSA","kid":"k","n":"{}","e":"AQAB"}}]}}"#, b64(&n));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url: Uri = format!("http://{}/jwks", listener.local_addr().unwrap()).parse().unwrap();
+        let fetched = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = fetched.clone();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                let (set, count) = (set.clone(), count.clone());
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 2048];
+                    let _ = tokio::io::AsyncReadExt::read(&mut s, &mut buf).await;
+                    count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    let answer = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{set}", set.len());
+                    let _ = tokio::io::AsyncWriteExt::write_all(&mut s, answer.as_bytes()).await;
+                });
+            }
+        });
+        let refresh = Duration::from_secs(1);
+        let mut running = Jwks::remote(&url, refresh, &[Algorithm::RS256], None);
+        while running.current().is_none() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // A reload every 200 ms for 2.5 s.
+        for _ in 0..12 {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            running = Jwks::remote(&url, refresh, &[Algorithm::RS256], Some(&running));
+        }
+        let fetches = fetched.load(std::sync::atomic::Ordering::SeqCst);
+        assert!((2..=4).contains(&fetches), "{fetches} fetches in 2.5 s of reloads with refresh = 1s");
     }
 
     /// An IPv6 literal's host is connected to without its brackets.

@@ -229,7 +229,8 @@ fn parse_jwks_keys(mut set: JwkSet, algorithms: &[Algorithm]) -> Result<JwkSet, 
 /// token worth trusting, or costs too much to try: a modulus under 2048
 /// bits (RFC 7518 §3.3) or over 8192 (each token, good or forged, costs a
 /// verification with it), an exponent under 3 or even (no RSA key has
-/// one: `e = 1` "verifies" anything its holder computes).
+/// one: `e = 1` "verifies" anything its holder computes) or one the
+/// verifier refuses.
 fn rsa_problem(n: &str, e: &str) -> Option<String> {
     use base64::Engine;
     let decode = |v: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(v.trim_end_matches('=')).ok();
@@ -244,9 +245,11 @@ fn rsa_problem(n: &str, e: &str) -> Option<String> {
     if !(2048..=8192).contains(&bits) {
         return Some(format!("an RSA key of {bits} bits is refused: 2048 to 8192 (RFC 7518 §3.3)"));
     }
+    // The verifier (ring) takes exponents of 3 to 2^33 - 1 only.
+    let value = (e.len() <= 8).then(|| e.iter().fold(0u64, |v, b| v << 8 | u64::from(*b)));
     let odd = e.last().is_some_and(|last| last & 1 == 1);
-    if !odd || (e.len() == 1 && e[0] < 3) {
-        return Some("an RSA key whose exponent is under 3 or even is refused".into());
+    if !odd || !value.is_some_and(|v| (3..1 << 33).contains(&v)) {
+        return Some("an RSA key whose exponent is even, under 3 or over 2^33 - 1 is refused".into());
     }
     None
 }
@@ -425,6 +428,9 @@ mod tests {
             (modulus(2048, 0), b64(&[0, 1]), false),
             (modulus(2048, 0), b64(&[1, 0, 0]), false),
             (modulus(2048, 0), "!!".into(), false),
+            (modulus(2048, 0), b64(&[1, 0, 0, 0, 1]), true),
+            (modulus(2048, 0), b64(&[2, 0, 0, 0, 1]), false),
+            (modulus(2048, 0), b64(&[1, 0, 0, 0, 0, 0, 0, 0, 0, 1]), false),
         ];
         for (n, e, ok) in cases {
             assert_eq!(rsa_problem(&n, &e).is_none(), ok, "{} bytes, e {e}: {:?}", n.len(), rsa_problem(&n, &e));

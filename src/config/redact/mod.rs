@@ -17,14 +17,16 @@ pub const REDACTED: &str = "<redacted>";
 
 /// Parts of key names (compared lowercased, `-` as `_`) whose values are
 /// secrets: `X-Pwd`, `passphrase`, `X-Auth-User`, `OAuth-Token`,
-/// `X-Access-Key`, `Ocp-Apim-Subscription-Key`, `?pass=`, `;jsessionid=`.
+/// `X-Access-Key`, `Ocp-Apim-Subscription-Key`, `?pass=`, `;jsessionid=`,
+/// `PHPSESSID`.
 /// Broad on purpose: a name that only looks secret costs a hidden value, a
 /// secret shown costs the secret.
-const SECRET_KEYS: [&str; 9] = ["pass", "pwd", "secret", "token", "credential", "auth", "cookie", "key", "session"];
+const SECRET_KEYS: [&str; 10] =
+    ["pass", "pwd", "secret", "token", "credential", "auth", "cookie", "key", "session", "sessid"];
 
 /// Whole words of key names (split at `-` and `_`) that name a secret: a
-/// `sig` query parameter, a `code` (OAuth's).
-const SECRET_WORDS: [&str; 3] = ["sig", "signature", "code"];
+/// `sig` query parameter, a `code` (OAuth's), a session's `sid`.
+const SECRET_WORDS: [&str; 4] = ["sig", "signature", "code", "sid"];
 
 /// Schemes of `Authorization`-like values, whatever the key they are under.
 const AUTH_SCHEMES: [&str; 4] = ["bearer ", "basic ", "token ", "digest "];
@@ -188,8 +190,10 @@ mod tests {
             ("redis://:hunter2@127.0.0.1:6379/0", "redis://:<redacted>@127.0.0.1:6379/0"),
             ("/app;jsessionid=ABC123/x", "/app;jsessionid=<redacted>/x"),
             ("/app;JSESSIONID=ABC;v=2/x?q=1", "/app;JSESSIONID=<redacted>;v=2/x?q=1"),
-            ("http://h/a;sid=1;tok%65n=t/b", "http://h/a;sid=1;tok%65n=<redacted>/b"),
+            ("http://h/a;v=1;tok%65n=t/b", "http://h/a;v=1;tok%65n=<redacted>/b"),
             ("/a;b/c", "/a;b/c"),
+            ("/x?PHPSESSID=abc&sid=1&side=2", "/x?PHPSESSID=<redacted>&sid=<redacted>&side=2"),
+            ("/x;phpsessid=abc/y", "/x;phpsessid=<redacted>/y"),
             ("rediss://user:hunter2@h", "rediss://user:<redacted>@h"),
             ("https://tok3n@h/x", "https://<redacted>@h/x"),
             ("https://h/jwks?token=abc&x=1#f", "https://h/jwks?token=<redacted>&x=1#f"),

@@ -294,12 +294,25 @@ fn server_http2_is_checked_at_load() {
 }
 
 /// Opens streams to an upstream that never answers, each reset by the
-/// client once the upstream has its request, `reset(i)` saying which;
-/// the number sent before the connection refused another.
-async fn resetting_client(gw: &TestGateway, asked: &AtomicUsize, reset: impl Fn(usize) -> bool) -> usize {
+/// client once the upstream has its request, `reset(i)` saying which, and
+/// with `padded` an answered request before each; the number sent (of at
+/// most `most`) before the connection refused another.
+async fn resetting_client(
+    gw: &TestGateway,
+    asked: &AtomicUsize,
+    (most, padded): (usize, bool),
+    reset: impl Fn(usize) -> bool,
+) -> usize {
     let (mut client, _ping) = common::raw_h2(gw.addr, 65_535).await;
     let mut held = Vec::new();
-    for i in 0..150 {
+    for i in 0..most {
+        if padded {
+            let Ok(Ok(ready)) = tokio::time::timeout(Duration::from_secs(5), client.ready()).await else { return i };
+            client = ready;
+            let Ok((answer, _)) = client.send_request(get(gw, "/fast"), true) else { return i };
+            let Ok(Ok(answer)) = tokio::time::timeout(Duration::from_secs(5), answer).await else { return i };
+            assert_eq!(answer.status(), 200);
+        }
         let Ok(ready) = tokio::time::timeout(Duration::from_secs(5), client.ready()).await else { return i };
         let Ok(ready) = ready else { return i };
         client = ready;
@@ -319,29 +332,42 @@ async fn resetting_client(gw: &TestGateway, asked: &AtomicUsize, reset: impl Fn(
             held.push((answer, stream));
         }
     }
-    150
+    most
 }
 
 /// A client that resets most of its streams after the gateway has sent
 /// them upstream (each one an upstream request, and over HTTP/1.1 the
 /// upstream connection it was on) has its connection shut down once 100
-/// streams have started (`EARLY_RESETS_FROM`); the h2 crate counts only
-/// streams reset before they are accepted. One that resets a third of
-/// them keeps it.
-#[tokio::test]
-async fn a_client_resetting_most_streams_after_they_went_upstream_is_shut_down() {
+/// streams have started (`EARLY_RESETS_FROM`), and so does one that keeps
+/// the share at half with an answered request before each reset, at 500
+/// resets (`EARLY_RESETS_MAX`); the h2 crate counts only streams reset
+/// before they are accepted. One that resets a third of them keeps it.
+/// An upstream that answers `GET /d/fast` at once and holds any other
+/// request until the gateway closes its connection, counting those.
+async fn holding_upstream() -> (std::net::SocketAddr, Arc<AtomicUsize>) {
     let asked = Arc::new(AtomicUsize::new(0));
     let seen = asked.clone();
     let up = common::raw_upstream(move |mut s: TcpStream| {
         let seen = seen.clone();
         async move {
-            if common::read_head(&mut s).await.is_some() {
+            while let Some(head) = common::read_head(&mut s).await {
+                if head.starts_with(b"GET /d/fast") {
+                    let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await;
+                    continue;
+                }
                 seen.fetch_add(1, Ordering::SeqCst);
                 let _ = common::closed_within(&mut s, Duration::from_secs(20)).await;
+                return;
             }
         }
     })
     .await;
+    (up, asked)
+}
+
+#[tokio::test]
+async fn a_client_resetting_most_streams_after_they_went_upstream_is_shut_down() {
+    let (up, asked) = holding_upstream().await;
     bounded(async {
         for http2 in [Http2Server::Gateway, Http2Server::Hyper] {
             let gw = gateway(up, http2).await;
@@ -350,13 +376,34 @@ async fn a_client_resetting_most_streams_after_they_went_upstream_is_shut_down()
                 common::sample(&text, "gateway_rejected_total", &[("route", ""), ("reason", "stream_resets")])
                     .unwrap_or(0.0)
             };
-            let some = resetting_client(&gw, &asked, |i| i % 3 == 0).await;
+            let some = resetting_client(&gw, &asked, (150, false), |i| i % 3 == 0).await;
             assert_eq!(some, 150, "{http2:?}: a client resetting a third of its streams was shut down");
             let before = counted().await;
-            let most = resetting_client(&gw, &asked, |_| true).await;
+            let most = resetting_client(&gw, &asked, (150, false), |_| true).await;
             assert!((100..=110).contains(&most), "{http2:?}: {most} streams sent upstream and reset");
             assert_eq!(counted().await, before + 1.0, "{http2:?}");
         }
     })
     .await;
+}
+
+/// A client that keeps its share of early resets at half, with an answered
+/// request before each reset, has its connection shut down at 500 resets
+/// (`EARLY_RESETS_MAX`). (Bounded by a minute: a thousand streams, each
+/// reset one an upstream connection, take seconds in a debug build.)
+#[tokio::test]
+async fn a_client_padding_its_resets_with_answered_requests_is_shut_down() {
+    let (up, asked) = holding_upstream().await;
+    let within = async {
+        for http2 in [Http2Server::Gateway, Http2Server::Hyper] {
+            let toml = proxy_toml(up, "d", "", "")
+                + "[[routes]]\nname = \"fast\"\nprefix = \"/fast\"\nrespond = { status = 200 }\n";
+            let mut config = common::config(&toml, Path::new(env!("CARGO_MANIFEST_DIR")));
+            config.server.http2 = http2;
+            let gw = TestGateway::start(config).await;
+            let padded = resetting_client(&gw, &asked, (600, true), |_| true).await;
+            assert!((500..=510).contains(&padded), "{http2:?}: {padded} resets between answered requests");
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), within).await.expect("test took too long");
 }

@@ -428,7 +428,7 @@ where
             biased;
             ended = conn.as_mut() => return Driven::Ended(ended.err().map(Into::into)),
             expired = &mut *watchdog => match expired {
-                Expired::Idle => {
+                Expired::Idle | Expired::Resets => {
                     shutdown(conn.as_mut());
                     watchdog.closing(timeouts.header_read);
                 }

@@ -256,6 +256,9 @@ pub fn rejected(m: &str, route: &str, reason: &str) -> f64 {
 /// the given initial stream window, PINGs on demand.
 pub async fn raw_h2(addr: SocketAddr, window: u32) -> (h2::client::SendRequest<Bytes>, h2::PingPong) {
     let tcp = TcpStream::connect(addr).await.unwrap();
+    // As browsers and gRPC clients do: small frames go at once, not behind
+    // the peer's delayed ACK.
+    tcp.set_nodelay(true).unwrap();
     let (client, mut connection) =
         h2::client::Builder::new().initial_window_size(window).handshake::<_, Bytes>(tcp).await.unwrap();
     let ping_pong = connection.ping_pong().expect("one ping_pong per connection");

@@ -39,21 +39,9 @@ use crate::access::AccessLine;
 use crate::body::{Body, BoxError};
 use crate::request::Peer;
 use crate::upstream::tunnel::Tunnel;
-pub use watchdog::Watchdog;
+pub use watchdog::{Timeouts, Watchdog};
 
 mod watchdog;
-
-/// The timeouts a connection's watchdog enforces.
-#[derive(Debug, Clone, Copy)]
-pub struct Timeouts {
-    /// For a request head, from the connection's start (first request) or
-    /// from the head's first byte (later HTTP/1 requests).
-    pub header_read: Duration,
-    /// With no request in flight.
-    pub idle: Duration,
-    /// With a response waiting for the client to accept bytes.
-    pub send: Duration,
-}
 
 /// Why the watchdog ended (or started ending) a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,6 +54,10 @@ pub enum Expired {
     /// [`InFlight::close_http2`]): shut down gracefully, and closed after a
     /// short grace whatever the client does.
     Asked,
+    /// An HTTP/2 client reset too many streams before their answer (see
+    /// [`EARLY_RESETS_FROM`]): shut down gracefully, the streams in flight
+    /// served.
+    Resets,
     /// The client accepted no bytes for the send timeout: closed, counted.
     SendTimeout,
     /// A graceful shutdown took longer than its grace: closed.
@@ -131,21 +123,22 @@ struct Http2Only {
     streams: Mutex<Vec<Weak<AtomicU64>>>,
     /// An answer asked for the connection to end (see [`InFlight::close_http2`]).
     close_asked: AtomicBool,
-    /// Streams started, and those the client reset (or the connection
-    /// lost) before their answer (see [`EARLY_RESETS_FROM`]).
+    /// Streams started, those reset before their answer, whether that
+    /// ended the connection, and whether the watchdog has yet to see it.
     streams_started: AtomicU32,
     early_resets: AtomicU32,
-    /// Asked to end for its early resets (counted once).
     reset_out: AtomicBool,
+    resets_asked: AtomicBool,
 }
 
-/// An HTTP/2 connection on which at least this many streams started and
-/// more than half of them were reset by the client before their answer is
-/// shut down (GOAWAY): the h2 crate counts only streams reset before they
-/// are accepted, and each one reset later has cost an upstream request
-/// (and, over HTTP/1.1, the upstream connection it was on). Envoy's
-/// premature-reset check has the same shape (`premature_reset_total_stream_count`).
+/// An HTTP/2 connection with at least this many streams, more than half
+/// reset by the client before their answer, or with [`EARLY_RESETS_MAX`]
+/// such resets whatever else it sent, is shut down (GOAWAY): the h2 crate
+/// counts only streams reset before they are accepted, and each reset
+/// later cost an upstream request (and connection). Envoy's premature-reset
+/// check has this shape (`premature_reset_total_stream_count`, 500).
 pub const EARLY_RESETS_FROM: u32 = 100;
+pub const EARLY_RESETS_MAX: u32 = 500;
 
 /// [`ConnState::park`]'s states.
 const BUSY: u8 = 0;
@@ -211,14 +204,14 @@ impl ConnState {
         InFlight { state: self.clone(), waiting_since, answered: false }
     }
 
-    /// An HTTP/2 stream ended before its answer (the client reset it):
-    /// past [`EARLY_RESETS_FROM`], the connection is asked to end.
+    /// An HTTP/2 stream ended before its answer (see [`EARLY_RESETS_FROM`]).
     fn early_reset(&self) {
         let Some(only) = self.http2.get() else { return };
         let early = only.early_resets.fetch_add(1, Relaxed) + 1;
         let started = only.streams_started.load(Relaxed);
-        if started >= EARLY_RESETS_FROM && early * 2 > started && !only.reset_out.swap(true, Relaxed) {
-            only.close_asked.store(true, Relaxed);
+        let most = started >= EARLY_RESETS_FROM && early * 2 > started;
+        if (most || early >= EARLY_RESETS_MAX) && !only.reset_out.swap(true, Relaxed) {
+            only.resets_asked.store(true, Relaxed);
             crate::metrics::rejected("", "stream_resets");
             tracing::debug!(client = %self.peer.ip, early, started, "HTTP/2 client reset most streams before their answer");
         }
@@ -240,9 +233,14 @@ impl ConnState {
         self.tunnel.lock().expect("tunnel lock").take()
     }
 
-    /// Whether an answer asked for the (HTTP/2) connection to end, once.
-    fn close_asked(&self) -> bool {
-        self.http2.get().is_some_and(|only| only.close_asked.load(Relaxed) && only.close_asked.swap(false, Relaxed))
+    /// Whether an answer asked for the (HTTP/2) connection to end, or its
+    /// early resets did, once each.
+    fn asked(&self) -> Option<Expired> {
+        let only = self.http2.get()?;
+        let once = |flag: &AtomicBool| flag.load(Relaxed) && flag.swap(false, Relaxed);
+        [(&only.close_asked, Expired::Asked), (&only.resets_asked, Expired::Resets)]
+            .into_iter()
+            .find_map(|(flag, why)| once(flag).then_some(why))
     }
 
     /// The longest-waiting HTTP/2 body's hand-out time, if any is waiting.

@@ -10,7 +10,19 @@ use std::time::Duration;
 
 use tokio::time::Sleep;
 
-use super::{ConnState, Expired, Timeouts};
+use super::{ConnState, Expired};
+
+/// The timeouts a connection's watchdog enforces.
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    /// For a request head, from the connection's start (first request) or
+    /// from the head's first byte (later HTTP/1 requests).
+    pub header_read: Duration,
+    /// With no request in flight.
+    pub idle: Duration,
+    /// With a response waiting for the client to accept bytes.
+    pub send: Duration,
+}
 
 /// Resolves when the connection has been waiting too long for what it is
 /// waiting for. Polled after the connection in the same task, so it sees
@@ -103,8 +115,8 @@ impl Future for Watchdog {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Expired> {
         let this = self.get_mut();
-        if this.state.close_asked() {
-            return Poll::Ready(Expired::Asked);
+        if let Some(why) = this.state.asked() {
+            return Poll::Ready(why);
         }
         loop {
             let next = this.next();

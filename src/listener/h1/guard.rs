@@ -99,7 +99,7 @@ pub(super) async fn guard<F: Future>(mut f: Pin<&mut F>, s: &mut Signals<'_, '_>
 
 fn expired_stop(expired: Expired, addr: &std::net::SocketAddr) -> Stop {
     match expired {
-        Expired::Idle | Expired::Asked => return Stop::Close,
+        Expired::Idle | Expired::Asked | Expired::Resets => return Stop::Close,
         Expired::HeaderTimeout => {
             metrics::rejected("", "header_timeout");
             tracing::debug!(client = %addr, "no request head within the header read timeout");

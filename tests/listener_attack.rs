@@ -431,16 +431,22 @@ async fn targets_at_max_uri_length_and_one_over() {
 /// Dot segments, encoded dots and slashes, NUL and overlong UTF-8 escapes:
 /// the upstream sees the normal form (dots removed after decoding, encoded
 /// separators and non-unreserved escapes kept encoded, the query untouched).
+/// A dot segment an encoded slash makes (`/d/%2F../x`, which an upstream
+/// that decodes `%2F` reads as `/x`) is refused, never forwarded.
 #[tokio::test]
 async fn odd_paths_reach_the_upstream_normalised() {
     bounded(async {
         let (up, seen) = recording_upstream(Duration::ZERO, 0).await;
         let gw = TestGateway::from_toml(&proxy_toml(up, "d", "", "")).await;
+        for split in ["/d/%2F../x", "/d/..%2F..%2Fetc"] {
+            let sent = format!("GET {split} HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n");
+            let r = raw(gw.addr, sent.as_bytes(), Duration::from_secs(2)).await;
+            assert_eq!(r.status(), 400, "{split}: {}", r.text);
+        }
         let cases = [
             ("/d//a/./b/../c", "/d/a/c"),
             ("/d/a/%2e%2E/b", "/d/b"),
-            ("/d/%2F../x", "/d/%2F../x"),
-            ("/d/..%2F..%2Fetc", "/d/..%2F..%2Fetc"),
+            ("/d/a%2Fb/c", "/d/a%2Fb/c"),
             ("/d/%00/%c0%ae%c0%ae/", "/d/%00/%C0%AE%C0%AE/"),
             ("/d/x?a=/../..&b=%2e", "/d/x?a=/../..&b=%2e"),
         ];

@@ -54,23 +54,12 @@ fn redact_path_params(path: &str) -> Cow<'_, str> {
     if !path.contains(';') {
         return Cow::Borrowed(path);
     }
+    // A segment's parameters are pairs as a query's are: the query's rule.
     let segments: Vec<String> = path
         .split('/')
-        .map(|segment| {
-            let mut params = segment.split(';');
-            let name = params.next().unwrap_or("").to_owned();
-            params.fold(name, |mut out, param| {
-                out.push(';');
-                match param.split_once('=') {
-                    Some((k, _)) if names_secret(&percent_encoding::percent_decode_str(k).decode_utf8_lossy()) => {
-                        out.push_str(k);
-                        out.push('=');
-                        out.push_str(REDACTED);
-                    }
-                    _ => out.push_str(param),
-                }
-                out
-            })
+        .map(|segment| match segment.split_once(';') {
+            Some((name, params)) => format!("{name};{}", redact_query(params)),
+            None => segment.to_owned(),
         })
         .collect();
     Cow::Owned(segments.join("/"))

@@ -365,8 +365,14 @@ async fn holding_upstream() -> (std::net::SocketAddr, Arc<AtomicUsize>) {
     (up, asked)
 }
 
+/// Held by the two tests that shut connections down for resets: both add to
+/// the process's one `gateway_rejected_total{reason="stream_resets"}`, which
+/// the first reads before and after.
+static RESETTING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test]
 async fn a_client_resetting_most_streams_after_they_went_upstream_is_shut_down() {
+    let _serial = RESETTING.lock().await;
     let (up, asked) = holding_upstream().await;
     bounded(async {
         for http2 in [Http2Server::Gateway, Http2Server::Hyper] {
@@ -393,6 +399,7 @@ async fn a_client_resetting_most_streams_after_they_went_upstream_is_shut_down()
 /// reset one an upstream connection, take seconds in a debug build.)
 #[tokio::test]
 async fn a_client_padding_its_resets_with_answered_requests_is_shut_down() {
+    let _serial = RESETTING.lock().await;
     let (up, asked) = holding_upstream().await;
     let within = async {
         for http2 in [Http2Server::Gateway, Http2Server::Hyper] {

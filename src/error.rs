@@ -33,6 +33,11 @@ pub enum GatewayError {
     /// The request target is longer than `server.max_uri_length`.
     #[error("request target longer than {limit} bytes")]
     UriTooLong { limit: u64 },
+    /// The request has more header fields than an HTTP/1.1 head may
+    /// (an HTTP/2 request's are counted here; an HTTP/1.1 head's parser
+    /// refuses them first).
+    #[error("more than {limit} header fields")]
+    TooManyFields { limit: usize },
     /// The request body (declared or streamed) passed the route's `max_body`.
     #[error("request body larger than {limit} bytes")]
     BodyTooLarge { limit: u64 },
@@ -156,6 +161,7 @@ impl GatewayError {
             }
             GatewayError::ClientLeft(_) => CLIENT_CLOSED,
             GatewayError::UriTooLong { .. } => StatusCode::URI_TOO_LONG,
+            GatewayError::TooManyFields { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             GatewayError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             GatewayError::BodyTimeout { .. }
             | GatewayError::BodyNotInTime { .. }
@@ -197,6 +203,7 @@ impl GatewayError {
         match self {
             GatewayError::BadRequest(_) => Some("bad_request"),
             GatewayError::UriTooLong { .. } => Some("uri_too_long"),
+            GatewayError::TooManyFields { .. } => Some("header_too_large"),
             GatewayError::BodyTooLarge { .. } => Some("body_too_large"),
             GatewayError::BodyTimeout { .. }
             | GatewayError::BodyNotInTime { .. }
@@ -271,6 +278,7 @@ impl GatewayError {
             GatewayError::BadRequest(_) | GatewayError::ClientBody(_) => "bad request\n",
             GatewayError::ClientLeft(_) => "client closed request\n",
             GatewayError::UriTooLong { .. } => "request target too long\n",
+            GatewayError::TooManyFields { .. } => "request header fields too large\n",
             GatewayError::BodyTooLarge { .. } => "request body too large\n",
             GatewayError::BodyTimeout { .. }
             | GatewayError::BodyNotInTime { .. }
@@ -373,6 +381,7 @@ mod tests {
             (GatewayError::BadPath("x"), 400, None),
             (GatewayError::BadRequest("x"), 400, None),
             (GatewayError::UriTooLong { limit: 1 }, 414, None),
+            (GatewayError::TooManyFields { limit: 1 }, 431, None),
             (GatewayError::BodyTooLarge { limit: 1 }, 413, None),
             (GatewayError::BodyTimeout { after: Duration::from_secs(1) }, 408, None),
             (GatewayError::BodyNotInTime { after: Duration::from_secs(1) }, 408, None),

@@ -16,6 +16,12 @@ use http::{Method, Uri, Version};
 
 use crate::error::GatewayError;
 
+/// The most header fields a request may have: httparse's storage for an
+/// HTTP/1.1 head (hyper's HTTP/1.1 server's limit too), and a count
+/// [`screen`] holds an HTTP/2 request to, whose fields would otherwise be
+/// bounded only by their bytes.
+pub const MAX_FIELDS: usize = 100;
+
 /// Whether every `%` in `s` starts a two-hex-digit escape.
 pub fn valid_percent_encoding(s: &str) -> bool {
     let b = s.as_bytes();
@@ -86,8 +92,8 @@ impl Declared {
     }
 }
 
-/// Checks a request head before it is routed to a target: its shape and
-/// its target's length (`max_uri_length`). Its declared body length is
+/// Checks a request head before it is routed to a target: its shape, its
+/// target's length (`max_uri_length`) and its count of fields. Its declared body length is
 /// returned, for [`Declared::within`].
 pub fn screen(
     method: &Method,
@@ -102,6 +108,9 @@ pub fn screen(
     }
     if method == Method::CONNECT {
         return Err(GatewayError::BadRequest("CONNECT is not supported"));
+    }
+    if headers.len() > MAX_FIELDS {
+        return Err(GatewayError::TooManyFields { limit: MAX_FIELDS });
     }
     // RFC 9112 §3.2.4: the asterisk form asks about the server as a whole,
     // with OPTIONS only; with another method it names no resource.
@@ -220,6 +229,8 @@ mod tests {
         type Case<'a> = (&'a str, &'a str, Version, Vec<(&'a str, &'a str)>, Result<(), u16>);
         let long_ok = format!("/{}", "a".repeat(63));
         let long_bad = format!("/{}", "a".repeat(64));
+        let names: Vec<String> = (0..=MAX_FIELDS).map(|i| format!("x-{i}")).collect();
+        let fields = |n: usize| names[..n].iter().map(|n| (n.as_str(), "v")).collect::<Vec<_>>();
         let cases: Vec<Case> = vec![
             ("GET", "/a?b=c", HTTP_11, host.to_vec(), Ok(())),
             ("GET", "/a%20b", HTTP_11, host.to_vec(), Ok(())),
@@ -296,6 +307,9 @@ mod tests {
             ("POST", "/a", HTTP_11, vec![("host", "x"), ("content-length", "5"), ("content-length", "101")], Ok(())),
             ("GET", &long_ok, HTTP_11, host.to_vec(), Ok(())),
             ("GET", &long_bad, HTTP_11, host.to_vec(), Err(414)),
+            // As many fields as an HTTP/1.1 head may have, and one more.
+            ("GET", "http://x/a", HTTP_2, fields(MAX_FIELDS), Ok(())),
+            ("GET", "http://x/a", HTTP_2, fields(MAX_FIELDS + 1), Err(431)),
         ];
         for (method, target, version, headers, want) in cases {
             assert_eq!(check(method, target, version, &headers), want, "{method} {target} {version:?} {headers:?}");

@@ -414,3 +414,73 @@ async fn a_client_padding_its_resets_with_answered_requests_is_shut_down() {
     };
     tokio::time::timeout(Duration::from_secs(60), within).await.expect("test took too long");
 }
+
+/// Sends `req` with `body` on a new HTTP/2 connection; the answer's status
+/// (`None` for a reset stream or a refused request).
+async fn status_of(gw: &TestGateway, req: Request<()>, body: &'static [u8]) -> Option<u16> {
+    let (mut client, _ping) = common::raw_h2(gw.addr, 65_535).await;
+    let (answer, mut stream) = client.send_request(req, body.is_empty()).ok()?;
+    if !body.is_empty() {
+        stream.send_data(Bytes::from_static(body), true).ok()?;
+    }
+    Some(answer.await.ok()?.status().as_u16())
+}
+
+/// An HTTP/2 request's fields are held to the limits an HTTP/1.1 head is:
+/// two `content-length` fields of one value reach the upstream as one
+/// (RFC 9110 §8.6; the own HTTP/1.1 connection does the same), two that
+/// differ never reach it (400), and more than 100 fields are refused with
+/// 431 as they are in HTTP/1.1 (`max_header_size` bounds only their bytes).
+#[tokio::test]
+async fn an_http2_request_is_held_to_an_http1_heads_field_rules() {
+    let heads = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let seen = heads.clone();
+    let up = common::raw_upstream(move |mut s: TcpStream| {
+        let seen = seen.clone();
+        async move {
+            while let Some(head) = common::read_head(&mut s).await {
+                let text = String::from_utf8_lossy(&head).to_lowercase();
+                seen.lock().unwrap().push(text.clone());
+                // The body's bytes that came with the head, then the rest.
+                let after = text.split_once("\r\n\r\n").map_or(0, |(_, b)| b.len());
+                let mut rest = vec![0u8; 5usize.saturating_sub(after)];
+                if text.contains("content-length: 5") && s.read_exact(&mut rest).await.is_err() {
+                    return;
+                }
+                let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await;
+            }
+        }
+    })
+    .await;
+    bounded(async {
+        for http2 in [Http2Server::Gateway, Http2Server::Hyper] {
+            let gw = gateway(up, http2).await;
+            let post = |lengths: &[&str]| {
+                let mut req = Request::post(format!("http://{}/d/post", gw.addr));
+                for l in lengths {
+                    req = req.header("content-length", *l);
+                }
+                req.body(()).unwrap()
+            };
+            heads.lock().unwrap().clear();
+            assert_eq!(status_of(&gw, post(&["5", "5"]), b"hello").await, Some(200), "{http2:?}");
+            let got = heads.lock().unwrap().clone();
+            assert_eq!(got.len(), 1, "{http2:?}: {got:?}");
+            assert_eq!(got[0].matches("content-length:").count(), 1, "{http2:?}: {}", got[0]);
+            heads.lock().unwrap().clear();
+            let differing = status_of(&gw, post(&["5", "6"]), b"hello").await;
+            assert!(matches!(differing, None | Some(400)), "{http2:?}: {differing:?}");
+            assert!(heads.lock().unwrap().is_empty(), "{http2:?}: {:?}", heads.lock().unwrap());
+            let many = |n: usize| {
+                let mut req = Request::get(format!("http://{}/d/many", gw.addr));
+                for i in 0..n {
+                    req = req.header(format!("x-f{i}"), "v");
+                }
+                req.body(()).unwrap()
+            };
+            assert_eq!(status_of(&gw, many(99), b"").await, Some(200), "{http2:?}");
+            assert_eq!(status_of(&gw, many(101), b"").await, Some(431), "{http2:?}");
+        }
+    })
+    .await;
+}

@@ -5,8 +5,9 @@
 use std::borrow::Cow;
 
 use crate::body::Incoming;
+use http::header::{self, HeaderMap, HeaderValue};
 use http::uri::PathAndQuery;
-use http::{Request, Uri};
+use http::{Request, Uri, Version};
 
 use super::table::{Route, Table};
 use super::{App, Peer, RequestLog};
@@ -24,6 +25,9 @@ impl App {
     pub(super) fn normalize(&self, req: &mut Request<Incoming>, peer: &Peer) -> Result<(), GatewayError> {
         if !peer.trusted {
             crate::headers::drop_proxy_only(req.headers_mut());
+        }
+        if req.version() >= Version::HTTP_2 {
+            one_content_length(req.headers_mut())?;
         }
         let normal = match path::normalize(req.uri().path(), self.path_options) {
             Ok(Cow::Borrowed(_)) => return Ok(()),
@@ -113,5 +117,22 @@ impl App {
             *rate_state = rl.admit(req, peer, trusted).await?;
         }
         Ok(())
+    }
+}
+
+/// An HTTP/2 request's `Content-Length` fields made one, as the own
+/// HTTP/1.1 connection makes a head's (RFC 9110 §8.6): an HTTP/1.1
+/// upstream would otherwise get them all, and many refuse that. Values that
+/// differ are refused (400): the h2 crate checks the body against the first.
+fn one_content_length(headers: &mut HeaderMap) -> Result<(), GatewayError> {
+    if headers.get_all(header::CONTENT_LENGTH).iter().nth(1).is_none() {
+        return Ok(());
+    }
+    match crate::upstream::h1::content_length(headers) {
+        Ok(Some(n)) => {
+            headers.insert(header::CONTENT_LENGTH, HeaderValue::from(n));
+            Ok(())
+        }
+        _ => Err(GatewayError::BadRequest("conflicting Content-Length values")),
     }
 }

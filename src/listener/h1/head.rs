@@ -12,7 +12,7 @@ use http::{Method, StatusCode, Uri, Version, request};
 use smallvec::SmallVec;
 
 /// Header fields a request head may have, as hyper allows.
-pub const MAX_HEADERS: usize = 100;
+pub const MAX_HEADERS: usize = crate::limits::MAX_FIELDS;
 
 /// Fields the gateway may add to a request on its way (see `parse`).
 const ADDED_FIELDS: usize = 8;

@@ -562,3 +562,29 @@ async fn an_early_answer_to_an_unfinished_body_ends_alike() {
     // The answer, then RST_STREAM(NO_ERROR): the rest of the body is not wanted.
     assert_eq!(seen[0], [(HEADERS, 0), (DATA, 1), (RST_STREAM, 0)]);
 }
+
+/// A client that keeps PINGing a connection with no stream in flight (each
+/// PING answered, a write) is not kept open by it without end: the writes
+/// after the last stream extend its idle time by `server.send_timeout` at
+/// most (the time its last answer may take to drain), alike on both.
+#[tokio::test]
+async fn pings_do_not_keep_an_idle_connection_open() {
+    let up = ok_upstream().await;
+    for http2 in [Http2Server::Gateway, Http2Server::Hyper] {
+        let server = "idle_timeout = \"300ms\"\nsend_timeout = \"300ms\"\nheader_read_timeout = \"300ms\"";
+        let mut config = common::config(&proxy_toml(up, "d", "", server), Path::new(env!("CARGO_MANIFEST_DIR")));
+        config.server.http2 = http2;
+        let gw = TestGateway::start(config).await;
+        let (mut client, mut ping) = common::raw_h2(gw.addr, 65_535).await;
+        let (answer, _) =
+            client.send_request(Request::get(format!("http://{}/d/a", gw.addr)).body(()).unwrap(), true).unwrap();
+        assert_eq!(bounded(answer).await.unwrap().status(), 200, "{http2:?}");
+        // A PING every 50 ms, for 10 s at most: each one's answer is a write.
+        let mut answered = 0;
+        while answered < 200 && ping.ping(h2::Ping::opaque()).await.is_ok() {
+            answered += 1;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(answered < 200, "{http2:?}: still open after {answered} PINGs");
+    }
+}

@@ -391,9 +391,12 @@ impl ConnState {
                 consider(head_started + ms(t.header_read), Expired::HeaderTimeout);
             } else {
                 // HTTP/2: a finished response may still be draining through
-                // flow control; idle counts from the last write.
-                let last_write = http2.map_or(0, |only| only.last_write.load(Relaxed));
-                consider(self.idle_since.load(Relaxed).max(last_write) + ms(t.idle), Expired::Idle);
+                // flow control; idle counts from the last write, but no
+                // later than the send timeout after the last stream, as the
+                // answers to a client's PINGs are writes too.
+                let since = self.idle_since.load(Relaxed);
+                let last_write = http2.map_or(0, |only| only.last_write.load(Relaxed)).min(since + ms(t.send));
+                consider(since.max(last_write) + ms(t.idle), Expired::Idle);
             }
         }
         next

@@ -155,7 +155,7 @@ fn closest<'a>(field: &str, known: &[&'a str]) -> Option<&'a str> {
 }
 
 /// Optimal string alignment distance.
-fn distance(a: &str, b: &str) -> usize {
+pub(super) fn distance(a: &str, b: &str) -> usize {
     let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
     let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
     for (i, row) in d.iter_mut().enumerate() {

@@ -148,6 +148,17 @@ fn bad_configs_name_key_and_problem() {
         ("[[routes]]\nname='x'\nprefix='/x'\nrespond={status=101}\n", "routes[0].respond.status", "200 to 599"),
         ("[[routes]]\nname='x'\nprefix='/a/../b'\nupstream='a'\n", "routes[0].prefix", "not a normalised path"),
         ("[rate_limit_store]\nurl='redis://:p@h:6379/0#x'\n", "rate_limit_store.url", "a fragment"),
+        (
+            "[[routes]]\nname='x'\nprefix='/x'\nupstream='a'\nmethods=['GET', 'GTE']\n",
+            "routes[0].methods[1]",
+            "\"GTE\" is not an HTTP method; did you mean \"GET\"?",
+        ),
+        (
+            "[[routes]]\nname='x'\nprefix='/x'\nupstream='a'\nmethods=['get']\n",
+            "routes[0].methods[0]",
+            "methods are case-sensitive; did you mean \"GET\"?",
+        ),
+        ("[[routes]]\nname='x'\nprefix='/x'\nupstream='a'\nmethods=[]\n", "routes[0].methods", "is empty"),
     ];
     for (text, key, msg) in cases {
         let e = inline(&format!("{UP}{text}")).expect_err(text);

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue};
-use http::{Method, StatusCode, Uri};
+use http::{StatusCode, Uri};
 
 use crate::config::{redact_url, refused_name, refused_value};
 use crate::headers::rules::HeaderRules;
@@ -23,6 +23,7 @@ use super::{
 
 mod access;
 mod cache;
+mod methods;
 mod metrics;
 mod ratelimit;
 mod resolver;
@@ -267,18 +268,7 @@ fn route(
     let prefix = normalize_prefix(r.prefix.as_deref().ok_or_else(|| (key("prefix"), "missing".into()))?)
         .map_err(|m| (key("prefix"), m))?;
     let (hosts, conditions) = routing::matchers(&r, &key)?;
-    let methods = r
-        .methods
-        .as_ref()
-        .map(|ms| {
-            ms.iter()
-                .map(|m| {
-                    Method::from_bytes(m.to_ascii_uppercase().as_bytes())
-                        .map_err(|_| (key("methods"), format!("invalid method {m:?}")))
-                })
-                .collect::<Result<Vec<_>, _>>()
-        })
-        .transpose()?;
+    let methods = r.methods.as_deref().map(|ms| methods::methods(&key("methods"), ms)).transpose()?;
     let mut target = target(&name, &r, &key, upstream_index, base_dir)?;
     let max_body = r.max_body.as_ref().map(|b| parse_size(&key("max_body"), b)).transpose()?.unwrap_or(server.max_body);
     if r.max_concurrent == Some(0) {

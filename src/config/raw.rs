@@ -5,13 +5,15 @@
 //! through the `config` crate.
 //!
 //! Every type's `expecting` says what it accepts in the file's words, so a
-//! value of the wrong shape is never answered with a Rust type's name. An
-//! untagged enum's `expecting` is serde's whole message, so it starts with
-//! "expected"; a struct's follows serde's "invalid type: ..., expected".
+//! value of the wrong shape is never answered with a Rust type's name
+//! (serde's "invalid type: ..., expected" goes before it). A value of more
+//! than one form (`RawSize`, `RawSticky`, ...) is read by hand in `either`.
 
 use std::collections::BTreeMap;
 
 use serde::Deserialize;
+
+mod either;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -98,9 +100,7 @@ pub(super) struct RawServerTls {
 }
 
 /// A size: a plain integer (bytes) or a string such as "64KiB".
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
-#[serde(expecting = "expected a size such as \"64KiB\" or a number of bytes")]
+#[derive(Debug, Clone)]
 pub(super) enum RawSize {
     Bytes(u64),
     Text(String),
@@ -167,18 +167,14 @@ pub(super) struct RawUpstream {
 }
 
 /// `max_requests`: a number, or `"auto"`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
-#[serde(expecting = "expected a number or \"auto\"")]
+#[derive(Debug, Clone)]
 pub(super) enum RawMaxRequests {
     Count(u64),
     Text(String),
 }
 
 /// An entry of `endpoints`: a URL (weight 1) or `{ url, weight }`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
-#[serde(expecting = "expected a URL or a table ({ url = \"http://host:port\", weight = 2 })")]
+#[derive(Debug, Clone)]
 pub(super) enum RawEndpoint {
     Url(String),
     Weighted(RawWeighted),
@@ -293,9 +289,7 @@ pub(super) struct RawMirror {
 
 /// A split's `sticky`: `"header:NAME"`, `"cookie:NAME"`, or a table
 /// `{ header = "NAME" }` / `{ cookie = "NAME", set = true, max_age = "30d" }`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
-#[serde(expecting = "expected \"header:NAME\", \"cookie:NAME\" or a table ({ cookie = \"NAME\" })")]
+#[derive(Debug, Clone)]
 pub(super) enum RawSticky {
     Text(String),
     Table(RawStickyTable),
@@ -322,9 +316,7 @@ pub(super) struct RawSplit {
 
 /// A `headers` or `query` condition: a text to equal (`"*"`: present),
 /// `true` (present), `false` (absent), or `{ regex = "..." }`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
-#[serde(expecting = "expected a text, true, false or a table ({ regex = \"...\" })")]
+#[derive(Debug, Clone)]
 pub(super) enum RawWant {
     Flag(bool),
     Text(String),

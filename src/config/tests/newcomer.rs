@@ -1,0 +1,66 @@
+//! A newcomer's mistakes, each answered with the key that is wrong, what
+//! is wrong with it and what is accepted, and never with a secret.
+
+use super::inline;
+
+/// `(file, key the error names, words it says)`, every one refused.
+fn refused(cases: &[(String, &str, &str)]) {
+    for (text, key, says) in cases {
+        let e = inline(text).map(|_| ()).expect_err(text);
+        assert_eq!(e.key, *key, "{text}: {e}");
+        assert!(e.message.contains(says), "{text}: wanted {says:?} in: {e}");
+    }
+}
+
+const TWO_UPSTREAMS: &str = "[upstreams.a]\nurl = 'http://127.0.0.1:9'\n[upstreams.b]\nurl = 'http://127.0.0.1:8'\n";
+
+fn route(rest: &str) -> String {
+    format!("{TWO_UPSTREAMS}[[routes]]\nname = 'x'\nprefix = '/x'\n{rest}\n")
+}
+
+fn split(sticky: &str) -> String {
+    route(&format!("split = [{{ upstream = 'a', weight = 1 }}, {{ upstream = 'b', weight = 1 }}]\nsticky = {sticky}"))
+}
+
+/// A value that is a text or a table (or a number or a text) names the
+/// key inside its table that is wrong, rather than only listing its forms.
+#[test]
+fn a_typo_inside_a_text_or_table_value_is_named() {
+    refused(&[
+        (split("{ cookei = 'sid' }"), "routes[0].sticky.cookei", "unknown key; did you mean `cookie`?"),
+        (split("{ cookie = 'sid', max_aeg = '1d' }"), "routes[0].sticky.max_aeg", "did you mean `max_age`?"),
+        (split("{ cookie = 'sid', set = [1] }"), "routes[0].sticky.set", "expected a boolean"),
+        (
+            "[upstreams.a]\nendpoints = [{ url = 'http://127.0.0.1:1', wieght = 2 }]\n".into(),
+            "upstreams.a.endpoints[0].wieght",
+            "did you mean `weight`?",
+        ),
+        ("[upstreams.a]\nendpoints = [{ weight = 2 }]\n".into(), "upstreams.a.endpoints[0].url", "missing"),
+        (route("upstream = 'a'\nheaders = { x = { regx = '^1$' } }"), "routes[0].headers.x.regx", "`regex`?"),
+        (route("upstream = 'a'\nquery = { v = 2 }"), "routes[0].query.v", "write the value as a text, in quotes"),
+        ("[server]\nmax_body = 1.5\n".into(), "server.max_body", "a fraction needs a unit, e.g. \"1.5MiB\""),
+        ("[server]\nmax_body = { size = 1 }\n".into(), "server.max_body", "a size such as \"64KiB\""),
+        (
+            "[upstreams.a]\nurl = 'http://h:1'\nmax_requests = { limit = 5 }\n".into(),
+            "upstreams.a.max_requests",
+            "a number or \"auto\"",
+        ),
+    ]);
+}
+
+/// Every form of those values still loads.
+#[test]
+fn each_form_of_a_text_or_table_value_loads() {
+    for text in [
+        split("'cookie:sid'"),
+        split("{ cookie = 'sid', set = true, max_age = '1d' }"),
+        split("{ header = 'x-user' }"),
+        "[upstreams.a]\nendpoints = ['http://127.0.0.1:1', { url = 'http://127.0.0.1:2', weight = 3 }]\n".into(),
+        route("upstream = 'a'\nheaders = { a = true, b = false, c = '*', d = 'v', e = { regex = '^1$' } }"),
+        "[server]\nmax_body = 2048\nmax_header_size = '64KiB'\nmax_uri_length = '9000'\n".into(),
+        "[upstreams.a]\nurl = 'http://h:1'\nmax_requests = 8\n".into(),
+        "[upstreams.a]\nurl = 'http://h:1'\nmax_requests = 'auto'\n".into(),
+    ] {
+        inline(&text).unwrap_or_else(|e| panic!("{text}: {e}"));
+    }
+}

@@ -6,6 +6,8 @@ use std::ops::Range;
 
 use toml::de::{DeTable, DeValue};
 
+mod words;
+
 /// A configuration error: where it came from, which key, and what is wrong.
 #[derive(Debug)]
 pub struct ConfigError {
@@ -69,16 +71,23 @@ pub(super) fn syntax(source_name: &str, text: &str) -> Option<ConfigError> {
 }
 
 /// Turns a `config` crate error into `(key, message)`: the key path with
-/// every separator (the crate writes `routes[3]respond`), and an unknown
-/// key named in it with the closest known one suggested.
+/// every separator (the crate writes `routes[3]respond`), an unknown key
+/// named in it with the closest known one suggested, and a value of the
+/// wrong type said in the file's words.
 pub(super) fn from_crate(e: config::ConfigError) -> (String, String) {
+    let (key, message) = keyed(e);
+    let message = words::plain(&key, message);
+    (key, message)
+}
+
+fn keyed(e: config::ConfigError) -> (String, String) {
     match e {
         config::ConfigError::Type { key, unexpected, expected, .. } => {
             (dotted(&key.unwrap_or_default()), format!("invalid type: {unexpected}, expected {expected}"))
         }
         config::ConfigError::NotFound(key) => (dotted(&key), "missing".to_owned()),
         config::ConfigError::At { error, key, .. } => {
-            let (inner, message) = from_crate(*error);
+            let (inner, message) = keyed(*error);
             let key = dotted(&key.unwrap_or_default());
             let key = match (key.is_empty(), inner.is_empty()) {
                 (_, true) => key,
@@ -205,7 +214,7 @@ pub(super) fn variable_under(key: &str, vars: impl Iterator<Item = (String, Stri
 /// belongs: what a variable under a list (`GATEWAY__ROUTES__0__TIMEOUT`)
 /// or naming one makes, since a variable's value is never read as a list.
 pub(super) fn wants_a_list(message: &str) -> bool {
-    message.ends_with("expected a sequence")
+    message.contains(", expected a list")
 }
 
 /// What is said of a list that a variable tried to set.

@@ -118,7 +118,7 @@ fn redacted_under(value: Value, path: &mut Vec<String>) -> Value {
 
 /// A text under a key that does not name a secret: redacted whole when it
 /// is a credential itself (a JWT, `Bearer ...`), else as [`redact_url`].
-fn redact_text(s: &str) -> String {
+pub(super) fn redact_text(s: &str) -> String {
     let credential =
         looks_like_jwt(s) || AUTH_SCHEMES.iter().any(|p| s.len() > p.len() && s[..p.len()].eq_ignore_ascii_case(p));
     if credential { REDACTED.to_owned() } else { redact_url(s) }

@@ -64,3 +64,53 @@ fn each_form_of_a_text_or_table_value_loads() {
         inline(&text).unwrap_or_else(|e| panic!("{text}: {e}"));
     }
 }
+
+/// A value of the wrong type is told in TOML's words (table, list, whole
+/// number), never with serde's (map, sequence, 64-bit integer).
+#[test]
+fn wrong_types_are_told_in_the_files_words() {
+    refused(&[
+        (
+            "[routes]\nname = 'x'\n".into(),
+            "routes",
+            "invalid type: table, expected a list; each route is its own [[routes]]",
+        ),
+        ("upstreams = 'app'\n".into(), "upstreams", "invalid type: string \"app\", expected a table"),
+        (
+            "[server]\nworker_threads = -1\n".into(),
+            "server.worker_threads",
+            "integer -1, expected a whole number, 0 or more",
+        ),
+        (
+            route("upstream = 'a'\nretries = 5000000000"),
+            "routes[0].retries",
+            "expected a whole number from 0 to 4294967295",
+        ),
+        (route("upstream = { name = 'a' }"), "routes[0].upstream", "invalid type: table, expected a string"),
+        (
+            route("upstream = 'a'\nrequest_headers = { set = ['x-a: 1'] }"),
+            "routes[0].request_headers.set",
+            "list, expected a table",
+        ),
+        ("[server]\ntrusted_proxies = '10.0.0.0/8'\n".into(), "server.trusted_proxies", "expected a list"),
+    ]);
+}
+
+/// A text where a table belongs may be the secret the table was meant to
+/// hold (a Redis URL with its password, a token, a user and password): it
+/// is not shown, and the error still says where and what.
+#[test]
+fn a_secret_given_where_a_table_belongs_is_not_shown() {
+    let cases = [
+        ("rate_limit_store = 'redis://:SECRET1@127.0.0.1:6379'\n".to_owned(), "rate_limit_store", "SECRET1"),
+        (route("respond = { status = 200 }\nauth = 'Bearer SECRET2'"), "routes[0].auth", "SECRET2"),
+        (route("respond = { status = 200 }\nauth = { basic = 'admin:SECRET3' }"), "routes[0].auth.basic", "SECRET3"),
+        (route("respond = { status = 200 }\nauth = { jwt = 'SECRET4' }"), "routes[0].auth.jwt", "SECRET4"),
+    ];
+    for (text, key, secret) in cases {
+        let e = inline(&text).map(|_| ()).expect_err(&text);
+        let shown = e.to_string();
+        assert_eq!(e.key, key, "{shown}");
+        assert!(!shown.contains(secret) && shown.contains("expected a table"), "{shown}");
+    }
+}

@@ -6,6 +6,7 @@ use std::ops::Range;
 
 use toml::de::{DeTable, DeValue};
 
+mod syntax;
 mod words;
 
 /// A configuration error: where it came from, which key, and what is wrong.
@@ -62,7 +63,12 @@ const HIDDEN_KEYS: &[&str] = &["panic"];
 /// A TOML syntax error in `text`, with its line and column.
 pub(super) fn syntax(source_name: &str, text: &str) -> Option<ConfigError> {
     let e = DeTable::parse(text).err()?;
-    let mut error = ConfigError::new(source_name, "", format!("TOML syntax error: {}", e.message()));
+    let hint = e.span().and_then(|span| syntax::hint(text, e.message(), span.start));
+    let message = match hint {
+        Some(hint) => format!("TOML syntax error: {}; {hint}", e.message()),
+        None => format!("TOML syntax error: {}", e.message()),
+    };
+    let mut error = ConfigError::new(source_name, "", message);
     if let Some(span) = e.span() {
         let (line, column) = line_and_column(text, span.start);
         (error.line, error.column) = (Some(line), Some(column));

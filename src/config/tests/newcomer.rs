@@ -114,3 +114,17 @@ fn a_secret_given_where_a_table_belongs_is_not_shown() {
         assert!(!shown.contains(secret) && shown.contains("expected a table"), "{shown}");
     }
 }
+
+/// Addresses and sizes say what to write, not what their parser met.
+#[test]
+fn addresses_and_sizes_say_what_to_write() {
+    refused(&[
+        ("[server]\nlisten = 'localhost:8080'\n".into(), "server.listen", "write \"127.0.0.1:8080\""),
+        ("[server]\nlisten = '127.0.0.1'\n".into(), "server.listen", "the port is missing"),
+        ("[metrics]\nlisten = '9090'\n".into(), "metrics.listen", "a port alone is not an address"),
+        ("[server]\nmax_body = '-1MiB'\n".into(), "server.max_body", "a size cannot be negative"),
+        ("[server]\nmax_body = '10 MB!'\n".into(), "server.max_body", "a size is a number and a unit"),
+    ]);
+    let e = inline("[server]\nmax_body = '-1MiB'\n").map(|_| ()).unwrap_err().to_string();
+    assert!(!e.contains("float") && !e.contains("ByteSize"), "{e}");
+}

@@ -3,7 +3,6 @@
 //! Pure apart from checking that file and directory targets exist.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
@@ -22,6 +21,7 @@ use super::{
 };
 
 mod access;
+mod address;
 mod cache;
 mod methods;
 mod metrics;
@@ -32,6 +32,7 @@ mod target;
 mod upstream;
 
 use access::{RawAccessKeys, access, parse_cidr};
+use address::parse_addr;
 use metrics::metrics;
 use resolver::resolver;
 use target::target;
@@ -351,8 +352,14 @@ fn positive_duration(key: &str, value: &str) -> Result<Duration, Problem> {
 fn parse_size(key: &str, value: &RawSize) -> Result<u64, Problem> {
     match value {
         RawSize::Bytes(n) => Ok(*n),
-        RawSize::Text(t) => t.trim().parse::<bytesize::ByteSize>().map(|b| b.as_u64()).map_err(|e| {
-            (key.to_owned(), format!("invalid size {t:?}: {e} (use e.g. \"64KiB\", \"10MiB\" or a number of bytes)"))
+        // bytesize's own words ("cannot parse float from empty string" for
+        // "-1MiB") describe its parser, not the value.
+        RawSize::Text(t) => t.trim().parse::<bytesize::ByteSize>().map(|b| b.as_u64()).map_err(|_| {
+            let why = match t.trim_start().starts_with('-') {
+                true => "a size cannot be negative",
+                false => "a size is a number and a unit (B, KB, KiB, MB, MiB, GB, GiB)",
+            };
+            (key.to_owned(), format!("invalid size {t:?}: {why} (use e.g. \"64KiB\", \"10MiB\" or a number of bytes)"))
         }),
     }
 }
@@ -364,12 +371,6 @@ fn check_name(name: &str) -> Result<(), String> {
         return Err(format!("{name:?}: use letters, digits, '_', '-' or '.'"));
     }
     Ok(())
-}
-
-fn parse_addr(key: &str, value: &str) -> Result<SocketAddr, Problem> {
-    value
-        .parse()
-        .map_err(|e| (key.to_owned(), format!("invalid socket address {value:?}: {e} (use e.g. \"127.0.0.1:8080\")")))
 }
 
 /// Normalises a route prefix: must start with `/`; a trailing `/` is dropped

@@ -10,6 +10,9 @@ pub(super) fn hint(text: &str, message: &str, at: usize) -> Option<String> {
     if message.starts_with("duplicate key") {
         return Some(duplicate(text, raw.trim()));
     }
+    if message.starts_with("key with no value") && raw.contains(':') {
+        return Some("TOML joins a key and its value with `=`, not `:` (listen = \"...\")".into());
+    }
     let (key, value) = raw.split_once('=')?;
     let (key, value) = (key.trim(), value.trim());
     // Only an error inside the value, where a quote, list or table is missing.
@@ -57,6 +60,10 @@ mod tests {
             ),
             ("[[routes]]\nname = x\n", "a text goes in quotes: name = \"...\""),
             ("[server]\n  listen   =  0.0.0.0:1\n", "a text goes in quotes: listen = \"...\""),
+            (
+                "[server]\nlisten: \"127.0.0.1:1\"\n",
+                ":2:9: TOML syntax error: key with no value, expected `=`; TOML joins a key and its value with `=`, not `:`",
+            ),
             ("[server]\naccess_log = True\n", "a boolean is written true or false, in lower case (access_log = true)"),
             (
                 "[server]\nlisten = \"a\"\nlisten = \"b\"\n",

@@ -22,6 +22,9 @@ pub(super) fn plain(key: &str, message: String) -> String {
     let expected = expected_words(expected);
     let hint = match (key, found.as_str()) {
         ("routes", "table") => "; each route is its own [[routes]] table, with two brackets",
+        (_, f) if f.starts_with("string ") && expected == "a list" => {
+            "; a list is written in brackets, even with one entry: [\"...\"]"
+        }
         _ => "",
     };
     format!("{kind}: {found}, expected {expected}{hint}")
@@ -122,6 +125,11 @@ mod tests {
             ("a.b", "invalid type: string \"four\", expected an integer", "string \"four\", expected an integer"),
             ("a.b", "invalid type: boolean `true`, expected a string", "boolean true, expected a string"),
             ("a.b", "unknown key", "unknown key"),
+            (
+                "r.methods",
+                "invalid type: string \"GET\", expected a sequence",
+                "expected a list; a list is written in brackets, even with one entry: [\"...\"]",
+            ),
         ] {
             let shown = plain(key, message.to_owned());
             assert!(shown.contains(want), "{message}: {shown}");

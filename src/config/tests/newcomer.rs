@@ -128,3 +128,19 @@ fn addresses_and_sizes_say_what_to_write() {
     let e = inline("[server]\nmax_body = '-1MiB'\n").map(|_| ()).unwrap_err().to_string();
     assert!(!e.contains("float") && !e.contains("ByteSize"), "{e}");
 }
+
+/// Durations say what to write for a decimal without a unit, a sign, and
+/// a unit in capitals.
+#[test]
+fn durations_say_what_to_write() {
+    refused(&[
+        ("[server]\nidle_timeout = '0.5'\n".into(), "server.idle_timeout", "needs its unit: \"0.5s\" or \"0.5ms\""),
+        ("[server]\nidle_timeout = '-5s'\n".into(), "server.idle_timeout", "a duration cannot be negative"),
+        ("[server]\nidle_timeout = '5S'\n".into(), "server.idle_timeout", "units are written in lower case: \"5s\""),
+        ("[server]\nidle_timeout = '5 Sec'\n".into(), "server.idle_timeout", "lower case: \"5 sec\""),
+        (route("upstream = 'a'\nmethods = 'GET'"), "routes[0].methods", "a list is written in brackets"),
+    ]);
+    for ok in ["1.5s", "5 seconds", "1m30s", "500 ms"] {
+        inline(&format!("[server]\nidle_timeout = '{ok}'\n")).unwrap_or_else(|e| panic!("{ok}: {e}"));
+    }
+}

@@ -329,12 +329,23 @@ const MAX_DURATION: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 fn parse_duration(key: &str, value: &str) -> Result<Duration, Problem> {
     // A bare number (`timeout = 5`, read as the text "5"): humantime's
     // answer quoted it and offered `5sec` beside the usual forms.
+    // A decimal ("0.5") drew "for example 0sec", a sign "expected number".
     let v = value.trim();
-    if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) {
+    let number = v.parse::<f64>().is_ok_and(f64::is_finite) && v.bytes().all(|b| b.is_ascii_digit() || b == b'.');
+    if number {
         return Err((key.to_owned(), format!("a duration needs its unit: \"{v}s\" or \"{v}ms\", not {v}")));
     }
-    let d = humantime::parse_duration(v)
-        .map_err(|e| (key.to_owned(), format!("invalid duration {value:?}: {e} (use e.g. \"250ms\", \"2s\")")))?;
+    if v.starts_with('-') {
+        return Err((key.to_owned(), format!("invalid duration {value:?}: a duration cannot be negative")));
+    }
+    let d = humantime::parse_duration(v).map_err(|e| {
+        let lower = v.to_lowercase();
+        let why = match humantime::parse_duration(&lower) {
+            Ok(_) => format!("units are written in lower case: {lower:?}"),
+            Err(_) => format!("{e} (use e.g. \"250ms\", \"2s\")"),
+        };
+        (key.to_owned(), format!("invalid duration {value:?}: {why}"))
+    })?;
     if d > MAX_DURATION {
         return Err((key.to_owned(), format!("{value:?} is too long: at most 10 years")));
     }

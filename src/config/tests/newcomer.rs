@@ -144,3 +144,24 @@ fn durations_say_what_to_write() {
         inline(&format!("[server]\nidle_timeout = '{ok}'\n")).unwrap_or_else(|e| panic!("{ok}: {e}"));
     }
 }
+
+/// An unknown upstream lists the defined ones in name order (the same on
+/// every run) and the nearest, wherever a route names one.
+#[test]
+fn an_unknown_upstream_lists_the_known_ones_in_order() {
+    let many = "[upstreams.zeta]\nurl='http://h:1'\n[upstreams.service_a]\nurl='http://h:2'\n[upstreams.mid]\nurl='http://h:3'\n";
+    let route = |rest: &str| format!("{many}[[routes]]\nname='x'\nprefix='/x'\n{rest}\n");
+    let known = "(known: mid, service_a, zeta)";
+    for _ in 0..4 {
+        refused(&[
+            (route("upstream = 'ghost'"), "routes[0].upstream", known),
+            (route("upstream = 'service-a'"), "routes[0].upstream", "; did you mean \"service_a\"?"),
+            (
+                route("split = [{ upstream = 'zeta', weight = 1 }, { upstream = 'zeat', weight = 1 }]"),
+                "routes[0].split[1].upstream",
+                "unknown upstream \"zeat\" (known: mid, service_a, zeta); did you mean \"zeta\"?",
+            ),
+            (route("upstream = 'zeta'\nmirror = { upstream = 'shadow' }"), "routes[0].mirror.upstream", known),
+        ]);
+    }
+}

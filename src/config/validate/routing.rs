@@ -152,7 +152,7 @@ pub(super) fn split(
         let k = |field: &str| key(&format!("split[{i}].{field}"));
         let upstream = *upstream_index
             .get(&m.upstream)
-            .ok_or_else(|| (k("upstream"), format!("unknown upstream {:?}", m.upstream)))?;
+            .ok_or_else(|| (k("upstream"), super::target::unknown_upstream(&m.upstream, upstream_index)))?;
         if parsed.iter().any(|p| p.upstream == upstream) {
             return Err((k("upstream"), format!("{:?} is listed twice", m.upstream)));
         }
@@ -207,7 +207,7 @@ pub(super) fn mirror(
 ) -> Result<MirrorConfig, Problem> {
     let upstream = *upstream_index
         .get(&m.upstream)
-        .ok_or_else(|| (key("mirror.upstream"), format!("unknown upstream {:?}", m.upstream)))?;
+        .ok_or_else(|| (key("mirror.upstream"), super::target::unknown_upstream(&m.upstream, upstream_index)))?;
     let percent = m.percent.unwrap_or(100.0);
     if !(percent > 0.0 && percent <= 100.0) {
         return Err((key("mirror.percent"), format!("{percent}: above 0 and at most 100")));

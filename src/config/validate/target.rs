@@ -105,14 +105,7 @@ fn proxy_target(
     key: &dyn Fn(&str) -> String,
     upstream_index: &HashMap<String, usize>,
 ) -> Result<ProxyTarget, Problem> {
-    let upstream = *upstream_index.get(up).ok_or_else(|| {
-        let known: Vec<_> = upstream_index.keys().map(String::as_str).collect();
-        let known = match known.is_empty() {
-            true => "no [upstreams] are defined".to_owned(),
-            false => format!("known: {}", known.join(", ")),
-        };
-        (key("upstream"), format!("unknown upstream {up:?} ({known})"))
-    })?;
+    let upstream = *upstream_index.get(up).ok_or_else(|| (key("upstream"), unknown_upstream(up, upstream_index)))?;
     let rewrite = r.rewrite.as_deref().map(|rw| validate_rewrite(rw).map_err(|m| (key("rewrite"), m))).transpose()?;
     let host = match r.host.as_deref() {
         None | Some("preserve") => HostMode::Preserve,
@@ -174,4 +167,19 @@ fn proxy_target(
         guarded_trailers: std::sync::Arc::from([]),
         via: Default::default(),
     })
+}
+
+/// A route's (or its split's or mirror's) upstream that no `[upstreams]`
+/// table defines: the ones that are, in name order (the index's own order
+/// changes from run to run), and the nearest when it looks like a typo.
+pub(super) fn unknown_upstream(up: &str, upstream_index: &HashMap<String, usize>) -> String {
+    let mut known: Vec<&str> = upstream_index.keys().map(String::as_str).collect();
+    known.sort_unstable();
+    if known.is_empty() {
+        return format!("unknown upstream {up:?} (no [upstreams] are defined)");
+    }
+    let limit = if up.chars().count() <= 5 { 1 } else { 2 };
+    let near = known.iter().map(|k| (crate::config::errors::distance(up, k), *k)).filter(|(d, _)| *d <= limit).min();
+    let guess = near.map(|(_, k)| format!("; did you mean {k:?}?")).unwrap_or_default();
+    format!("unknown upstream {up:?} (known: {}){guess}", known.join(", "))
 }

@@ -113,6 +113,25 @@ fn a_secret_given_where_a_table_belongs_is_not_shown() {
         assert_eq!(e.key, key, "{shown}");
         assert!(!shown.contains(secret) && shown.contains("expected a table"), "{shown}");
     }
+    // A value refused for its form is shown as /-/config would show it.
+    let jwt =
+        "auth = { jwt = { jwks_url = 'https://id.example/jwks', algorithms = ['RS256'], from = 'Bearer SECRET5' } }";
+    let cases = [
+        ("[upstreams.d]\ndiscover = { dns = 'u:SECRET6@name:53' }\n".to_owned(), "upstreams.d.discover.dns", "SECRET6"),
+        ("[upstreams.d]\ndiscover = { dns = 'u:SECRET7@name:x' }\n".to_owned(), "upstreams.d.discover.dns", "SECRET7"),
+        (
+            "[upstreams.d]\ndiscover = { srv = 'u:SECRET8@_h._tcp.n' }\n".to_owned(),
+            "upstreams.d.discover.srv",
+            "SECRET8",
+        ),
+        (route(&format!("respond = {{ status = 200 }}\n{jwt}")), "routes[0].auth.jwt.from", "SECRET5"),
+    ];
+    for (text, key, secret) in cases {
+        let e = inline(&text).map(|_| ()).expect_err(&text);
+        let shown = e.to_string();
+        assert_eq!(e.key, key, "{shown}");
+        assert!(!shown.contains(secret) && shown.contains("<redacted>"), "{shown}");
+    }
 }
 
 /// Addresses and sizes say what to write, not what their parser met.

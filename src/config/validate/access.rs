@@ -156,7 +156,10 @@ fn jwt(j: &RawJwt, key: &str, base_dir: &Path) -> Result<JwtConfig, Problem> {
             Some(name) if !name.is_empty() && name.bytes().all(|b| b.is_ascii_graphic() && !b"=;,\"".contains(&b)) => {
                 TokenSource::Cookie(name.to_owned())
             }
-            _ => return Err((k("from"), format!("{f:?}: use \"authorization\" or \"cookie:NAME\""))),
+            _ => {
+                let shown = crate::config::redact_condition("from", f);
+                return Err((k("from"), format!("{shown}: use \"authorization\" or \"cookie:NAME\"")));
+            }
         },
     };
     let forward_claims = forward_claims(&j.forward_claims, &k("forward_claims"))?;

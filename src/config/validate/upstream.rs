@@ -15,6 +15,7 @@ use super::super::{
     MaxRequests, OutlierConfig, Protocol, RetryBudget, UpstreamConfig, UpstreamTls,
 };
 use super::{Problem, parse_duration, positive_duration};
+use crate::config::redact_url;
 
 /// The largest `max_requests` (tokio's semaphore takes up to 2^61 permits;
 /// anything near that is a typo).
@@ -180,17 +181,20 @@ fn discover(
             let (host, port) = match dns.rsplit_once(':') {
                 Some((host, port)) => {
                     let port = port.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| {
-                        (key("discover.dns"), format!("{dns:?}: the port must be a number from 1 to 65535"))
+                        (
+                            key("discover.dns"),
+                            format!("{:?}: the port must be a number from 1 to 65535", redact_url(dns)),
+                        )
                     })?;
                     (host, port)
                 }
                 None => (dns.as_str(), default_port),
             };
-            dns_name(host).map_err(|m| (key("discover.dns"), format!("{dns:?}: {m}")))?;
+            dns_name(host).map_err(|m| (key("discover.dns"), format!("{:?}: {m}", redact_url(dns))))?;
             DiscoverName::Dns { host: host.to_owned(), port }
         }
         (None, Some(srv)) => {
-            dns_name(srv).map_err(|m| (key("discover.srv"), format!("{srv:?}: {m}")))?;
+            dns_name(srv).map_err(|m| (key("discover.srv"), format!("{:?}: {m}", redact_url(srv))))?;
             DiscoverName::Srv(srv.clone())
         }
         _ => {

@@ -68,7 +68,11 @@ fn cases() -> Vec<Case> {
         case(route("upstream = \"ghost\""), "routes[0].upstream", &["unknown upstream \"ghost\" (known: app, b)"]),
         case(route("upstrem = \"app\""), "routes[0].upstrem", &["did you mean `upstream`?"]),
         case(route("upstream = \"app\"\nmethods = [\"GTE\"]"), "routes[0].methods[0]", &["did you mean \"GET\"?"]),
-        case(route("upstream = \"app\"\nmethods = [\"get\"]"), "routes[0].methods[0]", &["case-sensitive"]),
+        case(
+            route("upstream = \"app\"\nmethods = [\"get\", \"PURG\"]"),
+            "routes[0].methods[1]",
+            &["did you mean \"PURGE\"?"],
+        ),
         case(route("upstream = \"app\"\nmethods = \"GET\""), "routes[0].methods", &["expected a list"]),
         case(route("upstream = \"app\"\nmethods = []"), "routes[0].methods", &["is empty"]),
         case(route("upstream = \"app\"\ntimeout = 5"), "routes[0].timeout", &["needs its unit: \"5s\""]),

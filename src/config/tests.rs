@@ -156,9 +156,9 @@ fn bad_configs_name_key_and_problem() {
             "\"GTE\" is not an HTTP method; did you mean \"GET\"?",
         ),
         (
-            "[[routes]]\nname='x'\nprefix='/x'\nupstream='a'\nmethods=['get']\n",
-            "routes[0].methods[0]",
-            "methods are case-sensitive; did you mean \"GET\"?",
+            "[[routes]]\nname='x'\nprefix='/x'\nupstream='a'\nmethods=['get', 'gte']\n",
+            "routes[0].methods[1]",
+            "\"gte\" is not an HTTP method; did you mean \"GET\"?",
         ),
         ("[[routes]]\nname='x'\nprefix='/x'\nupstream='a'\nmethods=[]\n", "routes[0].methods", "is empty"),
     ];

@@ -1,7 +1,9 @@
 //! The one rule for every key that lists HTTP methods (a route's
-//! `methods`): a method is taken only as the IANA HTTP Method Registry
-//! spells it, so a typo (`GTE`, `get`) is an error at load rather than a
-//! route that answers 405 to the method that was meant.
+//! `methods`): a method is taken only if the IANA HTTP Method Registry, or
+//! the short list of unregistered ones in wide use, holds it, so a typo
+//! (`GTE`) is an error at load rather than a route that answers 405 to the
+//! method that was meant. Any case is taken, in capitals, as it always was
+//! (`get` is `GET`): a configuration that loaded before still loads.
 
 use http::Method;
 
@@ -54,8 +56,13 @@ pub(crate) const REGISTERED: &[&str] = &[
     "VERSION-CONTROL",
 ];
 
-/// The methods of the list at `key` (`routes[2].methods`), each refused
-/// with its own index unless the registry holds it as written.
+/// Methods outside the registry that caches and proxies take all the same:
+/// `PURGE` (Varnish's, nginx's and most CDNs' cache purge) and `QUERY` (the
+/// HTTP working group's safe method with a body, not yet registered).
+pub(crate) const IN_WIDE_USE: &[&str] = &["PURGE", "QUERY"];
+
+/// The methods of the list at `key` (`routes[2].methods`), in capitals, each
+/// refused with its own index unless the registry or [`IN_WIDE_USE`] holds it.
 pub(super) fn methods(key: &str, listed: &[String]) -> Result<Vec<Method>, Problem> {
     if listed.is_empty() {
         return Err((
@@ -70,10 +77,11 @@ pub(super) fn methods(key: &str, listed: &[String]) -> Result<Vec<Method>, Probl
         .enumerate()
         .map(|(i, m)| {
             let refused = |why: String| (format!("{key}[{i}]"), why);
-            if !REGISTERED.contains(&m.as_str()) {
+            let upper = m.to_ascii_uppercase();
+            if !REGISTERED.contains(&upper.as_str()) && !IN_WIDE_USE.contains(&upper.as_str()) {
                 return Err(refused(unregistered(m)));
             }
-            Method::from_bytes(m.as_bytes()).map_err(|_| refused(format!("{m:?} is not an HTTP method")))
+            Method::from_bytes(upper.as_bytes()).map_err(|_| refused(format!("{m:?} is not an HTTP method")))
         })
         .collect()
 }
@@ -81,9 +89,6 @@ pub(super) fn methods(key: &str, listed: &[String]) -> Result<Vec<Method>, Probl
 /// Why `m` is refused, with the registered methods it is nearest to.
 fn unregistered(m: &str) -> String {
     let upper = m.to_ascii_uppercase();
-    if REGISTERED.contains(&upper.as_str()) {
-        return format!("{m:?}: methods are case-sensitive; did you mean {upper:?}?");
-    }
     let near = near(&upper);
     let common = "GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS, CONNECT, TRACE, or a WebDAV method such as PROPFIND";
     match near.as_slice() {
@@ -96,11 +101,11 @@ fn unregistered(m: &str) -> String {
     }
 }
 
-/// The registered methods within a typo's reach of `upper`, nearest first.
+/// The methods taken within a typo's reach of `upper`, nearest first.
 fn near(upper: &str) -> Vec<&'static str> {
     let limit = if upper.chars().count() <= 5 { 1 } else { 2 };
     let mut found: Vec<(usize, &str)> =
-        REGISTERED.iter().map(|r| (distance(upper, r), *r)).filter(|(d, _)| *d <= limit).collect();
+        REGISTERED.iter().chain(IN_WIDE_USE).map(|r| (distance(upper, r), *r)).filter(|(d, _)| *d <= limit).collect();
     found.sort();
     found.into_iter().map(|(_, r)| r).collect()
 }
@@ -110,23 +115,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn registered_methods_are_taken_as_written() {
-        let all: Vec<String> = REGISTERED.iter().map(|m| m.to_string()).collect();
-        let taken = methods("m", &all).unwrap();
-        assert_eq!(taken.iter().map(Method::as_str).collect::<Vec<_>>(), REGISTERED);
+    fn registered_methods_are_taken_in_capitals() {
+        let all: Vec<&str> = REGISTERED.iter().chain(IN_WIDE_USE).copied().collect();
+        let taken = methods("m", &all.iter().map(|m| m.to_string()).collect::<Vec<_>>()).unwrap();
+        assert_eq!(taken.iter().map(Method::as_str).collect::<Vec<_>>(), all);
+        let lower: Vec<String> = all.iter().map(|m| m.to_ascii_lowercase()).collect();
+        let taken = methods("m", &lower).unwrap();
+        assert_eq!(taken.iter().map(Method::as_str).collect::<Vec<_>>(), all);
     }
 
     #[test]
     fn typos_are_refused_with_their_index_and_near_matches() {
         let cases: &[(&[&str], &str, &str)] = &[
             (&["GTE"], "m[0]", "\"GTE\" is not an HTTP method; did you mean \"GET\"?"),
-            (&["GET", "get"], "m[1]", "\"get\": methods are case-sensitive; did you mean \"GET\"?"),
-            (&["Post"], "m[0]", "did you mean \"POST\"?"),
+            (&["GET", "gte"], "m[1]", "\"gte\" is not an HTTP method; did you mean \"GET\"?"),
             (&["DELET"], "m[0]", "did you mean \"DELETE\"?"),
             (&["PTACH"], "m[0]", "did you mean \"PATCH\"?"),
             (&["OPTION"], "m[0]", "did you mean \"OPTIONS\"?"),
             (&["POT"], "m[0]", "did you mean one of \"POST\", \"PUT\"?"),
-            (&["PURGE"], "m[0]", "not in the IANA HTTP Method Registry; use GET, HEAD"),
+            (&["PURG"], "m[0]", "did you mean \"PURGE\"?"),
+            (&["FROBNICATE"], "m[0]", "not in the IANA HTTP Method Registry; use GET, HEAD"),
             (&["*"], "m[0]", "not in the IANA HTTP Method Registry"),
             (&["PRI"], "m[0]", "\"PRI\" is not in the IANA HTTP Method Registry"),
             (&["GET POST"], "m[0]", "not in the IANA HTTP Method Registry"),

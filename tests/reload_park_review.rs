@@ -2,7 +2,8 @@
 //! when it happens: parked, busy (a request waiting on its upstream),
 //! pipelined, over TLS, and many at once through many reloads. Raw
 //! clients and upstreams on loopback; the parked gauge is the process's,
-//! so the tests run one at a time.
+//! so the tests run one at a time, each once the last one's connections
+//! have gone (`common::parked::one_at_a_time`).
 
 mod common;
 
@@ -27,8 +28,6 @@ use tokio_rustls::TlsConnector;
 
 #[global_allocator]
 static ALLOC: Counting = Counting;
-
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 const WAIT: Duration = Duration::from_secs(5);
 
@@ -105,7 +104,7 @@ const PARKING: &str = "park_after = \"200ms\"\nidle_timeout = \"30s\"";
 /// that changes nothing for the parked connection.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn parked_busy_and_pipelined_connections_cross_a_reload() {
-    let _one = SERIAL.lock().await;
+    let _one = common::parked::one_at_a_time().await;
     let (a, gate, seen) = held_upstream("old upstream").await;
     let (b, _) = counting_upstream().await;
     let dir = tempfile::tempdir().unwrap();
@@ -151,7 +150,7 @@ fn watch_reloads() -> f64 {
 /// reloaded without waking it, and its next request takes the new route.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watched_file_saved_while_a_connection_is_parked() {
-    let _one = SERIAL.lock().await;
+    let _one = common::parked::one_at_a_time().await;
     let dir = tempfile::tempdir().unwrap();
     let v = |body: &str| file(&format!("{PARKING}\nwatch_config = true"), &respond("r", "/r", body));
     let gw = TestGateway::from_file(dir.path(), &v("one")).await;
@@ -175,7 +174,7 @@ async fn a_watched_file_saved_while_a_connection_is_parked() {
 /// connections last used: each applies from their next request.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn removed_and_newly_limited_routes_reach_parked_connections() {
-    let _one = SERIAL.lock().await;
+    let _one = common::parked::one_at_a_time().await;
     let (slow, gate, seen) = held_upstream("slow").await;
     let (b, hits) = counting_upstream().await;
     let dir = tempfile::tempdir().unwrap();
@@ -233,7 +232,7 @@ async fn removed_and_newly_limited_routes_reach_parked_connections() {
 /// difference.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_changed_max_concurrent_keeps_counting_for_parked_connections() {
-    let _one = SERIAL.lock().await;
+    let _one = common::parked::one_at_a_time().await;
     let (slow, gate, seen) = held_upstream("slow").await;
     let dir = tempfile::tempdir().unwrap();
     let v = |max: usize| {
@@ -288,7 +287,7 @@ async fn closes_after_idle(s: &mut TcpStream, from: Instant, which: &str) -> Dur
 /// not applied, to connections parked before the reload or opened after.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_keys_changed_by_a_reload_do_not_reach_parked_or_new_connections() {
-    let _one = SERIAL.lock().await;
+    let _one = common::parked::one_at_a_time().await;
     let dir = tempfile::tempdir().unwrap();
     let routes = respond("r", "/r", "one");
     let gw = TestGateway::from_file(dir.path(), &file(RUNNING, &routes)).await;
@@ -367,7 +366,7 @@ async fn tls_get(send: &mut hyper::client::conn::http1::SendRequest<common::Test
 /// idle across the reload goes on with the new routes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renewed_certificate_reaches_new_handshakes_and_idle_tls_connections_go_on() {
-    let _one = SERIAL.lock().await;
+    let _one = common::parked::one_at_a_time().await;
     let pki = Pki::new();
     pki.issue("server", &["localhost"], false);
     let tls = "[server.tls]\ncert = \"server.pem\"\nkey = \"server.key\"\n";
@@ -442,7 +441,7 @@ async fn admin_reload(admin: SocketAddr) {
 /// 50 more reloads leave the heap as it was.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_reloads_while_many_connections_park_and_wake() {
-    let _one = SERIAL.lock().await;
+    let _one = common::parked::one_at_a_time().await;
     let dir = tempfile::tempdir().unwrap();
     let gw = TestGateway::from_file(dir.path(), &versioned(0)).await;
     let admin = gw.admin.expect("an admin listener");

@@ -169,8 +169,16 @@ fn closest<'a>(field: &str, known: &[&'a str]) -> Option<&'a str> {
     known.iter().map(|k| (distance(&field.to_lowercase(), k), *k)).filter(|(d, _)| *d <= limit).min().map(|(_, k)| k)
 }
 
-/// Optimal string alignment distance.
+/// Names longer than this are no typo of a known one: their distance is
+/// not computed (its table grows as the product of the two lengths).
+const LONGEST_TYPO: usize = 64;
+
+/// Optimal string alignment distance; `usize::MAX` for a text longer than
+/// [`LONGEST_TYPO`].
 pub(super) fn distance(a: &str, b: &str) -> usize {
+    if a.len() > LONGEST_TYPO || b.len() > LONGEST_TYPO {
+        return usize::MAX;
+    }
     let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
     let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
     for (i, row) in d.iter_mut().enumerate() {
@@ -277,6 +285,15 @@ fn line_and_column(text: &str, at: usize) -> (usize, usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_name_is_no_typo() {
+        assert_eq!(distance("upstream", "upstrem"), 1);
+        let long = "u".repeat(LONGEST_TYPO + 1);
+        assert_eq!(distance(&long, &long), usize::MAX);
+        assert_eq!(distance("upstream", &long), usize::MAX);
+        assert_eq!(closest(&"v".repeat(100_000), &["upstream"]), None);
+    }
 
     #[test]
     fn keys_keep_their_dots() {

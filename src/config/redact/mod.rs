@@ -119,8 +119,8 @@ fn redacted_under(value: Value, path: &mut Vec<String>) -> Value {
 /// A text under a key that does not name a secret: redacted whole when it
 /// is a credential itself (a JWT, `Bearer ...`), else as [`redact_url`].
 pub(super) fn redact_text(s: &str) -> String {
-    let credential =
-        looks_like_jwt(s) || AUTH_SCHEMES.iter().any(|p| s.len() > p.len() && s[..p.len()].eq_ignore_ascii_case(p));
+    let credential = looks_like_jwt(s)
+        || AUTH_SCHEMES.iter().any(|p| s.len() > p.len() && s.as_bytes()[..p.len()].eq_ignore_ascii_case(p.as_bytes()));
     if credential { REDACTED.to_owned() } else { redact_url(s) }
 }
 
@@ -182,6 +182,15 @@ fn looks_like_jwt(s: &str) -> bool {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn texts_of_any_script_are_redacted_without_a_panic() {
+        for text in ["Добро пожаловать", "ようこそ", "Καλώς ήρθατε", "tokené", "bearer"]
+        {
+            assert_eq!(redact_text(text), text);
+        }
+        assert_eq!(redact_text("Bearer ключ"), REDACTED);
+    }
 
     #[test]
     fn urls() {

@@ -112,7 +112,7 @@ pub(super) fn store(
         .map_err(|e| (k("url"), format!("the Redis client refuses it: {e}")))?;
     let password = match &raw.password_env {
         None => None,
-        Some(var) => Some(env(var).ok_or_else(|| (k("password_env"), format!("the variable {var} is not set")))?),
+        Some(var) => Some(env(var).ok_or_else(|| (k("password_env"), "the variable it names is not set (its name is not repeated here: a password pasted in its place would be)".to_owned()))?),
     };
     let timeout = match raw.timeout.as_deref() {
         Some(t) => positive_duration(&k("timeout"), t)?,
@@ -275,6 +275,10 @@ mod tests {
         );
         let with_env = RawRateLimitStore { password_env: Some("RL_PW".into()), ..raw("redis://h") };
         assert_eq!(key_of(RawRateLimitStore { ..with_env }), "rate_limit_store.password_env");
+        // A password pasted where its variable's name goes is not repeated.
+        let pasted = RawRateLimitStore { password_env: Some("hunter2".into()), ..raw("redis://h") };
+        let (_, why) = store(&pasted, &none).unwrap_err();
+        assert!(!why.contains("hunter2"), "{why}");
         let with_env = RawRateLimitStore { password_env: Some("RL_PW".into()), ..raw("redis://h") };
         let s = store(&with_env, &|v| (v == "RL_PW").then(|| "secret".to_owned())).unwrap();
         assert_eq!(s.password.as_deref(), Some("secret"));

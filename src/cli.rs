@@ -205,8 +205,20 @@ fn check(path: Option<PathBuf>) -> ExitCode {
     for name in unused_upstreams(&config) {
         say!("warning: upstream {name} is used by no route");
     }
+    for (key, why) in unregistered_methods(&config) {
+        say!("warning: {key}: {why}");
+    }
     check_discovery(&config);
     ExitCode::SUCCESS
+}
+
+/// Routes' methods outside the registry (most likely a typo), each with
+/// its key and why: valid, so `check` and the start only say so.
+fn unregistered_methods(config: &Config) -> Vec<(String, String)> {
+    let listed = config.routes.iter().enumerate().flat_map(|(r, route)| {
+        route.methods.iter().flatten().enumerate().map(move |(i, m)| (format!("routes[{r}].methods[{i}]"), m))
+    });
+    listed.filter_map(|(key, m)| config::unregistered_method(m).map(|why| (key, why))).collect()
 }
 
 /// Upstreams no route sends requests to: valid, but most likely a route's
@@ -321,6 +333,9 @@ fn run_gateway(path: Option<PathBuf>, log_format: LogFormat, watch: bool) -> Exi
     config.server.watch_config |= watch;
     for name in unused_upstreams(&config) {
         tracing::warn!(upstream = name, "no route uses this upstream");
+    }
+    for (key, why) in unregistered_methods(&config) {
+        tracing::warn!(key, "{why}");
     }
     let embedded = demo_files.is_some();
     let demo_dir = demo_files.as_ref().map(|d| d.path().display().to_string()).unwrap_or_default();

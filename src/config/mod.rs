@@ -94,6 +94,7 @@ mod server;
 pub use server::AccessLogFormat;
 mod upstream;
 mod validate;
+pub use validate::methods::unregistered as unregistered_method;
 
 pub use ratelimit::{
     MissingKey, OnStoreError, Rate, RateLimitConfig, RateLimitKey, RateLimitStoreConfig, StoreCa, StoreKind,

@@ -1,9 +1,9 @@
 //! The one rule for every key that lists HTTP methods (a route's
-//! `methods`): a method is taken only if the IANA HTTP Method Registry, or
-//! the short list of unregistered ones in wide use, holds it, so a typo
-//! (`GTE`) is an error at load rather than a route that answers 405 to the
-//! method that was meant. Any case is taken, in capitals, as it always was
-//! (`get` is `GET`): a configuration that loaded before still loads.
+//! `methods`): any HTTP token, in capitals, as it always was (`get` is
+//! `GET`), so a configuration that loaded before still loads; one that the
+//! IANA HTTP Method Registry, or the short list of unregistered ones in
+//! wide use, does not hold is warned of with the nearest ones, as a typo
+//! (`GTE`) would otherwise be a route that answers 405 to the method meant.
 
 use http::Method;
 
@@ -61,8 +61,11 @@ pub(crate) const REGISTERED: &[&str] = &[
 /// HTTP working group's safe method with a body, not yet registered).
 pub(crate) const IN_WIDE_USE: &[&str] = &["PURGE", "QUERY"];
 
-/// The methods of the list at `key` (`routes[2].methods`), in capitals, each
-/// refused with its own index unless the registry or [`IN_WIDE_USE`] holds it.
+/// The methods of the list at `key` (`routes[2].methods`), in capitals (as
+/// they always were taken), each refused with its own index unless it is
+/// an HTTP token. One outside the registry and [`IN_WIDE_USE`] loads, as
+/// it did before the registry was looked at (a custom method, `BAN`,
+/// `M-SEARCH`), and [`unregistered`] says so in `check` and at the start.
 pub(super) fn methods(key: &str, listed: &[String]) -> Result<Vec<Method>, Problem> {
     if listed.is_empty() {
         return Err((
@@ -76,29 +79,37 @@ pub(super) fn methods(key: &str, listed: &[String]) -> Result<Vec<Method>, Probl
         .iter()
         .enumerate()
         .map(|(i, m)| {
-            let refused = |why: String| (format!("{key}[{i}]"), why);
-            let upper = m.to_ascii_uppercase();
-            if !REGISTERED.contains(&upper.as_str()) && !IN_WIDE_USE.contains(&upper.as_str()) {
-                return Err(refused(unregistered(m)));
-            }
-            Method::from_bytes(upper.as_bytes()).map_err(|_| refused(format!("{m:?} is not an HTTP method")))
+            Method::from_bytes(m.to_ascii_uppercase().as_bytes()).map_err(|_| {
+                let why = "is not an HTTP method: a method is a word of letters, digits and !#$%&'*+-.^_`|~";
+                (format!("{key}[{i}]"), format!("{:?} {why}", shown(m)))
+            })
         })
         .collect()
 }
 
-/// Why `m` is refused, with the registered methods it is nearest to.
-fn unregistered(m: &str) -> String {
-    let upper = m.to_ascii_uppercase();
-    let near = near(&upper);
-    let common = "GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS, CONNECT, TRACE, or a WebDAV method such as PROPFIND";
-    match near.as_slice() {
-        [] => format!("{m:?} is not in the IANA HTTP Method Registry; use {common} (in capitals)"),
-        [one] => format!("{m:?} is not an HTTP method; did you mean {one:?}?"),
+/// A warning for a route's method outside the registry and [`IN_WIDE_USE`]
+/// (most likely a typo: `GTE`), with the methods it is nearest to; `None`
+/// for one they hold.
+pub fn unregistered(m: &Method) -> Option<String> {
+    let m = m.as_str();
+    if REGISTERED.contains(&m) || IN_WIDE_USE.contains(&m) {
+        return None;
+    }
+    let near = near(m);
+    let m = shown(m);
+    Some(match near.as_slice() {
+        [] => format!("{m:?} is not in the IANA HTTP Method Registry; a request must use it as written"),
+        [one] => format!("{m:?} is not a registered HTTP method; did you mean {one:?}?"),
         many => {
             let quoted: Vec<String> = many.iter().map(|n| format!("{n:?}")).collect();
-            format!("{m:?} is not an HTTP method; did you mean one of {}?", quoted.join(", "))
+            format!("{m:?} is not a registered HTTP method; did you mean one of {}?", quoted.join(", "))
         }
-    }
+    })
+}
+
+/// A method as a message shows it: its first 64 bytes at most.
+fn shown(m: &str) -> &str {
+    m.char_indices().nth(64).map_or(m, |(i, _)| &m[..i])
 }
 
 /// The methods taken within a typo's reach of `upper`, nearest first.
@@ -125,25 +136,40 @@ mod tests {
     }
 
     #[test]
-    fn typos_are_refused_with_their_index_and_near_matches() {
-        let cases: &[(&[&str], &str, &str)] = &[
-            (&["GTE"], "m[0]", "\"GTE\" is not an HTTP method; did you mean \"GET\"?"),
-            (&["GET", "gte"], "m[1]", "\"gte\" is not an HTTP method; did you mean \"GET\"?"),
-            (&["DELET"], "m[0]", "did you mean \"DELETE\"?"),
-            (&["PTACH"], "m[0]", "did you mean \"PATCH\"?"),
-            (&["OPTION"], "m[0]", "did you mean \"OPTIONS\"?"),
-            (&["POT"], "m[0]", "did you mean one of \"POST\", \"PUT\"?"),
-            (&["PURG"], "m[0]", "did you mean \"PURGE\"?"),
-            (&["FROBNICATE"], "m[0]", "not in the IANA HTTP Method Registry; use GET, HEAD"),
-            (&["*"], "m[0]", "not in the IANA HTTP Method Registry"),
-            (&["PRI"], "m[0]", "\"PRI\" is not in the IANA HTTP Method Registry"),
-            (&["GET POST"], "m[0]", "not in the IANA HTTP Method Registry"),
-            (&[], "m", "is empty"),
+    fn typos_are_warned_of_with_near_matches() {
+        let cases: &[(&str, &str)] = &[
+            ("GTE", "\"GTE\" is not a registered HTTP method; did you mean \"GET\"?"),
+            ("gte", "\"GTE\" is not a registered HTTP method; did you mean \"GET\"?"),
+            ("DELET", "did you mean \"DELETE\"?"),
+            ("PTACH", "did you mean \"PATCH\"?"),
+            ("OPTION", "did you mean \"OPTIONS\"?"),
+            ("POT", "did you mean one of \"POST\", \"PUT\"?"),
+            ("PURG", "did you mean \"PURGE\"?"),
+            ("FROBNICATE", "not in the IANA HTTP Method Registry"),
+            ("BAN", "not in the IANA HTTP Method Registry"),
         ];
-        for (listed, key, says) in cases {
+        for (listed, says) in cases {
+            let taken = methods("m", &[listed.to_string()]).unwrap();
+            let warning = unregistered(&taken[0]).unwrap_or_default();
+            assert!(warning.contains(says), "{listed:?}: {warning}");
+        }
+        for m in ["GET", "PROPFIND", "PURGE", "QUERY"] {
+            assert_eq!(unregistered(&Method::from_bytes(m.as_bytes()).unwrap()), None);
+        }
+        let long = Method::from_bytes("X".repeat(100_000).as_bytes()).unwrap();
+        assert!(unregistered(&long).unwrap().len() < 200);
+    }
+
+    #[test]
+    fn what_is_no_method_or_no_list_is_refused() {
+        for (listed, key, says) in [
+            (&["GET POST"][..], "m[0]", "is not an HTTP method"),
+            (&["G\u{e9}T"], "m[0]", "is not an HTTP method"),
+            (&[], "m", "is empty"),
+        ] {
             let listed: Vec<String> = listed.iter().map(|m| m.to_string()).collect();
             let (k, message) = methods("m", &listed).unwrap_err();
-            assert_eq!(k, *key, "{listed:?}: {message}");
+            assert_eq!(k, key, "{listed:?}: {message}");
             assert!(message.contains(says), "{listed:?}: {message}");
         }
     }

@@ -23,7 +23,7 @@ use super::{
 mod access;
 mod address;
 mod cache;
-mod methods;
+pub(super) mod methods;
 mod metrics;
 mod ratelimit;
 mod resolver;

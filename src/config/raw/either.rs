@@ -8,7 +8,7 @@
 
 use std::fmt;
 
-use serde::de::{self, Deserialize, Deserializer, MapAccess, Unexpected, Visitor};
+use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Unexpected, Visitor};
 
 use super::{RawEndpoint, RawMaxRequests, RawPattern, RawSize, RawSticky, RawStickyTable, RawWant, RawWeighted};
 
@@ -17,6 +17,13 @@ use super::{RawEndpoint, RawMaxRequests, RawPattern, RawSize, RawSticky, RawStic
 /// adds around them).
 fn table<'de, T: Deserialize<'de>, A: MapAccess<'de>>(map: A) -> Result<T, A::Error> {
     T::deserialize(de::value::MapAccessDeserializer::new(map))
+}
+
+/// A table form written as a list of its values in field order, which
+/// the untagged enums these visitors replaced took (`[["http://h:1", 3]]`
+/// for an endpoint): kept, so that a file that loaded still loads.
+fn fields<'de, T: Deserialize<'de>, A: SeqAccess<'de>>(seq: A) -> Result<T, A::Error> {
+    T::deserialize(de::value::SeqAccessDeserializer::new(seq))
 }
 
 /// A visitor that says what its type accepts, in the file's words.
@@ -100,6 +107,10 @@ impl<'de> Visitor<'de> for Expecting<RawEndpoint> {
     fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RawEndpoint, A::Error> {
         table::<RawWeighted, A>(map).map(RawEndpoint::Weighted)
     }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<RawEndpoint, A::Error> {
+        fields::<RawWeighted, A>(seq).map(RawEndpoint::Weighted)
+    }
 }
 
 impl<'de> Deserialize<'de> for RawEndpoint {
@@ -166,6 +177,10 @@ impl<'de> Visitor<'de> for Expecting<RawWant> {
 
     fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RawWant, A::Error> {
         table::<RawPattern, A>(map).map(RawWant::Pattern)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<RawWant, A::Error> {
+        fields::<RawPattern, A>(seq).map(RawWant::Pattern)
     }
 }
 

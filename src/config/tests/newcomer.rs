@@ -65,6 +65,16 @@ fn each_form_of_a_text_or_table_value_loads() {
     }
 }
 
+/// A table form written as a list of its values in field order loaded
+/// before these values were read by hand (serde's untagged enums took it),
+/// and still does, to the same values.
+#[test]
+fn a_table_form_written_as_a_list_still_loads() {
+    let c = inline("[upstreams.a]\nendpoints = [['http://127.0.0.1:2', 3]]\n").unwrap();
+    assert_eq!(c.upstreams[0].endpoints.iter().map(|e| e.weight).collect::<Vec<_>>(), [3]);
+    inline(&route("upstream = 'a'\nheaders = { x-a = ['^a+$'] }\nquery = { v = ['2|3'] }")).unwrap();
+}
+
 /// A value of the wrong type is told in TOML's words (table, list, whole
 /// number), never with serde's (map, sequence, 64-bit integer).
 #[test]

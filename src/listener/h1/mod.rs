@@ -20,8 +20,7 @@
 //! this file runs one exchange after the other, and `guard` runs them
 //! beside the connection's watchdog and shutdown signals, as hyper's
 //! connection runs in `listener`; `park` lets a connection idle for a
-//! while give its task up until its next request; `linger` reads and drops
-//! what a client still sends after an answer that closed the connection.
+//! while give its task up until its next request.
 //!
 //! Where it decides differently from hyper's server connection:
 //! - A TLS connection without ALPN goes to hyper-util's `auto` connection
@@ -42,9 +41,6 @@
 //!   gateway's log (the decoder is the upstream client's), and a chunk-size
 //!   line past that decoder's bound (thousands of leading zeros) is a 400
 //!   where hyper's takes it.
-//! - A connection answered before its request body was read closes with
-//!   a lingering close (see `linger`); hyper's closes at once, and the
-//!   client's unread bytes reset the connection.
 //! - A refused head's 400, 414 or 431 carries an `X-Request-Id` (the head's
 //!   own when it was read whole and may be kept, else one made here);
 //!   hyper's carries none.
@@ -52,7 +48,6 @@
 mod encode;
 mod guard;
 mod head;
-mod linger;
 mod park;
 mod replay;
 mod respond;
@@ -225,12 +220,9 @@ async fn serve_wire(wire: Shared, c: &mut Connection, held: &mut Option<Held>, p
         // send, as a `shutdown` would, one system call fewer.
         Ended::Stop(Stop::Close) if wire.lock().client_closed_plain() => {}
         Ended::Stop(Stop::Close) => {
-            // A clean close (a TLS close_notify, a FIN), lingering while the
-            // client may still be sending its request body (see `linger`).
+            // A clean close (a TLS close_notify, a FIN).
             let shut = std::future::poll_fn(|cx| std::pin::Pin::new(&mut wire.lock().io).poll_shutdown(cx));
-            if let Ok(Ok(())) = guard(pin!(shut), &mut signals).await {
-                linger::linger(&wire, &mut signals).await;
-            }
+            let _ = guard(pin!(shut), &mut signals).await;
         }
         // Cut by the shutdown timeout (or a second signal) while a request
         // waited for its answer: the client is told so (logged and counted

@@ -20,7 +20,8 @@
 //! this file runs one exchange after the other, and `guard` runs them
 //! beside the connection's watchdog and shutdown signals, as hyper's
 //! connection runs in `listener`; `park` lets a connection idle for a
-//! while give its task up until its next request.
+//! while give its task up until its next request; `linger` reads and drops
+//! what a client still sends after an answer that closed the connection.
 //!
 //! Where it decides differently from hyper's server connection:
 //! - A TLS connection without ALPN goes to hyper-util's `auto` connection
@@ -41,6 +42,9 @@
 //!   gateway's log (the decoder is the upstream client's), and a chunk-size
 //!   line past that decoder's bound (thousands of leading zeros) is a 400
 //!   where hyper's takes it.
+//! - A connection answered before its request body was read closes with
+//!   a lingering close (see `linger`); hyper's closes at once, and the
+//!   client's unread bytes reset the connection.
 //! - A refused head's 400, 414 or 431 carries an `X-Request-Id` (the head's
 //!   own when it was read whole and may be kept, else one made here);
 //!   hyper's carries none.
@@ -48,6 +52,7 @@
 mod encode;
 mod guard;
 mod head;
+mod linger;
 mod park;
 mod replay;
 mod respond;
@@ -62,7 +67,6 @@ use std::task::Poll;
 
 use bytes::{Bytes, BytesMut};
 use http::{HeaderValue, Method, Request, Response, Version, request};
-use tokio::io::AsyncWrite;
 
 use super::conn::{ConnBody, ConnState};
 use super::{Connection, Held, Kind};
@@ -219,11 +223,10 @@ async fn serve_wire(wire: Shared, c: &mut Connection, held: &mut Option<Held>, p
         // read: the socket's close sends the FIN after what is still to
         // send, as a `shutdown` would, one system call fewer.
         Ended::Stop(Stop::Close) if wire.lock().client_closed_plain() => {}
-        Ended::Stop(Stop::Close) => {
-            // A clean close (a TLS close_notify, a FIN).
-            let shut = std::future::poll_fn(|cx| std::pin::Pin::new(&mut wire.lock().io).poll_shutdown(cx));
-            let _ = guard(pin!(shut), &mut signals).await;
-        }
+        // A clean close (a TLS close_notify, a FIN), lingering while the
+        // client may still be sending its request body. Boxed: every
+        // connection's task would otherwise keep room for it.
+        Ended::Stop(Stop::Close) => Box::pin(linger::close(&wire, &mut signals)).await,
         // Cut by the shutdown timeout (or a second signal) while a request
         // waited for its answer: the client is told so (logged and counted
         // as this 503 by `App::abandon_requests`), not left with a closed

@@ -112,6 +112,12 @@ impl Shared {
         self.0.lock().expect("wire lock")
     }
 
+    /// Whether nothing else holds the wire (no request body still held
+    /// elsewhere, which may read the socket).
+    pub fn alone(&self) -> bool {
+        Arc::strong_count(&self.0) == 1
+    }
+
     /// The socket and the bytes read past the last head, once nothing else
     /// holds the wire (for a tunnel).
     pub fn into_parts(self) -> Option<(ClientStream, Bytes)> {
@@ -185,6 +191,15 @@ impl Wire {
             self.eof = true;
         }
         Poll::Ready(Ok(n))
+    }
+
+    /// As the connection closes: whether the client may still be sending
+    /// the request body (not all of it read or in, its stream not ended),
+    /// for a lingering close to read and drop; the bytes read are let go.
+    pub fn body_coming(&mut self) -> bool {
+        let coming = !self.eof && !self.decoder.is_done() && !self.body_drained();
+        self.rx = BytesMut::new();
+        coming
     }
 
     /// A plain socket read to its end (the client closed its side): the

@@ -205,22 +205,27 @@ fn an_otlp_endpoint_with_a_query_is_refused_at_load() {
 /// A redirect route's `location` is shown as `/-/config` shows it (the
 /// user-info password and secret-named query values redacted) in
 /// `/-/routes`, which the status page draws, and in `gateway check`.
-/// Before, both printed `REDIRPW` and `REDIRTOK` in clear.
+/// Before, both printed `REDIRPW` and `REDIRTOK` in clear; a proxy
+/// route's `rewrite` with a session path parameter, `SESSIONID`.
 #[tokio::test]
 async fn a_redirect_location_is_shown_redacted() {
     let toml = "[metrics]\nlisten = \"127.0.0.1:0\"\n\
          [[routes]]\nname = \"r2\"\nprefix = \"/r2\"\n\
          redirect = { status = 302, location = \"https://user:REDIRPW@example.com/{path}?token=REDIRTOK&v=1\" }\n\
-         [[routes]]\nname = \"r3\"\nprefix = \"/r3\"\nredirect = { status = 301, location = \"/new?key=REDIRKEY\" }\n";
+         [[routes]]\nname = \"r3\"\nprefix = \"/r3\"\nredirect = { status = 301, location = \"/new?key=REDIRKEY\" }\n\
+         [upstreams.u]\nurl = \"http://127.0.0.1:9\"\n\
+         [[routes]]\nname = \"r4\"\nprefix = \"/r4\"\nupstream = \"u\"\nrewrite = \"/echo;jsessionid=SESSIONID\"\n";
     let gw = TestGateway::from_toml(toml).await;
     let (parts, body) = get(&format!("http://{}/-/routes", gw.admin.unwrap())).await;
     assert_eq!(parts.status, 200);
     let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(v[0]["target"], "redirect 302 https://user:<redacted>@example.com/{path}?token=<redacted>&v=1", "{v}");
     assert_eq!(v[1]["target"], "redirect 301 /new?key=<redacted>", "{v}");
+    let r4 = v[2]["target"].as_str().unwrap();
+    assert!(r4.contains(" rewrite /echo;jsessionid=<redacted> "), "{v}");
     let (ok, stdout) = check(toml);
     assert!(ok && stdout.contains("https://user:<redacted>@example.com"), "{stdout}");
-    for secret in ["REDIRPW", "REDIRTOK", "REDIRKEY"] {
+    for secret in ["REDIRPW", "REDIRTOK", "REDIRKEY", "SESSIONID"] {
         assert!(!stdout.contains(secret), "{secret} shown: {stdout}");
     }
 }

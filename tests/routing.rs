@@ -442,6 +442,7 @@ async fn redirects_write_the_request_into_the_location_safely() {
                 redirect = { status = 308, location = \"https://{host}{uri}\" }\n\
                 [[routes]]\nname = \"moved\"\nprefix = \"/old\"\nredirect = { status = 301, location = \"{uri}\" }\n\
                 [[routes]]\nname = \"default-status\"\nprefix = \"/tmp\"\nredirect = { location = \"{scheme}://{host}:{port}/new?{query}\" }\n\
+                [[routes]]\nname = \"login\"\nprefix = \"/q\"\nredirect = { status = 302, location = \"/login?next={uri}&v=1\" }\n\
                 [[routes]]\nname = \"relative\"\nprefix = \"/\"\nredirect = { status = 302, location = \"{uri}\" }\n";
     let gw = TestGateway::from_toml(toml).await;
     let cases: &[(&str, u16, &str)] = &[
@@ -459,6 +460,8 @@ async fn redirects_write_the_request_into_the_location_safely() {
         ("GET //evil.example/x HTTP/1.1\r\nHost: h\r\n", 302, "/evil.example/x"),
         ("GET ///evil.example HTTP/1.1\r\nHost: h\r\n", 302, "/evil.example"),
         ("GET /%2F%2Fevil.example HTTP/1.1\r\nHost: h\r\n", 302, "/%2F%2Fevil.example"),
+        // A query parameter's value: the client's `&next=` stays inside it.
+        ("GET /q?x=a&next=//evil HTTP/1.1\r\nHost: h\r\n", 302, "/login?next=/q%3Fx%3Da%26next%3D//evil&v=1"),
     ];
     for (head, status, location) in cases {
         let (got, loc, text) = redirected(&gw, head).await;

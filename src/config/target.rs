@@ -42,7 +42,9 @@ impl Target {
     pub fn describe(&self, upstreams: &[UpstreamConfig]) -> String {
         match self {
             Target::Proxy(p) => {
-                let rewrite = p.rewrite.as_deref().map(|r| format!(" rewrite {r}")).unwrap_or_default();
+                // Redacted as `/-/config` shows it (a `;jsessionid=` path parameter).
+                let rewrite =
+                    p.rewrite.as_deref().map(|r| format!(" rewrite {}", super::redact_url(r))).unwrap_or_default();
                 let timeout = humantime::format_duration(p.timeout);
                 // A split is named by all its members: `p.upstream` is only
                 // its first, and naming it alone says all traffic goes there.

@@ -9,7 +9,10 @@
 //! `?query`). Each value is written as a URL needs it: characters a
 //! request target may not hold never reach the header, and a location that
 //! begins with the path never begins with `//` (a browser would take that
-//! as another host).
+//! as another host). A placeholder that is a query parameter's value
+//! (`/login?next={uri}`) is written as one value: every byte but letters,
+//! digits and `-._~/:@` percent-encoded, so that the client's own `&`,
+//! `=` or `#` cannot add parameters to it or end it.
 
 use http::{HeaderMap, HeaderValue, StatusCode, Uri};
 
@@ -31,6 +34,9 @@ pub struct Redirect {
     pub status: StatusCode,
     template: String,
     pieces: Vec<Piece>,
+    /// Per piece, whether it is a query parameter's value (after `=` in
+    /// the template's query).
+    values: Vec<bool>,
 }
 
 impl Redirect {
@@ -42,11 +48,13 @@ impl Redirect {
             other => return Err(("status", format!("{other}: use 301, 302, 303, 307 or 308"))),
         };
         let mut pieces = Vec::new();
+        let mut values = Vec::new();
         let mut at = 0;
         while let Some(open) = location[at..].find('{').map(|i| at + i) {
             if open > at {
                 pieces.push(Piece::Text(at, open));
             }
+            values.push(in_value(&location[..open]));
             let close = location[open..].find('}').map(|i| open + i).ok_or(("location", unclosed(location)))?;
             pieces.push(match &location[open + 1..close] {
                 "scheme" => Piece::Scheme,
@@ -67,6 +75,10 @@ impl Redirect {
         if at < location.len() {
             pieces.push(Piece::Text(at, location.len()));
         }
+        // One per piece (a text is never a value).
+        let mut placeholders = values.into_iter();
+        let values =
+            pieces.iter().map(|p| !matches!(p, Piece::Text(..)) && placeholders.next() == Some(true)).collect();
         let text_ok = pieces.iter().all(|p| match p {
             Piece::Text(a, b) => location[*a..*b].bytes().all(|c| c.is_ascii_graphic() && c != b'}'),
             _ => true,
@@ -85,7 +97,7 @@ impl Redirect {
                 ),
             ));
         }
-        Ok(Redirect { status, template: location.to_owned(), pieces })
+        Ok(Redirect { status, template: location.to_owned(), pieces, values })
     }
 
     /// The `Location` for a request; `None` when its host holds characters
@@ -107,7 +119,7 @@ impl Redirect {
         }
         let host = || super::host::request_host(uri, headers);
         let mut out = String::with_capacity(self.template.len() + uri.path().len() + 16);
-        for piece in &self.pieces {
+        for (piece, &value) in self.pieces.iter().zip(&self.values) {
             match *piece {
                 Piece::Text(a, b) => out.push_str(&self.template[a..b]),
                 Piece::Scheme => out.push_str(if tls { "https" } else { "http" }),
@@ -116,9 +128,12 @@ impl Redirect {
                     if !url_host(&host) {
                         return None;
                     }
-                    out.push_str(&host);
+                    if value { push_value(&mut out, &host) } else { out.push_str(&host) }
                 }
                 Piece::Port => out.push_str(port(uri, headers)?.unwrap_or(if tls { "443" } else { "80" })),
+                Piece::Path if value => push_value(&mut out, uri.path()),
+                Piece::Query if value => push_value(&mut out, uri.query().unwrap_or("")),
+                Piece::Uri if value => push_value(&mut out, uri.path_and_query().map_or("", |pq| pq.as_str())),
                 Piece::Path => push_path(&mut out, uri.path()),
                 Piece::Query => push_escaped(&mut out, uri.query().unwrap_or("")),
                 Piece::Uri => {
@@ -187,6 +202,25 @@ fn port<'a>(uri: &'a Uri, headers: &'a HeaderMap) -> Option<Option<&'a str>> {
     // A port is a 16-bit number, written without leading zeros.
     let fits = !(port.len() > 1 && port.starts_with('0')) && port.parse::<u16>().is_ok();
     fits.then_some(Some(port))
+}
+
+/// Whether a placeholder after `before` (the template up to it) is a query
+/// parameter's value: in the query, the last of `?`, `&` and `=` is `=`.
+fn in_value(before: &str) -> bool {
+    let Some(query) = before.find('?').map(|q| &before[q..]) else { return false };
+    !query.contains('#') && query.rfind(['?', '&', '=']).is_some_and(|i| query.as_bytes()[i] == b'=')
+}
+
+/// A query parameter's value, written as one: `{uri}`'s `?` and the
+/// client's `&`, `=`, `#` and `%` percent-encoded too.
+fn push_value(out: &mut String, s: &str) {
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~/:@".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
 }
 
 /// The path, never starting with `//` when it starts the location.
@@ -273,6 +307,23 @@ mod tests {
             ("http://{host}/", "/p", Some("[v1.]"), false, None),
             ("http://{host}/", "/p", Some("[v1x]"), false, None),
             ("http://{host}/", "/p", Some("[::1::2]"), false, None),
+            // A query parameter's value is written as one value: the
+            // client's `&`, `=`, `#`, `%` and `{uri}`'s `?` encoded.
+            (
+                "/login?next={uri}",
+                "/q?x=a&next=//evil",
+                Some("h"),
+                false,
+                Some("/login?next=/q%3Fx%3Da%26next%3D//evil"),
+            ),
+            ("/login?a=1&next={path}&b=2", "/a%26b=c", Some("h"), false, Some("/login?a=1&next=/a%2526b%3Dc&b=2")),
+            ("/l?q={query}", "/p?a=1&b=2", Some("h"), false, Some("/l?q=a%3D1%26b%3D2")),
+            ("/l?h={host}&p={port}&s={scheme}", "/p", Some("[::1]:8"), true, Some("/l?h=%5B::1%5D&p=8&s=https")),
+            // Not a value: the query itself, a path, or past a fragment.
+            ("/new?{query}", "/p?a=1&b=2", Some("h"), false, Some("/new?a=1&b=2")),
+            ("/new?x=1&{query}", "/p?a=1&b=2", Some("h"), false, Some("/new?x=1&a=1&b=2")),
+            ("/a=b{uri}", "/p?a=1", Some("h"), false, Some("/a=b/p?a=1")),
+            ("/x?y#z={query}", "/p?a=1&b", Some("h"), false, Some("/x?y#z=a=1&b")),
             // Not written by {host}, the literal does not matter.
             ("https://fixed.example{uri}", "/p", Some("[abc]"), false, Some("https://fixed.example/p")),
         ];

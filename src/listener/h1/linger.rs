@@ -48,15 +48,18 @@ pub(super) async fn close(wire: &Shared, s: &mut Signals<'_, '_>) {
 
 /// After the answer, with the write side shut: lingers if the client may
 /// still be sending its request body, beside the watchdog and the
-/// shutdown signals (a graceful shutdown ends it at once, as it closes an
-/// idle connection). Not once a shutdown has begun, nor while a request
-/// body still held elsewhere reads the socket.
+/// shutdown signals. Not while a request body still held elsewhere reads
+/// the socket. A graceful shutdown lets it go on, as it lets a request
+/// finish: closed then, the socket would be reset and the end of the
+/// answer still in its send queue lost; the shutdown timeout (or a second
+/// signal) ends it.
 async fn linger(wire: &Shared, s: &mut Signals<'_, '_>) {
-    if s.flags.closing() || !wire.alone() || !wire.lock().body_coming() {
+    if !wire.alone() || !wire.lock().body_coming() {
         return;
     }
     let idle = s.watchdog.timeouts().idle;
-    s.flags.idle.store(true, Relaxed);
+    // Not idle: a graceful shutdown's signal does not end it (see `guard`).
+    s.flags.idle.store(false, Relaxed);
     let _ = guard(std::pin::pin!(discard(wire, SILENCE.min(idle), MOST_TIME.min(idle))), s).await;
 }
 

@@ -9,8 +9,8 @@
 //! `?query`). Each value is written as a URL needs it: characters a
 //! request target may not hold never reach the header, and a location that
 //! begins with the path never begins with `//` (a browser would take that
-//! as another host). A placeholder that is a query parameter's value
-//! (`/login?next={uri}`) is written as one value: every byte but letters,
+//! as another host). A placeholder that is a parameter's value
+//! (`/login?next={uri}`, see [`in_value`]) is written as one value: every byte but letters,
 //! digits and `-._~/:@` percent-encoded, so that the client's own `&`,
 //! `=` or `#` cannot add parameters to it or end it.
 
@@ -55,7 +55,7 @@ impl Redirect {
                 pieces.push(Piece::Text(at, open));
             }
             values.push(in_value(&location[..open]));
-            let close = location[open..].find('}').map(|i| open + i).ok_or(("location", unclosed(location)))?;
+            let close = location[open..].find('}').map(|i| open + i).ok_or_else(|| ("location", unclosed(open)))?;
             pieces.push(match &location[open + 1..close] {
                 "scheme" => Piece::Scheme,
                 "host" => Piece::Host,
@@ -177,8 +177,9 @@ fn url_host(host: &str) -> bool {
     })
 }
 
-fn unclosed(location: &str) -> String {
-    format!("{location:?}: a '{{' without its '}}'")
+/// Not the location itself: it may carry a token in its query.
+fn unclosed(open: usize) -> String {
+    format!("the '{{' at byte {} has no '}}'", open + 1)
 }
 
 /// The port the request named, if any (`Some(None)`: none); `None` for
@@ -204,11 +205,19 @@ fn port<'a>(uri: &'a Uri, headers: &'a HeaderMap) -> Option<Option<&'a str>> {
     fits.then_some(Some(port))
 }
 
-/// Whether a placeholder after `before` (the template up to it) is a query
-/// parameter's value: in the query, the last of `?`, `&` and `=` is `=`.
+/// Whether a placeholder after `before` (the template up to it) is a
+/// parameter's value: in the query, or in the fragment when there is one
+/// (a page's own router reads `#/login?next=`), the last of `&` and `=` is
+/// `=`. A `?` does not end a value (`?return={path}?{query}` is one).
 fn in_value(before: &str) -> bool {
-    let Some(query) = before.find('?').map(|q| &before[q..]) else { return false };
-    !query.contains('#') && query.rfind(['?', '&', '=']).is_some_and(|i| query.as_bytes()[i] == b'=')
+    let part = match before.rfind('#') {
+        Some(hash) => &before[hash..],
+        None => match before.find('?') {
+            Some(query) => &before[query..],
+            None => return false,
+        },
+    };
+    part.rfind(['&', '=']).is_some_and(|i| part.as_bytes()[i] == b'=')
 }
 
 /// A query parameter's value, written as one: `{uri}`'s `?` and the
@@ -323,7 +332,24 @@ mod tests {
             ("/new?{query}", "/p?a=1&b=2", Some("h"), false, Some("/new?a=1&b=2")),
             ("/new?x=1&{query}", "/p?a=1&b=2", Some("h"), false, Some("/new?x=1&a=1&b=2")),
             ("/a=b{uri}", "/p?a=1", Some("h"), false, Some("/a=b/p?a=1")),
-            ("/x?y#z={query}", "/p?a=1&b", Some("h"), false, Some("/x?y#z=a=1&b")),
+            ("/new?{query}#{path}", "/p?a=1&b=2", Some("h"), false, Some("/new?a=1&b=2#/p")),
+            // A `?` inside a value does not end it; a fragment's parameters.
+            ("/l?next={path}?{query}", "/r?a&next=//e", Some("h"), false, Some("/l?next=/r?a%26next%3D//e")),
+            (
+                "https://s/l?return={scheme}://{host}{path}?{query}",
+                "/p?a=1&return=https://e/",
+                Some("h"),
+                false,
+                Some("https://s/l?return=http://h/p?a%3D1%26return%3Dhttps://e/"),
+            ),
+            (
+                "/app?v=2#/login?next={uri}",
+                "/q?a&next=//e",
+                Some("h"),
+                false,
+                Some("/app?v=2#/login?next=/q%3Fa%26next%3D//e"),
+            ),
+            ("/x?y#z={query}", "/p?a=1&b", Some("h"), false, Some("/x?y#z=a%3D1%26b")),
             // Not written by {host}, the literal does not matter.
             ("https://fixed.example{uri}", "/p", Some("[abc]"), false, Some("https://fixed.example/p")),
         ];
@@ -341,5 +367,8 @@ mod tests {
         for bad in ["https://{hots}/", "https://{host", "a b", "", "/x}", "/\u{7f}"] {
             assert_eq!(Redirect::parse(301, bad).unwrap_err().0, "location", "{bad:?}");
         }
+        // A refusal does not quote the location, which may hold a token.
+        let (_, message) = Redirect::parse(301, "/l?token=SECRET&next={uri").unwrap_err();
+        assert_eq!(message, "the '{' at byte 22 has no '}'");
     }
 }

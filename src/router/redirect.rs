@@ -10,9 +10,9 @@
 //! request target may not hold never reach the header, and a location that
 //! begins with the path never begins with `//` (a browser would take that
 //! as another host). A placeholder that is a parameter's value
-//! (`/login?next={uri}`, see [`in_value`]) is written as one value: every byte but letters,
-//! digits and `-._~/:@` percent-encoded, so that the client's own `&`,
-//! `=` or `#` cannot add parameters to it or end it.
+//! (`/login?next={uri}`, see [`in_value`]) is written as one value: every
+//! byte but letters, digits and `-._~/:@` percent-encoded, so that the
+//! client's own `&`, `=` or `#` cannot add parameters to it or end it.
 
 use http::{HeaderMap, HeaderValue, StatusCode, Uri};
 
@@ -34,8 +34,7 @@ pub struct Redirect {
     pub status: StatusCode,
     template: String,
     pieces: Vec<Piece>,
-    /// Per piece, whether it is a query parameter's value (after `=` in
-    /// the template's query).
+    /// Per piece, whether it is a parameter's value (see [`in_value`]).
     values: Vec<bool>,
 }
 
@@ -220,7 +219,7 @@ fn in_value(before: &str) -> bool {
     part.rfind(['&', '=']).is_some_and(|i| part.as_bytes()[i] == b'=')
 }
 
-/// A query parameter's value, written as one: `{uri}`'s `?` and the
+/// A parameter's value, written as one: `{uri}`'s `?` and the
 /// client's `&`, `=`, `#` and `%` percent-encoded too.
 fn push_value(out: &mut String, s: &str) {
     for b in s.bytes() {
@@ -316,7 +315,7 @@ mod tests {
             ("http://{host}/", "/p", Some("[v1.]"), false, None),
             ("http://{host}/", "/p", Some("[v1x]"), false, None),
             ("http://{host}/", "/p", Some("[::1::2]"), false, None),
-            // A query parameter's value is written as one value: the
+            // A parameter's value is written as one value: the
             // client's `&`, `=`, `#`, `%` and `{uri}`'s `?` encoded.
             (
                 "/login?next={uri}",

@@ -12,7 +12,6 @@
 //! whose request body is all read, closes as before.
 
 use std::io;
-use std::sync::atomic::Ordering::Relaxed;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
@@ -57,9 +56,9 @@ async fn linger(wire: &Shared, s: &mut Signals<'_, '_>) {
     if !wire.alone() || !wire.lock().body_coming() {
         return;
     }
+    // Not flagged idle (the exchange before it cleared the flag), so a
+    // graceful shutdown's signal does not end it (see `guard`).
     let idle = s.watchdog.timeouts().idle;
-    // Not idle: a graceful shutdown's signal does not end it (see `guard`).
-    s.flags.idle.store(false, Relaxed);
     let _ = guard(std::pin::pin!(discard(wire, SILENCE.min(idle), MOST_TIME.min(idle))), s).await;
 }
 
